@@ -1,0 +1,45 @@
+"""Buffer planning: give each op that can write into ``out=`` a preallocated buffer, reused once its tensor is dead.
+
+A view (reshape, transpose, broadcast) aliases its input, so a buffer stays busy until the last use of any view of
+it. Tensors in ``keep`` (returned to the caller, copied later) get no buffer from the pool.
+"""
+from __future__ import annotations
+
+
+def plan_buffers(nodes, keep_ids=frozenset()):
+    """Return ``({tensor_id: buffer_index}, [(shape, dtype), ...])``."""
+    base = {}                                    # tensor id -> id of the tensor whose memory it may share
+    for node in nodes:
+        if node.op.is_view and node.inputs:
+            for t in node.outputs:
+                base[t.id] = base.get(node.inputs[0].id, node.inputs[0].id)
+    last_use = {}
+    for step, node in enumerate(nodes):
+        for t in node.inputs:
+            root = base.get(t.id, t.id)
+            last_use[root] = step
+            last_use[t.id] = step
+    end = len(nodes)
+    for tid in keep_ids:
+        last_use[base.get(tid, tid)] = end
+
+    assignment, buffers, free = {}, [], {}
+    releases: dict[int, list[int]] = {}
+    for step, node in enumerate(nodes):
+        if node.op.supports_out:
+            for t in node.outputs:
+                if t.id in keep_ids or t.id not in last_use:
+                    continue
+                key = (t.shape, t.dtype.str)
+                pool = free.get(key)
+                if pool:
+                    index = pool.pop()
+                else:
+                    index = len(buffers)
+                    buffers.append((t.shape, t.dtype))
+                assignment[t.id] = index
+                releases.setdefault(last_use[t.id], []).append(index)
+        for index in releases.pop(step, ()):
+            shape, dtype = buffers[index]
+            free.setdefault((shape, dtype.str), []).append(index)
+    return assignment, buffers

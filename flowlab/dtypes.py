@@ -1,0 +1,30 @@
+"""OneFlow's dtype names. flowlab dtypes are plain ``numpy.dtype`` objects, so they compare equal to NumPy's."""
+import numpy as np
+
+float32 = np.dtype("float32")
+float16 = np.dtype("float16")
+float64 = np.dtype("float64")
+int8 = np.dtype("int8")
+int32 = np.dtype("int32")
+int64 = np.dtype("int64")
+uint8 = np.dtype("uint8")
+char = int8
+float = float32  # noqa: A001 - OneFlow's own name
+double = float64
+
+FLOATING = (float16, float32, float64)
+
+
+def as_dtype(value, argument="dtype"):
+    """Turn ``flow.float``, ``np.float32``, ``"float32"`` … into a ``numpy.dtype``; a clear error otherwise."""
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        raise TypeError(f"{argument}: expected a flowlab dtype such as flow.float32, got {value!r}") from None
+    if dtype.kind not in "fiub":
+        raise TypeError(f"{argument}: expected a numeric dtype, got {dtype}")
+    return dtype
+
+
+def is_floating(dtype):
+    return np.dtype(dtype).kind == "f"

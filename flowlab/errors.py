@@ -1,0 +1,25 @@
+"""Errors flowlab raises. Each names the argument or tensor, what was expected and what came."""
+
+
+class FlowlabError(Exception):
+    """Base of flowlab's own errors."""
+
+
+class TraceError(FlowlabError, RuntimeError):
+    """An op was used where no job function is being traced, or a job misuses the graph."""
+
+
+class ShapeError(FlowlabError, ValueError):
+    """Shapes or dtypes of an op's inputs do not fit; the message ends with the user's source line."""
+
+
+class FeedError(FlowlabError, ValueError):
+    """A job was called with the wrong number, shape or dtype of arguments."""
+
+
+class CheckpointError(FlowlabError, ValueError):
+    """A checkpoint cannot be saved or loaded as asked."""
+
+
+class DeviceError(FlowlabError, RuntimeError):
+    """A GPU was asked for but none works."""

@@ -1,0 +1,291 @@
+"""The lazy graph a job function is traced into.
+
+A ``Graph`` is a list of ``Node`` s in the order they were created, which is already a topological order: a node can
+only consume tensors that exist. Each node applies one op (an ``flowlab.ops.Op`` subclass) to input ``LazyTensor`` s and
+makes output ``LazyTensor`` s. Names follow OneFlow: a node has an ``op_name`` and each output a *logical blob name*
+(``lbn``) ``"<op_name>/<arg>_<i>"``, e.g. ``Dense_6_matmul/out_0``; variables are ``"<name>/out"``.
+
+``print(graph)`` shows the IR, one node a line.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..errors import TraceError
+
+_FLOWLAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_source_line() -> str:
+    """``file:line`` of the innermost stack frame outside flowlab: where the user called the op."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_FLOWLAB_DIR + os.sep):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+class LazyTensor:
+    """A value that will exist when the job runs: shape, dtype and where it comes from, no data."""
+
+    __slots__ = ("graph", "id", "shape", "dtype", "node", "index", "logical_blob_name", "__weakref__")
+
+    def __init__(self, graph, id, shape, dtype, node, index, lbn):
+        self.graph = graph
+        self.id = id
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.node = node
+        self.index = index
+        self.logical_blob_name = lbn
+
+    @property
+    def op_name(self) -> str:
+        return self.node.name
+
+    @property
+    def lbn(self) -> str:
+        return self.logical_blob_name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self):
+        return f"LazyTensor({self.logical_blob_name!r}, shape={self.shape}, dtype={self.dtype})"
+
+    def __bool__(self):
+        raise TraceError(
+            f"the truth value of lazy tensor {self.logical_blob_name} is not known while the job is traced; "
+            "use flow.math ops instead of Python control flow on tensor values")
+
+    def __len__(self):
+        return self.shape[0]
+
+    # Arithmetic operators build ops (imported late: ops depend on this module).
+    def __add__(self, other): return _math().add(self, other)
+    def __radd__(self, other): return _math().add(other, self)
+    def __sub__(self, other): return _math().subtract(self, other)
+    def __rsub__(self, other): return _math().subtract(other, self)
+    def __mul__(self, other): return _math().multiply(self, other)
+    def __rmul__(self, other): return _math().multiply(other, self)
+    def __truediv__(self, other): return _math().divide(self, other)
+    def __rtruediv__(self, other): return _math().divide(other, self)
+    def __neg__(self): return _math().negative(self)
+    def __pow__(self, exponent): return _math().pow(self, exponent)
+    def __matmul__(self, other): return _math().matmul(self, other)
+
+
+def _math():
+    from ..ops import math
+    return math
+
+
+class Node:
+    """One op applied to input tensors. ``attrs`` are the op's static arguments."""
+
+    __slots__ = ("op", "name", "inputs", "attrs", "outputs", "source", "device_tag")
+
+    def __init__(self, op, name, inputs, attrs, source, device_tag):
+        self.op = op
+        self.name = name
+        self.inputs = tuple(inputs)
+        self.attrs = attrs
+        self.outputs: list[LazyTensor] = []
+        self.source = source
+        self.device_tag = device_tag
+
+    @property
+    def output(self) -> LazyTensor:
+        return self.outputs[0]
+
+    def __repr__(self):
+        outs = ", ".join(f"%{t.id}:{_spec(t)}" for t in self.outputs) or "()"
+        ins = ", ".join(f"%{t.id}" for t in self.inputs)
+        attrs = ", ".join(f"{k}={_short(v)}" for k, v in self.attrs.items())
+        return f"{outs} = {self.op.__name__}({ins}{', ' if ins and attrs else ''}{attrs})  # {self.name}"
+
+
+def _spec(t):
+    return f"{t.dtype}{list(t.shape)}"
+
+
+def _short(v):
+    if isinstance(v, np.ndarray):
+        return f"array{list(v.shape)}"
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class Graph:
+    """A traced job: nodes in creation order, the placeholders fed per call and what the job returns."""
+
+    def __init__(self, name: str, is_train: bool = False):
+        self.name = name
+        self.is_train = is_train
+        self.nodes: list[Node] = []
+        self.tensors: list[LazyTensor] = []
+        self.placeholders: list[LazyTensor] = []
+        self.variables: dict[str, LazyTensor] = {}   # variable name -> its read in this graph
+        self.losses: list[tuple[Any, LazyTensor]] = []  # (optimizer or None, loss)
+        self.side_effects: list[Node] = []           # nodes kept although nothing reads them (updates, summaries)
+        self.grad_of: dict[int, LazyTensor] = {}     # forward tensor id -> its total gradient (train jobs)
+        self.watches: list[Any] = []                 # watch requests recorded while tracing
+        self.outputs: list[LazyTensor] = []
+        self._local_counter = itertools.count()
+
+    def add_node(self, op, inputs, attrs, name, out_specs, out_names, device_tag=None) -> list[LazyTensor]:
+        node = Node(op, name, inputs, attrs, user_source_line(), device_tag)
+        self.nodes.append(node)
+        for i, ((shape, dtype), arg) in enumerate(zip(out_specs, out_names)):
+            lbn = f"{name}/{arg}" if op.is_variable else f"{name}/{arg}_0"   # OneFlow: user-op outputs are lists
+            t = LazyTensor(self, len(self.tensors), shape, dtype, node, i, lbn)
+            self.tensors.append(t)
+            node.outputs.append(t)
+        return node.outputs
+
+    def local_name(self, prefix: str) -> str:
+        """Names for nodes flowlab adds itself (gradients, updates): unique in this graph, no global counter."""
+        return f"{prefix}{next(self._local_counter)}"
+
+    def consumers(self) -> dict[int, list[Node]]:
+        users: dict[int, list[Node]] = {}
+        for node in self.nodes:
+            for t in node.inputs:
+                users.setdefault(t.id, []).append(node)
+        return users
+
+    def __str__(self):
+        head = f"graph {self.name}({', '.join(f'%{t.id}:{_spec(t)}' for t in self.placeholders)})"
+        body = [f"  {node!r}" for node in self.nodes]
+        tail = f"  return {', '.join(f'%{t.id}' for t in self.outputs)}"
+        return "\n".join([head, *body, tail])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Tracing context: which graph ops go into, the name counter and scopes.
+
+class _TraceState(threading.local):
+    def __init__(self):
+        self.graph: Graph | None = None
+        self.device_tag: str | None = None
+        self.name_scopes: list[str] = []
+        self.grad_scope: str | None = None
+
+
+_state = _TraceState()
+_next_id = 0                      # OneFlow's one global counter behind every "<Prefix><n>" name
+_id_lock = threading.Lock()
+
+
+def new_unique_id() -> int:
+    global _next_id
+    with _id_lock:
+        value = _next_id
+        _next_id += 1
+        return value
+
+
+def peek_unique_id() -> int:
+    return _next_id
+
+
+def reset_unique_ids():
+    global _next_id
+    with _id_lock:
+        _next_id = 0
+
+
+def current_graph(what: str = "this op") -> Graph:
+    graph = _state.graph
+    if graph is None:
+        raise TraceError(
+            f"{what} was called outside a job function: build ops inside a function decorated with "
+            "@flow.global_function, which flowlab traces when the job is first needed")
+    return graph
+
+
+def tracing() -> bool:
+    return _state.graph is not None
+
+
+@contextlib.contextmanager
+def trace_into(graph: Graph, replay_from: int | None = None):
+    """Make ``graph`` the target of ops. ``replay_from`` re-uses a job's own names when it is traced again."""
+    global _next_id
+    if _state.graph is not None:
+        raise TraceError(f"cannot trace job {graph.name!r} while job {_state.graph.name!r} is being traced: "
+                         "call job functions from outside other job functions")
+    saved = _next_id
+    _state.graph = graph
+    if replay_from is not None:
+        _next_id = replay_from
+    try:
+        yield graph
+    finally:
+        _state.graph = None
+        _state.device_tag = None
+        _state.name_scopes = []
+        if replay_from is not None:
+            _next_id = saved
+
+
+def unique_name(prefix: str) -> str:
+    """OneFlow's ``id_util.UniqueStr``: ``prefix`` + the next value of one global counter, inside name scopes."""
+    if _state.grad_scope is not None:
+        return f"{_state.grad_scope}/{current_graph().local_name(prefix)}"
+    return scoped_name(f"{prefix}{new_unique_id()}")
+
+
+def scoped_name(name: str) -> str:
+    return "".join(scope + "-" for scope in _state.name_scopes) + name
+
+
+@contextlib.contextmanager
+def grad_scope(forward_node_name: str):
+    """Gradient ops are named after the forward op they differentiate, without touching the global counter."""
+    saved = _state.grad_scope
+    _state.grad_scope = f"System-AutoGrad-{forward_node_name}"
+    try:
+        yield
+    finally:
+        _state.grad_scope = saved
+
+
+@contextlib.contextmanager
+def name_scope(name: str):
+    """``flow.scope.namespace``: prefixes names of ops and variables created inside with ``"<name>-"``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name_scope: expected a non-empty string, got {name!r}")
+    _state.name_scopes.append(name)
+    try:
+        yield
+    finally:
+        _state.name_scopes.pop()
+
+
+@contextlib.contextmanager
+def device_scope(device_tag: str):
+    saved = _state.device_tag
+    _state.device_tag = device_tag
+    try:
+        yield
+    finally:
+        _state.device_tag = saved
+
+
+def current_device_tag():
+    return _state.device_tag

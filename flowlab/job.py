@@ -1,0 +1,322 @@
+"""``@flow.global_function``: a Python function traced once (per input signature) into a graph, compiled, run often.
+
+Arguments are declared by annotation (``x: tp.Numpy.Placeholder((8, 10))``) or, in the older style, by default
+values (``x=flow.FixedTensorDef((8, 10))``). The return annotation says what a call gives back (``flowlab.typing``);
+an unannotated job returns a handle whose ``.get()`` is a ``Blob``.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import typing
+
+import numpy as np
+
+from . import graph as g
+from . import typing as tp
+from .compiler import compile_graph
+from .config import FunctionConfig
+from .errors import FeedError, TraceError
+from .runtime import backend, session
+
+
+class Blob:
+    """A job result or watched value on the host: ``.numpy()`` (or OneFlow's older ``.ndarray()``) gives the array;
+    NumPy attributes such as ``.mean()`` and ``.shape`` work directly."""
+
+    __slots__ = ("_array",)
+
+    def __init__(self, array):
+        self._array = array
+
+    def numpy(self):
+        return self._array
+
+    ndarray = numpy
+
+    def __array__(self, dtype=None, copy=None):
+        return self._array if dtype is None else self._array.astype(dtype)
+
+    def __getattr__(self, name):
+        return getattr(self._array, name)
+
+    def __repr__(self):
+        return f"Blob({self._array!r})"
+
+
+class JobResult:
+    """What an unannotated job returns: ``.get()`` waits for and gives the result (a Blob, or a tuple/dict of them)."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def get(self):
+        return self._value
+
+    def async_get(self, callback):
+        if not callable(callback):
+            raise TypeError(f"async_get: callback must be callable, got {callback!r}")
+        callback(self._value)
+
+
+def _return_kind(annotation):
+    """Describe the return annotation as a small tree: 'numpy' | 'list' | 'blob' | 'none' | ('callback', kind) | ..."""
+    if annotation is inspect.Signature.empty:
+        return "blob"
+    if annotation is None or annotation is type(None):
+        return "none"
+    if annotation is tp.Numpy:
+        return "numpy"
+    if annotation is tp.ListNumpy:
+        return "list"
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is tp.Callback:
+        return ("callback", _return_kind(args[0]) if args else "numpy")
+    if origin is tp.Bundle:
+        return ("bundle", _return_kind(args[0]) if args else "numpy")
+    if origin in (tuple, list):
+        return ("tuple", [_return_kind(a) for a in args])
+    if origin is dict:
+        return ("dict", _return_kind(args[1]))
+    raise TypeError(f"unsupported return annotation {annotation!r}: use tp.Numpy, tp.ListNumpy, tp.Callback[...], "
+                    "Tuple[...], Dict[str, ...] or None")
+
+
+def _flatten(value, where="the job's return value"):
+    """Tensors of a returned structure, in order, and a function that rebuilds the structure from values."""
+    if value is None:
+        return [], lambda vals: None
+    if isinstance(value, g.LazyTensor):
+        return [value], lambda vals: vals[0]
+    if isinstance(value, (tuple, list)):
+        parts = [_flatten(v, where) for v in value]
+        counts = [len(p[0]) for p in parts]
+
+        def rebuild(vals, parts=parts, counts=counts, kind=type(value)):
+            out, start = [], 0
+            for (_, build), n in zip(parts, counts):
+                out.append(build(vals[start:start + n]))
+                start += n
+            return kind(out)
+        return [t for p in parts for t in p[0]], rebuild
+    if isinstance(value, dict):
+        keys = list(value)
+        tensors, rebuild_list = _flatten([value[k] for k in keys], where)
+        return tensors, lambda vals: dict(zip(keys, rebuild_list(vals)))
+    raise TypeError(f"{where} must be a tensor, a tuple/list/dict of tensors or None, got {type(value).__name__}")
+
+
+def _convert(value, kind):
+    """Host arrays -> what the annotation promises."""
+    if kind == "numpy":
+        return value
+    if kind == "list":
+        return [value]
+    if kind == "blob":
+        return Blob(value)
+    if isinstance(kind, tuple) and kind[0] in ("bundle", "callback"):
+        return _convert_tree(value, kind[1])
+    return value
+
+
+def _convert_tree(value, kind):
+    if isinstance(value, (tuple, list)):
+        return type(value)(_convert_tree(v, kind) for v in value)
+    if isinstance(value, dict):
+        return {k: _convert_tree(v, kind) for k, v in value.items()}
+    return _convert(value, kind)
+
+
+class _Compiled:
+    """One traced and compiled signature of a job."""
+
+    def __init__(self, graph, plan, rebuild):
+        self.graph = graph
+        self.plan = plan
+        self.rebuild = rebuild
+        self.step = 0
+
+
+class JobFunction:
+    """A callable job. ``job.graph()`` and ``job.plan()`` show the IR and the generated code of its last trace."""
+
+    def __init__(self, fn, is_train, config: FunctionConfig):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.name = fn.__name__
+        self.is_train = is_train
+        self.config = config
+        self.arg_names, self.arg_defs = self._arg_defs(fn)
+        self.return_kind = _return_kind(inspect.signature(fn).return_annotation)
+        self._compiled: dict[tuple, _Compiled] = {}
+        self._first_id = None
+        self._last = None
+        self._lock = threading.Lock()
+        session.default().jobs.append(self)
+
+    @staticmethod
+    def _arg_defs(fn):
+        names, defs = [], []
+        for p in inspect.signature(fn).parameters.values():
+            d = p.annotation if isinstance(p.annotation, tp.ArgDef) else p.default
+            if not isinstance(d, tp.ArgDef):
+                raise TypeError(f"job function {fn.__name__}: argument {p.name!r} needs a placeholder, e.g. "
+                                f"`{p.name}: tp.Numpy.Placeholder((8, 10))` or `{p.name}=flow.FixedTensorDef((8, 10))`")
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TypeError(f"job function {fn.__name__}: *args and **kwargs are not supported")
+            names.append(p.name)
+            defs.append(d)
+        return names, defs
+
+    # ------------------------------------------------------------------------------------------------------ feeding
+    def _check_feeds(self, args, kwargs):
+        if len(args) + len(kwargs) != len(self.arg_defs):
+            raise FeedError(f"job {self.name} takes {len(self.arg_defs)} argument(s) ({', '.join(self.arg_names)}), "
+                            f"got {len(args) + len(kwargs)}")
+        values = list(args)
+        for name in self.arg_names[len(args):]:
+            if name not in kwargs:
+                raise FeedError(f"job {self.name}: argument {name!r} is missing")
+            values.append(kwargs.pop(name))
+        if kwargs:
+            raise FeedError(f"job {self.name}: unexpected argument(s) {sorted(kwargs)}")
+        arrays = []
+        for name, d, value in zip(self.arg_names, self.arg_defs, values):
+            where = f"job {self.name} argument {name!r}"
+            if d.dynamic:
+                if not isinstance(value, (list, tuple)) or len(value) != 1:
+                    raise FeedError(f"{where}: expected a list holding one numpy.ndarray (tp.ListNumpy), "
+                                    f"got {type(value).__name__}{'' if not isinstance(value, (list, tuple)) else ' of length ' + str(len(value))}")
+                value = value[0]
+            if not isinstance(value, np.ndarray):
+                raise FeedError(f"{where}: expected a numpy.ndarray of shape {d.shape} and dtype {d.dtype}, "
+                                f"got {type(value).__name__}")
+            if value.dtype != d.dtype:
+                raise FeedError(f"{where}: expected dtype {d.dtype}, got {value.dtype} (convert with .astype)")
+            if d.dynamic:
+                if value.ndim != len(d.shape) or any(a > b for a, b in zip(value.shape, d.shape)):
+                    raise FeedError(f"{where}: expected at most shape {d.shape}, got {value.shape}")
+            elif value.shape != d.shape:
+                raise FeedError(f"{where}: expected shape {d.shape}, got {value.shape}")
+            arrays.append(value)
+        return arrays
+
+    # ------------------------------------------------------------------------------------------------ trace/compile
+    def _trace(self, shapes):
+        graph = g.Graph(self.name, self.is_train)
+        replay = self._first_id
+        if replay is None:
+            self._first_id = g.peek_unique_id()
+        from .ops import apply
+        from .ops.array import Input
+        with g.trace_into(graph, replay):
+            for d, shape in zip(self.arg_defs, shapes):
+                graph.placeholders.append(apply(Input, (), None, shape=shape, dtype=d.dtype))
+            result = self.fn(*graph.placeholders)
+            if self.return_kind == "none" and result is not None:
+                raise TypeError(f"job {self.name} is annotated `-> None` but returned {type(result).__name__}")
+            outputs, rebuild = _flatten(result, f"the return value of job {self.name}")
+            graph.outputs = outputs
+            if self.is_train:
+                self._build_training(graph)
+            elif graph.losses:
+                raise TraceError(f"job {self.name} calls minimize/add_loss but is a predict job; use "
+                                 "@flow.global_function(type=\"train\")")
+        return graph, rebuild
+
+    def _build_training(self, graph):
+        if not graph.losses:
+            raise TraceError(f"train job {self.name} never calls optimizer.minimize(loss) (or flow.losses.add_loss)")
+        for optimizer, loss in graph.losses:
+            (optimizer or self.config.train.make_optimizer()).build(graph, loss)
+
+    def _compile(self, shapes):
+        graph, rebuild = self._trace(shapes)
+        sess = session.default()
+        plan = compile_graph(graph, graph.outputs, backend.current(), sess.variables,
+                             rng_seed=[sess.seed, len(sess.jobs), sum(map(ord, self.name))])
+        return _Compiled(graph, plan, rebuild)
+
+    def compiled(self, shapes=None):
+        """The compiled signature for these argument shapes (declared shapes by default); traces on first use."""
+        shapes = tuple(tuple(d.shape) for d in self.arg_defs) if shapes is None else shapes
+        compiled = self._compiled.get(shapes)
+        if compiled is None:
+            compiled = self._compiled[shapes] = self._compile(shapes)
+        self._last = compiled
+        return compiled
+
+    def graph(self):
+        return (self._last or self.compiled()).graph
+
+    def plan(self):
+        return (self._last or self.compiled()).plan
+
+    # -------------------------------------------------------------------------------------------------------- call
+    def __call__(self, *args, **kwargs):
+        arrays = self._check_feeds(args, kwargs)
+        with self._lock:
+            compiled = self.compiled(tuple(a.shape for a in arrays))
+            session.default().initialize_missing()
+            be = compiled.plan.backend
+            feeds = [be.asarray(a) for a in arrays] if be.is_gpu else arrays
+            outputs, _ = compiled.plan(feeds, compiled.step)
+            if self.is_train:
+                compiled.step += 1
+        return self._result(compiled.rebuild(list(outputs)))
+
+    def _result(self, value):
+        kind = self.return_kind
+        if kind == "none":
+            return None
+        if isinstance(kind, tuple) and kind[0] == "callback":
+            converted = _convert_tree(value, kind[1])
+
+            def take_callback(callback):
+                if not callable(callback):
+                    raise TypeError(f"job {self.name} returns tp.Callback: pass a callable, got {callback!r}")
+                callback(converted)
+            return take_callback
+        if kind == "blob":
+            return None if value is None else JobResult(_convert_tree(value, "blob"))
+        if isinstance(kind, tuple) and kind[0] == "tuple":
+            return type(value)(_convert_tree(v, k) for v, k in zip(value, kind[1]))
+        if isinstance(kind, tuple) and kind[0] == "dict":
+            return {k: _convert_tree(v, kind[1]) for k, v in value.items()}
+        return _convert_tree(value, kind)
+
+    def sync(self):
+        """Every call of this job has finished when this returns (calls run synchronously today)."""
+        with self._lock:
+            pass
+
+
+def global_function(type="predict", function_config=None):  # noqa: A002 - OneFlow's argument name
+    """Decorator making a job function. Also accepts OneFlow's older ``global_function(function_config)`` form, where
+    a config with training settings (``config.train.primary_lr``) makes a train job."""
+    if isinstance(type, FunctionConfig):
+        type, function_config = ("train" if type.train.configured else "predict"), type
+    if callable(type) and not isinstance(type, str):
+        raise TypeError("global_function must be called: write @flow.global_function() with parentheses")
+    if type not in ("predict", "train"):
+        raise ValueError(f"global_function: type must be 'predict' or 'train', got {type!r}")
+    if function_config is not None and not isinstance(function_config, FunctionConfig):
+        raise TypeError(f"global_function: function_config must come from flow.function_config(), "
+                        f"got {function_config!r}")
+    config = function_config or FunctionConfig()
+
+    def decorate(fn):
+        return JobFunction(fn, type == "train", config)
+    return decorate
+
+
+def add_loss(loss):
+    """``flow.losses.add_loss``: train ``loss`` with the optimizer described by the job's function_config."""
+    graph = g.current_graph("flow.losses.add_loss")
+    if not isinstance(loss, g.LazyTensor):
+        raise TypeError(f"add_loss: loss must be a tensor of the job, got {type(loss).__name__}")
+    if not graph.is_train:
+        raise TraceError(f"add_loss: job {graph.name!r} has no training settings; give its function_config "
+                         "config.train.primary_lr(...) and config.train.model_update_conf(...)")
+    graph.losses.append((None, loss))

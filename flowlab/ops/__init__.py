@@ -1,0 +1,114 @@
+"""Ops: each one a small class holding its shape/dtype rule, its kernel and its gradient side by side.
+
+An op class is never instantiated; a graph node stores the class and the op's static ``attrs``.
+
+- ``infer(*inputs, **attrs)`` takes the input ``LazyTensor`` s and returns ``(shape, dtype)`` (or a list of them, one per
+  output). It raises ``ShapeError`` with a plain message; ``apply`` adds the user's source line.
+- ``forward(xp, *arrays, **attrs)`` computes with ``xp`` = ``numpy`` or ``cupy``. Ops with ``supports_out`` also take
+  ``out=``, a preallocated buffer to write into (see ``flowlab.compiler``).
+- ``vjp(node, *dys)`` builds the gradient *in the graph*, from other ops, and returns one tensor or ``None`` per input.
+  Autodiff never special-cases an op.
+- Elementwise ops give ``c_expr``, a C expression over ``{0}``, ``{1}`` … used to fuse chains into one CuPy kernel.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import graph as g
+from ..errors import ShapeError, TraceError
+
+# Ops that must run even though nothing reads their outputs (optimizer updates, summary writes).
+SIDE_EFFECT = "side_effect"
+
+
+class Op:
+    prefix = "Op_"          # name prefix of an unnamed node, OneFlow's ("Relu_", "Matmul_" ...)
+    api = "op"              # the user-facing function, for messages
+    outputs = ("out",)      # output arg names: lbn "<node>/<arg>_0"
+    is_variable = False
+    is_view = False         # output 0 may alias input 0's memory (reshape, transpose)
+    supports_out = False    # forward takes out= (a reusable buffer)
+    side_effect = False     # kept by the compiler although nothing reads it
+    c_expr: str | None = None
+    vjp = None              # ops without a vjp are not differentiable (integer ops, gradient ops)
+
+    @staticmethod
+    def infer(*inputs, **attrs):
+        raise TypeError("op classes define infer")
+
+    @staticmethod
+    def forward(xp, *arrays, **attrs):
+        raise TypeError("op classes define forward")
+
+
+def apply(op: type[Op], inputs, name=None, **attrs):
+    """Add one node to the graph being traced; returns its output tensor (or a tuple for several outputs)."""
+    graph = g.current_graph(op.api)
+    for i, t in enumerate(inputs):
+        if not isinstance(t, g.LazyTensor):
+            raise TypeError(f"{op.api}: input {i} must be a tensor of the job, got {type(t).__name__}")
+        if t.graph is not graph:
+            raise TraceError(f"{op.api}: input {t.logical_blob_name} belongs to job {t.graph.name!r}, "
+                             f"not to job {graph.name!r} being traced")
+    try:
+        specs = op.infer(*inputs, **attrs)
+    except ShapeError as e:
+        raise ShapeError(f"{op.api}: {e} (at {g.user_source_line()})") from None
+    if isinstance(specs, tuple) and len(specs) == 2 and not isinstance(specs[0], tuple):
+        raise AssertionError(f"{op.__name__}.infer returned {specs!r}")
+    single = not isinstance(specs, list)
+    specs = [specs] if single else specs
+    if name is None:
+        name = g.unique_name(op.prefix)
+    elif not isinstance(name, str):
+        raise TypeError(f"{op.api}: name must be a string, got {name!r}")
+    else:
+        name = g.scoped_name(name)
+    outs = graph.add_node(op, inputs, attrs, name, specs, op.outputs, g.current_device_tag())
+    if op.side_effect:
+        graph.side_effects.append(graph.nodes[-1])
+    return outs[0] if single else tuple(outs)
+
+
+def as_tensor(value, like: g.LazyTensor | None = None, argument="value"):
+    """A tensor as it is; a Python or NumPy number/array becomes a constant node (dtype of ``like`` for scalars)."""
+    if isinstance(value, g.LazyTensor):
+        return value
+    if isinstance(value, (bool, int, float, np.number, np.ndarray, list, tuple)):
+        array = np.asarray(value)
+        if like is not None and (array.ndim == 0 or array.dtype.kind in "fiu"):
+            array = array.astype(like.dtype)
+        elif array.dtype == np.float64:
+            array = array.astype(np.float32)
+        from .array import Constant
+        return apply(Constant, (), value=array)
+    raise TypeError(f"{argument}: expected a tensor or a number, got {type(value).__name__}")
+
+
+def spec(shape, dtype):
+    return (tuple(int(d) for d in shape), np.dtype(dtype))
+
+
+def same_dtype(api_args, *tensors):
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) > 1:
+        names = ", ".join(f"{t.logical_blob_name}: {t.dtype}" for t in tensors)
+        raise ShapeError(f"inputs must share one dtype, got {names}")
+    return tensors[0].dtype
+
+
+def normalize_axis(axis, ndim, argument="axis"):
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < max(ndim, 1):
+        raise ShapeError(f"{argument} must be an int in [{-ndim}, {ndim}), got {axis!r}")
+    return int(axis) % max(ndim, 1)
+
+
+def normalize_axes(axis, ndim, argument="axis"):
+    """``None`` -> all axes; int or sequence -> sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = sorted({normalize_axis(a, ndim, argument) for a in axes})
+    if len(out) != len(axes):
+        raise ShapeError(f"{argument} repeats an axis: {axis!r}")
+    return tuple(out)

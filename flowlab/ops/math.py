@@ -1,0 +1,651 @@
+"""``flow.math``: elementwise arithmetic with broadcasting, unary functions, reductions and ``matmul``."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from . import Op, apply, as_tensor, normalize_axes, same_dtype, spec
+
+
+def _broadcast(a, b):
+    try:
+        return np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise ShapeError(f"shapes {a.shape} ({a.logical_blob_name}) and {b.shape} ({b.logical_blob_name}) "
+                         "do not broadcast") from None
+
+
+def _binary_operands(x, y, api):
+    if not hasattr(x, "graph") and not hasattr(y, "graph"):
+        raise TypeError(f"{api}: at least one operand must be a tensor, got {type(x).__name__} and {type(y).__name__}")
+    x = as_tensor(x, like=y if hasattr(y, "graph") else None, argument="x")
+    y = as_tensor(y, like=x, argument="y")
+    return x, y
+
+
+# ----------------------------------------------------------------------------------------------- broadcasting helpers
+
+class SumToShape(Op):
+    """Sum a broadcast gradient back to an input's shape (the VJP of broadcasting)."""
+    prefix, api = "SumToShape_", "sum_to_shape"
+    supports_out = True
+
+    @staticmethod
+    def infer(x, shape):
+        return spec(shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, shape, out=None):
+        lead = x.ndim - len(shape)
+        axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1)
+        kept = (1,) * lead + tuple(shape)   # the keepdims shape: a view of ``out`` receives the sum in place
+        total = xp.sum(x, axis=axes, keepdims=True, out=None if out is None else out.reshape(kept))
+        return total.reshape(shape) if out is None else out
+
+    @staticmethod
+    def vjp(node, dy):
+        return (broadcast_to(dy, node.inputs[0].shape),)
+
+
+class BroadcastTo(Op):
+    prefix, api = "BroadcastTo_", "broadcast_to"
+    is_view = True   # a read-only broadcast view of the input
+
+    @staticmethod
+    def infer(x, shape):
+        try:
+            np.broadcast_shapes(x.shape, shape)
+        except ValueError:
+            raise ShapeError(f"cannot broadcast {x.shape} to {shape}") from None
+        return spec(shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, shape):
+        return xp.broadcast_to(x, shape)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (sum_to_shape(dy, node.inputs[0].shape),)
+
+
+def sum_to_shape(x, shape, name=None):
+    shape = tuple(shape)
+    return x if x.shape == shape else apply(SumToShape, (x,), name, shape=shape)
+
+
+def broadcast_to(x, shape, name=None):
+    shape = tuple(shape)
+    return x if x.shape == shape else apply(BroadcastTo, (x,), name, shape=shape)
+
+
+# ------------------------------------------------------------------------------------------------- binary elementwise
+
+class _Binary(Op):
+    supports_out = True
+
+    @staticmethod
+    def infer(x, y):
+        same_dtype(None, x, y)
+        return spec(_broadcast(x, y), x.dtype)
+
+
+class Add(_Binary):
+    prefix, api, c_expr = "Add_", "flow.math.add", "({0} + {1})"
+
+    @staticmethod
+    def forward(xp, x, y, out=None):
+        return xp.add(x, y, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, y = node.inputs
+        return sum_to_shape(dy, x.shape), sum_to_shape(dy, y.shape)
+
+
+class Subtract(_Binary):
+    prefix, api, c_expr = "Sub_", "flow.math.subtract", "({0} - {1})"
+
+    @staticmethod
+    def forward(xp, x, y, out=None):
+        return xp.subtract(x, y, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, y = node.inputs
+        return sum_to_shape(dy, x.shape), sum_to_shape(negative(dy), y.shape)
+
+
+class Multiply(_Binary):
+    prefix, api, c_expr = "Mul_", "flow.math.multiply", "({0} * {1})"
+
+    @staticmethod
+    def forward(xp, x, y, out=None):
+        return xp.multiply(x, y, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, y = node.inputs
+        return sum_to_shape(multiply(dy, y), x.shape), sum_to_shape(multiply(dy, x), y.shape)
+
+
+class Divide(_Binary):
+    prefix, api, c_expr = "Div_", "flow.math.divide", "({0} / {1})"
+
+    @staticmethod
+    def forward(xp, x, y, out=None):
+        return xp.divide(x, y, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, y = node.inputs
+        z = node.output
+        return sum_to_shape(divide(dy, y), x.shape), sum_to_shape(negative(divide(multiply(dy, z), y)), y.shape)
+
+
+class Maximum(_Binary):
+    prefix, api, c_expr = "Maximum_", "flow.math.maximum", "max({0}, {1})"
+
+    @staticmethod
+    def forward(xp, x, y, out=None):
+        return xp.maximum(x, y, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, y = node.inputs
+        return (sum_to_shape(apply(SelectGrad, (x, y, dy), pick_first=True), x.shape),
+                sum_to_shape(apply(SelectGrad, (x, y, dy), pick_first=False), y.shape))
+
+
+class Minimum(_Binary):
+    prefix, api, c_expr = "Minimum_", "flow.math.minimum", "min({0}, {1})"
+
+    @staticmethod
+    def forward(xp, x, y, out=None):
+        return xp.minimum(x, y, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, y = node.inputs
+        return (sum_to_shape(apply(SelectGrad, (y, x, dy), pick_first=True), x.shape),
+                sum_to_shape(apply(SelectGrad, (y, x, dy), pick_first=False), y.shape))
+
+
+class SelectGrad(Op):
+    """Gradient of max(x, y): to x where x >= y (x wins ties), else to y."""
+    prefix, api = "SelectGrad_", "maximum_grad"
+
+    @staticmethod
+    def infer(x, y, dy):
+        return spec(dy.shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, x, y, dy, pick_first):
+        mask = (x >= y) if pick_first else (x < y)
+        return xp.where(mask, dy, dy.dtype.type(0))
+
+
+def add(x, y, name=None):
+    x, y = _binary_operands(x, y, "flow.math.add")
+    return apply(Add, (x, y), name)
+
+
+def subtract(x, y, name=None):
+    x, y = _binary_operands(x, y, "flow.math.subtract")
+    return apply(Subtract, (x, y), name)
+
+
+def multiply(x, y, name=None):
+    x, y = _binary_operands(x, y, "flow.math.multiply")
+    return apply(Multiply, (x, y), name)
+
+
+def divide(x, y, name=None):
+    x, y = _binary_operands(x, y, "flow.math.divide")
+    return apply(Divide, (x, y), name)
+
+
+def maximum(x, y, name=None):
+    x, y = _binary_operands(x, y, "flow.math.maximum")
+    return apply(Maximum, (x, y), name)
+
+
+def minimum(x, y, name=None):
+    x, y = _binary_operands(x, y, "flow.math.minimum")
+    return apply(Minimum, (x, y), name)
+
+
+def add_n(inputs, name=None):
+    """Sum of a list of tensors of one shape (autodiff uses it to accumulate gradients)."""
+    inputs = list(inputs)
+    if not inputs:
+        raise ValueError("add_n: inputs must hold at least one tensor, got an empty list")
+    total = inputs[0]
+    for t in inputs[1:]:
+        total = add(total, t, name=None)
+    return total
+
+
+# -------------------------------------------------------------------------------------------------- unary elementwise
+
+class _Unary(Op):
+    supports_out = True
+
+    @staticmethod
+    def infer(x):
+        return spec(x.shape, x.dtype)
+
+
+class _FloatUnary(_Unary):
+    @staticmethod
+    def infer(x):
+        if x.dtype.kind != "f":
+            raise ShapeError(f"expects a floating-point tensor, got {x.logical_blob_name} of dtype {x.dtype}")
+        return spec(x.shape, x.dtype)
+
+
+class Negative(_Unary):
+    prefix, api, c_expr = "Negative_", "flow.math.negative", "(-{0})"
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        return xp.negative(x, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (negative(dy),)
+
+
+class Exp(_FloatUnary):
+    prefix, api, c_expr = "Exp_", "flow.math.exp", "exp({0})"
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        return xp.exp(x, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (multiply(dy, node.output),)
+
+
+class Log(_FloatUnary):
+    prefix, api, c_expr = "Log_", "flow.math.log", "log({0})"
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        return xp.log(x, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (divide(dy, node.inputs[0]),)
+
+
+class Sqrt(_FloatUnary):
+    prefix, api, c_expr = "Sqrt_", "flow.math.sqrt", "sqrt({0})"
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        return xp.sqrt(x, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (divide(multiply(dy, 0.5), node.output),)
+
+
+class Square(_Unary):
+    prefix, api, c_expr = "Square_", "flow.math.square", "({0} * {0})"
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        return xp.multiply(x, x, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (multiply(dy, multiply(node.inputs[0], 2.0)),)
+
+
+class Abs(_Unary):
+    prefix, api, c_expr = "Abs_", "flow.math.abs", "abs({0})"
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        return xp.abs(x, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (multiply(dy, apply(Sign, (node.inputs[0],))),)
+
+
+class Sign(_Unary):
+    prefix, api, c_expr = "Sign_", "flow.math.sign", "(({0} > 0) - ({0} < 0))"
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        return xp.sign(x, out=out)
+
+
+class Sigmoid(_FloatUnary):
+    prefix, api = "Sigmoid_", "flow.math.sigmoid"
+    c_expr = "((T)1 / ((T)1 + exp(-{0})))"
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        # 1 / (1 + exp(-x)) written to stay finite: exp only ever sees -|x|.
+        e = xp.exp(-xp.abs(x))
+        pos = 1 / (1 + e)
+        return xp.where(x >= 0, pos, e * pos) if out is None else _assign(xp, out, xp.where(x >= 0, pos, e * pos))
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(SigmoidGrad, (node.output, dy)),)
+
+
+class SigmoidGrad(Op):
+    prefix, api, c_expr = "SigmoidGrad_", "sigmoid_grad", "({1} * {0} * ((T)1 - {0}))"
+    supports_out = True
+
+    @staticmethod
+    def infer(y, dy):
+        return spec(dy.shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, y, dy, out=None):
+        out = xp.subtract(1, y, out=out)
+        xp.multiply(out, y, out=out)
+        return xp.multiply(out, dy, out=out)
+
+
+class Tanh(_FloatUnary):
+    prefix, api, c_expr = "Tanh_", "flow.math.tanh", "tanh({0})"
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        return xp.tanh(x, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(TanhGrad, (node.output, dy)),)
+
+
+class TanhGrad(Op):
+    prefix, api, c_expr = "TanhGrad_", "tanh_grad", "({1} * ((T)1 - {0} * {0}))"
+    supports_out = True
+
+    @staticmethod
+    def infer(y, dy):
+        return spec(dy.shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, y, dy, out=None):
+        out = xp.multiply(y, y, out=out)
+        xp.subtract(1, out, out=out)
+        return xp.multiply(out, dy, out=out)
+
+
+class Pow(Op):
+    prefix, api, c_expr = "ScalarPow_", "flow.math.pow", "pow({0}, (T){exponent})"
+    supports_out = True
+
+    @staticmethod
+    def infer(x, exponent):
+        return spec(x.shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, exponent, out=None):
+        return xp.power(x, x.dtype.type(exponent), out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, = node.inputs
+        p = node.attrs["exponent"]
+        return (multiply(dy, multiply(pow(x, p - 1), float(p))),)
+
+
+def _assign(xp, out, value):
+    out[...] = value
+    return out
+
+
+def _unary(op):
+    def fn(x, name=None):
+        return apply(op, (as_tensor(x, argument="x"),), name)
+    fn.__name__ = op.api.rsplit(".", 1)[-1]
+    fn.__doc__ = f"Elementwise {fn.__name__} of a tensor (``{op.api}``)."
+    return fn
+
+
+negative = _unary(Negative)
+exp = _unary(Exp)
+log = _unary(Log)
+sqrt = _unary(Sqrt)
+square = _unary(Square)
+abs = _unary(Abs)  # noqa: A001 - OneFlow's name
+sign = _unary(Sign)
+sigmoid = _unary(Sigmoid)
+tanh = _unary(Tanh)
+
+
+def pow(x, exponent, name=None):  # noqa: A001 - OneFlow's name
+    if not isinstance(exponent, (int, float, np.number)):
+        raise TypeError(f"flow.math.pow: exponent must be a number, got {type(exponent).__name__}")
+    return apply(Pow, (as_tensor(x, argument="x"),), name, exponent=float(exponent))
+
+
+# ---------------------------------------------------------------------------------------------------------- reductions
+
+class _Reduce(Op):
+    supports_out = True
+
+    @staticmethod
+    def infer(x, axes, keepdims):
+        shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdims else \
+            [d for i, d in enumerate(x.shape) if i not in axes]
+        return spec(shape, x.dtype)
+
+
+def _keep_shape(x_shape, axes):
+    return tuple(1 if i in axes else d for i, d in enumerate(x_shape))
+
+
+class ReduceSum(_Reduce):
+    prefix, api = "ReduceSum_", "flow.math.reduce_sum"
+
+    @staticmethod
+    def forward(xp, x, axes, keepdims, out=None):
+        return xp.sum(x, axis=axes, keepdims=keepdims, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, = node.inputs
+        return (broadcast_to(_reshape(dy, _keep_shape(x.shape, node.attrs["axes"])), x.shape),)
+
+
+class ReduceMean(_Reduce):
+    prefix, api = "ReduceMean_", "flow.math.reduce_mean"
+
+    @staticmethod
+    def forward(xp, x, axes, keepdims, out=None):
+        return xp.mean(x, axis=axes, keepdims=keepdims, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, = node.inputs
+        n = int(np.prod([x.shape[a] for a in node.attrs["axes"]], dtype=np.int64))
+        grad = broadcast_to(_reshape(dy, _keep_shape(x.shape, node.attrs["axes"])), x.shape)
+        return (multiply(grad, 1.0 / max(n, 1)),)
+
+
+class ReduceMax(_Reduce):
+    prefix, api = "ReduceMax_", "flow.math.reduce_max"
+
+    @staticmethod
+    def forward(xp, x, axes, keepdims, out=None):
+        return xp.max(x, axis=axes, keepdims=keepdims, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, = node.inputs
+        keep = _keep_shape(x.shape, node.attrs["axes"])
+        return (apply(ReduceMaxGrad, (x, _reshape(node.output, keep), _reshape(dy, keep))),)
+
+
+class ReduceMaxGrad(Op):
+    """Ties share the gradient equally, as TensorFlow does."""
+    prefix, api = "ReduceMaxGrad_", "reduce_max_grad"
+
+    @staticmethod
+    def infer(x, y, dy):
+        return spec(x.shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, y, dy):
+        mask = (x == y).astype(x.dtype)
+        axes = tuple(i for i, d in enumerate(y.shape) if d == 1 and x.shape[i] != 1)
+        count = xp.sum(mask, axis=axes, keepdims=True)
+        return mask * (dy / count)
+
+
+def _reduce(op):
+    def fn(input_tensor, axis=None, keepdims=False, name=None):
+        x = as_tensor(input_tensor, argument="input_tensor")
+        try:
+            axes = normalize_axes(axis, x.ndim)
+        except ShapeError as e:
+            raise ShapeError(f"{op.api}: {e}") from None
+        return apply(op, (x,), name, axes=axes, keepdims=bool(keepdims))
+    fn.__name__ = op.api.rsplit(".", 1)[-1]
+    fn.__doc__ = f"``{op.api}(input_tensor, axis=None, keepdims=False, name=None)``."
+    return fn
+
+
+reduce_sum = _reduce(ReduceSum)
+reduce_mean = _reduce(ReduceMean)
+reduce_max = _reduce(ReduceMax)
+
+
+def _reshape(x, shape):
+    from .array import reshape
+    return reshape(x, shape)
+
+
+# -------------------------------------------------------------------------------------------------------------- matmul
+
+class MatMul(Op):
+    prefix, api = "Matmul_", "flow.matmul"
+    supports_out = True
+
+    @staticmethod
+    def infer(a, b, transpose_a, transpose_b, alpha):
+        same_dtype(None, a, b)
+        if a.ndim < 2 or b.ndim < 2 or a.ndim != b.ndim:
+            raise ShapeError(f"expects two matrices or two batches of matrices of one rank, got {a.shape} and {b.shape}")
+        if a.shape[:-2] != b.shape[:-2]:
+            raise ShapeError(f"batch dimensions differ: {a.shape[:-2]} and {b.shape[:-2]}")
+        m, k = a.shape[-2:][::-1] if transpose_a else a.shape[-2:]
+        k2, n = b.shape[-2:][::-1] if transpose_b else b.shape[-2:]
+        if k != k2:
+            raise ShapeError(f"inner dimensions differ: a {a.shape}{' transposed' if transpose_a else ''} "
+                             f"({a.logical_blob_name}) has {k}, b {b.shape}{' transposed' if transpose_b else ''} "
+                             f"({b.logical_blob_name}) has {k2}")
+        return spec(a.shape[:-2] + (m, n), a.dtype)
+
+    @staticmethod
+    def forward(xp, a, b, transpose_a, transpose_b, alpha, out=None):
+        if transpose_a:
+            a = xp.swapaxes(a, -1, -2)
+        if transpose_b:
+            b = xp.swapaxes(b, -1, -2)
+        out = xp.matmul(a, b, out=out)
+        if alpha != 1.0:
+            out *= alpha
+        return out
+
+    @staticmethod
+    def vjp(node, dy):
+        a, b = node.inputs
+        ta, tb, alpha = node.attrs["transpose_a"], node.attrs["transpose_b"], node.attrs["alpha"]
+        if not ta and not tb:
+            da, db = matmul(dy, b, transpose_b=True, alpha=alpha), matmul(a, dy, transpose_a=True, alpha=alpha)
+        elif not ta and tb:
+            da, db = matmul(dy, b, alpha=alpha), matmul(dy, a, transpose_a=True, alpha=alpha)
+        elif ta and not tb:
+            da, db = matmul(b, dy, transpose_b=True, alpha=alpha), matmul(a, dy, alpha=alpha)
+        else:
+            da = matmul(b, dy, transpose_a=True, transpose_b=True, alpha=alpha)
+            db = matmul(dy, a, transpose_a=True, transpose_b=True, alpha=alpha)
+        return da, db
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0, name=None):
+    """``flow.matmul``: ``op(a) @ op(b)`` for matrices or same-shaped batches, ``op`` an optional transpose."""
+    a, b = as_tensor(a, argument="a"), as_tensor(b, argument="b")
+    return apply(MatMul, (a, b), name, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b),
+                 alpha=float(alpha))
+
+
+# ------------------------------------------------------------------------------------------------- non-differentiable
+
+class ArgMax(Op):
+    prefix, api = "ArgMax_", "flow.math.argmax"
+
+    @staticmethod
+    def infer(x, axis):
+        return spec(x.shape[:axis] + x.shape[axis + 1:], np.int32)
+
+    @staticmethod
+    def forward(xp, x, axis):
+        return xp.argmax(x, axis=axis).astype(np.int32)
+
+
+def argmax(input, axis=-1, name=None):  # noqa: A002 - OneFlow's name
+    x = as_tensor(input, argument="input")
+    from . import normalize_axis
+    try:
+        axis = normalize_axis(axis, x.ndim)
+    except ShapeError as e:
+        raise ShapeError(f"flow.math.argmax: {e}") from None
+    return apply(ArgMax, (x,), name, axis=axis)
+
+
+class _Compare(Op):
+    @staticmethod
+    def infer(x, y):
+        return spec(_broadcast(x, y), np.int8)
+
+
+class Equal(_Compare):
+    prefix, api = "Equal_", "flow.math.equal"
+
+    @staticmethod
+    def forward(xp, x, y):
+        return xp.equal(x, y).astype(np.int8)
+
+
+class Greater(_Compare):
+    prefix, api = "Greater_", "flow.math.greater"
+
+    @staticmethod
+    def forward(xp, x, y):
+        return xp.greater(x, y).astype(np.int8)
+
+
+class Less(_Compare):
+    prefix, api = "Less_", "flow.math.less"
+
+    @staticmethod
+    def forward(xp, x, y):
+        return xp.less(x, y).astype(np.int8)
+
+
+def equal(x, y, name=None):
+    x, y = _binary_operands(x, y, "flow.math.equal")
+    return apply(Equal, (x, y), name)
+
+
+def greater(x, y, name=None):
+    x, y = _binary_operands(x, y, "flow.math.greater")
+    return apply(Greater, (x, y), name)
+
+
+def less(x, y, name=None):
+    x, y = _binary_operands(x, y, "flow.math.less")
+    return apply(Less, (x, y), name)

@@ -1,0 +1,298 @@
+"""``flow.nn``: activations, bias, softmax, cross-entropy losses and dropout."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..errors import ShapeError
+from . import Op, apply, as_tensor, normalize_axis, spec
+from .math import multiply, negative, reduce_sum, sum_to_shape
+
+
+class Relu(Op):
+    prefix, api, c_expr = "Relu_", "flow.nn.relu", "max({0}, (T)0)"
+    supports_out = True
+
+    @staticmethod
+    def infer(x):
+        return spec(x.shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        return xp.maximum(x, x.dtype.type(0), out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(ReluGrad, (node.output, dy)),)
+
+
+class ReluGrad(Op):
+    prefix, api, c_expr = "ReluGrad_", "relu_grad", "({0} > (T)0 ? {1} : (T)0)"
+    supports_out = True
+
+    @staticmethod
+    def infer(y, dy):
+        return spec(dy.shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, y, dy, out=None):
+        return xp.multiply(dy, y > 0, out=out)
+
+
+def relu(x, name=None):
+    """``flow.nn.relu``: max(x, 0)."""
+    return apply(Relu, (as_tensor(x, argument="x"),), name)
+
+
+# ----------------------------------------------------------------------------------------------------------- bias_add
+
+class BiasAdd(Op):
+    prefix, api = "BiasAdd_", "flow.nn.bias_add"
+    supports_out = True
+
+    @staticmethod
+    def infer(x, b, axis):
+        if b.ndim != 1 or b.shape[0] != x.shape[axis]:
+            raise ShapeError(f"bias {b.logical_blob_name} must have shape ({x.shape[axis]},) to match axis {axis} "
+                             f"of {x.logical_blob_name} {x.shape}, got {b.shape}")
+        if b.dtype != x.dtype:
+            raise ShapeError(f"bias dtype {b.dtype} differs from input dtype {x.dtype}")
+        return spec(x.shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, b, axis, out=None):
+        return xp.add(x, b.reshape(b.shape + (1,) * (x.ndim - axis - 1)), out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, b = node.inputs
+        axis = node.attrs["axis"]
+        return dy, reduce_sum(dy, axis=[a for a in range(x.ndim) if a != axis])
+
+
+def bias_add(value, bias, data_format=None, name=None):
+    """``flow.nn.bias_add``: the bias runs along axis 1 (``NC...``, OneFlow's default) or the last axis (``N...C``)."""
+    value, bias = as_tensor(value, argument="value"), as_tensor(bias, argument="bias")
+    if data_format is None or data_format.startswith("NC"):
+        axis = 1 if value.ndim > 1 else 0
+    elif data_format.startswith("N") and data_format.endswith("C"):
+        axis = value.ndim - 1
+    else:
+        raise ValueError(f"flow.nn.bias_add: data_format must be None, 'NC...' or 'N...C', got {data_format!r}")
+    return apply(BiasAdd, (value, bias), name, axis=axis)
+
+
+# ------------------------------------------------------------------------------------------------------------ softmax
+
+def _softmax(xp, x, axis):
+    z = x - x.max(axis=axis, keepdims=True)
+    xp.exp(z, out=z)
+    z /= z.sum(axis=axis, keepdims=True)
+    return z
+
+
+class Softmax(Op):
+    prefix, api = "Softmax_", "flow.nn.softmax"
+
+    @staticmethod
+    def infer(x, axis):
+        if x.dtype.kind != "f":
+            raise ShapeError(f"expects floating-point logits, got {x.dtype}")
+        return spec(x.shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, axis):
+        return _softmax(xp, x, axis)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(SoftmaxGrad, (node.output, dy), axis=node.attrs["axis"]),)
+
+
+class SoftmaxGrad(Op):
+    prefix, api = "SoftmaxGrad_", "softmax_grad"
+
+    @staticmethod
+    def infer(y, dy, axis):
+        return spec(dy.shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, y, dy, axis):
+        return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
+
+
+def softmax(logits, axis=None, name=None):
+    """``flow.nn.softmax(logits, axis=None)``; ``None`` means the last axis."""
+    x = as_tensor(logits, argument="logits")
+    try:
+        axis = normalize_axis(-1 if axis is None else axis, x.ndim)
+    except ShapeError as e:
+        raise ShapeError(f"flow.nn.softmax: {e}") from None
+    return apply(Softmax, (x,), name, axis=axis)
+
+
+# ------------------------------------------------------------------------------------------------------ cross entropy
+
+class SparseSoftmaxCrossEntropy(Op):
+    """Per-example loss ``logsumexp(logits) - logits[label]``; also outputs the softmax the gradient needs.
+
+    A label outside ``[0, classes)`` contributes zero loss and zero gradient (OneFlow's seed programs feed such
+    labels); flowlab warns once per op when it sees one.
+    """
+    prefix, api = "SparseSoftmaxCrossEntropy_", "flow.nn.sparse_softmax_cross_entropy_with_logits"
+    outputs = ("out", "prob")
+
+    @staticmethod
+    def infer(labels, logits):
+        if labels.dtype.kind not in "iu":
+            raise ShapeError(f"labels must be integer class ids, got dtype {labels.dtype}")
+        if logits.dtype.kind != "f":
+            raise ShapeError(f"logits must be floating point, got dtype {logits.dtype}")
+        if labels.shape != logits.shape[:-1]:
+            raise ShapeError(f"labels shape {labels.shape} must equal logits shape {logits.shape} without its "
+                             f"last (class) axis, i.e. {logits.shape[:-1]}")
+        return [spec(labels.shape, logits.dtype), spec(logits.shape, logits.dtype)]
+
+    @staticmethod
+    def forward(xp, labels, logits, name):
+        classes = logits.shape[-1]
+        valid = (labels >= 0) & (labels < classes)
+        safe = xp.where(valid, labels, 0)[..., None]
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        exp = xp.exp(shifted)
+        total = exp.sum(axis=-1, keepdims=True)
+        loss = (xp.log(total) - xp.take_along_axis(shifted, safe, axis=-1))[..., 0]
+        exp /= total
+        if not bool(valid.all()):
+            warnings.warn(f"{name}: labels outside [0, {classes}) were given zero loss and zero gradient",
+                          RuntimeWarning, stacklevel=2)
+            loss = xp.where(valid, loss, loss.dtype.type(0))
+        return loss, exp
+
+    @staticmethod
+    def vjp(node, dy, dprob=None):
+        if dprob is not None:
+            raise ShapeError("the softmax output of sparse_softmax_cross_entropy_with_logits is not differentiable")
+        labels, _ = node.inputs
+        return None, apply(SparseSoftmaxCrossEntropyGrad, (labels, node.outputs[1], dy))
+
+
+class SparseSoftmaxCrossEntropyGrad(Op):
+    """``dy * (softmax - onehot(label))`` row by row; zero for rows whose label is out of range."""
+    prefix, api = "SparseSoftmaxCrossEntropyGrad_", "sparse_softmax_cross_entropy_grad"
+
+    @staticmethod
+    def infer(labels, prob, dy):
+        return spec(prob.shape, prob.dtype)
+
+    @staticmethod
+    def forward(xp, labels, prob, dy):
+        classes = prob.shape[-1]
+        valid = (labels >= 0) & (labels < classes)
+        scale = (dy * valid).astype(prob.dtype)
+        grad = prob * scale[..., None]
+        rows = xp.arange(labels.size)
+        grad.reshape(-1, classes)[rows, xp.where(valid, labels, 0).ravel()] -= scale.ravel()
+        return grad
+
+
+def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
+    """Per-example softmax cross-entropy of ``logits`` (``[..., classes]``) against integer ``labels`` (``[...]``)."""
+    labels, logits = as_tensor(labels, argument="labels"), as_tensor(logits, argument="logits")
+    loss, _ = apply(SparseSoftmaxCrossEntropy, (labels, logits), name)
+    loss.node.attrs["name"] = loss.node.name   # for the out-of-range label warning
+    return loss
+
+
+class SoftmaxCrossEntropy(Op):
+    """Per-example ``-sum(labels * log_softmax(logits))`` against label distributions."""
+    prefix, api = "SoftmaxCrossEntropy_", "flow.nn.softmax_cross_entropy_with_logits"
+    outputs = ("out", "prob")
+
+    @staticmethod
+    def infer(labels, logits):
+        if labels.shape != logits.shape:
+            raise ShapeError(f"labels shape {labels.shape} must equal logits shape {logits.shape}")
+        if labels.dtype != logits.dtype or logits.dtype.kind != "f":
+            raise ShapeError(f"labels and logits must share one floating dtype, got {labels.dtype} and {logits.dtype}")
+        return [spec(logits.shape[:-1], logits.dtype), spec(logits.shape, logits.dtype)]
+
+    @staticmethod
+    def forward(xp, labels, logits):
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        exp = xp.exp(shifted)
+        total = exp.sum(axis=-1, keepdims=True)
+        log_prob = shifted - xp.log(total)
+        return -(labels * log_prob).sum(axis=-1), exp / total
+
+    @staticmethod
+    def vjp(node, dy, dprob=None):
+        if dprob is not None:
+            raise ShapeError("the softmax output of softmax_cross_entropy_with_logits is not differentiable")
+        labels, logits = node.inputs
+        prob = node.outputs[1]
+        d_logits = apply(SoftmaxCrossEntropyGrad, (labels, prob, dy))
+        # d/dlabels = -dy * log_softmax(logits); log(prob) is exact enough away from underflow.
+        from .math import log
+        from .array import reshape
+        d_labels = negative(multiply(reshape(dy, dy.shape + (1,)), log(prob)))
+        return sum_to_shape(d_labels, labels.shape), d_logits
+
+
+class SoftmaxCrossEntropyGrad(Op):
+    prefix, api = "SoftmaxCrossEntropyGrad_", "softmax_cross_entropy_grad"
+
+    @staticmethod
+    def infer(labels, prob, dy):
+        return spec(prob.shape, prob.dtype)
+
+    @staticmethod
+    def forward(xp, labels, prob, dy):
+        return (prob * labels.sum(axis=-1, keepdims=True) - labels) * dy[..., None]
+
+
+def softmax_cross_entropy_with_logits(labels, logits, name=None):
+    labels, logits = as_tensor(labels, argument="labels"), as_tensor(logits, argument="logits")
+    return apply(SoftmaxCrossEntropy, (labels, logits), name)[0]
+
+
+# ------------------------------------------------------------------------------------------------------------ dropout
+
+class Dropout(Op):
+    """Zeroes each element with probability ``rate`` and scales the rest by ``1/(1-rate)``; outputs the mask too."""
+    prefix, api = "Dropout_", "flow.nn.dropout"
+    outputs = ("out", "mask")
+    random = True   # the executor passes a random generator as ``rng``
+
+    @staticmethod
+    def infer(x, rate, noise_shape):
+        return [spec(x.shape, x.dtype), spec(noise_shape, x.dtype)]
+
+    @staticmethod
+    def forward(xp, x, rate, noise_shape, rng):
+        keep = rng.random(noise_shape, dtype=np.float32) >= rate
+        mask = keep.astype(x.dtype) * x.dtype.type(1.0 / (1.0 - rate))
+        return x * mask, mask
+
+    @staticmethod
+    def vjp(node, dy, dmask=None):
+        return (multiply(dy, node.outputs[1]),)
+
+
+def dropout(x, rate, noise_shape=None, seed=None, name=None):
+    """``flow.nn.dropout``. In predict jobs it is the identity, as users of every framework expect at inference."""
+    from .. import graph as g
+    x = as_tensor(x, argument="x")
+    if not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+        raise ValueError(f"flow.nn.dropout: rate must be a number in [0, 1), got {rate!r}")
+    if seed is not None:
+        raise ValueError("flow.nn.dropout: per-op seeds are not supported; seed jobs with flow.config.seed()")
+    noise_shape = x.shape if noise_shape is None else tuple(int(d) for d in noise_shape)
+    try:
+        np.broadcast_shapes(noise_shape, x.shape)
+    except ValueError:
+        raise ShapeError(f"flow.nn.dropout: noise_shape {noise_shape} does not broadcast to {x.shape}") from None
+    if rate == 0 or not g.current_graph("flow.nn.dropout").is_train:
+        return x
+    return apply(Dropout, (x,), name, rate=float(rate), noise_shape=noise_shape)[0]

@@ -1,0 +1,53 @@
+"""``flow.get_variable``: a read of a session variable inside a job. Variables are global by name."""
+from __future__ import annotations
+
+from .. import graph as g
+from ..dtypes import as_dtype, float32
+from ..runtime import session
+from . import Op, apply, spec
+
+
+class Variable(Op):
+    """Reads the session variable ``name``; the executor binds its device array."""
+    prefix, api = "Variable_", "flow.get_variable"
+    is_variable = True
+
+    @staticmethod
+    def infer(var, shape, dtype):
+        return spec(shape, dtype)
+
+
+def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=None, trainable=True,
+                 model_name=None, random_seed=None, distribute=None, reuse=True):
+    """Declare (or reuse) the variable ``name`` and read it in the job being traced.
+
+    ``initializer`` defaults to zeros; ``dtype`` to float32. The same name in another job is the same variable.
+    """
+    graph = g.current_graph("flow.get_variable")
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"flow.get_variable: name must be a non-empty string, got {name!r}")
+    if shape is None:
+        raise ValueError(f"flow.get_variable: shape is required for variable {name!r}")
+    if regularizer is not None or random_seed is not None or distribute is not None:
+        raise ValueError(f"flow.get_variable({name!r}): regularizer, random_seed and distribute are not supported "
+                         "by flowlab; use the optimizer's weight decay and flow.config.seed()")
+    shape = tuple(int(d) for d in shape)
+    if any(d <= 0 for d in shape):
+        raise ValueError(f"flow.get_variable({name!r}): shape must hold positive ints, got {shape}")
+    dtype = float32 if dtype is None else as_dtype(dtype)
+    if initializer is None:
+        from ..initializers import zeros_initializer
+        initializer = zeros_initializer()
+    if not callable(initializer):
+        raise TypeError(f"flow.get_variable({name!r}): initializer must be a flowlab initializer, got {initializer!r}")
+    full_name = g.scoped_name(name)
+    if full_name in graph.variables:
+        existing = graph.variables[full_name]
+        if existing.shape != shape:
+            raise ValueError(f"flow.get_variable: variable {full_name!r} already has shape {existing.shape} in this "
+                             f"job, asked for {shape}")
+        return existing
+    session.default().declare(full_name, shape, dtype, initializer, bool(trainable), g.user_source_line())
+    tensor = apply(Variable, (), name, var=full_name, shape=shape, dtype=dtype)
+    graph.variables[full_name] = tensor
+    return tensor

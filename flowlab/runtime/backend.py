@@ -1,0 +1,85 @@
+"""Choose the array module: CuPy when a CUDA device really works, else NumPy.
+
+``FLOWLAB_DEVICE=cpu`` forces NumPy, ``FLOWLAB_DEVICE=gpu`` demands CuPy (a clear error without a working GPU).
+``import cupy`` succeeds on machines without a GPU, so the probe makes a tiny allocation (DESIGN.md §8).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from ..errors import DeviceError
+
+log = logging.getLogger("flowlab")
+
+
+class Backend:
+    """The array module a job runs with, plus host<->device moves."""
+
+    def __init__(self, name: str, xp):
+        self.name = name
+        self.xp = xp
+        self.is_gpu = name == "cupy"
+
+    def asarray(self, host):
+        return self.xp.asarray(host)
+
+    def to_host(self, array) -> np.ndarray:
+        return array.get() if self.is_gpu else np.asarray(array)
+
+    def random_generator(self, seed):
+        return self.xp.random.default_rng(seed)
+
+    def __repr__(self):
+        return f"Backend({self.name})"
+
+
+NUMPY = Backend("numpy", np)
+_current: Backend | None = None
+
+
+def _probe_cupy():
+    """Return (cupy, None) when a CUDA device works, else (None, reason)."""
+    try:
+        import cupy
+    except ImportError as e:
+        return None, f"CuPy is not installed ({e.name or e}); install flowlab[cuda12] or flowlab[cuda13]"
+    try:
+        if not cupy.cuda.is_available():
+            return None, "CuPy found no CUDA device"
+        cupy.zeros(1, dtype=cupy.float32).sum().item()   # the first allocation is what fails without a GPU
+    except Exception as e:  # CUDARuntimeError, missing CUDA libraries: any failure means "no usable GPU"
+        return None, f"CUDA is not usable: {type(e).__name__}: {e}"
+    return cupy, None
+
+
+def select(device: str | None = None) -> Backend:
+    """Pick the backend once: ``device`` or ``$FLOWLAB_DEVICE`` (``cpu``/``gpu``/``auto``)."""
+    global _current
+    choice = (device or os.environ.get("FLOWLAB_DEVICE") or "auto").lower()
+    if choice not in ("auto", "cpu", "gpu"):
+        raise ValueError(f"FLOWLAB_DEVICE must be 'cpu', 'gpu' or 'auto', got {choice!r}")
+    if choice == "cpu":
+        _current = NUMPY
+        return _current
+    cupy, reason = _probe_cupy()
+    if cupy is not None:
+        _current = Backend("cupy", cupy)
+        log.info("flowlab: running on the GPU with CuPy %s", cupy.__version__)
+    elif choice == "gpu":
+        raise DeviceError(f"FLOWLAB_DEVICE=gpu asks for a GPU, but {reason}")
+    else:
+        _current = NUMPY
+        log.info("flowlab: no usable GPU (%s); running on NumPy", reason)
+    return _current
+
+
+def current() -> Backend:
+    return _current if _current is not None else select()
+
+
+def use(device: str) -> Backend:
+    """Switch backends (``"cpu"`` or ``"gpu"``) before jobs are compiled; tests use it."""
+    return select(device)

@@ -1,0 +1,86 @@
+"""The default session: variables (global by name, as in OneFlow), the job functions defined so far, the seed.
+
+A predict job that builds ``layers.dense(..., name="enc")`` reads the very arrays a train job updates under that
+name. Values live on the backend's device; ``CheckPoint`` moves them to and from disk.
+"""
+from __future__ import annotations
+
+import threading
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError
+from . import backend
+
+
+@dataclass
+class Variable:
+    name: str
+    shape: tuple
+    dtype: np.dtype
+    initializer: Any
+    trainable: bool
+    value: Any = None           # device array once initialised
+    source: str = ""            # where it was first declared, for messages
+
+    def initialize(self, seed: int):
+        # One generator per variable, keyed by its name: initial values do not depend on declaration order.
+        rng = np.random.default_rng([seed, zlib.crc32(self.name.encode())])
+        host = self.initializer(self.shape, self.dtype, rng)
+        self.value = backend.current().asarray(np.ascontiguousarray(host, dtype=self.dtype))
+
+
+@dataclass
+class Session:
+    variables: dict[str, Variable] = field(default_factory=dict)
+    jobs: list = field(default_factory=list)
+    seed: int = 0
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def declare(self, name, shape, dtype, initializer, trainable, source) -> Variable:
+        """Return the variable ``name``, creating it on first use; a second declaration must agree."""
+        with self.lock:
+            var = self.variables.get(name)
+            if var is None:
+                var = Variable(name, tuple(shape), np.dtype(dtype), initializer, trainable, source=source)
+                self.variables[name] = var
+            elif var.shape != tuple(shape) or var.dtype != np.dtype(dtype):
+                raise ShapeError(f"variable {name!r} was declared with shape {var.shape} and dtype {var.dtype} "
+                                 f"(at {var.source}); now asked for shape {tuple(shape)} and dtype {np.dtype(dtype)}")
+            return var
+
+    def initialize_missing(self):
+        with self.lock:
+            for var in self.variables.values():
+                if var.value is None:
+                    var.initialize(self.seed)
+
+    def sync(self):
+        """Wait until every job call and every callback it started has finished."""
+        for job in list(self.jobs):
+            job.sync()
+
+
+_default = Session()
+
+
+def default() -> Session:
+    return _default
+
+
+def clear():
+    """``flow.clear_default_session()``: forget variables, jobs and compiled plans; names count from 0 again."""
+    global _default
+    from .. import graph
+    _default.sync()
+    _default = Session(seed=_default.seed)
+    graph.reset_unique_ids()
+
+
+def set_seed(seed: int):
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    _default.seed = int(seed)
