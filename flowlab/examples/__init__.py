@@ -1,0 +1,1 @@
+"""Small, complete programs shipped with flowlab (``flowlab demo`` runs ``digits_mlp``)."""
