@@ -1,0 +1,151 @@
+"""Compiler passes and backend selection."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.compiler import fuse, plan_buffers, prune
+from flowlab.errors import DeviceError
+from flowlab.runtime import backend
+
+
+def _traced(fn, *shapes):
+    job = flow.global_function()(fn)
+    return job.compiled(shapes).graph
+
+
+def test_prune_keeps_only_what_outputs_need():
+    def fn(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        flow.math.exp(x)                 # dead
+        return flow.math.square(x)
+
+    graph = _traced(fn, (3,))
+    kept = prune(graph.nodes, graph.outputs)
+    assert [n.op.__name__ for n in kept] == ["Input", "Square"]
+
+
+def test_buffers_are_reused_only_after_last_use():
+    def fn(x: tp.Numpy.Placeholder((4, 4))) -> tp.Numpy:
+        a = flow.math.exp(x)             # buffer 0
+        b = flow.math.square(a)          # a still needed below: new buffer
+        c = flow.math.tanh(b)            # a dead? no: used by d
+        d = a + c
+        e = flow.math.sqrt(flow.math.abs(d))
+        return e
+
+    graph = _traced(fn, (4, 4))
+    assignment, buffers = plan_buffers(graph.nodes, {graph.outputs[0].id})
+    ids = {n.op.__name__: n.outputs[0].id for n in graph.nodes}
+    assert assignment[ids["Exp"]] != assignment[ids["Square"]]
+    assert assignment[ids["Exp"]] != assignment[ids["Tanh"]]     # a is alive until Add
+    assert graph.outputs[0].id not in assignment                 # returned tensors never share a pool buffer
+    assert len(buffers) < 5
+
+
+def test_views_keep_their_base_buffer_alive():
+    def fn(x: tp.Numpy.Placeholder((2, 6))) -> tp.Numpy:
+        a = flow.math.exp(x)
+        v = flow.reshape(a, [3, 4])      # view of a's buffer
+        b = flow.math.square(x)          # must not take a's buffer while v lives
+        return flow.reshape(b, [3, 4]) + v
+
+    job = flow.global_function()(fn)
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_allclose(job(x), (np.square(x) + np.exp(x)).reshape(3, 4), rtol=1e-6)
+
+
+def test_fusion_groups_single_use_same_shape_chains():
+    def fn(x: tp.Numpy.Placeholder((8,)), y: tp.Numpy.Placeholder((8,))) -> tp.Numpy:
+        a = flow.math.exp(x)
+        b = a * y
+        c = flow.nn.relu(b)
+        return flow.math.tanh(c)
+
+    graph = _traced(fn, (8,), (8,))
+    chains = fuse.find_chains(graph.nodes, {graph.outputs[0].id})
+    assert len(chains) == 1 and [n.op.__name__ for n in chains[0]] == ["Exp", "Multiply", "Relu", "Tanh"]
+    inputs, expr, out = fuse.chain_expression(chains[0])
+    assert [t.id for t in inputs] == [t.id for t in graph.placeholders]
+    assert expr == "tanh(max((exp(x0) * x1), (T)0))"
+
+    kernels = []
+    nodes = fuse.fuse_elementwise(graph.nodes, {graph.outputs[0].id}, lambda n, e: kernels.append((n, e)) or "K")
+    assert [n.op.__name__ for n in nodes] == ["Input", "Input", "FusedElementwise"]
+    assert kernels == [(2, expr)]
+
+
+def test_fusion_stops_at_watched_or_shared_tensors():
+    def fn(x: tp.Numpy.Placeholder((8,))) -> tp.Numpy:
+        a = flow.math.exp(x)
+        b = flow.math.square(a)
+        return b + a                     # a has two readers: it must stay materialised
+
+    graph = _traced(fn, (8,))
+    chains = fuse.find_chains(graph.nodes, {graph.outputs[0].id})
+    exp = next(n for n in graph.nodes if n.op.__name__ == "Exp")
+    assert not any(exp in chain[:-1] for chain in chains)    # never inlined into a later node
+    square = next(n for n in graph.nodes if n.op.__name__ == "Square")
+    protected = fuse.find_chains(graph.nodes, {graph.outputs[0].id, square.outputs[0].id})
+    assert not any(square in chain[:-1] for chain in protected)
+
+
+def test_gpu_request_without_gpu_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(backend, "_probe_cupy", lambda: (None, "CuPy found no CUDA device"))
+    with pytest.raises(DeviceError, match="FLOWLAB_DEVICE=gpu asks for a GPU, but CuPy found no CUDA device"):
+        backend.select("gpu")
+    assert backend.select("auto").name == "numpy"
+    with pytest.raises(ValueError, match="FLOWLAB_DEVICE must be 'cpu', 'gpu' or 'auto', got 'tpu'"):
+        backend.select("tpu")
+    backend.select("cpu")
+
+
+def test_cpu_fallback_logs_one_line():
+    code = ("import numpy as np, flowlab as flow, flowlab.typing as tp\n"
+            "@flow.global_function()\n"
+            "def j(x: tp.Numpy.Placeholder((2,))) -> tp.Numpy:\n    return x + 1.0\n"
+            "j(np.zeros(2, np.float32)); j(np.zeros(2, np.float32))\n")
+    env = {"PATH": "/usr/bin:/bin", "FLOWLAB_DEVICE": "auto"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.startswith("flowlab:")]
+    assert len(lines) == 1 and "running on" in lines[0]
+
+
+@pytest.mark.gpu
+def test_cupy_backend_matches_numpy_with_fused_kernels():
+    def fn(x: tp.Numpy.Placeholder((64, 32)), y: tp.Numpy.Placeholder((64, 32))) -> tp.Numpy:
+        return flow.math.tanh(flow.nn.relu(flow.math.exp(x) * y - 1.0)) + flow.math.sigmoid(x)
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(2, 64, 32)).astype(np.float32)
+    backend.use("cpu")
+    expected = flow.global_function()(fn)(x, y)
+    flow.clear_default_session()
+    backend.use("gpu")
+    try:
+        job = flow.global_function()(fn)
+        got = job(x, y)
+        assert any(n.op.__name__ == "FusedElementwise" for n in job.plan().nodes)
+    finally:
+        backend.use("cpu")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_cupy_training_matches_numpy():
+    from flowlab.examples import digits_mlp
+
+    results = {}
+    for device in ("cpu", "gpu"):
+        flow.clear_default_session()
+        backend.use(device)
+        try:
+            train, _ = digits_mlp.build(batch_size=100)
+            (xs, ys), _ = flow.data.load_digits(100, 100)
+            results[device] = [float(train(x, y).mean()) for x, y in zip(xs[:5], ys[:5])]
+        finally:
+            backend.use("cpu")
+    np.testing.assert_allclose(results["gpu"], results["cpu"], rtol=1e-4)
