@@ -1,1 +1,4 @@
 """``flow.train``: checkpoints."""
+from .checkpoint import CheckPoint
+
+__all__ = ["CheckPoint"]
