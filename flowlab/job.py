@@ -247,6 +247,11 @@ class JobFunction:
         self._last = compiled
         return compiled
 
+    @property
+    def traced(self) -> bool:
+        """Whether the job has been traced (for any argument shapes) and so has declared its variables."""
+        return bool(self._compiled)
+
     def graph(self):
         return (self._last or self.compiled()).graph
 

@@ -213,3 +213,18 @@ def test_load_warns_about_variables_the_checkpoint_lacks(tmp_path):
         flow.train.CheckPoint().load(tmp_path / "ckpt")
     assert all(v.value is not None for v in session.default().variables.values())
     predict_job(batch(0)[0])
+
+
+def test_variables_loaded_before_their_job_is_defined_still_train(tmp_path):
+    train_job, _ = define_jobs()
+    train_job(*batch(0))
+    flow.train.CheckPoint().save(tmp_path / "ckpt")
+    flow.clear_default_session()
+
+    flow.train.CheckPoint().load(tmp_path / "ckpt")        # no job defined yet: variables are provisional
+    loaded = host_values()
+    train_job, _ = define_jobs()
+    train_job(*batch(1))
+    variables = session.default().variables
+    assert variables["h-weight"].trainable and not variables["h-weight"].provisional
+    assert not np.array_equal(variables["h-weight"].value, loaded["h-weight"])   # it trained from loaded values

@@ -43,9 +43,9 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
     full_name = g.scoped_name(name)
     if full_name in graph.variables:
         existing = graph.variables[full_name]
-        if existing.shape != shape:
-            raise ValueError(f"flow.get_variable: variable {full_name!r} already has shape {existing.shape} in this "
-                             f"job, asked for {shape}")
+        if existing.shape != shape or existing.dtype != dtype:
+            raise ValueError(f"flow.get_variable: variable {full_name!r} already has shape {existing.shape} and dtype "
+                             f"{existing.dtype} in this job, asked for shape {shape} and dtype {dtype}")
         return existing
     session.default().declare(full_name, shape, dtype, initializer, bool(trainable), g.user_source_line())
     tensor = apply(Variable, (), name, var=full_name, shape=shape, dtype=dtype)

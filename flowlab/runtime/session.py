@@ -25,12 +25,16 @@ class Variable:
     trainable: bool
     value: Any = None           # device array once initialised
     source: str = ""            # where it was first declared, for messages
+    provisional: bool = False   # loaded from a checkpoint before any job declared it
 
     def initialize(self, seed: int):
         # One generator per variable, keyed by its name: initial values do not depend on declaration order.
         rng = np.random.default_rng([seed, zlib.crc32(self.name.encode())])
-        host = self.initializer(self.shape, self.dtype, rng)
-        self.value = backend.current().asarray(np.ascontiguousarray(host, dtype=self.dtype))
+        host = backend.current().asarray(np.ascontiguousarray(self.initializer(self.shape, self.dtype, rng)))
+        if self.value is not None and self.value.shape == host.shape:
+            self.value[...] = host      # in place: anything holding the array sees the new values
+        else:
+            self.value = host
 
 
 @dataclass
@@ -40,16 +44,23 @@ class Session:
     seed: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock)
 
-    def declare(self, name, shape, dtype, initializer, trainable, source) -> Variable:
-        """Return the variable ``name``, creating it on first use; a second declaration must agree."""
+    def declare(self, name, shape, dtype, initializer, trainable, source, provisional=False) -> Variable:
+        """Return the variable ``name``, creating it on first use; a second declaration must agree.
+
+        A ``provisional`` variable (values loaded before any job declared it) takes the first job's
+        ``initializer`` and ``trainable`` and keeps its loaded values.
+        """
         with self.lock:
             var = self.variables.get(name)
             if var is None:
-                var = Variable(name, tuple(shape), np.dtype(dtype), initializer, trainable, source=source)
+                var = Variable(name, tuple(shape), np.dtype(dtype), initializer, trainable, source=source,
+                               provisional=provisional)
                 self.variables[name] = var
             elif var.shape != tuple(shape) or var.dtype != np.dtype(dtype):
                 raise ShapeError(f"variable {name!r} was declared with shape {var.shape} and dtype {var.dtype} "
                                  f"(at {var.source}); now asked for shape {tuple(shape)} and dtype {np.dtype(dtype)}")
+            elif var.provisional and not provisional:
+                var.initializer, var.trainable, var.source, var.provisional = initializer, trainable, source, False
             return var
 
     def initialize_missing(self):

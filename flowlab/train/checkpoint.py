@@ -26,7 +26,7 @@ META, DONE = "meta.json", "snapshot_done"
 def _trace_all_jobs(sess):
     """Trace every job not traced yet, so the variables it declares are known (OneFlow knows them up front)."""
     for job in list(sess.jobs):
-        if not job._compiled:       # a job traced for other shapes already declared its variables
+        if not job.traced:          # a job traced for other shapes already declared its variables
             job.compiled()
 
 
@@ -166,7 +166,7 @@ class CheckPoint:
                 if var is None:
                     # Not declared by any job yet: keep it, so a job declaring it later starts from these values.
                     var = sess.declare(name, host.shape, host.dtype, zeros_initializer(), False,
-                                       source=f"checkpoint {path}")
+                                       source=f"checkpoint {path}", provisional=True)
                 if var.value is not None and var.value.shape == host.shape and var.value.dtype == host.dtype:
                     var.value[...] = be.asarray(host)   # in place: arrays captured elsewhere stay current
                 else:
