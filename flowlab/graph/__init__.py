@@ -124,6 +124,8 @@ def _spec(t):
 
 
 def _short(v):
+    if isinstance(v, np.dtype):
+        return str(v)
     if isinstance(v, np.ndarray):
         return f"array{list(v.shape)}"
     text = repr(v)
