@@ -136,6 +136,7 @@ class _Compiled:
         self.plan = plan
         self.rebuild = rebuild
         self.step = 0
+        self.variables_ready = False   # once its variables have values they keep them: check on the first call only
 
 
 class JobFunction:
@@ -263,7 +264,9 @@ class JobFunction:
         arrays = self._check_feeds(args, kwargs)
         with self._lock:
             compiled = self.compiled(tuple(a.shape for a in arrays))
-            session.default().initialize_missing()
+            if not compiled.variables_ready:
+                session.default().initialize_missing()
+                compiled.variables_ready = True
             be = compiled.plan.backend
             feeds = [be.asarray(a) for a in arrays] if be.is_gpu else arrays
             outputs, _ = compiled.plan(feeds, compiled.step)
