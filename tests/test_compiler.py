@@ -149,3 +149,39 @@ def test_cupy_training_matches_numpy():
         finally:
             backend.use("cpu")
     np.testing.assert_allclose(results["gpu"], results["cpu"], rtol=1e-4)
+
+
+def test_any_value_or_gradient_can_be_delivered_and_unmarked_tensors_cost_nothing():
+    """The hook watching builds on: deliver host copies of marked tensors, taken before updates change variables."""
+    from flowlab.compiler import compile_graph
+    from flowlab.runtime import session
+
+    seen = {}
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 3)), y: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+        logits = flow.layers.dense(x, 5, name="d")
+        seen["logits"] = logits
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.optimizer.SGD(0.5, momentum=0).minimize(loss)
+        return loss
+
+    compiled = job.compiled()
+    graph = compiled.graph
+    assert "D[" not in compiled.plan.source and "host(" in compiled.plan.source   # only the output is copied
+    logits, weight = seen["logits"], graph.variables["d-weight"]
+    grad = graph.grad_of[logits.id]
+    plan = compile_graph(graph, graph.outputs, backend.current(), session.default().variables,
+                         deliver=[logits, grad, weight])
+    session.default().initialize_missing()
+    x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    y = np.array([0, 1, 2, 3], np.int32)
+    w_before = np.array(session.default().variables["d-weight"].value)
+    (loss,), delivered = plan([x, y])
+    np.testing.assert_allclose(delivered[logits.id], x @ w_before.T, rtol=1e-5)
+    np.testing.assert_array_equal(delivered[weight.id], w_before)        # the value read, not the updated one
+    z = delivered[logits.id]
+    softmax = np.exp(z - z.max(1, keepdims=True))
+    softmax /= softmax.sum(1, keepdims=True)
+    np.testing.assert_allclose(delivered[grad.id], softmax - np.eye(5)[y], rtol=1e-5, atol=1e-6)  # unscaled
+    assert not np.array_equal(session.default().variables["d-weight"].value, w_before)
