@@ -10,6 +10,8 @@ from .. import graph as g
 from ..initializers import xavier_uniform_initializer, zeros_initializer
 from . import as_tensor
 from .array import reshape
+from .conv import _data_format, _pair
+from .conv import conv2d as nn_conv2d
 from .math import matmul
 from .nn import bias_add
 from .variables import get_variable
@@ -51,4 +53,43 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
         out = activation(out, name=f"{prefix}_activation")
     if len(lead_shape) > 1:
         out = reshape(out, lead_shape + (units,))
+    return out
+
+
+def conv2d(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_format="NCHW", dilation_rate=1, groups=1,
+           activation=None, use_bias=True, kernel_initializer=None, bias_initializer=None, kernel_regularizer=None,
+           bias_regularizer=None, trainable=True, name=None, weight_name=None, bias_name=None):
+    """2-D convolution layer ``activation(conv2d(inputs, weight) + bias)``.
+
+    The weight is ``(filters, in/groups, kh, kw)`` for NCHW, ``(filters, kh, kw, in/groups)`` for NHWC, named
+    ``weight_name`` or ``<p>-weight``; ops ``<p>_conv2d``, ``<p>_bias_add``, ``<p>_activation``, ``<p>`` being
+    ``name`` or ``Conv2d_<n>``.
+    """
+    api = "flow.layers.conv2d"
+    x = as_tensor(inputs, argument="inputs")
+    if not isinstance(filters, int) or isinstance(filters, bool) or filters <= 0:
+        raise ValueError(f"{api}: filters must be a positive int (the number of output channels), got {filters!r}")
+    fmt = _data_format(data_format, api)
+    if x.ndim != 4:
+        raise ValueError(f"{api}: inputs must be a 4-D {fmt} tensor, got shape {x.shape}")
+    kh, kw = _pair(kernel_size, "kernel_size", api)
+    channels = x.shape[1] if fmt == "NCHW" else x.shape[3]
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0 or channels % groups or filters % groups:
+        raise ValueError(f"{api}: groups must be a positive int dividing both the input channels ({channels}) and "
+                         f"filters ({filters}), got {groups!r}")
+    if kernel_regularizer is not None or bias_regularizer is not None:
+        raise ValueError(f"{api}: regularizers are not supported by flowlab; use AdamW's weight decay")
+    if activation is not None and not callable(activation):
+        raise TypeError(f"{api}: activation must be callable such as flow.nn.relu, got {activation!r}")
+    prefix = _prefix(name, "Conv2d_")
+    shape = (filters, channels // groups, kh, kw) if fmt == "NCHW" else (filters, kh, kw, channels // groups)
+    weight = get_variable(weight_name or f"{prefix}-weight", shape=shape, dtype=x.dtype,
+                          initializer=kernel_initializer or xavier_uniform_initializer(fmt), trainable=trainable)
+    out = nn_conv2d(x, weight, strides, padding, fmt, dilation_rate, groups, name=f"{prefix}_conv2d")
+    if use_bias:
+        bias = get_variable(bias_name or f"{prefix}-bias", shape=(filters,), dtype=x.dtype,
+                            initializer=bias_initializer or zeros_initializer(), trainable=trainable)
+        out = bias_add(out, bias, data_format=fmt, name=f"{prefix}_bias_add")
+    if activation is not None:
+        out = activation(out, name=f"{prefix}_activation")
     return out

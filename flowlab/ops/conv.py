@@ -1,0 +1,387 @@
+"""``flow.nn.conv2d``, ``max_pool2d`` and ``avg_pool2d`` with OneFlow 0.x's arguments, layouts and op names.
+
+Kernels compute in NHWC, where an im2col row is long contiguous runs of channels (about 3x faster on NumPy than
+gathering from NCHW): NCHW tensors are transposed on the way in and back on the way out, and NCHW filters
+``(O, C/g, kh, kw)`` take the same permutation to ``(O, kh, kw, C/g)``. A convolution gathers its input windows with
+``as_strided`` into one im2col matrix per group and does one batched matmul; the gradients reuse that matrix
+(filters) or scatter-add over the ``kh*kw`` kernel positions (col2im, input).
+
+Padding is ``"VALID"``, ``"SAME"`` (TensorFlow's: output ``ceil(in / stride)``, the odd pixel padded at the end; also
+``"SAME_UPPER"``, and ``"SAME_LOWER"`` with the odd pixel at the start) or explicit ``((top, bottom), (left, right))``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from . import Op, apply, as_tensor, spec
+
+
+# -------------------------------------------------------------------------------------------- arguments and geometry
+
+def _is_int(v, minimum):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= minimum
+
+
+def _pair(value, argument, api, minimum=1):
+    """An int or a pair of ints (each >= ``minimum``) as a pair."""
+    items = (value, value) if _is_int(value, minimum) else tuple(value) if isinstance(value, (list, tuple)) else ()
+    if len(items) != 2 or not all(_is_int(v, minimum) for v in items):
+        raise ValueError(f"{api}: {argument} must be an int >= {minimum} or a pair of them, got {value!r}")
+    return int(items[0]), int(items[1])
+
+
+def _data_format(data_format, api):
+    fmt = data_format.upper() if isinstance(data_format, str) else None
+    if fmt not in ("NCHW", "NHWC"):
+        raise ValueError(f"{api}: data_format must be 'NCHW' or 'NHWC', got {data_format!r}")
+    return fmt
+
+
+def _before_after(entry):
+    pair = (entry, entry) if _is_int(entry, 0) else tuple(entry) if isinstance(entry, (list, tuple)) else ()
+    return (int(pair[0]), int(pair[1])) if len(pair) == 2 and all(_is_int(v, 0) for v in pair) else None
+
+
+def _padding(padding, data_format, api):
+    """``"VALID"``, ``"SAME_UPPER"``, ``"SAME_LOWER"`` or ``((top, bottom), (left, right))``."""
+    if isinstance(padding, str):
+        mode = padding.upper()
+        mode = "SAME_UPPER" if mode == "SAME" else mode
+        if mode in ("VALID", "SAME_UPPER", "SAME_LOWER"):
+            return mode
+    elif isinstance(padding, (list, tuple)):
+        entries = [_before_after(e) for e in padding]
+        if len(entries) == 4:   # OneFlow's one pair per axis, in data_format order: batch and channel get none
+            h = 2 if data_format == "NCHW" else 1
+            others = [e for a, e in enumerate(entries) if a not in (h, h + 1)]
+            entries = entries[h:h + 2] if all(e == (0, 0) for e in others) else []
+        if len(entries) == 2 and None not in entries:
+            return tuple(entries)
+    raise ValueError(f"{api}: padding must be 'SAME', 'VALID', [pad_h, pad_w] (ints or (before, after) pairs) or "
+                     f"4 (before, after) pairs in {data_format} order with (0, 0) for batch and channel, "
+                     f"got {padding!r}")
+
+
+def _geometry(in_hw, kernel, strides, dilations, padding):
+    """``(pads, out_hw)``: ``((top, bottom), (left, right))`` and the output size (< 1 if the kernel does not fit)."""
+    pads, out = [], []
+    for axis, (n, k, s, d) in enumerate(zip(in_hw, kernel, strides, dilations)):
+        span = (k - 1) * d + 1
+        if padding == "VALID":
+            before = after = 0
+        elif isinstance(padding, str):
+            total = max((-(-n // s) - 1) * s + span - n, 0)
+            after = total - total // 2 if padding == "SAME_UPPER" else total // 2
+            before = total - after
+        else:
+            before, after = padding[axis]
+        pads.append((before, after))
+        out.append((n + before + after - span) // s + 1)
+    return tuple(pads), tuple(out)
+
+
+def _nchw_shape(shape, data_format):
+    return tuple(shape) if data_format == "NCHW" else (shape[0], shape[3], shape[1], shape[2])
+
+
+def _layout_shape(nchw_shape, data_format):
+    return tuple(nchw_shape) if data_format == "NCHW" else _nhwc_shape(nchw_shape, "NCHW")
+
+
+def _nhwc_shape(shape, data_format):
+    return tuple(shape) if data_format == "NHWC" else (shape[0], shape[2], shape[3], shape[1])
+
+
+def _nhwc(xp, a, data_format):
+    """An input, gradient or filters (all permute ``(0, 2, 3, 1)``) as a contiguous NHWC array."""
+    return xp.ascontiguousarray(a if data_format == "NHWC" else a.transpose(0, 2, 3, 1))
+
+
+def _out(xp, a, data_format):
+    """A result computed in NHWC, as a contiguous array in the caller's layout."""
+    return xp.ascontiguousarray(a if data_format == "NHWC" else a.transpose(0, 3, 1, 2))
+
+
+def _check_fits(x, in_hw, kernel, strides, dilations, padding, argument):
+    pads, out_hw = _geometry(in_hw, kernel, strides, dilations, padding)
+    if min(out_hw) < 1:
+        spans = tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations))
+        padded = tuple(n + b + a for n, (b, a) in zip(in_hw, pads))
+        raise ShapeError(f"{argument} {kernel} (dilated: {spans}) is larger than the padded input (height, width) "
+                         f"{padded} of input {x.shape} with padding {padding!r}")
+    return out_hw
+
+
+# ------------------------------------------------------------------------------------------------------ array helpers
+
+def _pad(xp, x, pads, value=0):
+    if not any(p for pair in pads for p in pair):
+        return x
+    return xp.pad(x, ((0, 0),) + tuple(pads) + ((0, 0),), constant_values=value)
+
+
+def _windows(xp, x, kernel, strides, dilations, pads, out_hw, value=0):
+    """A read-only ``(N, Ho, Wo, kh, kw, C)`` view of the padded NHWC ``x``: element ``[n, r, c, i, j]`` is the input
+    under kernel position ``(i, j)`` of output pixel ``(r, c)``."""
+    x = _pad(xp, x, pads, value)
+    sn, sh, sw, sc = x.strides
+    return xp.lib.stride_tricks.as_strided(
+        x, (x.shape[0],) + tuple(out_hw) + tuple(kernel) + (x.shape[3],),
+        (sn, sh * strides[0], sw * strides[1], sh * dilations[0], sw * dilations[1], sc))
+
+
+def _positions(kernel, strides, dilations, out_hw):
+    """``(index, rows, cols)`` per kernel position: the slices of the padded input that position reads."""
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            rows = slice(i * dilations[0], i * dilations[0] + strides[0] * (out_hw[0] - 1) + 1, strides[0])
+            cols = slice(j * dilations[1], j * dilations[1] + strides[1] * (out_hw[1] - 1) + 1, strides[1])
+            yield i * kernel[1] + j, rows, cols
+
+
+def _scatter(xp, part, dtype, in_shape, kernel, strides, dilations, pads, out_hw):
+    """col2im: add ``part(index)`` (``(N, Ho, Wo, C)``) of each kernel position where that position read; NHWC."""
+    (top, bottom), (left, right) = pads
+    n, h, w, c = in_shape
+    dx = xp.zeros((n, h + top + bottom, w + left + right, c), dtype=dtype)
+    for index, rows, cols in _positions(kernel, strides, dilations, out_hw):
+        dx[:, rows, cols] += part(index)   # one position never reads an element twice, so += is exact
+    return dx[:, top:top + h, left:left + w]
+
+
+# ------------------------------------------------------------------------------------------------------------ conv2d
+
+def _columns(xp, x, kernel, groups, strides, dilations, pads, out_hw):
+    """im2col of NHWC ``x``: ``(groups, N*Ho*Wo, kh*kw*C/groups)``, one row per output pixel."""
+    win = _windows(xp, x, kernel, strides, dilations, pads, out_hw)
+    win = win.reshape(win.shape[:5] + (groups, x.shape[3] // groups))
+    return win.transpose(5, 0, 1, 2, 3, 4, 6).reshape(groups, win.shape[0] * out_hw[0] * out_hw[1], -1)
+
+
+def _dy_rows(dy, groups):
+    """NHWC ``dy`` as ``(groups, N*Ho*Wo, O/groups)``, rows ordered like ``_columns``."""
+    return dy.reshape(-1, groups, dy.shape[3] // groups).transpose(1, 0, 2)
+
+
+def _conv_geometry(x_shape, w_shape, strides, dilations, padding, data_format):
+    kernel = _nchw_shape(w_shape, data_format)[2:]
+    pads, out_hw = _geometry(_nchw_shape(x_shape, data_format)[2:], kernel, strides, dilations, padding)
+    return kernel, pads, out_hw
+
+
+class Conv2d(Op):
+    prefix, api = "Conv2d_", "flow.nn.conv2d"
+
+    @staticmethod
+    def infer(x, w, strides, dilations, padding, groups, data_format):
+        layout = "(out_channels, in_channels/groups, kh, kw)" if data_format == "NCHW" else \
+            "(out_channels, kh, kw, in_channels/groups)"
+        if x.ndim != 4:
+            raise ShapeError(f"input must be a 4-D {data_format} tensor, got shape {x.shape}")
+        if w.ndim != 4:
+            raise ShapeError(f"filters must be 4-D {layout} for {data_format}, got shape {w.shape}")
+        if x.dtype != w.dtype or x.dtype.kind != "f":
+            raise ShapeError(f"input and filters must share one floating dtype, got {x.dtype} and {w.dtype}")
+        n, c, h, wd = _nchw_shape(x.shape, data_format)
+        o, cg, kh, kw = _nchw_shape(w.shape, data_format)
+        if c != cg * groups:
+            raise ShapeError(f"input {x.shape} has {c} channels ({data_format}) but filters {w.shape} {layout} "
+                             f"expect in_channels/groups * groups = {cg} * {groups} = {cg * groups}")
+        if o % groups:
+            raise ShapeError(f"filters {w.shape}: out_channels {o} must be divisible by groups {groups}")
+        ho, wo = _check_fits(x, (h, wd), (kh, kw), strides, dilations, padding, "filters kernel (kh, kw)")
+        return spec(_layout_shape((n, o, ho, wo), data_format), x.dtype)
+
+    @staticmethod
+    def forward(xp, x, w, strides, dilations, padding, groups, data_format):
+        kernel, pads, out_hw = _conv_geometry(x.shape, w.shape, strides, dilations, padding, data_format)
+        x, w = _nhwc(xp, x, data_format), _nhwc(xp, w, data_format)
+        n, o = x.shape[0], w.shape[0]
+        cols = _columns(xp, x, kernel, groups, strides, dilations, pads, out_hw)
+        y = xp.matmul(cols, w.reshape(groups, o // groups, -1).transpose(0, 2, 1))   # (groups, N*Ho*Wo, O/groups)
+        y = y.reshape((groups, n) + out_hw + (o // groups,)).transpose(1, 2, 3, 0, 4).reshape((n,) + out_hw + (o,))
+        return _out(xp, y, data_format)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, w = node.inputs
+        return (apply(ConvInputGrad, (dy, w), input_shape=x.shape, **node.attrs),
+                apply(ConvFilterGrad, (x, dy), filter_shape=w.shape, **node.attrs))
+
+
+class ConvInputGrad(Op):
+    """``d input``: each kernel position's share of ``dy @ W`` scatter-added back where it read (col2im)."""
+    prefix, api = "ConvInputGrad_", "conv2d_input_grad"
+
+    @staticmethod
+    def infer(dy, w, input_shape, **conv):
+        return spec(input_shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, dy, w, input_shape, strides, dilations, padding, groups, data_format):
+        kernel, pads, out_hw = _conv_geometry(input_shape, w.shape, strides, dilations, padding, data_format)
+        dy, w = _nhwc(xp, dy, data_format), _nhwc(xp, w, data_format)
+        o, cg = w.shape[0], w.shape[3]
+        in_shape = _nhwc_shape(input_shape, data_format)
+        dcols = xp.matmul(_dy_rows(dy, groups), w.reshape(groups, o // groups, -1))  # (groups, N*Ho*Wo, kh*kw*Cg)
+        dcols = dcols.reshape((groups, in_shape[0]) + out_hw + (kernel[0] * kernel[1], cg))
+
+        def part(index):   # (N, Ho, Wo, C); a view when groups == 1
+            return dcols[..., index, :].transpose(1, 2, 3, 0, 4).reshape(in_shape[:1] + out_hw + in_shape[3:])
+
+        dx = _scatter(xp, part, dy.dtype, in_shape, kernel, strides, dilations, pads, out_hw)
+        return _out(xp, dx, data_format)
+
+
+class ConvFilterGrad(Op):
+    """``d filters = dy^T @ im2col(input)``, per group."""
+    prefix, api = "ConvFilterGrad_", "conv2d_filter_grad"
+
+    @staticmethod
+    def infer(x, dy, filter_shape, **conv):
+        return spec(filter_shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, dy, filter_shape, strides, dilations, padding, groups, data_format):
+        kernel, pads, out_hw = _conv_geometry(x.shape, filter_shape, strides, dilations, padding, data_format)
+        x, dy = _nhwc(xp, x, data_format), _nhwc(xp, dy, data_format)
+        cols = _columns(xp, x, kernel, groups, strides, dilations, pads, out_hw)
+        # (groups, kh*kw*Cg, O/groups): BLAS is much faster with the long N*Ho*Wo axis inner in both operands
+        dw = xp.matmul(cols.transpose(0, 2, 1), _dy_rows(dy, groups)).transpose(0, 2, 1)
+        return _out(xp, dw.reshape(_nhwc_shape(filter_shape, data_format)), data_format)
+
+
+def conv2d(input, filters, strides, padding, data_format="NCHW", dilations=None, groups=1, name=None):  # noqa: A002
+    """``flow.nn.conv2d``: 2-D cross-correlation of ``input`` with ``filters``.
+
+    ``filters`` is ``(out_channels, in_channels/groups, kh, kw)`` for NCHW, ``(out_channels, kh, kw,
+    in_channels/groups)`` for NHWC; ``strides`` and ``dilations`` are an int or a pair.
+    """
+    api = Conv2d.api
+    x, w = as_tensor(input, argument="input"), as_tensor(filters, argument="filters")
+    fmt = _data_format(data_format, api)
+    if not _is_int(groups, 1):
+        raise ValueError(f"{api}: groups must be a positive int, got {groups!r}")
+    return apply(Conv2d, (x, w), name, strides=_pair(strides, "strides", api),
+                 dilations=_pair(1 if dilations is None else dilations, "dilations", api),
+                 padding=_padding(padding, fmt, api), groups=int(groups), data_format=fmt)
+
+
+# ----------------------------------------------------------------------------------------------------------- pooling
+
+class _Pool(Op):
+    @staticmethod
+    def infer(x, ksize, strides, padding, data_format):
+        if x.ndim != 4:
+            raise ShapeError(f"input must be a 4-D {data_format} tensor, got shape {x.shape}")
+        if x.dtype.kind != "f":
+            raise ShapeError(f"input must be floating point, got dtype {x.dtype}")
+        if not isinstance(padding, str) and any(p >= k for pair, k in zip(padding, ksize) for p in pair):
+            raise ShapeError(f"padding {padding} must be smaller than ksize {ksize} on each side, so that every "
+                             "window holds an input element")
+        n, c, h, w = _nchw_shape(x.shape, data_format)
+        ho, wo = _check_fits(x, (h, w), ksize, strides, (1, 1), padding, "ksize")
+        return spec(_layout_shape((n, c, ho, wo), data_format), x.dtype)
+
+
+def _pool_geometry(in_shape, ksize, strides, padding, data_format):
+    nhwc = _nhwc_shape(in_shape, data_format)
+    pads, out_hw = _geometry(nhwc[1:3], ksize, strides, (1, 1), padding)
+    return nhwc, pads, out_hw
+
+
+class MaxPool2D(_Pool):
+    prefix, api = "MaxPool2D_", "flow.nn.max_pool2d"
+
+    @staticmethod
+    def forward(xp, x, ksize, strides, padding, data_format):
+        _, pads, out_hw = _pool_geometry(x.shape, ksize, strides, padding, data_format)
+        win = _windows(xp, _nhwc(xp, x, data_format), ksize, strides, (1, 1), pads, out_hw, value=-np.inf)
+        return _out(xp, win.max(axis=(3, 4)), data_format)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(MaxPoolGrad, (node.inputs[0], dy), **node.attrs),)
+
+
+class MaxPoolGrad(Op):
+    """Each window's gradient goes to its arg-max, the first maximum in row-major order on ties."""
+    prefix, api = "MaxPool2DGrad_", "max_pool2d_grad"
+
+    @staticmethod
+    def infer(x, dy, **pool):
+        return spec(x.shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, dy, ksize, strides, padding, data_format):
+        nhwc, pads, out_hw = _pool_geometry(x.shape, ksize, strides, padding, data_format)
+        x, dy = _pad(xp, _nhwc(xp, x, data_format), pads, -np.inf), _nhwc(xp, dy, data_format)
+        best = arg = None
+        for index, rows, cols in _positions(ksize, strides, (1, 1), out_hw):
+            v = x[:, rows, cols]
+            if best is None:
+                best, arg = v, xp.zeros(v.shape, np.int32)
+            else:
+                better = v > best   # strict: an equal value later in the window does not take the gradient
+                best, arg = xp.where(better, v, best), xp.where(better, index, arg)
+        zero = dy.dtype.type(0)
+        dx = _scatter(xp, lambda index: xp.where(arg == index, dy, zero), dy.dtype, nhwc, ksize, strides, (1, 1),
+                      pads, out_hw)
+        return _out(xp, dx, data_format)
+
+
+def _valid_counts(xp, in_hw, ksize, strides, pads, out_hw, dtype):
+    """Input (non-padded) elements in each window, the avg-pool divisor as in TensorFlow: ``(Ho, Wo, 1)``."""
+    per_axis = []
+    for n, k, s, (before, _), o in zip(in_hw, ksize, strides, pads, out_hw):
+        start = np.arange(o) * s - before
+        per_axis.append(np.minimum(start + k, n) - np.maximum(start, 0))
+    return xp.asarray(np.outer(*per_axis)[:, :, None].astype(dtype))
+
+
+class AvgPool2D(_Pool):
+    prefix, api = "AvgPool2D_", "flow.nn.avg_pool2d"
+
+    @staticmethod
+    def forward(xp, x, ksize, strides, padding, data_format):
+        nhwc, pads, out_hw = _pool_geometry(x.shape, ksize, strides, padding, data_format)
+        win = _windows(xp, _nhwc(xp, x, data_format), ksize, strides, (1, 1), pads, out_hw)
+        y = win.sum(axis=(3, 4)) / _valid_counts(xp, nhwc[1:3], ksize, strides, pads, out_hw, x.dtype)
+        return _out(xp, y, data_format)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(AvgPoolGrad, (dy,), input_shape=node.inputs[0].shape, **node.attrs),)
+
+
+class AvgPoolGrad(Op):
+    """Each window spreads ``dy / count`` over its input elements."""
+    prefix, api = "AvgPool2DGrad_", "avg_pool2d_grad"
+
+    @staticmethod
+    def infer(dy, input_shape, **pool):
+        return spec(input_shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, dy, input_shape, ksize, strides, padding, data_format):
+        nhwc, pads, out_hw = _pool_geometry(input_shape, ksize, strides, padding, data_format)
+        share = _nhwc(xp, dy, data_format) / _valid_counts(xp, nhwc[1:3], ksize, strides, pads, out_hw, dy.dtype)
+        dx = _scatter(xp, lambda index: share, dy.dtype, nhwc, ksize, strides, (1, 1), pads, out_hw)
+        return _out(xp, dx, data_format)
+
+
+def _pool(op, input, ksize, strides, padding, data_format, name):  # noqa: A002
+    fmt = _data_format(data_format, op.api)
+    return apply(op, (as_tensor(input, argument="input"),), name, ksize=_pair(ksize, "ksize", op.api),
+                 strides=_pair(strides, "strides", op.api), padding=_padding(padding, fmt, op.api), data_format=fmt)
+
+
+def max_pool2d(input, ksize, strides, padding, data_format="NCHW", name=None):  # noqa: A002 - OneFlow's name
+    """``flow.nn.max_pool2d``: the maximum of each ``ksize`` window (padding never wins)."""
+    return _pool(MaxPool2D, input, ksize, strides, padding, data_format, name)
+
+
+def avg_pool2d(input, ksize, strides, padding, data_format="NCHW", name=None):  # noqa: A002 - OneFlow's name
+    """``flow.nn.avg_pool2d``: the mean of each window over its input elements only (padding is not counted)."""
+    return _pool(AvgPool2D, input, ksize, strides, padding, data_format, name)
