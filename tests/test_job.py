@@ -358,3 +358,16 @@ def test_graph_prints_and_plan_reuses_buffers():
     # the gradient of the input x is never computed: pruned
     assert not any(n.name.startswith("System-AutoGrad-h1_matmul") and n.outputs[0].shape == (16, 8)
                    for n in plan.nodes)
+
+
+def test_float64_train_job():
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 2), dtype=flow.float64)) -> tp.Numpy:
+        w = flow.get_variable("w64", shape=(1, 2), dtype=flow.float64, initializer=flow.constant_initializer(1.0))
+        loss = flow.math.reduce_sum(flow.matmul(x, w, transpose_b=True), axis=1)
+        flow.optimizer.SGD(0.5, momentum=0).minimize(loss)
+        return loss
+
+    x = np.arange(8, dtype=np.float64).reshape(4, 2)
+    assert job(x).dtype == np.float64
+    np.testing.assert_allclose(flow.runtime.session.default().variables["w64"].value, 1 - 0.5 * x.mean(0, keepdims=True))

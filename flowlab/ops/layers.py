@@ -27,7 +27,7 @@ def _prefix(name, default_prefix):
 
 def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None, bias_initializer=None,
           kernel_regularizer=None, bias_regularizer=None, trainable=True, name=None, model_distribute=None):
-    """Fully connected layer ``activation(inputs @ weight.T + bias)``; inputs of rank > 2 are flattened to 2-D first."""
+    """Fully connected layer ``activation(inputs @ weight.T + bias)`` along the last axis (leading axes are kept)."""
     x = as_tensor(inputs, argument="inputs")
     if not isinstance(units, int) or isinstance(units, bool) or units <= 0:
         raise ValueError(f"flow.layers.dense: units must be a positive int, got {units!r}")

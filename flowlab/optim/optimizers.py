@@ -141,7 +141,7 @@ class Optimizer:
     def build(self, graph, loss, extra_targets=()):
         """Add gradient and update nodes for ``loss`` (called once the job function has returned)."""
         variables = self._trained(graph)
-        seed = constant(np.ones(loss.shape, loss.dtype), name=f"System-Seed-{loss.op_name}")
+        seed = constant(np.ones(loss.shape, loss.dtype), dtype=loss.dtype, name=f"System-Seed-{loss.op_name}")
         grads = gradients([loss], list(variables) + list(extra_targets), [seed])[:len(variables)]
         pairs = [(v, gr) for v, gr in zip(variables, grads) if gr is not None]
         if not pairs:
