@@ -5,6 +5,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from . import Op, apply, as_tensor, normalize_axis, same_dtype, spec
+from .math import shape_error
 
 
 class Input(Op):
@@ -86,13 +87,15 @@ def reshape(x, shape, name=None):
         raise TypeError(f"flow.reshape: shape must be a sequence of ints, got {shape!r}") from None
     known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
     if shape.count(-1) > 1 or any(d < -1 for d in shape):
-        raise ShapeError(f"flow.reshape: shape may hold one -1 and no other negative entry, got {shape}")
+        raise shape_error("flow.reshape", f"shape may hold one -1 and no other negative entry, got {shape} "
+                                          f"for {x.logical_blob_name} {x.shape}")
     if -1 in shape:
         if known == 0 or x.size % known:
-            raise ShapeError(f"flow.reshape: cannot reshape {x.shape} ({x.size} elements) to {shape}")
+            raise shape_error("flow.reshape", f"cannot reshape {x.shape} ({x.size} elements) to {shape}")
         shape = tuple(x.size // known if d == -1 else d for d in shape)
     elif known != x.size:
-        raise ShapeError(f"flow.reshape: cannot reshape {x.shape} ({x.size} elements) to {shape} ({known} elements)")
+        raise shape_error("flow.reshape", f"cannot reshape {x.shape} ({x.size} elements) to {shape} "
+                                          f"({known} elements)")
     return x if shape == x.shape and name is None else apply(Reshape, (x,), name, shape=shape)
 
 
@@ -118,7 +121,8 @@ def transpose(a, perm=None, name=None):
     a = as_tensor(a, argument="a")
     perm = tuple(range(a.ndim))[::-1] if perm is None else tuple(int(p) for p in perm)
     if sorted(perm) != list(range(a.ndim)):
-        raise ShapeError(f"flow.transpose: perm must be a permutation of 0..{a.ndim - 1}, got {perm}")
+        raise shape_error("flow.transpose", f"perm must be a permutation of 0..{a.ndim - 1} for "
+                                            f"{a.logical_blob_name} {a.shape}, got {perm}")
     return apply(Transpose, (a,), name, perm=perm)
 
 
@@ -159,7 +163,7 @@ def concat(inputs, axis=0, name=None):
     try:
         axis = normalize_axis(axis, inputs[0].ndim)
     except ShapeError as e:
-        raise ShapeError(f"flow.concat: {e}") from None
+        raise shape_error("flow.concat", e) from None
     return apply(Concat, tuple(inputs), name, axis=axis)
 
 

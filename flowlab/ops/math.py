@@ -3,8 +3,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import graph as g
 from ..errors import ShapeError
 from . import Op, apply, as_tensor, normalize_axes, same_dtype, spec
+
+
+def shape_error(api, message):
+    """The error ``apply`` raises for a failed shape rule, for checks made before ``apply``: op name and user line."""
+    return ShapeError(f"{api}: {message} (at {g.user_source_line()})")
+
+
+def _float_only(x):
+    if x.dtype.kind != "f":
+        raise ShapeError(f"expects a floating-point tensor, got {x.logical_blob_name} of dtype {x.dtype}; "
+                         "cast it first")
 
 
 def _broadcast(a, b):
@@ -18,6 +30,13 @@ def _broadcast(a, b):
 def _binary_operands(x, y, api):
     if not hasattr(x, "graph") and not hasattr(y, "graph"):
         raise TypeError(f"{api}: at least one operand must be a tensor, got {type(x).__name__} and {type(y).__name__}")
+    for value, tensor, argument in ((x, y, "x"), (y, x, "y")):
+        # A number meeting an integer tensor becomes a constant of its dtype: refuse when that changes the number.
+        if hasattr(tensor, "graph") and not hasattr(value, "graph") and tensor.dtype.kind in "iu":
+            array = np.asarray(value)
+            if array.dtype.kind in "fiu" and not np.array_equal(array.astype(tensor.dtype), array):
+                raise TypeError(f"{api}: {argument}={value!r} is not exactly representable in dtype {tensor.dtype} "
+                                f"of {tensor.logical_blob_name}; cast the tensor first (at {g.user_source_line()})")
     x = as_tensor(x, like=y if hasattr(y, "graph") else None, argument="x")
     y = as_tensor(y, like=x, argument="y")
     return x, y
@@ -132,6 +151,12 @@ class Divide(_Binary):
     prefix, api, c_expr = "Div_", "flow.math.divide", "({0} / {1})"
 
     @staticmethod
+    def infer(x, y):
+        same_dtype(None, x, y)
+        _float_only(x)   # NumPy's true division of integers gives floats, not the declared integer dtype
+        return spec(_broadcast(x, y), x.dtype)
+
+    @staticmethod
     def forward(xp, x, y, out=None):
         return xp.divide(x, y, out=out)
 
@@ -175,7 +200,7 @@ class SelectGrad(Op):
     prefix, api = "SelectGrad_", "maximum_grad"
 
     @staticmethod
-    def infer(x, y, dy):
+    def infer(x, y, dy, pick_first):
         return spec(dy.shape, dy.dtype)
 
     @staticmethod
@@ -387,6 +412,9 @@ class Pow(Op):
 
     @staticmethod
     def infer(x, exponent):
+        if x.dtype.kind != "f" and not (float(exponent).is_integer() and exponent >= 0):
+            raise ShapeError(f"an integer tensor ({x.logical_blob_name} of dtype {x.dtype}) takes only non-negative "
+                             f"integer exponents, got {exponent}; cast it to a floating dtype first")
         return spec(x.shape, x.dtype)
 
     @staticmethod
@@ -451,7 +479,7 @@ class ReduceSum(_Reduce):
 
     @staticmethod
     def forward(xp, x, axes, keepdims, out=None):
-        return xp.sum(x, axis=axes, keepdims=keepdims, out=out)
+        return xp.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype, out=out)   # NumPy widens small ints
 
     @staticmethod
     def vjp(node, dy):
@@ -461,6 +489,11 @@ class ReduceSum(_Reduce):
 
 class ReduceMean(_Reduce):
     prefix, api = "ReduceMean_", "flow.math.reduce_mean"
+
+    @staticmethod
+    def infer(x, axes, keepdims):
+        _float_only(x)   # NumPy's mean of integers is a float, not the declared integer dtype
+        return _Reduce.infer(x, axes, keepdims)
 
     @staticmethod
     def forward(xp, x, axes, keepdims, out=None):
@@ -510,7 +543,7 @@ def _reduce(op):
         try:
             axes = normalize_axes(axis, x.ndim)
         except ShapeError as e:
-            raise ShapeError(f"{op.api}: {e}") from None
+            raise shape_error(op.api, e) from None
         return apply(op, (x,), name, axes=axes, keepdims=bool(keepdims))
     fn.__name__ = op.api.rsplit(".", 1)[-1]
     fn.__doc__ = f"``{op.api}(input_tensor, axis=None, keepdims=False, name=None)``."
@@ -602,7 +635,7 @@ def argmax(input, axis=-1, name=None):  # noqa: A002 - OneFlow's name
     try:
         axis = normalize_axis(axis, x.ndim)
     except ShapeError as e:
-        raise ShapeError(f"flow.math.argmax: {e}") from None
+        raise shape_error("flow.math.argmax", e) from None
     return apply(ArgMax, (x,), name, axis=axis)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from . import Op, apply, as_tensor, normalize_axis, spec
-from .math import multiply, negative, reduce_sum, sum_to_shape
+from .math import multiply, negative, reduce_sum, shape_error, sum_to_shape
 
 
 class Relu(Op):
@@ -128,7 +128,7 @@ def softmax(logits, axis=None, name=None):
     try:
         axis = normalize_axis(-1 if axis is None else axis, x.ndim)
     except ShapeError as e:
-        raise ShapeError(f"flow.nn.softmax: {e}") from None
+        raise shape_error("flow.nn.softmax", e) from None
     return apply(Softmax, (x,), name, axis=axis)
 
 
@@ -290,9 +290,10 @@ def dropout(x, rate, noise_shape=None, seed=None, name=None):
         raise ValueError("flow.nn.dropout: per-op seeds are not supported; seed jobs with flow.config.seed()")
     noise_shape = x.shape if noise_shape is None else tuple(int(d) for d in noise_shape)
     try:
-        np.broadcast_shapes(noise_shape, x.shape)
+        if np.broadcast_shapes(noise_shape, x.shape) != x.shape:
+            raise ValueError   # a larger mask would change the output's shape
     except ValueError:
-        raise ShapeError(f"flow.nn.dropout: noise_shape {noise_shape} does not broadcast to {x.shape}") from None
+        raise shape_error("flow.nn.dropout", f"noise_shape {noise_shape} does not broadcast to {x.shape}") from None
     if rate == 0 or not g.current_graph("flow.nn.dropout").is_train:
         return x
     return apply(Dropout, (x,), name, rate=float(rate), noise_shape=noise_shape)[0]
