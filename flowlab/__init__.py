@@ -18,6 +18,7 @@ from .ops.math import matmul
 from .ops.variables import get_variable
 from .runtime.session import clear as clear_default_session
 from .typing import FixedTensorDef, MirroredTensorDef
+from .watching import watch, watch_diff, watch_scope
 
 optimizer = optim
 

@@ -39,7 +39,7 @@ def gradients(ys, xs, seeds):
         parts = pending.pop(t.id, None)
         if not parts:
             return None
-        with g.grad_scope(t.op_name):
+        with g.grad_scope(t.node):
             grad = parts[0] if len(parts) == 1 else add_n(parts)
         graph.grad_of[t.id] = grad
         return grad
@@ -54,7 +54,7 @@ def gradients(ys, xs, seeds):
         if node.op.vjp is None:
             raise TraceError(f"op {node.name} ({node.op.api}) has no gradient, but it lies between the loss and a "
                              f"trainable variable (created at {node.source})")
-        with g.grad_scope(node.name):
+        with g.grad_scope(node):
             grads = node.op.vjp(node, *dys)
         for t, grad in zip(node.inputs, grads):
             if grad is None or t.id not in relevant:

@@ -66,15 +66,23 @@ class _TrainConfig:
 
 
 class FunctionConfig:
-    """Settings of one job function: default dtype and the old-style training config."""
+    """Settings of one job function: default dtype, the old-style training config, anomaly detection."""
 
     def __init__(self):
         self.default_dtype = float32
         self.train = _TrainConfig()
         self.logical_view = "consistent"
+        self.anomaly_detection = False
 
     def default_data_type(self, dtype):
         self.default_dtype = as_dtype(dtype, "default_data_type")
+
+    def detect_anomaly(self, enabled=True):
+        """Check every op's output and gradient for NaN/Inf and raise ``AnomalyError`` naming the first op that made
+        one (its logical blob name, its inputs' statistics and your source line). Slower: for debugging."""
+        if not isinstance(enabled, bool):
+            raise TypeError(f"detect_anomaly: expected True or False, got {enabled!r}")
+        self.anomaly_detection = enabled
 
     def default_logical_view(self, view):
         """One device makes consistent and mirrored views the same; the choice is recorded."""

@@ -23,3 +23,11 @@ class CheckpointError(FlowlabError, ValueError):
 
 class DeviceError(FlowlabError, RuntimeError):
     """A GPU was asked for but none works."""
+
+
+class WatchCallbackError(FlowlabError, RuntimeError):
+    """A watch handler raised; the message names the watched tensor, the handler and the call."""
+
+
+class AnomalyError(FlowlabError, FloatingPointError):
+    """A job with ``config.detect_anomaly(True)`` produced NaN or Inf; the message names the first op that did."""

@@ -18,7 +18,8 @@ from . import typing as tp
 from .compiler import compile_graph
 from .config import FunctionConfig
 from .errors import FeedError, TraceError
-from .runtime import backend, session
+from . import watching
+from .runtime import backend, dispatch, session
 
 
 class Blob:
@@ -46,18 +47,22 @@ class Blob:
 
 
 class JobResult:
-    """What an unannotated job returns: ``.get()`` waits for and gives the result (a Blob, or a tuple/dict of them)."""
+    """What an unannotated job returns: ``.get()`` waits for the call's watch callbacks and gives the result (a Blob,
+    or a tuple/dict of them)."""
 
-    def __init__(self, value):
+    def __init__(self, value, ticket):
         self._value = value
+        self._ticket = ticket
 
     def get(self):
+        dispatch.default().wait(self._ticket)
+        dispatch.default().raise_pending()
         return self._value
 
     def async_get(self, callback):
         if not callable(callback):
             raise TypeError(f"async_get: callback must be callable, got {callback!r}")
-        callback(self._value)
+        callback(self.get())
 
 
 def _return_kind(annotation):
@@ -129,14 +134,22 @@ def _convert_tree(value, kind):
 
 
 class _Compiled:
-    """One traced and compiled signature of a job."""
+    """One traced and compiled signature of a job, with the watch requests each plan delivery serves."""
 
-    def __init__(self, graph, plan, rebuild):
+    def __init__(self, graph, plan, rebuild, requests):
         self.graph = graph
         self.plan = plan
         self.rebuild = rebuild
+        self.requests = requests        # delivery index -> watch requests
         self.step = 0
-        self.variables_ready = False   # once its variables have values they keep them: check on the first call only
+        self.variables_ready = False    # once its variables have values they keep them: check on the first call only
+
+    def emit(self, k, copy, step):
+        """Called by the plan as soon as a watched tensor is on its way to the host: queue its handlers."""
+        submit = dispatch.default().submit
+        for request in self.requests[k]:
+            submit(lambda request=request: request.call(copy() if callable(copy) else copy, step),
+                   lambda request=request: f"{request.describe} (call {step} of job {self.graph.name})")
 
 
 class JobFunction:
@@ -224,20 +237,31 @@ class JobFunction:
             elif graph.losses:
                 raise TraceError(f"job {self.name} calls minimize/add_loss but is a predict job; use "
                                  "@flow.global_function(type=\"train\")")
+            watching.resolve(graph)
         return graph, rebuild
 
     def _build_training(self, graph):
         if not graph.losses:
             raise TraceError(f"train job {self.name} never calls optimizer.minimize(loss) (or flow.losses.add_loss)")
+        watched = watching.gradient_targets(graph)
         for optimizer, loss in graph.losses:
-            (optimizer or self.config.train.make_optimizer()).build(graph, loss)
+            (optimizer or self.config.train.make_optimizer()).build(graph, loss, watched)
 
     def _compile(self, shapes):
         graph, rebuild = self._trace(shapes)
         sess = session.default()
-        plan = compile_graph(graph, graph.outputs, backend.current(), sess.variables,
-                             rng_seed=[sess.seed, len(sess.jobs), sum(map(ord, self.name))])
-        return _Compiled(graph, plan, rebuild)
+        index, deliveries, requests = {}, [], []
+        for request in graph.watches:          # one host copy serves every request on the same tensor and period
+            key = (request.target.id, request.every)
+            if key not in index:
+                index[key] = len(deliveries)
+                deliveries.append((request.target, request.every))
+                requests.append([])
+            requests[index[key]].append(request)
+        plan = compile_graph(graph, graph.outputs, backend.current(), sess.variables, deliveries,
+                             rng_seed=[sess.seed, len(sess.jobs), sum(map(ord, self.name))],
+                             check_anomaly=self.config.anomaly_detection)
+        return _Compiled(graph, plan, rebuild, requests)
 
     def compiled(self, shapes=None):
         """The compiled signature for these argument shapes (declared shapes by default); traces on first use."""
@@ -262,6 +286,8 @@ class JobFunction:
     # -------------------------------------------------------------------------------------------------------- call
     def __call__(self, *args, **kwargs):
         arrays = self._check_feeds(args, kwargs)
+        dispatcher = dispatch.default()
+        dispatcher.raise_pending()          # a callback of an earlier call failed: say so before running again
         with self._lock:
             compiled = self.compiled(tuple(a.shape for a in arrays))
             if not compiled.variables_ready:
@@ -269,13 +295,19 @@ class JobFunction:
                 compiled.variables_ready = True
             be = compiled.plan.backend
             feeds = [be.asarray(a) for a in arrays] if be.is_gpu else arrays
-            outputs, _ = compiled.plan(feeds, compiled.step)
-            if self.is_train:
-                compiled.step += 1
-        return self._result(compiled.rebuild(list(outputs)))
+            outputs = compiled.plan(feeds, compiled.step, compiled.emit)
+            compiled.step += 1
+        ticket = dispatcher.ticket()
+        return self._result(compiled.rebuild(list(outputs)), ticket)
 
-    def _result(self, value):
+    def _result(self, value, ticket):
+        """Jobs that hand back a value wait for their watch callbacks first; ``-> None`` jobs and handles do not."""
         kind = self.return_kind
+        if kind == "blob":
+            return None if value is None else JobResult(_convert_tree(value, "blob"), ticket)
+        if kind != "none" and not (isinstance(kind, tuple) and kind[0] == "callback"):
+            dispatch.default().wait(ticket)
+            dispatch.default().raise_pending()
         if kind == "none":
             return None
         if isinstance(kind, tuple) and kind[0] == "callback":
@@ -284,10 +316,9 @@ class JobFunction:
             def take_callback(callback):
                 if not callable(callback):
                     raise TypeError(f"job {self.name} returns tp.Callback: pass a callable, got {callback!r}")
-                callback(converted)
+                dispatch.default().submit(lambda: callback(converted),
+                                          lambda: f"the tp.Callback of job {self.name}")
             return take_callback
-        if kind == "blob":
-            return None if value is None else JobResult(_convert_tree(value, "blob"))
         if isinstance(kind, tuple) and kind[0] == "tuple":
             return type(value)(_convert_tree(v, k) for v, k in zip(value, kind[1]))
         if isinstance(kind, tuple) and kind[0] == "dict":
@@ -295,7 +326,7 @@ class JobFunction:
         return _convert_tree(value, kind)
 
     def sync(self):
-        """Every call of this job has finished when this returns (calls run synchronously today)."""
+        """Every call of this job has finished when this returns (its watch callbacks: see ``Session.sync``)."""
         with self._lock:
             pass
 

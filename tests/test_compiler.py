@@ -168,16 +168,23 @@ def test_any_value_or_gradient_can_be_delivered_and_unmarked_tensors_cost_nothin
 
     compiled = job.compiled()
     graph = compiled.graph
-    assert "D[" not in compiled.plan.source and "host(" in compiled.plan.source   # only the output is copied
+    assert "emit(" not in compiled.plan.source and "host(" in compiled.plan.source   # only the output is copied
     logits, weight = seen["logits"], graph.variables["d-weight"]
     grad = graph.grad_of[logits.id]
     plan = compile_graph(graph, graph.outputs, backend.current(), session.default().variables,
-                         deliver=[logits, grad, weight])
+                         deliveries=[(logits, 1), (grad, 1), (weight, 1), (logits, 2)])
     session.default().initialize_missing()
     x = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
     y = np.array([0, 1, 2, 3], np.int32)
     w_before = np.array(session.default().variables["d-weight"].value)
-    (loss,), delivered = plan([x, y])
+    delivered, order = {}, []
+
+    def emit(k, copy, step):
+        order.append(k)
+        delivered[[logits, grad, weight, logits][k].id] = copy
+
+    plan([x, y], 1, emit)                               # step 1: the every=2 delivery is skipped
+    assert sorted(order) == [0, 1, 2]
     np.testing.assert_allclose(delivered[logits.id], x @ w_before.T, rtol=1e-5)
     np.testing.assert_array_equal(delivered[weight.id], w_before)        # the value read, not the updated one
     z = delivered[logits.id]

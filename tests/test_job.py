@@ -61,7 +61,8 @@ def test_callback_and_tuple_and_dict_returns():
         return x + 1.0
 
     got = []
-    cb_job(np.zeros(2, np.float32))(got.append)
+    cb_job(np.zeros(2, np.float32))(got.append)     # runs on the dispatcher thread
+    flow.sync_default_session()
     np.testing.assert_array_equal(got[0], [1, 1])
 
     @flow.global_function()

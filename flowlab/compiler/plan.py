@@ -7,6 +7,7 @@ import linecache
 
 import numpy as np
 
+from ..errors import AnomalyError
 from .buffers import plan_buffers
 from .fuse import cupy_kernel_factory, fuse_elementwise
 from .prune import prune
@@ -15,21 +16,26 @@ _plan_ids = itertools.count()
 
 
 class Plan:
-    """A compiled job. ``plan(feeds, step)`` returns ``(outputs, delivered)``, both host NumPy arrays.
+    """A compiled job. ``plan(feeds, step, emit)`` runs one call and returns the outputs as host NumPy arrays.
 
-    ``outputs`` follow ``output_tensors``; ``delivered`` maps each id in ``deliver`` to a host copy taken right after
-    the tensor was computed (before optimizer updates change variables in place). A job with nothing to deliver runs
-    a function with no delivery code at all.
+    ``deliveries`` is a list of ``(tensor, every)``: right after such a tensor is computed (on calls whose ``step`` is a
+    multiple of ``every``) the plan calls ``emit(k, copy, step)`` with ``k`` its index and ``copy`` a host copy (a
+    zero-argument function returning it on CuPy, where the copy is asynchronous). Copies are taken before optimizer
+    updates change variables in place. A plan with no deliveries contains no delivery code at all.
+    ``check_anomaly`` adds a NaN/Inf check after every op (``config.detect_anomaly(True)``).
     """
 
-    def __init__(self, graph, output_tensors, backend, variables, deliver=(), rng_seed=0):
+    def __init__(self, graph, output_tensors, backend, variables, deliveries=(), rng_seed=0, check_anomaly=False):
         self.graph = graph
         self.backend = backend
         self.output_tensors = list(output_tensors)
-        deliver = list(deliver)
-        self.deliver_ids = [t.id for t in deliver]
-        roots = self.output_tensors + deliver
+        self.deliveries = [(t, int(every)) for t, every in deliveries]
+        delivered = [t for t, _ in self.deliveries]
+        roots = self.output_tensors + delivered
         nodes = prune(graph.nodes, roots, graph.side_effects)
+        # Variable reads first, by name (as OneFlow orders them; watch_scope dicts fill in this order).
+        nodes = sorted((n for n in nodes if n.op.is_variable), key=lambda n: n.name) + \
+            [n for n in nodes if not n.op.is_variable]
         visible = {t.id for t in roots}
         if backend.is_gpu:
             nodes = fuse_elementwise(nodes, visible, cupy_kernel_factory(backend.xp))
@@ -38,6 +44,7 @@ class Plan:
         xp = backend.xp
         self.buffers = [xp.empty(shape, dtype) for shape, dtype in buffer_specs]
         self.rng = backend.random_generator(rng_seed)
+        self.check_anomaly = check_anomaly
         self.source, self._run = self._generate(variables)
 
     @property
@@ -46,12 +53,12 @@ class Plan:
 
     def _generate(self, variables):
         xp = self.backend.xp
-        to_host = (lambda a: a.get()) if self.backend.is_gpu else (lambda a: np.array(a, copy=True))
-        ns = {"xp": xp, "B": self.buffers, "RNG": self.rng, "host": to_host}
-        deliver = set(self.deliver_ids)
-        lines = [f"def run(feeds, step):  # job {self.graph.name}"]
-        if deliver:
-            lines.append("    D = {}")
+        ns = {"xp": xp, "B": self.buffers, "RNG": self.rng, "host": self.backend.to_host_copy,
+              "deliver": self.backend.host_copy_async, "check": self._check}
+        delivery_index = {}
+        for k, (t, every) in enumerate(self.deliveries):
+            delivery_index.setdefault(t.id, []).append((k, every))
+        lines = [f"def run(feeds, step, emit):  # job {self.graph.name}"]
         placeholder_index = {t.id: i for i, t in enumerate(self.graph.placeholders)}
         for i, node in enumerate(self.nodes):
             outs = ", ".join(f"t{t.id}" for t in node.outputs)
@@ -60,6 +67,9 @@ class Plan:
             comment = f"  # {node.name} ({op.__name__})"
             if op.__name__ == "Input":
                 lines.append(f"    {outs} = feeds[{placeholder_index[node.outputs[0].id]}]{comment}")
+                if self.check_anomaly and node.outputs[0].dtype.kind == "f":
+                    ns[f"n{i}"] = node
+                    lines.append(f"    check(t{node.outputs[0].id}, n{i}, {node.outputs[0].id}, ())")
             elif op.is_variable:
                 ns[f"v{i}"] = variables[node.attrs["var"]]
                 lines.append(f"    {outs} = v{i}.value{comment}")
@@ -77,26 +87,68 @@ class Plan:
                     ns[f"h{i}"] = functools.partial(op.host_args, node)
                     args.append(f"**h{i}(step)")
                 lines.append(f"    {target}k{i}({', '.join(args)}){comment}")
+                if self.check_anomaly:
+                    ns[f"n{i}"] = node
+                    checked = [t for t in node.outputs if t.dtype.kind == "f"] or \
+                        [t for t in node.inputs[:1] if op.side_effect]      # an update: check the variable it changed
+                    inputs = "".join(f"t{t.id}, " for t in node.inputs)
+                    for t in checked:
+                        lines.append(f"    check(t{t.id}, n{i}, {t.id}, ({inputs}))")
             for t in node.outputs:
-                if t.id in deliver:
-                    lines.append(f"    D[{t.id}] = host(t{t.id})")
+                for k, every in delivery_index.get(t.id, ()):
+                    guard = f"if step % {every} == 0: " if every > 1 else ""
+                    lines.append(f"    {guard}emit({k}, deliver(t{t.id}), step)")
         outs = "".join(f"host(t{t.id}), " for t in self.output_tensors)
-        lines.append(f"    return ({outs}), {'D' if deliver else '{}'}")
+        lines.append(f"    return ({outs})")
         source = "\n".join(lines) + "\n"
         filename = f"<flowlab plan {self.graph.name} #{next(_plan_ids)}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # readable tracebacks
         exec(compile(source, filename, "exec"), ns)
         return source, ns["run"]
 
-    def __call__(self, feeds, step=0):
-        return self._run(feeds, step)
+    def _check(self, value, node, tensor_id, inputs):
+        xp = self.backend.xp
+        if bool(xp.isfinite(value).all()):
+            return
+        raise AnomalyError(anomaly_report(self.graph, node, tensor_id, value, inputs, xp))
+
+    def __call__(self, feeds, step=0, emit=None):
+        return self._run(feeds, step, emit)
 
     def __str__(self):
         return self.source
 
 
-def compile_graph(graph, output_tensors, backend, variables, deliver=(), rng_seed=0) -> Plan:
-    return Plan(graph, output_tensors, backend, variables, deliver, rng_seed)
+def _stats(xp, a):
+    a = xp.asarray(a)
+    if a.dtype.kind != "f":
+        return f"min {a.min()} max {a.max()}" if a.size else "empty"
+    finite = a[xp.isfinite(a)]
+    nan, inf = int(xp.isnan(a).sum()), int(xp.isinf(a).sum())
+    body = (f"min {float(finite.min()):.4g} max {float(finite.max()):.4g} mean {float(finite.mean()):.4g}"
+            if finite.size else "no finite values")
+    return f"{body}, {nan} NaN, {inf} Inf of {a.size}"
+
+
+def anomaly_report(graph, node, tensor_id, value, inputs, xp):
+    """Name the op that made NaN/Inf, where the user wrote it, and what its inputs looked like."""
+    tensor = graph.tensors[tensor_id]
+    nan, inf = int(xp.isnan(value).sum()), int(xp.isinf(value).sum())
+    what = f"variable {tensor.logical_blob_name} after update {node.name}" if node.op.side_effect else \
+        f"{tensor.logical_blob_name}"
+    forward = node.name.split("/")[0][len("System-AutoGrad-"):] if node.name.startswith("System-AutoGrad-") else None
+    lines = [f"job {graph.name}: op {node.name} ({node.op.__name__}) produced {nan} NaN and {inf} Inf in {what} "
+             f"(at {node.source}{', gradient of op ' + forward if forward else ''})", "inputs:"]
+    if node.op.__name__ == "Input":
+        lines[0] = f"job {graph.name}: argument {tensor.logical_blob_name} fed {nan} NaN and {inf} Inf"
+        lines.pop()
+    for t, array in zip(node.inputs, inputs):
+        lines.append(f"  {t.logical_blob_name} {t.dtype}{list(t.shape)}: {_stats(xp, array)}")
+    return "\n".join(lines)
+
+
+def compile_graph(graph, output_tensors, backend, variables, deliveries=(), rng_seed=0, check_anomaly=False) -> Plan:
+    return Plan(graph, output_tensors, backend, variables, deliveries, rng_seed, check_anomaly)
 
 
 __all__ = ["Plan", "compile_graph", "plan_buffers", "prune"]

@@ -150,7 +150,7 @@ class Graph:
         self._local_counter = itertools.count()
 
     def add_node(self, op, inputs, attrs, name, out_specs, out_names, device_tag=None) -> list[LazyTensor]:
-        node = Node(op, name, inputs, attrs, user_source_line(), device_tag)
+        node = Node(op, name, inputs, attrs, _state.grad_source or user_source_line(), device_tag)
         self.nodes.append(node)
         for i, ((shape, dtype), arg) in enumerate(zip(out_specs, out_names)):
             lbn = f"{name}/{arg}" if op.is_variable else f"{name}/{arg}_0"   # OneFlow: user-op outputs are lists
@@ -186,6 +186,7 @@ class _TraceState(threading.local):
         self.device_tag: str | None = None
         self.name_scopes: list[str] = []
         self.grad_scope: str | None = None
+        self.grad_source: str | None = None
 
 
 _state = _TraceState()
@@ -257,14 +258,16 @@ def scoped_name(name: str) -> str:
 
 
 @contextlib.contextmanager
-def grad_scope(forward_node_name: str):
-    """Gradient ops are named after the forward op they differentiate, without touching the global counter."""
-    saved = _state.grad_scope
-    _state.grad_scope = f"System-AutoGrad-{forward_node_name}"
+def grad_scope(forward_node: Node):
+    """Gradient ops are named after the forward op they differentiate (without touching the global counter) and
+    carry its source line, so errors in a gradient point at the user's code."""
+    saved = _state.grad_scope, _state.grad_source
+    _state.grad_scope = f"System-AutoGrad-{forward_node.name}"
+    _state.grad_source = forward_node.source
     try:
         yield
     finally:
-        _state.grad_scope = saved
+        _state.grad_scope, _state.grad_source = saved
 
 
 @contextlib.contextmanager

@@ -22,12 +22,42 @@ class Backend:
         self.name = name
         self.xp = xp
         self.is_gpu = name == "cupy"
+        self._copy_stream = None
 
     def asarray(self, host):
         return self.xp.asarray(host)
 
     def to_host(self, array) -> np.ndarray:
         return array.get() if self.is_gpu else np.asarray(array)
+
+    def to_host_copy(self, array) -> np.ndarray:
+        """A host array that no later kernel can change."""
+        return array.get() if self.is_gpu else np.array(array, copy=True)
+
+    def host_copy_async(self, array):
+        """Start copying ``array`` to the host; returns the copy (NumPy) or a function that waits for it (CuPy).
+
+        On CuPy a device-side snapshot is taken on the compute stream (later kernels and in-place optimizer updates
+        may overwrite ``array``, never the snapshot); a side stream copies it into pinned memory while the compute
+        stream goes on. The returned function keeps the snapshot alive until the copy has finished.
+        """
+        if not self.is_gpu:
+            return np.array(array, copy=True)
+        cupy = self.xp
+        if self._copy_stream is None:
+            self._copy_stream = cupy.cuda.Stream(non_blocking=True)
+        import cupyx
+        snapshot = array.copy()
+        produced = cupy.cuda.get_current_stream().record()
+        pinned = cupyx.empty_pinned(array.shape, array.dtype)
+        self._copy_stream.wait_event(produced)
+        snapshot.get(stream=self._copy_stream, out=pinned)
+        done = self._copy_stream.record()
+
+        def wait(snapshot=snapshot):
+            done.synchronize()
+            return pinned
+        return wait
 
     def random_generator(self, seed):
         return self.xp.random.default_rng(seed)

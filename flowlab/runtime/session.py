@@ -70,9 +70,12 @@ class Session:
                     var.initialize(self.seed)
 
     def sync(self):
-        """Wait until every job call and every callback it started has finished."""
+        """Wait until every job call and every callback it started has finished; raise a callback's error."""
+        from . import dispatch
         for job in list(self.jobs):
             job.sync()
+        dispatch.default().wait()
+        dispatch.default().raise_pending()
 
 
 _default = Session()
@@ -86,7 +89,11 @@ def clear():
     """``flow.clear_default_session()``: forget variables, jobs and compiled plans; names count from 0 again."""
     global _default
     from .. import graph
-    _default.sync()
+    from ..errors import WatchCallbackError
+    try:
+        _default.sync()
+    except WatchCallbackError:
+        pass   # a cleared session's callback errors have nobody left to report to
     _default = Session(seed=_default.seed)
     graph.reset_unique_ids()
 

@@ -1,0 +1,91 @@
+"""The watch dispatcher: one thread that runs watch callbacks off the compute path, in the order they were queued.
+
+The executor hands over each watched value as soon as it has been copied to the host, so callbacks run while the
+rest of the step (often the backward pass) still computes. A job call waits for its own callbacks before it returns
+a result (``Dispatcher.wait``); an error raised by a callback is kept and raised at the next job call or sync.
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import threading
+
+from ..errors import WatchCallbackError
+
+
+class Dispatcher:
+    def __init__(self):
+        self._queue = collections.deque()
+        self._cond = threading.Condition()
+        self._submitted = 0
+        self._done = 0
+        self._errors: list[WatchCallbackError] = []
+        self._thread = None
+
+    def _ensure_thread(self):
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="flowlab-watch-dispatcher", daemon=True)
+            self._thread.start()
+
+    def submit(self, call, describe):
+        """Queue ``call()``; ``describe()`` names what it serves if it raises. Returns the ticket to wait for."""
+        with self._cond:
+            self._ensure_thread()
+            self._queue.append((call, describe))
+            self._submitted += 1
+            self._cond.notify_all()
+            return self._submitted
+
+    def _loop(self):
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+                call, describe = self._queue.popleft()
+            try:
+                call()
+            except BaseException as e:  # a handler's failure must reach the user, never kill the dispatcher
+                error = WatchCallbackError(f"{describe()} raised {type(e).__name__}: {e}")
+                error.__cause__ = e
+                with self._cond:
+                    self._errors.append(error)
+            finally:
+                with self._cond:
+                    self._done += 1
+                    self._cond.notify_all()
+
+    def ticket(self):
+        with self._cond:
+            return self._submitted
+
+    def wait(self, ticket=None):
+        """Block until every callback queued up to ``ticket`` (default: all so far) has run."""
+        if threading.current_thread() is self._thread:
+            return   # a handler that calls a job must not wait for itself
+        with self._cond:
+            target = self._submitted if ticket is None else ticket
+            while self._done < target:
+                self._cond.wait()
+
+    def raise_pending(self):
+        """Raise the first error a callback raised since the last call (the others are chained as context)."""
+        with self._cond:
+            errors, self._errors = self._errors, []
+        if errors:
+            first = errors[0]
+            if len(errors) > 1:
+                first.args = (f"{first.args[0]} (and {len(errors) - 1} more callback error(s))",)
+            raise first
+
+
+_dispatcher = Dispatcher()
+
+
+def default() -> Dispatcher:
+    return _dispatcher
+
+
+@atexit.register
+def _finish_callbacks_at_exit():
+    # A script whose last line calls a `-> None` job still sees that job's watch output.
+    _dispatcher.wait()

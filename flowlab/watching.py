@@ -1,0 +1,241 @@
+"""``flow.watch``, ``flow.watch_diff`` and ``flow.watch_scope``: deliver values and gradients of any tensor to Python.
+
+Inside a job function these only *record* requests on the graph. When the job is compiled, each request becomes a
+delivery in the plan (a host copy right after the tensor is computed); the dispatcher thread then converts the value
+as the handler's annotation asks (``tp.Numpy`` -> ndarray, ``tp.ListNumpy`` -> [ndarray], none -> ``Blob``) and calls
+it. Jobs without watches compile to exactly the plan they had before.
+
+Beyond OneFlow: ``stats=True`` delivers a ``TensorStats`` computed on the device instead of the tensor, ``every=N``
+delivers every N-th call only, and ``watch_diff`` of a tensor without a gradient is an error, not a silent no-op.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from . import graph as g
+from . import typing as tp
+from .errors import TraceError
+
+
+class BlobDef:
+    """What ``watch_scope`` reports beside each value: the lazy tensor's static description."""
+
+    __slots__ = ("shape", "dtype", "logical_blob_name", "op_name")
+
+    def __init__(self, tensor):
+        self.shape = tensor.shape
+        self.dtype = tensor.dtype
+        self.logical_blob_name = tensor.logical_blob_name
+        self.op_name = tensor.op_name
+
+    @property
+    def lbn(self):
+        return self.logical_blob_name
+
+    def __repr__(self):
+        return f"BlobDef({self.logical_blob_name!r}, shape={self.shape}, dtype={self.dtype})"
+
+
+class TensorStats(NamedTuple):
+    """Summary of a tensor computed on the device (``watch(..., stats=True)``); min/max/mean/std skip NaN/Inf."""
+    shape: tuple
+    min: float
+    max: float
+    mean: float
+    std: float
+    nan_count: int
+    inf_count: int
+
+    @classmethod
+    def from_vector(cls, shape, v):
+        return cls(tuple(shape), float(v[0]), float(v[1]), float(v[2]), float(v[3]), int(v[4]), int(v[5]))
+
+
+@dataclass
+class WatchRequest:
+    tensor: g.LazyTensor          # the watched forward tensor
+    diff: bool                    # deliver its gradient instead of its value
+    call: Callable[[Any, int], None]   # (host value, step) -> runs the user's handler
+    describe: str                 # for error messages
+    stats: bool = False
+    every: int = 1
+    source: str = ""
+    target: g.LazyTensor | None = None   # what the plan delivers (value, gradient or stats), set at compile time
+
+
+# ------------------------------------------------------------------------------------------------------ handlers
+
+def _converter(handler, api):
+    """Check a handler when the job is defined; return a function turning a host array into its argument."""
+    if not callable(handler):
+        raise TypeError(f"{api}: handler must be callable (or a prompt string / None to print), got {handler!r}")
+    try:
+        params = list(inspect.signature(handler).parameters.values())
+    except (TypeError, ValueError):
+        return lambda value: value            # builtins such as print: give the plain value
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    if len(required) > 1:
+        raise TypeError(f"{api}: handler {_name(handler)} must take one argument (the watched value); it requires "
+                        f"{len(required)}: {', '.join(p.name for p in required)}")
+    if not positional and not any(p.kind == p.VAR_POSITIONAL for p in params):
+        raise TypeError(f"{api}: handler {_name(handler)} must take one argument (the watched value); it takes none")
+    annotation = positional[0].annotation if positional else inspect.Parameter.empty
+    if annotation is tp.Numpy:
+        return lambda value: value
+    if annotation is tp.ListNumpy:
+        return lambda value: [value]
+    if annotation is inspect.Parameter.empty or annotation is TensorStats:
+        from .job import Blob
+        return lambda value: value if isinstance(value, TensorStats) else Blob(value)
+    raise TypeError(f"{api}: handler {_name(handler)} annotates its argument as {annotation!r}; use tp.Numpy, "
+                    "tp.ListNumpy or no annotation (a blob with .numpy())")
+
+
+def _name(handler):
+    return getattr(handler, "__qualname__", None) or repr(handler)
+
+
+def _printer(prompt):
+    def show(value):
+        print(value if not prompt else f"{prompt} {value}")
+    return show
+
+
+def _handler_call(handler, api):
+    if handler is None or isinstance(handler, str):
+        show = _printer(handler)
+        return lambda value, step: show(value), f"print ({handler!r})"
+    convert = _converter(handler, api)
+    return lambda value, step: handler(convert(value)), _name(handler)
+
+
+def _check_tensor(tensor, api):
+    graph = g.current_graph(api)
+    if not isinstance(tensor, g.LazyTensor):
+        raise TypeError(f"{api}: expects a tensor of the job being traced, got {type(tensor).__name__}")
+    if tensor.graph is not graph:
+        raise TraceError(f"{api}: tensor {tensor.logical_blob_name} belongs to job {tensor.graph.name!r}, not to "
+                         f"job {graph.name!r} being traced")
+    return graph
+
+
+def _check_options(api, stats, every):
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        raise ValueError(f"{api}: every must be a positive int, got {every!r}")
+    if not isinstance(stats, bool):
+        raise TypeError(f"{api}: stats must be True or False, got {stats!r}")
+
+
+def _watch(tensor, handler, stats, every, diff):
+    api = "flow.watch_diff" if diff else "flow.watch"
+    graph = _check_tensor(tensor, api)
+    _check_options(api, stats, every)
+    if diff and not graph.is_train:
+        raise TraceError(f"{api}({tensor.logical_blob_name}): job {graph.name!r} is a predict job and computes no "
+                         "gradients; watch gradients in a @flow.global_function(type=\"train\") job")
+    call, name = _handler_call(handler, api)
+    what = "gradient of" if diff else "value of"
+    graph.watches.append(WatchRequest(tensor, diff, call, f"{api} handler {name} for the {what} "
+                                      f"{tensor.logical_blob_name}", stats, every, g.user_source_line()))
+
+
+def watch(blob_watched, handler_or_prompt=None, stats=False, every=1):
+    """Deliver the value of ``blob_watched`` to ``handler_or_prompt`` on each call (or print it with that prompt)."""
+    _watch(blob_watched, handler_or_prompt, stats, every, diff=False)
+
+
+def watch_diff(blob_watched, handler_or_prompt=None, stats=False, every=1):
+    """Deliver the gradient of ``blob_watched`` (of the loss being minimised) on each call of a train job."""
+    _watch(blob_watched, handler_or_prompt, stats, every, diff=True)
+
+
+def _scope_call(watcher, api):
+    """A watch_scope target: a dict filled with ``lbn -> {"blob", "blob_def"}`` or a callable ``(blob, blob_def)``."""
+    from .job import Blob
+    if isinstance(watcher, dict):
+        def make(tensor):
+            blob_def = BlobDef(tensor)
+
+            def store(value, step):
+                watcher[blob_def.logical_blob_name] = {"blob": Blob(value), "blob_def": blob_def}
+            return store
+        return make, "dict"
+    if callable(watcher):
+        try:
+            required = [p for p in inspect.signature(watcher).parameters.values()
+                        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            required = [None, None]
+        if len(required) > 2:
+            raise TypeError(f"{api}: a callable watcher takes (blob, blob_def); {_name(watcher)} requires "
+                            f"{len(required)} arguments")
+
+        def make(tensor):
+            blob_def = BlobDef(tensor)
+            return lambda value, step: watcher(Blob(value), blob_def)
+        return make, _name(watcher)
+    raise TypeError(f"{api}: expected a dict, a callable (blob, blob_def) or None, got {type(watcher).__name__}")
+
+
+@contextlib.contextmanager
+def watch_scope(blob_watcher=None, diff_blob_watcher=None):
+    """Watch every tensor created inside the block (variables included): values to ``blob_watcher``, gradients to
+    ``diff_blob_watcher``; each is a dict (``lbn -> {"blob": ..., "blob_def": ...}``) or a callable
+    ``(blob, blob_def)``. Tensors without a gradient (integer ones, those the loss does not depend on) are only
+    value-watched."""
+    api = "flow.watch_scope"
+    graph = g.current_graph(api)
+    value_make = _scope_call(blob_watcher, api) if blob_watcher is not None else None
+    diff_make = _scope_call(diff_blob_watcher, api) if diff_blob_watcher is not None else None
+    if diff_make is not None and not graph.is_train:
+        raise TraceError(f"{api}: diff_blob_watcher needs a train job; job {graph.name!r} is a predict job")
+    first = len(graph.nodes)
+    yield
+    source = g.user_source_line()
+    for node in graph.nodes[first:]:
+        for tensor in node.outputs:
+            if value_make is not None:
+                make, name = value_make
+                graph.watches.append(WatchRequest(tensor, False, make(tensor), f"{api} {name} for the value of "
+                                                  f"{tensor.logical_blob_name}", source=source))
+            if diff_make is not None and tensor.dtype.kind == "f":
+                make, name = diff_make
+                request = WatchRequest(tensor, True, make(tensor), f"{api} {name} for the gradient of "
+                                       f"{tensor.logical_blob_name}", source=source)
+                request.optional = True      # scope members without a gradient are skipped, not errors
+                graph.watches.append(request)
+
+
+def resolve(graph):
+    """Fix what each request delivers, once gradients exist: the tensor, its gradient, or its on-device stats."""
+    from .ops.stats import tensor_stats
+    kept = []
+    for request in graph.watches:
+        target = request.tensor
+        if request.diff:
+            target = graph.grad_of.get(request.tensor.id)
+            if target is None:
+                if getattr(request, "optional", False):
+                    continue
+                raise TraceError(f"flow.watch_diff({request.tensor.logical_blob_name}) at {request.source}: the loss "
+                                 f"of job {graph.name!r} does not depend on this tensor through any differentiable "
+                                 "op, so it has no gradient")
+        if request.stats:
+            target = tensor_stats(target)
+            shape, call = request.tensor.shape, request.call
+            request.call = lambda v, step, shape=shape, call=call: call(TensorStats.from_vector(shape, v), step)
+        request.target = target
+        kept.append(request)
+    graph.watches = kept
+    return kept
+
+
+def gradient_targets(graph):
+    """Forward tensors whose gradients watches need (passed to autodiff beside the variables)."""
+    return [r.tensor for r in graph.watches if r.diff]
