@@ -162,7 +162,7 @@ class JobFunction:
         self.is_train = is_train
         self.config = config
         self.arg_names, self.arg_defs = self._arg_defs(fn)
-        self.return_kind = _return_kind(inspect.signature(fn).return_annotation)
+        self.return_kind = _return_kind(inspect.signature(fn, eval_str=True).return_annotation)
         self._compiled: dict[tuple, _Compiled] = {}
         self._first_id = None
         self._last = None
@@ -172,7 +172,7 @@ class JobFunction:
     @staticmethod
     def _arg_defs(fn):
         names, defs = [], []
-        for p in inspect.signature(fn).parameters.values():
+        for p in inspect.signature(fn, eval_str=True).parameters.values():   # string annotations too
             d = p.annotation if isinstance(p.annotation, tp.ArgDef) else p.default
             if not isinstance(d, tp.ArgDef):
                 raise TypeError(f"job function {fn.__name__}: argument {p.name!r} needs a placeholder, e.g. "

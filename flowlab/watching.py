@@ -5,6 +5,9 @@ delivery in the plan (a host copy right after the tensor is computed); the dispa
 as the handler's annotation asks (``tp.Numpy`` -> ndarray, ``tp.ListNumpy`` -> [ndarray], none -> ``Blob``) and calls
 it. Jobs without watches compile to exactly the plan they had before.
 
+A handler object with a ``watch_event(value, blob_def, kind, step)`` method (``kind`` is ``"value"`` or
+``"gradient"``; ``value`` an ndarray or ``TensorStats``) is told which tensor it sees: live widgets use this.
+
 Beyond OneFlow: ``stats=True`` delivers a ``TensorStats`` computed on the device instead of the tensor, ``every=N``
 delivers every N-th call only, and ``watch_diff`` of a tensor without a gradient is an error, not a silent no-op.
 """
@@ -75,7 +78,7 @@ def _converter(handler, api):
     if not callable(handler):
         raise TypeError(f"{api}: handler must be callable (or a prompt string / None to print), got {handler!r}")
     try:
-        params = list(inspect.signature(handler).parameters.values())
+        params = list(inspect.signature(handler, eval_str=True).parameters.values())
     except (TypeError, ValueError):
         return lambda value: value            # builtins such as print: give the plain value
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -107,10 +110,14 @@ def _printer(prompt):
     return show
 
 
-def _handler_call(handler, api):
+def _handler_call(handler, api, tensor, diff):
     if handler is None or isinstance(handler, str):
         show = _printer(handler)
         return lambda value, step: show(value), f"print ({handler!r})"
+    if hasattr(handler, "watch_event"):
+        # Live panels want to know what they are shown: the tensor, value or gradient, and the call number.
+        blob_def, kind = BlobDef(tensor), ("gradient" if diff else "value")
+        return lambda value, step: handler.watch_event(value, blob_def, kind, step), _name(type(handler))
     convert = _converter(handler, api)
     return lambda value, step: handler(convert(value)), _name(handler)
 
@@ -139,7 +146,7 @@ def _watch(tensor, handler, stats, every, diff):
     if diff and not graph.is_train:
         raise TraceError(f"{api}({tensor.logical_blob_name}): job {graph.name!r} is a predict job and computes no "
                          "gradients; watch gradients in a @flow.global_function(type=\"train\") job")
-    call, name = _handler_call(handler, api)
+    call, name = _handler_call(handler, api, tensor, diff)
     what = "gradient of" if diff else "value of"
     graph.watches.append(WatchRequest(tensor, diff, call, f"{api} handler {name} for the {what} "
                                       f"{tensor.logical_blob_name}", stats, every, g.user_source_line()))

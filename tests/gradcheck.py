@@ -13,7 +13,7 @@ from flowlab.autodiff import gradients
 def _job(build, specs, weights):
     def job(*xs):
         y = build(*xs)
-        loss = flow.math.reduce_sum(y * flow.constant(weights, dtype=y.dtype))
+        loss = flow.math.reduce_sum(flow.math.multiply(y, flow.constant(weights, dtype=y.dtype), name="gradcheck_weight"))
         grads = gradients([loss], list(xs), [flow.constant(1.0, dtype=flow.float64)])
         return [loss] + [gr if gr is not None else loss for gr in grads]
 
@@ -63,6 +63,6 @@ def check_grad(build, *inputs, wrt=None, eps=1e-6, rtol=1e-5, atol=1e-7, max_poi
 
 def _output_shape(probe, inputs):
     graph = probe.compiled(tuple(a.shape for a in inputs)).graph
-    # The probe multiplies by a scalar weight: the traced multiply's first input is build's output.
-    mul = next(n for n in graph.nodes if n.op.__name__ == "Multiply")
+    # The loss weights build's output by a named multiply: its first input is that output.
+    mul = next(n for n in graph.nodes if n.name == "gradcheck_weight")
     return mul.inputs[0].shape
