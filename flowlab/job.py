@@ -287,7 +287,10 @@ class JobFunction:
     def __call__(self, *args, **kwargs):
         arrays = self._check_feeds(args, kwargs)
         dispatcher = dispatch.default()
-        dispatcher.raise_pending()          # a callback of an earlier call failed: say so before running again
+        # Earlier calls' callbacks finish first: the queue stays bounded when handlers are slower than the job,
+        # and a handler's error is raised here, before the next step runs.
+        dispatcher.wait()
+        dispatcher.raise_pending()
         with self._lock:
             compiled = self.compiled(tuple(a.shape for a in arrays))
             if not compiled.variables_ready:

@@ -1,8 +1,10 @@
 """The watch dispatcher: one thread that runs watch callbacks off the compute path, in the order they were queued.
 
 The executor hands over each watched value as soon as it has been copied to the host, so callbacks run while the
-rest of the step (often the backward pass) still computes. A job call waits for its own callbacks before it returns
-a result (``Dispatcher.wait``); an error raised by a callback is kept and raised at the next job call or sync.
+rest of the step (often the backward pass) still computes. A job call that returns a value waits for its own callbacks
+first; a ``-> None`` job returns at once and its callbacks overlap the caller's next work, until the next job call
+(which waits for them, keeping the queue bounded) or ``flow.sync_default_session()``. An error raised by a callback
+is kept and raised there.
 """
 from __future__ import annotations
 
