@@ -141,7 +141,6 @@ class _Compiled:
         self.plan = plan
         self.rebuild = rebuild
         self.requests = requests        # delivery index -> watch requests
-        self.step = 0
         self.variables_ready = False    # once its variables have values they keep them: check on the first call only
 
     def emit(self, k, copy, step):
@@ -164,6 +163,7 @@ class JobFunction:
         self.arg_names, self.arg_defs = self._arg_defs(fn)
         self.return_kind = _return_kind(inspect.signature(fn, eval_str=True).return_annotation)
         self._compiled: dict[tuple, _Compiled] = {}
+        self.step = 0                   # calls so far, over every signature: the train step of LR schedules, watches
         self._first_id = None
         self._last = None
         self._lock = threading.Lock()
@@ -298,8 +298,8 @@ class JobFunction:
                 compiled.variables_ready = True
             be = compiled.plan.backend
             feeds = [be.asarray(a) for a in arrays] if be.is_gpu else arrays
-            outputs = compiled.plan(feeds, compiled.step, compiled.emit)
-            compiled.step += 1
+            outputs = compiled.plan(feeds, self.step, compiled.emit)
+            self.step += 1
         ticket = dispatcher.ticket()
         return self._result(compiled.rebuild(list(outputs)), ticket)
 
