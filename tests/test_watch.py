@@ -317,3 +317,22 @@ def test_anomaly_in_a_fed_argument():
 
     with pytest.raises(AnomalyError, match=r"argument Input_\d+/out_0 fed 1 NaN and 0 Inf"):
         job(np.array([np.nan, 1.0], np.float32))
+
+
+def test_call_numbers_count_over_every_traced_signature():
+    steps = []
+
+    class Recorder:
+        def watch_event(self, value, blob_def, kind, step):
+            steps.append((step, value.shape))
+
+    recorder = Recorder()
+
+    @flow.global_function()
+    def job(x: tp.ListNumpy.Placeholder((4,))) -> tp.ListNumpy:
+        flow.watch(x, recorder)
+        return x * 2.0
+
+    for n in (4, 4, 3, 4):      # a short last batch is traced again but keeps counting
+        job([np.ones(n, np.float32)])
+    assert steps == [(0, (4,)), (1, (4,)), (2, (3,)), (3, (4,))]
