@@ -3,6 +3,7 @@ import pathlib
 import re
 
 import nbformat
+import numpy as np
 import pytest
 from nbclient import NotebookClient
 
@@ -29,7 +30,103 @@ def check_train_digits(nb):
     assert "hidden_matmul" in text_output(nb)
 
 
-CHECKS = {"01_train_digits.ipynb": check_train_digits}
+def cell_texts(nb):
+    """The printed text (stdout and stderr) of each code cell, in order."""
+    return ["".join(o.get("text", "") for o in cell.get("outputs", []))
+            for cell in nb.cells if cell.cell_type == "code"]
+
+
+def widget_views(nb):
+    return sum("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+               for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", []))
+
+
+def printed_array(text):
+    return np.array(text.split(), dtype=np.float64)
+
+
+def check_watch_relu(nb):
+    out = text_output(nb)
+    # both jobs: the tp.Numpy handler ("out:") and the FixedTensorDef/.ndarray() one ("out"), arrays may wrap lines
+    pairs = re.findall(r"in:\s*\[([^\]]*)\]\s*out:?\s*\[([^\]]*)\]", out)
+    assert [len(printed_array(x)) for x, _ in pairs] == [5, 10]
+    for x, y in pairs:
+        x, y = printed_array(x), printed_array(y)
+        assert (x < 0).any() and (x > 0).any()
+        np.testing.assert_array_equal(y, np.maximum(x, 0))     # the same float32 values print the same
+    assert "callbacks done when the -> None job returned: 0" in out
+    assert "callbacks done after sync_default_session(): 1" in out
+    assert "callbacks done when the -> tp.Numpy job returned: 1" in out
+    assert "callback thread: flowlab-watch-dispatcher" in out
+    assert "watched value equals the returned value: True" in out
+
+
+def check_watch_diff(nb):
+    out = text_output(nb)
+    assert "logits (100, 10) float32" in out and "logits_grad (100, 10) float32" in out
+    difference = float(re.search(r"max abs difference from softmax - onehot: (\S+)", out).group(1))
+    row_sum = float(re.search(r"max abs row sum of logits_grad: (\S+)", out).group(1))
+    assert difference < 1e-5 and row_sum < 1e-5
+    losses = [float(v) for v in re.findall(r"step +\d+: loss ([0-9.]+)", out)]
+    assert len(losses) >= 3 and losses[-1] < losses[0]      # it trains
+
+
+def check_watch_scope(nb):
+    text = next(t for t in cell_texts(nb) if t.startswith("view watched tensors"))
+    values, grads = text.split("view watched grad tensors\n")
+    values = values.splitlines()[1:]
+    grads = grads.splitlines()
+    n = {m.group(1) for line in values + grads for m in [re.match(r"Dense_(\d+)[-_]", line)] if m}
+    assert len(n) == 1, f"one Dense_<n> for every key, got {values + grads}"
+    n = n.pop()
+    oneflow_keys = [f"Dense_{n}-bias/out", f"Dense_{n}-weight/out", f"Dense_{n}_matmul/out_0",
+                    f"Dense_{n}_bias_add/out_0"]
+    assert values == oneflow_keys
+    assert sorted(grads) == sorted(oneflow_keys)
+    out = text_output(nb)
+    for label in ("bias gradient vs batch sum of output gradient", "bias_add vs matmul \\+ bias"):
+        assert float(re.search(label + r": max abs difference (\S+)", out).group(1)) < 1e-5
+    # the callable (blob, blob_def) form saw every tensor of its block
+    for lbn in ("head-bias/out", "head-weight/out", "head_matmul/out_0", "head_bias_add/out_0"):
+        assert re.search(rf"^{lbn} +shape", out, re.M), lbn
+    assert re.search(r"^Sigmoid_\d+/out_0 +shape \(8, 3\)", out, re.M)
+    assert "hidden TensorStats(shape=(8, 64)" in out and "logits_grad TensorStats(shape=(8, 10)" in out
+    assert out.count("stats agree with NumPy on the full tensor: True") == 2
+
+
+def check_debug_diverging(nb):
+    out = text_output(nb)
+    assert "failed to refresh" not in out and "Traceback" not in out
+    assert widget_views(nb) == 4            # a WatchPanel and a TrainingProgress, before and after the fix
+    diverged = out.index("the loss was first non-finite")
+    anomaly = out.index("AnomalyError at step")
+    fixed = out.index("final test accuracy")
+    assert re.search(r"step +\d+: loss nan", out[:diverged]), "the loss never became nan before the fix"
+    assert re.search(r"step +\d+: loss .*1000 NaN", out[:diverged])   # the stats watch saw the NaN gradient
+    assert diverged < anomaly < fixed
+    message = out[anomaly:out.index("the op was created")]
+    assert "produced" in message and re.search(r"op Log_\d+ \(Log\)", message)
+    assert re.search(r"\(at \S*ipykernel\S*:\d+\)", message), "the message names the notebook cell's line"
+    assert re.search(r"ReduceSum_\d+/out_0 float32\[100\]: min 0 ", message)     # the log's input hit 0
+    assert "return -flow.math.log(p_true)" in out[anomaly:]
+    assert "all losses finite: True" in out[fixed - 200:]
+    assert float(re.search(r"final test accuracy: ([0-9.]+)", out).group(1)) > 0.9
+
+
+CHECKS = {
+    "01_train_digits.ipynb": check_train_digits,
+    "02_watch_relu.ipynb": check_watch_relu,
+    "03_watch_diff.ipynb": check_watch_diff,
+    "04_watch_scope.ipynb": check_watch_scope,
+    "05_debug_diverging.ipynb": check_debug_diverging,
+}
+
+
+def test_notebooks_are_committed_without_outputs():
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        code = [cell for cell in nb.cells if cell.cell_type == "code"]
+        assert all(not cell.outputs and cell.execution_count is None for cell in code), f"clear outputs of {path.name}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
