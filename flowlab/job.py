@@ -298,8 +298,10 @@ class JobFunction:
                 compiled.variables_ready = True
             be = compiled.plan.backend
             feeds = [be.asarray(a) for a in arrays] if be.is_gpu else arrays
-            outputs = compiled.plan(feeds, self.step, compiled.emit)
-            self.step += 1
+            try:
+                outputs = compiled.plan(feeds, self.step, compiled.emit)
+            finally:
+                self.step += 1          # a failed call still used its number: watch steps never repeat
         ticket = dispatcher.ticket()
         return self._result(compiled.rebuild(list(outputs)), ticket)
 

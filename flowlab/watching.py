@@ -203,8 +203,8 @@ def watch_scope(blob_watcher=None, diff_blob_watcher=None):
     if diff_make is not None and not graph.is_train:
         raise TraceError(f"{api}: diff_blob_watcher needs a train job; job {graph.name!r} is a predict job")
     first = len(graph.nodes)
-    yield
     source = g.user_source_line()
+    yield
     for node in graph.nodes[first:]:
         for tensor in node.outputs:
             if value_make is not None:

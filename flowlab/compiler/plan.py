@@ -37,7 +37,7 @@ class Plan:
         nodes = sorted((n for n in nodes if n.op.is_variable), key=lambda n: n.name) + \
             [n for n in nodes if not n.op.is_variable]
         visible = {t.id for t in roots}
-        if backend.is_gpu:
+        if backend.is_gpu and not check_anomaly:       # anomaly checks must see every op's own output
             nodes = fuse_elementwise(nodes, visible, cupy_kernel_factory(backend.xp))
         self.nodes = nodes
         self.buffer_of, buffer_specs = plan_buffers(nodes, {t.id for t in self.output_tensors})
