@@ -1,0 +1,211 @@
+"""``SummaryWriter``: PyTorch's summary API (``add_scalar``, ``add_histogram``, ``add_image`` …) over
+``EventFileWriter``, writing the encodings of ``encode``.
+
+Arguments are checked on the caller's thread, so a bad tag, value or image raises right where it was passed; only
+checked data reaches the writer thread.
+
+Where it differs from ``torch.utils.tensorboard``:
+
+* ``add_hparams`` writes into this writer's own run by default (torch makes a new sub-run per call), so the hparams
+  sit beside the training curves. The experiment and session start go out on the first call; later calls (or
+  ``add_scalar(metric_tag, ...)``) add metric values, and ``close()`` ends the session with status SUCCESS
+  (FAILURE when a ``with`` block exits with an exception). ``run_name`` puts a trial in a sub-run instead.
+* ``add_histogram`` writes TensorBoard's ``[k, 3]`` bucket tensor; ``bins="tensorflow"`` means TensorBoard's
+  default of 30 equal-width buckets. NaN/±Inf are left out of the buckets and counted in the scalars
+  ``<tag>/nan_count`` and ``<tag>/inf_count`` from the first step where a tag has any.
+* ``add_images`` stores each image as its own sample rather than tiling them into one grid.
+"""
+from __future__ import annotations
+
+import datetime
+import operator
+import os
+import socket
+import time
+
+from . import encode
+from .writer import EventFileWriter
+
+
+def _step(global_step):
+    if global_step is None:
+        return 0
+    try:
+        step = operator.index(global_step)
+    except TypeError:
+        raise TypeError(f"global_step must be an int, got {type(global_step).__name__} {global_step!r}") from None
+    if not -2**63 <= step < 2**63:                  # Event.step is an int64
+        raise ValueError(f"global_step must fit in 64 bits, got {step}")
+    return step
+
+
+def _walltime(walltime):
+    return time.time() if walltime is None else encode.to_scalar(walltime, "walltime")
+
+
+def _to_nhwc(img, dataformats, name, batch):
+    """``img`` laid out as ``dataformats`` (letters from N, C, H, W) -> an ``NHWC`` array."""
+    array = encode.as_array(img, name)
+    shape = array.shape
+    allowed = "NCHW" if batch else "CHW"
+    fmt = dataformats.upper() if isinstance(dataformats, str) else ""
+    if not ("H" in fmt and "W" in fmt and set(fmt) <= set(allowed) and len(set(fmt)) == len(fmt)):
+        raise ValueError(f"dataformats must name the axes H and W once each, optionally with "
+                         f"{' and '.join(sorted(set(allowed) - set('HW')))}; got {dataformats!r}")
+    if array.ndim != len(fmt):
+        raise ValueError(f"{name} has shape {array.shape} ({array.ndim} axes), but dataformats={dataformats!r} "
+                         f"describes {len(fmt)} axes")
+    for axis in "NC":                   # a missing axis becomes a trailing one of size 1
+        if axis not in fmt:
+            array, fmt = array[..., None], fmt + axis
+    nhwc = array.transpose([fmt.index(axis) for axis in "NHWC"])
+    if nhwc.shape[3] not in (1, 3, 4):
+        raise ValueError(f"{name} of shape {shape} with dataformats={dataformats!r} has "
+                         f"{nhwc.shape[3]} channels; expected 1, 3 or 4")
+    return nhwc
+
+
+class SummaryWriter:
+    """Write TensorBoard event files into ``logdir`` (default ``runs/<date>_<host>``, as torch's)."""
+
+    def __init__(self, logdir=None, flush_secs=1.0, filename_suffix="", max_queue=1024):
+        if logdir is None:
+            logdir = os.path.join("runs", datetime.datetime.now().strftime("%b%d_%H-%M-%S") + "_"
+                                  + socket.gethostname())
+        self.logdir = os.fspath(logdir)
+        self._options = dict(flush_secs=flush_secs, filename_suffix=filename_suffix, max_queue=max_queue)
+        self.file_writer = EventFileWriter(self.logdir, **self._options)
+        self._children = {}             # sub-runs: add_scalars keys and add_hparams(run_name=...)
+        self._nonfinite_tags = set()    # histogram tags that have met NaN/Inf: their counts are written from then on
+        self._hparams = None            # (hparam_dict, metric tags) once this run holds an hparams session
+        self._session_ended = False
+
+    def get_logdir(self):
+        return self.logdir
+
+    # ------------------------------------------------------------------------------------------------ scalars
+
+    def add_scalar(self, tag, scalar_value, global_step=None, walltime=None):
+        self.file_writer.add_scalar(encode.check_tag(tag), encode.to_scalar(scalar_value, "scalar_value"),
+                                    _step(global_step), _walltime(walltime))
+
+    def add_scalars(self, main_tag, tag_scalar_dict, global_step=None, walltime=None):
+        """One value per key, each in its own run ``<logdir>/<main_tag>_<key>`` under the tag ``main_tag``, so
+        TensorBoard draws them in one chart."""
+        encode.check_tag(main_tag, "main_tag")
+        if not isinstance(tag_scalar_dict, dict):
+            raise TypeError(f"tag_scalar_dict must be a dict of key -> number, got {type(tag_scalar_dict).__name__}")
+        values = {encode.check_tag(key, "tag_scalar_dict key"): encode.to_scalar(value, f"tag_scalar_dict[{key!r}]")
+                  for key, value in tag_scalar_dict.items()}
+        step, wall = _step(global_step), _walltime(walltime)
+        for key, value in values.items():
+            self._child(f"{main_tag.replace('/', '_')}_{key}").file_writer.add_scalar(main_tag, value, step, wall)
+
+    # ------------------------------------------------------------------------------------------------ arrays
+
+    def add_histogram(self, tag, values, global_step=None, bins="tensorflow", walltime=None):
+        encode.check_tag(tag)
+        array = encode.as_array(values, "values")
+        value = encode.histogram(tag, array, bins)
+        nan, inf = encode.nonfinite_counts(array)
+        step, wall = _step(global_step), _walltime(walltime)
+        self.file_writer.add_summary([value], step, wall)
+        if nan or inf or tag in self._nonfinite_tags:
+            self._nonfinite_tags.add(tag)
+            self.file_writer.add_scalar(f"{tag}/nan_count", float(nan), step, wall)
+            self.file_writer.add_scalar(f"{tag}/inf_count", float(inf), step, wall)
+
+    def add_image(self, tag, img, global_step=None, walltime=None, dataformats="CHW"):
+        """One image: uint8 (0..255) or float (0..1), laid out as ``dataformats`` (CHW, HWC, HW …)."""
+        encode.check_tag(tag)
+        value = encode.image(tag, _to_nhwc(img, dataformats, "img", batch=False)[0])
+        self.file_writer.add_summary([value], _step(global_step), _walltime(walltime))
+
+    def add_images(self, tag, imgs, global_step=None, walltime=None, dataformats="NCHW"):
+        """A batch of images, one sample each (TensorBoard's image slider walks through them)."""
+        encode.check_tag(tag)
+        value = encode.image(tag, _to_nhwc(imgs, dataformats, "imgs", batch=True))
+        self.file_writer.add_summary([value], _step(global_step), _walltime(walltime))
+
+    def add_text(self, tag, text_string, global_step=None, walltime=None):
+        self.file_writer.add_summary([encode.text(tag, text_string)], _step(global_step), _walltime(walltime))
+
+    # ------------------------------------------------------------------------------------------------ hparams
+
+    def add_hparams(self, hparam_dict, metric_dict, hparam_domain_discrete=None, run_name=None,
+                    global_step=None):
+        """Record a trial's hparams and metric values; returns the writer of the trial's run, whose
+        ``add_scalar(metric_tag, ...)`` (or another ``add_hparams``) updates the metrics later."""
+        if not isinstance(hparam_dict, dict) or not isinstance(metric_dict, dict):
+            raise TypeError(f"hparam_dict and metric_dict must be dicts, got {type(hparam_dict).__name__} and "
+                            f"{type(metric_dict).__name__}")
+        writer = self if run_name is None else self._child(encode.check_tag(run_name, "run_name"))
+        writer._write_hparams(hparam_dict, metric_dict, hparam_domain_discrete, _step(global_step))
+        return writer
+
+    def _write_hparams(self, hparam_dict, metric_dict, domains, step):
+        metrics = {encode.check_tag(tag, "metric tag"): encode.to_scalar(value, f"metric_dict[{tag!r}]")
+                   for tag, value in metric_dict.items()}
+        wall = time.time()
+        if self._hparams is None:
+            # Both built (and so checked) before either is written.
+            values = [encode.hparams_experiment(hparam_dict, list(metrics), domains, wall),
+                      encode.hparams_session_start(hparam_dict, wall)]
+            self.file_writer.add_summary(values, step, wall)
+            self._hparams = (dict(hparam_dict), set(metrics))
+        else:
+            known_hparams, known_metrics = self._hparams
+            if hparam_dict != known_hparams:
+                raise ValueError(f"run {self.logdir!r} already holds the hparams {known_hparams}; one run is one "
+                                 f"trial: pass run_name=... to record another")
+            if not set(metrics) <= known_metrics:
+                raise ValueError(f"metrics {sorted(set(metrics) - known_metrics)} were not in this run's first "
+                                 f"add_hparams call ({sorted(known_metrics)}); TensorBoard would not show them")
+        for tag, value in metrics.items():
+            self.file_writer.add_scalar(tag, value, step, wall)
+
+    # ------------------------------------------------------------------------------------------------ delegated
+
+    def add_graph(self, job):
+        """The job's graph for TensorBoard's graph dashboard (built by ``graph_export``)."""
+        from .graph_export import graph_def
+        self.file_writer.add_graph_def(graph_def(job))
+
+    def add_embedding(self, mat, metadata=None, label_img=None, global_step=None, tag="default",
+                      metadata_header=None):
+        """Vectors for TensorBoard's projector, written into this run's directory (by ``projector``)."""
+        from .projector import write_embedding
+        write_embedding(self.logdir, mat, metadata, label_img, None if global_step is None else _step(global_step),
+                        tag, metadata_header)
+
+    # ------------------------------------------------------------------------------------------------ lifetime
+
+    def _child(self, name):
+        if name not in self._children:
+            self._children[name] = SummaryWriter(os.path.join(self.logdir, name), **self._options)
+        return self._children[name]
+
+    def flush(self):
+        self.file_writer.flush()
+        for child in self._children.values():
+            child.flush()
+
+    def close(self):
+        self._close("SUCCESS")
+
+    def _close(self, status):
+        if self._hparams is not None and not self._session_ended:
+            self._session_ended = True
+            self.file_writer.add_summary([encode.hparams_session_end(status)])
+        for child in self._children.values():
+            child._close(status)
+        self.file_writer.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self._close("FAILURE" if exc_type is not None else "SUCCESS")
+
+    def __repr__(self):
+        return f"SummaryWriter({self.logdir!r})"
