@@ -4,7 +4,7 @@
 """
 import logging as _logging
 
-from . import config, data, dtypes, initializers, layers, losses, math, nn, optim, scope, train, typing
+from . import config, data, dtypes, initializers, layers, losses, math, nn, optim, scope, summary, train, typing
 from .dtypes import char, double, float, float16, float32, float64, int8, int32, int64, uint8
 from .initializers import (constant_initializer, glorot_normal_initializer, glorot_uniform_initializer,
                            kaiming_initializer, ones_initializer, random_normal, random_normal_initializer,

@@ -1,4 +1,18 @@
 """Summaries: TensorBoard-compatible event files, written and read by flowlab.
 
-``proto`` holds the messages (TensorBoard's names and field numbers), ``record`` the TFRecord framing with CRC-32C.
+``proto`` holds the messages (TensorBoard's names and field numbers), ``record`` the TFRecord framing with CRC-32C,
+``encode`` builds ``Summary.Value``s in TensorBoard's current encodings and ``writer.EventFileWriter`` writes them
+on a background thread. On top of these, two ways to write:
+
+* OneFlow 0.x's API (``flow.summary.*``, see ``oneflow_api``): in-job ops ``create_summary_writer``, ``scalar``,
+  ``histogram``, ``image``, ``pb``, ``flush_summary_writer``; helpers ``text`` and ``hparams`` (with ``HParam``,
+  ``RealRange``, ``IntegerRange``, ``ValueSet``, ``Metric``); ``Graph(logdir).write_structure_graph()``
+  (``graph_export``); ``Projector(logdir)`` for embeddings and exception samples (``projector``, which also reads
+  them back with ``read_projector``).
+* PyTorch's ``SummaryWriter`` (``summary_writer``).
 """
+from .hparams import HParam, IntegerRange, Metric, RealRange, ValueSet, hparams
+from .oneflow_api import (Graph, NoSummaryWriterError, close_summary_writer, create_summary_writer,
+                          flush_summary_writer, histogram, image, pb, scalar, text)
+from .projector import Projector, read_projector, write_embedding
+from .summary_writer import SummaryWriter
