@@ -1,0 +1,665 @@
+"""Incremental reading of a TensorBoard logdir: what the dashboard polls.
+
+``LogdirTailer(logdir).poll()`` returns the items (:class:`Datum`) completed since the previous poll.
+
+Design
+- Discovery: every poll walks the logdir. A run is a directory (the logdir itself is run ``"."``) holding files whose
+  name contains ``tfevents``; its name is the path relative to the logdir with ``/`` separators. Runs are visited in
+  name order and a run's files in name order, as TensorBoard orders them.
+- Per file we keep the byte offset read so far and the unconsumed tail (a partial last record). A poll stats the file
+  first and reads only the bytes beyond the offset, so polling an unchanged logdir reads nothing. A file that shrinks
+  or is replaced (new inode) is read again from its start; a vanished or unreadable file is reported in ``stats()``
+  and never raises; an unreadable one is retried on later polls.
+- Framing: ``_hop`` walks from record to record in a tight loop computing each payload's CRC-32C; NumPy then checks
+  every length checksum and data checksum at once. From the first bad record on we resynchronise byte by byte as
+  ``record.RecordScanner`` does (skip, find the next place where a length and its checksum agree and the data checks
+  out, count one corrupt record per damaged stretch) and go back to the fast loop.
+- Decoding: plain scalar records (``Event{wall_time, step, summary{value{tag, simple_value or one-float tensor}}}``,
+  the bulk of most logs, as tensorboardX, torch, TensorFlow and flowlab write them) are decoded column-wise with NumPy
+  straight from the wire bytes; every other record is parsed with upb into an ``Event``. Legacy values
+  (``simple_value``, ``histo``, ``image``, ``audio``) and tensor values are read alike; a tensor's meaning comes from
+  its tag's plugin, fixed per run by the first metadata seen (writers send metadata only with a tag's first value), as
+  TensorBoard's ``EventAccumulator`` fixes it.
+- Restarts follow ``EventAccumulator``: in a run whose files declare ``brain.Event:2`` (every current writer), each
+  ``SessionLog`` START after the first drops the run's data with step >= its step; in older files an event whose step
+  is below the previous summary event's step drops its own tags' data with step >= its step. The tailer keeps no
+  data, so it reports each such drop as a ``kind="purge"`` item, in order, for the consumer's store to apply.
+"""
+from __future__ import annotations
+
+import math
+import os
+import struct
+from typing import Any, NamedTuple
+
+import numpy as np
+from crc32c import crc32c
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+
+from . import proto
+from .record import FOOTER, HEADER, masked_crc
+
+GRAPH_TAG = "__run_graph__"       # TensorBoard's tag for a run's graph
+KINDS = frozenset({"scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "graph", "meta_graph",
+                   "run_metadata", "session_log", "log_message"})
+
+
+class Datum(NamedTuple):
+    """One decoded item of a run.
+
+    ``kind`` and ``value``:
+      scalar       float
+      histogram    float64 array [k, 3] of (left, right, count) rows (legacy buckets converted as TensorBoard does)
+      image        :class:`Image`
+      audio        list of encoded clips (bytes)
+      text         str for a rank-0 tensor, else a NumPy array of str
+      tensor       NumPy array (any other plugin, or none: see ``plugin``)
+      hparams      dict of the ``HParamsPluginData`` (proto3 JSON field names; fields at defaults are absent)
+      graph        serialized GraphDef bytes (tag ``GRAPH_TAG``); meta_graph: MetaGraphDef bytes (tag None)
+      run_metadata serialized RunMetadata bytes
+      session_log  dict(status=, msg=, checkpoint_path=), tag None; log_message: the message str, tag None
+      purge        the consumer drops data of ``run`` with step >= ``step``: of the tags in ``value`` (a tuple), or of
+                   every tag when ``value`` is None
+    With ``poll(columnar=True)``, scalars decoded column-wise (plain scalar records) come several to a Datum whose
+    ``step``, ``wall_time`` and ``value`` are equal-length NumPy arrays (int64, float64, float64); other scalars still
+    come one to a Datum, so consumers test ``isinstance(d.step, np.ndarray)``.
+    """
+    run: str
+    tag: str | None
+    kind: str
+    step: Any
+    wall_time: Any
+    value: Any
+    plugin: str = ""
+    plugin_content: bytes = b""
+
+
+class Image(NamedTuple):
+    width: int
+    height: int
+    encoded: list       # encoded images (PNG bytes), one per sample
+
+
+class _File:
+    __slots__ = ("path", "offset", "tail", "ino", "in_bad_run")
+
+    def __init__(self, path):
+        self.path, self.offset, self.tail, self.ino, self.in_bad_run = path, 0, b"", None, False
+
+
+class _Run:
+    __slots__ = ("name", "files", "plugins", "file_version", "seen_start", "most_recent_step")
+
+    def __init__(self, name):
+        self.name, self.files, self.plugins = name, {}, {}      # plugins: tag -> (plugin_name, content)
+        self.file_version, self.seen_start, self.most_recent_step = None, False, -1
+
+    @property
+    def versioned(self):
+        return self.file_version is not None and self.file_version >= 2
+
+
+class LogdirTailer:
+    """Reads every event file under ``logdir`` incrementally; see the module docstring."""
+
+    chunk_size = 32 << 20        # bytes read at once from one file, bounding memory on big files
+    max_record = 1 << 31
+
+    def __init__(self, logdir):
+        self.logdir = os.fspath(logdir)
+        self._runs: dict[str, _Run] = {}
+        self._errors: dict[str, str] = {}
+        self._counts = dict(records_read=0, records_skipped=0, bytes_read=0, bytes_skipped=0, values_skipped=0,
+                            resets=0)
+
+    def poll(self, kinds=None, columnar=False) -> list[Datum]:
+        """Items completed since the last poll, in file order (runs and files in name order).
+
+        ``kinds``: a subset of ``KINDS`` to decode; others are skipped (purges always come). ``columnar``: scalars
+        come as NumPy columns, one Datum per tag and stretch between purges (only their order relative to purges is
+        kept), which is much cheaper for large logs.
+        """
+        wanted = None if kinds is None else frozenset(kinds)
+        out: list[Datum] = []
+        self._discover()
+        for name in sorted(self._runs):
+            run = self._runs[name]
+            for file_name in sorted(run.files):
+                self._read(run, run.files[file_name], wanted, columnar, out)
+        return out
+
+    def stats(self) -> dict:
+        """Counters: runs (seen so far), files (tracked now), records_read (checksum-valid), records_skipped (corrupt
+        stretches skipped, and undecodable events), bytes_read, bytes_skipped, values_skipped (undecodable values),
+        resets (files read again from the start after shrinking or being replaced), and errors {path: reason} for
+        paths unreadable at the last poll ("PermissionError: ...") or gone ("vanished")."""
+        return dict(runs=len(self._runs), files=sum(len(r.files) for r in self._runs.values()), **self._counts,
+                    errors=dict(self._errors))
+
+    # -- discovery and reading ---------------------------------------------------------------------------------
+    def _discover(self):
+        present = set()
+
+        def walk_error(err):
+            self._errors[err.filename or self.logdir] = _reason(err)
+
+        for dirpath, dirnames, filenames in os.walk(self.logdir, onerror=walk_error):
+            self._errors.pop(dirpath, None)
+            names = [n for n in filenames if "tfevents" in n and not n.endswith(".profile-empty")]
+            if not names:
+                continue
+            rel = os.path.relpath(dirpath, self.logdir)
+            run_name = "." if rel == "." else rel.replace(os.sep, "/")
+            run = self._runs.get(run_name) or self._runs.setdefault(run_name, _Run(run_name))
+            for n in names:
+                path = os.path.join(dirpath, n)
+                present.add(path)
+                if n not in run.files:
+                    run.files[n] = _File(path)
+                    if self._errors.get(path) == "vanished":
+                        del self._errors[path]
+        for run in self._runs.values():
+            for n in [n for n, f in run.files.items() if f.path not in present]:
+                self._errors[run.files.pop(n).path] = "vanished"
+
+    def _read(self, run, f, wanted, columnar, out):
+        try:
+            st = os.stat(f.path)
+            if st.st_ino != f.ino or st.st_size < f.offset:
+                if f.ino is not None:          # replaced or truncated: what we had no longer describes the file
+                    self._counts["resets"] += 1
+                    f.offset, f.tail, f.in_bad_run = 0, b"", False
+                f.ino = st.st_ino
+            if st.st_size == f.offset:
+                self._errors.pop(f.path, None)
+                return
+            with open(f.path, "rb") as fh:
+                fh.seek(f.offset)
+                while chunk := fh.read(self.chunk_size):
+                    f.offset += len(chunk)
+                    self._counts["bytes_read"] += len(chunk)
+                    buf = f.tail + chunk if f.tail else chunk
+                    f.tail = buf[self._consume(run, f, buf, wanted, columnar, out):]
+        except FileNotFoundError:
+            run.files.pop(os.path.basename(f.path), None)
+            self._errors[f.path] = "vanished"
+            return
+        except OSError as err:                  # permission denied and the like: report, retry on the next poll
+            self._errors[f.path] = _reason(err)
+            return
+        self._errors.pop(f.path, None)
+
+    def _consume(self, run, f, buf, wanted, columnar, out) -> int:
+        """Decode the complete records in ``buf``; return how many bytes were used up."""
+        starts, lengths, pos = self._split(f, buf)
+        if len(starts):
+            self._counts["records_read"] += len(starts)
+            self._decode(run, buf, starts, lengths, wanted, columnar, out)
+        return pos
+
+    # -- framing -----------------------------------------------------------------------------------------------
+    def _split(self, f, buf):
+        """Payload starts and lengths of the valid records in ``buf``, and the offset up to which it is consumed."""
+        b = np.frombuffer(buf, np.uint8)
+        found_starts, found_lengths, pos = [], [], 0
+        while True:
+            starts, crcs, stop = _hop(buf, pos)
+            starts, lengths, ok = _verify(b, starts, crcs)
+            good = int(np.argmin(ok)) if not ok.all() else len(ok)
+            if good:
+                found_starts.append(starts[:good] + HEADER)
+                found_lengths.append(lengths[:good])
+                f.in_bad_run = False
+            if good < len(ok):
+                bad = int(starts[good])
+            elif len(buf) - stop >= HEADER and self._header(buf, stop) is None:
+                bad = stop                      # a corrupt length can look like a record still being written
+            else:
+                pos = stop
+                break
+            pos = self._resync(f, buf, bad)
+        if not found_starts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), pos
+        return np.concatenate(found_starts), np.concatenate(found_lengths).astype(np.int64), pos
+
+    def _header(self, buf, pos):
+        """The record length at ``pos`` if its checksum agrees, else None."""
+        (length,) = _u64.unpack_from(buf, pos)
+        ok = _u32.unpack_from(buf, pos + 8)[0] == masked_crc(buf[pos:pos + 8]) and length <= self.max_record
+        return length if ok else None
+
+    def _resync(self, f, buf, bad) -> int:
+        """Skip the damaged record at ``bad``: the next offset holding a valid (or still incomplete) record."""
+        if not f.in_bad_run:
+            self._counts["records_skipped"] += 1
+            f.in_bad_run = True
+        q, n = bad + 1, len(buf)
+        while n - q >= HEADER:
+            length = self._header(buf, q)
+            if length is not None:
+                end = q + HEADER + length
+                if end + FOOTER > n or _u32.unpack_from(buf, end)[0] == masked_crc(buf[q + HEADER:end]):
+                    break
+            q += 1
+        self._counts["bytes_skipped"] += q - bad
+        return q
+
+    # -- decoding ----------------------------------------------------------------------------------------------
+    def _decode(self, run, buf, starts, lengths, wanted, columnar, out):
+        """Plain scalar records column-wise, the others one by one, keeping every purge in its place.
+
+        In columnar mode, plain stretches are gathered and emitted grouped by tag just before the next purge (or at
+        the end): order only matters relative to purges, and per-stretch NumPy work would cost more than it saves
+        when plain scalars alternate with other records."""
+        n = len(starts)
+        plain, tensor, step, wall, value, tag_id, tags = _plain_scalars(np.frombuffer(buf, np.uint8), starts, lengths)
+        starts, lengths = starts.tolist(), lengths.tolist()
+        emit = wanted is None or "scalar" in wanted
+        columns = np.zeros(n, bool) if columnar and emit else None     # plain records not yet emitted
+        items = list(zip(tag_id.tolist(), step.tolist(), wall.tolist(), value.tolist())) if emit and not columnar \
+            else None
+        # A plain legacy tag's plugin ("scalars") is fixed when its first record is reached, as for any other record.
+        tag_ids, first = np.unique(tag_id[plain & ~tensor], return_index=True)
+        firsts = sorted(zip(np.flatnonzero(plain & ~tensor)[first].tolist(), tag_ids.tolist()), reverse=True)
+        # A plain tensor is a scalar only under a "scalars" tag (its plugin comes from metadata earlier in the run);
+        # otherwise it is parsed like any other record. ``scalar_tag`` is refreshed when parsing registers tags.
+        tensors, next_tensor = np.flatnonzero(tensor), 0    # plain tensors, and the first one not yet passed
+        known, scalar_tag = -1, None
+        irregular, i = np.flatnonzero(~plain).tolist() + [n], 0
+        a = 0
+        while a <= n:
+            j = irregular[i]
+            if next_tensor < len(tensors):
+                end = next_tensor + int(np.searchsorted(tensors[next_tensor:], j))
+                if end > next_tensor:
+                    if known != len(run.plugins):
+                        known, scalar_tag = len(run.plugins), np.array(
+                            [run.plugins.get(tag, ("",))[0] == "scalars" for tag in tags])
+                    stray = np.flatnonzero(~scalar_tag[tag_id[tensors[next_tensor:end]]])
+                    if len(stray):              # parse this one like any other record
+                        end = next_tensor + int(stray[0])
+                        j = int(tensors[end])
+                        end += 1
+                    next_tensor = end
+            if j == irregular[i]:
+                i += 1
+            while firsts and firsts[-1][0] < j:
+                run.plugins.setdefault(tags[firsts.pop()[1]], ("scalars", b""))
+            if j > a:
+                if not run.versioned and (step[a:j] < np.concatenate(([run.most_recent_step], step[a:j - 1]))).any():
+                    if columns is not None:
+                        out += self._columns(run, columns, step, wall, value, tag_id, tags)
+                    self._purging_items(run, step[a:j], wall[a:j], value[a:j], tag_id[a:j], tags, emit, out)
+                else:
+                    run.most_recent_step = int(step[j - 1])
+                    if columns is not None:
+                        columns[a:j] = True
+                    elif items is not None:
+                        out += [Datum(run.name, tags[t], "scalar", s, w, v, "scalars") for t, s, w, v in items[a:j]]
+            if j < n:
+                purge_at = self._event(run, buf[starts[j]:starts[j] + lengths[j]], wanted, out)
+                if purge_at is not None and columns is not None:
+                    out[purge_at:purge_at] = self._columns(run, columns, step, wall, value, tag_id, tags)
+            a = j + 1
+        if columns is not None:
+            out += self._columns(run, columns, step, wall, value, tag_id, tags)
+
+    @staticmethod
+    def _columns(run, columns, step, wall, value, tag_id, tags) -> list[Datum]:
+        """One columnar Datum per tag for the records marked in ``columns``, which are then unmarked."""
+        idx = np.flatnonzero(columns)
+        if not len(idx):
+            return []
+        columns[:] = False
+        idx = idx[np.argsort(tag_id[idx], kind="stable")]
+        groups = np.split(idx, np.flatnonzero(np.diff(tag_id[idx])) + 1)
+        return [Datum(run.name, tags[tag_id[g[0]]], "scalar", step[g], wall[g], value[g], "scalars") for g in groups]
+
+    @staticmethod
+    def _purging_items(run, step, wall, value, tag_id, tags, emit, out):
+        """Plain scalars of an old-format run whose steps go back: TensorBoard purges tag by tag, record by record."""
+        for s, w, v, t in zip(step.tolist(), wall.tolist(), value.tolist(), tag_id.tolist()):
+            if s < run.most_recent_step:
+                out.append(Datum(run.name, None, "purge", s, w, (tags[t],)))
+            run.most_recent_step = s
+            if emit:
+                out.append(Datum(run.name, tags[t], "scalar", s, w, v, "scalars"))
+
+    def _event(self, run, payload, wanted, out) -> int | None:
+        """Any other record, parsed with upb. Returns where in ``out`` it put a purge, if it did."""
+        try:
+            ev = _Event.FromString(payload)
+        except DecodeError:
+            self._counts["records_skipped"] += 1
+            return None
+        what, step, wall = ev.WhichOneof("what"), ev.step, ev.wall_time
+        if what == "file_version":
+            run.file_version = _file_version(ev.file_version)
+        # EventAccumulator._MaybePurgeOrphanedData (graphs and run metadata count as summaries there)
+        summary_like = what in _SUMMARY_LIKE
+        purge_at = None
+        if run.versioned:
+            if what == "session_log" and ev.session_log.status == _START:
+                if run.seen_start:
+                    purge_at = len(out)
+                    out.append(Datum(run.name, None, "purge", step, wall, None))
+                run.seen_start = True
+        elif summary_like and step < run.most_recent_step:
+            purge_at = len(out)
+            tags = (tuple(v.tag for v in ev.summary.value) if what == "summary" else (GRAPH_TAG,)
+                    if what == "graph_def" else (ev.tagged_run_metadata.tag,))
+            out.append(Datum(run.name, None, "purge", step, wall, tags))
+        if summary_like:
+            run.most_recent_step = step
+
+        if what == "summary":
+            for v in ev.summary.value:
+                self._value(run, v, step, wall, wanted, out)
+        elif what in _EVENT_KINDS and (wanted is None or _EVENT_KINDS[what] in wanted):
+            out.append(_event_datum(run.name, what, ev))
+        return purge_at
+
+    def _value(self, run, v, step, wall, wanted, out):
+        tag, field = v.tag or v.node_name, v.WhichOneof("value")
+        legacy = _LEGACY.get(field)
+        known = run.plugins.get(tag)
+        if legacy:                              # TensorBoard's data_compat gives these their plugin's metadata
+            plugin, content = known or run.plugins.setdefault(tag, (legacy[1], b""))
+        else:
+            plugin, content = known or ("", b"")
+            if (known is None or plugin == "hparams") and v.HasField("metadata"):
+                own = v.metadata.plugin_data
+                plugin, content = known or run.plugins.setdefault(tag, (own.plugin_name, own.content))
+                if plugin == "hparams":
+                    content = own.content       # hparams values each carry their own data in the metadata
+        kind = legacy[0] if legacy else _TENSOR_KINDS.get(plugin, "tensor")
+        if field is None and kind != "hparams" or not (wanted is None or kind in wanted):
+            return
+        try:
+            if legacy:
+                value = _LEGACY_DECODE[field](getattr(v, field))
+            elif kind == "hparams":
+                value = _hparams(content)
+            elif kind == "scalar":
+                value = _scalar_tensor(v.tensor)
+            else:
+                value = _TENSOR_DECODE.get(kind, _identity)(tensor_to_array(v.tensor))
+        except (ValueError, TypeError, IndexError, DecodeError, json_format.Error):
+            self._counts["values_skipped"] += 1
+            return
+        out.append(Datum(run.name, tag, kind, step, wall, value, plugin, content))
+
+
+# -- framing helpers -----------------------------------------------------------------------------------------------
+_u64 = struct.Struct("<Q")
+_u32 = struct.Struct("<I")
+_Q = _u64.unpack_from
+
+
+def _hop(buf, pos):
+    """Record starts from ``pos`` following the lengths as written, each payload's raw CRC-32C, and the stop offset
+    (where less than a whole record is left). Nothing is checked here: ``_verify`` does that for all at once."""
+    n, starts, crcs = len(buf), [], []
+    add_start, add_crc = starts.append, crcs.append
+    while n - pos >= HEADER:
+        end = pos + HEADER + _Q(buf, pos)[0]
+        if end + FOOTER > n:
+            break
+        add_start(pos)
+        add_crc(crc32c(buf[pos + HEADER:end]))
+        pos = end + FOOTER
+    return starts, crcs, pos
+
+
+def _at(b, dtype, at):
+    """The little-endian ``dtype`` values at byte offsets ``at`` (clipped to the buffer), through an unaligned view."""
+    view = np.ndarray((len(b) - np.dtype(dtype).itemsize + 1,), dtype, b, strides=(1,))
+    return view[np.minimum(at, len(view) - 1)]
+
+
+def _mask(crc):
+    crc = crc.astype(np.uint64)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _verify(b, starts, crcs):
+    """(starts, lengths, ok) where ok[i] says record i's length checksum and data checksum both agree."""
+    starts = np.asarray(starts, np.int64)
+    if not len(starts):
+        return starts, np.zeros(0, np.uint64), np.zeros(0, bool)
+    lengths = _at(b, "<u8", starts)
+    # Few distinct lengths occur in a file: checksum each once.
+    distinct, inverse = np.unique(lengths, return_inverse=True)
+    expected = np.array([masked_crc(_u64.pack(x)) for x in distinct.tolist()], np.uint64)[inverse.ravel()]
+    ok = _at(b, "<u4", starts + 8) == expected
+    ok &= _at(b, "<u4", starts + HEADER + lengths.astype(np.int64)) == _mask(np.array(crcs, np.uint64))
+    return starts, lengths, ok
+
+
+# After a plain record's tag: a legacy simple_value (0x15, float), or a rank-0 DT_FLOAT tensor {dtype, [tensor_shape
+# {}], float_val} as flowlab's and TensorFlow's writers encode scalars. The float is always the record's last 4 bytes.
+_FLOAT_TENSORS = (b"\x42\x08\x08\x01\x2a\x04", b"\x42\x0a\x08\x01\x12\x00\x2a\x04")
+
+
+def _plain_scalars(b, start, length):
+    """Decode, column-wise, records that are exactly ``Event{wall_time=1, step=2 (absent when 0),
+    summary=5{value=1{tag=1, simple_value=2 | tensor=8}}}`` with one float, in the field order writers use.
+
+    Returns (plain mask, tensor mask, step int64, wall_time float64, value float64, tag id, tag names); entries where
+    the plain mask is False are meaningless and those records are left to the protobuf parser. A plain *tensor* is a
+    scalar only if its tag's plugin is "scalars", which the caller checks.
+    """
+    n = len(start)
+    if not n:
+        return (np.zeros(0, bool), np.zeros(0, bool),
+                *(np.zeros(0, d) for d in (np.int64, np.float64, np.float64, np.int64)), [])
+
+    def byte(at):
+        return _at(b, np.uint8, at).astype(np.int64)
+
+    def bytes_are(at, pattern):                 # compares up to 8 bytes as one little-endian integer
+        mask = (1 << 8 * len(pattern)) - 1
+        return (_at(b, "<u8", at) & np.uint64(mask)) == np.uint64(int.from_bytes(pattern, "little"))
+
+    plain = byte(start) == 0x09
+    wall = _at(b, "<f8", start + 1)
+    # step: absent (0) or a varint of up to 10 bytes at start + 10
+    has_step = byte(start + 9) == 0x10
+    step, vlen, more = np.zeros(n, np.uint64), np.zeros(n, np.int64), has_step.copy()
+    for k in range(10):
+        low = _at(b, np.uint8, start + 10 + k).astype(np.uint64)
+        step |= np.where(more, (low & 0x7F) << np.uint64(7 * k), 0).astype(np.uint64)
+        vlen += more
+        more &= low >= 0x80
+        if not more.any():
+            break
+    plain &= ~more
+    step = step.view(np.int64)
+    p = start + 9 + has_step + vlen
+    summary_len, value_len, tag_len = byte(p + 1), byte(p + 3), byte(p + 5)
+    after_tag = p + 6 + tag_len
+    simple = (byte(after_tag) == 0x15) & (value_len == tag_len + 7)
+    tensor = np.zeros(n, bool)
+    for pattern in _FLOAT_TENSORS:
+        tensor |= bytes_are(after_tag, pattern) & (value_len == tag_len + 2 + len(pattern) + 4)
+    plain &= ((byte(p) == 0x2A) & (summary_len < 0x80) & (p + 2 + summary_len == start + length)
+              & (byte(p + 2) == 0x0A) & (value_len == summary_len - 2) & (byte(p + 4) == 0x0A) & (simple | tensor))
+    value = _at(b, "<f4", start + length - 4).astype(np.float64)
+    # Tags: rows of (length, bytes...) padded with zeros, made unique by NumPy.
+    tag_id = np.zeros(n, np.int64)
+    tags = []
+    if plain.any():
+        width = int(tag_len[plain].max()) + 1
+        cols = np.arange(width)
+        rows = np.where(cols < tag_len[plain, None] + 1, byte(p[plain, None] + 5 + cols), 0).astype(np.uint8)
+        distinct, inverse = np.unique(rows.view(f"V{width}").ravel(), return_inverse=True)
+        tag_id[plain] = inverse.ravel()
+        for k, raw in enumerate(map(bytes, distinct)):
+            try:
+                tags.append(raw[1:1 + raw[0]].decode("utf-8"))
+            except UnicodeDecodeError:          # not a valid proto3 string: the parser will reject the record
+                tags.append("")
+                plain[plain & (tag_id == k)] = False
+    return plain, tensor & plain, step, wall, value, tag_id, tags
+
+
+# -- value decoding ------------------------------------------------------------------------------------------------
+_Event = proto.Event
+_HParams = proto.HParamsPluginData
+_START = proto.enum_value("tensorboard.SessionLog.SessionStatus", "START")
+_SESSION_STATUS = {v.number: v.name for v in proto.descriptor("tensorboard.SessionLog").enum_types_by_name[
+    "SessionStatus"].values}
+
+_DTYPES = {  # DataType number -> (NumPy dtype, TensorProto field holding values when tensor_content is empty)
+    1: (np.float32, "float_val"), 2: (np.float64, "double_val"), 3: (np.int32, "int_val"),
+    4: (np.uint8, "int_val"), 5: (np.int16, "int_val"), 6: (np.int8, "int_val"), 7: (object, "string_val"),
+    8: (np.complex64, "scomplex_val"), 9: (np.int64, "int64_val"), 10: (np.bool_, "bool_val"),
+    17: (np.uint16, "int_val"), 18: (np.complex128, "dcomplex_val"), 19: (np.float16, "half_val"),
+    22: (np.uint32, "uint32_val"), 23: (np.uint64, "uint64_val"),
+}
+
+
+def tensor_to_array(t) -> np.ndarray:
+    """A TensorProto as a NumPy array (strings as an object array of bytes), as TensorBoard's make_ndarray does:
+    raw ``tensor_content`` if present, else the typed values, the last repeated to fill the shape."""
+    if t.dtype not in _DTYPES:
+        raise ValueError(f"unsupported tensor dtype {t.dtype}")
+    dtype, field = _DTYPES[t.dtype]
+    shape = [d.size for d in t.tensor_shape.dim]
+    size = math.prod(shape)
+    if t.tensor_content and dtype is not object:
+        return np.frombuffer(t.tensor_content, dtype).reshape(shape).copy()
+    values = getattr(t, field)
+    if dtype is object:
+        flat = np.empty(len(values), object)
+        flat[:] = list(values)
+    elif field == "half_val":
+        flat = np.array(values, np.uint16).view(np.float16)
+    elif dtype in (np.complex64, np.complex128):
+        flat = np.array(values, np.float64).view(np.complex128).astype(dtype)
+    else:
+        flat = np.array(values, dtype)
+    if 0 < len(flat) < size:                    # writers may send one value (or a prefix) for a filled tensor
+        flat = np.concatenate([flat, np.repeat(flat[-1:], size - len(flat))])
+    elif not len(flat):
+        flat = np.zeros(size, dtype)
+    return flat.reshape(shape)
+
+
+def _legacy_histogram(h) -> np.ndarray:
+    """HistogramProto -> [k, 3] (left, right, count), as TensorBoard's data_compat: empty buckets at both ends are
+    dropped and the outer edges become min and max (kept in float64 here; TensorBoard rounds to float32)."""
+    counts = np.array(h.bucket, np.float64)
+    limits = np.array(h.bucket_limit, np.float64)
+    nonzero = np.flatnonzero(counts > 0)
+    if not len(nonzero):
+        return np.zeros((0, 3))
+    first, last = nonzero[0], nonzero[-1]
+    inner = limits[first:last]
+    return np.stack([np.concatenate([[h.min], inner]), np.concatenate([inner, [h.max]]), counts[first:last + 1]], 1)
+
+
+def _hparams(content: bytes) -> dict:
+    """HParamsPluginData as a dict (proto3 JSON names, defaults absent), google.protobuf.Values as Python values.
+    Values are converted here rather than by json_format, which refuses infinities (an hparam may well be inf)."""
+    data = _HParams.FromString(content)
+    which = data.WhichOneof("data")
+    if which == "session_start_info":
+        values = {k: _python(v) for k, v in data.session_start_info.hparams.items()}
+        data.session_start_info.ClearField("hparams")
+    elif which == "experiment":
+        domains = {i: [_python(x) for x in h.domain_discrete.values]
+                   for i, h in enumerate(data.experiment.hparam_infos) if h.HasField("domain_discrete")}
+        for i in domains:
+            data.experiment.hparam_infos[i].ClearField("domain_discrete")
+    out = json_format.MessageToDict(data, preserving_proto_field_name=True)
+    if which == "session_start_info":
+        out.setdefault(which, {})["hparams"] = values
+    elif which == "experiment":
+        for i, domain in domains.items():
+            out[which]["hparam_infos"][i]["domain_discrete"] = domain
+    return out
+
+
+def _python(v):
+    """A google.protobuf.Value as None, float, str, bool, list or dict."""
+    kind = v.WhichOneof("kind")
+    if kind == "list_value":
+        return [_python(x) for x in v.list_value.values]
+    if kind == "struct_value":
+        return {k: _python(x) for k, x in v.struct_value.fields.items()}
+    return None if kind in (None, "null_value") else getattr(v, kind)
+
+
+def _strings(a: np.ndarray):
+    decoded = [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in a.ravel()]
+    return decoded[0] if a.ndim == 0 else np.array(decoded, dtype=str).reshape(a.shape)
+
+
+def _image_tensor(a: np.ndarray) -> Image:
+    flat = list(a.ravel())
+    return Image(int(flat[0]), int(flat[1]), flat[2:])
+
+
+def _scalar_tensor(t) -> float:
+    """A one-element TensorProto's value; the common one-float case without going through NumPy."""
+    dtype, field = _DTYPES.get(t.dtype, (None, ""))
+    if not t.tensor_content and field in ("float_val", "double_val", "int_val", "int64_val"):
+        values = getattr(t, field)
+        if len(values) == 1:
+            return float(values[0])
+    return float(tensor_to_array(t).item())
+
+
+def _identity(x):
+    return x
+
+
+def _file_version(text) -> float | None:
+    try:
+        return float(text.split(":")[-1])
+    except ValueError:
+        return None
+
+
+def _audio_tensor(a: np.ndarray) -> list:
+    return list(a.reshape(len(a), -1)[:, 0]) if a.ndim else [a.item()]     # rows of (clip, label)
+
+
+# Legacy value field -> (kind, the plugin TensorBoard's data_compat assigns it), and its decoder.
+_LEGACY = {"simple_value": ("scalar", "scalars"), "histo": ("histogram", "histograms"),
+           "image": ("image", "images"), "audio": ("audio", "audio")}
+_LEGACY_DECODE = {"simple_value": float, "histo": _legacy_histogram,
+                  "image": lambda im: Image(im.width, im.height, [im.encoded_image_string]),
+                  "audio": lambda au: [au.encoded_audio_string]}
+# Tensor values: plugin -> kind (anything else is kind "tensor", the array itself), and kind -> decoder.
+_TENSOR_KINDS = {"scalars": "scalar", "histograms": "histogram", "images": "image", "audio": "audio",
+                 "text": "text", "hparams": "hparams"}
+_TENSOR_DECODE = {"histogram": lambda a: a.astype(np.float64).reshape(-1, 3),
+                  "image": _image_tensor, "audio": _audio_tensor, "text": _strings}
+
+
+_SUMMARY_LIKE = frozenset({"summary", "graph_def", "tagged_run_metadata"})
+_EVENT_KINDS = {"graph_def": "graph", "meta_graph_def": "meta_graph", "tagged_run_metadata": "run_metadata",
+                "session_log": "session_log", "log_message": "log_message"}
+
+
+def _event_datum(run, what, ev) -> Datum:
+    step, wall = ev.step, ev.wall_time
+    if what == "graph_def":
+        return Datum(run, GRAPH_TAG, "graph", step, wall, ev.graph_def, "graphs")
+    if what == "meta_graph_def":
+        return Datum(run, None, "meta_graph", step, wall, ev.meta_graph_def)
+    if what == "tagged_run_metadata":
+        trm = ev.tagged_run_metadata
+        return Datum(run, trm.tag, "run_metadata", step, wall, trm.run_metadata, "graph_run_metadata")
+    if what == "session_log":
+        sl = ev.session_log
+        return Datum(run, None, "session_log", step, wall, dict(
+            status=_SESSION_STATUS.get(sl.status, str(sl.status)), msg=sl.msg, checkpoint_path=sl.checkpoint_path))
+    return Datum(run, None, "log_message", step, wall, ev.log_message.message)
+
+
+def _reason(err: OSError) -> str:
+    return f"{type(err).__name__}: {err.strerror or err}"
