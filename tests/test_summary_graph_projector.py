@@ -13,7 +13,7 @@ from werkzeug.test import Client
 from werkzeug.wrappers import Response
 
 import flowlab as flow
-from flowlab.summary import SummaryWriter, graph_export, oneflow_api, read_projector
+from flowlab.summary import SummaryWriter, graph_export, oneflow_api, proto, read_projector
 from flowlab.summary.projector import Projector, write_embedding
 
 tp = flow.typing
@@ -117,6 +117,8 @@ def test_write_structure_graph_uses_the_open_writer_of_its_logdir(tmp_path):
     flow.summary.Graph(tmp_path).write_structure_graph()
     assert len([n for n in os.listdir(tmp_path) if "tfevents" in n]) == 1
     assert [node.op for node in graph_of(tmp_path).node] == ["CreateSummaryWriter"]
+    (data,) = flow.summary.read_graphs(tmp_path)["."]                     # flowlab's reader finds it too
+    assert [node.name for node in proto.GraphDef.FromString(data).node] == ["CreateWriter/CreateSummaryWriter_0"]
 
 
 # ------------------------------------------------------------------------------------------------ projector

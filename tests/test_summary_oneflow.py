@@ -208,6 +208,7 @@ def test_seed_scalar(seed_run):
     _, _, acc, _ = seed_run
     ((step, value),) = values(acc, "scalar")
     assert step == 1 and value == np.float32(1.0)
+    assert list(flow.summary.read_scalars(seed_run[0] / "logs")["."]["scalar"].value) == [1.0]   # flowlab's reader
     assert acc.SummaryMetadata("scalar").plugin_data.plugin_name == "scalars"
 
 
@@ -241,7 +242,7 @@ def test_seed_histogram_counts(seed_run):
 
 
 def test_seed_hparams(seed_run):
-    _, _, acc, _ = seed_run
+    cwd, _, acc, _ = seed_run
     content = acc.PluginTagToContent("hparams")
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
     infos = {info.name: info for info in experiment.hparam_infos}
@@ -265,6 +266,7 @@ def test_seed_hparams(seed_run):
     assert start.hparams["accuracy"].number_value == 0.001
     assert start.hparams["magic"].bool_value is True
     assert start.hparams["dropout"].number_value == 0.6
+    assert flow.summary.read_hparams(cwd / "logs")["."]["metrics"] == {"loss": pytest.approx(0.02)}
     ((step, loss),) = values(acc, "loss")                  # the Metric's value, as the scalar hparams reads
     assert step == 2 and loss == np.float32(0.02)
 
