@@ -90,7 +90,7 @@ class Plan:
                 if self.check_anomaly:
                     ns[f"n{i}"] = node
                     checked = [t for t in node.outputs if t.dtype.kind == "f"] or \
-                        [t for t in node.inputs[:1] if op.side_effect]      # an update: check the variable it changed
+                        [t for t in node.inputs[:1] if op.updates_variable]   # an update: check the variable it changed
                     inputs = "".join(f"t{t.id}, " for t in node.inputs)
                     for t in checked:
                         lines.append(f"    check(t{t.id}, n{i}, {t.id}, ({inputs}))")
@@ -134,7 +134,7 @@ def anomaly_report(graph, node, tensor_id, value, inputs, xp):
     """Name the op that made NaN/Inf, where the user wrote it, and what its inputs looked like."""
     tensor = graph.tensors[tensor_id]
     nan, inf = int(xp.isnan(value).sum()), int(xp.isinf(value).sum())
-    what = f"variable {tensor.logical_blob_name} after update {node.name}" if node.op.side_effect else \
+    what = f"variable {tensor.logical_blob_name} after update {node.name}" if node.op.updates_variable else \
         f"{tensor.logical_blob_name}"
     forward = node.name.split("/")[0][len("System-AutoGrad-"):] if node.name.startswith("System-AutoGrad-") else None
     lines = [f"job {graph.name}: op {node.name} ({node.op.__name__}) produced {nan} NaN and {inf} Inf in {what} "

@@ -29,6 +29,7 @@ class Op:
     is_view = False         # output 0 may alias input 0's memory (reshape, transpose)
     supports_out = False    # forward takes out= (a reusable buffer)
     side_effect = False     # kept by the compiler although nothing reads it
+    updates_variable = False  # changes its first input (a variable) in place: optimizer updates
     c_expr: str | None = None
     vjp = None              # ops without a vjp are not differentiable (integer ops, gradient ops)
 

@@ -27,6 +27,7 @@ from .schedulers import as_scheduler
 class _Update(Op):
     outputs = ()
     side_effect = True
+    updates_variable = True
 
     @staticmethod
     def infer(*inputs, **attrs):
