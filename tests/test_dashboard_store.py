@@ -1,0 +1,108 @@
+"""The dashboard store: one tail of the logdir, append-only series, deltas per session, purges and thinning."""
+import numpy as np
+
+from flowlab.dashboard.store import Store
+from flowlab.dashboard.views.base import View
+from flowlab.summary import SummaryWriter, proto
+from flowlab.summary.record import frame
+
+
+class Probe(View):
+    def layout(self):
+        return None
+
+    def update(self):
+        return [self.delta(s) for s in self.store.series("scalar")]
+
+
+def test_sessions_get_only_what_they_have_not_seen(tmp_path):
+    with SummaryWriter(tmp_path / "a") as w:
+        for i in range(10):
+            w.add_scalar("loss", float(i), i)
+    store = Store(tmp_path)
+    store.poll()
+    probe = Probe(store)
+    first = probe.update()
+    assert len(first) == 1 and first[0].reset and first[0].steps == list(range(10))
+    assert probe.update()[0].steps == []                      # nothing new
+    with SummaryWriter(tmp_path / "a") as w:                  # a second file in the same run
+        w.add_scalar("loss", 10.0, 10)
+    store.poll()
+    later = probe.update()[0]
+    assert not later.reset and later.steps == [10] and later.values == [10.0]
+    assert store.runs() == ["a"]
+
+
+def test_restart_purge_bumps_the_epoch_and_sessions_reset(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+
+    def event(**kw):
+        return frame(proto.Event(**kw).SerializeToString())
+
+    def scalar(step, value):
+        e = proto.Event(wall_time=1.0, step=step)
+        e.summary.value.add(tag="x", simple_value=value)
+        return frame(e.SerializeToString())
+
+    start = proto.SessionLog.Value("START") if hasattr(proto.SessionLog, "Value") else 1
+    records = [event(wall_time=0.0, file_version="brain.Event:2"),
+               frame(proto.Event(wall_time=0.5, step=0, session_log=proto.SessionLog(status=start))
+                     .SerializeToString())]
+    records += [scalar(s, float(s)) for s in range(5)]
+    path = run / "events.out.tfevents.1.host.1.0"
+    path.write_bytes(b"".join(records))
+    store = Store(tmp_path)
+    store.poll()
+    probe = Probe(store)
+    probe.update()
+    with open(path, "ab") as f:                               # the run restarts from step 3
+        f.write(frame(proto.Event(wall_time=2.0, step=3, session_log=proto.SessionLog(status=start))
+                      .SerializeToString()))
+        f.write(scalar(3, 30.0))
+    store.poll()
+    d = probe.update()[0]
+    assert d.reset and d.steps == [0, 1, 2, 3] and d.values[-1] == 30.0
+
+
+def test_thinning_keeps_memory_bounded_and_recent_points_exact(tmp_path):
+    with SummaryWriter(tmp_path) as w:
+        for i in range(1000):
+            w.add_scalar("x", float(i), i)
+    store = Store(tmp_path, max_points=300)
+    store.poll()
+    (series,) = store.series("scalar")
+    assert len(series) <= 300 and series.steps[-1] == 999
+    tail = series.steps[-100:]
+    assert tail == list(range(900, 1000))
+
+
+def test_status_reports_missing_logdir_and_corrupt_records(tmp_path):
+    missing = Store(tmp_path / "nothing-here")
+    missing.poll()
+    assert missing.status()["exists"] is False and missing.status()["runs"] == 0
+    with SummaryWriter(tmp_path / "run") as w:
+        for i in range(3):
+            w.add_scalar("x", float(i), i)
+    path = next((tmp_path / "run").glob("*tfevents*"))
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF                                          # damage the last record
+    path.write_bytes(bytes(data))
+    store = Store(tmp_path)
+    store.poll()
+    status = store.status()
+    assert status["exists"] and status["runs"] == 1 and status["records_skipped"] == 1
+    assert store.series("scalar")[0].steps == [0, 1]
+
+
+def test_histograms_images_text_are_kept(tmp_path):
+    with SummaryWriter(tmp_path) as w:
+        w.add_histogram("h", np.arange(100.0), 0)
+        w.add_image("img", np.zeros((3, 4, 5), np.uint8), 0)
+        w.add_text("notes", "<b>hi</b>", 0)
+    store = Store(tmp_path)
+    store.poll()
+    kinds = {s.kind: s for s in store.series()}
+    assert {"histogram", "image", "text"} <= set(kinds)
+    assert kinds["histogram"].values[0][:, 2].sum() == 100
+    assert list(np.atleast_1d(kinds["text"].values[0])) == ["<b>hi</b>"]
