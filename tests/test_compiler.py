@@ -37,7 +37,7 @@ def test_buffers_are_reused_only_after_last_use():
         return e
 
     graph = _traced(fn, (4, 4))
-    assignment, buffers = plan_buffers(graph.nodes, {graph.outputs[0].id})
+    assignment, buffers, _ = plan_buffers(graph.nodes, {graph.outputs[0].id})
     ids = {n.op.__name__: n.outputs[0].id for n in graph.nodes}
     assert assignment[ids["Exp"]] != assignment[ids["Square"]]
     assert assignment[ids["Exp"]] != assignment[ids["Tanh"]]     # a is alive until Add
@@ -192,3 +192,33 @@ def test_any_value_or_gradient_can_be_delivered_and_unmarked_tensors_cost_nothin
     softmax /= softmax.sum(1, keepdims=True)
     np.testing.assert_allclose(delivered[grad.id], softmax - np.eye(5)[y], rtol=1e-5, atol=1e-6)  # unscaled
     assert not np.array_equal(session.default().variables["d-weight"].value, w_before)
+
+
+def test_elementwise_ops_run_in_place_when_their_input_dies():
+    def fn(x: tp.Numpy.Placeholder((4, 4))) -> tp.Numpy:
+        a = flow.math.exp(x)
+        b = flow.nn.relu(a)              # a dies here: relu may write over it
+        c = flow.math.tanh(b) + a * 0.0  # (keeps nothing alive past its use)
+        return flow.math.square(c)
+
+    graph = _traced(fn, (4, 4))
+    nodes = graph.nodes
+    assignment, _, _ = plan_buffers(nodes, {graph.outputs[0].id})
+    ids = {n.op.__name__: n.outputs[0].id for n in nodes if n.outputs}
+    assert assignment[ids["Tanh"]] == assignment[ids["Relu"]]          # relu's buffer dies at tanh
+    job = flow.global_function()(fn)
+    x = np.linspace(-2, 2, 16, dtype=np.float32).reshape(4, 4)
+    np.testing.assert_allclose(job(x), np.square(np.tanh(np.maximum(np.exp(x), 0))), rtol=1e-6)
+
+
+def test_sgd_scales_a_dying_gradient_in_place():
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((8, 4))) -> tp.Numpy:
+        h = flow.layers.dense(x, 3, name="d")
+        loss = flow.math.reduce_sum(flow.math.square(h), axis=1)
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+
+    job(np.ones((8, 4), np.float32))
+    source = job.plan().source
+    assert "writable=True" in source and "d-weight-SGDUpdate" in source

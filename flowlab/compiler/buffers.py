@@ -1,13 +1,15 @@
 """Buffer planning: give each op that can write into ``out=`` a preallocated buffer, reused once its tensor is dead.
 
 A view (reshape, transpose, broadcast) aliases its input, so a buffer stays busy until the last use of any view of
-it. Tensors in ``keep`` (returned to the caller, copied later) get no buffer from the pool.
+it. Tensors in ``keep`` (returned to the caller, copied later) get no buffer from the pool. An elementwise op
+(``op.inplace``) may write into the buffer of an input that dies at that op: one ufunc reads each element before it
+writes it, so ``relu(x)`` where nothing else reads ``x`` runs in place.
 """
 from __future__ import annotations
 
 
-def plan_buffers(nodes, keep_ids=frozenset()):
-    """Return ``({tensor_id: buffer_index}, [(shape, dtype), ...])``."""
+def plan_buffers(nodes, keep_ids=frozenset(), allow_inplace=True):
+    """Return ``({tensor_id: buffer_index}, [(shape, dtype), ...], {tensor_id: index of its last reader})``."""
     base = {}                                    # tensor id -> id of the tensor whose memory it may share
     for node in nodes:
         if node.op.is_view and node.inputs:
@@ -25,7 +27,14 @@ def plan_buffers(nodes, keep_ids=frozenset()):
 
     assignment, buffers, free = {}, [], {}
     releases: dict[int, list[int]] = {}
+
+    def release(step):
+        for index in releases.pop(step, ()):
+            shape, dtype = buffers[index]
+            free.setdefault((shape, dtype.str), []).append(index)
     for step, node in enumerate(nodes):
+        if node.op.inplace and allow_inplace:    # inputs dying here may lend their buffer to the output
+            release(step)
         if node.op.supports_out:
             for t in node.outputs:
                 if t.id in keep_ids or t.id not in last_use:
@@ -39,7 +48,5 @@ def plan_buffers(nodes, keep_ids=frozenset()):
                     buffers.append((t.shape, t.dtype))
                 assignment[t.id] = index
                 releases.setdefault(last_use[t.id], []).append(index)
-        for index in releases.pop(step, ()):
-            shape, dtype = buffers[index]
-            free.setdefault((shape, dtype.str), []).append(index)
-    return assignment, buffers
+        release(step)
+    return assignment, buffers, last_use

@@ -40,7 +40,9 @@ class Plan:
         if backend.is_gpu and not check_anomaly:       # anomaly checks must see every op's own output
             nodes = fuse_elementwise(nodes, visible, cupy_kernel_factory(backend.xp))
         self.nodes = nodes
-        self.buffer_of, buffer_specs = plan_buffers(nodes, {t.id for t in self.output_tensors})
+        # Anomaly reports show an op's inputs, so under detection no op may write over them.
+        self.buffer_of, buffer_specs, self._last_use = plan_buffers(nodes, {t.id for t in self.output_tensors},
+                                                                    allow_inplace=not check_anomaly)
         xp = backend.xp
         self.buffers = [xp.empty(shape, dtype) for shape, dtype in buffer_specs]
         self.rng = backend.random_generator(rng_seed)
@@ -83,6 +85,10 @@ class Plan:
                     args.append(f"out=B[{self.buffer_of[node.outputs[0].id]}]")
                 if getattr(op, "random", False):
                     args.append("rng=RNG")
+                if op.donates and not self.check_anomaly and all(
+                        node.inputs[p].id in self.buffer_of and self._last_use[node.inputs[p].id] == i
+                        for p in op.donates):
+                    args.append("writable=True")     # its scratch inputs die here: it may overwrite them
                 if hasattr(op, "host_args"):
                     ns[f"h{i}"] = functools.partial(op.host_args, node)
                     args.append(f"**h{i}(step)")

@@ -28,6 +28,8 @@ class Op:
     is_variable = False
     is_view = False         # output 0 may alias input 0's memory (reshape, transpose)
     supports_out = False    # forward takes out= (a reusable buffer)
+    inplace = False         # a single elementwise pass: out may be the buffer of an input that dies here
+    donates = ()            # input positions the kernel may overwrite when told ``<name>_writable`` (see plan.py)
     side_effect = False     # kept by the compiler although nothing reads it
     updates_variable = False  # changes its first input (a variable) in place: optimizer updates
     c_expr: str | None = None

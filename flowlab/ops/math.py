@@ -101,6 +101,7 @@ def broadcast_to(x, shape, name=None):
 
 class _Binary(Op):
     supports_out = True
+    inplace = True
 
     @staticmethod
     def infer(x, y):
@@ -254,6 +255,7 @@ def add_n(inputs, name=None):
 
 class _Unary(Op):
     supports_out = True
+    inplace = True
 
     @staticmethod
     def infer(x):
@@ -409,6 +411,7 @@ class TanhGrad(Op):
 class Pow(Op):
     prefix, api, c_expr = "ScalarPow_", "flow.math.pow", "pow({0}, (T){exponent})"
     supports_out = True
+    inplace = True
 
     @staticmethod
     def infer(x, exponent):

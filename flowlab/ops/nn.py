@@ -13,6 +13,7 @@ from .math import multiply, negative, reduce_sum, shape_error, sum_to_shape
 class Relu(Op):
     prefix, api, c_expr = "Relu_", "flow.nn.relu", "max({0}, (T)0)"
     supports_out = True
+    inplace = True
 
     @staticmethod
     def infer(x):
@@ -30,6 +31,7 @@ class Relu(Op):
 class ReluGrad(Op):
     prefix, api, c_expr = "ReluGrad_", "relu_grad", "({0} > (T)0 ? {1} : (T)0)"
     supports_out = True
+    inplace = True
 
     @staticmethod
     def infer(y, dy):
@@ -50,6 +52,7 @@ def relu(x, name=None):
 class BiasAdd(Op):
     prefix, api = "BiasAdd_", "flow.nn.bias_add"
     supports_out = True
+    inplace = True
 
     @staticmethod
     def infer(x, b, axis):

@@ -28,6 +28,7 @@ class _Update(Op):
     outputs = ()
     side_effect = True
     updates_variable = True
+    donates = (1,)      # the gradient: when nothing else reads its buffer, the update scales it in place
 
     @staticmethod
     def infer(*inputs, **attrs):
@@ -38,24 +39,27 @@ class _Update(Op):
         return {"lr": node.attrs["schedule"](step)}
 
 
-def _scaled(grad, factor, grad_scale):
-    return grad * (factor * grad_scale) if factor is not None else grad * grad.dtype.type(grad_scale)
+def _scaled(grad, scale, writable):
+    """``grad * scale``, in the gradient's own buffer when the plan says nothing else reads it."""
+    if writable:
+        grad *= scale
+        return grad
+    return grad * scale
 
 
 class SGDUpdate(_Update):
     prefix, api = "SGDUpdate_", "SGD.minimize"
 
     @staticmethod
-    def forward(xp, w, grad, *rest, momentum, clipped, grad_scale, schedule, lr):
-        step = _scaled(grad, rest[0] if clipped else None, grad_scale)
+    def forward(xp, w, grad, *rest, momentum, clipped, grad_scale, schedule, lr, writable=False):
+        scale = (rest[0] * grad_scale if clipped else grad_scale) * lr      # one pass over the gradient
         if momentum:
             m = rest[-1]
             m *= momentum
-            m -= lr * step
+            m -= _scaled(grad, scale, writable)
             w += m
         else:
-            step *= lr
-            w -= step
+            w -= _scaled(grad, scale, writable)
 
 
 class AdamUpdate(_Update):
@@ -67,8 +71,8 @@ class AdamUpdate(_Update):
 
     @staticmethod
     def forward(xp, w, grad, m, v, *rest, beta1, beta2, epsilon, do_bias_correction, weight_decay, clipped,
-                grad_scale, schedule, lr, step):
-        grad = _scaled(grad, rest[0] if clipped else None, grad_scale)
+                grad_scale, schedule, lr, step, writable=False):
+        grad = _scaled(grad, rest[0] * grad_scale if clipped else grad.dtype.type(grad_scale), writable)
         m *= beta1
         m += (1 - beta1) * grad
         v *= beta2

@@ -62,8 +62,8 @@ class Dispatcher:
 
     def wait(self, ticket=None):
         """Block until every callback queued up to ``ticket`` (default: all so far) has run."""
-        if threading.current_thread() is self._thread:
-            return   # a handler that calls a job must not wait for itself
+        if self._done == self._submitted or threading.current_thread() is self._thread:
+            return   # nothing pending (the common, unwatched case: no lock); or a handler calling a job
         with self._cond:
             target = self._submitted if ticket is None else ticket
             while self._done < target:
@@ -71,6 +71,8 @@ class Dispatcher:
 
     def raise_pending(self):
         """Raise the first error a callback raised since the last call (the others are chained as context)."""
+        if not self._errors:
+            return
         with self._cond:
             errors, self._errors = self._errors, []
         if errors:
