@@ -210,34 +210,21 @@ class SelectGrad(Op):
         return xp.where(mask, dy, dy.dtype.type(0))
 
 
-def add(x, y, name=None):
-    x, y = _binary_operands(x, y, "flow.math.add")
-    return apply(Add, (x, y), name)
+def _binary(op):
+    def fn(x, y, name=None):
+        x, y = _binary_operands(x, y, op.api)
+        return apply(op, (x, y), name)
+    fn.__name__ = op.api.rsplit(".", 1)[-1]
+    fn.__doc__ = f"``{op.api}(x, y)``: elementwise, with NumPy broadcasting; either side may be a number."
+    return fn
 
 
-def subtract(x, y, name=None):
-    x, y = _binary_operands(x, y, "flow.math.subtract")
-    return apply(Subtract, (x, y), name)
-
-
-def multiply(x, y, name=None):
-    x, y = _binary_operands(x, y, "flow.math.multiply")
-    return apply(Multiply, (x, y), name)
-
-
-def divide(x, y, name=None):
-    x, y = _binary_operands(x, y, "flow.math.divide")
-    return apply(Divide, (x, y), name)
-
-
-def maximum(x, y, name=None):
-    x, y = _binary_operands(x, y, "flow.math.maximum")
-    return apply(Maximum, (x, y), name)
-
-
-def minimum(x, y, name=None):
-    x, y = _binary_operands(x, y, "flow.math.minimum")
-    return apply(Minimum, (x, y), name)
+add = _binary(Add)
+subtract = _binary(Subtract)
+multiply = _binary(Multiply)
+divide = _binary(Divide)
+maximum = _binary(Maximum)
+minimum = _binary(Minimum)
 
 
 def add_n(inputs, name=None):
@@ -672,16 +659,6 @@ class Less(_Compare):
         return xp.less(x, y).astype(np.int8)
 
 
-def equal(x, y, name=None):
-    x, y = _binary_operands(x, y, "flow.math.equal")
-    return apply(Equal, (x, y), name)
-
-
-def greater(x, y, name=None):
-    x, y = _binary_operands(x, y, "flow.math.greater")
-    return apply(Greater, (x, y), name)
-
-
-def less(x, y, name=None):
-    x, y = _binary_operands(x, y, "flow.math.less")
-    return apply(Less, (x, y), name)
+equal = _binary(Equal)
+greater = _binary(Greater)
+less = _binary(Less)
