@@ -9,6 +9,7 @@ The live dashboard uses :class:`LogdirTailer` directly (see ``tailer.py``); ``Da
 """
 from __future__ import annotations
 
+import posixpath
 from itertools import chain
 from typing import NamedTuple
 
@@ -18,7 +19,7 @@ from .tailer import GRAPH_TAG, KINDS, Datum, Image, LogdirTailer, tensor_to_arra
 
 __all__ = ["LogdirTailer", "Datum", "Image", "KINDS", "GRAPH_TAG", "tensor_to_array", "ScalarSeries",
            "HistogramSeries", "Series", "TensorSeries", "read_scalars", "read_histograms", "read_images", "read_text",
-           "read_tensors", "read_hparams", "read_graphs"]
+           "read_tensors", "read_hparams", "hparams_sessions", "read_graphs"]
 
 
 class ScalarSeries(NamedTuple):
@@ -167,7 +168,6 @@ def read_hparams(logdir) -> dict[str, dict]:
                     for value in chunk:
                         for key, item in value.items():
                             plugin.setdefault(run, {}).setdefault(key, item)
-    default = next((p["experiment"] for _, p in sorted(plugin.items()) if "experiment" in p), None)
 
     def last(run, tag):
         column = data.get(run, {}).get(tag)
@@ -177,6 +177,19 @@ def read_hparams(logdir) -> dict[str, dict]:
         values = np.concatenate([np.asarray(c, np.float64) for c in chunks])
         return float(values[order[-1] if order is not None else -1]) if len(values) else None
 
+    def scalar_tags(run):
+        return [t for t, c in data[run].items() if c.first.kind == "scalar"]
+
+    return hparams_sessions(plugin, scalar_tags, last)
+
+
+def hparams_sessions(plugin, scalar_tags, last) -> dict[str, dict]:
+    """``read_hparams``'s result from data already gathered (the live dashboard gathers it from its store).
+
+    ``plugin``: {run: {"experiment" | "session_start_info" | "session_end_info": dict}}; ``scalar_tags(run)``: the
+    run's scalar tags; ``last(run, tag)``: the last value of a scalar tag of a run, or None.
+    """
+    default = next((p["experiment"] for _, p in sorted(plugin.items()) if "experiment" in p), None)
     out = {}
     for run, p in plugin.items():
         experiment = p.get("experiment", default)
@@ -184,10 +197,12 @@ def read_hparams(logdir) -> dict[str, dict]:
             names = [(m.get("name", {}).get("group", ""), m.get("name", {}).get("tag", ""))
                      for m in experiment.get("metric_infos", [])]
         else:
-            names = [("", t) for t, c in data[run].items() if c.first.kind == "scalar"]
+            names = [("", t) for t in scalar_tags(run)]
         metrics = {}
         for group, tag in names:
-            value = last(f"{run}/{group}" if group else run, tag)
+            # TensorBoard's rule: the group's run is normpath(session/group), so the logdir's root run "." has its
+            # groups at "validation", not "./validation".
+            value = last(posixpath.normpath(posixpath.join(run, group)) if group else run, tag)
             if value is not None:
                 metrics[tag] = value
         out[run] = dict(hparams=p.get("session_start_info", {}).get("hparams", {}), metrics=metrics,
