@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import math
 
+from bokeh.layouts import column, row
 from bokeh.models import ColumnDataSource, Div
 from bokeh.plotting import figure
 
@@ -89,3 +90,31 @@ def stats_table(summary=None, title=None):
     """A Bokeh ``Div`` showing ``stats_html``; update it with ``div.text = stats_html(...)``."""
     text = stats_html(summary, title) if summary is not None else ""
     return Div(text=text, width=200, height=HEIGHT)
+
+
+# ------------------------------------------------------------------------------------------ dashboard building blocks
+
+def plain_figure(title="", width=WIDTH, height=HEIGHT, **kwargs):
+    """A small toolbar-free canvas figure, as every builder here makes; for views that draw their own glyphs."""
+    fig = _figure(title, **kwargs)
+    fig.width, fig.height = width, height
+    return fig
+
+
+def text_div(text, **kwargs):
+    """A ``Div`` showing ``text`` as text: HTML-escaped, and with Bokeh's TeX processing off (``$$…$$`` in a log is
+    not mathematics)."""
+    return Div(text=html.escape(str(text)), disable_math=True, **kwargs)
+
+
+def card(title, subtitle, *children):
+    """One run × tag box of a dashboard tab: ``title`` (the tag) and ``subtitle`` (the run) escaped, then
+    ``children``."""
+    head = Div(text=f"<b>{html.escape(str(title))}</b> &nbsp;<span style=\"color:#777\">"
+                    f"{html.escape(str(subtitle))}</span>", disable_math=True)
+    return column(head, *children, styles={"border": "1px solid #ddd", "border-radius": "4px", "padding": "6px"})
+
+
+def card_grid():
+    """A wrapping row for cards; views append to its ``children``."""
+    return row([], styles={"flex-wrap": "wrap", "gap": "10px"})

@@ -1,0 +1,109 @@
+"""Images tab: per run × tag a card showing one logged image, with a step slider and, when a step holds several
+images, a sample slider.
+
+PNGs are decoded server-side with Pillow into the packed RGBA ``uint32`` array that ``figure.image_rgba`` draws, so
+no image or data URL ever passes through HTML. Only the image on show is sent; the card follows the latest step
+until the user moves the step slider back (and again once they move it to the end).
+"""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from bokeh.layouts import column
+from bokeh.models import ColumnDataSource, Range1d, Slider
+
+from flowlab.plots.figures import card, card_grid, plain_figure, text_div
+
+from .base import View
+
+SIZE = 320              # the longer side of the drawn image, in screen pixels
+
+
+def decode_rgba(png: bytes) -> np.ndarray:
+    """A PNG as ``image_rgba`` wants it: ``uint32 [h, w]`` of packed RGBA bytes, bottom row first (Bokeh's y axis
+    points up)."""
+    from PIL import Image
+    with Image.open(io.BytesIO(png)) as im:
+        rgba = np.asarray(im.convert("RGBA"), dtype=np.uint8)
+    return np.ascontiguousarray(rgba[::-1]).view("<u4")[..., 0]
+
+
+def _slider(title):
+    # Sliders whose start equals their end are invalid in Bokeh: a one-position slider is hidden with end 1.
+    return Slider(start=0, end=1, value=0, step=1, title=title, show_value=False, visible=False,
+                  sizing_mode="stretch_width")
+
+
+class _Card:
+    def __init__(self, series):
+        self.items = []                             # (step, tailer.Image), references into the store's series
+        self._shown = (None, 0)                     # (Image, sample index) on show
+        self.step = _slider("step")
+        self.sample = _slider("image")
+        self.source = ColumnDataSource({"image": [], "w": [], "h": []})
+        self.figure = plain_figure(x_range=Range1d(0, 1), y_range=Range1d(0, 1), width=SIZE, height=SIZE)
+        self.figure.image_rgba(image="image", x=0, y=0, dw="w", dh="h", source=self.source)
+        self.figure.axis.visible = False
+        self.figure.grid.visible = False
+        self.step.on_change("value", lambda attr, old, new: self.show())
+        self.sample.on_change("value", lambda attr, old, new: self.show())
+        self.layout = card(series.tag, series.run, self.step, self.sample, self.figure)
+
+    def add(self, steps, values, replace):
+        following = replace or not self.items or self.step.value >= len(self.items) - 1
+        if replace:
+            self.items = []
+        self.items += zip(steps, values)
+        self.step.end = max(len(self.items) - 1, 1)
+        self.step.visible = len(self.items) > 1
+        if following:
+            self.step.value = max(len(self.items) - 1, 0)   # triggers show() only when the value changed
+        self.show()
+
+    def show(self):
+        """Send the image the sliders select (nothing when it is already on show)."""
+        if not self.items:
+            self.source.data = {"image": [], "w": [], "h": []}
+            return
+        index = min(int(self.step.value), len(self.items) - 1)
+        step, image = self.items[index]
+        n = len(image.encoded)
+        self.sample.end, self.sample.visible = max(n - 1, 1), n > 1
+        sample = min(int(self.sample.value), max(n - 1, 0))
+        if n == 0 or (self._shown[0] is image and self._shown[1] == sample):
+            return
+        self._shown = (image, sample)
+        self.step.title = f"step {step}"
+        self.sample.title = f"image {sample + 1} of {n}"
+        pixels = decode_rgba(image.encoded[sample])
+        h, w = pixels.shape
+        self.figure.x_range.end, self.figure.y_range.end = w, h
+        scale = SIZE / max(w, h)                    # small images (MNIST's 28 px) are enlarged, big ones shrunk
+        self.figure.width, self.figure.height = max(round(w * scale), 20), max(round(h * scale), 20)
+        self.source.data = {"image": [pixels], "w": [w], "h": [h]}
+
+
+class ImagesView(View):
+    title = "Images"
+
+    def __init__(self, store):
+        super().__init__(store)
+        self.empty = text_div("No images in this logdir yet.")
+        self.grid = card_grid()
+        self._cards: dict[tuple, _Card] = {}
+        self._root = column(self.empty, self.grid)
+
+    def layout(self):
+        return self._root
+
+    def update(self):
+        for series in self.store.series("image"):
+            card = self._cards.get(series.key)
+            if card is None:
+                card = self._cards[series.key] = _Card(series)
+                self.grid.children.append(card.layout)
+            d = self.delta(series)
+            if d.reset or d.steps:
+                card.add(d.steps, d.values, d.reset)
+        self.empty.visible = not self._cards

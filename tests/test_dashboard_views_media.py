@@ -1,0 +1,480 @@
+"""Dashboard views for histograms, distributions, images, text and anomalies, without a browser: each view is built
+over a Store of a logdir written with flowlab's writers, and its ColumnDataSources are checked against NumPy."""
+import html.parser
+import math
+
+import numpy as np
+import pytest
+from bokeh.document import Document
+from bokeh.document.events import ColumnsStreamedEvent, ModelChangedEvent
+from bokeh.models import Div
+
+from flowlab.dashboard.store import Store
+from flowlab.dashboard.views.anomalies import AnomaliesView, heat_cells
+from flowlab.dashboard.views.distributions import COLUMNS, MAX_POINTS, DistributionsView
+from flowlab.dashboard.views.histograms import MAX_OUTLINES, RIDGE_HEIGHT, HistogramsView
+from flowlab.dashboard.views.images import ImagesView
+from flowlab.dashboard.views.text import TextView, render_text
+from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, Sampler, box_stats, compress_histogram, histogram_outline
+from flowlab.summary import Projector, SummaryWriter, encode
+
+HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "[click](javascript:alert(1))"]
+HOSTILE_RUN = "<img src=x onerror=alert(1)>"            # a legal directory name
+
+
+def normal(step, n=1000):
+    return np.random.default_rng(step).normal(step * 0.1, 1.0 + step * 0.05, n)
+
+
+def exception_tensor(step):
+    t = np.random.default_rng(100 + step).normal(0, 1, (6, 5))
+    t[0, 3] = 40.0 + step                               # an outlier
+    t[1, 1], t[2, :2], t[4, 4] = np.nan, np.inf, -np.inf
+    t[5, step % 5] = np.nan
+    return t
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    with SummaryWriter(tmp_path / "train") as w:
+        for step in range(10):
+            w.add_histogram("weights", normal(step), step)
+            grad = normal(50 + step, 200)
+            if step >= 5:
+                grad[:step] = np.nan
+                grad[-2:] = np.inf
+            w.add_histogram("grad", grad, step)
+            w.add_scalar("loss", math.nan if step == 7 else 1.0 / (step + 1), step)
+        w.add_histogram("empty", np.array([np.nan, np.nan]), 0)
+        w.add_image("digits", image(0), 0, dataformats="HWC")
+        w.add_images("digits", np.stack([image(1), image(2), image(3)]), 1, dataformats="NHWC")
+        w.add_text("notes", "# Title\n\n**bold** and `code`", 0)
+        w.add_text("notes", np.array([["a", "*b*"], ["<script>alert(1)</script>", "d"]]), 1)
+        for step in range(4):
+            act = np.arange(12.0).reshape(3, 4) + step
+            if step == 2:
+                act[1, 2] = np.nan
+            w.file_writer.add_summary([encode.tensor("activations", act)], step)
+        w.file_writer.add_summary([encode.tensor("finite", np.ones(3))], 0)
+    projector = Projector(tmp_path / "train").create_exception_projector()
+    for step in (3, 8):
+        projector.exception_projector(value=exception_tensor(step), tag="bad_batch", step=step,
+                                      sample_name="images", sample_type="image",
+                                      x=np.zeros((6, 2, 2, 1), np.uint8))
+    return tmp_path
+
+
+def image(seed):
+    return np.random.default_rng(seed).integers(0, 256, (5, 7, 3), dtype=np.uint8)
+
+
+def build(view_class, logdir):
+    store = Store(logdir)
+    store.poll()
+    view = view_class(store)
+    doc = Document()
+    doc.add_root(view.layout())
+    view.update()
+    return store, view, doc
+
+
+def record(doc):
+    """Document change events from now on, as (event, model, attribute or None)."""
+    events = []
+    doc.on_change(lambda e: events.append(e))
+    return events
+
+
+def data_events(events, source):
+    """What happened to ``source``'s data: "stream" (with the streamed columns) or "replace"."""
+    out = []
+    for e in events:
+        if isinstance(e, ColumnsStreamedEvent) and e.model is source:
+            out.append(("stream", e.data))
+        elif isinstance(e, ModelChangedEvent) and e.model is source and e.attr == "data":
+            out.append(("replace", None))
+    return out
+
+
+def card(view, run, tag, kind="histogram"):
+    return view._cards[(run, tag, kind)]
+
+
+# ---------------------------------------------------------------------------------------------- plot-layer functions
+
+def interp_reference(buckets, bps):
+    """Percentiles by linear interpolation of the cumulative counts over the bucket edges (NumPy's interp). Of
+    several edges with the same cumulative count (empty buckets between) the last one counts, as in TensorBoard."""
+    b = np.asarray(buckets)
+    cum = np.concatenate([[0.0], np.cumsum(b[:, 2])])
+    edges = np.concatenate([b[:1, 0], b[:, 1]])
+    keep = np.r_[cum[:-1] != cum[1:], True]
+    return np.interp(np.asarray(bps) / 10000 * cum[-1], cum[keep], edges[keep])
+
+
+KNOWN = {
+    "normal": np.random.default_rng(1).normal(3.0, 2.0, 20000),
+    "uniform": np.random.default_rng(2).uniform(-1, 1, 5000),
+    "bimodal (empty buckets inside)": np.r_[np.random.default_rng(3).normal(-10, 1, 500),
+                                            np.random.default_rng(4).normal(10, 1, 1500)],
+    "exponential": np.random.default_rng(5).exponential(1.0, 3000),
+    "constant": np.full(7, 2.5),
+}
+
+
+@pytest.mark.parametrize("name", list(KNOWN))
+def test_compress_histogram_interpolates_within_buckets(name):
+    data = KNOWN[name]
+    buckets = encode.histogram_buckets(data)
+    got = compress_histogram(buckets)
+    assert got.shape == (9,) and np.all(np.diff(got) >= 0)
+    np.testing.assert_allclose(got, interp_reference(buckets, NORMAL_HISTOGRAM_BPS), rtol=1e-12, atol=1e-12)
+    assert got[0] == data.min() and got[-1] == data.max()
+    width = buckets[0, 1] - buckets[0, 0]               # interpolation is exact to within one bucket
+    np.testing.assert_allclose(got, np.percentile(data, np.array(NORMAL_HISTOGRAM_BPS) / 100), atol=width + 1e-12)
+    tb = pytest.importorskip("tensorboard.plugins.distribution.compressor")
+    assert got.tolist() == [value for _, value in tb.compress_histogram(buckets)]   # bit for bit
+
+
+def test_compress_histogram_edge_cases_follow_tensorboard():
+    assert compress_histogram(np.zeros((0, 3))).tolist() == [0.0] * 9
+    nothing = encode.histogram_buckets(np.array([np.nan]))               # all-zero counts: the right edge
+    assert compress_histogram(nothing).tolist() == [0.0] * 9
+    gaps = np.array([[0, 1, 0], [1, 2, 4], [2, 3, 0], [3, 4, 4], [4, 5, 0]], float)
+    got = compress_histogram(gaps, (0, 2500, 5000, 7500, 10000))
+    # TensorBoard's rules: the first non-empty bucket is taken to start at the histogram's left edge (0, not 1), and
+    # a basis point exactly between buckets is the start of the next non-empty one (3, not 2).
+    assert got.tolist() == [0.0, 1.0, 3.0, 3.5, 5.0]
+
+
+def test_compress_histogram_matches_tensorboard_on_random_buckets():
+    tb = pytest.importorskip("tensorboard.plugins.distribution.compressor")
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        k = int(rng.integers(1, 12))
+        edges = np.cumsum(rng.uniform(0.1, 2.0, k + 1)) - 5
+        counts = rng.integers(0, 4, k) * rng.integers(0, 2, k)          # many empty buckets, some all empty
+        buckets = np.stack([edges[:-1], edges[1:], counts], 1).astype(float)
+        bps = tuple(sorted(rng.choice(10000, 5, replace=False).tolist())) + (10000,)
+        assert compress_histogram(buckets, bps).tolist() == [v for _, v in tb.compress_histogram(buckets, bps)]
+
+
+def test_outline_and_box_and_sampler():
+    buckets = np.array([[0, 1, 2], [1, 2, 5], [2, 4, 1]], float)
+    x, y = histogram_outline(buckets)
+    assert x.tolist() == [0, 0, 1, 1, 2, 2, 4, 4] and y.tolist() == [0, 2, 2, 5, 5, 1, 1, 0]
+    values = np.r_[np.random.default_rng(0).normal(0, 1, 200), 30.0, -25.0, np.nan, np.inf]
+    stats, outliers = box_stats(values)
+    finite = values[np.isfinite(values)]
+    q1, q2, q3 = np.percentile(finite, [25, 50, 75])
+    assert (stats["q1"], stats["median"], stats["q3"]) == (q1, q2, q3)
+    inside = finite[(finite >= q1 - 1.5 * (q3 - q1)) & (finite <= q3 + 1.5 * (q3 - q1))]
+    assert stats["lower"] == inside.min() and stats["upper"] == inside.max()
+    assert set(outliers.tolist()) == set(finite[(finite < inside.min()) | (finite > inside.max())].tolist())
+    assert {-25.0, 30.0} <= set(outliers.tolist())
+    sampler = Sampler(10)
+    for i in range(1000):
+        sampler.offer(i)
+    assert len(sampler.items) <= 10 and sampler.items[0] == 0 and sampler.latest == 999
+    assert np.all(np.diff(sampler.items) == sampler.stride)
+
+
+# ---------------------------------------------------------------------------------------------- histograms
+
+def test_histogram_outlines_are_the_buckets_and_new_steps_stream(logdir):
+    store, view, doc = build(HistogramsView, logdir)
+    c = card(view, "train", "weights")
+    data = c.source.data
+    assert data["step"] == list(range(10)) and c.tail.data["step"] == []     # all sampled; the latest among them
+    scale = RIDGE_HEIGHT / c.peak
+    for rank, step in enumerate(data["step"]):
+        buckets = encode.histogram_buckets(normal(step))
+        x, y = histogram_outline(buckets)
+        np.testing.assert_array_equal(data["xs"][rank], x)
+        np.testing.assert_array_equal(data["ys"][rank], y)
+        np.testing.assert_allclose(data["ridge"][rank], rank - y * scale)
+        assert data["ys"][rank].max() <= c.peak                         # the ridge never reaches past its headroom
+    assert c.offset.visible and not c.overlay.visible
+    view.mode.active = 1
+    assert c.overlay.visible and not c.offset.visible
+
+    events = record(doc)
+    with SummaryWriter(logdir / "train") as w:
+        for step in (10, 11):
+            w.add_histogram("weights", normal(step) * 0.5, step)       # no taller than before: no rescale
+    store.poll()
+    view.update()
+    (kind, streamed), = data_events(events, c.source)
+    assert kind == "stream" and streamed["step"] == [10, 11]
+    np.testing.assert_array_equal(streamed["ys"][1], histogram_outline(encode.histogram_buckets(normal(11) * 0.5))[1])
+    view.update()                                                        # nothing new: nothing sent
+    assert len(data_events(events, c.source)) == 1
+
+
+def test_histogram_steps_drawn_are_bounded(tmp_path):
+    with SummaryWriter(tmp_path) as w:
+        for step in range(203):
+            w.add_histogram("h", normal(step % 7, 50), step)
+    store, view, _ = build(HistogramsView, tmp_path)
+    c = card(view, ".", "h")
+    steps = c.source.data["step"]
+    assert len(steps) <= MAX_OUTLINES and steps[0] == 0 and np.all(np.diff(steps) == np.diff(steps)[0])
+    assert c.tail.data["step"] == [202]                                 # the latest is drawn too
+    assert c.tail.data["rank"] == [len(steps)]
+
+
+# ---------------------------------------------------------------------------------------------- distributions
+
+def test_distribution_bands_are_the_compressed_histograms(logdir):
+    store, view, doc = build(DistributionsView, logdir)
+    data = card(view, "train", "weights").source.data
+    assert data["step"] == list(range(10))
+    for i, step in enumerate(data["step"]):
+        buckets = encode.histogram_buckets(normal(step))
+        row = [data[c][i] for c in COLUMNS]
+        assert row == compress_histogram(buckets).tolist()
+        np.testing.assert_allclose(row, interp_reference(buckets, NORMAL_HISTOGRAM_BPS), rtol=1e-12)
+    empty = card(view, "train", "empty").source.data
+    assert all(math.isnan(empty[c][0]) for c in COLUMNS)              # nothing finite: a gap, not a band at 0
+
+    source = card(view, "train", "weights").source
+    events = record(doc)
+    with SummaryWriter(logdir / "train") as w:
+        w.add_histogram("weights", normal(10), 10)
+    store.poll()
+    view.update()
+    (kind, streamed), = data_events(events, source)
+    assert kind == "stream" and streamed["step"] == [10]
+    assert [streamed[c][0] for c in COLUMNS] == compress_histogram(encode.histogram_buckets(normal(10))).tolist()
+
+
+def test_distribution_bands_are_thinned_but_reach_the_latest_step(tmp_path):
+    def write(steps):
+        with SummaryWriter(tmp_path) as w:
+            for step in steps:
+                w.add_histogram("h", normal(step % 5, 100), step)
+
+    def check(source):
+        for i, step in enumerate(source.data["step"]):
+            expect = compress_histogram(encode.histogram_buckets(normal(step % 5, 100))).tolist()
+            assert [source.data[c][i] for c in COLUMNS] == expect
+
+    write(range(1201))
+    store, view, doc = build(DistributionsView, tmp_path)
+    source = card(view, ".", "h").source
+    steps = source.data["step"]
+    assert len(steps) <= MAX_POINTS + 1 and steps[0] == 0 and steps[-1] == 1200
+    check(source)
+    events = record(doc)
+    write([1201, 1202])
+    store.poll()
+    view.update()
+    assert source.data["step"][-1] == 1202 and len(source.data["step"]) <= MAX_POINTS + 1
+    write([1203])                               # the provisional row 1202 is patched into 1203
+    store.poll()
+    view.update()
+    assert source.data["step"][-2:] == [1200, 1203]
+    assert [type(e).__name__ for e in events if getattr(e, "model", None) is source] == \
+        ["ColumnsStreamedEvent", "ColumnsPatchedEvent"]
+    check(source)
+
+
+# ---------------------------------------------------------------------------------------------- images
+
+def pixels(view_card):
+    rgba = view_card.source.data["image"][0]
+    h, w = rgba.shape
+    return rgba.view(np.uint8).reshape(h, w, 4)[::-1]                 # drawn bottom row first
+
+
+def test_images_are_decoded_pixels_with_step_and_sample_sliders(logdir):
+    store, view, doc = build(ImagesView, logdir)
+    c = card(view, "train", "digits", "image")
+    assert c.step.visible and c.step.value == 1 and c.step.title == "step 1"       # follows the latest step
+    assert c.sample.visible and c.sample.end == 2
+    got = pixels(c)
+    assert got.dtype == np.uint8 and np.array_equal(got[..., :3], image(1)) and (got[..., 3] == 255).all()
+    c.sample.value = 2
+    assert np.array_equal(pixels(c)[..., :3], image(3))
+    c.step.value = 0
+    assert np.array_equal(pixels(c)[..., :3], image(0)) and not c.sample.visible
+
+    events = record(doc)
+    with SummaryWriter(logdir / "train") as w:
+        w.add_image("digits", image(9), 2, dataformats="HWC")
+    store.poll()
+    view.update()
+    assert c.step.end == 2 and c.step.value == 0                       # the user looks back: the card stays there
+    assert data_events(events, c.source) == []
+    c.step.value = 2
+    assert np.array_equal(pixels(c)[..., :3], image(9))
+
+
+# ---------------------------------------------------------------------------------------------- text
+
+def test_text_renders_markdown_and_tables(logdir):
+    store, view, doc = build(TextView, logdir)
+    c = card(view, "train", "notes", "text")
+    newest, oldest = [div.text for div in c.entries.children]
+    assert "step 0" in oldest and "<h1>Title</h1>" in oldest and "<strong>bold</strong>" in oldest
+    assert "<code>code</code>" in oldest
+    assert "step 1" in newest and newest.count("<tr>") == 2 and "<em>b</em>" in newest
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in newest and "<script" not in newest
+    events = record(doc)
+    with SummaryWriter(logdir / "train") as w:
+        w.add_text("notes", "third", 2)
+    store.poll()
+    view.update()
+    assert "third" in c.entries.children[0].text and len(c.entries.children) == 3
+    assert not [e for e in events if isinstance(e, ModelChangedEvent) and isinstance(e.model, Div)
+                and e.attr == "text"]                                 # old entries are not sent again
+    cube = render_text(np.full((2, 2, 2), "x"))
+    assert "first 2-D slice" in cube and cube.count("<tr>") == 2
+
+
+# ---------------------------------------------------------------------------------------------- anomalies
+
+def test_anomalies_of_exception_projector_samples(logdir):
+    store, view, doc = build(AnomaliesView, logdir)
+    c = view._cards[("exception", "train", "bad_batch")]
+    assert not view.empty.visible
+    box = c.box.data
+    assert box["step"] == [3, 8]
+    for i, step in enumerate(box["step"]):
+        t = exception_tensor(step)
+        finite = t[np.isfinite(t)]
+        q1, q2, q3 = np.percentile(finite, [25, 50, 75])
+        assert (box["q1"][i], box["median"][i], box["q3"][i]) == (q1, q2, q3)
+        fence = 1.5 * (q3 - q1)
+        inside = finite[(finite >= q1 - fence) & (finite <= q3 + fence)]
+        assert (box["lower"][i], box["upper"][i]) == (inside.min(), inside.max())
+        outliers = [v for s, v in zip(c.outliers.data["step"], c.outliers.data["value"]) if s == step]
+        assert sorted(outliers) == sorted(finite[(finite < inside.min()) | (finite > inside.max())].tolist())
+        assert 40.0 + step in outliers
+    counts = c.counts.data
+    assert counts["step"] == [3, 8] and counts["nan"] == [2, 2] and counts["inf"] == [3, 3]
+    assert counts["total"] == [5, 5]
+
+    # the heat map follows the latest step: the exact tensor, NaN and ±Inf kept for the colour mapper
+    assert c.select.options == ["3", "8"] and c.select.value == "8"
+    heat = c.heat_source.data["image"][0]
+    np.testing.assert_array_equal(heat, exception_tensor(8))
+    finite = exception_tensor(8)[np.isfinite(exception_tensor(8))]
+    assert (c.mapper.low, c.mapper.high) == (finite.min(), finite.max())
+    assert len({c.mapper.nan_color, c.mapper.high_color, c.mapper.low_color}) == 3
+    c.select.value = "3"
+    np.testing.assert_array_equal(c.heat_source.data["image"][0], exception_tensor(3))
+
+    # a new sample rewrites the projector config: only the new step is streamed
+    events = record(doc)
+    Projector(logdir / "train").exception_projector(value=exception_tensor(12), tag="bad_batch", step=12)
+    view.update()
+    streams = data_events(events, c.box)
+    assert [(kind, d["step"]) for kind, d in streams] == [("stream", [12])]
+    assert c.select.options == ["3", "8", "12"] and c.select.value == "3"    # the user's choice is kept
+
+
+def test_anomalies_of_histograms_scalars_and_tensors(logdir):
+    store, view, doc = build(AnomaliesView, logdir)
+    keys = set(view._cards)
+    assert ("histogram", "train", "grad") in keys and ("scalar", "train", "loss") in keys
+    assert ("tensor", "train", "activations") in keys
+    assert ("histogram", "train", "weights") not in keys and ("tensor", "train", "finite") not in keys
+
+    grad = view._cards[("histogram", "train", "grad")]
+    counts = grad.counts.data
+    assert counts["step"] == [5, 6, 7, 8, 9] and counts["nan"] == [5, 6, 7, 8, 9] and counts["inf"] == [2] * 5
+    assert grad.box.data["step"] == list(range(10))                     # the whole history, for context
+    buckets = encode.histogram_buckets(normal(50, 200))
+    q = compress_histogram(buckets, (0, 2500, 5000, 7500, 10000))
+    assert [grad.box.data[k][0] for k in ("q1", "median", "q3")] == q[1:4].tolist()
+    assert grad.box.data["lower"][0] >= buckets[0, 0] and grad.box.data["upper"][0] <= buckets[-1, 1]
+
+    loss = view._cards[("scalar", "train", "loss")].counts.data
+    assert loss["step"] == [7] and loss["nan"] == [1] and loss["inf"] == [0]
+
+    act = view._cards[("tensor", "train", "activations")]
+    assert act.box.data["step"] == [0, 1, 2, 3] and act.counts.data["nan"] == [0, 0, 1, 0]
+    assert np.isnan(act.heat_source.data["image"][0]).sum() == 0      # latest step (3) is finite
+    act.select.value = "2"
+    shown = act.heat_source.data["image"][0]
+    assert np.isnan(shown[1, 2]) and np.isnan(shown).sum() == 1
+
+    events = record(doc)
+    with SummaryWriter(logdir / "train") as w:
+        for step in (10, 11):
+            w.add_histogram("grad", np.r_[normal(step, 100), np.nan], step)
+    store.poll()
+    view.update()
+    (kind, streamed), = data_events(events, grad.counts)
+    assert kind == "stream" and streamed["step"] == [10, 11] and streamed["nan"] == [1, 1]
+    (kind, streamed), = data_events(events, grad.box)
+    assert kind == "stream" and streamed["step"] == [10, 11]
+
+
+def test_no_anomalies_found(tmp_path):
+    with SummaryWriter(tmp_path) as w:
+        w.add_histogram("w", normal(0), 0)
+        w.add_scalar("loss", 1.0, 0)
+        w.add_scalar("other/nan_count", 0.0, 0)          # counts that stay 0 are no anomaly
+    store, view, _ = build(AnomaliesView, tmp_path)
+    assert view.empty.visible and "No anomalies found" in view.empty.text and not view._cards
+
+
+def test_heat_map_reduction_keeps_anomalies():
+    m = np.arange(1000.0 * 600).reshape(1000, 600)
+    m[10, 10], m[500, 3], m[999, 599] = np.nan, np.inf, -np.inf
+    cells = heat_cells(m)
+    assert cells.shape == (200, 200)
+    assert np.isnan(cells[2, 3]) and cells[100, 1] == np.inf and cells[199, 199] == -np.inf
+    assert np.isfinite(cells).sum() == cells.size - 3
+    assert cells[0, 0] == m[:5, :3].mean()
+
+
+# ---------------------------------------------------------------------------------------------- escaping
+
+class _Checker(html.parser.HTMLParser):
+    """Collects every element and attribute that could run code or fetch something."""
+    SAFE_TAGS = {"b", "span", "div", "p", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "code", "pre", "ul",
+                 "ol", "li", "table", "thead", "tbody", "tr", "th", "td", "a", "br", "hr", "blockquote"}
+
+    def __init__(self):
+        super().__init__()
+        self.problems = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in self.SAFE_TAGS:
+            self.problems.append(tag)
+        for name, value in attrs:
+            if name.startswith("on") or (name == "href" and not str(value).startswith(("http://", "https://"))):
+                self.problems.append(f"{tag} {name}={value}")
+
+
+def test_nothing_from_a_log_becomes_markup(tmp_path):
+    hostile_dir = tmp_path / HOSTILE_RUN
+    with SummaryWriter(hostile_dir) as w:
+        for tag in HOSTILE:         # a tag has one plugin per run (as in TensorBoard): one tag per kind
+            w.add_histogram(tag, np.r_[normal(0, 50), np.nan], 0)
+            w.add_image(tag + " (image)", image(0), 0, dataformats="HWC")
+            w.add_text(tag + " (text)", "\n\n".join(HOSTILE + ["<a href='javascript:alert(1)'>x</a>", "$$x$$"]), 0)
+            w.add_text(tag + " (text)", np.array(HOSTILE), 1)
+    Projector(hostile_dir).exception_projector(value=exception_tensor(0), tag=HOSTILE[0], step=0)
+    divs = []
+    for view_class in (HistogramsView, DistributionsView, ImagesView, TextView, AnomaliesView):
+        store, view, doc = build(view_class, tmp_path)
+        assert len(view._cards) >= len(HOSTILE)
+        divs += [m for m in doc.models if isinstance(m, Div)]
+    for div in divs:
+        checker = _Checker()
+        checker.feed(div.text)
+        assert checker.problems == [], div.text
+        assert div.disable_math
+    texts = " ".join(d.text for d in divs)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in texts and "&lt;img src=x onerror=alert(1)&gt;" in texts
+
+
+def test_views_are_empty_but_alive_without_data(tmp_path):
+    for view_class in (HistogramsView, DistributionsView, ImagesView, TextView, AnomaliesView):
+        store, view, _ = build(view_class, tmp_path)
+        assert view.empty.visible and view.title
+        view.update()
