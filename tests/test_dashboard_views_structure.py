@@ -484,3 +484,12 @@ def test_graph_data_hides_variables_and_caps_large_graphs():
 def test_views_are_views_with_titles():
     for cls, title in ((HParamsView, "HParams"), (ProjectorView, "Projector"), (GraphView, "Graph")):
         assert issubclass(cls, View) and cls.title == title
+
+
+def test_an_empty_logdir_says_what_is_missing(tmp_path):
+    store = store_of(tmp_path / "later")
+    for cls, text in ((HParamsView, "No hparams"), (ProjectorView, "No embeddings"), (GraphView, "No graph")):
+        view = cls(store)
+        view.update()
+        assert view.note.text.startswith(text)
+        assert_text_only(view)

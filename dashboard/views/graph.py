@@ -251,7 +251,7 @@ class GraphView(View):
         self.figure.add_layout(legend, "right")
         self.figure.axis.visible = False
         self.figure.grid.visible = False
-        self.note = Div(text="")
+        self.note = Div(text="No graph in this logdir yet.")
         self._layout = column(row(self.select, self.variables), self.note, self.figure)
 
     def layout(self):

@@ -180,7 +180,7 @@ class HParamsView(View):
         self.scatter.add_tools(HoverTool(renderers=[points],
                                          tooltips=[("run", "@run"), ("x", "@xtext"), ("y", "@ytext")]))
 
-        self.note = Div(text="")
+        self.note = Div(text="No hparams in this logdir yet.")
         self._layout = column(row(self.filter, self.x_select, self.y_select), self.note, self.table, self.parallel,
                               self.scatter)
 

@@ -150,7 +150,7 @@ class ProjectorView(View):
         self.side.scatter(x="c2", y="c1", source=self.source, color="color", size=6, alpha=0.8)
         self.front.legend.location = "top_left"
         self.front.legend.label_text_font_size = "8pt"
-        self.note = Div(text="")
+        self.note = Div(text="No embeddings in this logdir yet.")
         self._layout = column(row(self.run_select, self.tensor_select, self.step_select, self.method_select,
                                   self.dims_select, self.label_select), self.note, row(self.front, self.side))
 
