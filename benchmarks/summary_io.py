@@ -155,8 +155,8 @@ class Benchmark:
                   f"{len(side.blocks)} blocks used, {len(side.blocks) - len(side.clean())} disturbed, "
                   f"{side.reruns} re-runs)")
         if not clean:
-            print(f"  NOTE: fewer than 3 undisturbed blocks on a side: the medians include disturbed blocks (other "
-                  f"processes took the CPU); the CPU-time ratio is the steadier one here")
+            print("  NOTE: fewer than 3 undisturbed blocks on a side: the medians include disturbed blocks (other "
+                  "processes took the CPU); the CPU-time ratio is the steadier one here")
         f, p = (med[s.name] for s in self.sides)
         ratio, cpu_ratio = f[0] / p[0], p[1] / f[1]
         target = TARGETS[self.key]
