@@ -142,7 +142,7 @@ class HParamsView(View):
     def __init__(self, store):
         super().__init__(store)
         self._plugin: dict[str, dict] = {}      # run -> merged HParamsPluginData dicts (first value of a key wins)
-        self._last: dict[tuple, tuple] = {}     # (run, tag) -> (step, value) of the last point of a scalar series
+        self._last: dict[tuple, tuple] = {}     # series key (run, tag, "scalar") -> (step, value) of its last point
         self._version = None
         self.sessions: dict[str, dict] = {}
         self.hparams: list[str] = []
