@@ -6,3 +6,7 @@
 
 Installed as ``flowlab.dashboard`` (pyproject maps this folder there).
 """
+
+from .notebook import show
+
+__all__ = ["show"]

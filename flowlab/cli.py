@@ -1,16 +1,74 @@
-"""The ``flowlab`` command."""
+"""The ``flowlab`` command: ``flowlab demo`` (train the digits MLP, log summaries, show them live) and
+``flowlab serve`` (the dashboard for a logdir)."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
+import time
+
+
+def _serve(args):
+    from flowlab.dashboard.server import serve
+    try:
+        serve(args.logdir, port=args.port, host=args.host, reload_interval=args.reload_interval,
+              out=lambda line: print(line, flush=True))
+    except OSError as e:
+        print(f"flowlab serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _wait_for_interrupt():
+    """Block until Ctrl-C or SIGTERM (the dashboard thread keeps serving meanwhile)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
 
 
 def _demo(args):
     from .examples import digits_mlp
-    print(f"flowlab demo: training an MLP on the bundled 8x8 digits for {args.epochs} epochs")
-    acc = digits_mlp.main(epochs=args.epochs, batch_size=args.batch_size)
-    print(f"final test accuracy {acc:.3f}")
+    logdir = os.path.join(args.logdir, time.strftime("%Y%m%d-%H%M%S"))
+    server = None
+    if not args.no_serve:
+        from flowlab.dashboard.server import ServerThread, exposure_warning
+        try:
+            server = ServerThread(args.logdir, port=args.port, host=args.host)
+        except OSError as e:
+            print(f"flowlab demo: cannot listen on {args.host}:{args.port}: {e.strerror or e} "
+                  f"(try --port 0, or --no-serve)", file=sys.stderr)
+            return 1
+        if exposure_warning(args.host):
+            print(exposure_warning(args.host))
+        print(f"flowlab dashboard for {os.path.abspath(args.logdir)} at {server.url}", flush=True)
+    print(f"flowlab demo: training an MLP on the bundled 8x8 digits for {args.epochs} epochs; summaries in {logdir}",
+          flush=True)
+    try:
+        acc = digits_mlp.main(epochs=args.epochs, batch_size=args.batch_size, logdir=logdir)
+        print(f"final test accuracy {acc:.3f}", flush=True)
+        if server is not None:
+            print(f"still serving the dashboard at {server.url}  (Ctrl-C to stop)", flush=True)
+            _wait_for_interrupt()
+    except KeyboardInterrupt:
+        print("flowlab demo: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if server is not None:
+            server.stop()
     return 0
+
+
+def _positive_seconds(text):
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
 
 
 def main(argv=None):
@@ -18,16 +76,33 @@ def main(argv=None):
         prog="flowlab",
         description="See inside a network while it trains: OneFlow-0.x-style jobs on CuPy/NumPy.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = sub.add_parser("demo", help="train a small model on bundled data and report progress")
+
+    demo = sub.add_parser("demo", help="train a small model on bundled data, log summaries and show them live")
     demo.add_argument("--epochs", type=int, default=20, help="passes over the training set (default 20)")
     demo.add_argument("--batch-size", type=int, default=100, help="examples per step (default 100)")
+    demo.add_argument("--logdir", default="runs", help="summaries go to LOGDIR/<timestamp> (default runs)")
+    demo.add_argument("--no-serve", action="store_true", help="only train; do not start the dashboard")
+    demo.add_argument("--port", type=int, default=6006, help="dashboard port (default 6006; 0 picks a free one)")
+    demo.add_argument("--host", default="127.0.0.1", help="dashboard address (default 127.0.0.1)")
     demo.set_defaults(run=_demo)
+
+    serve = sub.add_parser("serve", help="the live dashboard for a logdir of TensorBoard event files")
+    serve.add_argument("--logdir", required=True, help="folder of runs (any folder holding *tfevents* files)")
+    serve.add_argument("--port", type=int, default=6006, help="port (default 6006; 0 picks a free one)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1; anything else exposes the logs)")
+    serve.add_argument("--reload-interval", type=_positive_seconds, default=1.0, metavar="SECONDS",
+                       help="how often the logdir is polled (default 1)")
+    serve.set_defaults(run=_serve)
+
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
-    if args.epochs <= 0 or args.batch_size <= 0:
+    if args.command == "demo" and (args.epochs <= 0 or args.batch_size <= 0):
         parser.error("--epochs and --batch-size must be positive")
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be in 0..65535, got {args.port}")
     return args.run(args)
 
 

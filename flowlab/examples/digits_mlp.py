@@ -2,9 +2,14 @@
 
 The same model definition serves the train job and the predict job: variables are global by name, so the predict
 job reads the weights the train job updates.
-"""
-from __future__ import annotations
 
+With a ``logdir``, training also writes TensorBoard summaries there (what ``flowlab demo`` shows live): the loss and
+learning rate per step, test accuracy per epoch, histograms of every weight and its gradient per epoch (delivered
+by ``flow.watch_scope``), a few test digits, the config as text, the train job's graph, and the hparams with the
+final accuracy.
+"""
+# No ``from __future__ import annotations`` here: the jobs' placeholder annotations name ``batch_size``, a local of
+# ``build``, and string annotations cannot see a function's locals when the job is traced.
 import time
 
 import numpy as np
@@ -13,8 +18,9 @@ import flowlab as flow
 import flowlab.typing as tp
 
 
-def build(batch_size=100, hidden=128, lr=0.1):
-    """Return ``(train_job, predict_job)`` for batches of ``batch_size`` 8x8 images."""
+def build(batch_size=100, hidden=128, lr=0.1, variables=None):
+    """Return ``(train_job, predict_job)`` for batches of ``batch_size`` 8x8 images. ``variables``: a dict the train
+    job fills after each call with ``name -> (value, gradient)`` of the model's variables."""
 
     def mlp(images):
         x = flow.reshape(images, [batch_size, -1])
@@ -25,7 +31,12 @@ def build(batch_size=100, hidden=128, lr=0.1):
     @flow.global_function(type="train")
     def train_job(images: tp.Numpy.Placeholder((batch_size, 1, 8, 8)),
                   labels: tp.Numpy.Placeholder((batch_size,), dtype=flow.int32)) -> tp.Numpy:
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, mlp(images))
+        if variables is None:
+            logits = mlp(images)
+        else:
+            with flow.watch_scope(_variable_watcher(variables, 0), _variable_watcher(variables, 1)):
+                logits = mlp(images)
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]), momentum=0.9).minimize(loss)
         return loss
 
@@ -36,23 +47,65 @@ def build(batch_size=100, hidden=128, lr=0.1):
     return train_job, predict_job
 
 
+def _variable_watcher(variables, slot):
+    """A watch_scope callback keeping the latest value (slot 0) or gradient (slot 1) of each variable."""
+    def watcher(blob, blob_def):
+        if blob_def.op_name.endswith(("-weight", "-bias")):
+            pair = variables.setdefault(blob_def.op_name, [None, None])
+            pair[slot] = blob.numpy()
+    return watcher
+
+
 def accuracy(predict_job, images, labels):
     return float(np.mean([np.mean(predict_job(x) == y) for x, y in zip(images, labels)]))
 
 
-def main(epochs=20, batch_size=100, log=print):
+def main(epochs=20, batch_size=100, log=print, logdir=None, hidden=128, lr=0.1):
+    """Train and return the final test accuracy; with ``logdir``, write summaries there (see the module doc)."""
     (train_x, train_y), (test_x, test_y) = flow.data.load_digits(batch_size, batch_size)
-    train_job, predict_job = build(batch_size)
+    variables = None if logdir is None else {}
+    train_job, predict_job = build(batch_size, hidden, lr, variables)
     flow.train.CheckPoint().init()
+    config = dict(epochs=epochs, batch_size=batch_size, hidden=hidden, lr=lr, momentum=0.9, optimizer="SGD")
+    writer = None if logdir is None else _start_summaries(logdir, train_job, test_x[0], config)
     start, steps = time.perf_counter(), 0
     for epoch in range(1, epochs + 1):
-        losses = [train_job(x, y).mean() for x, y in zip(train_x, train_y)]
-        steps += len(losses)
+        losses = []
+        for x, y in zip(train_x, train_y):
+            losses.append(train_job(x, y).mean())
+            if writer is not None:
+                writer.add_scalar("train/loss", float(losses[-1]), steps)
+                writer.add_scalar("train/lr", lr, steps)
+            steps += 1
+        test_accuracy = accuracy(predict_job, test_x, test_y)
+        if writer is not None:
+            writer.add_scalar("test/accuracy", test_accuracy, steps)
+            flow.sync_default_session()                  # the watch callbacks have delivered this step's arrays
+            for name, (value, grad) in sorted(variables.items()):
+                writer.add_histogram(f"weights/{name}", value, steps)
+                writer.add_histogram(f"gradients/{name}", grad, steps)
+            writer.flush()
         if epoch == 1 or epoch % 5 == 0 or epoch == epochs:
             rate = steps / (time.perf_counter() - start)
-            log(f"epoch {epoch:3d}  loss {np.mean(losses):.4f}  test accuracy "
-                f"{accuracy(predict_job, test_x, test_y):.3f}  ({rate:.0f} steps/s)")
-    return accuracy(predict_job, test_x, test_y)
+            log(f"epoch {epoch:3d}  loss {np.mean(losses):.4f}  test accuracy {test_accuracy:.3f}  "
+                f"({rate:.0f} steps/s)")
+    if writer is not None:
+        writer.add_hparams(dict(lr=lr, hidden=hidden, batch_size=batch_size, epochs=epochs),
+                           {"hparams/test_accuracy": test_accuracy}, global_step=steps)
+        writer.close()
+    return test_accuracy
+
+
+def _start_summaries(logdir, job, images, config):
+    """A SummaryWriter on ``logdir`` holding the job's graph, the config as text and a few digits (scaled up 4x)."""
+    from flowlab.summary import SummaryWriter
+    writer = SummaryWriter(logdir)
+    writer.add_graph(job)
+    table = "| setting | value |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in config.items())
+    writer.add_text("config", table, 0)
+    digits = np.kron(images[:8], np.ones((1, 1, 4, 4), images.dtype))      # (8, 1, 32, 32), values in 0..1
+    writer.add_images("test/digits", digits, 0, dataformats="NCHW")
+    return writer
 
 
 if __name__ == "__main__":

@@ -1,0 +1,62 @@
+"""One browser session's Bokeh document: the status line on top, then a tab per registered view.
+
+``build_document(doc, store)`` is what the server's ``FunctionHandler`` calls for each new session (tests call it on
+a bare ``Document``). A periodic callback on the session's IOLoop refreshes the status line and, when the store's
+``version`` has moved, every view; a view that raises is logged and the others keep updating.
+"""
+from __future__ import annotations
+
+import html
+import logging
+import traceback
+
+from bokeh.layouts import column
+from bokeh.models import Div, TabPanel, Tabs
+
+from .views import VIEWS
+from .views.status import StatusLine
+
+log = logging.getLogger(__name__)
+PERIOD_MS = 250
+
+
+def _broken(name, error):
+    """A tab in place of a view that could not be built, so one bad view does not take the dashboard down."""
+    detail = "".join(traceback.format_exception(error))
+    return Div(text=f"<b>The {html.escape(name)} view failed to build.</b><pre>{html.escape(detail)}</pre>")
+
+
+def build_document(doc, store, views=None, period_ms=PERIOD_MS):
+    """Fill ``doc`` for one session over the shared ``store``; returns the built view instances by name."""
+    status = StatusLine(store)
+    built, panels = {}, []
+    for name, cls in VIEWS if views is None else views:
+        try:
+            view = cls(store)
+            child = view.layout()
+            built[name] = view
+        except Exception as e:
+            log.exception("dashboard view %s failed to build", name)
+            child = _broken(name, e)
+        panels.append(TabPanel(title=getattr(cls, "title", name), child=child, name=name))
+    root = column(status.layout(), Tabs(tabs=panels, name="tabs", sizing_mode="stretch_width"),
+                  sizing_mode="stretch_width", name="dashboard")
+    seen = [None]
+
+    def refresh():
+        status.update()
+        version = store.version
+        if version == seen[0]:
+            return
+        seen[0] = version
+        for name, view in built.items():
+            try:
+                view.update()
+            except Exception:
+                log.exception("dashboard view %s failed to update", name)
+
+    refresh()                 # the first page already shows what the store holds (filled before it joins the doc)
+    doc.title = "flowlab dashboard"
+    doc.add_root(root)
+    doc.add_periodic_callback(refresh, period_ms)
+    return built

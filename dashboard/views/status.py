@@ -1,0 +1,50 @@
+"""The status line above the tabs: what the store has read of the logdir, or why there is nothing to show yet."""
+from __future__ import annotations
+
+import html
+import time
+
+from bokeh.models import Div
+
+
+def status_html(status: dict) -> str:
+    """One line of HTML for ``Store.status()``; every value from outside (paths, errors) is escaped."""
+    logdir = html.escape(status["logdir"])
+    if not status["exists"]:
+        return (f'<span style="color:#b45309">No logdir at <code>{logdir}</code> yet: waiting for it to appear. '
+                f'Runs show up here without a page reload once a writer logs there.</span>')
+    if status["files"] == 0:
+        return (f'<span style="color:#b45309">No event files under <code>{logdir}</code> yet (looking for file names '
+                f'containing <code>tfevents</code>); waiting for a run to log.</span>')
+    last = status["last_update"]
+    parts = [f'<code>{logdir}</code>', f'{status["runs"]} run{"s" * (status["runs"] != 1)}',
+             f'{status["files"]} file{"s" * (status["files"] != 1)}', f'{status["records_read"]:,} records read',
+             f'{status["records_skipped"]:,} skipped (bad CRC)',
+             "last update " + (time.strftime("%H:%M:%S", time.localtime(last)) if last else "never")]
+    if status["records_skipped"]:
+        parts[4] = f'<span style="color:#c00">{parts[4]}</span>'
+    problems = [f"{path}: {why}" for path, why in status["errors"].items()]
+    if status["store_error"]:
+        problems.insert(0, status["store_error"])
+    if problems:
+        parts.append(f'<span style="color:#c00" title="{html.escape(chr(10).join(problems))}">'
+                     f'{len(problems)} unreadable: {html.escape(problems[0])}</span>')
+    return " · ".join(parts)
+
+
+class StatusLine:
+    def __init__(self, store):
+        self.store = store
+        self.div = Div(text="", sizing_mode="stretch_width", name="status",
+                       styles={"font-size": "13px", "padding": "4px 2px", "color": "#333"})
+
+    def layout(self):
+        return self.div
+
+    def update(self):
+        try:
+            text = status_html(self.store.status())
+        except RuntimeError:        # the poll thread changed the tailer's tables mid-copy: try again next tick
+            return
+        if text != self.div.text:
+            self.div.text = text

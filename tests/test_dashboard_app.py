@@ -1,0 +1,441 @@
+"""The dashboard without a browser: session documents built on a bare ``Document`` over a fixture logdir, the
+scalars view's data (downsampling, streaming, smoothing, filters, escaping), and ``flowlab serve`` / ``flowlab demo``
+run as commands."""
+import http.client
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+from bokeh.document import Document
+from bokeh.models import ColumnDataSource, Div, Tabs
+
+from flowlab.dashboard import app
+from flowlab.dashboard.store import Store
+from flowlab.dashboard.views import VIEWS
+from flowlab.dashboard.views.scalars import LIMIT, downsample, ema, smooth
+from flowlab.summary import SummaryWriter
+
+LONG = 5000          # points of the "loss" tag: more than LIMIT, so it is downsampled
+
+
+def loss_curve(n, run_offset=0.0):
+    i = np.arange(n)
+    curve = np.exp(-i / 1500) + 0.05 * np.sin(i * 0.7) + run_offset
+    return curve.astype(np.float32).astype(np.float64)           # as event files store scalars
+
+
+def write_fixture(logdir):
+    for k, run in enumerate(("a", "b")):
+        with SummaryWriter(logdir / run) as w:
+            for i, v in enumerate(loss_curve(LONG, 0.1 * k)):
+                w.add_scalar("loss", float(v), i, walltime=1000.0 + i)
+            for i in range(20):
+                w.add_scalar("acc", i / 20, i * 100, walltime=1000.0 + i * 100)
+    return logdir
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    return write_fixture(tmp_path)
+
+
+def session(logdir):
+    """A store read once, and one session's document over it."""
+    store = Store(logdir)
+    store.poll()
+    doc = Document()
+    views = app.build_document(doc, store)
+    return store, doc, views
+
+
+def refresh(doc):
+    """Run the session's periodic callback once, as the server's IOLoop would."""
+    (callback,) = doc.session_callbacks
+    callback.callback()
+
+
+def tEMA(values, weight):
+    """TensorBoard's smoothing, transcribed: debiased EMA; constant series and non-finite values pass through."""
+    out, last, count = [], 0.0, 0
+    constant = all(v == values[0] for v in values)
+    for v in values:
+        if constant or not np.isfinite(v):
+            out.append(v)
+            continue
+        last = last * weight + (1 - weight) * v
+        count += 1
+        out.append(last / (1 - weight ** count) if weight != 1 else last)
+    return np.array(out)
+
+
+# ----------------------------------------------------------------------------------------------------- document
+
+def test_document_has_status_line_and_a_tab_per_registered_view(logdir):
+    store, doc, views = session(logdir)
+    tabs = doc.select_one({"type": Tabs})
+    assert [p.name for p in tabs.tabs] == [name for name, _ in VIEWS]
+    assert set(views) == {name for name, _ in VIEWS}
+    status = doc.select_one({"name": "status"}).text
+    assert "2 runs" in status and "2 files" in status and "0 skipped (bad CRC)" in status
+    records = int(re.search(r"([\d,]+) records read", status).group(1).replace(",", ""))
+    assert records >= 2 * (LONG + 20)
+    scalars = views["scalars"]
+    assert sorted(scalars.cards) == ["acc", "loss"]
+    assert sorted(scalars.cards["loss"].lines) == ["a", "b"]
+
+
+def test_a_view_that_fails_to_build_becomes_an_error_tab(logdir):
+    class Broken:
+        title = "Broken"
+
+        def __init__(self, store):
+            raise RuntimeError("<b>boom</b>")
+
+    store = Store(logdir)
+    store.poll()
+    doc = Document()
+    views = app.build_document(doc, store, views=VIEWS + [("broken", Broken)])
+    assert "broken" not in views and "scalars" in views
+    text = doc.select_one({"type": Tabs}).tabs[-1].child.text
+    assert "&lt;b&gt;boom&lt;/b&gt;" in text and "<b>boom" not in text
+
+
+def test_long_series_are_downsampled_keeping_ends_and_extremes(logdir):
+    _, _, views = session(logdir)
+    line = views["scalars"].cards["loss"].lines["a"]
+    data = line.source.data
+    values = loss_curve(LONG)
+    assert 100 < len(data["step"]) <= LIMIT
+    steps = data["step"].astype(int)
+    assert steps[0] == 0 and steps[-1] == LONG - 1 and np.all(np.diff(steps) > 0)
+    np.testing.assert_allclose(data["value"], values[steps])
+    assert data["value"].max() == values.max() and data["value"].min() == values.min()
+    np.testing.assert_allclose(data["wall"], (1000.0 + steps) * 1000)          # datetime axis: milliseconds
+    np.testing.assert_allclose(data["rel"], steps / 3600)                      # hours since the first point
+    short = views["scalars"].cards["acc"].lines["b"].source.data               # short series: every point
+    assert list(short["step"]) == [i * 100 for i in range(20)]
+
+
+def test_downsample_keeps_bucket_extremes():
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=100_000)
+    values[54_321] = 50.0                                         # a spike survives
+    values[7] = np.nan
+    idx = downsample(values, 2000)
+    assert len(idx) <= 2000 and idx[0] == 0 and idx[-1] == len(values) - 1
+    assert 54_321 in idx and np.all(np.diff(idx) > 0)
+    assert list(downsample(values[:10], 2000)) == list(range(10))
+
+
+def test_appending_streams_only_the_new_points(logdir, monkeypatch):
+    store, doc, views = session(logdir)
+    scalars = views["scalars"]
+    acc_a = scalars.cards["acc"].lines["a"]
+    before = len(acc_a.source.data["step"])
+    streamed = []
+    original = ColumnDataSource.stream
+
+    def spy(self, new_data, rollover=None, **kw):
+        streamed.append((self, {k: list(v) for k, v in new_data.items()}))
+        return original(self, new_data, rollover, **kw)
+
+    monkeypatch.setattr(ColumnDataSource, "stream", spy)
+    data = acc_a.source.data                                          # replaced data would be a new object
+    with SummaryWriter(logdir / "a") as w:
+        for i in range(20, 23):
+            w.add_scalar("acc", i / 20, i * 100, walltime=1000.0 + i * 100)
+    store.poll()
+    refresh(doc)
+    assert [s for s, _ in streamed] == [acc_a.source]
+    assert streamed[0][1]["step"] == [2000.0, 2100.0, 2200.0]
+    assert acc_a.source.data is data and len(data["step"]) == before + 3
+    np.testing.assert_allclose(acc_a.source.data["smooth"], tEMA([i / 20 for i in range(23)], 0.6))
+    streamed.clear()
+    refresh(doc)                                                      # nothing new: nothing sent
+    assert streamed == []
+
+
+def test_new_runs_and_tags_appear_without_a_new_session(logdir):
+    store, doc, views = session(logdir)
+    with SummaryWriter(logdir / "c") as w:
+        w.add_scalar("loss", 1.0, 0)
+        w.add_scalar("grad_norm", 2.0, 0)
+    store.poll()
+    refresh(doc)
+    cards = views["scalars"].cards
+    assert "c" in cards["loss"].lines and "grad_norm" in cards
+    assert [c.name for c in views["scalars"].grid.children] == ["card:acc", "card:grad_norm", "card:loss"]
+    renderers = cards["loss"].layout.children[0].renderers
+    assert {r.name for r in renderers} == {"a", "b", "c"}
+    colours = {r.name: r.glyph.line_color for r in renderers}
+    assert colours["c"] not in (colours["a"], colours["b"])        # a new run gets its own colour
+    other = app.build_document(Document(), store)["scalars"]         # ... and the same in every session
+    assert {r.name: r.glyph.line_color for r in other.cards["loss"].layout.children[0].renderers} == colours
+
+
+def test_zoom_sends_the_exact_points_of_the_visible_range(logdir):
+    _, _, views = session(logdir)
+    scalars = views["scalars"]
+    card = scalars.cards["loss"]
+
+    class Event:
+        x0, x1 = 1000.0, 1500.0
+
+    scalars._zoomed(card, Event)
+    steps = card.lines["a"].source.data["step"].astype(int)
+    inside = steps[(steps >= 1000) & (steps <= 1500)]
+    assert list(inside) == list(range(1000, 1501))                    # every point of the window
+    assert steps[0] == 0 and steps[-1] == LONG - 1 and len(steps) <= 2 * LIMIT   # the overview stays around it
+    np.testing.assert_allclose(card.lines["a"].source.data["value"], loss_curve(LONG)[steps])
+
+    class Everything:
+        x0, x1 = -10.0, LONG + 10.0
+
+    scalars._zoomed(card, Everything)
+    assert len(card.lines["a"].source.data["step"]) <= LIMIT
+
+
+# ----------------------------------------------------------------------------------------------------- smoothing
+
+@pytest.mark.parametrize("weight", [0.0, 0.3, 0.6, 0.9, 0.99, 0.999])
+def test_ema_is_tensorboards_debiased_ema(weight):
+    rng = np.random.default_rng(1)
+    values = np.cumsum(rng.normal(size=3000)) + 100
+    values[[10, 500]] = np.nan
+    values[700] = np.inf
+    np.testing.assert_allclose(smooth(values, weight), tEMA(values, weight), rtol=1e-9, atol=1e-9)
+    # carried forward in pieces, as streamed points are
+    first, state = ema(values[:1234], weight)
+    rest, _ = ema(values[1234:], weight, state)
+    np.testing.assert_allclose(np.concatenate([first, rest]), tEMA(values, weight), rtol=1e-9, atol=1e-9)
+
+
+def test_constant_series_is_not_smoothed():
+    np.testing.assert_array_equal(smooth(np.full(50, 3.0), 0.9), np.full(50, 3.0))
+
+
+def test_smoothing_slider_resmooths_every_line(logdir):
+    _, _, views = session(logdir)
+    scalars = views["scalars"]
+    line = scalars.cards["loss"].lines["b"]
+    steps = line.source.data["step"].astype(int)
+    np.testing.assert_allclose(line.source.data["smooth"], tEMA(loss_curve(LONG, 0.1), 0.6)[steps])
+    scalars.smoothing.value = 0.95
+    scalars._resmooth()                 # what a browser's value_throttled change calls
+    np.testing.assert_allclose(line.source.data["smooth"], tEMA(loss_curve(LONG, 0.1), 0.95)[steps])
+
+
+# ----------------------------------------------------------------------------------------------------- filters
+
+def test_run_and_tag_filters_are_regexes_and_bad_ones_say_so(logdir):
+    _, doc, views = session(logdir)
+    scalars = views["scalars"]
+    scalars.run_filter.value = "^b$"
+    visible = {r.name for r in scalars.cards["loss"].layout.children[0].renderers if r.visible}
+    assert visible == {"b"}
+    scalars.tag_filter.value = "acc|nothing"
+    assert scalars.cards["acc"].layout.visible and not scalars.cards["loss"].layout.visible
+    scalars.tag_filter.value = "(unclosed"
+    assert "Invalid tags regex" in scalars.message.text
+    assert scalars.cards["acc"].layout.visible and not scalars.cards["loss"].layout.visible   # last good filter
+    scalars.tag_filter.value = ""
+    assert scalars.message.text == "" and scalars.cards["loss"].layout.visible
+
+
+def test_x_axis_and_log_y_rebuild_the_figures_over_the_same_sources(logdir):
+    _, _, views = session(logdir)
+    scalars = views["scalars"]
+    card = scalars.cards["loss"]
+    source = card.lines["a"].source
+    scalars.x_axis.active = 2                                          # wall time
+    fig = card.layout.children[0]
+    assert type(fig.xaxis[0]).__name__ == "DatetimeAxis"
+    assert {r.glyph.x for r in fig.renderers} == {"wall"}
+    assert any(r.data_source is source for r in fig.renderers)
+    scalars.log_y.active = True
+    assert type(card.layout.children[0].y_scale).__name__ == "LogScale"
+    scalars.x_axis.active = 1
+    assert {r.glyph.x for r in card.layout.children[0].renderers} == {"rel"}
+
+
+# ----------------------------------------------------------------------------------------------------- escaping
+
+def test_markup_from_logs_never_reaches_a_div_unescaped(tmp_path):
+    evil = "<script>alert(1)</script>"
+    logdir = tmp_path / "<b>logs</b>"
+    with SummaryWriter(logdir / "<img src=x onerror=alert(1)>") as w:
+        w.add_scalar(evil, 1.0, 0)
+        w.add_scalar(evil, 2.0, 1)
+    store, doc, views = session(logdir)
+    scalars = views["scalars"]
+    scalars.run_filter.value = evil + "("                           # an invalid regex quoting markup
+    texts = [d.text for d in doc.select({"type": Div})]
+    assert any("&lt;script&gt;" in t for t in texts)                 # the filter error, escaped
+    assert any("&lt;b&gt;logs&lt;/b&gt;" in t for t in texts)        # the logdir in the status line
+    for t in texts:
+        assert "<script" not in t and "<img" not in t and "<b>logs" not in t
+    assert scalars.cards[evil].layout.children[0].title.text == evil  # a plain-text canvas title
+
+
+# ----------------------------------------------------------------------------------------------------- status
+
+def test_status_says_when_the_logdir_is_missing_then_data_appears(tmp_path):
+    logdir = tmp_path / "later"
+    store, doc, views = session(logdir)
+    status = doc.select_one({"name": "status"})
+    assert "No logdir" in status.text and "waiting" in status.text
+    assert "No scalars" in views["scalars"].message.text
+    logdir.mkdir()
+    store.poll()
+    refresh(doc)
+    assert "No event files" in status.text
+    with SummaryWriter(logdir / "run") as w:
+        w.add_scalar("loss", 0.5, 0)
+    store.poll()
+    refresh(doc)
+    assert "1 run" in status.text and "last update" in status.text
+    assert "loss" in views["scalars"].cards and views["scalars"].message.text == ""
+
+
+# ----------------------------------------------------------------------------------------------------- commands
+
+def _get(port, path):
+    """A raw GET (http.client sends the path as given: no client-side normalising of ``..``)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", path)
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
+def _serve(logdir, tmp_path_factory):
+    """``flowlab serve`` on a free port over ``logdir`` with symlinks out of it; yields (process, port)."""
+    secret = tmp_path_factory.mktemp("outside") / "secret.txt"
+    secret.write_text("TOP-SECRET-CONTENTS")
+    os.symlink(secret, logdir / "a" / "leak.txt")
+    os.symlink(secret.parent, logdir / "linked-dir")
+    proc = subprocess.Popen([sys.executable, "-m", "flowlab.cli", "serve", "--logdir", str(logdir), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert match, (line, proc.stderr.read() if proc.poll() is not None else "")
+        yield proc, int(match.group(1))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def served(logdir, tmp_path_factory):
+    yield from _serve(logdir, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    """One server for the read-only request tests."""
+    yield from _serve(write_fixture(tmp_path_factory.mktemp("logs")), tmp_path_factory)
+
+
+def test_serve_prints_its_url_serves_the_page_and_stops_on_sigint(served):
+    proc, port = served
+    status, body = _get(port, "/")
+    assert status == 200 and b"Bokeh" in body
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/static/js/bokeh.min.js", timeout=10) as r:
+        assert r.status == 200                                          # Bokeh's own static files are fine
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=15) == 0
+    assert "stopped" in proc.stdout.read()
+
+
+def test_serve_stops_on_sigterm(served):
+    proc, _ = served
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+
+
+@pytest.mark.parametrize("path", [
+    "/../../../../etc/passwd", "/static/../../../../../etc/passwd", "/static/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+    "/static/..%2f..%2f..%2f..%2fetc%2fpasswd", "/static/%252e%252e/%252e%252e/etc/passwd", "/static//etc/passwd",
+    "/static/%2Fetc%2Fpasswd", "/static/..%5c..%5c..%5cetc%5cpasswd", "/a/leak.txt", "/static/a/leak.txt",
+    "/linked-dir/secret.txt", "/a/", "/events.out.tfevents", "/static/../a/leak.txt",
+])
+def test_nothing_outside_bokehs_static_files_is_served(shared_server, path):
+    _, port = shared_server
+    status, body = _get(port, path)
+    assert status == 404, (path, status)
+    assert b"root:" not in body and b"TOP-SECRET" not in body
+
+
+def test_serve_reports_a_busy_port(shared_server):
+    _, port = shared_server
+    result = subprocess.run([sys.executable, "-m", "flowlab.cli", "serve", "--logdir", ".", "--port", str(port)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "cannot listen" in result.stderr
+
+
+def test_serving_beyond_loopback_is_warned_about():
+    from flowlab.dashboard.server import exposure_warning
+    assert exposure_warning("127.0.0.1") is None and exposure_warning("localhost") is None
+    assert "anyone who can reach" in exposure_warning("0.0.0.0")
+
+
+def test_show_serves_from_its_own_thread_while_the_caller_blocks(logdir, monkeypatch):
+    import IPython.display
+    from flowlab import dashboard
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    handle = dashboard.show(logdir)
+    try:
+        assert shown and handle.url in shown[0].src
+        port = int(re.search(r":(\d+)/", handle.url).group(1))
+        assert _get(port, "/")[0] == 200                 # answered while this thread waits in the request
+        assert handle.server.origins == [f"127.0.0.1:{port}", f"localhost:{port}"]
+    finally:
+        handle.stop()
+    with pytest.raises(OSError):
+        _get(port, "/")
+
+
+def test_demo_trains_and_writes_every_kind_of_summary(tmp_path):
+    from flowlab.summary import read_graphs, read_histograms, read_hparams, read_images, read_scalars, read_text
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "flowlab.cli", "demo", "--no-serve", "--epochs", "2",
+                             "--logdir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "final test accuracy" in result.stdout and time.perf_counter() - start < 60
+    (run,) = os.listdir(tmp_path)
+    assert re.fullmatch(r"\d{8}-\d{6}", run)
+    scalars = read_scalars(tmp_path)[run]
+    assert {"train/loss", "train/lr", "test/accuracy"} <= set(scalars)
+    assert len(scalars["test/accuracy"].step) == 2
+    histograms = read_histograms(tmp_path)[run]
+    assert {"weights/hidden-weight", "gradients/hidden-weight", "weights/output-bias"} <= set(histograms)
+    assert "test/digits" in read_images(tmp_path)[run]
+    assert "config" in read_text(tmp_path)[run]
+    assert "hparams/test_accuracy" in read_hparams(tmp_path)[run]["metrics"]
+    assert read_graphs(tmp_path)[run]
+
+
+def test_demo_serves_its_runs_while_training_and_stops_on_sigint(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "flowlab.cli", "demo", "--epochs", "1", "--port", "0",
+                             "--logdir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/", proc.stdout.readline()).group(1))
+        assert _get(port, "/")[0] == 200
+        for line in proc.stdout:
+            if "still serving" in line:
+                break
+        assert _get(port, "/")[0] == 200                 # still answering after training
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,231 @@
+"""The dashboard in a real headless Chromium (Debian's ``chromium`` driven by Playwright; ``.ci/run`` installs it).
+
+One ``flowlab serve`` over a logdir written by flowlab's SummaryWriter and by a second writer (torch's
+``torch.utils.tensorboard`` when torch is importable, else tensorboardX), one page for the whole module. Screenshots
+of every tab go to ``artifacts/screenshots/<tab>.png``.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                reason=f"needs Debian's chromium at {CHROMIUM} (.ci/run installs it: "
+                                       "apt-get install -y chromium)")
+playwright = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
+XSS_RUN = "<img src=x onerror=window.__xss=1>"
+LONG = 6000
+
+IDLE_JS = "() => Bokeh.index.roots.every((v) => v.is_idle)"
+# The scalars view's sources (columns step, rel, wall, value, smooth) as {step: [...], value: [...]}.
+SOURCES_JS = """() => [...Bokeh.documents[0].all_models]
+    .filter((m) => m.constructor.__name__ === "ColumnDataSource" && "smooth" in m.data && "step" in m.data)
+    .map((m) => ({step: Array.from(m.data.step), value: Array.from(m.data.value)}))"""
+
+
+def _peer_writer(logdir):
+    """torch's SummaryWriter when torch is importable, else tensorboardX's: the other writers users have."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+        return "torch", SummaryWriter(str(logdir / "torch"))
+    except ImportError:
+        from tensorboardX import SummaryWriter
+        return "tensorboardX", SummaryWriter(str(logdir / "tensorboardX"))
+
+
+def _write_logs(logdir):
+    from flowlab.summary import SummaryWriter
+    rng = np.random.default_rng(0)
+    ours = SummaryWriter(logdir / "flowlab", flush_secs=0.2)
+    peer_name, peer = _peer_writer(logdir)
+    for writer in (ours, peer):
+        for step in range(300):
+            writer.add_scalar("loss", float(np.exp(-step / 80) + 0.05 * rng.random()), step)
+            writer.add_scalar("accuracy", float(1 - np.exp(-step / 60)), step)
+        for step in range(0, 300, 50):
+            writer.add_histogram("weights/dense", rng.normal(0, 1 + step / 300, size=500), step)
+        writer.add_image("digits", rng.random((1, 16, 16)), 0)
+        writer.add_text("config", "lr = 0.1, hidden = 128", 0)
+    for step in range(LONG):                                  # long enough to be downsampled on display
+        ours.add_scalar("long", float(np.sin(step / 50)), step)
+    ours.add_hparams({"lr": 0.1, "hidden": 128}, {"hparams/accuracy": 0.9})
+    peer.add_hparams({"lr": 0.01, "hidden": 64}, {"hparams/accuracy": 0.8})
+    peer.close()
+    ours.flush()
+    with SummaryWriter(logdir / XSS_RUN) as w:                # markup in a run name must stay text
+        w.add_scalar("loss", 0.5, 0)
+        w.add_scalar("loss", 0.4, 1)
+    return ours, peer_name
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    from playwright.sync_api import sync_playwright
+    logdir = tmp_path_factory.mktemp("logs")
+    live_writer, peer_name = _write_logs(logdir)
+    server_log = open(tmp_path_factory.mktemp("server") / "stderr.txt", "w+")       # a file: a pipe could fill up
+    server = subprocess.Popen([sys.executable, "-m", "flowlab.cli", "serve", "--logdir", str(logdir), "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=server_log, text=True)
+    try:
+        url = re.search(r"http://\S+", server.stdout.readline()).group(0)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900}, accept_downloads=True)
+            errors = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            start = time.perf_counter()
+            page.goto(url)
+            page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && "
+                                   "Bokeh.index.roots.length > 0 && "
+                                   "Bokeh.index.roots.every((v) => v.is_idle)", polling=20)
+            load_s = time.perf_counter() - start
+            yield dict(page=page, errors=errors, writer=live_writer, peer=peer_name, load_s=load_s, log=server_log)
+            browser.close()
+    finally:
+        live_writer.close()
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        server_log.close()
+
+
+def server_errors(dashboard):
+    log = dashboard["log"]
+    log.seek(0)
+    return [line for line in log.read().splitlines() if "Traceback" in line or "ERROR" in line]
+
+
+def test_page_loads_without_console_errors_and_shows_both_writers(dashboard):
+    page = dashboard["page"]
+    assert dashboard["errors"] == []
+    status = page.evaluate("() => Bokeh.documents[0].get_model_by_name('status').text")
+    assert "runs" in status and "0 skipped" in status
+    sources = page.evaluate(SOURCES_JS)
+    full = [s for s in sources if len(s["step"]) == 300]
+    assert len(full) == 4, f"loss and accuracy from flowlab and {dashboard['peer']}"
+    print(f"first page load {dashboard['load_s']:.2f} s")
+
+
+def test_each_tab_renders(dashboard):
+    page = dashboard["page"]
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    tabs = page.evaluate("() => Bokeh.documents[0].get_model_by_name('tabs').tabs.map((t) => [t.name, t.title])")
+    assert tabs and tabs[0][0] == "scalars"
+    for index, (name, title) in enumerate(tabs):
+        page.locator(".bk-tab", has_text=re.compile(rf"^{re.escape(title)}$")).first.click()
+        page.wait_for_function(f"() => Bokeh.documents[0].get_model_by_name('tabs').active === {index}")
+        page.wait_for_function(IDLE_JS, polling=20)
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+        assert dashboard["errors"] == [], f"console errors after opening the {title} tab"
+    page.locator(".bk-tab").first.click()
+
+
+def test_run_names_stay_text_even_in_tooltips(dashboard):
+    page = dashboard["page"]
+    canvas = page.locator(".bk-Figure").first
+    box = canvas.bounding_box()
+    for fraction in (0.2, 0.4, 0.6, 0.8):                    # sweep the hover line across a card
+        page.mouse.move(box["x"] + box["width"] * fraction, box["y"] + box["height"] / 2)
+        page.wait_for_timeout(100)
+    assert page.evaluate("() => window.__xss") is None
+    assert dashboard["errors"] == []
+
+
+def test_csv_download_is_built_in_the_page(dashboard, tmp_path):
+    page = dashboard["page"]
+    with page.expect_download() as download:
+        page.locator(".bk-btn", has_text="CSV").first.click()
+    path = tmp_path / "scalars.csv"
+    download.value.save_as(path)
+    lines = path.read_text().splitlines()
+    assert lines[0] == "run,step,wall_time,value"
+    assert {line.split(",")[0] for line in lines[1:]} >= {'"flowlab"', f'"{dashboard["peer"]}"'}
+
+
+def test_axis_and_log_toggles_rebuild_every_card(dashboard):
+    page = dashboard["page"]
+
+    def every_card(check):
+        page.wait_for_function(f"""() => [...Bokeh.documents[0].all_models]
+            .filter((m) => m.name && m.name.startsWith("card:"))
+            .every((card) => {{ const fig = card.children[0]; return {check}; }})""", timeout=10000)
+        page.wait_for_function(IDLE_JS, polling=20)
+
+    page.locator(".bk-btn", has_text="Wall").first.click()
+    every_card('fig.below[0].constructor.__name__ === "DatetimeAxis"')
+    page.locator(".bk-Switch").first.click()
+    every_card('fig.y_scale.constructor.__name__ === "LogScale"')
+    page.screenshot(path=str(SHOTS / "scalars-wall-log.png"), full_page=True)
+    page.locator(".bk-Switch").first.click()
+    every_card('fig.y_scale.constructor.__name__ === "LinearScale"')
+    page.locator(".bk-btn", has_text="Step").first.click()
+    every_card('fig.below[0].constructor.__name__ === "LinearAxis"')
+    assert dashboard["errors"] == []
+
+
+def test_zooming_in_brings_the_exact_points_of_the_visible_range(dashboard):
+    from flowlab.dashboard.views.scalars import LIMIT
+    page = dashboard["page"]
+    # The "long" card's figure: its x range, the steps its sources hold inside it, and where it is on the page.
+    state = """() => {
+        const fig = Bokeh.documents[0].get_model_by_name("card:long").children[0];
+        const {start, end} = fig.x_range;
+        const steps = fig.renderers.map((r) => Array.from(r.data_source.data.step));
+        const box = Bokeh.index.get_one(fig).el.getBoundingClientRect();
+        return {start, end, inside: steps.map((s) => s.filter((x) => x >= start && x <= end).length),
+                lengths: steps.map((s) => s.length), box: [box.x, box.y, box.width, box.height]};
+    }"""
+    before = page.evaluate(state)
+    assert max(before["lengths"]) <= LIMIT < LONG                              # downsampled
+    page.evaluate("""() => {
+        const fig = Bokeh.documents[0].get_model_by_name("card:long").children[0];
+        fig.toolbar.tools.find((t) => t.constructor.__name__ === "BoxZoomTool").active = true;
+    }""")
+    x, y, width, height = before["box"]
+    page.mouse.move(x + width * 0.3, y + 40)                                   # drag a box over a fifth of it
+    page.mouse.down()
+    page.mouse.move(x + width * 0.5, y + height - 60, steps=10)
+    page.mouse.up()
+    exact = ("() => { const s = (" + state + ")(); const n = Math.floor(s.end) - Math.ceil(s.start) + 1; "
+             "return s.end - s.start < " + str(LONG * 0.5) + " && s.inside.every((k) => k === n); }")
+    try:
+        page.wait_for_function(exact, timeout=5000, polling=50)                 # every step in view, none skipped
+    except playwright.TimeoutError:
+        pytest.fail(f"no exact points after zooming: {before} -> {page.evaluate(state)}")
+    after = page.evaluate(state)
+    assert max(after["lengths"]) <= 2 * LIMIT
+    page.evaluate("""() => {
+        const fig = Bokeh.documents[0].get_model_by_name("card:long").children[0];
+        fig.toolbar.tools.find((t) => t.constructor.__name__ === "BoxZoomTool").active = false;
+    }""")
+    assert dashboard["errors"] == []
+
+
+def test_appended_scalar_appears_in_the_open_page_within_two_seconds(dashboard):
+    page, writer = dashboard["page"], dashboard["writer"]
+    writer.add_scalar("loss", 123.0, 10_000)
+    writer.flush()
+    start = time.perf_counter()
+    try:
+        page.wait_for_function(f"() => ({SOURCES_JS})().some((s) => s.step.includes(10000) && s.value.includes(123))",
+                               timeout=2000, polling=20)
+    except playwright.TimeoutError:
+        dashboard["log"].seek(0)
+        pytest.fail(f"the new point did not arrive within 2 s; server log:\n{dashboard['log'].read()[-3000:]}")
+    print(f"live delta latency {time.perf_counter() - start:.2f} s")
+    assert dashboard["errors"] == [] and server_errors(dashboard) == []
