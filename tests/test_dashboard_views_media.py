@@ -468,7 +468,7 @@ def test_nothing_from_a_log_becomes_markup(tmp_path):
         checker = _Checker()
         checker.feed(div.text)
         assert checker.problems == [], div.text
-        assert div.disable_math
+        assert div.disable_math or not div.text
     texts = " ".join(d.text for d in divs)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in texts and "&lt;img src=x onerror=alert(1)&gt;" in texts
 
