@@ -2,7 +2,8 @@
 
 ``build_document(doc, store)`` is what the server's ``FunctionHandler`` calls for each new session (tests call it on
 a bare ``Document``). A periodic callback on the session's IOLoop refreshes the status line and, when the store's
-``version`` has moved, every view; a view that raises is logged and the others keep updating.
+``version`` has moved, every view — and always the views that read files the store does not tail (``reads_files``:
+the projector's), which pace themselves; a view that raises is logged and the others keep updating.
 """
 from __future__ import annotations
 
@@ -45,11 +46,10 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
 
     def refresh():
         status.update()
-        version = store.version
-        if version == seen[0]:
-            return
-        seen[0] = version
+        moved, seen[0] = store.version != seen[0], store.version
         for name, view in built.items():
+            if not (moved or view.reads_files):
+                continue
             try:
                 view.update()
             except Exception:

@@ -102,6 +102,7 @@ class Store:
         self._tailer = LogdirTailer(self.logdir)
         self._last_update = None
         self._last_error = None
+        self._tail_stats = self._tailer.stats()   # refreshed by the poll thread: readers never touch the tailer
         self._stop = threading.Event()
         self._thread = None
 
@@ -126,6 +127,7 @@ class Store:
         """Read what the logdir gained; returns the number of items stored. Never raises for bad logs."""
         try:
             items = self._tailer.poll(kinds=KEPT, columnar=True)
+            self._tail_stats = self._tailer.stats()
             self._last_error = None
         except Exception as e:  # a store that dies stops the dashboard: report the failure and keep polling
             self._last_error = f"{type(e).__name__}: {e}"
@@ -178,7 +180,7 @@ class Store:
                          series.values[start:])
 
     def status(self) -> dict:
-        stats = self._tailer.stats()
+        stats = self._tail_stats
         exists = os.path.isdir(self.logdir)
         return {
             "logdir": self.logdir,

@@ -133,6 +133,17 @@ def _convert_tree(value, kind):
     return _convert(value, kind)
 
 
+def _signature(fn):
+    """The job's signature with string annotations (``from __future__ import annotations``) evaluated."""
+    try:
+        return inspect.signature(fn, eval_str=True)
+    except NameError as e:
+        raise TypeError(f"job function {fn.__qualname__}: its annotations are strings (from __future__ import "
+                        f"annotations) and cannot be evaluated: {e}. Python evaluates them in the module's globals, "
+                        "so a placeholder shape there cannot use the enclosing function's local variables; drop the "
+                        "__future__ import or use module-level names") from None
+
+
 class _Compiled:
     """One traced and compiled signature of a job, with the watch requests each plan delivery serves."""
 
@@ -161,7 +172,7 @@ class JobFunction:
         self.is_train = is_train
         self.config = config
         self.arg_names, self.arg_defs = self._arg_defs(fn)
-        self.return_kind = _return_kind(inspect.signature(fn, eval_str=True).return_annotation)
+        self.return_kind = _return_kind(_signature(fn).return_annotation)
         self._compiled: dict[tuple, _Compiled] = {}
         self.step = 0                   # calls so far, over every signature: the train step of LR schedules, watches
         self._first_id = None
@@ -172,7 +183,7 @@ class JobFunction:
     @staticmethod
     def _arg_defs(fn):
         names, defs = [], []
-        for p in inspect.signature(fn, eval_str=True).parameters.values():   # string annotations too
+        for p in _signature(fn).parameters.values():
             d = p.annotation if isinstance(p.annotation, tp.ArgDef) else p.default
             if not isinstance(d, tp.ArgDef):
                 raise TypeError(f"job function {fn.__name__}: argument {p.name!r} needs a placeholder, e.g. "

@@ -439,3 +439,37 @@ def test_demo_serves_its_runs_while_training_and_stops_on_sigint(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_views_that_read_files_update_on_every_tick_others_only_when_the_store_moves(tmp_path):
+    from bokeh.document import Document
+    from bokeh.models import Div
+
+    from flowlab.dashboard.app import build_document
+    from flowlab.dashboard.store import Store
+    from flowlab.dashboard.views.base import View
+
+    counts = {"files": 0, "store": 0}
+
+    class FileView(View):
+        reads_files = True
+
+        def layout(self):
+            return Div(text="f")
+
+        def update(self):
+            counts["files"] += 1
+
+    class StoreView(FileView):
+        reads_files = False
+
+        def update(self):
+            counts["store"] += 1
+
+    doc = Document()
+    build_document(doc, Store(tmp_path), views=[("files", FileView), ("store", StoreView)])
+    tick = next(iter(doc.session_callbacks)).callback
+    before = dict(counts)
+    tick()
+    tick()
+    assert counts["files"] == before["files"] + 2 and counts["store"] == before["store"]

@@ -372,3 +372,23 @@ def test_float64_train_job():
     x = np.arange(8, dtype=np.float64).reshape(4, 2)
     assert job(x).dtype == np.float64
     np.testing.assert_allclose(flow.runtime.session.default().variables["w64"].value, 1 - 0.5 * x.mean(0, keepdims=True))
+
+
+def test_string_annotations_naming_locals_get_a_clear_error():
+    code = ("from __future__ import annotations\n"
+            "import flowlab as flow\nimport flowlab.typing as tp\n"
+            "def build(n):\n"
+            "    @flow.global_function()\n"
+            "    def job(x: tp.Numpy.Placeholder((n,))) -> tp.Numpy:\n"
+            "        return x\n"
+            "    return job\n"
+            "WIDTH = 3\n"
+            "@flow.global_function()\n"
+            "def ok(x: tp.Numpy.Placeholder((WIDTH,))) -> tp.Numpy:\n"
+            "    return x * 2.0\n")
+    namespace = {}
+    exec(compile(code, "<future_annotations>", "exec"), namespace)
+    np.testing.assert_array_equal(namespace["ok"](np.ones(3, np.float32)), [2, 2, 2])
+    with pytest.raises(TypeError, match=r"job function build.<locals>.job: .*cannot be evaluated: name 'n' is not "
+                                        r"defined.*enclosing function's local variables"):
+        namespace["build"](4)

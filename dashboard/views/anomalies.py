@@ -231,6 +231,7 @@ class _Card:
 
 class AnomaliesView(View):
     title = "Anomalies"
+    reads_files = True      # exception projector files are not event files: checked (paced) on every tick
 
     def __init__(self, store):
         super().__init__(store)
@@ -242,6 +243,7 @@ class AnomaliesView(View):
         self._pending: dict[tuple, dict] = {}       # histogram card key -> {step: [nan, inf]} awaiting its pair
         self._sent_exceptions: dict[tuple, dict] = {}   # exception card key -> {step: tensor sent}
         self._projectors, self._next_walk = [], 0.0
+        self._store_version = None
         self._root = column(self.empty, self.grid)
 
     def layout(self):
@@ -270,6 +272,12 @@ class AnomaliesView(View):
 
     def update(self):
         self._update_exceptions()
+        if self.store.version != self._store_version:
+            self._store_version = self.store.version
+            self._update_series()
+        self.empty.visible = not self._cards
+
+    def _update_series(self):
         by_key = {s.key: s for s in self.store.series()}
         for series in by_key.values():
             if series.kind == "scalar":
@@ -279,7 +287,6 @@ class AnomaliesView(View):
         for kind, run, tag in list(self._sources):
             if kind == "histogram" and (run, tag, "histogram") in by_key:
                 self._update_histogram(by_key[(run, tag, "histogram")], (kind, run, tag))
-        self.empty.visible = not self._cards
 
     def _update_scalar(self, series):
         base = next((series.tag[:-len(t)] for t in COUNT_TAGS if series.tag.endswith(t)), None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 class View:
     title = "View"
+    reads_files = False     # True: also reads files the store does not tail, so update() runs on every tick
 
     def __init__(self, store):
         self.store = store

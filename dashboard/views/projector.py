@@ -120,6 +120,7 @@ def thumbnails(sprite_path: str, total: int, n: int, size: int = THUMB_SIZE) -> 
 class ProjectorView(View):
     title = "Projector"
     rescan_seconds = 5.0
+    reads_files = True      # projector files are not event files: the store's version never moves for them
 
     def __init__(self, store):
         super().__init__(store)

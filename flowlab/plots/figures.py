@@ -116,5 +116,6 @@ def card(title, subtitle, *children):
 
 
 def card_grid():
-    """A wrapping row for cards; views append to its ``children``."""
-    return row([], styles={"flex-wrap": "wrap", "gap": "10px"})
+    """A wrapping row for cards; views append to its ``children``. (It starts with an empty Div: Bokeh warns about
+    layouts without children in every session.)"""
+    return row([Div(text="", width=0, height=0)], styles={"flex-wrap": "wrap", "gap": "10px"})
