@@ -2,8 +2,9 @@
 
 ``build_document(doc, store)`` is what the server's ``FunctionHandler`` calls for each new session (tests call it on
 a bare ``Document``). A periodic callback on the session's IOLoop refreshes the status line and, when the store's
-``version`` has moved, every view — and always the views that read files the store does not tail (``reads_files``:
-the projector's), which pace themselves; a view that raises is logged and the others keep updating.
+``version`` has moved, every view opened so far (a tab's view first updates when the tab is shown) — and always the
+views that read files the store does not tail (``reads_files``: the projector's), which pace themselves; a view that
+raises is logged and the others keep updating.
 """
 from __future__ import annotations
 
@@ -40,21 +41,30 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
             log.exception("dashboard view %s failed to build", name)
             child = _broken(name, e)
         panels.append(TabPanel(title=getattr(cls, "title", name), child=child, name=name))
-    root = column(status.layout(), Tabs(tabs=panels, name="tabs", sizing_mode="stretch_width"),
-                  sizing_mode="stretch_width", name="dashboard")
-    seen = [None]
+    tabs = Tabs(tabs=panels, name="tabs", sizing_mode="stretch_width")
+    root = column(status.layout(), tabs, sizing_mode="stretch_width", name="dashboard")
+    names = [panel.name for panel in panels]
+    # A tab's view starts updating when it is first shown: building every card of every tab for each new page
+    # (Bokeh figures cost ~30 ms each) is what made first pages slow; from then on it stays current.
+    opened, stale, seen = set(), set(built), [None]
 
     def refresh():
         status.update()
-        moved, seen[0] = store.version != seen[0], store.version
-        for name, view in built.items():
-            if not (moved or view.reads_files):
+        if store.version != seen[0]:
+            seen[0] = store.version
+            stale.update(built)
+        opened.add(names[tabs.active])
+        for name in sorted(opened):
+            view = built.get(name)
+            if view is None or not (name in stale or view.reads_files):
                 continue
+            stale.discard(name)
             try:
                 view.update()
             except Exception:
                 log.exception("dashboard view %s failed to update", name)
 
+    tabs.on_change("active", lambda attr, old, new: refresh())
     refresh()                 # the first page already shows what the store holds (filled before it joins the doc)
     doc.title = "flowlab dashboard"
     doc.add_root(root)

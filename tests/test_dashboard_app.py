@@ -473,3 +473,29 @@ def test_views_that_read_files_update_on_every_tick_others_only_when_the_store_m
     tick()
     tick()
     assert counts["files"] == before["files"] + 2 and counts["store"] == before["store"]
+
+
+def test_a_tab_builds_its_view_when_first_shown(tmp_path):
+    from bokeh.document import Document
+    from bokeh.models import Div
+
+    from flowlab.dashboard.app import build_document
+    from flowlab.dashboard.store import Store
+    from flowlab.dashboard.views.base import View
+
+    updates = []
+
+    def make(label):
+        class Counting(View):
+            def layout(self):
+                return Div(text=label)
+
+            def update(self):
+                updates.append(label)
+        return Counting
+
+    doc = Document()
+    build_document(doc, Store(tmp_path), views=[("first", make("first")), ("second", make("second"))])
+    assert updates == ["first"]                       # only the visible tab's view did any work
+    doc.get_model_by_name("tabs").active = 1          # the user opens the second tab
+    assert updates == ["first", "second"]
