@@ -262,9 +262,9 @@ def main():
                   f"{HIST_TAGS * HIST_STEPS:,} histograms, {size / 1e6:.1f} MB, written in {write_s:.1f} s")
             startup, doc, first, complete, big_errors = first_page(browser, big, tmp, args.loads)
             print(f"    server start-up (Popen -> URL, whole logdir read) {startup:.2f} s")
-            print(f"    Bokeh document in the page (goto -> Bokeh.documents.length > 0): "
+            print("    Bokeh document in the page (goto -> Bokeh.documents.length > 0): "
                   + ", ".join(f"{s:.2f}" for s in doc) + " s")
-            print(f"    first page (goto -> rendered, 4 scalar sources non-empty): "
+            print("    first page (goto -> rendered, 4 scalar sources non-empty): "
                   + ", ".join(f"{s:.2f}" for s in first) + f" s; median {statistics.median(first):.2f} s")
             print(f"    complete (last step {SCALARS - 1:,} in all 4 sources): "
                   + ", ".join(f"{s:.2f}" for s in complete) + " s")

@@ -18,8 +18,6 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
-import numpy as np
-
 from . import graph as g
 from . import typing as tp
 from .errors import TraceError

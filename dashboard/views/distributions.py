@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import math
 
-from bokeh.layouts import column
 from bokeh.models import ColumnDataSource
 
 from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, Sampler, compress_histogram
-from flowlab.plots.figures import card, card_grid, plain_figure, text_div
+from flowlab.plots.figures import card, plain_figure
 
-from .base import View
+from .base import CardsView
 
 MAX_POINTS = 500
 BPS = NORMAL_HISTOGRAM_BPS
@@ -76,26 +75,10 @@ class _Card:
         self.provisional = bool(extra)
 
 
-class DistributionsView(View):
+class DistributionsView(CardsView):
     title = "Distributions"
+    kind = "histogram"
+    empty_text = "No histograms in this logdir yet."
 
-    def __init__(self, store):
-        super().__init__(store)
-        self.empty = text_div("No histograms in this logdir yet.")
-        self.grid = card_grid()
-        self._cards: dict[tuple, _Card] = {}
-        self._root = column(self.empty, self.grid)
-
-    def layout(self):
-        return self._root
-
-    def update(self):
-        for series in self.store.series("histogram"):
-            card = self._cards.get(series.key)
-            if card is None:
-                card = self._cards[series.key] = _Card(series)
-                self.grid.children.append(card.layout)
-            d = self.delta(series)
-            if d.reset or d.steps:
-                card.add(d.steps, d.values, d.reset)
-        self.empty.visible = not self._cards
+    def new_card(self, series):
+        return _Card(series)

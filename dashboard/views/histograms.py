@@ -12,14 +12,13 @@ height scale.
 from __future__ import annotations
 
 import numpy as np
-from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, FixedTicker, LinearColorMapper, RadioButtonGroup, Range1d
 from bokeh.palettes import Viridis256
 
 from flowlab.plots.data import Sampler, histogram_outline
-from flowlab.plots.figures import card, card_grid, plain_figure, text_div
+from flowlab.plots.figures import card, plain_figure
 
-from .base import View
+from .base import CardsView
 
 MAX_OUTLINES = 50
 RIDGE_HEIGHT = 5.0      # the tallest outline spans this many rows, so neighbours overlap as in TensorBoard
@@ -97,30 +96,23 @@ class _Card:
         self.offset.yaxis.major_label_overrides = {rank: str(steps[rank]) for rank in ticks}
 
 
-class HistogramsView(View):
+class HistogramsView(CardsView):
     title = "Histograms"
+    kind = "histogram"
+    empty_text = "No histograms in this logdir yet."
 
     def __init__(self, store):
-        super().__init__(store)
         self.mode = RadioButtonGroup(labels=list(MODES), active=0)
         self.mode.on_change("active", lambda attr, old, new: [c.set_mode(MODES[new]) for c in self._cards.values()])
-        self.empty = text_div("No histograms in this logdir yet.")
-        self.grid = card_grid()
-        self._cards: dict[tuple, _Card] = {}
-        self._root = column(self.mode, self.empty, self.grid)
+        super().__init__(store)
 
-    def layout(self):
-        return self._root
+    def controls(self):
+        return (self.mode,)
 
-    def update(self):
-        for series in self.store.series("histogram"):
-            card = self._cards.get(series.key)
-            if card is None:
-                card = self._cards[series.key] = _Card(series, MODES[self.mode.active])
-                self.grid.children.append(card.layout)
-            d = self.delta(series)
-            if d.reset:
-                card.reset()
-            if d.reset or d.steps:
-                card.add(d.steps, d.values, replace=d.reset)
-        self.empty.visible = not self._cards
+    def new_card(self, series):
+        return _Card(series, MODES[self.mode.active])
+
+    def show(self, card, delta):
+        if delta.reset:
+            card.reset()
+        card.add(delta.steps, delta.values, replace=delta.reset)

@@ -10,12 +10,11 @@ from __future__ import annotations
 import io
 
 import numpy as np
-from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, Range1d, Slider
 
-from flowlab.plots.figures import card, card_grid, plain_figure, text_div
+from flowlab.plots.figures import card, plain_figure
 
-from .base import View
+from .base import CardsView
 
 SIZE = 320              # the longer side of the drawn image, in screen pixels
 
@@ -84,26 +83,10 @@ class _Card:
         self.source.data = {"image": [pixels], "w": [w], "h": [h]}
 
 
-class ImagesView(View):
+class ImagesView(CardsView):
     title = "Images"
+    kind = "image"
+    empty_text = "No images in this logdir yet."
 
-    def __init__(self, store):
-        super().__init__(store)
-        self.empty = text_div("No images in this logdir yet.")
-        self.grid = card_grid()
-        self._cards: dict[tuple, _Card] = {}
-        self._root = column(self.empty, self.grid)
-
-    def layout(self):
-        return self._root
-
-    def update(self):
-        for series in self.store.series("image"):
-            card = self._cards.get(series.key)
-            if card is None:
-                card = self._cards[series.key] = _Card(series)
-                self.grid.children.append(card.layout)
-            d = self.delta(series)
-            if d.reset or d.steps:
-                card.add(d.steps, d.values, d.reset)
-        self.empty.visible = not self._cards
+    def new_card(self, series):
+        return _Card(series)

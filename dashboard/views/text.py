@@ -16,9 +16,9 @@ from bokeh.layouts import column
 from bokeh.models import Div, InlineStyleSheet
 from markdown_it import MarkdownIt
 
-from flowlab.plots.figures import card, card_grid, text_div
+from flowlab.plots.figures import card
 
-from .base import View
+from .base import CardsView
 
 MAX_STEPS = 20
 # CommonMark plus GitHub tables; "html": False escapes raw HTML instead of passing it through. Images are off: a log
@@ -71,26 +71,13 @@ class _Card:
         self.entries.children = (divs[::-1] + kept)[:MAX_STEPS]
 
 
-class TextView(View):
+class TextView(CardsView):
     title = "Text"
+    kind = "text"
+    empty_text = "No text summaries in this logdir yet."
 
-    def __init__(self, store):
-        super().__init__(store)
-        self.empty = text_div("No text summaries in this logdir yet.")
-        self.grid = card_grid()
-        self._cards: dict[tuple, _Card] = {}
-        self._root = column(self.empty, self.grid)
+    def new_card(self, series):
+        return _Card(series)
 
-    def layout(self):
-        return self._root
-
-    def update(self):
-        for series in self.store.series("text"):
-            card = self._cards.get(series.key)
-            if card is None:
-                card = self._cards[series.key] = _Card(series)
-                self.grid.children.append(card.layout)
-            d = self.delta(series)
-            if d.reset or d.steps:
-                card.add(d.steps[-MAX_STEPS:], d.values[-MAX_STEPS:], d.reset)
-        self.empty.visible = not self._cards
+    def show(self, card, delta):
+        card.add(delta.steps[-MAX_STEPS:], delta.values[-MAX_STEPS:], delta.reset)

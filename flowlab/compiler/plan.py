@@ -5,8 +5,6 @@ import functools
 import itertools
 import linecache
 
-import numpy as np
-
 from ..errors import AnomalyError
 from .buffers import plan_buffers
 from .fuse import cupy_kernel_factory, fuse_elementwise
