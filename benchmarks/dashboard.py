@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from machine import cpu_model
+
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
@@ -52,17 +54,6 @@ LAST_STEPS_JS = """() => !window.Bokeh || Bokeh.documents.length === 0 ? null : 
     .map((m) => m.data.step.length ? m.data.step[m.data.step.length - 1] : -1)"""
 RENDERED_JS = ("() => window.Bokeh !== undefined && Bokeh.documents.length > 0 && Bokeh.index.roots.length > 0 && "
                "Bokeh.index.roots.every((v) => v.is_idle)")
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def loadavg():

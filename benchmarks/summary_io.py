@@ -48,6 +48,8 @@ import time
 
 import numpy as np
 
+from machine import cpu_model
+
 TAGS = ("train/loss", "train/accuracy", "val/loss", "lr")
 IMAGE_TAGS = ("samples/input", "samples/reconstruction", "samples/attention")
 TARGETS = {"write": 10.0, "read": 25.0, "images": None}   # flowlab throughput / peer throughput must reach these
@@ -55,17 +57,6 @@ MAX_WAIT = 0.05
 
 
 # ----------------------------------------------------------------------------------------------------- machine info
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
 
 def version(dist):
     try:

@@ -25,7 +25,6 @@ the CPU (its threads waited for a core more than 3% of the time, from /proc/self
 
 # No `from __future__ import annotations`: flowlab reads the job's placeholder annotations at runtime.
 import argparse
-import ctypes
 import datetime
 import gc
 import os
@@ -35,6 +34,8 @@ import sys
 import time
 
 import numpy as np
+
+from machine import blas_info, cpu_model
 
 IN, CLASSES, LR = 784, 10, 0.1
 # Per-case defaults: the large case gets fewer rounds and steps so that a whole run takes ~2-4 minutes on 2 cores
@@ -46,48 +47,6 @@ CASES = {
 TARGETS = {"torch": 0.75, "numpy": 1.15}   # flowlab ms / peer ms must not exceed these
 TOLERANCE = 1e-5                           # relative agreement required by the one-step check
 WEIGHTS = ("hidden-weight", "hidden-bias", "output-weight", "output-bias")
-
-
-# ----------------------------------------------------------------------------------------------------- machine info
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def blas_info():
-    """(name, threads) of the BLAS NumPy uses; threads is None where it cannot be asked."""
-    try:
-        import threadpoolctl
-        for pool in threadpoolctl.threadpool_info():
-            if pool.get("user_api") == "blas":
-                return f"{pool.get('internal_api')} {pool.get('version')}", pool.get("num_threads")
-    except ImportError:
-        pass
-    name = "unknown"
-    try:
-        cfg = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        name = f"{cfg.get('name')} {cfg.get('version')}"
-    except Exception:
-        pass
-    try:   # NumPy's wheels bundle (scipy-)OpenBLAS; ask the loaded library directly
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line}
-        for path in sorted(paths):
-            lib = ctypes.CDLL(path)
-            for fn in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
-                       "openblas_get_num_threads"):
-                if hasattr(lib, fn):
-                    return name, int(getattr(lib, fn)())
-    except OSError:
-        pass
-    return name, None
 
 
 # ------------------------------------------------------------------------------------------------- implementations

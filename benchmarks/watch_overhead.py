@@ -31,7 +31,6 @@ disturbed. Reported: median ms/step, (2)/(1) against the target
 # No `from __future__ import annotations`: flowlab reads the job's placeholder annotations at runtime.
 import argparse
 import cProfile
-import ctypes
 import datetime
 import gc
 import io
@@ -44,6 +43,8 @@ import time
 
 import numpy as np
 
+from machine import blas_info, cpu_model
+
 IN, CLASSES, LR = 784, 10, 0.1
 BATCH, HIDDEN = 100, 512
 TARGET = 1.10          # (2) flowlab with watch / (1) flowlab without, median ms/step, must not exceed this
@@ -54,46 +55,6 @@ KINDS = ("hidden-weight", "hidden-bias", "output-weight", "output-bias")   # gen
 # ----------------------------------------------------------------------------------------------------- machine info
 # (as in benchmarks/train_step.py; copied rather than imported, so that this script does not depend on that one's
 # internals)
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def blas_info():
-    """(name, threads) of the BLAS NumPy uses; threads is None where it cannot be asked."""
-    try:
-        import threadpoolctl
-        for pool in threadpoolctl.threadpool_info():
-            if pool.get("user_api") == "blas":
-                return f"{pool.get('internal_api')} {pool.get('version')}", pool.get("num_threads")
-    except ImportError:
-        pass
-    name = "unknown"
-    try:
-        cfg = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        name = f"{cfg.get('name')} {cfg.get('version')}"
-    except Exception:
-        pass
-    try:   # NumPy's wheels bundle (scipy-)OpenBLAS; ask the loaded library directly
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line}
-        for path in sorted(paths):
-            lib = ctypes.CDLL(path)
-            for fn in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
-                       "openblas_get_num_threads"):
-                if hasattr(lib, fn):
-                    return name, int(getattr(lib, fn)())
-    except OSError:
-        pass
-    return name, None
-
 
 def relative_diff(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)

@@ -1,0 +1,46 @@
+"""Machine facts every benchmark prints beside its numbers (run the scripts from the repository root)."""
+import ctypes
+import platform
+
+import numpy as np
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+
+def blas_info():
+    """(name, threads) of the BLAS NumPy uses; threads is None where it cannot be asked."""
+    try:
+        import threadpoolctl
+        for pool in threadpoolctl.threadpool_info():
+            if pool.get("user_api") == "blas":
+                return f"{pool.get('internal_api')} {pool.get('version')}", pool.get("num_threads")
+    except ImportError:
+        pass
+    name = "unknown"
+    try:
+        cfg = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        name = f"{cfg.get('name')} {cfg.get('version')}"
+    except Exception:
+        pass
+    try:   # NumPy's wheels bundle (scipy-)OpenBLAS; ask the loaded library directly
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line}
+        for path in sorted(paths):
+            lib = ctypes.CDLL(path)
+            for fn in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
+                       "openblas_get_num_threads"):
+                if hasattr(lib, fn):
+                    return name, int(getattr(lib, fn)())
+    except OSError:
+        pass
+    return name, None
