@@ -154,12 +154,21 @@ class _Compiled:
         self.requests = requests        # delivery index -> watch requests
         self.variables_ready = False    # once its variables have values they keep them: check on the first call only
 
+        self.delivered = []             # this call's (request, host copy, step), handed over in one piece
+
     def emit(self, k, copy, step):
-        """Called by the plan as soon as a watched tensor is on its way to the host: queue its handlers."""
-        submit = dispatch.default().submit
+        """Called by the plan as soon as a watched tensor is on its way to the host."""
         for request in self.requests[k]:
-            submit(lambda request=request: request.call(copy() if callable(copy) else copy, step),
-                   lambda request=request: f"{request.describe} (call {step} of job {self.graph.name})")
+            self.delivered.append((request, copy, step))
+
+    def dispatch(self):
+        """Hand this call's deliveries to the dispatcher as one batch: one wake-up a call, however many watches."""
+        if not self.delivered:
+            return
+        batch, self.delivered = self.delivered, []
+        dispatch.default().submit_batch(
+            [(lambda r=r, c=c, s=s: r.call(c() if callable(c) else c, s),
+              lambda r=r, s=s: f"{r.describe} (call {s} of job {self.graph.name})") for r, c, s in batch])
 
 
 class JobFunction:
@@ -312,6 +321,7 @@ class JobFunction:
             try:
                 outputs = compiled.plan(feeds, self.step, compiled.emit)
             finally:
+                compiled.dispatch()     # what was delivered before a failure (an anomaly, say) is still shown
                 self.step += 1          # a failed call still used its number: watch steps never repeat
         ticket = dispatcher.ticket()
         return self._result(compiled.rebuild(list(outputs)), ticket)

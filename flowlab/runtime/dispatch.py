@@ -1,7 +1,7 @@
 """The watch dispatcher: one thread that runs watch callbacks off the compute path, in the order they were queued.
 
-The executor hands over each watched value as soon as it has been copied to the host, so callbacks run while the
-rest of the step (often the backward pass) still computes. A job call that returns a value waits for its own callbacks
+The executor copies each watched value to the host as soon as it is computed (before updates change variables);
+the call hands its deliveries over as one batch when the plan has run, so the thread wakes once a call. A job call that returns a value waits for its own callbacks
 first; a ``-> None`` job returns at once and its callbacks overlap the caller's next work, until the next job call
 (which waits for them, keeping the queue bounded) or ``flow.sync_default_session()``. An error raised by a callback
 is kept and raised there.
@@ -31,9 +31,13 @@ class Dispatcher:
 
     def submit(self, call, describe):
         """Queue ``call()``; ``describe()`` names what it serves if it raises. Returns the ticket to wait for."""
+        return self.submit_batch([(call, describe)])
+
+    def submit_batch(self, calls):
+        """Queue ``[(call, describe), ...]`` to run in order as one item (one wake-up of the thread)."""
         with self._cond:
             self._ensure_thread()
-            self._queue.append((call, describe))
+            self._queue.append(calls)
             self._submitted += 1
             self._cond.notify_all()
             return self._submitted
@@ -43,18 +47,18 @@ class Dispatcher:
             with self._cond:
                 while not self._queue:
                     self._cond.wait()
-                call, describe = self._queue.popleft()
-            try:
-                call()
-            except BaseException as e:  # a handler's failure must reach the user, never kill the dispatcher
-                error = WatchCallbackError(f"{describe()} raised {type(e).__name__}: {e}")
-                error.__cause__ = e
-                with self._cond:
-                    self._errors.append(error)
-            finally:
-                with self._cond:
-                    self._done += 1
-                    self._cond.notify_all()
+                calls = self._queue.popleft()
+            for call, describe in calls:
+                try:
+                    call()
+                except BaseException as e:  # a handler's failure must reach the user, never kill the dispatcher
+                    error = WatchCallbackError(f"{describe()} raised {type(e).__name__}: {e}")
+                    error.__cause__ = e
+                    with self._cond:
+                        self._errors.append(error)
+            with self._cond:
+                self._done += 1
+                self._cond.notify_all()
 
     def ticket(self):
         with self._cond:
