@@ -353,13 +353,17 @@ class Sigmoid(_FloatUnary):
         return (apply(SigmoidGrad, (node.output, dy)),)
 
 
-class SigmoidGrad(Op):
-    prefix, api, c_expr = "SigmoidGrad_", "sigmoid_grad", "({1} * {0} * ((T)1 - {0}))"
+class OutputGrad(Op):
+    """Base of the gradient ops ``f(y, dy)`` of elementwise functions, written in terms of their output ``y``."""
     supports_out = True
 
     @staticmethod
     def infer(y, dy):
         return spec(dy.shape, dy.dtype)
+
+
+class SigmoidGrad(OutputGrad):
+    prefix, api, c_expr = "SigmoidGrad_", "sigmoid_grad", "({1} * {0} * ((T)1 - {0}))"
 
     @staticmethod
     def forward(xp, y, dy, out=None):
@@ -380,13 +384,8 @@ class Tanh(_FloatUnary):
         return (apply(TanhGrad, (node.output, dy)),)
 
 
-class TanhGrad(Op):
+class TanhGrad(OutputGrad):
     prefix, api, c_expr = "TanhGrad_", "tanh_grad", "({1} * ((T)1 - {0} * {0}))"
-    supports_out = True
-
-    @staticmethod
-    def infer(y, dy):
-        return spec(dy.shape, dy.dtype)
 
     @staticmethod
     def forward(xp, y, dy, out=None):

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from . import Op, apply, as_tensor, normalize_axis, spec
-from .math import multiply, negative, reduce_sum, shape_error, sum_to_shape
+from .math import OutputGrad, multiply, negative, reduce_sum, shape_error, sum_to_shape
 
 
 class Relu(Op):
@@ -28,14 +28,9 @@ class Relu(Op):
         return (apply(ReluGrad, (node.output, dy)),)
 
 
-class ReluGrad(Op):
+class ReluGrad(OutputGrad):
     prefix, api, c_expr = "ReluGrad_", "relu_grad", "({0} > (T)0 ? {1} : (T)0)"
-    supports_out = True
     inplace = True
-
-    @staticmethod
-    def infer(y, dy):
-        return spec(dy.shape, dy.dtype)
 
     @staticmethod
     def forward(xp, y, dy, out=None):
