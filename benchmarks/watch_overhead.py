@@ -53,8 +53,7 @@ KINDS = ("hidden-weight", "hidden-bias", "output-weight", "output-bias")   # gen
 
 
 # ----------------------------------------------------------------------------------------------------- machine info
-# (as in benchmarks/train_step.py; copied rather than imported, so that this script does not depend on that one's
-# internals)
+# (cpu_model and blas_info come from benchmarks/machine.py, shared by every script)
 
 def relative_diff(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
@@ -330,8 +329,9 @@ def _thread_times():
 
 # What the watch machinery costs the calling thread, by function (cProfile cumulative time; substring matches).
 MACHINERY = [("plan: deliver() = host copy", ("backend.py", "host_copy_async")),
-             ("job: emit() (queues the handlers)", ("job.py", "emit")),
-             ("  dispatcher.submit()", ("dispatch.py", "submit")),
+             ("job: emit() (records a delivery)", ("job.py", "emit")),
+             ("job: dispatch() (hands the call's batch over)", ("job.py", "dispatch")),
+             ("  dispatcher.submit_batch()", ("dispatch.py", "submit_batch")),
              ("call: dispatcher.wait()", ("dispatch.py", "wait")),
              ("call: dispatcher.ticket()", ("dispatch.py", "ticket")),
              ("call: dispatcher.raise_pending()", ("dispatch.py", "raise_pending")),
@@ -373,7 +373,7 @@ def profile(impls, steps=2000, top=12):
                     calls += nc
                     cum += ct
             if calls:
-                print(f"     {label:38s} {calls / steps:5.1f} calls {cum / steps * 1e6:8.1f} us")
+                print(f"     {label:46s} {calls / steps:5.1f} calls {cum / steps * 1e6:8.1f} us")
 
     print("\n-- CPU time per thread, ms/step (no profiler; 10 blocks of 50 steps each, medians) --")
     print(f"   {'variant':14s} {'wall':>7s} {'main run':>9s} {'main wait':>9s} {'dispatcher run':>14s} "
