@@ -1,5 +1,6 @@
 """Machine facts every benchmark prints beside its numbers (run the scripts from the repository root)."""
 import ctypes
+import os
 import platform
 
 import numpy as np
@@ -44,3 +45,18 @@ def blas_info():
     except OSError:
         pass
     return name, None
+
+
+def cpu_wait_seconds():
+    """Seconds the threads of this process have spent runnable but waiting for a CPU (Linux schedstat), or None.
+
+    On a shared machine other processes (a test suite, a notebook) take cores in bursts; the wait time shows it at
+    nanosecond resolution, whereas load averages and /proc/stat jiffies are far too coarse for 30 ms blocks."""
+    total = 0
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                total += int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total * 1e-9

@@ -48,7 +48,7 @@ import time
 
 import numpy as np
 
-from machine import cpu_model
+from machine import cpu_model, cpu_wait_seconds
 
 TAGS = ("train/loss", "train/accuracy", "val/loss", "lr")
 IMAGE_TAGS = ("samples/input", "samples/reconstruction", "samples/attention")
@@ -74,26 +74,14 @@ def loadavg():
 
 # ------------------------------------------------------------------------------------------------------------ timing
 
-def _run_delay():
-    """Seconds the threads of this process have spent runnable but waiting for a CPU (Linux schedstat), or None."""
-    total = 0
-    try:
-        for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/schedstat") as f:
-                total += int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return total * 1e-9
-
-
 def time_block(fn):
     """(wall seconds, CPU seconds of this process, fraction of the wall time its threads waited for a CPU, result)."""
     gc.collect()
-    before, cpu0 = _run_delay(), time.process_time()
+    before, cpu0 = cpu_wait_seconds(), time.process_time()
     t0 = time.perf_counter()
     result = fn()
     wall = time.perf_counter() - t0
-    cpu, after = time.process_time() - cpu0, _run_delay()
+    cpu, after = time.process_time() - cpu0, cpu_wait_seconds()
     waited = 0.0 if before is None or after is None else (after - before) / wall
     return wall, cpu, waited, result
 

@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from machine import blas_info, cpu_model
+from machine import blas_info, cpu_model, cpu_wait_seconds
 
 IN, CLASSES, LR = 784, 10, 0.1
 # Per-case defaults: the large case gets fewer rounds and steps so that a whole run takes ~2-4 minutes on 2 cores
@@ -244,33 +244,18 @@ MAX_WAIT = 0.03    # a block is disturbed when this process's threads waited for
 RETRIES = 4
 
 
-def _run_delay():
-    """Seconds the threads of this process have spent runnable but waiting for a CPU (Linux schedstat), or None.
-
-    On a shared machine other processes (a test suite, a notebook) take cores in bursts; the wait time shows it at
-    nanosecond resolution, whereas load averages and /proc/stat jiffies are far too coarse for 30 ms blocks."""
-    total = 0
-    try:
-        for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/schedstat") as f:
-                total += int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return total * 1e-9
-
-
 def time_block(impl, steps, sync, gap):
     """(ms/step over ``steps`` steps, fraction of the block's wall time this process's threads waited for a CPU)."""
     time.sleep(gap)
     impl.step()                                          # untimed: wakes this library's threads, warms caches
     sync()
-    before = _run_delay()
+    before = cpu_wait_seconds()
     t0 = time.perf_counter()
     for _ in range(steps):
         impl.step()
     sync()
     wall = time.perf_counter() - t0
-    after = _run_delay()
+    after = cpu_wait_seconds()
     waited = 0.0 if before is None or after is None else (after - before) / wall
     return wall * 1e3 / steps, waited
 
@@ -357,10 +342,10 @@ def _undisturbed_calls(fn, reps):
     walls, tries = [], 0
     while len(walls) < reps and tries < 4 * reps:
         tries += 1
-        before, t0 = _run_delay(), time.perf_counter()
+        before, t0 = cpu_wait_seconds(), time.perf_counter()
         fn()
         wall = time.perf_counter() - t0
-        after = _run_delay()
+        after = cpu_wait_seconds()
         if before is None or after - before <= MAX_WAIT * wall:
             walls.append(wall)
     return walls
@@ -450,13 +435,13 @@ def profile_case(case, flow):
 
     kept = 0
     for _ in range(4 * reps):
-        before = _run_delay()
+        before = cpu_wait_seconds()
         sys.settrace(tracer)
         t0 = time.perf_counter()
         hand.step()
         wall = time.perf_counter() - t0
         sys.settrace(None)
-        after = _run_delay()
+        after = cpu_wait_seconds()
         if before is None or after - before <= MAX_WAIT * wall:
             for line, v in state["acc"].items():
                 line_times[line].append(v)
