@@ -1,13 +1,118 @@
-"""Statistics computed where the tensor lives, so a watch ships six numbers instead of the whole tensor."""
+"""Tensor statistics computed where the tensor lives: the one implementation behind ``watch(..., stats=True)``, the
+live widgets' summaries and the plot layer's tables, so a watch ships a few numbers instead of the whole tensor.
+
+``stats_vector`` gives ``[min, max, mean, std, nan_count, inf_count]`` (min/max/mean/std over the finite elements,
+NaN when there are none); ``histogram_vector`` gives ``[lo, hi, count_0 … count_{bins-1}]``, equal-width bins over
+the finite range. Both run on NumPy or CuPy arrays (``xp``). On the host the common all-finite case takes a fast path
+(min, max, sum and one dot product: ~13 µs for 12,800 float32 on a 2-core VM, against ~150 µs with masks);
+on a GPU the masked form runs without any device-to-host synchronisation.
+"""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from . import Op, apply, as_tensor, spec
 
+STATS = ("min", "max", "mean", "std", "nan", "inf")
+
+
+def _floating(xp, x):
+    """``x`` flattened, in a float type wide enough to sum without overflow (float16 and integers widen)."""
+    x = x.ravel()
+    if x.dtype.kind != "f" or x.dtype.itemsize < 4:
+        x = x.astype(xp.float64 if x.dtype.kind != "f" else xp.float32)
+    return x
+
+
+def _host_finite_stats(x):
+    """The all-finite fast path on NumPy (a flat float array), or None when ``x`` holds NaN/Inf.
+
+    On small tensors the per-call overheads are the whole cost, so: min and max first (NaN propagates through both,
+    an Inf shows in one), then the sum and the sum of squares in ``x``'s own type unless the largest magnitude says
+    they could overflow (no ``np.errstate`` needed), and the variance as E[x²] - mean² unless that would cancel.
+    """
+    n = x.size
+    lo, hi = float(np.minimum.reduce(x)), float(np.maximum.reduce(x))
+    if lo - lo != 0 or hi - hi != 0:
+        return None             # a NaN or an Inf: the masked path counts them
+    biggest = max(-lo, hi)
+    limit = 1e37 if x.dtype.itemsize == 4 else 1e306
+    total = float(np.add.reduce(x) if biggest * n < limit else np.add.reduce(x, dtype=np.float64))
+    square = float(np.dot(x, x) if biggest * biggest * n < limit else np.dot(x.astype(np.float64), x))
+    mean = total / n
+    var = square / n - mean * mean
+    if var < 1e-2 * mean * mean:           # the spread is small next to the mean: E[x²] - mean² would lose it
+        centred = x.astype(np.float64) - mean
+        var = float(np.dot(centred, centred)) / n
+    return np.array([lo, hi, mean, math.sqrt(var) if var > 0 else 0.0, 0.0, 0.0])
+
+
+def stats_vector(xp, x):
+    """``[min, max, mean, std, nan_count, inf_count]`` of array ``x`` as a float64 vector of 6 (see module doc)."""
+    if xp is np and x.size and (x.dtype == np.float32 or x.dtype == np.float64):   # the common case, first
+        fast = _host_finite_stats(x.reshape(-1))
+        if fast is not None:
+            return fast
+    x = _floating(xp, x)
+    if x.size == 0:
+        return xp.asarray([np.nan, np.nan, np.nan, np.nan, 0.0, 0.0])
+    finite = xp.isfinite(x)
+    count = finite.sum(dtype=xp.float64)
+    nan = xp.isnan(x).sum(dtype=xp.float64)
+    inf = x.size - count - nan
+    some = count > 0
+    n = xp.maximum(count, 1.0)
+    x64 = x.astype(xp.float64)
+    mean = xp.where(finite, x64, 0.0).sum() / n
+    var = xp.square(xp.where(finite, x64 - mean, 0.0)).sum() / n
+    lo = xp.where(finite, x64, xp.inf).min()
+    hi = xp.where(finite, x64, -xp.inf).max()
+    values = [xp.where(some, v, xp.nan) for v in (lo, hi, mean, xp.sqrt(var))]
+    return xp.stack(values + [nan, inf])
+
+
+def _host_histogram(x, bins):
+    finite = np.isfinite(x)
+    if not finite.all():
+        x = x[finite]
+    if x.size == 0:
+        return np.concatenate([[np.nan, np.nan], np.zeros(bins)])
+    lo, hi = float(x.min()), float(x.max())
+    if lo == hi:
+        counts = np.zeros(bins)
+        counts[0] = x.size
+        return np.concatenate([[lo, hi], counts])
+    # bincount of the bin index: ~2.5x faster than np.histogram for the same equal-width bins
+    index = ((x - x.dtype.type(lo)) * x.dtype.type(bins / (hi - lo))).astype(np.intp)
+    np.minimum(index, bins - 1, out=index)
+    return np.concatenate([[lo, hi], np.bincount(index, minlength=bins).astype(np.float64)])
+
+
+def histogram_vector(xp, x, bins):
+    """``[lo, hi, counts…]`` (float64, length ``2 + bins``): the finite elements of ``x`` counted in ``bins``
+    equal-width bins over ``[lo, hi]`` (the last bin closed). No finite element: ``lo = hi = NaN``, zero counts; all
+    equal: ``lo == hi`` and everything in bin 0."""
+    x = _floating(xp, x)
+    if xp is np:
+        return _host_histogram(x, bins)
+    # CuPy: masked, without boolean indexing; non-finite elements go to an overflow bin that is dropped.
+    finite = xp.isfinite(x)
+    x64 = x.astype(xp.float64)
+    lo = xp.where(finite, x64, xp.inf).min()
+    hi = xp.where(finite, x64, -xp.inf).max()
+    width = xp.where(hi > lo, hi - lo, 1.0)
+    index = xp.clip(((xp.where(finite, x64, lo) - lo) * (bins / width)).astype(xp.int64), 0, bins - 1)
+    index = xp.where(finite, index, bins)
+    counts = xp.bincount(index, minlength=bins + 1)[:bins].astype(xp.float64)
+    some = finite.any()
+    edges = xp.stack([xp.where(some, lo, xp.nan), xp.where(some, hi, xp.nan)])
+    return xp.concatenate([edges, counts])
+
 
 class TensorStats(Op):
-    """``[min, max, mean, std, nan_count, inf_count]`` as float64; min/max/mean/std over the finite elements."""
+    """``stats_vector`` of its input as a graph op, so ``watch(..., stats=True)`` summarises on the device."""
     prefix, api = "TensorStats_", "watch stats"
 
     @staticmethod
@@ -16,17 +121,7 @@ class TensorStats(Op):
 
     @staticmethod
     def forward(xp, x):
-        x = x.astype(xp.float64, copy=False)
-        finite = xp.isfinite(x)
-        nan = xp.isnan(x).sum()
-        inf = x.size - finite.sum() - nan
-        n = finite.sum()
-        if int(n) == 0:
-            return xp.stack([xp.asarray(v, dtype=xp.float64) for v in (np.nan, np.nan, np.nan, np.nan)] +
-                            [nan.astype(xp.float64), inf.astype(xp.float64)])
-        values = x[finite] if int(n) < x.size else x.ravel()
-        return xp.stack([values.min(), values.max(), values.mean(), values.std(),
-                         nan.astype(xp.float64), inf.astype(xp.float64)])
+        return stats_vector(xp, x)
 
 
 def tensor_stats(x, name=None):

@@ -6,100 +6,143 @@ import math
 
 import numpy as np
 
-from ..watching import TensorStats
+from ..ops.stats import histogram_vector, stats_vector
+from ..watching import TensorHistogram, TensorStats
 
 SUMMARY_KEYS = ("shape", "min", "max", "mean", "std", "nan", "inf")
 
 
 def histogram_data(values, bins=30):
-    """Columns ``left``, ``right``, ``top`` for a Bokeh ``quad`` glyph: a histogram of the finite elements.
+    """Columns ``left``, ``right``, ``top`` for a Bokeh ``quad`` glyph: a histogram of the finite elements of an
+    array, or the columns of a ``TensorHistogram`` computed on the device.
 
     NaN and Inf are left out (the stats table counts them). A constant tensor gets one bin of width 1 centred on its
     value (NumPy would spread 30 empty bins around it); a tensor with no finite element gets empty columns.
     """
-    x = np.asarray(values)
-    if x.dtype.kind not in "fiub":
-        raise TypeError(f"histogram_data: expects a real-valued array, got dtype {x.dtype}")
-    x = x.astype(np.float64, copy=False).ravel()
-    finite = x[np.isfinite(x)]
-    if finite.size == 0:
+    if isinstance(values, TensorHistogram):
+        lo, hi, counts = values.lo, values.hi, np.asarray(values.counts, np.float64)
+    else:
+        x = np.asarray(values)
+        if x.dtype.kind not in "fiub":
+            raise TypeError(f"histogram_data: expects a real-valued array or TensorHistogram, got dtype {x.dtype}")
+        v = histogram_vector(np, x, bins)
+        lo, hi, counts = float(v[0]), float(v[1]), v[2:]
+    if math.isnan(lo):
         empty = np.zeros(0, np.float64)
         return {"left": empty, "right": empty.copy(), "top": np.zeros(0, np.int64)}
-    lo, hi = finite.min(), finite.max()
     if lo == hi:
-        return {"left": np.array([lo - 0.5]), "right": np.array([hi + 0.5]), "top": np.array([finite.size])}
-    counts, edges = np.histogram(finite, bins=bins, range=(lo, hi))
+        return {"left": np.array([lo - 0.5]), "right": np.array([hi + 0.5]), "top": np.array([int(counts.sum())])}
+    edges = np.linspace(lo, hi, len(counts) + 1)
     return {"left": edges[:-1], "right": edges[1:], "top": counts.astype(np.int64)}
 
 
 def tensor_summary(value):
     """``{"shape", "min", "max", "mean", "std", "nan", "inf"}`` of an array (min/max/mean/std over its finite
-    elements, NaN when there are none, as ``watch(..., stats=True)`` computes them), or of a ``TensorStats``."""
+    elements, NaN when there are none: ``flowlab.ops.stats.stats_vector``, as ``watch(..., stats=True)`` computes
+    them on the device), or of a ``TensorStats``."""
     if isinstance(value, TensorStats):
         return {"shape": tuple(value.shape), "min": value.min, "max": value.max, "mean": value.mean,
                 "std": value.std, "nan": value.nan_count, "inf": value.inf_count}
     x = np.asarray(value)
     if x.dtype.kind not in "fiub":
         raise TypeError(f"tensor_summary: expects a real-valued array or TensorStats, got dtype {x.dtype}")
-    x64 = x.astype(np.float64, copy=False)
-    finite_mask = np.isfinite(x64)
-    nan = int(np.isnan(x64).sum())
-    inf = int(x64.size - finite_mask.sum() - nan)
-    finite = x64[finite_mask] if nan or inf else x64.ravel()
-    if finite.size == 0:
-        lo = hi = mean = std = math.nan
-    else:
-        lo, hi, mean, std = float(finite.min()), float(finite.max()), float(finite.mean()), float(finite.std())
-    return {"shape": tuple(x.shape), "min": lo, "max": hi, "mean": mean, "std": std, "nan": nan, "inf": inf}
+    return tensor_summary(TensorStats.from_vector(x.shape, stats_vector(np, x)))
 
 
 class Trend:
-    """A series of ``(step, mean, std)`` points kept to at most ``max_points``.
+    """Per-step statistics of a tensor (or a scalar such as the loss) over a whole run, in at most ``max_points``
+    buckets of consecutive steps, losing no extreme.
 
-    When it fills up, every other point is dropped and from then on only every ``stride``-th new point is kept, so
-    the whole run stays visible at a coarser resolution (a rolling window would forget the start of training).
-    ``take()`` tells a view what changed since the last call: new points to stream, or everything when thinned.
+    ``add(step, stats)`` takes a ``TensorStats``. A bucket keeps its steps' mean (pooled over the elements of every
+    step), std (pooled likewise), the smallest min and largest max, and how many NaN/Inf they held, so a spike or a
+    NaN at one step stays on screen however long the run: when the buckets fill up, neighbours merge pairwise and
+    each bucket covers twice as many steps from then on (a run of a million steps costs what a short one does, and
+    its start stays visible). Columns (``COLUMNS``): first step ``step``, ``end`` (one past its last step), ``mean``,
+    ``lower``/``upper`` (mean ∓ std), ``min``, ``max``, ``nonfinite``; NaN where a bucket saw no finite element.
+    ``take()`` tells a view what changed since the last call, as ``(at, columns of rows at…)``.
     """
 
-    COLUMNS = ("step", "mean", "std", "lower", "upper")
+    COLUMNS = ("step", "end", "mean", "lower", "upper", "min", "max", "nonfinite")
 
-    def __init__(self, max_points=1000):
-        if max_points < 2:
-            raise ValueError(f"Trend: max_points must be at least 2, got {max_points!r}")
-        self.max_points = int(max_points)
-        self.columns = {c: [] for c in self.COLUMNS}
-        self.stride = 1
-        self._seen = 0
-        self._new = 0          # points appended since the last take()
-        self._thinned = False  # points were dropped since the last take(): views must reload
+    def __init__(self, max_points=500):
+        if not isinstance(max_points, int) or isinstance(max_points, bool) or max_points < 2:
+            raise ValueError(f"Trend: max_points must be an int of at least 2, got {max_points!r}")
+        self.max_points = max_points
+        self.stride = 1            # steps a bucket holds once full
+        # one entry per bucket: first and last step, steps and finite steps, sums of means and of mean²+std²
+        self._first, self._last, self._steps, self._finite = [], [], [], []
+        self._sum, self._sum2, self._lo, self._hi, self._bad = [], [], [], [], []
+        self._changed = 0          # first bucket changed since the last take()
 
     def __len__(self):
-        return len(self.columns["step"])
+        return len(self._first)
 
-    def append(self, step, mean, std):
-        keep = self._seen % self.stride == 0
-        self._seen += 1
-        if not keep:
+    def add(self, step, stats):
+        """Record one step's ``TensorStats`` (or anything with ``mean, std, min, max, nan_count, inf_count``)."""
+        finite = not math.isnan(stats.mean)
+        if self._first and self._steps[-1] < self.stride:
+            i = len(self._first) - 1          # the last bucket still has room
+            self._last[i] = step
+            self._steps[i] += 1
+            if finite:
+                self._finite[i] += 1
+                self._sum[i] += stats.mean
+                self._sum2[i] += stats.mean * stats.mean + stats.std * stats.std
+                self._lo[i] = min(self._lo[i], stats.min)
+                self._hi[i] = max(self._hi[i], stats.max)
+            self._bad[i] += stats.nan_count + stats.inf_count
+            self._changed = min(self._changed, i)
             return
-        for name, v in zip(self.COLUMNS, (step, mean, std, mean - std, mean + std)):
-            self.columns[name].append(v)
-        self._new += 1
-        if len(self) >= self.max_points:
-            for name in self.COLUMNS:
-                self.columns[name] = self.columns[name][::2]
-            self.stride *= 2
-            self._thinned = True
+        if len(self._first) == self.max_points:
+            self._merge_pairs()
+        self._changed = min(self._changed, len(self._first))
+        self._first.append(step)
+        self._last.append(step)
+        self._steps.append(1)
+        self._finite.append(int(finite))
+        self._sum.append(stats.mean if finite else 0.0)
+        self._sum2.append(stats.mean * stats.mean + stats.std * stats.std if finite else 0.0)
+        self._lo.append(stats.min if finite else math.inf)
+        self._hi.append(stats.max if finite else -math.inf)
+        self._bad.append(stats.nan_count + stats.inf_count)
+
+    def _merge_pairs(self):
+        """Halve the buckets: each even bucket absorbs the next one."""
+        def pairs(values, combine):
+            merged = [combine(a, b) for a, b in zip(values[0::2], values[1::2])]
+            return merged + values[len(merged) * 2:]
+        self._first = self._first[0::2]
+        self._last = pairs(self._last, lambda a, b: b)
+        for name in ("_steps", "_finite", "_sum", "_sum2", "_bad"):
+            setattr(self, name, pairs(getattr(self, name), lambda a, b: a + b))
+        self._lo = pairs(self._lo, min)
+        self._hi = pairs(self._hi, max)
+        self.stride *= 2
+        self._changed = 0
+
+    def columns(self, start=0):
+        """The columns of buckets ``start…`` as float64 arrays."""
+        finite = np.array(self._finite[start:], np.float64)
+        some = finite > 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.array(self._sum[start:]) / finite
+            std = np.sqrt(np.maximum(np.array(self._sum2[start:]) / finite - mean * mean, 0.0))
+        nan = np.where(some, 0.0, np.nan)     # NaN where a bucket saw no finite element
+        return {"step": np.array(self._first[start:], np.float64),
+                "end": np.array(self._last[start:], np.float64) + 1.0,
+                "mean": mean + nan, "lower": mean - std + nan, "upper": mean + std + nan,
+                "min": np.array(self._lo[start:], np.float64) + nan,
+                "max": np.array(self._hi[start:], np.float64) + nan,
+                "nonfinite": np.array(self._bad[start:], np.float64)}
 
     def take(self):
-        """``("replace", columns)``, ``("stream", new columns)`` or ``None`` when nothing changed; copies."""
-        if self._thinned:
-            change = ("replace", {c: list(v) for c, v in self.columns.items()})
-        elif self._new:
-            change = ("stream", {c: v[-self._new:] for c, v in self.columns.items()})
-        else:
-            change = None
-        self._new, self._thinned = 0, False
-        return change
+        """``(at, columns)``: rows from ``at`` on changed or were added since the last call (a view keeps its first
+        ``at`` rows and replaces the rest); None when nothing changed."""
+        at = self._changed
+        if at >= len(self._first):
+            return None
+        self._changed = len(self._first)
+        return at, self.columns(at)
 
 
 # ---------------------------------------------------------------------------------------- histogram shapes and boxes
