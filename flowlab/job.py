@@ -15,7 +15,7 @@ import numpy as np
 
 from . import graph as g
 from . import typing as tp
-from .compiler import compile_graph
+from .compiler import Delivery, compile_graph
 from .config import FunctionConfig
 from .errors import FeedError, TraceError
 from . import watching
@@ -162,13 +162,23 @@ class _Compiled:
             self.delivered.append((request, copy, step))
 
     def dispatch(self):
-        """Hand this call's deliveries to the dispatcher as one batch: one wake-up a call, however many watches."""
+        """Hand this call's deliveries to the dispatcher as one batch (one wake-up a call, however many watches);
+        summary events already on the host go to their handlers at once (see ``runtime.dispatch``)."""
         if not self.delivered:
             return
         batch, self.delivered = self.delivered, []
-        dispatch.default().submit_batch(
-            [(lambda r=r, c=c, s=s: r.call(c() if callable(c) else c, s),
-              lambda r=r, s=s: f"{r.describe} (call {s} of job {self.graph.name})") for r, c, s in batch])
+        dispatcher, later = dispatch.default(), []
+        for r, c, s in batch:
+            if r.inline and not callable(c):
+                try:
+                    r.call(c, s)
+                except BaseException as e:  # reported as the dispatcher reports its callbacks' errors
+                    dispatcher.report(f"{r.describe} (call {s} of job {self.graph.name})", e)
+            else:
+                later.append((lambda r=r, c=c, s=s: r.call(c() if callable(c) else c, s),
+                              lambda r=r, s=s: f"{r.describe} (call {s} of job {self.graph.name})"))
+        if later:
+            dispatcher.submit_batch(later)
 
 
 class JobFunction:
@@ -271,11 +281,12 @@ class JobFunction:
         graph, rebuild = self._trace(shapes)
         sess = session.default()
         index, deliveries, requests = {}, [], []
-        for request in graph.watches:          # one host copy serves every request on the same tensor and period
-            key = (request.target.id, request.every)
+        for request in graph.watches:          # one host copy serves every request on the same tensor and calls
+            delivery = Delivery(request.target, request.every, request.when, request.bins)
+            key = (request.target.id, *delivery[1:])
             if key not in index:
                 index[key] = len(deliveries)
-                deliveries.append((request.target, request.every))
+                deliveries.append(delivery)
                 requests.append([])
             requests[index[key]].append(request)
         plan = compile_graph(graph, graph.outputs, backend.current(), sess.variables, deliveries,
@@ -322,6 +333,8 @@ class JobFunction:
                 outputs = compiled.plan(feeds, self.step, compiled.emit)
             finally:
                 compiled.dispatch()     # what was delivered before a failure (an anomaly, say) is still shown
+                if self.is_train:
+                    session.default().last_train_step = self.step
                 self.step += 1          # a failed call still used its number: watch steps never repeat
         ticket = dispatcher.ticket()
         return self._result(compiled.rebuild(list(outputs)), ticket)

@@ -6,7 +6,11 @@ as the handler's annotation asks (``tp.Numpy`` -> ndarray, ``tp.ListNumpy`` -> [
 it. Jobs without watches compile to exactly the plan they had before.
 
 A handler object with a ``watch_event(value, blob_def, kind, step)`` method (``kind`` is ``"value"`` or
-``"gradient"``; ``value`` an ndarray or ``TensorStats``) is told which tensor it sees: live widgets use this.
+``"gradient"``) is told which tensor it sees: live widgets use this. If it also has ``watch_summary(blob_def, kind)``
+returning ``(bins, wanted)``, the tensor is summarised where it lives and never copied whole: every call delivers a
+``TensorStats``, and calls on which ``wanted()`` is true also deliver a ``TensorHistogram`` of ``bins`` bins (a live
+panel asks for one per screen refresh; ``bins=0``: statistics only). Such a handler must only record what it gets,
+quickly and thread-safely: on NumPy the calling thread delivers these summaries as soon as the call's plan has run.
 
 Beyond OneFlow: ``stats=True`` delivers a ``TensorStats`` computed on the device instead of the tensor, ``every=N``
 delivers every N-th call only, and ``watch_diff`` of a tensor without a gradient is an error, not a silent no-op.
@@ -54,7 +58,21 @@ class TensorStats(NamedTuple):
 
     @classmethod
     def from_vector(cls, shape, v):
-        return cls(tuple(shape), float(v[0]), float(v[1]), float(v[2]), float(v[3]), int(v[4]), int(v[5]))
+        lo, hi, mean, std, nan, inf = v.tolist()
+        return cls(tuple(shape), lo, hi, mean, std, int(nan), int(inf))
+
+
+class TensorHistogram(NamedTuple):
+    """Counts of a tensor's finite elements in equal-width bins over ``[lo, hi]``, computed on the device (see
+    ``watch_summary`` above). No finite element: ``lo``/``hi`` NaN and zero counts; ``lo == hi``: all in bin 0."""
+    shape: tuple
+    lo: float
+    hi: float
+    counts: Any      # float64 ndarray of the bin counts
+
+    @classmethod
+    def from_vector(cls, shape, v):
+        return cls(tuple(shape), float(v[0]), float(v[1]), v[2:])
 
 
 @dataclass
@@ -66,6 +84,9 @@ class WatchRequest:
     stats: bool = False
     every: int = 1
     source: str = ""
+    when: Callable[[], bool] | None = None   # deliver only on calls where this returns True
+    bins: int = 0                 # > 0: deliver a histogram of that many bins instead of the value
+    inline: bool = False          # a summary for a watch_summary handler: delivered by the calling thread on NumPy
     target: g.LazyTensor | None = None   # what the plan delivers (value, gradient or stats), set at compile time
 
 
@@ -120,6 +141,23 @@ def _handler_call(handler, api, tensor, diff):
     return lambda value, step: handler(convert(value)), _name(handler)
 
 
+def _summary_plan(handler, api, tensor, diff):
+    """``(bins, wanted)`` from a handler's ``watch_summary``, checked; None for handlers that take whole values."""
+    summary = getattr(handler, "watch_summary", None)
+    if summary is None:
+        return None
+    plan = summary(BlobDef(tensor), "gradient" if diff else "value")
+    try:
+        bins, wanted = plan
+    except (TypeError, ValueError):
+        raise TypeError(f"{api}: {_name(type(handler))}.watch_summary must return (bins, wanted), got "
+                        f"{plan!r}") from None
+    if not isinstance(bins, int) or isinstance(bins, bool) or bins < 0 or not callable(wanted):
+        raise TypeError(f"{api}: {_name(type(handler))}.watch_summary must return (bins: int >= 0, wanted: "
+                        f"callable), got {plan!r}")
+    return bins, wanted
+
+
 def _check_tensor(tensor, api):
     graph = g.current_graph(api)
     if not isinstance(tensor, g.LazyTensor):
@@ -146,8 +184,17 @@ def _watch(tensor, handler, stats, every, diff):
                          "gradients; watch gradients in a @flow.global_function(type=\"train\") job")
     call, name = _handler_call(handler, api, tensor, diff)
     what = "gradient of" if diff else "value of"
-    graph.watches.append(WatchRequest(tensor, diff, call, f"{api} handler {name} for the {what} "
-                                      f"{tensor.logical_blob_name}", stats, every, g.user_source_line()))
+    describe = f"{api} handler {name} for the {what} {tensor.logical_blob_name}"
+    source = g.user_source_line()
+    summary = None if stats else _summary_plan(handler, api, tensor, diff)
+    if summary is None:
+        graph.watches.append(WatchRequest(tensor, diff, call, describe, stats, every, source))
+        return
+    bins, wanted = summary
+    graph.watches.append(WatchRequest(tensor, diff, call, describe, True, every, source, inline=True))
+    if bins:
+        graph.watches.append(WatchRequest(tensor, diff, call, describe, False, every, source, when=wanted, bins=bins,
+                                          inline=True))
 
 
 def watch(blob_watched, handler_or_prompt=None, stats=False, every=1):
@@ -218,7 +265,8 @@ def watch_scope(blob_watcher=None, diff_blob_watcher=None):
 
 
 def resolve(graph):
-    """Fix what each request delivers, once gradients exist: the tensor, its gradient, or its on-device stats."""
+    """Fix what each request delivers, once gradients exist: the tensor, its gradient, their on-device stats or
+    histogram."""
     from .ops.stats import tensor_stats
     kept = []
     for request in graph.watches:
@@ -231,10 +279,12 @@ def resolve(graph):
                 raise TraceError(f"flow.watch_diff({request.tensor.logical_blob_name}) at {request.source}: the loss "
                                  f"of job {graph.name!r} does not depend on this tensor through any differentiable "
                                  "op, so it has no gradient")
+        shape, call = request.tensor.shape, request.call
         if request.stats:
             target = tensor_stats(target)
-            shape, call = request.tensor.shape, request.call
             request.call = lambda v, step, shape=shape, call=call: call(TensorStats.from_vector(shape, v), step)
+        elif request.bins:
+            request.call = lambda v, step, shape=shape, call=call: call(TensorHistogram.from_vector(shape, v), step)
         request.target = target
         kept.append(request)
     graph.watches = kept

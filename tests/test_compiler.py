@@ -222,3 +222,63 @@ def test_sgd_scales_a_dying_gradient_in_place():
     job(np.ones((8, 4), np.float32))
     source = job.plan().source
     assert "writable=True" in source and "d-weight-SGDUpdate" in source
+
+
+def test_demand_and_histogram_deliveries():
+    """A Delivery with ``when`` is emitted only on calls where it says so (and on its every-th call); with ``bins``
+    it carries the tensor's histogram, computed where the tensor lives, not the tensor."""
+    from flowlab.compiler import Delivery, compile_graph
+    from flowlab.ops.stats import histogram_vector
+    from flowlab.runtime import session
+    seen = {}
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((6, 4))) -> tp.Numpy:
+        seen["y"] = y = flow.math.tanh(x)
+        return y * 2.0
+
+    compiled = job.compiled()
+    graph, y = compiled.graph, seen["y"]
+    want = {"now": False}
+    plan = compile_graph(graph, graph.outputs, backend.current(), session.default().variables,
+                         deliveries=[Delivery(y, 2, lambda: want["now"], 5)])
+    assert "if step % 2 == 0 and w0(): emit(0, d0(" in plan.source
+    x = np.random.default_rng(1).normal(size=(6, 4)).astype(np.float32)
+    got = []
+    for step, now in ((0, False), (1, True), (2, True)):
+        want["now"] = now
+        plan([x], step, lambda k, copy, s: got.append((s, copy)))
+    assert [s for s, _ in got] == [2]                     # step 0 not wanted, step 1 not an even call
+    np.testing.assert_array_equal(got[0][1], histogram_vector(np, np.tanh(x), 5))
+
+
+def test_plans_of_small_products_run_blas_on_one_thread():
+    from threadpoolctl import ThreadpoolController
+    libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+    if not libraries or libraries[0].num_threads < 2:
+        pytest.skip("needs a BLAS with more than one thread to tell")
+    before = libraries[0].num_threads
+    inside = {}
+
+    def record(v: tp.Numpy):
+        inside["threads"] = libraries[0].num_threads    # the dispatcher thread runs after the call: restored
+
+    def make(units):
+        @flow.global_function()
+        def job(x: tp.Numpy.Placeholder((100, 64))) -> tp.Numpy:
+            return flow.layers.dense(x, units, name=f"d{units}")
+        return job
+
+    small, large = make(128), make(2048)                  # 0.8M and 13M multiply-adds
+    assert small.plan().largest_gemm == 100 * 64 * 128 and small.plan().blas_limit is not None
+    assert large.plan().blas_limit is None
+    g = small.plan()._run.__globals__                      # look inside a call: wrap its matmul kernel
+    matmul = next(name for name, f in g.items() if name.startswith("k") and "MatMul" in repr(f))
+    kernel = g[matmul]
+
+    def spy(*args, **kwargs):
+        inside["threads"] = libraries[0].num_threads
+        return kernel(*args, **kwargs)
+    g[matmul] = spy
+    small(np.ones((100, 64), np.float32))
+    assert inside["threads"] == 1 and libraries[0].num_threads == before

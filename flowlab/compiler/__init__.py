@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .buffers import plan_buffers
 from .fuse import fuse_elementwise
-from .plan import Plan, compile_graph
+from .plan import Delivery, Plan, compile_graph
 from .prune import prune
 
-__all__ = ["Plan", "compile_graph", "fuse_elementwise", "plan_buffers", "prune"]
+__all__ = ["Delivery", "Plan", "compile_graph", "fuse_elementwise", "plan_buffers", "prune"]

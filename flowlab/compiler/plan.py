@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import itertools
 import linecache
+from typing import Any, Callable, NamedTuple
 
 from ..errors import AnomalyError
 from .buffers import plan_buffers
@@ -13,11 +14,21 @@ from .prune import prune
 _plan_ids = itertools.count()
 
 
+class Delivery(NamedTuple):
+    """A watched tensor the plan hands to the host: on calls whose step is a multiple of ``every`` and, with
+    ``when``, on which ``when()`` is true; its histogram of ``bins`` bins (computed on the device) instead of it when
+    ``bins > 0``."""
+    tensor: Any
+    every: int = 1
+    when: Callable[[], bool] | None = None
+    bins: int = 0
+
+
 class Plan:
     """A compiled job. ``plan(feeds, step, emit)`` runs one call and returns the outputs as host NumPy arrays.
 
-    ``deliveries`` is a list of ``(tensor, every)``: right after such a tensor is computed (on calls whose ``step`` is a
-    multiple of ``every``) the plan calls ``emit(k, copy, step)`` with ``k`` its index and ``copy`` a host copy (a
+    ``deliveries`` is a list of ``Delivery``: right after such a tensor is computed (on the calls it names) the plan
+    calls ``emit(k, copy, step)`` with ``k`` its index and ``copy`` a host copy of the tensor or of its histogram (a
     zero-argument function returning it on CuPy, where the copy is asynchronous). Copies are taken before optimizer
     updates change variables in place. A plan with no deliveries contains no delivery code at all.
     ``check_anomaly`` adds a NaN/Inf check after every op (``config.detect_anomaly(True)``).
@@ -27,8 +38,8 @@ class Plan:
         self.graph = graph
         self.backend = backend
         self.output_tensors = list(output_tensors)
-        self.deliveries = [(t, int(every)) for t, every in deliveries]
-        delivered = [t for t, _ in self.deliveries]
+        self.deliveries = [Delivery(*d) for d in deliveries]
+        delivered = [d.tensor for d in self.deliveries]
         roots = self.output_tensors + delivered
         nodes = prune(graph.nodes, roots, graph.side_effects)
         # Variable reads first, by name (as OneFlow orders them; watch_scope dicts fill in this order).
@@ -45,6 +56,9 @@ class Plan:
         self.buffers = [xp.empty(shape, dtype) for shape, dtype in buffer_specs]
         self.rng = backend.random_generator(rng_seed)
         self.check_anomaly = check_anomaly
+        self.largest_gemm = max((n.op.gemm_macs(n) for n in nodes if n.op.gemm_macs is not None), default=0)
+        # small products run faster on one BLAS thread, above all beside a busy core (see runtime/backend.py)
+        self.blas_limit = backend.blas_limit(self.largest_gemm)
         self.source, self._run = self._generate(variables)
 
     @property
@@ -55,9 +69,18 @@ class Plan:
         xp = self.backend.xp
         ns = {"xp": xp, "B": self.buffers, "RNG": self.rng, "host": self.backend.to_host_copy,
               "deliver": self.backend.host_copy_async, "check": self._check}
-        delivery_index = {}
-        for k, (t, every) in enumerate(self.deliveries):
-            delivery_index.setdefault(t.id, []).append((k, every))
+        delivery_lines = {}
+        for k, d in enumerate(self.deliveries):
+            conditions = [f"step % {d.every} == 0"] if d.every > 1 else []
+            if d.when is not None:
+                ns[f"w{k}"] = d.when
+                conditions.append(f"w{k}()")
+            copy = "deliver"
+            if d.bins:
+                ns[f"d{k}"] = functools.partial(self.backend.host_histogram_async, bins=d.bins)
+                copy = f"d{k}"
+            guard = f"if {' and '.join(conditions)}: " if conditions else ""
+            delivery_lines.setdefault(d.tensor.id, []).append(f"    {guard}emit({k}, {copy}(t{d.tensor.id}), step)")
         lines = [f"def run(feeds, step, emit):  # job {self.graph.name}"]
         placeholder_index = {t.id: i for i, t in enumerate(self.graph.placeholders)}
         for i, node in enumerate(self.nodes):
@@ -99,9 +122,7 @@ class Plan:
                     for t in checked:
                         lines.append(f"    check(t{t.id}, n{i}, {t.id}, ({inputs}))")
             for t in node.outputs:
-                for k, every in delivery_index.get(t.id, ()):
-                    guard = f"if step % {every} == 0: " if every > 1 else ""
-                    lines.append(f"    {guard}emit({k}, deliver(t{t.id}), step)")
+                lines.extend(delivery_lines.get(t.id, ()))
         outs = "".join(f"host(t{t.id}), " for t in self.output_tensors)
         lines.append(f"    return ({outs})")
         source = "\n".join(lines) + "\n"
@@ -117,6 +138,9 @@ class Plan:
         raise AnomalyError(anomaly_report(self.graph, node, tensor_id, value, inputs, xp))
 
     def __call__(self, feeds, step=0, emit=None):
+        if self.blas_limit is not None:
+            with self.blas_limit:
+                return self._run(feeds, step, emit)
         return self._run(feeds, step, emit)
 
     def __str__(self):
@@ -155,4 +179,4 @@ def compile_graph(graph, output_tensors, backend, variables, deliveries=(), rng_
     return Plan(graph, output_tensors, backend, variables, deliveries, rng_seed, check_anomaly)
 
 
-__all__ = ["Plan", "compile_graph", "plan_buffers", "prune"]
+__all__ = ["Delivery", "Plan", "compile_graph", "plan_buffers", "prune"]

@@ -9,6 +9,8 @@ An op class is never instantiated; a graph node stores the class and the op's st
 - ``vjp(node, *dys)`` builds the gradient *in the graph*, from other ops, and returns one tensor or ``None`` per input.
   Autodiff never special-cases an op.
 - Elementwise ops give ``c_expr``, a C expression over ``{0}``, ``{1}`` … used to fuse chains into one CuPy kernel.
+- Ops whose kernel is a BLAS matrix product give ``gemm_macs(node)``, its size, so a plan of small products can run
+  BLAS on one thread.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ class Op:
     updates_variable = False  # changes its first input (a variable) in place: optimizer updates
     c_expr: str | None = None
     vjp = None              # ops without a vjp are not differentiable (integer ops, gradient ops)
+    gemm_macs = None        # ops that call BLAS: (node) -> multiply-adds of their matrix product (see plan.py)
 
     @staticmethod
     def infer(*inputs, **attrs):

@@ -11,6 +11,8 @@ Padding is ``"VALID"``, ``"SAME"`` (TensorFlow's: output ``ceil(in / stride)``, 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import ShapeError
@@ -170,8 +172,18 @@ def _conv_geometry(x_shape, w_shape, strides, dilations, padding, data_format):
     return kernel, pads, out_hw
 
 
+def _conv_macs(conv_output, filters_shape, data_format):
+    """Multiply-adds of a convolution's matrix product (its two gradients multiply the same matrices)."""
+    n, o, ho, wo = _nchw_shape(conv_output.shape, data_format)
+    return n * ho * wo * math.prod(filters_shape)
+
+
 class Conv2d(Op):
     prefix, api = "Conv2d_", "flow.nn.conv2d"
+
+    @staticmethod
+    def gemm_macs(node):
+        return _conv_macs(node.outputs[0], node.inputs[1].shape, node.attrs["data_format"])
 
     @staticmethod
     def infer(x, w, strides, dilations, padding, groups, data_format):
@@ -215,6 +227,10 @@ class ConvInputGrad(Op):
     prefix, api = "ConvInputGrad_", "conv2d_input_grad"
 
     @staticmethod
+    def gemm_macs(node):
+        return _conv_macs(node.inputs[0], node.inputs[1].shape, node.attrs["data_format"])
+
+    @staticmethod
     def infer(dy, w, input_shape, **conv):
         return spec(input_shape, dy.dtype)
 
@@ -237,6 +253,10 @@ class ConvInputGrad(Op):
 class ConvFilterGrad(Op):
     """``d filters = dy^T @ im2col(input)``, per group."""
     prefix, api = "ConvFilterGrad_", "conv2d_filter_grad"
+
+    @staticmethod
+    def gemm_macs(node):
+        return _conv_macs(node.inputs[1], node.attrs["filter_shape"], node.attrs["data_format"])
 
     @staticmethod
     def infer(x, dy, filter_shape, **conv):

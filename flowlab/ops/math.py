@@ -571,6 +571,11 @@ class MatMul(Op):
         return spec(a.shape[:-2] + (m, n), a.dtype)
 
     @staticmethod
+    def gemm_macs(node):
+        a, transpose_a = node.inputs[0], node.attrs["transpose_a"]
+        return node.outputs[0].size * a.shape[-2 if transpose_a else -1]
+
+    @staticmethod
     def forward(xp, a, b, transpose_a, transpose_b, alpha, out=None):
         if transpose_a:
             a = xp.swapaxes(a, -1, -2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 import numpy as np
 
@@ -59,12 +60,73 @@ class Backend:
             return pinned
         return wait
 
+    def host_histogram_async(self, array, bins):
+        """``histogram_vector`` of ``array`` computed where it lives, on its way to the host (as
+        ``host_copy_async``): a watch ships ``2 + bins`` numbers instead of the tensor."""
+        from ..ops.stats import histogram_vector
+        vector = histogram_vector(self.xp, array, bins)
+        return vector if not self.is_gpu else self.host_copy_async(vector)
+
+    def blas_limit(self, largest_product):
+        """The context a plan whose largest matrix product has ``largest_product`` multiply-adds runs in: one BLAS
+        thread below ``ONE_BLAS_THREAD_BELOW`` on NumPy (see below), else None (BLAS as configured)."""
+        return one_blas_thread if not self.is_gpu and largest_product < ONE_BLAS_THREAD_BELOW else None
+
     def random_generator(self, seed):
         return self.xp.random.default_rng(seed)
 
     def __repr__(self):
         return f"Backend({self.name})"
 
+
+# BLAS threads. On small matrix products a second BLAS thread gains little and its hand-offs cost much: the README's
+# digits MLP (largest product 0.8M multiply-adds) trains 1.16x faster on one thread on an idle 2-core machine, 1.33x
+# with a browser-like bursty load on the other core and 4.1x with that core busy (OpenBLAS waits for a worker
+# that is not scheduled). From about 8M multiply-adds two threads pay even under load (784-512-10 MLP, 40M: 1.4x
+# idle, 1.2x loaded; benchmarks/RESULTS.md). So a NumPy plan whose products are all smaller runs BLAS on one thread.
+ONE_BLAS_THREAD_BELOW = 8_000_000
+
+
+class OneBlasThread:
+    """``with one_blas_thread:`` runs NumPy's BLAS on one thread, and restores its thread count when the last
+    thread inside leaves (through threadpoolctl; a few microseconds; a no-op where no BLAS can be controlled)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._libraries = None
+        self._saved = ()
+
+    def _controllers(self):
+        if self._libraries is None:
+            try:
+                from threadpoolctl import ThreadpoolController
+                self._libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+            except Exception as e:        # an exotic BLAS: run as configured
+                log.debug("flowlab: BLAS threads not controllable: %s", e)
+                self._libraries = []
+        return self._libraries
+
+    def __enter__(self):
+        with self._lock:
+            if self._inside == 0:
+                libraries = self._controllers()
+                self._saved = [lib.num_threads for lib in libraries]
+                for lib in libraries:
+                    if lib.num_threads != 1:
+                        lib.set_num_threads(1)
+            self._inside += 1
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                for lib, threads in zip(self._libraries, self._saved):
+                    if threads != 1:
+                        lib.set_num_threads(threads)
+
+
+one_blas_thread = OneBlasThread()
 
 NUMPY = Backend("numpy", np)
 _current: Backend | None = None

@@ -43,6 +43,8 @@ class Session:
     jobs: list = field(default_factory=list)
     seed: int = 0
     lock: threading.RLock = field(default_factory=threading.RLock)
+    # The call number (watch and summary step, from 0) of the last train-job call: the step widgets show.
+    last_train_step: int | None = None
 
     def declare(self, name, shape, dtype, initializer, trainable, source, provisional=False) -> Variable:
         """Return the variable ``name``, creating it on first use; a second declaration must agree.
