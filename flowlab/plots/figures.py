@@ -1,66 +1,121 @@
 """Bokeh figure builders shared by the notebook widgets and the dashboard.
 
 Each builder takes a ``ColumnDataSource`` (the caller owns it and updates its data: a widget from its refresh thread,
-the dashboard through ``doc.add_next_tick_callback``) and returns a small, toolbar-free figure drawn with the canvas
-backend (software WebGL is slow in headless browsers and gains nothing at these sizes). Figure titles are drawn as
-canvas text, never parsed as HTML; text that ends up in HTML (``stats_table``) is escaped with ``html.escape``.
+the dashboard through ``doc.add_next_tick_callback``) and returns a toolbar-free figure drawn with the canvas backend
+(software WebGL is slow in headless browsers and gains nothing at these sizes). Live-widget figures take the width of
+their notebook cell (``sizing_mode="stretch_width"``) at a fixed height; dashboard cards have a fixed size. Figure
+titles are canvas text, never parsed as HTML; text that ends up in HTML is escaped with ``html.escape``.
+Interaction (the log-count toggle, hover) runs in the browser alone: nothing a viewer does is sent back to Python.
 """
 from __future__ import annotations
 
 import html
 import math
 
+import numpy as np
+from bokeh.core.properties import value
 from bokeh.layouts import column, row
-from bokeh.models import ColumnDataSource, Div
+from bokeh.models import Checkbox, ColumnDataSource, CustomJS, DataRange1d, Div, HoverTool, Range1d
 from bokeh.plotting import figure
 
 from .data import Trend, tensor_summary
 
-WIDTH, HEIGHT = 320, 200
+WIDTH, HEIGHT = 320, 200        # a dashboard card's figure
+LIVE_HEIGHT = 170               # a live widget's figure: this high, as wide as the cell
+STATS_WIDTH = 190
+VALUE, BAND, ENVELOPE, ALARM = "#4c78a8", "#f58518", "#9ecae9", "#d62728"
 
 
-def histogram_source():
-    return ColumnDataSource({"left": [], "right": [], "top": []})
-
-
-def trend_source():
-    return ColumnDataSource({c: [] for c in Trend.COLUMNS})
-
-
-def _figure(title, **kwargs):
-    fig = figure(title=title, width=WIDTH, height=HEIGHT, tools="", toolbar_location=None, output_backend="canvas",
+def _figure(title="", width=WIDTH, height=HEIGHT, **kwargs):
+    fig = figure(title=title, width=width, height=height, tools="", toolbar_location=None, output_backend="canvas",
                  **kwargs)
     fig.title.text_font_size = "10pt"
     fig.xaxis.major_label_text_font_size = fig.yaxis.major_label_text_font_size = "8pt"
-    return fig
-
-
-def histogram_figure(source=None, title=""):
-    """Bars from ``left``/``right``/``top`` columns (see ``histogram_data``)."""
-    source = source if source is not None else histogram_source()
-    fig = _figure(title)
-    fig.quad(left="left", right="right", top="top", bottom=0, source=source, fill_color="#4c78a8",
-             line_color="#4c78a8", fill_alpha=0.7)
-    fig.y_range.start = 0
-    return fig
-
-
-def trend_figure(source=None, title="", y_label="mean ± std"):
-    """The mean as a line over ``step`` with a mean ± std band (``lower``/``upper`` columns, see ``Trend``)."""
-    source = source if source is not None else trend_source()
-    fig = _figure(title, x_axis_label="step", y_axis_label=y_label)
-    fig.varea(x="step", y1="lower", y2="upper", source=source, fill_color="#f58518", fill_alpha=0.25)
-    fig.line(x="step", y="mean", source=source, line_color="#f58518", line_width=1.5)
     fig.xaxis.axis_label_text_font_size = fig.yaxis.axis_label_text_font_size = "8pt"
     return fig
 
 
-def line_figure(source, x="step", y="value", title="", y_label=None):
-    """A plain scalar series (a loss curve)."""
-    fig = _figure(title, x_axis_label=x, y_axis_label=y_label)
-    fig.line(x=x, y=y, source=source, line_color="#4c78a8", line_width=1.5)
-    fig.xaxis.axis_label_text_font_size = fig.yaxis.axis_label_text_font_size = "8pt"
+def _live_figure(**kwargs):
+    fig = _figure(height=LIVE_HEIGHT, sizing_mode="stretch_width", min_width=220, **kwargs)
+    fig.min_border_left = 50        # axes of neighbouring rows line up
     return fig
+
+
+# ------------------------------------------------------------------------------------------------------ histograms
+
+def histogram_source():
+    return ColumnDataSource({"left": [], "right": [], "top": [], "top_log": []})
+
+
+def histogram_columns(hist):
+    """The source columns for ``histogram_data`` output: ``top_log`` is ``top`` with empty bins as NaN, which a log
+    axis cannot draw."""
+    top = np.asarray(hist["top"], np.float64)
+    return {"left": np.asarray(hist["left"], np.float64), "right": np.asarray(hist["right"], np.float64),
+            "top": top, "top_log": np.where(top > 0, top, np.nan)}
+
+
+def is_spiky(top, ratio=20.0):
+    """Whether a histogram's tallest bin dwarfs the typical non-empty one (a ReLU's zeros, a gradient's peak at 0):
+    then a linear count axis shows one bar and hides the tails."""
+    counts = np.asarray(top, np.float64)
+    counts = counts[counts > 0]
+    return counts.size > 2 and counts.max() > ratio * np.median(counts)
+
+
+def histogram_view(source, log=False):
+    """Bars of ``source`` (see ``histogram_columns``) on a linear and on a log count axis, one shown at a time, and the
+    ``Checkbox`` that switches between them in the browser. Returns ``(view, toggle)``."""
+    linear = _live_figure(y_axis_label="count")
+    linear.quad(left="left", right="right", top="top", bottom=0, source=source, fill_color=VALUE,
+                line_color=VALUE, fill_alpha=0.7)
+    linear.y_range.start = 0
+    logarithmic = _live_figure(y_axis_label="count (log)", y_axis_type="log", x_range=linear.x_range)
+    logarithmic.quad(left="left", right="right", top="top_log", bottom=0.5, source=source, fill_color=VALUE,
+                     line_color=VALUE, fill_alpha=0.7)
+    linear.visible, logarithmic.visible = not log, log
+    toggle = Checkbox(label="log count", active=log, margin=(0, 8, 0, 8))
+    toggle.js_on_change("active", CustomJS(args={"linear": linear, "logarithmic": logarithmic}, code=(
+        "linear.visible = !cb_obj.active; logarithmic.visible = cb_obj.active;")))
+    return column(linear, logarithmic, sizing_mode="stretch_width"), toggle
+
+
+# ---------------------------------------------------------------------------------------------------------- trends
+
+def trend_source():
+    return ColumnDataSource({c: [] for c in Trend.COLUMNS + ("mark",)})
+
+
+def trend_columns(columns):
+    """The source columns for ``Trend`` columns: ``mark`` is 1 over buckets that saw NaN/Inf (drawn as red bands
+    the plot's full height), NaN elsewhere."""
+    return dict(columns, mark=np.where(np.asarray(columns["nonfinite"]) > 0, 1.0, np.nan))
+
+
+def trend_figure(source, y_label="value"):
+    """A ``Trend`` over steps: the mean as a line, mean ± std as a band, the min…max envelope faint behind, and a red
+    band the plot's height over every step that held NaN/Inf. Hover reads a bucket's numbers."""
+    fig = _live_figure(x_axis_label="step", y_axis_label=y_label)
+    envelope = fig.varea(x="step", y1="min", y2="max", source=source, fill_color=ENVELOPE, fill_alpha=0.35)
+    band = fig.varea(x="step", y1="lower", y2="upper", source=source, fill_color=BAND, fill_alpha=0.3)
+    mean = fig.line(x="step", y="mean", source=source, line_color=BAND, line_width=1.5)
+    fig.y_range = DataRange1d(renderers=[envelope, band, mean])     # the NaN marks do not stretch the value axis
+    fig.extra_y_ranges = {"marks": Range1d(0, 1)}
+    fig.quad(left="step", right="end", bottom=0, top="mark", y_range_name="marks", source=source,
+             fill_color=ALARM, fill_alpha=0.35, line_color=None)
+    fig.add_tools(HoverTool(renderers=[mean], mode="vline", tooltips=[
+        ("step", "@step{0,0}"), ("mean", "@mean{0.[0000]}"), ("mean ± std", "@lower{0.[0000]} … @upper{0.[0000]}"),
+        ("min … max", "@min{0.[0000]} … @max{0.[0000]}"), ("NaN/Inf", "@nonfinite{0,0}")]))
+    return fig
+
+
+# ------------------------------------------------------------------------------------------- numbers that change
+# Drawn as canvas text in small figures, not as Div HTML: BokehJS lays the whole document out again whenever a Div's
+# text changes (measured: a third of the page's time while a panel updated 20 times a second), whereas new text in
+# a figure repaints that figure only.
+
+STATS_ROWS = ("step", "shape", "min", "max", "mean", "std", "NaN", "Inf")
+TEXT_FONT, TEXT_SIZE, TEXT_COLOR, LABEL_COLOR = value("monospace"), "9pt", "#222222", "#777777"
 
 
 def _number(v):
@@ -69,36 +124,74 @@ def _number(v):
     return f"{v:.5g}" if isinstance(v, float) else str(v)
 
 
-_ROW = '<tr><th style="text-align:left;padding-right:8px;font-weight:normal">{}</th><td{}>{}</td></tr>'
-_ALARM = ' style="color:#c00;font-weight:bold"'
+def _text_figure(**kwargs):
+    fig = figure(tools="", toolbar_location=None, output_backend="canvas", x_axis_location=None,
+                 y_axis_location=None, outline_line_color=None, min_border=2, **kwargs)
+    fig.grid.visible = False
+    return fig
 
 
-def stats_html(summary, title=None):
-    """An HTML table of a ``tensor_summary`` (or an array / ``TensorStats``); non-zero NaN/Inf counts in red."""
-    if not isinstance(summary, dict):
+def stats_source():
+    return ColumnDataSource(stats_columns(None))
+
+
+def stats_columns(summary, step=None):
+    """The source columns of ``stats_view`` for a ``tensor_summary`` (or an array / ``TensorStats``) at ``step``;
+    non-zero NaN/Inf counts in red. ``summary=None``: the labels alone."""
+    if summary is not None and not isinstance(summary, dict):
         summary = tensor_summary(summary)
-    rows = [] if title is None else [f'<tr><th colspan="2" style="text-align:left">{html.escape(str(title))}</th></tr>']
+    values = {"step": "" if step is None else str(step)}
     for key, label in (("shape", "shape"), ("min", "min"), ("max", "max"), ("mean", "mean"), ("std", "std"),
                        ("nan", "NaN"), ("inf", "Inf")):
-        value = summary.get(key, "")
-        alarm = _ALARM if key in ("nan", "inf") and value else ""
-        rows.append(_ROW.format(label, alarm, html.escape(_number(value))))
-    return '<table style="font-size:9pt;font-family:monospace">' + "".join(rows) + "</table>"
+        values[label] = "" if summary is None else _number(summary.get(key, ""))
+    alarm = {"NaN": summary is not None and summary.get("nan"), "Inf": summary is not None and summary.get("inf")}
+    return {"y": [i + 0.5 for i in range(len(STATS_ROWS))], "label": list(STATS_ROWS),
+            "value": [values[r] for r in STATS_ROWS], "color": [ALARM if alarm.get(r) else TEXT_COLOR
+                                                               for r in STATS_ROWS]}
 
 
-def stats_table(summary=None, title=None):
-    """A Bokeh ``Div`` showing ``stats_html``; update it with ``div.text = stats_html(...)``."""
-    text = stats_html(summary, title) if summary is not None else ""
-    return Div(text=text, width=200, height=HEIGHT)
+def stats_view(source):
+    """A fixed-size table of a tensor's statistics (see ``stats_columns``), one row a line."""
+    fig = _text_figure(width=STATS_WIDTH, height=LIVE_HEIGHT, x_range=Range1d(0, 1),
+                       y_range=Range1d(len(STATS_ROWS) + 0.5, 0))
+    style = {"text_font": TEXT_FONT, "text_font_size": TEXT_SIZE, "text_baseline": "middle", "source": source}
+    fig.text(x=0.03, y="y", text="label", text_color=LABEL_COLOR, **style)
+    fig.text(x=0.3, y="y", text="value", text_color="color", **style)
+    return fig
+
+
+def status_sources():
+    """``(text, done)`` sources of ``status_view``: one line of text, and the done part of a progress bar."""
+    return (ColumnDataSource({"text": [""]}),
+            ColumnDataSource({"left": [0.0], "right": [0.0], "bottom": [0.12], "top": [0.36]}))
+
+
+def status_view(text, done, bar=True):
+    """One line of status text across the cell's width, above a progress bar (``done`` from 0 to 1) if ``bar``."""
+    fig = _text_figure(height=40 if bar else 22, sizing_mode="stretch_width", x_range=Range1d(0, 1),
+                       y_range=Range1d(0, 1))
+    fig.text(x=0.0, y=0.74 if bar else 0.5, text="text", text_font=TEXT_FONT, text_font_size=TEXT_SIZE,
+             text_color=TEXT_COLOR, text_baseline="middle", source=text)
+    if bar:
+        track = ColumnDataSource({"left": [0.0], "right": [1.0], "bottom": [0.12], "top": [0.36]})
+        fig.quad(left="left", right="right", bottom="bottom", top="top", source=track, fill_color="#e8e8e8",
+                 line_color=None)
+        fig.quad(left="left", right="right", bottom="bottom", top="top", source=done, fill_color=VALUE,
+                 line_color=None)
+    return fig
+
+
+def heading(text_html, **kwargs):
+    """A ``Div`` of trusted HTML (callers escape what came from users) across the cell's width, for text that does
+    not change (see above)."""
+    return Div(text=text_html, sizing_mode="stretch_width", disable_math=True, **kwargs)
 
 
 # ------------------------------------------------------------------------------------------ dashboard building blocks
 
 def plain_figure(title="", width=WIDTH, height=HEIGHT, **kwargs):
     """A small toolbar-free canvas figure, as every builder here makes; for views that draw their own glyphs."""
-    fig = _figure(title, **kwargs)
-    fig.width, fig.height = width, height
-    return fig
+    return _figure(title, width, height, **kwargs)
 
 
 def text_div(text, **kwargs):
