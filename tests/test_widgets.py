@@ -1,47 +1,52 @@
-"""Plot layer and live widgets, without a browser: data shaping against NumPy, WatchPanel and TrainingProgress fed
-by real watches, and what the widgets actually send through a mocked comm (throttled, latest value last)."""
+"""Plot layer and live widgets without a browser: statistics and trends against NumPy, the watch-summary protocol
+through real jobs, and what the widgets send through a recording comm, applied by a reference page that follows
+live.js's rules (snapshot, then numbered updates; a gap waits for a keyframe). tests/test_widgets_browser.py draws the
+same widgets in real JupyterLab and Notebook 7 pages."""
+import base64
+import gzip
 import io
 import json
+import math
+import pathlib
 import threading
 import time
 
 import numpy as np
 import pytest
+from bokeh.document import Document
 
 import flowlab as flow
 import flowlab.typing as tp
-from flowlab.plots import (Trend, histogram_data, histogram_figure, stats_html, stats_table, tensor_summary,
-                           trend_figure)
-from flowlab.watching import TensorStats
-from flowlab.widgets import TrainingProgress, WatchPanel
+from flowlab.ops.stats import histogram_vector, stats_vector
+from flowlab.plots import (STATS_ROWS, Trend, heading, histogram_columns, histogram_data, histogram_source,
+                           histogram_view, is_spiky, stats_columns, stats_view, tensor_summary, trend_columns,
+                           trend_figure, trend_source)
+from flowlab.plots.figures import ALARM
+from flowlab.watching import TensorHistogram, TensorStats
+from flowlab.widgets import LiveDocument, TrainingProgress, WatchPanel
+from flowlab.widgets import live as live_module
 
 RNG = np.random.default_rng(0)
 
 
-# ------------------------------------------------------------------------------------------------- fake comm
+# -------------------------------------------------------------------------------------- recording comm, page
 
 class Sent:
-    """Every comm message the widgets send (through a comm.BaseComm whose publish_msg records instead of sending)."""
+    """Every comm message the widgets send (a comm.BaseComm whose publish_msg records instead of sending)."""
 
     def __init__(self):
         self.messages = []
         self.lock = threading.Lock()
 
-    def count(self):
-        with self.lock:
-            return len(self.messages)
-
-    def bokeh_events(self, start=0):
-        """Bokeh document events sent after message ``start``, decoded from jupyter_bokeh's PATCH-DOC contents."""
-        events = []
+    def of(self, widget, start=0):
+        """``[(method, content, buffers)]`` sent by one widget's comm."""
         with self.lock:
             messages = self.messages[start:]
-        for msg_type, data in messages:
-            content = (data or {}).get("content", {}) if msg_type == "comm_msg" else {}
-            payload = content.get("payload")
-            if isinstance(payload, str) and payload.startswith('{"events"'):
-                events += json.loads(payload)["events"]
-        return events
+        return [(data.get("method"), data, buffers) for comm_id, msg_type, data, buffers in messages
+                if comm_id == widget.comm.comm_id and msg_type == "comm_msg"]
+
+    def count(self, widget):
+        return len(self.of(widget))
 
 
 @pytest.fixture
@@ -50,101 +55,342 @@ def sent(monkeypatch):
     from comm.base_comm import BaseComm
     record = Sent()
 
-    class FakeComm(BaseComm):
+    class RecordingComm(BaseComm):
         def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
             with record.lock:
-                record.messages.append((msg_type, data))
+                record.messages.append((self.comm_id, msg_type, data or {}, list(buffers or [])))
 
     # ipywidgets 8 opens every widget's comm through ipywidgets.comm.create_comm
-    monkeypatch.setattr(ipywidgets.comm, "create_comm", lambda *args, **kwargs: FakeComm(*args, **kwargs))
+    monkeypatch.setattr(ipywidgets.comm, "create_comm", lambda *args, **kwargs: RecordingComm(*args, **kwargs))
     return record
 
 
-def entries(bokeh_map):
-    """Bokeh's serialised dict ({"type": "map", "entries": [[k, v], ...]}) as a Python dict."""
-    return {k: v for k, v in bokeh_map["entries"]}
+class Page:
+    """What a browser shows of one LiveDocument, following live.js: the snapshot (``_snapshot`` state, as sent on
+    comm open and on updates), then custom messages in sequence; a message after a gap is ignored unless it is a
+    keyframe. ``drop`` names message numbers to lose (a page still loading its module)."""
+
+    def __init__(self, widget, sent, drop=()):
+        self.widget, self.sent, self.drop = widget, sent, set(drop)
+        self.doc, self.seq, self.applied = None, -1, []
+        self._build(json.loads(widget._snapshot))
+        self._seen = 0
+
+    def _build(self, snapshot):
+        self.doc = Document.from_json(snapshot["doc"])
+        self.seq = snapshot["seq"]
+
+    def update(self):
+        messages = self.sent.of(self.widget)
+        for method, data, buffers in messages[self._seen:]:
+            if method == "update" and "_snapshot" in data.get("state", {}):
+                snapshot = json.loads(data["state"]["_snapshot"])
+                if snapshot["seq"] > self.seq:
+                    self._build(snapshot)
+            elif method == "custom":
+                self._apply(data["content"], buffers)
+        self._seen = len(messages)
+        return self
+
+    def _apply(self, msg, buffers):
+        if msg["seq"] in self.drop or msg["seq"] <= self.seq:
+            return
+        if not msg["key"] and msg["seq"] != self.seq + 1:
+            return
+        for model_id, props in msg["props"]:
+            model = self.doc.get_model_by_id(model_id)
+            for attr, value in props.items():
+                setattr(model, attr, value)
+        for model_id, at, columns in msg["data"]:
+            source = self.doc.get_model_by_id(model_id)
+            data = {}
+            for name, spec in columns.items():
+                if isinstance(spec, dict):          # numbers: a float64 buffer
+                    added = np.frombuffer(buffers[spec["buffer"]], np.float64)
+                    data[name] = np.concatenate([np.asarray(source.data[name], np.float64)[:at], added])
+                else:                               # text: a JSON list
+                    data[name] = list(source.data[name])[:at] + spec
+            source.data = data
+        self.seq = msg["seq"]
+        self.applied.append(msg["seq"])
+
+    def model(self, python_model):
+        """This page's copy of a model of the widget's document."""
+        return self.doc.get_model_by_id(python_model.id)
 
 
-# --------------------------------------------------------------------------------------------- data shaping
+class Def:
+    """A BlobDef stand-in for calling watch_event directly."""
 
-def test_histogram_matches_numpy_on_finite_values():
-    x = RNG.normal(size=(40, 25))
-    x[0, :3] = np.nan
-    x[1, 0], x[2, 0] = np.inf, -np.inf
-    h = histogram_data(x, bins=20)
+    def __init__(self, lbn, shape=(100,)):
+        self.logical_blob_name, self.shape, self.dtype, self.op_name = lbn, shape, np.float32, lbn.split("/")[0]
+
+
+def stats_of(array):
+    return TensorStats.from_vector(np.shape(array), stats_vector(np, np.asarray(array)))
+
+
+# ------------------------------------------------------------------------------------------ statistics, trend
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.uint8, np.bool_])
+def test_stats_vector_matches_numpy_on_finite_elements(dtype):
+    x = (RNG.normal(size=(37, 11)) * 30).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        x.flat[[3, 50, 99]] = [np.nan, np.inf, -np.inf]
+    finite = x[np.isfinite(x)].astype(np.float64)
+    v = stats_vector(np, x)
+    np.testing.assert_allclose(v[:4], [finite.min(), finite.max(), finite.mean(), finite.std()], rtol=2e-6)
+    expected_bad = [1, 2] if np.dtype(dtype).kind == "f" else [0, 0]
+    assert v.dtype == np.float64 and v[4:].tolist() == expected_bad
+
+
+def test_stats_vector_edge_cases():
+    assert np.isnan(stats_vector(np, np.zeros(0))[:4]).all()
+    nothing = stats_vector(np, np.array([np.nan, np.inf, np.nan]))
+    assert np.isnan(nothing[:4]).all() and nothing[4:].tolist() == [2, 1]
+    huge = np.full(1000, 3e38, np.float32)          # a float32 sum overflows: the exact path still gets it right
+    np.testing.assert_allclose(stats_vector(np, huge), [3e38, 3e38, 3e38, 0, 0, 0], rtol=1e-6)
+    offset = np.float32(1e4) + RNG.normal(size=4096).astype(np.float32) * 1e-2   # std small next to the mean
+    np.testing.assert_allclose(stats_vector(np, offset)[3], offset.astype(np.float64).std(), rtol=1e-3)
+
+
+def test_histogram_vector_matches_numpy_histogram():
+    x = RNG.normal(size=5000).astype(np.float32)
+    x[:7] = [np.nan, np.inf, -np.inf, np.nan, 1.0, 2.0, 3.0]
     finite = x[np.isfinite(x)]
-    counts, edges = np.histogram(finite, bins=20)
-    assert h["top"].sum() == finite.size == x.size - 5
-    np.testing.assert_array_equal(h["top"], counts)
-    np.testing.assert_allclose(h["left"], edges[:-1])
-    np.testing.assert_allclose(h["right"], edges[1:])
-    assert h["left"][0] == finite.min() and h["right"][-1] == finite.max()
+    v = histogram_vector(np, x, 25)
+    counts, edges = np.histogram(finite, bins=25)
+    assert v[0] == finite.min() and v[1] == finite.max()
+    np.testing.assert_array_equal(v[2:], counts)      # the maximum falls in the last, closed bin
+    assert histogram_vector(np, np.full(4, 2.5), 3).tolist() == [2.5, 2.5, 4, 0, 0]
+    empty = histogram_vector(np, np.array([np.nan]), 3)
+    assert np.isnan(empty[:2]).all() and empty[2:].tolist() == [0, 0, 0]
 
 
-def test_histogram_of_constant_integer_and_nonfinite_tensors():
-    h = histogram_data(np.full((3, 4), 2.5, np.float32))
-    assert h["left"].tolist() == [2.0] and h["right"].tolist() == [3.0] and h["top"].tolist() == [12]
-    h = histogram_data(np.array([np.nan, 7.0, np.inf]))
-    assert h["top"].tolist() == [1]
-    for empty in (np.full(5, np.nan), np.array([np.inf, -np.inf]), np.zeros((0, 3))):
-        h = histogram_data(empty)
-        assert all(len(v) == 0 for v in h.values())
-    h = histogram_data(np.arange(10, dtype=np.int32), bins=5)
-    assert h["top"].tolist() == [2, 2, 2, 2, 2]
+def test_histogram_data_from_an_array_or_a_device_histogram_is_the_same():
+    x = RNG.normal(size=(20, 30)).astype(np.float32)
+    from_array = histogram_data(x, 12)
+    from_device = histogram_data(TensorHistogram.from_vector(x.shape, histogram_vector(np, x, 12)))
+    for key in ("left", "right", "top"):
+        np.testing.assert_allclose(from_array[key], from_device[key])
+    assert from_array["top"].sum() == x.size
+    assert histogram_data(np.full(5, 7.0))["left"].tolist() == [6.5]       # a constant: one bar around it
+    assert histogram_data(np.array([np.nan]))["top"].size == 0
     with pytest.raises(TypeError, match="real-valued"):
         histogram_data(np.array(["a"]))
 
 
-def test_tensor_summary_matches_numpy_and_passes_tensor_stats_through():
-    x = RNG.normal(size=(8, 6)).astype(np.float32)
-    x[0, 0], x[1, 1], x[2, 2] = np.nan, np.inf, np.nan
-    s = tensor_summary(x)
-    finite = x[np.isfinite(x)].astype(np.float64)
-    assert s["shape"] == (8, 6) and s["nan"] == 2 and s["inf"] == 1
-    assert s["min"] == finite.min() and s["max"] == finite.max()
-    assert s["mean"] == pytest.approx(finite.mean()) and s["std"] == pytest.approx(finite.std())
-    s = tensor_summary(np.full(4, np.nan))
-    assert np.isnan(s["mean"]) and s["nan"] == 4
-    stats = TensorStats((2, 3), -1.0, 2.0, 0.5, 0.25, 1, 0)
-    assert tensor_summary(stats) == {"shape": (2, 3), "min": -1.0, "max": 2.0, "mean": 0.5, "std": 0.25,
-                                     "nan": 1, "inf": 0}
+def test_trend_buckets_pool_steps_and_keep_extremes_and_nans():
+    steps = [RNG.normal(loc=i / 10, scale=1 + i / 50, size=64) for i in range(50)]
+    steps[17] = steps[17].copy()
+    steps[17][5] = 1e6                                  # a spike in one element of one step
+    steps[33] = np.full(64, np.nan)                      # a step with no finite value
+    trend = Trend(max_points=8)
+    for i, values in enumerate(steps):
+        trend.add(i, stats_of(values))
+    assert len(trend) <= 8 and trend.stride == 8
+    cols = trend.columns()
+    assert cols["step"][0] == 0 and cols["end"][-1] == 50
+    for b, (first, end) in enumerate(zip(cols["step"].astype(int), cols["end"].astype(int))):
+        values = np.concatenate(steps[first:end])
+        finite = values[np.isfinite(values)]
+        np.testing.assert_allclose([cols["mean"][b], cols["min"][b], cols["max"][b]],
+                                   [finite.mean(), finite.min(), finite.max()], rtol=1e-6)
+        np.testing.assert_allclose(cols["upper"][b] - cols["mean"][b], finite.std(), rtol=1e-5)
+        assert cols["nonfinite"][b] == np.sum(~np.isfinite(values))
+    assert cols["max"].max() == 1e6                      # the spike survived two rounds of merging
+    assert cols["nonfinite"].sum() == 64
 
 
-def test_trend_keeps_at_most_max_points_and_reports_changes():
-    t = Trend(max_points=8)
-    assert t.take() is None
-    t.append(0, 1.0, 0.5)
-    t.append(1, 2.0, 0.5)
-    assert t.take() == ("stream", {"step": [0, 1], "mean": [1.0, 2.0], "std": [0.5, 0.5], "lower": [0.5, 1.5],
-                                   "upper": [1.5, 2.5]})
-    for step in range(2, 100):
-        t.append(step, float(step), 0.0)
-        assert len(t) < 8
-    change, columns = t.take()
-    assert change == "replace" and columns["step"][0] == 0 and columns["step"][-1] > 80
-    assert columns["step"] == sorted(columns["step"])
-    with pytest.raises(ValueError):
+def test_trend_take_reports_the_rows_that_changed():
+    trend = Trend(max_points=4)
+    one = stats_of(np.ones(3))
+    assert trend.take() is None
+    for i in range(3):
+        trend.add(i, one)
+    at, cols = trend.take()
+    assert at == 0 and cols["step"].tolist() == [0, 1, 2]
+    trend.add(3, one)
+    at, cols = trend.take()
+    assert at == 3 and cols["step"].tolist() == [3]
+    trend.add(4, one)                                    # full: merge to 2 buckets of 2, then a third starts
+    at, cols = trend.take()
+    assert at == 0 and cols["step"].tolist() == [0, 2, 4] and cols["end"].tolist() == [2, 4, 5]
+    trend.add(5, one)                                    # fills the last bucket: only it changes
+    assert trend.take()[0] == 2
+    with pytest.raises(ValueError, match="max_points"):
         Trend(max_points=1)
 
 
-def test_stats_html_escapes_and_highlights_nonfinite_counts():
-    text = stats_html(np.array([1.0, np.nan, np.inf]), title="<script>x</script>")
-    assert "<script>" not in text and "&lt;script&gt;" in text
-    assert text.count("color:#c00") == 2          # NaN and Inf both non-zero
-    assert "color:#c00" not in stats_html(np.ones(3))
-    assert stats_table(np.ones(3)).text == stats_html(np.ones(3))
+def test_spiky_histograms_and_figures():
+    relu = np.maximum(RNG.normal(size=10000), 0)        # half the values exactly 0
+    assert is_spiky(histogram_data(relu, 30)["top"])
+    assert not is_spiky(histogram_data(RNG.normal(size=10000), 30)["top"])
+    source = histogram_source()
+    view, toggle = histogram_view(source, log=True)
+    linear, logarithmic = view.children
+    assert (linear.visible, logarithmic.visible, toggle.active) == (False, True, True)
+    assert logarithmic.y_scale.__class__.__name__ == "LogScale" and linear.x_range is logarithmic.x_range
+    assert "cb_obj.active" in toggle.js_property_callbacks["change:active"][0].code
+    for fig in (linear, trend_figure(trend_source())):
+        assert fig.sizing_mode == "stretch_width" and fig.output_backend == "canvas" and fig.toolbar_location is None
+    columns = histogram_columns(histogram_data(relu, 30))
+    assert np.isnan(columns["top_log"][columns["top"] == 0]).all()
+    marks = trend_columns({"nonfinite": np.array([0.0, 3.0])})["mark"]
+    assert np.isnan(marks[0]) and marks[1] == 1.0
 
 
-def test_figures_are_small_canvas_plots_without_toolbar():
-    for fig in (histogram_figure(title="h"), trend_figure(title="t")):
-        assert fig.output_backend == "canvas" and fig.toolbar_location is None
-        assert (fig.width, fig.height) == (320, 200)
-    assert trend_figure().xaxis[0].axis_label == "step"
+def shown(columns):
+    """``{label: (value, colour)}`` of a stats table's columns."""
+    return {label: (value, color) for label, value, color in zip(columns["label"], columns["value"],
+                                                                 columns["color"])}
 
 
-# -------------------------------------------------------------------------------------------- the watch panel
+def test_stats_table_formats_numbers_and_highlights_nonfinite_counts():
+    table = shown(stats_columns(tensor_summary(np.array([1.0, np.nan, np.inf, 2.5])), step=7))
+    assert list(table) == list(STATS_ROWS)
+    assert table["step"][0] == "7" and table["shape"][0] == "(4,)" and table["max"][0] == "2.5"
+    assert table["NaN"] == ("1", ALARM) and table["Inf"] == ("1", ALARM) and table["min"][1] != ALARM
+    assert shown(stats_columns(TensorStats((2,), math.nan, math.nan, math.nan, math.nan, 2, 0)))["mean"][0] == "—"
+    view = stats_view(stats_source_for_test())
+    assert view.width == 190 and view.toolbar_location is None and not view.below and not view.left
+    assert heading("<b>ok</b>").sizing_mode == "stretch_width"
 
-def train_job_watched_by(panel, delivered, stats_panel=None):
+
+def stats_source_for_test():
+    from flowlab.plots import stats_source
+    return stats_source()
+
+
+# ------------------------------------------------------------------------------------ the watch-summary protocol
+
+class Recorder:
+    """A watch handler using the summary protocol: a histogram only when ``want`` says so."""
+
+    def __init__(self, bins=6):
+        self.bins, self.want, self.events = bins, True, []
+
+    def watch_summary(self, blob_def, kind):
+        return self.bins, lambda: self.want
+
+    def watch_event(self, value, blob_def, kind, step):
+        self.events.append((type(value).__name__, kind, step, value))
+
+
+def test_summary_handlers_get_device_stats_every_call_and_histograms_on_demand():
+    handler, values = Recorder(), []
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((8, 5))) -> tp.Numpy:
+        h = flow.layers.dense(x, 6, activation=flow.nn.relu, name="h")
+        flow.watch(h, handler)
+        flow.watch(h, lambda v: values.append(v))        # the whole tensor, to check against
+        loss = flow.math.reduce_mean(flow.math.square(h), axis=[1])
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+
+    for step in range(4):
+        handler.want = step in (0, 2)
+        job(RNG.normal(size=(8, 5)).astype(np.float32))
+    flow.sync_default_session()
+    kinds = sorted((step, name) for name, _, step, _ in handler.events)
+    assert kinds == [(0, "TensorHistogram"), (0, "TensorStats"), (1, "TensorStats"), (2, "TensorHistogram"),
+                     (2, "TensorStats"), (3, "TensorStats")]
+    for name, _, step, value in handler.events:
+        whole = values[step]
+        if name == "TensorStats":
+            np.testing.assert_allclose(value[1:5], stats_vector(np, whole)[:4], rtol=1e-6)
+        else:
+            assert value.shape == (8, 6) and value.lo == whole.min() and value.hi == whole.max()
+            np.testing.assert_array_equal(value.counts, np.histogram(whole, bins=6)[0])
+    plan = job.plan().source
+    assert "TensorStats" in plan and "w1()" in plan   # the histogram line is guarded by the handler's demand
+
+
+def test_summary_handler_with_no_bins_gets_statistics_only_and_bad_plans_are_rejected():
+    stats_only = Recorder(bins=0)
+
+    class Bad(Recorder):
+        def watch_summary(self, blob_def, kind):
+            return "30", None
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        flow.watch(x, stats_only)
+        return x + 1.0
+
+    job(np.ones(3, np.float32))
+    flow.sync_default_session()
+    assert [name for name, *_ in stats_only.events] == ["TensorStats"]
+    with pytest.raises(TypeError, match=r"Bad.watch_summary must return \(bins: int >= 0, wanted: callable\)"):
+        @flow.global_function()
+        def bad(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+            flow.watch(x, Bad())
+            return x + 1.0
+        bad(np.ones(3, np.float32))
+
+
+# ------------------------------------------------------------------------------------------ the live document
+
+def test_bokeh_runtime_is_one_model_with_bokehs_own_bundles(sent):
+    one, two = live_module.bokeh_runtime(), live_module.bokeh_runtime()
+    assert one is two
+    js = pathlib.Path(live_module.bokeh.__file__).parent / "server" / "static" / "js"
+    assert [gzip.decompress(b) for b in one.bundles] == [(js / "bokeh.min.js").read_bytes(),
+                                                         (js / "bokeh-widgets.min.js").read_bytes()]
+    assert one.probes == ["Plot", "Div"] and one.version == live_module.bokeh.__version__
+    assert sum(map(len, one.bundles)) < 600_000          # gzipped: what the page loads once
+
+
+def test_live_document_sends_numbered_deltas_and_keyframes(sent, monkeypatch):
+    source, div = trend_source(), heading("start")
+    from bokeh.layouts import column
+    live = LiveDocument(column(div, trend_figure(source)))
+    page, lossy = Page(live, sent), Page(live, sent, drop={2})
+    assert page.model(div).text == "start" and page.seq == 0
+
+    assert live.push() is False                           # nothing changed: nothing sent
+    live.set(div, text="one")
+    live.splice(source, 0, trend_columns(Trend(4).columns()))
+    first = {name: np.arange(3.0) + k for k, name in enumerate(source.data)}
+    live.splice(source, 0, first)
+    assert live.push() is True
+    live.splice(source, 2, {name: np.array([10.0, 11.0]) for name in source.data})
+    live.set(div, text="two")
+    live.push()
+    for p in (page, lossy):
+        p.update()
+    assert page.model(div).text == "two" and page.applied == [1, 2]
+    np.testing.assert_array_equal(page.model(source).data["step"], [0, 1, 10, 11])
+    method, data, buffers = sent.of(live)[-1]
+    assert data["content"]["data"][0][1] == 2 and len(buffers[0]) == 2 * 8   # only the two new rows, as float64
+    assert lossy.applied == [1] and lossy.model(div).text == "one"            # message 2 was lost: it waits
+
+    monkeypatch.setattr(live_module, "KEYFRAME_EARLY", 0.0)
+    live.set(div, text="three")
+    live.push()                                           # a keyframe: every touched model, whole
+    assert sent.of(live)[-1][1]["content"]["key"] is True
+    lossy.update()
+    assert lossy.model(div).text == "three"
+    np.testing.assert_array_equal(lossy.model(source).data["step"], [0, 1, 10, 11])
+    with pytest.raises(ValueError, match="columns must be"):
+        live.splice(source, 0, {"step": [1.0]})
+
+
+def test_live_document_publish_sends_the_whole_document_for_new_views(sent):
+    from bokeh.layouts import column
+    root = column(heading("first"))
+    live = LiveDocument(root)
+    root.children = [heading("a new row"), heading("and another")]
+    live.publish()
+    page = Page(live, sent).update()
+    assert [m.text for m in page.doc.roots[0].children] == ["a new row", "and another"]
+    assert json.loads(live._snapshot)["seq"] == 1
+
+
+# ------------------------------------------------------------------------------------------------ WatchPanel
+
+def watched_job(panel, values, stats_panel=None):
     @flow.global_function(type="train")
     def train_job(x: tp.Numpy.Placeholder((16, 8)), y: tp.Numpy.Placeholder((16,), dtype=flow.int32)) -> tp.Numpy:
         h = flow.layers.dense(x, 32, activation=flow.nn.relu, name="h")
@@ -152,15 +398,8 @@ def train_job_watched_by(panel, delivered, stats_panel=None):
         flow.watch(logits, panel)
         flow.watch_diff(logits, panel)
         flow.watch(h, stats_panel or panel, stats=True)
-
-        def keep_value(v: tp.Numpy):
-            delivered["value"].append(v)
-
-        def keep_grad(v: tp.Numpy):
-            delivered["gradient"].append(v)
-
-        flow.watch(logits, keep_value)
-        flow.watch_diff(logits, keep_grad)
+        flow.watch(logits, lambda v: values["value"].append(v))
+        flow.watch_diff(logits, lambda v: values["gradient"].append(v))
         loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
         flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
         return loss
@@ -171,40 +410,40 @@ def batch():
     return RNG.normal(size=(16, 8)).astype(np.float32), RNG.integers(0, 4, 16).astype(np.int32)
 
 
-def test_panel_rows_show_latest_histogram_stats_and_full_trend(sent):
-    panel = WatchPanel(mode="notebook", refresh_hz=20, bins=10)
-    delivered = {"value": [], "gradient": []}
-    job = train_job_watched_by(panel, delivered)
+def test_panel_shows_latest_histogram_every_steps_statistics_and_a_stats_only_row(sent):
+    panel = WatchPanel(mode="notebook", bins=10, log_counts=False)
+    values = {"value": [], "gradient": []}
+    job = watched_job(panel, values)
+    job(*batch())                                         # step 0 ships histograms (wanted from the start)
+    flow.sync_default_session()
+    panel.refresh()                                       # shown: the screen wants new ones
     for _ in range(3):
-        job(*batch())
+        job(*batch())                                     # only step 1 ships histograms
     flow.sync_default_session()
     panel.refresh()
+    page = Page(panel.widget, sent).update()
 
-    rows = {(r.lbn, r.kind, r.stats_only): r for r in panel._rows.values()}
-    assert set(rows) == {("out_bias_add/out_0", "value", False), ("out_bias_add/out_0", "gradient", False),
-                         ("h_activation/out_0", "value", True)}
-    assert len(panel.box.children) == 3                   # one row widget each, in order of first report
-    titles = [row.children[0].value for row in panel.box.children]
-    assert "out_bias_add/out_0" in titles[0] and "value" in titles[0] and "gradient" in titles[1]
-    assert "(stats)" in titles[2]
+    rows = {(r.lbn, r.kind): r for r in panel._rows.values()}
+    assert list(rows) == [("out_bias_add/out_0", "value"), ("out_bias_add/out_0", "gradient"),
+                          ("h_activation/out_0", "value")]
+    assert len(page.doc.roots[0].children) == 3           # one row each, in order of first report
     for kind in ("value", "gradient"):
-        row, last = rows[("out_bias_add/out_0", kind, False)], delivered[kind][-1]
-        hist = row.hist_source.data
-        assert sum(hist["top"]) == last.size == 64
-        np.testing.assert_array_equal(hist["top"], histogram_data(last, 10)["top"])
-        trend = row.trend_source.data
-        assert trend["step"] == [0, 1, 2]
-        np.testing.assert_allclose(trend["mean"], [np.mean(v, dtype=np.float64) for v in delivered[kind]])
-        np.testing.assert_allclose(trend["std"], [np.std(v, dtype=np.float64) for v in delivered[kind]])
-        assert "step 2" in row.table.text
-    stats_row = rows[("h_activation/out_0", "value", True)]
-    assert stats_row.hist_source is None and len(stats_row.trend_source.data["step"]) == 3
-    assert "(16, 32)" in stats_row.table.text
-    assert "application/vnd.jupyter.widget-view+json" in panel._repr_mimebundle_()
+        row = rows[("out_bias_add/out_0", kind)]
+        hist = page.model(row.hist_source).data
+        np.testing.assert_array_equal(hist["top"], histogram_data(values[kind][1], 10)["top"])
+        trend = page.model(row.trend_source).data
+        assert trend["step"].tolist() == [0, 1, 2, 3]
+        np.testing.assert_allclose(trend["mean"], [v.astype(np.float64).mean() for v in values[kind]], atol=1e-7)
+        np.testing.assert_allclose(trend["max"], [v.max() for v in values[kind]], rtol=1e-6)
+        table = shown(page.model(row.stats_source).data)
+        assert table["step"][0] == "3" and table["shape"][0] == "(16, 4)"
+    stats_row = rows[("h_activation/out_0", "value")]
+    assert stats_row.hist_source is None and "(stats" in stats_row.header_html()
+    assert page.model(stats_row.trend_source).data["step"].tolist() == [0, 1, 2, 3]
     panel.close()
 
 
-def test_panel_table_counts_nan_and_inf():
+def test_panel_counts_nan_and_inf_in_table_and_trend(sent):
     panel = WatchPanel(mode="notebook")
 
     @flow.global_function()
@@ -215,126 +454,91 @@ def test_panel_table_counts_nan_and_inf():
     job(np.array([[1, np.nan, 2], [np.nan, np.inf, 3]], np.float32))
     flow.sync_default_session()
     panel.refresh()
+    page = Page(panel.widget, sent).update()
     (row,) = panel._rows.values()
-    text = row.table.text
-    assert ">NaN</th><td style=\"color:#c00;font-weight:bold\">2<" in text
-    assert ">Inf</th><td style=\"color:#c00;font-weight:bold\">1<" in text
-    assert sum(row.hist_source.data["top"]) == 3
-    panel.close()
-
-
-def test_panel_watch_helpers_attach_values_and_gradients():
-    panel = WatchPanel(mode="notebook")
-
-    @flow.global_function(type="train")
-    def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
-        a = flow.layers.dense(x, 5, name="a")
-        b = flow.layers.dense(a, 2, name="b")
-        panel.watch_all([a, b], gradients=True)
-        panel.watch(b, values=False, gradients=True, stats=True, every=2)
-        loss = flow.math.reduce_mean(flow.math.square(b), axis=[1])
-        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
-        return loss
-
-    for _ in range(4):
-        job(np.ones((4, 3), np.float32))
+    table = shown(page.model(row.stats_source).data)
+    assert table["NaN"] == ("2", ALARM) and table["Inf"] == ("1", ALARM)
+    job(np.ones((2, 3), np.float32))
     flow.sync_default_session()
     panel.refresh()
-    counts = {(r.lbn, r.kind, r.stats_only): len(r.trend.columns["step"]) for r in panel._rows.values()}
-    assert counts == {("a_bias_add/out_0", "value", False): 4, ("a_bias_add/out_0", "gradient", False): 4,
-                      ("b_bias_add/out_0", "value", False): 4, ("b_bias_add/out_0", "gradient", False): 4,
-                      ("b_bias_add/out_0", "gradient", True): 2}
-    assert len(panel.box.children) == 5
-    with pytest.raises(ValueError, match="nothing to watch"):
-        panel.watch(None, values=False)
+    page.update()
+    assert shown(page.model(row.stats_source).data)["NaN"][0] == "0"      # the table: the last step only
+    trend = page.model(row.trend_source).data                             # the trend: every step
+    assert trend["nonfinite"].tolist() == [3, 0] and trend["mark"][0] == 1 and np.isnan(trend["mark"][1])
+    np.testing.assert_array_equal(trend["max"], [3, 1])
     panel.close()
 
 
-def test_flood_of_watch_events_is_throttled_and_ends_with_the_latest_values(sent):
+def test_panel_chooses_a_log_count_axis_for_a_spiky_first_histogram(sent):
+    panel = WatchPanel(mode="notebook")
+    panel.watch_event(np.maximum(RNG.normal(size=5000), 0), Def("relu/out"), "value", 0)
+    panel.watch_event(RNG.normal(size=5000), Def("dense/out"), "value", 0)
+    panel.refresh()
+    page = Page(panel.widget, sent).update()
+    toggles = {lbn: page.model(row.toggle).active for (lbn, _), row in panel._rows.items()}
+    assert toggles == {"relu/out": True, "dense/out": False}
+    panel.close()
+
+
+def test_flood_of_watch_events_is_throttled_and_keeps_every_step_in_the_trend(sent):
     hz = 10
     panel = WatchPanel(mode="notebook", refresh_hz=hz, max_points=2000)
-    delivered = {"value": [], "gradient": []}
-    job = train_job_watched_by(panel, delivered, stats_panel=lambda s: None)
-    job(*batch())                             # compile and show the rows first
+    values = {"value": [], "gradient": []}
+    job = watched_job(panel, values, stats_panel=lambda s: None)
+    job(*batch())
     flow.sync_default_session()
     panel.refresh()
-    start = sent.count()
-    panel.refresh()
-    assert sent.count() == start              # nothing pending: nothing sent
-
+    start = sent.count(panel.widget)
     t0 = time.monotonic()
-    for _ in range(500):                      # 1000 watch events
+    for _ in range(400):
         job(*batch())
     flow.sync_default_session()
     elapsed = time.monotonic() - t0
-    during = sent.count() - start
-    panel.refresh()                            # what the refresh thread had not sent yet
-    # a flush of the two rows is 2 x 3 Bokeh events, each a 3-message PATCH-DOC through jupyter_bokeh
-    per_flush = 2 * 3 * 3
-    assert during <= (hz * elapsed + 2) * per_flush, (during, elapsed)
-    assert during < 1000                       # unthrottled, the flood would have sent 9000 messages
-
-    events = sent.bokeh_events(start)
-    for kind, row in (("value", panel._rows[("out_bias_add/out_0", "value", False)]),
-                      ("gradient", panel._rows[("out_bias_add/out_0", "gradient", False)])):
-        last = delivered[kind][-1]
-        hists = [e for e in events if e["kind"] == "ColumnDataChanged" and e["model"]["id"] == row.hist_source.id]
-        data = entries(hists[-1]["data"])
-        expected = histogram_data(last)
-        assert data["top"] == expected["top"].tolist() and data["left"] == expected["left"].tolist()
-        texts = [e for e in events if e["kind"] == "ModelChanged" and e["model"]["id"] == row.table.id]
-        assert "step 500" in texts[-1]["new"]
-        streamed = [entries(e["data"]) for e in events
-                    if e["kind"] == "ColumnsStreamed" and e["model"]["id"] == row.trend_source.id]
-        steps = [s for d in streamed for s in d["step"]]
-        assert steps == list(range(1, 501))    # throttling drops intermediate pictures, never trend points
-        means = [m for d in streamed for m in d["mean"]]
-        np.testing.assert_allclose(means, [np.mean(v, dtype=np.float64) for v in delivered[kind][1:]])
+    during = sent.count(panel.widget) - start
+    panel.refresh()
+    assert during <= hz * elapsed + 2, (during, elapsed)       # one message per refresh, at most hz a second
+    page = Page(panel.widget, sent).update()
+    for kind in ("value", "gradient"):
+        row = panel._rows[("out_bias_add/out_0", kind)]
+        trend = page.model(row.trend_source).data
+        assert trend["step"].tolist() == list(range(401))      # pictures are dropped, trend points never
+        np.testing.assert_allclose(trend["mean"], [v.astype(np.float64).mean() for v in values[kind]], atol=1e-7)
+        assert shown(page.model(row.stats_source).data)["step"][0] == "400"
     panel.close()
 
 
-def test_refresh_thread_flushes_at_most_refresh_hz_times_a_second(sent):
+def test_refresh_thread_sends_at_most_refresh_hz_a_second_and_the_latest_last(sent):
     hz = 5
     panel = WatchPanel(mode="notebook", refresh_hz=hz)
-
-    class Def:
-        logical_blob_name, shape, dtype, op_name = "x/out", (100,), np.float32, "x"
-
-    panel.watch_event(np.zeros(100), Def, "value", 0)
+    panel.watch_event(np.zeros(100), Def("x/out"), "value", 0)
     panel.refresh()
-    start = sent.count()
-    t0 = time.monotonic()
-    step = 0
-    while time.monotonic() - t0 < 1.0:        # about a second of events, as fast as they come
+    start = sent.count(panel.widget)
+    t0, step = time.monotonic(), 0
+    while time.monotonic() - t0 < 1.0:
         step += 1
-        panel.watch_event(RNG.normal(size=100), Def, "value", step)
+        panel.watch_event(TensorStats((100,), -1.0, float(step), 0.0, 1.0, 0, 0), Def("x/out"), "value", step)
     elapsed = time.monotonic() - t0
-    time.sleep(1.5 / hz)                       # let the refresh thread send the last value by itself
-    flushes = (sent.count() - start) / 9       # one row: 3 Bokeh events of 3 messages
-    assert step > 100
-    assert 2 <= flushes <= hz * (elapsed + 1.5 / hz) + 1, (flushes, elapsed)
-    row = panel._rows[("x/out", "value", False)]
-    assert f"step {step}<" in row.table.text   # the table shows the very latest value
-    trend = row.trend_source.data["step"]     # the trend, thinned to max_points, ends within one stride of it
-    assert len(trend) < 1000 and step - row.trend.stride < trend[-1] <= step
+    time.sleep(2.0 / hz)                                       # the refresh thread sends the last one by itself
+    flushes = sent.count(panel.widget) - start
+    assert step > 100 and 2 <= flushes <= hz * (elapsed + 2.0 / hz) + 1, (flushes, elapsed)
+    page = Page(panel.widget, sent).update()
+    row = panel._rows[("x/out", "value")]
+    assert shown(page.model(row.stats_source).data)["step"][0] == str(step)
+    assert page.model(row.trend_source).data["max"].max() == step
     panel.close()
 
 
-def test_watch_event_from_a_thread_while_refresh_runs():
+def test_watch_event_from_a_thread_while_refresh_runs(sent):
     panel = WatchPanel(mode="notebook", refresh_hz=20, max_points=64)
     errors = []
-
-    class Def:
-        logical_blob_name, shape, dtype, op_name = "t/out", (50,), np.float32, "t"
 
     def feed():
         try:
             for step in range(2000):
                 value = RNG.normal(size=50)
-                if step % 7 == 0:
-                    value[0] = np.nan
-                panel.watch_event(value, Def, "value" if step % 2 else "gradient", step)
-                panel.watch_event(TensorStats((50,), 0.0, 1.0, 0.5, 0.1, 0, 0), Def, "value", step)
+                value[0] = np.nan if step % 7 == 0 else value[0]
+                panel.watch_event(value, Def("t/out"), "value" if step % 2 else "gradient", step)
+                panel.watch_event(TensorHistogram((50,), 0.0, 1.0, np.ones(30)), Def("u/out"), "value", step)
         except Exception as e:       # pragma: no cover - reported below
             errors.append(e)
 
@@ -345,22 +549,18 @@ def test_watch_event_from_a_thread_while_refresh_runs():
     thread.join()
     panel.close()
     assert not errors
-    assert len(panel.box.children) == 3
+    page = Page(panel.widget, sent).update()
+    assert len(page.doc.roots[0].children) == 3
     for row in panel._rows.values():
-        assert 0 < len(row.trend_source.data["step"]) < 64
-        assert row.trend_source.data["step"] == row.trend.columns["step"]
+        np.testing.assert_array_equal(page.model(row.trend_source).data["step"], row.trend.columns()["step"])
 
 
 def test_panel_in_terminal_mode_prints_a_stats_line_per_row():
     out = io.StringIO()
     panel = WatchPanel(mode="terminal", file=out)
-    assert panel.box is None
-
-    class Def:
-        logical_blob_name, shape, dtype, op_name = "w/out", (3,), np.float32, "w"
-
+    assert panel.widget is None
     for step in range(50):
-        panel.watch_event(np.array([step, 1.0, np.nan]), Def, "gradient", step)
+        panel.watch_event(np.array([step, 1.0, np.nan]), Def("w/out", (3,)), "gradient", step)
     panel.close()
     lines = out.getvalue().splitlines()
     assert 1 <= len(lines) <= 3                # the first at once, then at most once a second
@@ -372,9 +572,19 @@ def test_bad_arguments():
         WatchPanel(refresh_hz=50)
     with pytest.raises(ValueError, match="mode"):
         WatchPanel(mode="browser")
+    with pytest.raises(ValueError, match="bins"):
+        WatchPanel(bins=0)
+    with pytest.raises(ValueError, match="log_counts"):
+        WatchPanel(log_counts="yes")
+    with pytest.raises(ValueError, match="max_points"):
+        WatchPanel(max_points=1)
     with pytest.raises(ValueError, match="total_steps"):
         TrainingProgress(total_steps=0)
+    with pytest.raises(ValueError, match="step must be"):
+        TrainingProgress(mode="terminal").update(-1)
     assert WatchPanel().mode == "terminal"     # no Jupyter kernel under pytest
+    with pytest.raises(ValueError, match="nothing to watch"):
+        WatchPanel().watch(None, values=False)
 
 
 # ---------------------------------------------------------------------------------------- training progress
@@ -384,7 +594,7 @@ def test_progress_in_terminal_rewrites_one_line_at_most_four_times_a_second():
     progress = TrainingProgress(total_steps=400, mode="terminal", file=out)
     t0 = time.monotonic()
     for i in range(400):
-        progress.update(i + 1, loss=1.0 / (i + 1), acc=0.5)
+        progress.update(i, loss=1.0 / (i + 1), acc=0.5)
         time.sleep(0.002)
     elapsed = time.monotonic() - t0
     progress.close()
@@ -393,25 +603,47 @@ def test_progress_in_terminal_rewrites_one_line_at_most_four_times_a_second():
     updates = text.count("\r")
     assert 2 <= updates <= 4 * elapsed + 2, (updates, elapsed)
     final = text.rstrip("\n").split("\r")[-1]
-    assert final.startswith("step 400/400 (100%) | loss 0.0025 |") and "steps/s" in final and "acc 0.5" in final
+    assert final.startswith("step 399 · 400/400 (100%) | loss 0.0025 |") and "steps/s" in final
+    assert "acc 0.5" in final
 
 
-def test_progress_in_notebook_shows_bar_label_and_loss_curve(sent):
-    progress = TrainingProgress(total_steps=50, mode="notebook", refresh_hz=20)
+def test_progress_in_notebook_shows_bar_status_and_the_whole_loss_curve(sent):
+    progress = TrainingProgress(total_steps=50, mode="notebook", refresh_hz=20, max_points=16)
     for i in range(50):
-        progress.update(i + 1, loss=float(50 - i), lr="<0.1>")
+        progress.update(i, loss=float(50 - i) if i != 20 else math.nan, lr="<0.1>")
     progress.close()
-    bar, label = progress.box.children[0].children
-    assert bar.value == 50 and bar.max == 50
-    assert "step 50/50" in label.value and "loss 1 " in label.value and "&lt;0.1&gt;" in label.value
-    assert progress._loss_source.data["mean"] == [float(50 - i) for i in range(50)]
-    sent_values = [data["state"]["value"] for kind, data in sent.messages
-                   if kind == "comm_msg" and data.get("method") == "update" and "value" in data.get("state", {})
-                   and isinstance(data["state"]["value"], int)]
-    assert sent_values[-1] == 50             # the bar's last synced state is the latest step
+    page = Page(progress.widget, sent).update()
+    status = page.model(progress._text_source).data["text"][0]
+    assert "step 49 · 50/50 (100%)" in status and "loss 1 " in status and "lr <0.1>" in status
+    assert page.model(progress._done_source).data["right"][0] == 1.0
+    curve = page.model(progress._loss_source).data
+    assert curve["step"][0] == 0 and curve["end"][-1] == 50 and len(curve["step"]) <= 16
+    assert curve["max"][0] == 50 and curve["min"][-1] == 1 and curve["nonfinite"].sum() == 1
 
 
-def test_progress_as_a_watch_handler_reads_the_mean_loss():
+def test_progress_and_panel_show_the_same_step(sent):
+    panel, progress = WatchPanel(mode="notebook"), TrainingProgress(mode="notebook")
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((16, 8)), y: tp.Numpy.Placeholder((16,), dtype=flow.int32)) -> tp.Numpy:
+        logits = flow.layers.dense(x, 4, name="out")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.watch(logits, panel)
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+
+    for _ in range(3):
+        loss = job(*batch())
+        progress.update(loss=float(loss.mean()))              # no step given: the train job's
+    flow.sync_default_session()
+    panel.close()
+    progress.close()
+    row = next(iter(panel._rows.values()))
+    assert shown(Page(panel.widget, sent).update().model(row.stats_source).data)["step"][0] == "2"
+    assert Page(progress.widget, sent).update().model(progress._text_source).data["text"][0].startswith("step 2 ")
+
+
+def test_progress_as_a_watch_handler_uses_device_statistics():
     out = io.StringIO()
     progress = TrainingProgress(mode="terminal", file=out)
     losses = []
@@ -428,5 +660,24 @@ def test_progress_as_a_watch_handler_reads_the_mean_loss():
         losses.append(job(*batch()))
     flow.sync_default_session()
     progress.close()
+    assert "TensorStats" in job.plan().source and "deliver(t" not in job.plan().source.split("TensorStats")[0]
     final = out.getvalue().rstrip("\n").split("\r")[-1]
-    assert final.startswith(f"step 3 | loss {np.mean(losses[-1], dtype=np.float64):.4g}")
+    assert final.startswith(f"step 2 | loss {np.mean(losses[-1], dtype=np.float64):.4g}")
+    curve = progress._losses.columns()
+    np.testing.assert_allclose(curve["max"], [loss.max() for loss in losses], rtol=1e-6)
+
+
+def test_an_error_in_a_summary_handler_reaches_the_user_at_the_call():
+    class Broken(Recorder):
+        def watch_event(self, value, blob_def, kind, step):
+            raise RuntimeError("the panel broke")
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        flow.watch(x, Broken())
+        return x + 1.0
+
+    from flowlab.errors import WatchCallbackError
+    with pytest.raises(WatchCallbackError, match=r"flow.watch handler \S*Broken for the value of Input_\d+/out_0 "
+                                                 r"\(call 0 of job job\) raised RuntimeError: the panel broke"):
+        job(np.ones(3, np.float32))

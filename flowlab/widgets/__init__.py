@@ -1,7 +1,10 @@
 """Live views for Jupyter: ``WatchPanel`` (histograms, stats and trends of watched tensors) and
-``TrainingProgress`` (steps, loss, speed). Both fall back to terminal output outside a notebook kernel and never
-send more than ``refresh_hz`` (at most 20) updates a second, however fast values arrive (see ``_live``)."""
+``TrainingProgress`` (step, loss, speed). In a notebook each is a ``LiveDocument`` (``live``): a Bokeh document from
+the plot layer, drawn by BokehJS in the page, that loads what it needs by itself and is updated at most
+``refresh_hz`` (at most 20) times a second however fast values arrive (see ``_live``). Outside a notebook kernel they
+print status lines instead."""
+from .live import LiveDocument
 from .panel import WatchPanel
 from .progress import TrainingProgress
 
-__all__ = ["WatchPanel", "TrainingProgress"]
+__all__ = ["LiveDocument", "WatchPanel", "TrainingProgress"]

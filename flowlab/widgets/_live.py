@@ -3,17 +3,20 @@
 Threads: values arrive on the watch dispatcher thread (or the training loop's thread); they only update plain data
 under a short data lock and ``poke()`` the refresher. Only the refresher's thread, or an explicit ``refresh()``,
 touches widgets and Bokeh models, under the view's UI lock, so those objects never see two threads at once.
-Throttle: after each flush the refresher sleeps one period, so a flood of values costs at most ``hz`` flushes a
-second and each flush sends only the latest value; an idle view sends nothing and the first value after a pause
-shows at once.
+Throttle: after each flush the refresher sleeps until the next multiple of its period, so a flood of values costs at
+most ``hz`` flushes a second and each flush sends only the latest value; an idle view sends nothing and the first
+value after a pause shows at once. Periods are counted from one shared origin, so views refreshing at one rate flush
+at the same instants: their updates reach the page together and BokehJS paints them in one frame.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 
 MAX_HZ = 20    # Jupyter drops IOPub messages above ~1000/s; a few rows at 20 Hz stay far below that
+DEFAULT_HZ = 4  # live to the eye (a number changes every 0.25 s) at a fraction of the page's drawing work
 
 _log = logging.getLogger("flowlab")
 
@@ -67,7 +70,8 @@ class Refresher:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                     self._thread.start()
-        self._wake.set()
+        if not self._wake.is_set():     # set() takes a lock even when already set; pokes come every step
+            self._wake.set()
 
     def _run(self):
         while not self._stop.is_set():
@@ -88,7 +92,8 @@ class Refresher:
                     _log.exception("flowlab: %s failed to refresh its display", self._name)
                     self._failed = True
             del flush
-            self._stop.wait(self._period)     # the throttle: no flush for one period
+            # the throttle: no flush before the next multiple of the period (a shared grid for every view)
+            self._stop.wait(self._period - time.monotonic() % self._period)
 
     def stop(self):
         self._stop.set()

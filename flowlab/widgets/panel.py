@@ -1,15 +1,16 @@
 """``WatchPanel``: a live notebook view of watched tensors, fed by ``flow.watch`` / ``flow.watch_diff``.
 
-Each watched ``(tensor, value|gradient)`` gets a row: a histogram, a stats table (NaN/Inf in red) and the trend of
-mean ± std over steps; a ``stats=True`` watch ships no values, so its row shows the stats and the trend only.
+Each watched ``(tensor, value|gradient)`` gets a row: its name and step, a histogram of its latest value (linear or
+log count axis, switched in the page; log from the start when the first histogram is spiky), the trend of its
+statistics over every step (mean ± std, the min…max envelope, red bands over steps that held NaN/Inf) and a table of
+the latest step's statistics. A ``stats=True`` watch gets no histogram.
 
-Data flow and threads: ``watch_event`` runs on the watch dispatcher thread and must not slow training down, so it
-only summarises the value with NumPy (summary, histogram, one trend point) and stores it as the row's pending update
-(a newer value replaces an unsent one). The refresh thread (see ``_live``) then pushes the pending rows at most
-``refresh_hz`` times a second: Bokeh changes of a row are batched with ``document.hold()``, widget changes with
-``hold_sync()``. Each row is one ``jupyter_bokeh.BokehModel`` (one Bokeh document, one comm) so the dashboard can
-reuse the same figures from ``flowlab.plots``. Columns are sent as lists, not NumPy arrays: jupyter_bokeh sends
-every binary buffer as two extra comm messages, and these columns are short.
+Where the work happens: as a watch handler the panel asks for summaries computed where the tensor lives
+(``watch_summary``): every call ships a ``TensorStats`` (six numbers), and a histogram is computed only on the first
+call after each screen refresh, so watching costs a few microseconds a step on the compute side whatever the
+tensor's size. On the dispatcher thread ``watch_event`` only adds to the row's ``Trend`` and keeps the latest
+histogram; the refresh thread (``_live``) sends at most ``refresh_hz`` updates a second through a ``LiveDocument``,
+each holding only what changed (see ``live``).
 """
 from __future__ import annotations
 
@@ -17,57 +18,79 @@ import html
 import sys
 import threading
 
-from ..plots import (Trend, histogram_data, histogram_figure, histogram_source, stats_html, stats_table,
-                     tensor_summary, trend_figure, trend_source)
-from ..watching import TensorStats
-from ._live import Refresher, check_hz, resolve_mode
+import numpy as np
+from bokeh.layouts import column
+from bokeh.layouts import row as bokeh_row
+
+from ..ops.stats import stats_vector
+from ..plots import (Trend, heading, histogram_columns, histogram_data, histogram_source, histogram_view, is_spiky,
+                     stats_columns, stats_source, stats_view, tensor_summary, trend_columns, trend_figure,
+                     trend_source)
+from ..watching import TensorHistogram, TensorStats
+from ._live import DEFAULT_HZ, Refresher, check_hz, resolve_mode
+
+WAITING = '<span style="color:#777">WatchPanel: waiting for the first watched value…</span>'
 
 
 class _Row:
     """One watched (lbn, kind): its pending data (under the panel's data lock) and, once shown, its Bokeh models
     (under the panel's UI lock)."""
 
-    def __init__(self, lbn, kind, stats_only, max_points):
-        self.lbn, self.kind, self.stats_only = lbn, kind, stats_only
+    def __init__(self, lbn, kind, histograms, max_points):
+        self.lbn, self.kind, self.histograms = lbn, kind, histograms
         self.trend = Trend(max_points)
-        self.summary = self.hist = self.step = None
+        self.stats = self.step = None
+        self.hist = None            # the latest TensorHistogram (or array) not yet shown
         self.dirty = False
-        self.widget = self.doc = self.hist_source = self.trend_source = self.table = None
+        self.layout = self.stats_source = self.hist_source = self.trend_source = self.toggle = None
+        self.log_decided = False
 
     @property
     def title(self):
-        return f"{self.lbn} {self.kind}" + (" (stats)" if self.stats_only else "")
+        return f"{self.lbn} {self.kind}" + ("" if self.histograms else " (stats)")
+
+    def header_html(self):
+        kind = html.escape(self.kind) + ("" if self.histograms else " (stats: no histogram)")
+        return f'<b>{html.escape(self.lbn)}</b> &nbsp;<span style="color:#777">{kind}</span>'
 
 
 class WatchPanel:
     """Live histograms, stats and trends of watched tensors.
 
-    ``display(panel)`` in a notebook, then pass it as the handler of ``flow.watch`` / ``flow.watch_diff`` (values,
-    gradients, ``stats=True``), or call ``panel.watch(tensor, ...)`` inside a job. Rows appear as tensors first
-    report. ``refresh()`` pushes what is pending now; ``close()`` does so and stops the refresh thread. Outside
-    Jupyter (or with ``mode="terminal"``) it prints one stats line per row at most once a second instead.
+    ``display(panel)`` in a notebook, then pass it as the handler of ``flow.watch`` / ``flow.watch_diff`` (or call
+    ``panel.watch(tensor, ...)`` inside a job). Rows appear as tensors first report. ``log_counts`` is the
+    histograms' count axis: ``"auto"`` (log when the first histogram is spiky), True or False; a checkbox in each
+    row switches it. ``refresh()`` pushes what is pending now; ``close()`` does so and stops the refresh thread.
+    Outside Jupyter (or with ``mode="terminal"``) it prints one stats line per row at most once a second instead.
     """
 
-    def __init__(self, max_points=1000, refresh_hz=10, bins=30, mode=None, file=None):
+    def __init__(self, max_points=500, refresh_hz=DEFAULT_HZ, bins=30, log_counts="auto", mode=None, file=None):
         self.mode = resolve_mode(mode, "WatchPanel")
-        self.max_points, self.bins = int(max_points), int(bins)
         self.refresh_hz = check_hz(refresh_hz, "WatchPanel")
-        Trend(self.max_points)   # validates max_points now rather than at the first value
+        if not isinstance(bins, int) or isinstance(bins, bool) or not 1 <= bins <= 1000:
+            raise ValueError(f"WatchPanel: bins must be an int in [1, 1000], got {bins!r}")
+        if log_counts not in ("auto", True, False):
+            raise ValueError(f"WatchPanel: log_counts must be 'auto', True or False, got {log_counts!r}")
+        Trend(max_points)        # validates max_points now rather than at the first value
+        self.max_points, self.bins, self.log_counts = max_points, bins, log_counts
         self._file = file
-        self._rows = {}                        # (lbn, kind, stats_only) -> _Row, in order of first report
+        self._rows = {}                        # (lbn, kind) -> _Row, in order of first report
+        self._histogram_keys = set()           # (lbn, kind) watched with histograms (see watch_summary)
+        self._wanted = {}                      # (lbn, kind) -> the next call should ship a histogram
         self._data_lock = threading.Lock()     # pending data; held only for a few assignments
-        self._ui_lock = threading.RLock()      # widgets and Bokeh models
+        self._ui_lock = threading.RLock()      # Bokeh models and the live document
         period = 1.0 / self.refresh_hz if self.mode == "notebook" else max(1.0, 1.0 / self.refresh_hz)
         self._refresher = Refresher(self.refresh, period, "flowlab-watch-panel")
-        self.box = None
+        self.widget = None
         if self.mode == "notebook":
-            import ipywidgets
-            self.box = ipywidgets.VBox([])
+            from .live import LiveDocument
+            self._root = column(heading(WAITING), sizing_mode="stretch_width")
+            self.widget = LiveDocument(self._root, before_settle=self.refresh, name="WatchPanel")
 
     # ---------------------------------------------------------------------------------------------- attaching
 
     def watch(self, tensor, values=True, gradients=False, stats=False, every=1):
-        """Inside a job: watch ``tensor``'s value and/or gradient with this panel."""
+        """Inside a job: watch ``tensor``'s value and/or gradient with this panel (``stats=True``: no histogram)."""
         import flowlab as flow
         if not (values or gradients):
             raise ValueError("WatchPanel.watch: nothing to watch; pass values=True and/or gradients=True")
@@ -80,20 +103,39 @@ class WatchPanel:
         for tensor in tensors:
             self.watch(tensor, values=values, gradients=gradients, stats=stats, every=every)
 
+    def watch_summary(self, blob_def, kind):
+        """The watch protocol (see ``flowlab.watching``): statistics every call, a histogram when the screen wants
+        a new one."""
+        key = (blob_def.logical_blob_name, kind)
+        self._histogram_keys.add(key)
+        self._wanted[key] = True
+        wanted = self._wanted
+        return self.bins, lambda: wanted[key]
+
     # ------------------------------------------------------------------------------------- dispatcher thread
 
     def watch_event(self, value, blob_def, kind, step):
-        """Called by the watch dispatcher for each delivered value (an ndarray or ``TensorStats``)."""
-        stats_only = isinstance(value, TensorStats)
-        summary = tensor_summary(value)
-        hist = None if stats_only else {k: v.tolist() for k, v in histogram_data(value, self.bins).items()}
-        key = (blob_def.logical_blob_name, kind, stats_only)
+        """Called by the watch dispatcher with a ``TensorStats``, a ``TensorHistogram`` or a whole array."""
+        key = (blob_def.logical_blob_name, kind)
+        stats = hist = None
+        if isinstance(value, TensorHistogram):
+            hist = value
+        elif isinstance(value, TensorStats):
+            stats = value
+        else:
+            array = np.asarray(value)
+            stats, hist = TensorStats.from_vector(array.shape, stats_vector(np, array)), array
         with self._data_lock:
             row = self._rows.get(key)
             if row is None:
-                row = self._rows[key] = _Row(blob_def.logical_blob_name, kind, stats_only, self.max_points)
-            row.summary, row.hist, row.step = summary, hist, step
-            row.trend.append(step, summary["mean"], summary["std"])
+                histograms = key in self._histogram_keys or hist is not None
+                row = self._rows[key] = _Row(*key, histograms, self.max_points)
+            if stats is not None and step != row.step:     # a tensor watched twice reports each step twice
+                row.trend.add(step, stats)
+                row.stats, row.step = stats, step
+            if hist is not None:
+                row.hist = hist
+                self._wanted[key] = False
             row.dirty = True
         self._refresher.poke()
 
@@ -103,10 +145,11 @@ class WatchPanel:
         """Push every pending update now (the refresh thread calls this too)."""
         with self._ui_lock:
             with self._data_lock:    # take a consistent snapshot, then let watch_event go on
-                updates = [(row, row.summary, row.hist, row.step, row.trend.take())
-                           for row in self._rows.values() if row.dirty]
+                updates = []
                 for row in self._rows.values():
-                    row.dirty = False
+                    if row.dirty:
+                        updates.append((row, row.stats, row.step, row.hist, row.trend.take()))
+                        row.hist, row.dirty = None, False
             if not updates:
                 return
             if self.mode == "terminal":
@@ -115,55 +158,64 @@ class WatchPanel:
                 self._show(updates)
 
     def _show(self, updates):
-        new = [row for row, *_ in updates if row.widget is None]
-        for row in new:
-            self._build(row)
-        for row, summary, hist, step, trend in updates:
-            doc = row.doc
-            doc.hold("combine")      # one batch of Bokeh events per row and flush
-            try:
-                if hist is not None:
-                    row.hist_source.data = hist
-                row.table.text = stats_html(summary, title=f"step {step}")
-                if trend is not None:
-                    change, columns = trend
-                    if change == "stream":
-                        row.trend_source.stream(columns)
-                    else:
-                        row.trend_source.data = columns
-            finally:
-                doc.unhold()
-        if new:
-            with self.box.hold_sync():
-                self.box.children = tuple(self.box.children) + tuple(row.widget for row in new)
+        live, built = self.widget, False
+        for row, stats, step, hist, trend in updates:
+            columns = None if hist is None else histogram_columns(histogram_data(hist, self.bins))
+            if row.layout is None:
+                self._build(row, columns)
+                built = True
+            if columns is not None and row.hist_source is not None:
+                live.splice(row.hist_source, 0, columns)
+                if not row.log_decided:
+                    self._set_log(row, bool(is_spiky(columns["top"])))
+                self._wanted[(row.lbn, row.kind)] = True       # the next call ships a fresh one
+            if stats is not None:
+                live.splice(row.stats_source, 0, stats_columns(stats, step))
+            if trend is not None:
+                at, values = trend
+                live.splice(row.trend_source, at, trend_columns(values))
+        if built:
+            self._root.children = [row.layout for row in self._rows.values() if row.layout is not None]
+            live.publish()
+        else:
+            live.push()
 
-    def _build(self, row):
-        import ipywidgets
-        from bokeh.layouts import row as bokeh_row
-        from jupyter_bokeh import BokehModel
-        row.trend_source = trend_source()
-        row.table = stats_table()
-        figures = []
-        if not row.stats_only:
+    def _build(self, row, columns):
+        """The row's Bokeh models (before any data: ``_show`` fills them through the live document)."""
+        row.stats_source, row.trend_source = stats_source(), trend_source()
+        head, parts = [heading(row.header_html())], []
+        if row.histograms:
             row.hist_source = histogram_source()
-            figures.append(histogram_figure(row.hist_source, "histogram"))
-        figures += [trend_figure(row.trend_source, "trend"), row.table]
-        kind = html.escape(row.kind) + (" (stats)" if row.stats_only else "")
-        title = ipywidgets.HTML(f"<b>{html.escape(row.lbn)}</b> &nbsp;{kind}")
-        layout = bokeh_row(*figures)
-        row.widget = ipywidgets.VBox([title, BokehModel(layout)])
-        row.doc = layout.document     # BokehModel put the layout in a document of its own
+            log = self.log_counts if self.log_counts != "auto" else columns is not None and is_spiky(columns["top"])
+            view, row.toggle = histogram_view(row.hist_source, log=bool(log))
+            row.log_decided = self.log_counts != "auto" or columns is not None
+            head.append(row.toggle)
+            parts.append(view)
+        parts += [trend_figure(row.trend_source, y_label=row.kind), stats_view(row.stats_source)]
+        row.layout = column(bokeh_row(*head, sizing_mode="stretch_width"),
+                            bokeh_row(*parts, sizing_mode="stretch_width"), sizing_mode="stretch_width")
+
+    def _set_log(self, row, log):
+        linear, logarithmic = row.layout.children[1].children[0].children
+        self.widget.set(row.toggle, active=log)
+        self.widget.set(linear, visible=not log)
+        self.widget.set(logarithmic, visible=log)
+        row.log_decided = True
 
     def _print(self, updates):
         out = self._file or sys.stdout
-        for row, s, _, step, _ in updates:
+        for row, stats, step, _, _ in updates:
+            if stats is None:
+                continue
+            s = tensor_summary(stats)
             print(f"[step {step}] {row.title}: shape={s['shape']} min={s['min']:.4g} max={s['max']:.4g} "
                   f"mean={s['mean']:.4g} std={s['std']:.4g} nan={s['nan']} inf={s['inf']}", file=out, flush=True)
 
-    def _repr_mimebundle_(self, **kwargs):
-        if self.box is not None:
-            return self.box._repr_mimebundle_(**kwargs)
-        return {"text/plain": repr(self)}
+    def _ipython_display_(self):
+        if self.widget is not None:
+            self.widget._ipython_display_()
+        else:
+            print(repr(self))
 
     def __repr__(self):
         with self._data_lock:
@@ -171,9 +223,11 @@ class WatchPanel:
         return f"WatchPanel({self.mode}, rows={titles})"
 
     def close(self):
-        """Push what is pending and stop the refresh thread; the widgets stay on screen."""
+        """Push what is pending, stop the refresh thread and leave the final state (and its static copy) shown."""
         self._refresher.stop()
         self.refresh()
+        if self.widget is not None:
+            self.widget.settle()
 
     def __enter__(self):
         return self

@@ -1,23 +1,30 @@
-"""``TrainingProgress``: steps, loss, a loss curve and speed, in a notebook or as one terminal status line.
+"""``TrainingProgress``: step, loss, speed, a progress bar and the loss over the whole run, in a notebook or as one
+terminal status line.
+
+Steps are counted as everywhere in flowlab: a step is the call number of the train job (from 0, the ``step`` of
+watches and summaries), so this widget and a ``WatchPanel`` show the same number for the same call. ``update()``
+without a step takes the last train-job call's.
 
 ``update()`` may be called from the training loop or, as a watch handler, from the watch dispatcher thread; it only
-records numbers under a data lock. In a notebook the throttled refresh thread (see ``_live``) pushes them to the
-widgets at most ``refresh_hz`` times a second; in a terminal ``update()`` itself rewrites the status line with
-``\\r``, at most 4 times a second, and ``close()`` prints the final state and a newline.
+records numbers under a data lock. In a notebook the throttled refresh thread (see ``_live``) pushes them at most
+``refresh_hz`` times a second through a ``LiveDocument``; in a terminal ``update()`` itself rewrites the status line
+with ``\\r``, at most 4 times a second, and ``close()`` prints the final state and a newline.
 """
 from __future__ import annotations
 
-import html
 import math
 import sys
 import threading
 import time
 
 import numpy as np
+from bokeh.layouts import column
 
-from ..plots import Trend, line_figure, trend_source
+from ..ops.stats import stats_vector
+from ..plots import Trend, status_sources, status_view, trend_columns, trend_figure, trend_source
+from ..runtime import session
 from ..watching import TensorStats
-from ._live import Refresher, check_hz, resolve_mode
+from ._live import DEFAULT_HZ, Refresher, check_hz, resolve_mode
 
 TERMINAL_PERIOD = 0.25   # seconds between status lines: readable, and cheap even for fast loops
 SPEED_SAMPLE = 0.25      # seconds per speed sample; samples are smoothed exponentially
@@ -27,13 +34,26 @@ def _fmt(v):
     return f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v)
 
 
-class TrainingProgress:
-    """Show training progress: ``progress.update(step, loss=None, **metrics)`` with ``step`` the number of steps
-    done (``i + 1`` in a 0-based loop). ``total_steps`` adds a progress bar. Also a watch handler:
-    ``flow.watch(loss, progress)`` updates it with the mean of each delivered loss."""
+def _never():
+    return False
 
-    def __init__(self, total_steps=None, refresh_hz=10, mode=None, file=None, max_points=1000):
-        if total_steps is not None and (not isinstance(total_steps, int) or total_steps < 1):
+
+def _scalar_stats(value):
+    """A ``TensorStats`` of one number (NaN/Inf counted, so the loss curve marks them)."""
+    finite = math.isfinite(value)
+    v = value if finite else math.nan
+    return TensorStats((), v, v, v, 0.0 if finite else math.nan, int(math.isnan(value)), int(math.isinf(value)))
+
+
+class TrainingProgress:
+    """Show training progress: ``progress.update(step=None, loss=None, **metrics)``. ``total_steps`` adds a progress
+    bar (step ``s`` done means ``s + 1`` of them). Also a watch handler: ``flow.watch(loss, progress)`` updates it
+    every call with the loss's statistics computed on the device (its mean as the loss, its min…max as the curve's
+    envelope)."""
+
+    def __init__(self, total_steps=None, refresh_hz=DEFAULT_HZ, mode=None, file=None, max_points=500):
+        if total_steps is not None and (not isinstance(total_steps, int) or isinstance(total_steps, bool)
+                                        or total_steps < 1):
             raise ValueError(f"TrainingProgress: total_steps must be a positive int or None, got {total_steps!r}")
         self.total_steps = total_steps
         self.mode = resolve_mode(mode, "TrainingProgress")
@@ -41,42 +61,43 @@ class TrainingProgress:
         self._file = file
         self._data_lock = threading.Lock()
         self._ui_lock = threading.RLock()
-        self._step, self._loss, self._metrics = 0, None, {}
+        self._step, self._loss, self._metrics = None, None, {}
         self._losses = Trend(max_points)
         self._speed = None                   # smoothed steps/s
         self._sample = None                  # (time, step) where the current speed sample started
         self._dirty = False
         self._last_line, self._last_print = "", -math.inf
         self._refresher = Refresher(self.refresh, 1.0 / self.refresh_hz, "flowlab-training-progress")
-        self.box = None
+        self.widget = None
         if self.mode == "notebook":
-            self._build()
-
-    def _build(self):
-        import ipywidgets
-        from jupyter_bokeh import BokehModel
-        self._label = ipywidgets.HTML("waiting for the first step…")
-        top = [self._label]
-        if self.total_steps is not None:
-            self._bar = ipywidgets.IntProgress(value=0, min=0, max=self.total_steps)
-            top.insert(0, self._bar)
-        self._loss_source = trend_source()
-        figure = line_figure(self._loss_source, y="mean", title="loss", y_label="loss")
-        self._model = BokehModel(figure)
-        self._doc = figure.document
-        self.box = ipywidgets.VBox([ipywidgets.HBox(top), self._model])
+            from .live import LiveDocument
+            self._text_source, self._done_source = status_sources()
+            self._loss_source = trend_source()
+            root = column(status_view(self._text_source, self._done_source, bar=total_steps is not None),
+                          trend_figure(self._loss_source, y_label="loss"), sizing_mode="stretch_width")
+            self.widget = LiveDocument(root, before_settle=self.refresh, name="TrainingProgress")
 
     # --------------------------------------------------------------------------------------------- recording
 
-    def update(self, step, loss=None, **metrics):
+    def update(self, step=None, loss=None, **metrics):
+        """Record step ``step`` (default: the last train-job call) with its ``loss`` (a number, or the
+        ``TensorStats`` of a per-example loss) and other named numbers."""
         now = time.monotonic()
+        if step is None:
+            step = session.default().last_train_step
+            if step is None:
+                step = -1 if self._step is None else self._step
+                step += 1
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise ValueError(f"TrainingProgress.update: step must be a non-negative int or None, got {step!r}")
         step = int(step)
+        stats = loss if isinstance(loss, TensorStats) else None if loss is None else _scalar_stats(float(loss))
         with self._data_lock:
             self._track_speed(now, step)
             self._step = step
-            if loss is not None:
-                self._loss = float(loss)
-                self._losses.append(step, self._loss, 0.0)
+            if stats is not None:     # the mean loss; one NaN (Inf) example makes it NaN (Inf), as np.mean would
+                self._loss = math.nan if stats.nan_count else math.inf if stats.inf_count else stats.mean
+                self._losses.add(step, stats)
             self._metrics.update(metrics)
             self._dirty = True
         if self.mode == "notebook":
@@ -94,23 +115,37 @@ class TrainingProgress:
             self._speed = rate if self._speed is None else 0.7 * self._speed + 0.3 * rate
             self._sample = (now, step)
 
+    def watch_summary(self, blob_def, kind):
+        """The watch protocol (see ``flowlab.watching``): statistics only, computed on the device."""
+        return 0, _never
+
     def watch_event(self, value, blob_def, kind, step):
-        """As a watch handler: the loss is the mean of the delivered value; call ``step`` k means k+1 steps done."""
-        loss = value.mean if isinstance(value, TensorStats) else float(np.mean(value))
-        self.update(step + 1, loss=loss)
+        """As a watch handler: the loss is the mean of the delivered value."""
+        if not isinstance(value, TensorStats):
+            value = np.asarray(value)
+            value = TensorStats.from_vector(value.shape, stats_vector(np, value))
+        self.update(step, loss=value)
 
     # ------------------------------------------------------------------------------------------------ display
 
-    def _status(self, html_escape=False):
-        esc = html.escape if html_escape else str
-        parts = [f"step {self._step}" + (f"/{self.total_steps} ({100 * self._step / self.total_steps:.0f}%)"
+    def _status(self):
+        if self._step is None:
+            return "waiting for the first step…"
+        parts = [f"step {self._step}" + (f" · {self._step + 1}/{self.total_steps} "
+                                         f"({100 * min(self._step + 1, self.total_steps) / self.total_steps:.0f}%)"
                                          if self.total_steps else "")]
         if self._loss is not None:
             parts.append(f"loss {self._loss:.4g}")
         if self._speed is not None:
-            parts.append(f"{self._speed:.3g} steps/s")
-        parts += [f"{esc(str(k))} {esc(_fmt(v))}" for k, v in self._metrics.items()]
+            parts.append(f"{self._speed:,.0f} steps/s" if self._speed >= 100 else f"{self._speed:.3g} steps/s")
+        parts += [f"{k} {_fmt(v)}" for k, v in self._metrics.items()]
         return " | ".join(parts)
+
+    def _done(self):
+        """The fraction of ``total_steps`` done (0 without a total)."""
+        if self.total_steps is None or self._step is None:
+            return 0.0
+        return min(self._step + 1, self.total_steps) / self.total_steps
 
     def refresh(self):
         """Show the latest numbers now (the refresh thread and terminal updates call this too)."""
@@ -119,8 +154,8 @@ class TrainingProgress:
                 if not self._dirty:
                     return
                 self._dirty = False
-                line = self._status(html_escape=self.mode == "notebook")
-                step, losses = self._step, self._losses.take()
+                line, done = self._status(), self._done()
+                losses = None if self.mode == "terminal" else self._losses.take()
             if self.mode == "terminal":
                 out = self._file or sys.stderr
                 # pad with spaces: a shorter line must cover the end of the previous one
@@ -128,31 +163,29 @@ class TrainingProgress:
                 out.flush()
                 self._last_line, self._last_print = line, time.monotonic()
                 return
-            if self.total_steps is not None:
-                with self._bar.hold_sync():
-                    self._bar.value = min(step, self.total_steps)
-            with self._label.hold_sync():
-                self._label.value = line
+            self.widget.splice(self._text_source, 0, {"text": [line]})
+            self.widget.splice(self._done_source, 0, {"left": [0.0], "right": [done], "bottom": [0.12], "top": [0.36]})
             if losses is not None:
-                self._doc.hold("combine")
-                try:
-                    change, columns = losses
-                    if change == "stream":
-                        self._loss_source.stream(columns)
-                    else:
-                        self._loss_source.data = columns
-                finally:
-                    self._doc.unhold()
+                at, values = losses
+                self.widget.splice(self._loss_source, at, trend_columns(values))
+            self.widget.push()
 
-    def _repr_mimebundle_(self, **kwargs):
-        if self.box is not None:
-            return self.box._repr_mimebundle_(**kwargs)
-        return {"text/plain": f"TrainingProgress({self._last_line or 'no step yet'})"}
+    def _ipython_display_(self):
+        if self.widget is not None:
+            self.widget._ipython_display_()
+        else:
+            print(repr(self))
+
+    def __repr__(self):
+        with self._data_lock:
+            return f"TrainingProgress({self._status()})"
 
     def close(self):
         """Show the final state and stop refreshing; in a terminal, end the status line."""
         self._refresher.stop()
         self.refresh()
+        if self.widget is not None:
+            self.widget.settle()
         if self.mode == "terminal" and self._last_line:
             out = self._file or sys.stderr
             out.write("\n")

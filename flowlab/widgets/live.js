@@ -1,0 +1,146 @@
+// flowlab's live Bokeh document: the front end of flowlab/widgets/live.py (read its docstring first).
+// Kernel -> page only: this module never sets or saves model state, so nothing flows back to a busy kernel.
+
+const LOGS = (globalThis.__flowlab_live_logs ??= new Map());   // widget key -> messages since the last keyframe
+const LOADING = (globalThis.__flowlab_bokeh_loading ??= new Map());   // BokehJS version -> Promise<Bokeh>
+const MAX_LOG = 5000;
+
+async function gunzip(view) {
+  const stream = new Blob([view]).stream().pipeThrough(new DecompressionStream("gzip"));
+  return await new Response(stream).text();
+}
+
+// BokehJS from the kernel's BokehRuntime model, evaluated once per page and version. Every view awaits the same
+// promise: a view must not start while the second bundle (Div, Checkbox) is still loading.
+async function loadBokeh(model) {
+  const ref = model.get("_runtime");
+  const runtime = await model.widget_manager.get_model(ref.slice("IPY_MODEL_".length));
+  const version = runtime.get("version");
+  if (!LOADING.has(version)) {
+    LOADING.set(version, (async () => {
+      const probes = runtime.get("probes");
+      for (const [i, bundle] of runtime.get("bundles").entries()) {
+        const bokeh = globalThis.Bokeh?.[version];
+        if (bokeh && probes[i] in bokeh.Models) continue;      // this page has it already
+        // Bokeh's bundles are scripts that register `Bokeh[version]` on `this`
+        new Function(await gunzip(bundle)).call(globalThis);
+      }
+      const bokeh = globalThis.Bokeh?.[version];
+      if (!bokeh) throw new Error(`BokehJS ${version} did not load`);
+      return bokeh;
+    })());
+  }
+  return LOADING.get(version);
+}
+
+function column(spec, buffers) {
+  if (!spec || spec.buffer === undefined) return spec;
+  const view = buffers[spec.buffer];
+  // copy: a DataView's offset need not be a multiple of 8
+  return new Float64Array(view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength));
+}
+
+function splice(old, at, added) {
+  if (old.length < at) return null;
+  if (!(added instanceof Float64Array)) return Array.from(old).slice(0, at).concat(added);   // text
+  const out = new Float64Array(at + added.length);
+  out.set(at === old.length ? old : old.slice(0, at));
+  out.set(added, at);
+  return out;
+}
+
+// One rendering of the document in `el`: built from the snapshot, then kept current by the messages.
+class View {
+  constructor(Bokeh, el) {
+    this.Bokeh = Bokeh;
+    this.el = el;
+    this.doc = null;
+    this.views = null;
+    this.seq = -1;
+  }
+
+  async build(snapshot) {
+    this.dispose();
+    const { Document } = this.Bokeh.require("document/index");
+    this.doc = Document.from_json(snapshot.doc);
+    this.seq = snapshot.seq;
+    this.views = await this.Bokeh.embed.add_document_standalone(this.doc, this.el);
+  }
+
+  apply(msg, buffers) {
+    if (!this.doc || msg.seq <= this.seq) return;
+    if (!msg.key && msg.seq !== this.seq + 1) return;      // missed a message: wait for the next keyframe
+    for (const [id, props] of msg.props) this.doc.get_model_by_id(id)?.setv(props);
+    for (const [id, at, columns] of msg.data) {
+      const source = this.doc.get_model_by_id(id);
+      if (!source) continue;
+      const data = {};
+      for (const [name, spec] of Object.entries(columns)) {
+        const added = column(spec, buffers);
+        data[name] = at === 0 ? added : splice(source.data[name] ?? [], at, added);
+        if (data[name] === null) return;                       // cannot happen in sequence; be safe
+      }
+      source.data = data;
+    }
+    this.seq = msg.seq;
+  }
+
+  dispose() {
+    this.views?.clear();
+    const documents = this.Bokeh.documents;
+    const i = this.doc ? documents.indexOf(this.doc) : -1;
+    if (i >= 0) documents.splice(i, 1);
+    this.doc = this.views = null;
+    this.el.replaceChildren();
+  }
+}
+
+function showError(el, error) {
+  console.error("flowlab live widget:", error);
+  const pre = document.createElement("pre");
+  pre.textContent = `flowlab: this widget could not be drawn: ${error}`;
+  el.replaceChildren(pre);
+}
+
+export default {
+  initialize({ model }) {
+    const key = model.get("_key");
+    const log = [];
+    LOGS.set(key, log);
+    const keep = (msg, buffers) => {
+      if (msg.key) log.length = 0;
+      log.push([msg, buffers]);
+      if (log.length > MAX_LOG) log.splice(0, log.length - MAX_LOG);
+    };
+    model.on("msg:custom", keep);
+    return () => {
+      model.off("msg:custom", keep);
+      LOGS.delete(key);
+    };
+  },
+
+  async render({ model, el }) {
+    el.classList.add("flowlab-live");
+    let view = null;
+    let chain = Promise.resolve();           // builds and updates run one after the other
+    const run = (step) => (chain = chain.then(step).catch((e) => showError(el, e)));
+    const rebuild = () => run(async () => {
+      const snapshot = JSON.parse(model.get("_snapshot"));
+      if (!view || snapshot.seq <= view.seq) return;        // not loaded, or already as new
+      await view.build(snapshot);
+      for (const [msg, buffers] of LOGS.get(model.get("_key")) ?? []) view.apply(msg, buffers);
+    });
+    const update = (msg, buffers) => run(() => view.apply(msg, buffers));
+    run(async () => {
+      view = new View(await loadBokeh(model), el);
+    });
+    rebuild();
+    model.on("change:_snapshot", rebuild);
+    model.on("msg:custom", update);
+    return () => {
+      model.off("change:_snapshot", rebuild);
+      model.off("msg:custom", update);
+      run(() => view?.dispose());
+    };
+  },
+};
