@@ -1,0 +1,192 @@
+"""The live widgets in real JupyterLab 4 and Notebook 7 pages (a ``jupyter lab`` server on 127.0.0.1, headless
+Chromium through Playwright; see tests/jupyter_page.py).
+
+A notebook shows two ``WatchPanel`` s and a ``TrainingProgress``, then trains the README's digits MLP in a blocking
+cell for a few seconds. While that cell runs, the test reads what the page draws: the step numbers must change at
+least three times, the canvases must be drawn, and the page must send nothing on the widgets' comms. After it: no
+JavaScript error in the console or in an output, the saved output carries the static fallback, and a kernel restart
+followed by a re-run draws again. Screenshots go to ``artifacts/screenshots/widgets_<ui>*.png``.
+"""
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_page import CANVASES_JS, CHROMIUM, UIS, JupyterServer, NotebookPage, launch_chromium, write_notebook
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                reason=f"needs Debian's chromium at {CHROMIUM} (.ci/run installs it: "
+                                       "apt-get install -y chromium)")
+for _module in ("playwright.sync_api", "jupyterlab", "notebook", "anywidget", "nbformat"):
+    pytest.importorskip(_module, reason=f"needs {_module} (pip install -e '.[test]')")
+
+SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
+TRAIN_SECONDS = 6
+
+SETUP = """\
+import time
+import numpy as np
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.widgets import TrainingProgress, WatchPanel
+
+panel = WatchPanel()                              # the hidden layer's values
+grads = WatchPanel(log_counts=True)               # a second panel: the logits' gradient
+progress = TrainingProgress(total_steps=100_000)
+display(panel, grads, progress)
+
+@flow.global_function(type="train")
+def train_job(images: tp.Numpy.Placeholder((100, 1, 8, 8)),
+              labels: tp.Numpy.Placeholder((100,), dtype=flow.int32)) -> tp.Numpy:
+    x = flow.reshape(images, [100, -1])
+    hidden = flow.layers.dense(x, 128, activation=flow.nn.relu, name="hidden")
+    logits = flow.layers.dense(hidden, 10, name="output")
+    loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+    flow.watch(hidden, panel)
+    flow.watch_diff(logits, grads)
+    flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+    return loss
+
+(train_x, train_y), _ = flow.data.load_digits(100, 100)
+"""
+
+TRAIN = f"""\
+sent_before = [w.widget._seq for w in (panel, grads, progress)]
+t0 = time.monotonic()
+steps = 0
+while time.monotonic() - t0 < {TRAIN_SECONDS}:
+    loss = train_job(train_x[steps % len(train_x)], train_y[steps % len(train_y)])
+    progress.update(loss=float(loss.mean()))
+    steps += 1
+elapsed = time.monotonic() - t0
+rates = [(w.widget._seq - s) / elapsed for w, s in zip((panel, grads, progress), sent_before)]
+print(f"trained {{steps}} steps in {{elapsed:.1f}} s; updates sent a second: " + " ".join(f"{{r:.1f}}" for r in rates))
+"""
+
+DASHBOARD = """\
+from flowlab.summary import SummaryWriter
+import flowlab.dashboard
+with SummaryWriter("runs/inline") as w:
+    for step in range(20):
+        w.add_scalar("loss", 1.0 / (step + 1), step)
+handle = flowlab.dashboard.show("runs", height=500)
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with JupyterServer(tmp_path_factory.mktemp("jupyter")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        yield browser
+        browser.close()
+
+
+# The step each widget shows: the stats tables' "step" row and the progress line, as the page's Bokeh models hold
+# them (they are canvas text).
+STEPS_JS = """() => (window.Bokeh ? Bokeh.documents : []).flatMap((doc) => [...doc.all_models]
+    .filter((m) => m.data && (m.data.label?.[0] === "step" || typeof m.data.text?.[0] === "string"))
+    .map((m) => m.data.label ? m.data.value[0] : (/^step (\\d+)/.exec(m.data.text[0]) || [])[1]))"""
+
+# A cheap fingerprint of what every canvas under `root` (shadow DOM included) shows.
+PIXELS_JS = """(root) => {
+    const found = [];
+    const visit = (node) => {
+        if (node instanceof HTMLCanvasElement) found.push(node);
+        if (node.shadowRoot) visit(node.shadowRoot);
+        for (const child of node.children || []) visit(child);
+    };
+    visit(root);
+    return found.filter((c) => c.width && c.height).map((c) => {
+        const data = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+        let hash = 0;
+        for (let i = 0; i < data.length; i += 7) hash = (hash * 31 + data[i]) | 0;
+        return hash;
+    }).join(",");
+}"""
+
+
+def train_and_watch(nb):
+    """Run the notebook; while the training cell runs, read the steps shown and fingerprint the canvases."""
+    nb.run_all()
+    nb.page.wait_for_function("(i) => window.__flPanel.content.widgets[i].model.executionState === 'running'",
+                              arg=1, polling=50, timeout=60_000)
+    start = nb.flush()
+    seen = []                                    # (steps shown by each widget, canvas fingerprint) while it runs
+    while nb.is_cell_running(1):
+        steps = tuple(int(s) for s in nb.page.evaluate(STEPS_JS) if s)
+        seen.append((steps, nb.output_area(0).evaluate(PIXELS_JS)))
+        nb.page.wait_for_timeout(150)
+    end = nb.flush()
+    nb.wait_idle()
+    return seen, nb.sent_messages("comm_msg", since=start, until=end)
+
+
+def check_page(nb, seen, comm_msgs, shot):
+    steps = [s for s, _ in seen]
+    changes = [s for s, prev in zip(steps[1:], steps) if s != prev]
+    assert len(changes) >= 3, f"the steps shown changed {len(changes)} times while training: {steps}"
+    # both panels' tables and the progress line (twice over while the cell's end re-renders them)
+    assert len(steps[-1]) >= 3 and min(steps[-1]) > 0, steps[-1]
+    pictures = [p for _, p in seen]
+    redrawn = sum(p != prev for p, prev in zip(pictures[1:], pictures))
+    assert redrawn >= 3, f"the canvases were redrawn {redrawn} times while training"
+    # nothing flowed back to the busy kernel: no echo of streamed data, no range updates
+    assert comm_msgs == [], [m.content for m in comm_msgs][:3]
+    out = nb.output_area(0)
+    drawn = [c for c in nb.canvases(out) if c["drawn"] and c["visible"]]
+    assert len(drawn) >= 8, nb.canvases(out)     # 2 histograms, 2 trends, 2 tables, the status line, the loss curve
+    assert sorted(c["cssWidth"] for c in drawn)[2] > 250                     # plots use the cell's width
+    printed = nb.text(nb.output_area(1))
+    rates = [float(r) for r in re.search(r"updates sent a second: ([\d. ]+)", printed).group(1).split()]
+    assert all(r <= 20 for r in rates), printed  # bounded, whatever the step rate
+    nb.screenshot(SHOTS / f"{shot}.png", out)
+    assert nb.output_errors() == []
+    assert nb.errors() == []
+    return printed
+
+
+def saved_fallbacks(nb):
+    """The mime types of cell 0's outputs, and whether each text/html holds an <svg> (what a viewer without a kernel
+    shows)."""
+    return nb.page.evaluate("""() => window.__flPanel.content.widgets[0].model.outputs.toJSON()
+        .filter((o) => o.data).map((o) => [Object.keys(o.data).sort().join(" "), (o.data["text/html"] || "")
+        .includes("<svg")])""")
+
+
+@pytest.mark.parametrize("ui", UIS)
+def test_panels_draw_and_update_live_while_a_cell_trains(server, browser, ui):
+    name = f"widgets_{ui}.ipynb"
+    write_notebook(server.root_dir / name, [SETUP, TRAIN])
+    with NotebookPage(browser, server, name, ui) as nb:
+        seen, comm_msgs = train_and_watch(nb)
+        printed = check_page(nb, seen, comm_msgs, f"widgets_{ui}")
+        # the cell's end left a static copy of each widget's last state in the output, beside the live view
+        assert saved_fallbacks(nb) == [["application/vnd.jupyter.widget-view+json text/html text/plain", True]] * 3
+        if ui == "lab":
+            nb.page.evaluate("() => document.querySelectorAll('.flowlab-live').forEach((e) => e.remove())")
+            nb.restart_kernel()
+            seen, comm_msgs = train_and_watch(nb)                # a fresh kernel: BokehJS is already in the page
+            check_page(nb, seen, comm_msgs, "widgets_lab_after_restart")
+        print(f"{ui}: page ready in {nb.load_s:.1f} s; {printed}")
+
+
+def test_dashboard_still_shows_inline_in_jupyterlab(server, browser):
+    write_notebook(server.root_dir / "dashboard.ipynb", [DASHBOARD])
+    with NotebookPage(browser, server, "dashboard.ipynb", "lab") as nb:
+        nb.run_all()
+        nb.wait_idle()
+        frame = nb.page.frame_locator(".jp-OutputArea iframe").first
+        frame.locator("text=1 run · 1 file").first.wait_for(timeout=30_000)      # the dashboard's status line
+        dashboard = next(f for f in nb.page.frames if f != nb.page.main_frame)
+        dashboard.wait_for_function(f"() => ({CANVASES_JS})(document.body).some((c) => c.drawn)", timeout=30_000)
+        nb.screenshot(SHOTS / "dashboard_inline_lab.png", nb.output_area(0))
+        assert nb.output_errors() == [] and nb.errors() == []
