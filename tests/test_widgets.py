@@ -431,6 +431,8 @@ def test_panel_shows_latest_histogram_every_steps_statistics_and_a_stats_only_ro
         row = rows[("out_bias_add/out_0", kind)]
         hist = page.model(row.hist_source).data
         np.testing.assert_array_equal(hist["top"], histogram_data(values[kind][1], 10)["top"])
+        for figure in row.layout.children[1].children[0].children:      # linear and log: each names its step
+            assert page.model(figure.xaxis[0]).axis_label == f"{kind} at step 1"
         trend = page.model(row.trend_source).data
         assert trend["step"].tolist() == [0, 1, 2, 3]
         np.testing.assert_allclose(trend["mean"], [v.astype(np.float64).mean() for v in values[kind]], atol=1e-7)

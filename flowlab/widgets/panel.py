@@ -40,7 +40,7 @@ class _Row:
         self.lbn, self.kind, self.histograms = lbn, kind, histograms
         self.trend = Trend(max_points)
         self.stats = self.step = None
-        self.hist = None            # the latest TensorHistogram (or array) not yet shown
+        self.hist = self.hist_step = None   # the latest TensorHistogram (or array) not yet shown, and its step
         self.dirty = False
         self.layout = self.stats_source = self.hist_source = self.trend_source = self.toggle = None
         self.log_decided = False
@@ -134,7 +134,7 @@ class WatchPanel:
                 row.trend.add(step, stats)
                 row.stats, row.step = stats, step
             if hist is not None:
-                row.hist = hist
+                row.hist, row.hist_step = hist, step
                 self._wanted[key] = False
             row.dirty = True
         self._refresher.poke()
@@ -148,7 +148,7 @@ class WatchPanel:
                 updates = []
                 for row in self._rows.values():
                     if row.dirty:
-                        updates.append((row, row.stats, row.step, row.hist, row.trend.take()))
+                        updates.append((row, row.stats, row.step, row.hist, row.hist_step, row.trend.take()))
                         row.hist, row.dirty = None, False
             if not updates:
                 return
@@ -159,13 +159,17 @@ class WatchPanel:
 
     def _show(self, updates):
         live, built = self.widget, False
-        for row, stats, step, hist, trend in updates:
+        for row, stats, step, hist, hist_step, trend in updates:
             columns = None if hist is None else histogram_columns(histogram_data(hist, self.bins))
             if row.layout is None:
                 self._build(row, columns)
                 built = True
             if columns is not None and row.hist_source is not None:
                 live.splice(row.hist_source, 0, columns)
+                # histograms come one per refresh: say which step this one is (the table shows the latest step)
+                label = f"{row.kind} at step {hist_step}" + ("" if len(columns["top"]) else ": no finite value")
+                for figure in row.layout.children[1].children[0].children:
+                    live.set(figure.xaxis[0], axis_label=label)
                 if not row.log_decided:
                     self._set_log(row, bool(is_spiky(columns["top"])))
                 self._wanted[(row.lbn, row.kind)] = True       # the next call ships a fresh one
@@ -204,7 +208,7 @@ class WatchPanel:
 
     def _print(self, updates):
         out = self._file or sys.stdout
-        for row, stats, step, _, _ in updates:
+        for row, stats, step, _, _, _ in updates:
             if stats is None:
                 continue
             s = tensor_summary(stats)
