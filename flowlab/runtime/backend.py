@@ -79,12 +79,13 @@ class Backend:
         return f"Backend({self.name})"
 
 
-# BLAS threads. On small matrix products a second BLAS thread gains little and its hand-offs cost much: the README's
-# digits MLP (largest product 0.8M multiply-adds) trains 1.16x faster on one thread on an idle 2-core machine, 1.33x
-# with a browser-like bursty load on the other core and 4.1x with that core busy (OpenBLAS waits for a worker
-# that is not scheduled). From about 8M multiply-adds two threads pay even under load (784-512-10 MLP, 40M: 1.4x
-# idle, 1.2x loaded; benchmarks/RESULTS.md). So a NumPy plan whose products are all smaller runs BLAS on one thread.
-ONE_BLAS_THREAD_BELOW = 8_000_000
+# BLAS threads. On small matrix products a second BLAS thread gains nothing and its hand-offs cost much, above all
+# when another process (a browser drawing a live panel, say) takes the other core: the README's digits MLP (largest
+# product 0.8M multiply-adds) trains 1.07x faster on one thread on an idle 2-core machine, 1.24x beside a bursty
+# load and 2.9x beside a busy core. From a few million multiply-adds two threads win on an idle machine (2.5M: 1.35x,
+# 40M: 1.7x) though they still lose beside a busy core (benchmarks/blas_threads.py, RESULTS.md). So plans whose
+# products are all below this many multiply-adds run BLAS on one thread; larger ones keep BLAS as configured.
+ONE_BLAS_THREAD_BELOW = 2_000_000
 
 
 class OneBlasThread:
