@@ -1,0 +1,286 @@
+#!/usr/bin/env python
+"""What live widgets cost a training loop, in a real Jupyter kernel, with and without a real page drawing them.
+
+The loop is the README's: the 8×8 digits MLP (64-128-10, ReLU, batch 100, SGD lr 0.1, sparse softmax cross-entropy).
+Each timed block runs the loop for ``--seconds`` in one of three ways:
+
+    plain           the job with no watch; the loop takes ``float(loss.mean())`` each step
+    panel           a second job (its own variables) with ``flow.watch(hidden, panel)`` and
+                    ``flow.watch_diff(logits, panel)``: a WatchPanel fed every step
+    panel+progress  the same, and ``progress.update(loss=...)`` every step (the README's pair of widgets)
+
+in two settings, each in a fresh kernel:
+
+    kernel   the kernel started by jupyter_client; a client reads every message the widgets send (no browser)
+    page     JupyterLab 4 in headless Chromium (Debian's chromium) showing the panel and the progress widget
+
+Every round runs one block of each kind, the order rotating; a kind's ratio in a round is its steps/s over the plain
+block's of the same round, so slow drifts of a shared machine cancel. Reported: medians of steps/s and of the ratios.
+Targets (issue 8), for a panel fed every step: kernel: it costs at most 1.2x (speed ratio >= 1/1.2); page: the loop
+with the panel drawing runs at >= 0.8x the plain loop. The page setting also reports comm messages the page sent to
+the kernel (must be 0), updates a second the kernel sent, the browser's CPU (all chromium processes, in cores), the
+page's longest main-thread task and the longest gap between animation frames. ``--instructions`` counts instructions
+per step with valgrind's callgrind instead (no kernel, no refresh threads: the work each step adds, repeatable on a
+noisy machine).
+
+    python benchmarks/widgets.py                      # both settings, about 3 minutes on 2 cores
+    python benchmarks/widgets.py --setting kernel --rounds 20 --seconds 1
+    python benchmarks/widgets.py --instructions       # about 3 minutes
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from machine import blas_info, cpu_model
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))          # the Jupyter/Chromium driver the browser tests use
+
+KERNEL_TARGET = 1.2      # watched step time / plain step time, kernel alone
+PAGE_TARGET = 0.8        # watched speed / plain speed, with the page drawing
+
+SETUP = """\
+import json, os, time
+import numpy as np
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.widgets import TrainingProgress, WatchPanel
+
+panel = WatchPanel()
+progress = TrainingProgress()
+display(panel, progress)
+
+def make(watched):
+    suffix = "watched" if watched else "plain"
+
+    @flow.global_function(type="train")
+    def job(images: tp.Numpy.Placeholder((100, 1, 8, 8)),
+            labels: tp.Numpy.Placeholder((100,), dtype=flow.int32)) -> tp.Numpy:
+        x = flow.reshape(images, [100, -1])
+        hidden = flow.layers.dense(x, 128, activation=flow.nn.relu, name="hidden_" + suffix)
+        logits = flow.layers.dense(hidden, 10, name="output_" + suffix)
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        if watched:
+            flow.watch(hidden, panel)
+            flow.watch_diff(logits, panel)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+    return job
+
+jobs = {"plain": make(False), "watched": make(True)}
+KINDS = ("plain", "panel", "panel+progress")
+(train_x, train_y), _ = flow.data.load_digits(100, 100)
+
+def block(kind, seconds=None, steps=None):
+    job, i, t0 = jobs["plain" if kind == "plain" else "watched"], 0, time.perf_counter()
+    while (time.perf_counter() - t0 < seconds) if steps is None else i < steps:
+        loss = float(job(train_x[i % len(train_x)], train_y[i % len(train_y)]).mean())
+        if kind == "panel+progress":
+            progress.update(loss=loss)
+        i += 1
+    flow.sync_default_session()
+    return i / (time.perf_counter() - t0)
+
+def sent():
+    return panel.widget._seq + progress.widget._seq
+"""
+
+KINDS = ("plain", "panel", "panel+progress")
+
+RUN = """\
+[block(kind, 0.5) for kind in KINDS]                  # compile both jobs, warm up
+results = []
+for r in range({rounds}):
+    for kind in KINDS[r % 3:] + KINDS[:r % 3]:
+        time.sleep(0.3)                                # let the page finish drawing the last block
+        start, before, cpu = time.time(), sent(), sum(os.times()[:2])
+        rate = block(kind, {seconds})
+        end = time.time()
+        results.append({{"kind": kind, "round": r, "start": start, "end": end, "steps_per_s": rate,
+                         "updates": sent() - before,
+                         "kernel_cpu_us_per_step": (sum(os.times()[:2]) - cpu) / (rate * (end - start)) * 1e6}})
+print("RESULTS " + json.dumps(results))
+"""
+
+# Long main-thread tasks and long gaps between animation frames, in epoch seconds, recorded by the page.
+PAGE_PROBES_JS = """() => {
+    window.__longTasks = []; window.__frameGaps = [];
+    new PerformanceObserver((list) => list.getEntries().forEach((e) =>
+        window.__longTasks.push([(performance.timeOrigin + e.startTime) / 1000, e.duration])))
+        .observe({type: "longtask", buffered: false});
+    let last = performance.now();
+    const frame = (t) => {
+        if (t - last > 50) window.__frameGaps.push([(performance.timeOrigin + t) / 1000, t - last]);
+        last = t;
+        requestAnimationFrame(frame);
+    };
+    requestAnimationFrame(frame);
+}"""
+
+
+def chromium_cpu_seconds():
+    """CPU seconds (user + system) of every running chromium process."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"chromium" not in f.read().split(b"\0")[0]:
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def results_of(text):
+    return json.loads(re.search(r"RESULTS (\[.*\])", text).group(1))
+
+
+def run_kernel(rounds, seconds):
+    from jupyter_client.manager import start_new_kernel
+    km, kc = start_new_kernel(kernel_name="python3")
+    comm_msgs, printed = [0], []
+
+    def hook(msg):
+        kind = msg["header"]["msg_type"]
+        if kind == "comm_msg":
+            comm_msgs[0] += 1
+        elif kind == "stream":
+            printed.append(msg["content"]["text"])
+        elif kind == "error":
+            printed.append("\n".join(msg["content"]["traceback"]))
+    try:
+        for code in (SETUP, RUN.format(rounds=rounds, seconds=seconds)):
+            reply = kc.execute_interactive(code, output_hook=hook, timeout=600)
+            if reply["content"]["status"] != "ok":
+                raise RuntimeError("".join(printed))
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    return results_of("".join(printed)), {"comm messages read by the client": comm_msgs[0]}
+
+
+def run_page(rounds, seconds):
+    from playwright.sync_api import sync_playwright
+
+    from jupyter_page import JupyterServer, NotebookPage, launch_chromium, write_notebook
+    with tempfile.TemporaryDirectory() as tmp, JupyterServer(Path(tmp)) as server, sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        write_notebook(server.root_dir / "bench.ipynb", [SETUP, RUN.format(rounds=rounds, seconds=seconds)])
+        with NotebookPage(browser, server, "bench.ipynb", "lab") as nb:
+            nb.page.evaluate(PAGE_PROBES_JS)
+            nb.run_all()
+            cpu = []                                  # (time, chromium CPU seconds)
+            nb.page.wait_for_timeout(500)
+            while nb.is_running():
+                cpu.append((time.time(), chromium_cpu_seconds()))
+                nb.page.wait_for_timeout(250)
+            nb.wait_idle()
+            results = results_of(nb.page.evaluate(
+                "() => window.__flPanel.content.widgets[1].model.outputs.toJSON().map((o) => o.text || '').join('')"))
+            long_tasks = nb.page.evaluate("() => window.__longTasks")
+            gaps = nb.page.evaluate("() => window.__frameGaps")
+            sent = nb.sent_messages("comm_msg")
+            errors = nb.errors() + nb.output_errors()
+            version = browser.version
+        browser.close()
+    for r in results:
+        inside = lambda t: r["start"] <= t <= r["end"]              # noqa: E731
+        r["page_comm_msgs"] = sum(inside(m.time) for m in sent)
+        r["longest_task_ms"] = max((d for t, d in long_tasks if inside(t)), default=0.0)
+        r["longest_frame_gap_ms"] = max((d for t, d in gaps if inside(t)), default=0.0)
+        samples = [(t, c) for t, c in cpu if inside(t)]
+        r["browser_cores"] = ((samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0])
+                              if len(samples) > 1 else float("nan"))
+    return results, {"chromium": version, "JavaScript errors": errors}
+
+
+def summarise(setting, results, extra):
+    by = {kind: [r for r in results if r["kind"] == kind] for kind in KINDS}
+    plain = {r["round"]: r["steps_per_s"] for r in by["plain"]}
+    print(f"\n## {setting}: {len(plain)} rounds")
+    for kind, rs in by.items():
+        speed = statistics.median(r["steps_per_s"] for r in rs)
+        line = (f"  {kind:15s} median {speed:6.0f} steps/s (p25 {percentile(rs, 25):.0f}, p75 {percentile(rs, 75):.0f});"
+                f" kernel CPU {statistics.median(r['kernel_cpu_us_per_step'] for r in rs):.0f} us/step; updates sent "
+                f"{statistics.median(r['updates'] / (r['end'] - r['start']) for r in rs):.1f}/s")
+        if setting == "page":
+            line += (f"; page->kernel comm msgs {sum(r['page_comm_msgs'] for r in rs)}; browser "
+                     f"{statistics.median(r['browser_cores'] for r in rs):.2f} cores; longest task "
+                     f"{max(r['longest_task_ms'] for r in rs):.0f} ms; longest frame gap "
+                     f"{max(r['longest_frame_gap_ms'] for r in rs):.0f} ms")
+        print(line)
+    for kind in KINDS[1:]:
+        ratio = statistics.median(r["steps_per_s"] / plain[r["round"]] for r in by[kind])
+        if setting == "kernel":
+            verdict = f"target <= {KERNEL_TARGET}: {'PASS' if 1 / ratio <= KERNEL_TARGET else 'MISS'}" \
+                if kind == "panel" else "reported"
+            print(f"  {kind}: step time / plain {1 / ratio:.3f}x (median of rounds; {verdict})")
+        else:
+            verdict = f"target >= {PAGE_TARGET}: {'PASS' if ratio >= PAGE_TARGET else 'MISS'}" \
+                if kind == "panel" else "reported"
+            print(f"  {kind}: speed / plain {ratio:.3f} (median of rounds; {verdict})")
+    for key, value in extra.items():
+        print(f"  {key}: {value}")
+
+
+def percentile(rs, q):
+    values = sorted(r["steps_per_s"] for r in rs)
+    return values[min(len(values) - 1, int(q / 100 * len(values)))]
+
+
+def run_instructions(steps=(100, 400)):
+    """Instructions per step of each kind under callgrind, from two run lengths (their difference cancels set-up)."""
+    import subprocess
+    script = ("import sys\nexec(sys.argv[1])\npanel._refresher.stop(); progress._refresher.stop()\n"
+              "block(sys.argv[2], steps=20); block(sys.argv[2], steps=int(sys.argv[3]))\n")
+    setup = SETUP.replace("display(panel, progress)", "").replace("WatchPanel()", "WatchPanel(mode='notebook')") \
+        .replace("TrainingProgress()", "TrainingProgress(mode='notebook')")
+    counts = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in KINDS:
+            for n in steps:
+                out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
+                                      sys.executable, "-c", script, setup, kind, str(n)],
+                                     capture_output=True, text=True, cwd=tmp).stderr
+                counts[kind, n] = int(re.search(r"Collected : (\d+)", out).group(1))
+    per_step = {kind: (counts[kind, steps[1]] - counts[kind, steps[0]]) / (steps[1] - steps[0]) for kind in KINDS}
+    print(f"\n## instructions per step (callgrind, refresh threads off)")
+    for kind in KINDS:
+        print(f"  {kind:15s} {per_step[kind]:10.0f}  ({per_step[kind] / per_step['plain']:.3f}x plain)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--setting", choices=("kernel", "page", "all"), default="all")
+    parser.add_argument("--instructions", action="store_true", help="count instructions per step with callgrind")
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--seconds", type=float, default=1.5)
+    args = parser.parse_args()
+    import bokeh
+    import numpy as np
+    blas, threads = blas_info()
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}, NumPy "
+          f"{np.__version__} ({blas}, {threads} threads), Bokeh {bokeh.__version__}; "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    if args.instructions:
+        run_instructions()
+        return
+    if args.setting in ("kernel", "all"):
+        summarise("kernel", *run_kernel(args.rounds, args.seconds))
+    if args.setting in ("page", "all"):
+        summarise("page", *run_page(args.rounds, args.seconds))
+
+
+if __name__ == "__main__":
+    main()
