@@ -157,28 +157,26 @@ class _Compiled:
         self.delivered = []             # this call's (request, host copy, step), handed over in one piece
 
     def emit(self, k, copy, step):
-        """Called by the plan as soon as a watched tensor is on its way to the host."""
+        """Called by the plan as soon as a watched tensor is on its way to the host. A summary already on the host
+        goes to its ``watch_summary`` handler right here (see ``runtime.dispatch``); the rest waits for ``dispatch``."""
         for request in self.requests[k]:
-            self.delivered.append((request, copy, step))
+            if request.inline and not callable(copy):
+                try:
+                    request.call(copy, step)
+                except BaseException as e:  # reported as the dispatcher reports its callbacks' errors
+                    dispatch.default().report(f"{request.describe} (call {step} of job {self.graph.name})", e)
+            else:
+                self.delivered.append((request, copy, step))
 
     def dispatch(self):
-        """Hand this call's deliveries to the dispatcher as one batch (one wake-up a call, however many watches);
-        summary events already on the host go to their handlers at once (see ``runtime.dispatch``)."""
+        """Hand this call's other deliveries to the dispatcher as one batch: one wake-up a call, however many
+        watches."""
         if not self.delivered:
             return
         batch, self.delivered = self.delivered, []
-        dispatcher, later = dispatch.default(), []
-        for r, c, s in batch:
-            if r.inline and not callable(c):
-                try:
-                    r.call(c, s)
-                except BaseException as e:  # reported as the dispatcher reports its callbacks' errors
-                    dispatcher.report(f"{r.describe} (call {s} of job {self.graph.name})", e)
-            else:
-                later.append((lambda r=r, c=c, s=s: r.call(c() if callable(c) else c, s),
-                              lambda r=r, s=s: f"{r.describe} (call {s} of job {self.graph.name})"))
-        if later:
-            dispatcher.submit_batch(later)
+        dispatch.default().submit_batch(
+            [(lambda r=r, c=c, s=s: r.call(c() if callable(c) else c, s),
+              lambda r=r, s=s: f"{r.describe} (call {s} of job {self.graph.name})") for r, c, s in batch])
 
 
 class JobFunction:

@@ -10,7 +10,7 @@ A handler object with a ``watch_event(value, blob_def, kind, step)`` method (``k
 returning ``(bins, wanted)``, the tensor is summarised where it lives and never copied whole: every call delivers a
 ``TensorStats``, and calls on which ``wanted()`` is true also deliver a ``TensorHistogram`` of ``bins`` bins (a live
 panel asks for one per screen refresh; ``bins=0``: statistics only). Such a handler must only record what it gets,
-quickly and thread-safely: on NumPy the calling thread delivers these summaries as soon as the call's plan has run.
+quickly and thread-safely: on NumPy the calling thread delivers these summaries while the call's plan runs.
 
 Beyond OneFlow: ``stats=True`` delivers a ``TensorStats`` computed on the device instead of the tensor, ``every=N``
 delivers every N-th call only, and ``watch_diff`` of a tensor without a gradient is an error, not a silent no-op.

@@ -1,8 +1,8 @@
 """The watch dispatcher: one thread that runs watch callbacks off the compute path, in the order they were queued.
 
 Summary events for live widgets (``watch_summary`` handlers, see ``flowlab.watching``) skip it on NumPy: they are a
-few numbers already on the host and their handlers only record them, so the calling thread delivers them when the
-plan has run (errors go to ``report``), sparing each step a hand-off between threads (~27% of a small step in a
+few numbers already on the host and their handlers only record them, so the plan's thread delivers them as they
+are computed (errors go to ``report``), sparing each step a hand-off between threads (~27% of a small step in a
 kernel).
 
 The executor copies each watched value to the host as soon as it is computed (before updates change variables);
