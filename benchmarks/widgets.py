@@ -255,7 +255,7 @@ def run_instructions(steps=(100, 400)):
                                      capture_output=True, text=True, cwd=tmp).stderr
                 counts[kind, n] = int(re.search(r"Collected : (\d+)", out).group(1))
     per_step = {kind: (counts[kind, steps[1]] - counts[kind, steps[0]]) / (steps[1] - steps[0]) for kind in KINDS}
-    print(f"\n## instructions per step (callgrind, refresh threads off)")
+    print("\n## instructions per step (callgrind, refresh threads off)")
     for kind in KINDS:
         print(f"  {kind:15s} {per_step[kind]:10.0f}  ({per_step[kind] / per_step['plain']:.3f}x plain)")
 

@@ -28,3 +28,25 @@ def fresh_session():
     flow.clear_default_session()
     yield
     flow.clear_default_session()
+
+
+# The browser tests' Jupyter server and Chromium (tests/jupyter_page.py), one per test module that asks for them.
+
+@pytest.fixture(scope="module")
+def jupyter_server(tmp_path_factory):
+    """A ``JupyterServer`` on 127.0.0.1 serving JupyterLab 4 and Notebook 7."""
+    from jupyter_page import JupyterServer
+    with JupyterServer(tmp_path_factory.mktemp("jupyter")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """Debian's headless chromium, through Playwright."""
+    from playwright.sync_api import sync_playwright
+
+    from jupyter_page import launch_chromium
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        yield browser
+        browser.close()

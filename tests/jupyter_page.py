@@ -1,25 +1,13 @@
 """Drive a real Jupyter frontend (JupyterLab 4 or Notebook 7) in headless Chromium from a pytest test.
 
-Test-support module, not a test file: tests import it as ``from jupyter_page import ...``. Typical use::
+Test-support module, not a test file: tests import it as ``from jupyter_page import ...``; tests/conftest.py gives
+them the module-scoped fixtures ``jupyter_server`` (a ``JupyterServer``) and ``chromium`` (a Playwright browser)::
 
-    from playwright.sync_api import sync_playwright
-    from jupyter_page import JupyterServer, NotebookPage, launch_chromium, write_notebook
+    from jupyter_page import NotebookPage, write_notebook
 
-    @pytest.fixture(scope="module")
-    def server(tmp_path_factory):
-        with JupyterServer(tmp_path_factory.mktemp("jupyter")) as srv:
-            yield srv
-
-    @pytest.fixture(scope="module")
-    def browser():
-        with sync_playwright() as pw:
-            browser = launch_chromium(pw)
-            yield browser
-            browser.close()
-
-    def test_something(server, browser):
-        write_notebook(server.root_dir / "t.ipynb", ["import ipywidgets as w", "w.IntSlider()"])
-        with NotebookPage(browser, server, "t.ipynb", ui="lab") as nb:
+    def test_something(jupyter_server, chromium):
+        write_notebook(jupyter_server.root_dir / "t.ipynb", ["import ipywidgets as w", "w.IntSlider()"])
+        with NotebookPage(chromium, jupyter_server, "t.ipynb", ui="lab") as nb:
             nb.run_all()
             nb.wait_idle()
             assert nb.errors() == [] and nb.output_errors() == []
@@ -436,12 +424,14 @@ CANVASES_JS = """(root) => {
             ctx.drawImage(c, 0, 0);
             const px = ctx.getImageData(0, 0, c.width, c.height).data;
             const [r0, g0, b0, a0] = [px[0], px[1], px[2], px[3]];
+            let hash = 0;
             for (let i = 0; i < px.length; i += 4) {
                 const [r, g, b, a] = [px[i], px[i + 1], px[i + 2], px[i + 3]];
                 if (r !== r0 || g !== g0 || b !== b0 || a !== a0) info.differsFromFirstPixel = true;
                 if (a !== 0 && !(r === 255 && g === 255 && b === 255)) info.drawn = true;
-                if (info.drawn && info.differsFromFirstPixel) break;
+                hash = (hash * 31 + r + 7 * g + 13 * b + 17 * a) | 0;
             }
+            info.fingerprint = hash;          // changes when what the canvas shows changes
         } catch (e) {
             info.error = String(e);
         }
@@ -716,7 +706,8 @@ class NotebookPage:
         """For each ``<canvas>`` under ``locator`` (shadow DOM included): size, visibility and whether drawn on.
 
         Each item is a dict: width, height (backing store), cssWidth, cssHeight, visible, drawn (some pixel neither
-        transparent nor white), differsFromFirstPixel, error (e.g. a tainted canvas).
+        transparent nor white), differsFromFirstPixel, fingerprint (a hash of the pixels), error (e.g. a tainted
+        canvas).
         """
         return self._locate(locator).evaluate(CANVASES_JS)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_page import CHROMIUM, UIS, JupyterServer, NotebookPage, launch_chromium, write_notebook
+from jupyter_page import CHROMIUM, UIS, NotebookPage, write_notebook
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"needs Debian's chromium at {CHROMIUM} (.ci/run installs it: "
@@ -39,26 +39,11 @@ CELLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with JupyterServer(tmp_path_factory.mktemp("jupyter")) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        yield browser
-        browser.close()
-
-
 @pytest.fixture(scope="module", params=UIS)
-def nb(request, server, browser):
+def nb(request, jupyter_server, chromium):
     ui = request.param
-    write_notebook(server.root_dir / f"harness_{ui}.ipynb", CELLS)     # one file per UI: one kernel per page
-    with NotebookPage(browser, server, f"harness_{ui}.ipynb", ui) as page:
+    write_notebook(jupyter_server.root_dir / f"harness_{ui}.ipynb", CELLS)     # one file per UI: one kernel per page
+    with NotebookPage(chromium, jupyter_server, f"harness_{ui}.ipynb", ui) as page:
         yield page
 
 

@@ -2,7 +2,6 @@
 through real jobs, and what the widgets send through a recording comm, applied by a reference page that follows
 live.js's rules (snapshot, then numbered updates; a gap waits for a keyframe). tests/test_widgets_browser.py draws the
 same widgets in real JupyterLab and Notebook 7 pages."""
-import base64
 import gzip
 import io
 import json
@@ -623,17 +622,21 @@ def test_progress_in_notebook_shows_bar_status_and_the_whole_loss_curve(sent):
     assert curve["max"][0] == 50 and curve["min"][-1] == 1 and curve["nonfinite"].sum() == 1
 
 
-def test_progress_and_panel_show_the_same_step(sent):
-    panel, progress = WatchPanel(mode="notebook"), TrainingProgress(mode="notebook")
-
+def small_train_job(watch):
+    """A 16x8 -> 4 softmax regression trained with SGD; ``watch(logits, loss)`` attaches watches inside the job."""
     @flow.global_function(type="train")
     def job(x: tp.Numpy.Placeholder((16, 8)), y: tp.Numpy.Placeholder((16,), dtype=flow.int32)) -> tp.Numpy:
         logits = flow.layers.dense(x, 4, name="out")
         loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
-        flow.watch(logits, panel)
+        watch(logits, loss)
         flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
         return loss
+    return job
 
+
+def test_progress_and_panel_show_the_same_step(sent):
+    panel, progress = WatchPanel(mode="notebook"), TrainingProgress(mode="notebook")
+    job = small_train_job(lambda logits, loss: flow.watch(logits, panel))
     for _ in range(3):
         loss = job(*batch())
         progress.update(loss=float(loss.mean()))              # no step given: the train job's
@@ -649,15 +652,7 @@ def test_progress_as_a_watch_handler_uses_device_statistics():
     out = io.StringIO()
     progress = TrainingProgress(mode="terminal", file=out)
     losses = []
-
-    @flow.global_function(type="train")
-    def job(x: tp.Numpy.Placeholder((16, 8)), y: tp.Numpy.Placeholder((16,), dtype=flow.int32)) -> tp.Numpy:
-        logits = flow.layers.dense(x, 4, name="out")
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
-        flow.watch(loss, progress)
-        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
-        return loss
-
+    job = small_train_job(lambda logits, loss: flow.watch(loss, progress))
     for _ in range(3):
         losses.append(job(*batch()))
     flow.sync_default_session()

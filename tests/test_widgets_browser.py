@@ -9,12 +9,11 @@ followed by a re-run draws again. Screenshots go to ``artifacts/screenshots/widg
 """
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 
-from jupyter_page import CANVASES_JS, CHROMIUM, UIS, JupyterServer, NotebookPage, launch_chromium, write_notebook
+from jupyter_page import CANVASES_JS, CHROMIUM, UIS, NotebookPage, write_notebook
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"needs Debian's chromium at {CHROMIUM} (.ci/run installs it: "
@@ -75,44 +74,11 @@ handle = flowlab.dashboard.show("runs", height=500)
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with JupyterServer(tmp_path_factory.mktemp("jupyter")) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        yield browser
-        browser.close()
-
-
 # The step each widget shows: the stats tables' "step" row and the progress line, as the page's Bokeh models hold
 # them (they are canvas text).
 STEPS_JS = """() => (window.Bokeh ? Bokeh.documents : []).flatMap((doc) => [...doc.all_models]
     .filter((m) => m.data && (m.data.label?.[0] === "step" || typeof m.data.text?.[0] === "string"))
     .map((m) => m.data.label ? m.data.value[0] : (/^step (\\d+)/.exec(m.data.text[0]) || [])[1]))"""
-
-# A cheap fingerprint of what every canvas under `root` (shadow DOM included) shows.
-PIXELS_JS = """(root) => {
-    const found = [];
-    const visit = (node) => {
-        if (node instanceof HTMLCanvasElement) found.push(node);
-        if (node.shadowRoot) visit(node.shadowRoot);
-        for (const child of node.children || []) visit(child);
-    };
-    visit(root);
-    return found.filter((c) => c.width && c.height).map((c) => {
-        const data = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
-        let hash = 0;
-        for (let i = 0; i < data.length; i += 7) hash = (hash * 31 + data[i]) | 0;
-        return hash;
-    }).join(",");
-}"""
-
 
 def train_and_watch(nb):
     """Run the notebook; while the training cell runs, read the steps shown and fingerprint the canvases."""
@@ -123,7 +89,7 @@ def train_and_watch(nb):
     seen = []                                    # (steps shown by each widget, canvas fingerprint) while it runs
     while nb.is_cell_running(1):
         steps = tuple(int(s) for s in nb.page.evaluate(STEPS_JS) if s)
-        seen.append((steps, nb.output_area(0).evaluate(PIXELS_JS)))
+        seen.append((steps, tuple(c["fingerprint"] for c in nb.canvases(nb.output_area(0)))))
         nb.page.wait_for_timeout(150)
     end = nb.flush()
     nb.wait_idle()
@@ -163,10 +129,10 @@ def saved_fallbacks(nb):
 
 
 @pytest.mark.parametrize("ui", UIS)
-def test_panels_draw_and_update_live_while_a_cell_trains(server, browser, ui):
+def test_panels_draw_and_update_live_while_a_cell_trains(jupyter_server, chromium, ui):
     name = f"widgets_{ui}.ipynb"
-    write_notebook(server.root_dir / name, [SETUP, TRAIN])
-    with NotebookPage(browser, server, name, ui) as nb:
+    write_notebook(jupyter_server.root_dir / name, [SETUP, TRAIN])
+    with NotebookPage(chromium, jupyter_server, name, ui) as nb:
         seen, comm_msgs = train_and_watch(nb)
         printed = check_page(nb, seen, comm_msgs, f"widgets_{ui}")
         # the cell's end left a static copy of each widget's last state in the output, beside the live view
@@ -179,9 +145,9 @@ def test_panels_draw_and_update_live_while_a_cell_trains(server, browser, ui):
         print(f"{ui}: page ready in {nb.load_s:.1f} s; {printed}")
 
 
-def test_dashboard_still_shows_inline_in_jupyterlab(server, browser):
-    write_notebook(server.root_dir / "dashboard.ipynb", [DASHBOARD])
-    with NotebookPage(browser, server, "dashboard.ipynb", "lab") as nb:
+def test_dashboard_still_shows_inline_in_jupyterlab(jupyter_server, chromium):
+    write_notebook(jupyter_server.root_dir / "dashboard.ipynb", [DASHBOARD])
+    with NotebookPage(chromium, jupyter_server, "dashboard.ipynb", "lab") as nb:
         nb.run_all()
         nb.wait_idle()
         frame = nb.page.frame_locator(".jp-OutputArea iframe").first

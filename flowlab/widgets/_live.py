@@ -1,4 +1,5 @@
-"""What the live views share: choosing notebook or terminal output, and the throttled refresh thread.
+"""What the live views share: choosing notebook or terminal output, the throttled refresh thread, and ``LiveView``
+(display, close, ``with``).
 
 Threads: values arrive on the watch dispatcher thread (or the training loop's thread); they only update plain data
 under a short data lock and ``poke()`` the refresher. Only the refresher's thread, or an explicit ``refresh()``,
@@ -101,3 +102,31 @@ class Refresher:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5.0)
+
+
+class LiveView:
+    """Base of the live widgets: shown through a ``LiveDocument`` (``widget``) in a notebook, as text elsewhere.
+
+    A subclass sets ``widget`` (or leaves it None outside a notebook) and ``_refresher``, and defines ``refresh()``.
+    """
+
+    widget = None
+
+    def _ipython_display_(self):
+        if self.widget is not None:
+            self.widget._ipython_display_()
+        else:
+            print(repr(self))
+
+    def close(self):
+        """Push what is pending, stop the refresh thread and leave the final state (and its static copy) shown."""
+        self._refresher.stop()
+        self.refresh()
+        if self.widget is not None:
+            self.widget.settle()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -27,7 +27,7 @@ from ..plots import (Trend, heading, histogram_columns, histogram_data, histogra
                      stats_columns, stats_source, stats_view, tensor_summary, trend_columns, trend_figure,
                      trend_source)
 from ..watching import TensorHistogram, TensorStats
-from ._live import DEFAULT_HZ, Refresher, check_hz, resolve_mode
+from ._live import DEFAULT_HZ, LiveView, Refresher, check_hz, resolve_mode
 
 WAITING = '<span style="color:#777">WatchPanel: waiting for the first watched value…</span>'
 
@@ -54,7 +54,7 @@ class _Row:
         return f'<b>{html.escape(self.lbn)}</b> &nbsp;<span style="color:#777">{kind}</span>'
 
 
-class WatchPanel:
+class WatchPanel(LiveView):
     """Live histograms, stats and trends of watched tensors.
 
     ``display(panel)`` in a notebook, then pass it as the handler of ``flow.watch`` / ``flow.watch_diff`` (or call
@@ -81,7 +81,6 @@ class WatchPanel:
         self._ui_lock = threading.RLock()      # Bokeh models and the live document
         period = 1.0 / self.refresh_hz if self.mode == "notebook" else max(1.0, 1.0 / self.refresh_hz)
         self._refresher = Refresher(self.refresh, period, "flowlab-watch-panel")
-        self.widget = None
         if self.mode == "notebook":
             from .live import LiveDocument
             self._root = column(heading(WAITING), sizing_mode="stretch_width")
@@ -215,26 +214,7 @@ class WatchPanel:
             print(f"[step {step}] {row.title}: shape={s['shape']} min={s['min']:.4g} max={s['max']:.4g} "
                   f"mean={s['mean']:.4g} std={s['std']:.4g} nan={s['nan']} inf={s['inf']}", file=out, flush=True)
 
-    def _ipython_display_(self):
-        if self.widget is not None:
-            self.widget._ipython_display_()
-        else:
-            print(repr(self))
-
     def __repr__(self):
         with self._data_lock:
             titles = [row.title for row in self._rows.values()]
         return f"WatchPanel({self.mode}, rows={titles})"
-
-    def close(self):
-        """Push what is pending, stop the refresh thread and leave the final state (and its static copy) shown."""
-        self._refresher.stop()
-        self.refresh()
-        if self.widget is not None:
-            self.widget.settle()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

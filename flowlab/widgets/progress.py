@@ -24,7 +24,7 @@ from ..ops.stats import stats_vector
 from ..plots import Trend, status_sources, status_view, trend_columns, trend_figure, trend_source
 from ..runtime import session
 from ..watching import TensorStats
-from ._live import DEFAULT_HZ, Refresher, check_hz, resolve_mode
+from ._live import DEFAULT_HZ, LiveView, Refresher, check_hz, resolve_mode
 
 TERMINAL_PERIOD = 0.25   # seconds between status lines: readable, and cheap even for fast loops
 SPEED_SAMPLE = 0.25      # seconds per speed sample; samples are smoothed exponentially
@@ -45,7 +45,7 @@ def _scalar_stats(value):
     return TensorStats((), v, v, v, 0.0 if finite else math.nan, int(math.isnan(value)), int(math.isinf(value)))
 
 
-class TrainingProgress:
+class TrainingProgress(LiveView):
     """Show training progress: ``progress.update(step=None, loss=None, **metrics)``. ``total_steps`` adds a progress
     bar (step ``s`` done means ``s + 1`` of them). Also a watch handler: ``flow.watch(loss, progress)`` updates it
     every call with the loss's statistics computed on the device (its mean as the loss, its min…max as the curve's
@@ -68,7 +68,6 @@ class TrainingProgress:
         self._dirty = False
         self._last_line, self._last_print = "", -math.inf
         self._refresher = Refresher(self.refresh, 1.0 / self.refresh_hz, "flowlab-training-progress")
-        self.widget = None
         if self.mode == "notebook":
             from .live import LiveDocument
             self._text_source, self._done_source = status_sources()
@@ -170,30 +169,15 @@ class TrainingProgress:
                 self.widget.splice(self._loss_source, at, trend_columns(values))
             self.widget.push()
 
-    def _ipython_display_(self):
-        if self.widget is not None:
-            self.widget._ipython_display_()
-        else:
-            print(repr(self))
-
     def __repr__(self):
         with self._data_lock:
             return f"TrainingProgress({self._status()})"
 
     def close(self):
         """Show the final state and stop refreshing; in a terminal, end the status line."""
-        self._refresher.stop()
-        self.refresh()
-        if self.widget is not None:
-            self.widget.settle()
+        super().close()
         if self.mode == "terminal" and self._last_line:
             out = self._file or sys.stderr
             out.write("\n")
             out.flush()
             self._last_line = ""     # a second close() adds no empty line
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
