@@ -678,3 +678,39 @@ def test_an_error_in_a_summary_handler_reaches_the_user_at_the_call():
     with pytest.raises(WatchCallbackError, match=r"flow.watch handler \S*Broken for the value of Input_\d+/out_0 "
                                                  r"\(call 0 of job job\) raised RuntimeError: the panel broke"):
         job(np.ones(3, np.float32))
+
+
+# ------------------------------------------------------------------------------------------------------------ on GPU
+
+@pytest.mark.gpu
+def test_device_statistics_and_histograms_match_the_host_ones():
+    import cupy
+    x = (RNG.normal(size=(64, 50)) * 3).astype(np.float32)
+    x.flat[[1, 7, 9]] = [np.nan, np.inf, -np.inf]
+    for array in (x, np.full(20, 2.5, np.float32), np.array([np.nan], np.float32)):
+        np.testing.assert_allclose(cupy.asnumpy(stats_vector(cupy, cupy.asarray(array))), stats_vector(np, array),
+                                   rtol=1e-5, equal_nan=True)
+        np.testing.assert_allclose(cupy.asnumpy(histogram_vector(cupy, cupy.asarray(array), 12)),
+                                   histogram_vector(np, array, 12), rtol=1e-6, equal_nan=True)
+
+
+@pytest.mark.gpu
+def test_a_panel_fed_by_a_gpu_job_gets_summaries_through_the_dispatcher(sent):
+    from flowlab.runtime import backend
+    backend.use("gpu")
+    try:
+        panel, values = WatchPanel(mode="notebook", bins=10), {"value": [], "gradient": []}
+        job = watched_job(panel, values)
+        for _ in range(3):
+            job(*batch())
+        flow.sync_default_session()
+        panel.refresh()
+        row = panel._rows[("out_bias_add/out_0", "value")]
+        page = Page(panel.widget, sent).update()
+        np.testing.assert_allclose(page.model(row.trend_source).data["max"], [v.max() for v in values["value"]],
+                                   rtol=1e-5)
+        np.testing.assert_array_equal(page.model(row.hist_source).data["top"],
+                                      histogram_data(values["value"][row.hist_step], 10)["top"])
+        panel.close()
+    finally:
+        backend.use("cpu")
