@@ -53,18 +53,14 @@ class Dispatcher:
                 while not self._queue:
                     self._cond.wait()
                 calls = self._queue.popleft()
-            self.run_now(calls)
+            for call, describe in calls:
+                try:
+                    call()
+                except BaseException as e:  # a handler's failure must reach the user, never kill the dispatcher
+                    self.report(describe(), e)
             with self._cond:
                 self._done += 1
                 self._cond.notify_all()
-
-    def run_now(self, calls):
-        """Run ``[(call, describe), ...]`` in this thread; an error is kept and raised as the dispatcher's are."""
-        for call, describe in calls:
-            try:
-                call()
-            except BaseException as e:  # a handler's failure must reach the user, never kill the dispatcher
-                self.report(describe(), e)
 
     def report(self, what, exception):
         """Keep ``exception``, raised by the callback ``what``, to raise at the next job call or sync."""

@@ -101,7 +101,7 @@ class LiveDocument(anywidget.AnyWidget):
         self._name = name
         self._lock = threading.RLock()
         self._seq = 0
-        self._values = {}         # model -> {attr: value}, "data" a dict of float64 columns: the current state
+        self._values = {}         # model -> {attr: value} ("data": columns, float64 or text): the current state
         self._props = {}          # model -> {attr: value} not yet pushed
         self._splices = {}        # source -> first row not yet pushed
         self._touched = {}        # model -> attrs updated since the last snapshot (what keyframes repeat)
