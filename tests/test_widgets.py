@@ -411,6 +411,7 @@ def batch():
 
 def test_panel_shows_latest_histogram_every_steps_statistics_and_a_stats_only_row(sent):
     panel = WatchPanel(mode="notebook", bins=10, log_counts=False)
+    panel._refresher.stop()                               # only the refresh() calls below flush (and ask anew)
     values = {"value": [], "gradient": []}
     job = watched_job(panel, values)
     job(*batch())                                         # step 0 ships histograms (wanted from the start)

@@ -15,9 +15,6 @@ import numpy as np
 
 from . import Op, apply, as_tensor, spec
 
-STATS = ("min", "max", "mean", "std", "nan", "inf")
-
-
 def _floating(xp, x):
     """``x`` flattened, in a float type wide enough to sum without overflow (float16 and integers widen)."""
     x = x.ravel()

@@ -79,32 +79,24 @@ class Trend:
 
     def add(self, step, stats):
         """Record one step's ``TensorStats`` (or anything with ``mean, std, min, max, nan_count, inf_count``)."""
-        finite = not math.isnan(stats.mean)
-        if self._first and self._steps[-1] < self.stride:
-            i = len(self._first) - 1          # the last bucket still has room
-            self._last[i] = step
-            self._steps[i] += 1
-            if finite:
-                self._finite[i] += 1
-                self._sum[i] += stats.mean
-                self._sum2[i] += stats.mean * stats.mean + stats.std * stats.std
-                self._lo[i] = min(self._lo[i], stats.min)
-                self._hi[i] = max(self._hi[i], stats.max)
-            self._bad[i] += stats.nan_count + stats.inf_count
-            self._changed = min(self._changed, i)
-            return
-        if len(self._first) == self.max_points:
-            self._merge_pairs()
-        self._changed = min(self._changed, len(self._first))
-        self._first.append(step)
-        self._last.append(step)
-        self._steps.append(1)
-        self._finite.append(int(finite))
-        self._sum.append(stats.mean if finite else 0.0)
-        self._sum2.append(stats.mean * stats.mean + stats.std * stats.std if finite else 0.0)
-        self._lo.append(stats.min if finite else math.inf)
-        self._hi.append(stats.max if finite else -math.inf)
-        self._bad.append(stats.nan_count + stats.inf_count)
+        if not self._first or self._steps[-1] >= self.stride:    # the last bucket is full: open a new one
+            if len(self._first) == self.max_points:
+                self._merge_pairs()
+            for values, empty in ((self._first, step), (self._last, step), (self._steps, 0), (self._finite, 0),
+                                  (self._sum, 0.0), (self._sum2, 0.0), (self._lo, math.inf), (self._hi, -math.inf),
+                                  (self._bad, 0)):
+                values.append(empty)
+        i = len(self._first) - 1
+        self._last[i] = step
+        self._steps[i] += 1
+        if not math.isnan(stats.mean):
+            self._finite[i] += 1
+            self._sum[i] += stats.mean
+            self._sum2[i] += stats.mean * stats.mean + stats.std * stats.std
+            self._lo[i] = min(self._lo[i], stats.min)
+            self._hi[i] = max(self._hi[i], stats.max)
+        self._bad[i] += stats.nan_count + stats.inf_count
+        self._changed = min(self._changed, i)
 
     def _merge_pairs(self):
         """Halve the buckets: each even bucket absorbs the next one."""

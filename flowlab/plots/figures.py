@@ -160,10 +160,14 @@ def stats_view(source):
     return fig
 
 
+def bar_columns(fraction):
+    """The columns of a progress bar's quad from 0 to ``fraction`` (of 1) in ``status_view``."""
+    return {"left": [0.0], "right": [fraction], "bottom": [0.12], "top": [0.36]}
+
+
 def status_sources():
     """``(text, done)`` sources of ``status_view``: one line of text, and the done part of a progress bar."""
-    return (ColumnDataSource({"text": [""]}),
-            ColumnDataSource({"left": [0.0], "right": [0.0], "bottom": [0.12], "top": [0.36]}))
+    return ColumnDataSource({"text": [""]}), ColumnDataSource(bar_columns(0.0))
 
 
 def status_view(text, done, bar=True):
@@ -173,7 +177,7 @@ def status_view(text, done, bar=True):
     fig.text(x=0.0, y=0.74 if bar else 0.5, text="text", text_font=TEXT_FONT, text_font_size=TEXT_SIZE,
              text_color=TEXT_COLOR, text_baseline="middle", source=text)
     if bar:
-        track = ColumnDataSource({"left": [0.0], "right": [1.0], "bottom": [0.12], "top": [0.36]})
+        track = ColumnDataSource(bar_columns(1.0))
         fig.quad(left="left", right="right", bottom="bottom", top="top", source=track, fill_color="#e8e8e8",
                  line_color=None)
         fig.quad(left="left", right="right", bottom="bottom", top="top", source=done, fill_color=VALUE,

@@ -43,6 +43,7 @@ class _Row:
         self.hist = self.hist_step = None   # the latest TensorHistogram (or array) not yet shown, and its step
         self.dirty = False
         self.layout = self.stats_source = self.hist_source = self.trend_source = self.toggle = None
+        self.hist_figures = ()      # (linear, log) count axes
         self.log_decided = False
 
     @property
@@ -167,7 +168,7 @@ class WatchPanel(LiveView):
                 live.splice(row.hist_source, 0, columns)
                 # histograms come one per refresh: say which step this one is (the table shows the latest step)
                 label = f"{row.kind} at step {hist_step}" + ("" if len(columns["top"]) else ": no finite value")
-                for figure in row.layout.children[1].children[0].children:
+                for figure in row.hist_figures:
                     live.set(figure.xaxis[0], axis_label=label)
                 if not row.log_decided:
                     self._set_log(row, bool(is_spiky(columns["top"])))
@@ -191,6 +192,7 @@ class WatchPanel(LiveView):
             row.hist_source = histogram_source()
             log = self.log_counts if self.log_counts != "auto" else columns is not None and is_spiky(columns["top"])
             view, row.toggle = histogram_view(row.hist_source, log=bool(log))
+            row.hist_figures = tuple(view.children)
             row.log_decided = self.log_counts != "auto" or columns is not None
             head.append(row.toggle)
             parts.append(view)
@@ -199,7 +201,7 @@ class WatchPanel(LiveView):
                             bokeh_row(*parts, sizing_mode="stretch_width"), sizing_mode="stretch_width")
 
     def _set_log(self, row, log):
-        linear, logarithmic = row.layout.children[1].children[0].children
+        linear, logarithmic = row.hist_figures
         self.widget.set(row.toggle, active=log)
         self.widget.set(linear, visible=not log)
         self.widget.set(logarithmic, visible=log)

@@ -21,7 +21,7 @@ import numpy as np
 from bokeh.layouts import column
 
 from ..ops.stats import stats_vector
-from ..plots import Trend, status_sources, status_view, trend_columns, trend_figure, trend_source
+from ..plots import Trend, bar_columns, status_sources, status_view, trend_columns, trend_figure, trend_source
 from ..runtime import session
 from ..watching import TensorStats
 from ._live import DEFAULT_HZ, LiveView, Refresher, check_hz, resolve_mode
@@ -130,8 +130,7 @@ class TrainingProgress(LiveView):
     def _status(self):
         if self._step is None:
             return "waiting for the first step…"
-        parts = [f"step {self._step}" + (f" · {self._step + 1}/{self.total_steps} "
-                                         f"({100 * min(self._step + 1, self.total_steps) / self.total_steps:.0f}%)"
+        parts = [f"step {self._step}" + (f" · {self._step + 1}/{self.total_steps} ({100 * self._done():.0f}%)"
                                          if self.total_steps else "")]
         if self._loss is not None:
             parts.append(f"loss {self._loss:.4g}")
@@ -163,7 +162,7 @@ class TrainingProgress(LiveView):
                 self._last_line, self._last_print = line, time.monotonic()
                 return
             self.widget.splice(self._text_source, 0, {"text": [line]})
-            self.widget.splice(self._done_source, 0, {"left": [0.0], "right": [done], "bottom": [0.12], "top": [0.36]})
+            self.widget.splice(self._done_source, 0, bar_columns(done))
             if losses is not None:
                 at, values = losses
                 self.widget.splice(self._loss_source, at, trend_columns(values))
