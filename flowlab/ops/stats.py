@@ -23,6 +23,27 @@ def _floating(xp, x):
     return x
 
 
+_HOST_FLOATS = "fd"        # float32, float64: the host fast path's types (``dtype.char``)
+_ONES_UP_TO = 1 << 16       # sums of up to this many elements run as a dot product with ones (see below)
+_ones = {}                  # (size, dtype char) -> read-only ones, one per watched size
+
+
+def _host_sum(x):
+    """``x``'s sum in its own type. For the small tensors where per-call cost is everything, a dot product with a
+    cached vector of ones (BLAS, ~2 µs for 12,800 float32) is ~2.5x faster than ``np.add.reduce``'s pairwise sum
+    of the same accuracy class; larger tensors use the reduction and no cache."""
+    n = x.size
+    if n > _ONES_UP_TO:
+        return np.add.reduce(x)
+    key = (n, x.dtype.char)
+    ones = _ones.get(key)
+    if ones is None:
+        if len(_ones) > 256:
+            _ones.clear()
+        ones = _ones[key] = np.ones(n, x.dtype)
+    return np.dot(x, ones)
+
+
 def _host_finite_stats(x):
     """The all-finite fast path on NumPy (a flat float array), or None when ``x`` holds NaN/Inf.
 
@@ -34,12 +55,14 @@ def _host_finite_stats(x):
     lo, hi = float(np.minimum.reduce(x)), float(np.maximum.reduce(x))
     if lo - lo != 0 or hi - hi != 0:
         return None             # a NaN or an Inf: the masked path counts them
-    biggest = max(-lo, hi)
+    biggest = -lo if -lo > hi else hi
     limit = 1e37 if x.dtype.itemsize == 4 else 1e306
-    total = float(np.add.reduce(x) if biggest * n < limit else np.add.reduce(x, dtype=np.float64))
-    square = float(np.dot(x, x) if biggest * biggest * n < limit else np.dot(x.astype(np.float64), x))
-    mean = total / n
-    var = square / n - mean * mean
+    if biggest * biggest * n < limit:
+        mean, square = float(_host_sum(x)) / n, float(np.dot(x, x)) / n
+    else:
+        x64 = x.astype(np.float64)
+        mean, square = float(np.add.reduce(x64)) / n, float(np.dot(x64, x64)) / n
+    var = square - mean * mean
     if var < 1e-2 * mean * mean:           # the spread is small next to the mean: E[x²] - mean² would lose it
         centred = x.astype(np.float64) - mean
         var = float(np.dot(centred, centred)) / n
@@ -48,7 +71,7 @@ def _host_finite_stats(x):
 
 def stats_vector(xp, x):
     """``[min, max, mean, std, nan_count, inf_count]`` of array ``x`` as a float64 vector of 6 (see module doc)."""
-    if xp is np and x.size and (x.dtype == np.float32 or x.dtype == np.float64):   # the common case, first
+    if xp is np and x.dtype.char in _HOST_FLOATS and x.size:   # the common case, first
         fast = _host_finite_stats(x.reshape(-1))
         if fast is not None:
             return fast
