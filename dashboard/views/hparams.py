@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import html
 import math
-import re
 
 from bokeh.layouts import column, row
 from bokeh.models import (BasicTicker, ColumnDataSource, DataTable, Div, FixedTicker, HoverTool, LabelSet, Select,
@@ -25,6 +24,7 @@ from bokeh.plotting import figure
 
 from flowlab.summary.reader import hparams_sessions
 
+from ..filters import MAX_PATTERN_CHARS, FilterError, compile_filter
 from .base import View
 
 MISSING_COLOR = "#bbbbbb"
@@ -98,10 +98,12 @@ def matches(pattern: str, run: str, hparams: dict) -> bool:
     ``name=value`` of its hparams, case-insensitively."""
     if not pattern:
         return True
-    try:
-        regex = re.compile(pattern, re.IGNORECASE)
-    except re.error:
-        regex = re.compile(re.escape(pattern), re.IGNORECASE)
+    try:                                    # RE2 (linear time): a typed pattern cannot stall the IO loop
+        regex = compile_filter(pattern, ignore_case=True)
+    except FilterError:
+        if len(pattern) > MAX_PATTERN_CHARS:
+            return False                    # over the cap even as plain text: nothing can match it
+        regex = compile_filter(pattern, ignore_case=True, literal=True)
     return any(regex.search(text) for text in [run] + [f"{k}={v}" for k, v in hparams.items()])
 
 

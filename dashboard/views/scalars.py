@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import html
 import math
-import re
 import weakref
 
 import numpy as np
@@ -28,6 +27,7 @@ from bokeh.models import (Button, ColumnDataSource, CustomJS, DataRange1d, Div, 
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
+from ..filters import FilterError, compile_filter
 from .base import View
 
 LIMIT = 2000                       # points per line on display
@@ -272,7 +272,7 @@ class ScalarsView(View):
         self.key = Div(text="", name="run-key", styles={"font-size": "12px"})
         # a wrapping row of cards; a blank Div until the first one (Bokeh warns about empty layouts)
         self.grid = row(children=[Div()], sizing_mode="stretch_width", styles={"flex-wrap": "wrap"}, spacing=12)
-        self._runs_re = self._tags_re = re.compile("")
+        self._runs_re = self._tags_re = compile_filter("")
         self._filter_error = ""
         self.run_filter.on_change("value", lambda attr, old, new: self._filter())
         self.tag_filter.on_change("value", lambda attr, old, new: self._filter())
@@ -355,9 +355,9 @@ class ScalarsView(View):
         patterns = []
         for name, widget in (("runs", self.run_filter), ("tags", self.tag_filter)):
             try:
-                patterns.append(re.compile(widget.value or ""))
-            except re.error as e:
-                errors.append(f"Invalid {name} regex {widget.value!r}: {e}")
+                patterns.append(compile_filter(widget.value or ""))
+            except FilterError as e:            # RE2: linear-time matching, a typed pattern cannot stall the loop
+                errors.append(f"Invalid {name} regex {widget.value!r}: {e.reason}")
                 patterns.append(None)
         self._runs_re = patterns[0] or self._runs_re
         self._tags_re = patterns[1] or self._tags_re
