@@ -1,13 +1,24 @@
 """The dashboard's one shared store: every event file is tailed once, here, and every browser session reads from it.
 
-A background thread polls ``LogdirTailer`` every ``reload_interval`` seconds and appends what arrived to
-``Series`` — one per ``(run, tag, kind)``. A series only grows, except when a restart purge drops its tail or when it
-outgrows ``max_points`` and is thinned (every other point of its older half dropped, newest points kept at full
-resolution); either bumps its ``epoch``. A session remembers ``(epoch, length)`` per series it shows, so
-``Store.read`` hands it only the new items — or everything, flagged ``reset``, after an epoch change. That is what
-lets views use ``ColumnDataSource.stream`` for deltas and never resend a whole series per poll.
+A background thread polls ``LogdirTailer`` every ``reload_interval`` seconds and appends what arrived to ``Series``,
+one per ``(run, tag, kind)``. What a series keeps, so that memory stays bounded without losing what matters:
 
-Thread safety: the poll thread changes series under ``lock``; readers take the same lock only to copy slices.
+- **scalars**: every point, as NumPy columns (``steps`` int64, ``wall_times`` and ``values`` float64) that grow by
+  doubling and are handed to sessions as zero-copy slices. Past ``max_points`` a series is downsampled once to half
+  of it by ``flowlab.plots.data.downsample`` over its whole step range (each bucket's first, last, min and max point
+  and its first NaN/+Inf/-Inf), so coverage stays even and no spike or NaN is ever dropped.
+- **other kinds** (histograms, images, text, tensors, ...): a bounded sample, ``samples[kind]`` per series (as
+  TensorBoard's ``--samples_per_plugin``): every ``stride``-th item, the stride doubling when the sample overflows
+  (an even spread over the whole run), plus the newest item of every poll, so the latest value is always there
+  (those extras have a budget of ``samples[kind]`` more before they are dropped).
+
+A series only grows, except when a restart purge drops its tail or a downsampling/thinning replaces it; either bumps
+its ``epoch``. A session remembers ``(epoch, length)`` per series it shows, so ``Store.read`` hands it only the new
+items, or everything, flagged ``reset``, after an epoch change: views stream deltas and never resend a whole series
+per poll.
+
+Thread safety: the poll thread changes series under ``lock``; readers take it only to slice (scalar columns are
+never written in place below their length, so a slice taken stays valid after the lock is released).
 """
 from __future__ import annotations
 
@@ -18,91 +29,219 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from flowlab.plots.data import downsample
 from flowlab.summary.tailer import LogdirTailer
 
 # Kinds the store keeps (graph/hparams/text/images are few per run; scalars and histograms are the bulk).
-KEPT = ("scalar", "histogram", "image", "text", "tensor", "hparams", "graph")
+KEPT = ("scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "graph")
+
+# Items kept per series and kind (TensorBoard keeps 10 images, 10 audio clips, 500 histograms, 10 tensors per series;
+# text is a tensor plugin that asks for 100). Graphs and hparams: a few per run, all kept.
+DEFAULT_SAMPLES = {"histogram": 500, "image": 10, "audio": 10, "text": 100, "tensor": 10, "graph": 10, "hparams": 100}
+MAX_POINTS = 4_000_000          # exact scalar points per series before it is downsampled (96 MB at 24 B a point)
+
+
+def parse_samples(text):
+    """``"images=20,histograms=100"`` (TensorBoard's ``--samples_per_plugin`` form) -> ``{"image": 20, ...}``; plugin
+    names or kinds, singular or plural. Raises ValueError naming what is wrong."""
+    aliases = {k: k for k in DEFAULT_SAMPLES} | {k + "s": k for k in DEFAULT_SAMPLES} | {
+        "images": "image", "distributions": "histogram", "graphs": "graph", "tensors": "tensor"}
+    out = {}
+    for part in filter(None, (p.strip() for p in str(text).split(","))):
+        name, sep, count = part.partition("=")
+        kind = aliases.get(name.strip().lower())
+        if not sep or kind is None:
+            raise ValueError(f"--samples-per-plugin: expected KIND=N with KIND one of "
+                             f"{', '.join(sorted(DEFAULT_SAMPLES))}, got {part!r}")
+        try:
+            n = int(count)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"--samples-per-plugin: {name.strip()} needs a whole number of at least 1, got {count!r}")
+        out[kind] = n
+    return out
+
+
+class _Columns:
+    """Append-only float/int columns with amortised doubling; ``view(a, b)`` slices without copying."""
+
+    __slots__ = ("steps", "walls", "values", "n")
+
+    def __init__(self, capacity=16):
+        self.steps = np.empty(capacity, np.int64)
+        self.walls = np.empty(capacity, np.float64)
+        self.values = np.empty(capacity, np.float64)
+        self.n = 0
+
+    def extend(self, steps, walls, values):
+        k = len(steps)
+        if self.n + k > len(self.steps):
+            size = max(2 * len(self.steps), self.n + k)
+            for name in ("steps", "walls", "values"):
+                old = getattr(self, name)
+                new = np.empty(size, old.dtype)
+                new[:self.n] = old[:self.n]
+                setattr(self, name, new)
+        self.steps[self.n:self.n + k] = steps
+        self.walls[self.n:self.n + k] = walls
+        self.values[self.n:self.n + k] = values
+        self.n += k
+
+    def keep(self, index):
+        """Replace the columns by the rows ``index`` (new arrays: slices handed out earlier stay as they were)."""
+        steps, walls, values = self.steps[:self.n][index], self.walls[:self.n][index], self.values[:self.n][index]
+        self.steps, self.walls, self.values, self.n = steps, walls, values, len(index)
 
 
 class Series:
-    """One ``(run, tag, kind)`` stream of ``(step, wall_time, value)`` items."""
+    """One ``(run, tag, kind)`` stream of ``(step, wall_time, value)`` items (see the module doc for what is kept).
 
-    __slots__ = ("run", "tag", "kind", "plugin", "steps", "wall_times", "values", "epoch")
+    ``steps``, ``wall_times``, ``values``: NumPy arrays for scalars, lists otherwise (snapshots; sessions follow a
+    series with ``Store.read``)."""
 
-    def __init__(self, run, tag, kind, plugin=""):
+    __slots__ = ("run", "tag", "kind", "plugin", "epoch", "limit", "_columns", "_items", "_stride", "_offered",
+                 "_pending")
+
+    def __init__(self, run, tag, kind, plugin="", limit=MAX_POINTS):
         self.run, self.tag, self.kind, self.plugin = run, tag, kind, plugin
-        self.steps: list[int] = []
-        self.wall_times: list[float] = []
-        self.values: list[Any] = []
         self.epoch = 0
+        self.limit = limit                  # scalars: points before downsampling; other kinds: items kept
+        self._columns = _Columns() if kind == "scalar" else None
+        self._items: list[tuple] = []       # other kinds: (offered index, step, wall_time, value)
+        self._stride, self._offered = 1, 0
+        self._pending = None                # the newest item of this poll when it fell between strides
 
     @property
     def key(self):
         return self.run, self.tag, self.kind
 
     def __len__(self):
-        return len(self.steps)
+        return self._columns.n if self._columns is not None else len(self._items)
 
-    def append(self, step, wall_time, value):
-        self.steps.append(int(step))
-        self.wall_times.append(float(wall_time))
-        self.values.append(value)
+    def slice(self, start=0):
+        """``(steps, wall_times, values)`` from item ``start`` on."""
+        if self._columns is not None:
+            c = self._columns
+            return c.steps[start:c.n], c.walls[start:c.n], c.values[start:c.n]
+        items = self._items[start:]
+        return [i[1] for i in items], [i[2] for i in items], [i[3] for i in items]
 
+    @property
+    def steps(self):
+        return self.slice()[0]
+
+    @property
+    def wall_times(self):
+        return self.slice()[1]
+
+    @property
+    def values(self):
+        return self.slice()[2]
+
+    # -- growing (poll thread, under the store's lock) -------------------------------------------------------------
     def extend(self, steps, wall_times, values):
-        self.steps.extend(steps)
-        self.wall_times.extend(wall_times)
-        self.values.extend(values)
+        """Scalars: append columns; past ``limit`` points, downsample the whole series to half of it."""
+        c = self._columns
+        c.extend(steps, wall_times, values)
+        if c.n > self.limit:
+            c.keep(downsample(c.steps[:c.n], c.values[:c.n], self.limit // 2))
+            self.epoch += 1
+
+    def add(self, step, wall_time, value):
+        """One item; scalars become one-row columns, other kinds are sampled (see the module doc)."""
+        if self._columns is not None:
+            self.extend([step], [wall_time], [value])
+            return
+        index = self._offered
+        self._offered += 1
+        item = (index, int(step), float(wall_time), value)
+        if index % self._stride:
+            self._pending = item
+            return
+        self._pending = None
+        self._items.append(item)
+        self._thin()
+
+    def end_poll(self):
+        """Keep this poll's newest item even when it fell between strides: the latest value is always shown."""
+        if self._pending is not None:
+            self._items.append(self._pending)
+            self._pending = None
+            self._thin()
+
+    def _thin(self):
+        """Past ``limit`` items on the stride, double it; past ``2 * limit`` in all, drop the earlier polls' newest
+        items kept off the stride (the last item always stays). Either is a reset for sessions, so extras get a
+        budget of their own rather than forcing one every few polls."""
+        on_stride = sum(1 for item in self._items if item[0] % self._stride == 0)
+        if on_stride <= self.limit and len(self._items) <= 2 * self.limit:
+            return
+        while on_stride > self.limit:
+            self._stride *= 2
+            on_stride = sum(1 for item in self._items if item[0] % self._stride == 0)
+        newest = self._items[-1]
+        self._items = [item for item in self._items if item[0] % self._stride == 0 or item is newest]
+        self.epoch += 1
 
     def purge_from(self, step):
         """Drop items with step >= ``step`` (a restarted run re-logs them)."""
-        keep = [i for i, s in enumerate(self.steps) if s < step]
-        if len(keep) == len(self.steps):
-            return False
-        self.steps = [self.steps[i] for i in keep]
-        self.wall_times = [self.wall_times[i] for i in keep]
-        self.values = [self.values[i] for i in keep]
-        self.epoch += 1
-        return True
-
-    def thin(self, max_points):
-        """Halve the older half when over ``max_points``: memory stays bounded, recent points stay exact."""
-        if len(self.steps) <= max_points:
-            return False
-        half = len(self.steps) // 2
-        keep = list(range(0, half, 2)) + list(range(half, len(self.steps)))
-        self.steps = [self.steps[i] for i in keep]
-        self.wall_times = [self.wall_times[i] for i in keep]
-        self.values = [self.values[i] for i in keep]
+        if self._columns is not None:
+            c = self._columns
+            keep = np.flatnonzero(c.steps[:c.n] < step)
+            if len(keep) == c.n:
+                return False
+            c.keep(keep)
+        else:
+            kept = [item for item in self._items if item[1] < step]
+            if len(kept) == len(self._items):
+                return False
+            self._items = kept
+        self._pending = None
         self.epoch += 1
         return True
 
 
 class Delta(NamedTuple):
-    """What a session has not seen of one series: ``reset`` means replace, else append."""
+    """What a session has not seen of one series: ``reset`` means replace, else append. Scalars come as NumPy
+    arrays (read-only views of the store's columns), other kinds as lists."""
     series: Series
     epoch: int
     reset: bool
-    steps: list
-    wall_times: list
-    values: list
+    steps: Any
+    wall_times: Any
+    values: Any
 
 
 class Store:
-    def __init__(self, logdir, reload_interval=1.0, max_points=50_000):
-        if reload_interval <= 0:
+    """The shared store over ``logdir`` (a path or an fsspec URL). ``samples``: items kept per series of each kind
+    (``DEFAULT_SAMPLES`` for the others); ``max_points``: exact scalar points per series."""
+
+    def __init__(self, logdir, reload_interval=1.0, max_points=MAX_POINTS, samples=None):
+        if not reload_interval > 0:
             raise ValueError(f"reload_interval must be a positive number of seconds, got {reload_interval!r}")
-        if max_points < 100:
-            raise ValueError(f"max_points must be at least 100, got {max_points!r}")
-        self.logdir = os.path.abspath(os.fspath(logdir))
+        if not isinstance(max_points, int) or max_points < 100:
+            raise ValueError(f"max_points must be an int of at least 100, got {max_points!r}")
+        samples = dict(samples or {})
+        for kind, n in samples.items():
+            if kind not in DEFAULT_SAMPLES or not isinstance(n, int) or n < 1:
+                raise ValueError(f"samples: expected {{kind: n >= 1}} with kind one of {sorted(DEFAULT_SAMPLES)}, "
+                                 f"got {kind!r}: {n!r}")
+        self.samples = DEFAULT_SAMPLES | samples
         self.reload_interval = float(reload_interval)
-        self.max_points = int(max_points)
+        self.max_points = max_points
         self.lock = threading.Lock()
         self.version = 0                       # bumps on every change: sessions skip work when it has not moved
         self._series: dict[tuple, Series] = {}
-        self._tailer = LogdirTailer(self.logdir)
+        self._sorted: dict[str | None, list[Series]] = {}    # kind -> series sorted by (run, tag), rebuilt on change
+        self._runs: list[str] = []
+        logdir = os.fspath(logdir)
+        self._tailer = LogdirTailer(logdir if "://" in logdir else os.path.abspath(logdir))
+        self.logdir = self._tailer.logdir
         self._last_update = None
         self._last_error = None
         self._tail_stats = self._tailer.stats()   # refreshed by the poll thread: readers never touch the tailer
+        self._exists = False
         self._stop = threading.Event()
         self._thread = None
 
@@ -123,11 +262,18 @@ class Store:
         while not self._stop.wait(self.reload_interval):
             self.poll()
 
+    def _logdir_exists(self):
+        exists = getattr(self._tailer, "exists", None)
+        if exists is not None:
+            return bool(exists())
+        return os.path.isdir(self.logdir)
+
     def poll(self) -> int:
         """Read what the logdir gained; returns the number of items stored. Never raises for bad logs."""
         try:
             items = self._tailer.poll(kinds=KEPT, columnar=True)
             self._tail_stats = self._tailer.stats()
+            self._exists = self._logdir_exists()
             self._last_error = None
         except Exception as e:  # a store that dies stops the dashboard: report the failure and keep polling
             self._last_error = f"{type(e).__name__}: {e}"
@@ -136,6 +282,7 @@ class Store:
             self._last_update = self._last_update or time.time()
             return 0
         with self.lock:
+            touched, added = set(), False
             for d in items:
                 if d.kind == "purge":
                     self._purge(d)
@@ -143,16 +290,30 @@ class Store:
                 key = (d.run, d.tag, d.kind)
                 series = self._series.get(key)
                 if series is None:
-                    series = self._series[key] = Series(d.run, d.tag, d.kind, d.plugin)
+                    limit = self.max_points if d.kind == "scalar" else self.samples.get(d.kind, 10)
+                    series = self._series[key] = Series(d.run, d.tag, d.kind, d.plugin, limit)
+                    added = True
                 if isinstance(d.step, np.ndarray):     # scalars arrive as columns (columnar polling)
-                    series.extend(d.step.tolist(), d.wall_time.tolist(), d.value.tolist())
+                    series.extend(d.step, d.wall_time, d.value)
                 else:
-                    series.append(d.step, d.wall_time, d.value)
-                while series.thin(self.max_points):
-                    pass
+                    series.add(d.step, d.wall_time, d.value)
+                touched.add(series)
+            for series in touched:
+                if series.kind != "scalar":
+                    series.end_poll()
+            if added:
+                self._index()
             self.version += 1
             self._last_update = time.time()
         return len(items)
+
+    def _index(self):
+        ordered = sorted(self._series.values(), key=lambda s: (s.run, s.tag or ""))
+        by_kind: dict[str | None, list[Series]] = {None: ordered}
+        for s in ordered:
+            by_kind.setdefault(s.kind, []).append(s)
+        self._sorted = by_kind
+        self._runs = sorted({s.run for s in ordered})
 
     def _purge(self, d):
         tags = None if d.value is None else set(d.value)
@@ -162,29 +323,23 @@ class Store:
 
     # ------------------------------------------------------------------------------------------------- reading
     def series(self, kind=None) -> list[Series]:
-        """Series of one kind (all kinds for ``None``), sorted by run then tag."""
-        with self.lock:
-            found = [s for s in self._series.values() if kind is None or s.kind == kind]
-        return sorted(found, key=lambda s: (s.run, s.tag or ""))
+        """Series of one kind (all kinds for ``None``), sorted by run then tag (a shared list: do not change it)."""
+        return self._sorted.get(kind, [])
 
     def runs(self) -> list[str]:
-        with self.lock:
-            return sorted({s.run for s in self._series.values()})
+        return self._runs
 
     def read(self, series: Series, seen_epoch=None, seen_length=0) -> Delta:
         """Items of ``series`` a session has not seen, given what it saw (``None`` epoch: nothing yet)."""
         with self.lock:
             reset = seen_epoch != series.epoch
-            start = 0 if reset else seen_length
-            return Delta(series, series.epoch, reset, series.steps[start:], series.wall_times[start:],
-                         series.values[start:])
+            return Delta(series, series.epoch, reset, *series.slice(0 if reset else seen_length))
 
     def status(self) -> dict:
         stats = self._tail_stats
-        exists = os.path.isdir(self.logdir)
         return {
             "logdir": self.logdir,
-            "exists": exists,
+            "exists": self._exists,
             "runs": stats["runs"],
             "files": stats["files"],
             "records_read": stats["records_read"],

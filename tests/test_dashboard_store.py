@@ -1,5 +1,6 @@
 """The dashboard store: one tail of the logdir, append-only series, deltas per session, purges and thinning."""
 import numpy as np
+import pytest
 
 from flowlab.dashboard.store import Store
 from flowlab.dashboard.views.base import View
@@ -23,13 +24,13 @@ def test_sessions_get_only_what_they_have_not_seen(tmp_path):
     store.poll()
     probe = Probe(store)
     first = probe.update()
-    assert len(first) == 1 and first[0].reset and first[0].steps == list(range(10))
-    assert probe.update()[0].steps == []                      # nothing new
+    assert len(first) == 1 and first[0].reset and first[0].steps.tolist() == list(range(10))
+    assert len(probe.update()[0].steps) == 0                      # nothing new
     with SummaryWriter(tmp_path / "a") as w:                  # a second file in the same run
         w.add_scalar("loss", 10.0, 10)
     store.poll()
     later = probe.update()[0]
-    assert not later.reset and later.steps == [10] and later.values == [10.0]
+    assert not later.reset and later.steps.tolist() == [10] and later.values.tolist() == [10.0]
     assert store.runs() == ["a"]
 
 
@@ -62,19 +63,53 @@ def test_restart_purge_bumps_the_epoch_and_sessions_reset(tmp_path):
         f.write(scalar(3, 30.0))
     store.poll()
     d = probe.update()[0]
-    assert d.reset and d.steps == [0, 1, 2, 3] and d.values[-1] == 30.0
+    assert d.reset and d.steps.tolist() == [0, 1, 2, 3] and d.values[-1] == 30.0
 
 
-def test_thinning_keeps_memory_bounded_and_recent_points_exact(tmp_path):
+def test_a_long_series_is_downsampled_evenly_keeping_spikes_and_nans(tmp_path):
+    values = np.sin(np.arange(1000) / 50.0)
+    values[137], values[811] = 1000.0, np.nan             # a spike early, a NaN late
     with SummaryWriter(tmp_path) as w:
-        for i in range(1000):
-            w.add_scalar("x", float(i), i)
+        for i, v in enumerate(values):
+            w.add_scalar("x", float(v), i)
     store = Store(tmp_path, max_points=300)
     store.poll()
     (series,) = store.series("scalar")
-    assert len(series) <= 300 and series.steps[-1] == 999
-    tail = series.steps[-100:]
-    assert tail == list(range(900, 1000))
+    steps, kept = series.steps, series.values
+    assert len(series) <= 300
+    assert steps[0] == 0 and steps[-1] == 999             # the whole range stays covered...
+    assert np.diff(steps).max() <= 1000 / (150 // 4) + 1  # ...evenly: no stretch collapses to a point
+    assert 137 in steps and kept[steps.tolist().index(137)] == 1000.0
+    assert 811 in steps and np.isnan(kept[steps.tolist().index(811)])
+    assert np.nanmin(kept) == values[np.isfinite(values)].astype(np.float32).min()   # logged as float32
+
+
+def test_other_kinds_keep_a_bounded_even_sample_with_the_newest(tmp_path):
+    store = Store(tmp_path, samples={"histogram": 8})
+    probe_epochs = set()
+    for poll in range(50):                                # 50 polls of 7 histograms each
+        with SummaryWriter(tmp_path) as w:
+            for i in range(7):
+                step = poll * 7 + i
+                w.add_histogram("h", np.full(3, float(step)), step)
+        store.poll()
+        (series,) = store.series("histogram")
+        probe_epochs.add(series.epoch)
+        assert len(series) <= 16 and series.steps[-1] == step     # bounded (8 + 8 polls' newest), the newest there
+    steps = series.steps
+    assert steps[0] == 0 and np.diff(steps).max() <= 2 * 350 / 8 + 7   # spread over the whole run
+    assert len(probe_epochs) <= 12                       # thinning (a reset for sessions) is occasional
+
+
+def test_samples_per_plugin_parsing():
+    from flowlab.dashboard.store import parse_samples
+    assert parse_samples("images=3, histograms=20,distributions=30") == {"image": 3, "histogram": 30}
+    with pytest.raises(ValueError, match="images needs a whole number of at least 1, got '0'"):
+        parse_samples("images=0")
+    with pytest.raises(ValueError, match="expected KIND=N"):
+        parse_samples("movies=3")
+    with pytest.raises(ValueError, match="samples"):
+        Store("x", samples={"image": 0})
 
 
 def test_status_reports_missing_logdir_and_corrupt_records(tmp_path):
@@ -92,7 +127,7 @@ def test_status_reports_missing_logdir_and_corrupt_records(tmp_path):
     store.poll()
     status = store.status()
     assert status["exists"] and status["runs"] == 1 and status["records_skipped"] == 1
-    assert store.series("scalar")[0].steps == [0, 1]
+    assert store.series("scalar")[0].steps.tolist() == [0, 1]
 
 
 def test_histograms_images_text_are_kept(tmp_path):

@@ -137,6 +137,60 @@ class Trend:
         return at, self.columns(at)
 
 
+# ------------------------------------------------------------------------------------------------------ downsampling
+
+def downsample(x, values, budget):
+    """Indices (sorted, unique) of about ``budget`` points of a series that draw like all of them: the one
+    downsampler of the dashboard and the store.
+
+    The x range is cut into ``budget // 4`` equal-width buckets (pixel columns, not equal counts, so a dense stretch
+    cannot crowd out a sparse one); each keeps its first and last point, its smallest and largest finite value and
+    its first NaN, +Inf and -Inf, so no spike and no non-finite value is ever dropped (a bucket full of extremes
+    keeps up to 7 points). ``x`` need not be sorted. ``len(values) <= budget``: every index.
+    """
+    v = np.asarray(values, np.float64)
+    n = len(v)
+    if n <= budget:
+        return np.arange(n)
+    if budget < 4:
+        raise ValueError(f"downsample: budget must be at least 4, got {budget!r}")
+    x = np.asarray(x, np.float64)
+    order = None
+    if np.any(x[1:] < x[:-1]):
+        order = np.argsort(x, kind="stable")
+        x, v = x[order], v[order]
+    buckets = budget // 4
+    lo, hi = x[0], x[-1]
+    if hi > lo:
+        bucket = ((x - lo) * (buckets / (hi - lo))).astype(np.int64)
+        np.minimum(bucket, buckets - 1, out=bucket)
+    else:
+        bucket = np.zeros(n, np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
+    ends = np.concatenate([starts[1:], [n]]) - 1
+    sizes = ends - starts + 1
+    group = np.repeat(np.arange(len(starts)), sizes)
+    finite = np.isfinite(v)
+    low = np.where(finite, v, np.inf)
+    high = np.where(finite, v, -np.inf)
+    picks = [starts, ends]
+    for extreme, reduce in ((low, np.minimum), (high, np.maximum)):
+        hits = np.flatnonzero(finite & (extreme == reduce.reduceat(extreme, starts)[group]))
+        picks.append(_first_per_group(hits, group))
+    for special in (np.isnan(v), v == np.inf, v == -np.inf):
+        picks.append(_first_per_group(np.flatnonzero(special), group))
+    index = np.unique(np.concatenate(picks))
+    return np.sort(order[index]) if order is not None else index
+
+
+def _first_per_group(hits, group):
+    """The first of ``hits`` (sorted indices) in each group they touch."""
+    if not len(hits):
+        return hits
+    g = group[hits]
+    return hits[np.concatenate([[True], g[1:] != g[:-1]])]
+
+
 # ---------------------------------------------------------------------------------------- histogram shapes and boxes
 # Used by the dashboard's histogram, distribution and anomaly views; plain NumPy like the rest of this module.
 
