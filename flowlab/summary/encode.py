@@ -14,17 +14,20 @@ tensor     any dtype and shape (numbers as raw little-endian bytes)        chose
 =========  ==============================================================  ===========  ===============
 
 The functions are pure: they validate their input (``TypeError``/``ValueError`` naming what was expected and what
-came) and return a new value carrying its metadata. TensorBoard keeps only the first metadata of a tag, so writers
-send it once per tag and file (``EventFileWriter`` strips the rest); ``metadata=False`` leaves it out here.
+came) and return a new value carrying its metadata. TensorBoard keeps only the first metadata of a tag and ignores
+repeats; ``EventFileWriter`` keeps it on every value but thins it out for scalars (see ``writer``);
+``metadata=False`` leaves it out here.
 
 Histograms follow TensorBoard's default bucketing: 30 equal-width buckets over the finite min..max, every bucket at
-the one value when all values are equal. NaN and ±Inf cannot sit in a bucket and TensorBoard's proto has no field
+the one value when all values are equal; values up to ±1.8e308 work (the range is computed on halved values when
+``max - min`` overflows), and at most ``MAX_BUCKETS`` buckets are written. NaN and ±Inf cannot sit in a bucket and TensorBoard's proto has no field
 for them, so they are left out; ``nonfinite_counts`` counts them, and ``SummaryWriter.add_histogram`` records the
 counts as the scalars ``<tag>/nan_count`` and ``<tag>/inf_count`` once a tag has met one.
 """
 from __future__ import annotations
 
 import io
+import math
 import numbers
 import time
 
@@ -43,6 +46,7 @@ _NUMPY_DT = {np.dtype(k): DT[v] for k, v in {
 DATA_CLASS = {name: proto.enum_value("tensorboard.DataClass", "DATA_CLASS_" + name)
               for name in ("SCALAR", "TENSOR", "BLOB_SEQUENCE")}
 DEFAULT_BUCKETS = 30
+MAX_BUCKETS = 1 << 16           # 24 bytes each per record; far more than any chart can show
 HPARAMS_TAGS = {"experiment": "_hparams_/experiment", "session_start_info": "_hparams_/session_start_info",
                 "session_end_info": "_hparams_/session_end_info"}
 _STATUS = {name: proto.enum_value("tensorboard.hparams.Status", "STATUS_" + name)
@@ -65,12 +69,29 @@ _TEXT_METADATA = _metadata("text", "TENSOR")
 
 # ---------------------------------------------------------------------------------------------------------- checks
 
+def _shown(value, limit=60):
+    """``repr(value)`` cut to ``limit`` characters, for error messages about arbitrary input."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 20]}...{text[-12:]} ({len(text):,} characters)"
+
+
+def check_text(text, name):
+    """``text`` is a str that can be written as UTF-8 (no lone surrogates, which protobuf refuses)."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"{name} must be text that can be written as UTF-8, got {_shown(text)} with "
+                             f"{e.object[e.start:e.end]!r} at index {e.start} ({e.reason})") from None
+    return text
+
+
 def check_tag(tag, name="tag"):
     if not isinstance(tag, str):
-        raise TypeError(f"{name} must be a str, got {type(tag).__name__} {tag!r}")
+        raise TypeError(f"{name} must be a str, got {type(tag).__name__} {_shown(tag)}")
     if not tag:
         raise ValueError(f"{name} must be a non-empty str")
-    return tag
+    return check_text(tag, name)
 
 
 def as_array(values, name="values"):
@@ -92,7 +113,11 @@ def to_scalar(value, name="value") -> float:
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
     if isinstance(value, numbers.Real):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise ValueError(f"{name} must be a real number within float64's range (|x| < 1.8e308), got "
+                             f"{type(value).__name__} {_shown(value)}") from None
     if isinstance(value, (numbers.Complex, np.complexfloating)):
         raise TypeError(f"{name} must be a real number, got complex {value!r}")
     array = as_array(value, name)
@@ -106,14 +131,14 @@ def to_scalar(value, name="value") -> float:
 
 # ---------------------------------------------------------------------------------------------------------- tensors
 
-def tensor_proto(array):
+def tensor_proto(array, name="tensor"):
     """A ``TensorProto`` of ``array``: numbers as raw little-endian bytes, strings (str/bytes) as ``string_val``."""
-    array = as_array(array, "tensor")
+    array = as_array(array, name)
     out = proto.TensorProto()
     out.tensor_shape.dim.extend(proto.TensorShapeProto.Dim(size=n) for n in array.shape)
     if array.dtype.kind in "OUS":
         out.dtype = DT["DT_STRING"]
-        out.string_val.extend(s.encode("utf-8") if isinstance(s, str) else _as_bytes(s) for s in array.flat)
+        out.string_val.extend(_as_bytes(s, name) for s in array.flat)
         return out
     native = array.dtype.newbyteorder("=")
     if native not in _NUMPY_DT:
@@ -124,18 +149,20 @@ def tensor_proto(array):
     return out
 
 
-def _as_bytes(s):
+def _as_bytes(s, name):
+    if isinstance(s, str):
+        return check_text(s, f"{name} strings").encode("utf-8")
     if isinstance(s, bytes):
         return s
-    raise TypeError(f"string tensors hold str or bytes, got {type(s).__name__} {s!r}")
+    raise TypeError(f"{name}: string tensors hold str or bytes, got {type(s).__name__} {_shown(s)}")
 
 
 def tensor(tag, values, plugin_name="flowlab_tensor", content=b"", *, metadata=True):
     """Any array under a plugin of the caller's choice (TensorBoard shows only the plugins it knows)."""
     out = proto.Summary.Value(tag=check_tag(tag))
-    out.tensor.CopyFrom(tensor_proto(values))
+    out.tensor.CopyFrom(tensor_proto(values, "values"))
     if metadata:
-        out.metadata.CopyFrom(_metadata(plugin_name, "TENSOR", content))
+        out.metadata.CopyFrom(_metadata(check_tag(plugin_name, "plugin_name"), "TENSOR", content))
     return out
 
 
@@ -173,42 +200,88 @@ def _numeric(array, name):
     return array
 
 
-def histogram_buckets(values, bins=DEFAULT_BUCKETS) -> np.ndarray:
+def _bin_rule_width(rule, data, low, high):
+    """The bucket width NumPy's bin rule ``rule`` picks, found without building the edges (a rule like "fd" on
+    data with one far outlier asks for billions of buckets). NumPy keeps its rules in a private table; where it
+    has moved, None (the edges are then built and counted after)."""
+    for module in ("numpy.lib._histograms_impl", "numpy.lib.histograms"):
+        try:
+            selectors = __import__(module, fromlist=["_hist_bin_selectors"])._hist_bin_selectors
+        except (ImportError, AttributeError):
+            continue
+        if rule not in selectors:
+            return None
+        return float(selectors[rule](data, (low, high)))
+    return None
+
+
+def _scale_for(low, high):
+    """A power of two bringing ``[low, high]`` into [-1, 1] when ``high - low`` (or a square, for the bin rules)
+    would overflow float64, else 1.0. Scaling by a power of two is exact, so counts do not change."""
+    big = max(abs(low), abs(high))
+    return 2.0 ** -math.frexp(big)[1] if big > 2.0 ** 500 else 1.0
+
+
+def _check_bucket_count(k, bins):
+    if k > MAX_BUCKETS:
+        raise ValueError(f"bins={bins!r} asks for {k:,} buckets; at most {MAX_BUCKETS:,} are written (each is a "
+                         f"row of the event record, and no chart shows more)")
+
+
+def histogram_buckets(values, bins=DEFAULT_BUCKETS, name="values") -> np.ndarray:
     """``[k, 3]`` float64 rows (left, right, count) over the finite values.
 
-    ``bins``: a bucket count (TensorBoard's equal-width buckets; ``"tensorflow"`` means the default 30), or the
-    name of a NumPy bin rule such as ``"auto"`` or ``"fd"``.
+    ``bins``: a bucket count up to ``MAX_BUCKETS`` (TensorBoard's equal-width buckets; ``"tensorflow"`` means the
+    default 30), or the name of a NumPy bin rule such as ``"auto"`` or ``"fd"``.
     """
-    data = _numeric(as_array(values), "values").astype(np.float64, copy=False).ravel()
+    rule = isinstance(bins, str) and bins != "tensorflow"
+    if not rule:
+        k = DEFAULT_BUCKETS if bins == "tensorflow" else bins
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral) or k < 1:
+            raise ValueError(f"bins must be a positive int, 'tensorflow' or a NumPy bin rule; got {_shown(bins)}")
+        k = int(k)
+        _check_bucket_count(k, bins)            # before touching the data: a huge count fails at once
+    data = _numeric(as_array(values, name), name).astype(np.float64, copy=False).ravel()
     data = data[np.isfinite(data)]
-    if isinstance(bins, str) and bins != "tensorflow":
-        try:
-            edges = np.histogram_bin_edges(data, bins=bins)
-        except ValueError as e:
-            raise ValueError(f"bins={bins!r} is not a bin count, 'tensorflow' or a NumPy bin rule: {e}") from None
-        counts, edges = np.histogram(data, bins=edges)
-        return np.stack([edges[:-1], edges[1:], counts], axis=1).astype(np.float64)
-    k = DEFAULT_BUCKETS if bins == "tensorflow" else bins
-    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (numbers.Integral)) or k < 1:
-        raise ValueError(f"bins must be a positive int, 'tensorflow' or a NumPy bin rule; got {bins!r}")
-    k = int(k)
     if data.size == 0:
-        return np.zeros((k, 3))
+        return np.zeros((DEFAULT_BUCKETS if rule else k, 3))
     low, high = float(data.min()), float(data.max())
+    scale = _scale_for(low, high)
+    scaled = data * scale if scale != 1.0 else data
+    if rule:
+        try:
+            width = _bin_rule_width(bins, scaled, low * scale, high * scale)
+            if width is not None and width > 0 and low != high:
+                _check_bucket_count(math.ceil((high * scale - low * scale) / width), bins)
+            edges = np.histogram_bin_edges(scaled, bins=bins)
+        except ValueError as e:
+            if "buckets; at most" in str(e):
+                raise
+            raise ValueError(f"bins={bins!r} is not a bin count, 'tensorflow' or a NumPy bin rule: {e}") from None
+        _check_bucket_count(len(edges) - 1, bins)
+        counts, edges = np.histogram(scaled, bins=edges)
+        return np.stack([edges[:-1] / scale, edges[1:] / scale, counts], axis=1).astype(np.float64)
     if low == high:                                 # TensorBoard: every edge at the value, all counts in the last
         out = np.zeros((k, 3))
         out[:, :2] = high
         out[-1, 2] = data.size
         return out
-    counts, edges = np.histogram(data, bins=k, range=(low, high))
-    edges[-1] = high
+    try:
+        counts, edges = np.histogram(scaled, bins=k, range=(low * scale, high * scale))
+    except ValueError:
+        # NumPy refuses equal-width buckets narrower than the floats can tell apart (a range of a few ulps):
+        # the same edges, some of them equal, counted by search instead.
+        edges = np.maximum.accumulate(low * scale + (high * scale - low * scale) * np.linspace(0.0, 1.0, k + 1))
+        counts, edges = np.histogram(scaled, bins=edges)
+    edges = edges / scale
+    edges[0], edges[-1] = low, high
     return np.stack([edges[:-1], edges[1:], counts], axis=1).astype(np.float64)
 
 
-def histogram(tag, values, bins=DEFAULT_BUCKETS, *, metadata=True):
+def histogram(tag, values, bins=DEFAULT_BUCKETS, *, metadata=True, name="values"):
     """A histogram of the finite ``values`` (see ``histogram_buckets``)."""
     out = proto.Summary.Value(tag=check_tag(tag))
-    out.tensor.CopyFrom(tensor_proto(histogram_buckets(values, bins)))
+    out.tensor.CopyFrom(tensor_proto(histogram_buckets(values, bins, name)))
     if metadata:
         out.metadata.CopyFrom(_HISTOGRAM_METADATA)
     return out
@@ -240,9 +313,9 @@ def png(hwc: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def image(tag, img, *, metadata=True):
+def image(tag, img, *, metadata=True, name="img"):
     """One ``HWC`` image or a batch ``NHWC`` of them, as PNGs (one sample per image)."""
-    pixels = image_array(img)
+    pixels = image_array(img, name)
     batch = pixels if pixels.ndim == 4 else pixels[None]
     height, width = batch.shape[1:3]
     out = proto.Summary.Value(tag=check_tag(tag))
@@ -265,7 +338,7 @@ def text(tag, text_string, *, metadata=True):
                             + (f" of dtype {array.dtype}" if array.dtype.kind != "U" else " with no elements"))
         text_string = array
     out = proto.Summary.Value(tag=check_tag(tag))
-    out.tensor.CopyFrom(tensor_proto(np.asarray(text_string, dtype=object)))
+    out.tensor.CopyFrom(tensor_proto(np.asarray(text_string, dtype=object), "text_string"))
     if metadata:
         out.metadata.CopyFrom(_TEXT_METADATA)
     return out
@@ -280,8 +353,8 @@ def hparam_value(key, value):
     if isinstance(value, numbers.Real):
         return proto.Value(number_value=float(value)), float
     if isinstance(value, str):
-        return proto.Value(string_value=value), str
-    raise TypeError(f"hparam {key!r} must be a bool, int, float or str, got {type(value).__name__} {value!r}")
+        return proto.Value(string_value=check_text(value, f"hparam {key!r}")), str
+    raise TypeError(f"hparam {key!r} must be a bool, int, float or str, got {type(value).__name__} {_shown(value)}")
 
 
 def _hparams_value(field, message):

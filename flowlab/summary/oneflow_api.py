@@ -33,7 +33,7 @@ from ..errors import FlowlabError, ShapeError
 from ..ops import Op, apply, as_tensor
 from . import encode, graph_export, proto
 from .projector import write_atomic
-from .writer import EventFileWriter
+from .writer import EventFileWriter, check_step
 
 STRUCTURE_GRAPH_FILE = "structure_graph.json"
 
@@ -94,7 +94,7 @@ def _tag(array) -> str:
 
 
 def _step(array) -> int:
-    return int(_host(array).reshape(-1)[0])
+    return check_step(int(_host(array).reshape(-1)[0]), "step")     # a uint64 step may not fit Event.step
 
 
 # ------------------------------------------------------------------------------------------------------ ops
@@ -168,7 +168,7 @@ class WriteHistogram(_SummaryOp):
 
     @staticmethod
     def forward(xp, value, step, tag):
-        current_writer().add_summary([encode.histogram(_tag(tag), _host(value))], _step(step))
+        current_writer().add_summary([encode.histogram(_tag(tag), _host(value), name="value")], _step(step))
 
 
 class WriteImage(_SummaryOp):
@@ -184,7 +184,7 @@ class WriteImage(_SummaryOp):
 
     @staticmethod
     def forward(xp, value, step, tag):
-        current_writer().add_summary([encode.image(_tag(tag), _host(value))], _step(step))
+        current_writer().add_summary([encode.image(_tag(tag), _host(value), name="value")], _step(step))
 
 
 class WritePb(_SummaryOp):

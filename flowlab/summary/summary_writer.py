@@ -14,29 +14,44 @@ Where it differs from ``torch.utils.tensorboard``:
   default of 30 equal-width buckets. NaN/±Inf are left out of the buckets and counted in the scalars
   ``<tag>/nan_count`` and ``<tag>/inf_count`` from the first step where a tag has any.
 * ``add_images`` stores each image as its own sample rather than tiling them into one grid.
+* Names that become directories, ``add_scalars``' ``<main_tag>_<key>`` and ``add_hparams(run_name=...)``, must stay
+  inside ``logdir``: ``/`` nests runs as in torch, but absolute paths, empty, ``.`` or ``..`` parts, NUL or other
+  control characters, and symbolic links leading out are refused with ``ValueError`` (nothing is written). They
+  are refused rather than mapped to a safe name, because the run would then show under a name nobody chose
+  (torch writes such runs outside the logdir). Tags never become paths (``add_embedding`` quotes its tag into one
+  directory name).
+
+Errors: every argument is checked before anything is queued, so a bad call raises at once, naming the argument,
+and leaves the writer and what it accepted before untouched. Write errors (a full disk) are ``EventFileWriter``'s
+to keep and retry; ``flush()`` and ``close()`` raise them naming the file.
 """
 from __future__ import annotations
 
 import datetime
-import operator
 import os
 import socket
 import time
 
 from . import encode
-from .writer import EventFileWriter
+from .writer import EventFileWriter, check_step
 
 
 def _step(global_step):
-    if global_step is None:
-        return 0
-    try:
-        step = operator.index(global_step)
-    except TypeError:
-        raise TypeError(f"global_step must be an int, got {type(global_step).__name__} {global_step!r}") from None
-    if not -2**63 <= step < 2**63:                  # Event.step is an int64
-        raise ValueError(f"global_step must fit in 64 bits, got {step}")
-    return step
+    return 0 if global_step is None else check_step(global_step, "global_step")
+
+
+def _subrun_path(logdir, name, what):
+    """``logdir/name`` for a sub-run named by the caller, refusing any name that could lead outside ``logdir``."""
+    parts = name.replace("\\", "/").split("/")    # both separators, so a name means the same on every OS
+    if (os.path.isabs(name) or os.path.splitdrive(name)[0] or any(part in ("", ".", "..") for part in parts)
+            or any(ord(c) < 32 or c == "\x7f" for c in name)):
+        raise ValueError(f"{what} must name a run directory inside the logdir: relative, '/' only between names, "
+                         f"no '.' or '..' parts, no NUL or control characters; got {name!r}")
+    path = os.path.join(logdir, *parts)
+    root = os.path.realpath(logdir)
+    if os.path.commonpath([root, os.path.realpath(path)]) != root:
+        raise ValueError(f"{what} {name!r}: {path!r} leads outside the logdir {logdir!r} through a symbolic link")
+    return path
 
 
 def _walltime(walltime):
@@ -59,6 +74,11 @@ def _to_nhwc(img, dataformats, name, batch):
         if axis not in fmt:
             array, fmt = array[..., None], fmt + axis
     nhwc = array.transpose([fmt.index(axis) for axis in "NHWC"])
+    empty = [axis for axis, n in zip("NHW", nhwc.shape) if n == 0 and axis in dataformats.upper()]
+    if empty:
+        raise ValueError(f"{name} has shape {shape} with dataformats={dataformats!r}: {' and '.join(empty)} "
+                         f"{'is' if len(empty) == 1 else 'are'} 0; expected at least one image of at least "
+                         f"1x1 pixels")
     if nhwc.shape[3] not in (1, 3, 4):
         raise ValueError(f"{name} of shape {shape} with dataformats={dataformats!r} has "
                          f"{nhwc.shape[3]} channels; expected 1, 3 or 4")
@@ -86,7 +106,9 @@ class SummaryWriter:
     # ------------------------------------------------------------------------------------------------ scalars
 
     def add_scalar(self, tag, scalar_value, global_step=None, walltime=None):
-        self.file_writer.add_scalar(encode.check_tag(tag), encode.to_scalar(scalar_value, "scalar_value"),
+        # The file writer checks the tag the first time it sees it (a known tag needs no check).
+        self.file_writer.add_scalar(tag, scalar_value if type(scalar_value) is float
+                                    else encode.to_scalar(scalar_value, "scalar_value"),
                                     _step(global_step), _walltime(walltime))
 
     def add_scalars(self, main_tag, tag_scalar_dict, global_step=None, walltime=None):
@@ -98,8 +120,12 @@ class SummaryWriter:
         values = {encode.check_tag(key, "tag_scalar_dict key"): encode.to_scalar(value, f"tag_scalar_dict[{key!r}]")
                   for key, value in tag_scalar_dict.items()}
         step, wall = _step(global_step), _walltime(walltime)
+        names = {key: f"{main_tag.replace('/', '_')}_{key}" for key in values}
+        for key, name in names.items():     # every run name checked before any value is written
+            if name not in self._children:
+                _subrun_path(self.logdir, name, f"tag_scalar_dict key {key!r} (run directory {name!r})")
         for key, value in values.items():
-            self._child(f"{main_tag.replace('/', '_')}_{key}").file_writer.add_scalar(main_tag, value, step, wall)
+            self._child(names[key]).file_writer.add_scalar(main_tag, value, step, wall)
 
     # ------------------------------------------------------------------------------------------------ arrays
 
@@ -124,7 +150,7 @@ class SummaryWriter:
     def add_images(self, tag, imgs, global_step=None, walltime=None, dataformats="NCHW"):
         """A batch of images, one sample each (TensorBoard's image slider walks through them)."""
         encode.check_tag(tag)
-        value = encode.image(tag, _to_nhwc(imgs, dataformats, "imgs", batch=True))
+        value = encode.image(tag, _to_nhwc(imgs, dataformats, "imgs", batch=True), name="imgs")
         self.file_writer.add_summary([value], _step(global_step), _walltime(walltime))
 
     def add_text(self, tag, text_string, global_step=None, walltime=None):
@@ -139,7 +165,9 @@ class SummaryWriter:
         if not isinstance(hparam_dict, dict) or not isinstance(metric_dict, dict):
             raise TypeError(f"hparam_dict and metric_dict must be dicts, got {type(hparam_dict).__name__} and "
                             f"{type(metric_dict).__name__}")
-        writer = self if run_name is None else self._child(encode.check_tag(run_name, "run_name"))
+        if run_name is not None:
+            _subrun_path(self.logdir, encode.check_tag(run_name, "run_name"), "run_name")
+        writer = self if run_name is None else self._child(run_name)
         writer._write_hparams(hparam_dict, metric_dict, hparam_domain_discrete, _step(global_step))
         return writer
 
@@ -182,7 +210,7 @@ class SummaryWriter:
 
     def _child(self, name):
         if name not in self._children:
-            self._children[name] = SummaryWriter(os.path.join(self.logdir, name), **self._options)
+            self._children[name] = SummaryWriter(_subrun_path(self.logdir, name, "run name"), **self._options)
         return self._children[name]
 
     def flush(self):
