@@ -228,3 +228,50 @@ def test_variables_loaded_before_their_job_is_defined_still_train(tmp_path):
     variables = session.default().variables
     assert variables["h-weight"].trainable and not variables["h-weight"].provisional
     assert not np.array_equal(variables["h-weight"].value, loaded["h-weight"])   # it trained from loaded values
+
+
+def _npy_header(shape, dtype="<f4"):
+    """A .npy 1.0 header declaring ``shape`` (and no data after it)."""
+    header = repr({"descr": dtype, "fortran_order": False, "shape": shape}).encode("latin1")
+    header += b" " * ((-(len(header) + 11)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+
+
+def test_load_checks_npy_headers_against_the_file_before_allocating(tmp_path):
+    """A header declaring 2^40 elements used to reach np.load, whose allocation raised a bare MemoryError."""
+    define_jobs()
+    flow.train.CheckPoint().init()
+    before = host_values()
+    ckpt = tmp_path / "ckpt"
+    flow.train.CheckPoint().save(ckpt)
+    meta = json.loads((ckpt / "meta.json").read_text())
+    entry = dict(meta["variables"][0])
+    file = ckpt / entry["file"]
+    original = file.read_bytes()
+
+    # meta.json and the header agree on 2^40 elements, the file holds none of them
+    meta["variables"][0]["shape"] = [2 ** 40]
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    file.write_bytes(_npy_header((2 ** 40,), np.dtype(entry["dtype"]).str))
+    with pytest.raises(CheckpointError, match=rf"variable '{entry['name']}' \(.*{entry['file']}\): its header "
+                                              rf"declares shape \(1099511627776,\) dtype float32 "
+                                              rf"\(4,398,046,511,104 bytes of data\), but the file holds 0 bytes"):
+        flow.train.CheckPoint().load(ckpt)
+
+    # a header that disagrees with meta.json, and a truncated file
+    meta["variables"][0]["shape"] = entry["shape"]
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r"its header declares shape \(1099511627776,\) dtype float32, "
+                                              r"meta.json says shape"):
+        flow.train.CheckPoint().load(ckpt)
+    file.write_bytes(original[:-4])
+    with pytest.raises(CheckpointError, match=r"but the file holds .* bytes"):
+        flow.train.CheckPoint().load(ckpt)
+    file.write_bytes(b"not a npy file")
+    with pytest.raises(CheckpointError, match=rf"{entry['file']}\): ValueError"):
+        flow.train.CheckPoint().load(ckpt)
+    assert_values_equal(host_values(), before)          # nothing was half-loaded
+
+    file.write_bytes(original)                          # intact again: loads
+    flow.train.CheckPoint().load(ckpt)
+    assert_values_equal(host_values(), before)

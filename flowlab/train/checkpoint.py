@@ -76,6 +76,42 @@ def _read_meta(path):
     return entries
 
 
+def _read_npy(file_path, name, shape, dtype, path):
+    """The array in ``file_path``, after checking its ``.npy`` header against ``meta.json`` and against the file's
+    size: ``np.load`` would otherwise allocate whatever a damaged header declares (2^40 elements: a MemoryError)
+    before finding the data missing."""
+    where = f"variable {name!r} ({file_path})"
+    try:
+        with open(file_path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                header = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                header = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f".npy format version {version} (np.save writes 1.0 or 2.0)")
+            got_shape, fortran, got_dtype = header
+            if got_shape != shape or got_dtype != dtype:
+                raise _corrupt(path, f"{where}: its header declares shape {got_shape} dtype {got_dtype}, "
+                                     f"{META} says shape {shape} dtype {dtype}")
+            if got_dtype.hasobject:
+                raise ValueError(f"dtype {got_dtype} holds Python objects")
+            declared = int(np.prod(got_shape, dtype=object)) * got_dtype.itemsize
+            held = os.fstat(f.fileno()).st_size - f.tell()
+            if held != declared:
+                raise _corrupt(path, f"{where}: its header declares shape {got_shape} dtype {got_dtype} "
+                                     f"({declared:,} bytes of data), but the file holds {held:,} bytes")
+            data = np.fromfile(f, dtype=got_dtype, count=int(np.prod(got_shape, dtype=object)))
+            return data.reshape(got_shape, order="F" if fortran else "C")
+    except CheckpointError:
+        raise
+    except MemoryError:
+        raise MemoryError(f"not enough memory to load {where} of shape {shape} dtype {dtype} from checkpoint "
+                          f"{path!r}") from None
+    except (OSError, ValueError) as e:
+        raise _corrupt(path, f"{where}: {type(e).__name__}: {e}") from None
+
+
 class CheckPoint:
     """``check_point = flow.train.CheckPoint(); check_point.init()`` or ``.load(path)``; ``.save(path)``."""
 
@@ -138,14 +174,7 @@ class CheckPoint:
         entries = _read_meta(path)
         arrays = {}
         for name, shape, dtype, file in entries:   # read everything first: a bad file must not half-load
-            try:
-                host = np.load(os.path.join(path, file), allow_pickle=False)
-            except (OSError, ValueError) as e:
-                raise _corrupt(path, f"variable {name!r} ({file}): {type(e).__name__}: {e}") from None
-            if host.shape != shape or host.dtype != dtype:
-                raise _corrupt(path, f"variable {name!r} ({file}) holds shape {host.shape} dtype {host.dtype}, "
-                                     f"{META} says shape {shape} dtype {dtype}")
-            arrays[name] = host
+            arrays[name] = _read_npy(os.path.join(path, file), name, shape, dtype, path)
 
         sess = session.default()
         sess.sync()
