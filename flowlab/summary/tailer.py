@@ -38,7 +38,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from . import proto
-from .record import FOOTER, HEADER, masked_crc
+from .record import FOOTER, HEADER, masked_crc, next_record
 
 GRAPH_TAG = "__run_graph__"       # TensorBoard's tag for a run's graph
 KINDS = frozenset({"scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "graph", "meta_graph",
@@ -82,46 +82,179 @@ class Image(NamedTuple):
 
 
 class _File:
-    __slots__ = ("path", "offset", "tail", "ino", "in_bad_run")
+    __slots__ = ("name", "path", "key", "offset", "tail", "ino", "in_bad_run", "listed_size")
 
-    def __init__(self, path):
-        self.path, self.offset, self.tail, self.ino, self.in_bad_run = path, 0, b"", None, False
+    def __init__(self, name, path, key, listed_size=None):
+        self.name, self.path, self.key = name, path, key     # key: what the file system opens; path: what we report
+        self.offset, self.tail, self.ino, self.in_bad_run = 0, b"", None, False
+        self.listed_size = listed_size          # remote files: the size the last listing gave
 
 
 class _Run:
-    __slots__ = ("name", "files", "plugins", "file_version", "seen_start", "most_recent_step")
+    __slots__ = ("name", "files", "plugins", "inferred", "plugins_version", "file_version", "seen_start",
+                 "most_recent_step")
 
     def __init__(self, name):
         self.name, self.files, self.plugins = name, {}, {}      # plugins: tag -> (plugin_name, content)
+        self.inferred = set()                   # tags whose plugin was inferred from a value, not read in metadata
+        self.plugins_version = 0                # bumped whenever ``plugins`` changes
         self.file_version, self.seen_start, self.most_recent_step = None, False, -1
 
     @property
     def versioned(self):
         return self.file_version is not None and self.file_version >= 2
 
+    def set_plugin(self, tag, plugin, content, inferred=False):
+        self.plugins[tag] = (plugin, content)
+        (self.inferred.add if inferred else self.inferred.discard)(tag)
+        self.plugins_version += 1
+        return plugin, content
+
+
+class _LocalFiles:
+    """A logdir on the local disk: ``os.walk``, ``os.stat`` and ``open``, reading up to the end of each file."""
+
+    chunk_size = 32 << 20
+
+    def __init__(self, path):
+        self.root = self.name = os.path.abspath(path)
+
+    def exists(self):
+        return os.path.isdir(self.root)
+
+    def listing(self, errors):
+        """Yields (run name, file name, path, None); errors[path] = reason for directories that could not be read."""
+        def walk_error(err):
+            errors[err.filename or self.root] = _reason(err)
+
+        for dirpath, dirnames, filenames in os.walk(self.root, onerror=walk_error):
+            errors.pop(dirpath, None)
+            rel = os.path.relpath(dirpath, self.root)
+            run_name = "." if rel == "." else rel.replace(os.sep, "/")
+            for n in filenames:
+                yield run_name, n, os.path.join(dirpath, n), None
+
+    @staticmethod
+    def stat(f):
+        st = os.stat(f.key)
+        return st.st_size, st.st_ino
+
+    @staticmethod
+    def chunks(f, size, chunk_size):
+        with open(f.key, "rb") as fh:           # module-level name: tests replace it to simulate unreadable files
+            fh.seek(f.offset)
+            while chunk := fh.read(chunk_size):
+                yield chunk
+
+
+class _RemoteFiles:
+    """A logdir behind an fsspec URL (``s3://bucket/prefix``, ``memory://``, ...): discovery by one recursive
+    listing per poll, which also gives every size, then byte-range reads of what each file gained. Objects cannot be
+    appended to in place, so a growing log is an object replaced by a longer one: its new bytes are its tail."""
+
+    chunk_size = 8 << 20
+
+    def __init__(self, fs, root):
+        self.fs, self.root = fs, root.rstrip("/") or root
+        self.name = fs.unstrip_protocol(self.root)
+
+    def exists(self):
+        self.fs.invalidate_cache()              # listings are cached by fsspec; the logdir may appear at any time
+        return self.fs.isdir(self.root)
+
+    def listing(self, errors):
+        self.fs.invalidate_cache()
+        try:
+            found = self.fs.find(self.root, detail=True)
+        except FileNotFoundError:
+            found = {}
+        prefix = self.root + "/"
+        for key, info in found.items():
+            if info.get("type") != "file" or not key.startswith(prefix):
+                continue
+            directory, _, name = key[len(prefix):].rpartition("/")
+            yield directory or ".", name, self.fs.unstrip_protocol(key), (key, int(info["size"]))
+
+    @staticmethod
+    def stat(f):
+        return f.listed_size, None
+
+    def chunks(self, f, size, chunk_size):
+        offset = f.offset
+        while offset < size:
+            data = self.fs.cat_file(f.key, start=offset, end=min(size, offset + chunk_size))
+            if not data:
+                return
+            offset += len(data)
+            yield data
+
+
+def _files(logdir, storage_options):
+    """The file access for ``logdir``: a local path (or file:// URL) reads the disk directly, other URLs go through
+    fsspec."""
+    text = os.fspath(logdir)
+    if "://" not in text and "::" not in text:
+        return _LocalFiles(text)
+    import fsspec
+    from fsspec.implementations.local import LocalFileSystem
+    try:
+        fs, root = fsspec.core.url_to_fs(text, **(storage_options or {}))
+    except ImportError as err:
+        raise ImportError(f"logdir {text!r}: its protocol needs a package that is not installed ({err}); "
+                          f"for s3:// URLs install flowlab[s3]") from err
+    except ValueError as err:
+        raise ValueError(f"logdir {text!r}: expected a local path or an fsspec URL such as s3://bucket/prefix, "
+                         f"but fsspec cannot open it: {err}") from err
+    if isinstance(fs, LocalFileSystem):
+        return _LocalFiles(root)
+    return _RemoteFiles(fs, root)
+
 
 class LogdirTailer:
-    """Reads every event file under ``logdir`` incrementally; see the module docstring."""
+    """Reads every event file under ``logdir`` incrementally; see the module docstring.
 
-    chunk_size = 32 << 20        # bytes read at once from one file, bounding memory on big files
+    ``logdir``: a local path, or any fsspec URL (``s3://bucket/prefix``, ``gs://...``, ``memory://...``), with
+    ``storage_options`` passed to its filesystem (credentials otherwise come from the usual environment).
+    ``.logdir`` is the absolute local path or the normalised URL; ``exists()`` says whether it is there now."""
+
     max_record = 1 << 31
+    resync_budget = 16 << 20     # bytes of damage searched per file and poll before the file waits for the next poll
 
-    def __init__(self, logdir):
-        self.logdir = os.fspath(logdir)
+    def __init__(self, logdir, storage_options=None):
+        self._files = _files(logdir, storage_options)
+        self.logdir = self._files.name
         self._runs: dict[str, _Run] = {}
         self._errors: dict[str, str] = {}
+        self._deferred: set[str] = set()
         self._counts = dict(records_read=0, records_skipped=0, bytes_read=0, bytes_skipped=0, values_skipped=0,
                             resets=0)
+        self._budget, self._resumed_at = 0, 0
+
+    @property
+    def chunk_size(self):
+        """Bytes read at once from one file, bounding memory on big files (local files: 32 MiB, remote: 8 MiB)."""
+        return self._files.chunk_size
+
+    def exists(self) -> bool:
+        """Whether the logdir is there now (a directory, or for object stores a prefix holding objects). Never
+        raises: an unreachable remote logdir counts as absent."""
+        try:
+            return bool(self._files.exists())
+        except Exception:                       # noqa: BLE001 - remote stores raise many kinds; absent is the answer
+            return False
 
     def poll(self, kinds=None, columnar=False) -> list[Datum]:
         """Items completed since the last poll, in file order (runs and files in name order).
 
         ``kinds``: a subset of ``KINDS`` to decode; others are skipped (purges always come). ``columnar``: scalars
         come as NumPy columns, one Datum per tag and stretch between purges (only their order relative to purges is
-        kept), which is much cheaper for large logs.
+        kept), which is much cheaper for large logs. Never raises for damaged logs or unreadable files (see
+        ``stats()["errors"]``). A file with more damage than ``resync_budget`` bytes is read on over later polls
+        (``stats()["deferred"]``), so one file of junk never holds up the others.
         """
         wanted = None if kinds is None else frozenset(kinds)
         out: list[Datum] = []
+        self._deferred.clear()
         self._discover()
         for name in sorted(self._runs):
             run = self._runs[name]
@@ -132,96 +265,141 @@ class LogdirTailer:
     def stats(self) -> dict:
         """Counters: runs (seen so far), files (tracked now), records_read (checksum-valid), records_skipped (corrupt
         stretches skipped, and undecodable events), bytes_read, bytes_skipped, values_skipped (undecodable values),
-        resets (files read again from the start after shrinking or being replaced), and errors {path: reason} for
-        paths unreadable at the last poll ("PermissionError: ...") or gone ("vanished")."""
+        resets (files read again from the start after shrinking or being replaced), deferred (files whose damaged
+        bytes are searched on at the next poll, the budget of this one spent), and errors {path: reason} for paths
+        unreadable at the last poll ("PermissionError: ...") or gone ("vanished"); remote paths are URLs."""
         return dict(runs=len(self._runs), files=sum(len(r.files) for r in self._runs.values()), **self._counts,
-                    errors=dict(self._errors))
+                    deferred=len(self._deferred), errors=dict(self._errors))
 
     # -- discovery and reading ---------------------------------------------------------------------------------
     def _discover(self):
         present = set()
-
-        def walk_error(err):
-            self._errors[err.filename or self.logdir] = _reason(err)
-
-        for dirpath, dirnames, filenames in os.walk(self.logdir, onerror=walk_error):
-            self._errors.pop(dirpath, None)
-            names = [n for n in filenames if "tfevents" in n and not n.endswith(".profile-empty")]
-            if not names:
-                continue
-            rel = os.path.relpath(dirpath, self.logdir)
-            run_name = "." if rel == "." else rel.replace(os.sep, "/")
-            run = self._runs.get(run_name) or self._runs.setdefault(run_name, _Run(run_name))
-            for n in names:
-                path = os.path.join(dirpath, n)
+        try:
+            for run_name, n, path, remote in self._files.listing(self._errors):
+                if "tfevents" not in n or n.endswith(".profile-empty"):
+                    continue
+                run = self._runs.get(run_name) or self._runs.setdefault(run_name, _Run(run_name))
                 present.add(path)
-                if n not in run.files:
-                    run.files[n] = _File(path)
+                f = run.files.get(n)
+                if f is None:
+                    f = run.files[n] = _File(n, path, *(remote or (path,)))
                     if self._errors.get(path) == "vanished":
                         del self._errors[path]
+                elif remote:
+                    f.listed_size = remote[1]
+        except Exception as err:                # noqa: BLE001 - a failed remote listing: keep what we know, retry
+            self._errors[self.logdir] = _reason(err)
+            return
+        if isinstance(self._files, _RemoteFiles):
+            self._errors.pop(self.logdir, None)
         for run in self._runs.values():
             for n in [n for n, f in run.files.items() if f.path not in present]:
                 self._errors[run.files.pop(n).path] = "vanished"
 
     def _read(self, run, f, wanted, columnar, out):
+        self._budget = self.resync_budget
+        chunks = None
         try:
-            st = os.stat(f.path)
-            if st.st_ino != f.ino or st.st_size < f.offset:
-                if f.ino is not None:          # replaced or truncated: what we had no longer describes the file
+            size, ino = self._files.stat(f)
+            if ino != f.ino or size < f.offset:
+                if f.offset or f.tail or f.ino is not None:    # replaced or truncated: start again
                     self._counts["resets"] += 1
                     f.offset, f.tail, f.in_bad_run = 0, b"", False
-                f.ino = st.st_ino
-            if st.st_size == f.offset:
+                f.ino = ino
+            if size == f.offset:
                 self._errors.pop(f.path, None)
                 return
-            with open(f.path, "rb") as fh:
-                fh.seek(f.offset)
-                while chunk := fh.read(self.chunk_size):
-                    f.offset += len(chunk)
-                    self._counts["bytes_read"] += len(chunk)
-                    buf = f.tail + chunk if f.tail else chunk
-                    f.tail = buf[self._consume(run, f, buf, wanted, columnar, out):]
+            base = f.offset - len(f.tail)       # the file offset of the next buffer's first byte
+            chunks = self._files.chunks(f, size, self.chunk_size)
+            for chunk in chunks:
+                f.offset += len(chunk)
+                self._counts["bytes_read"] += len(chunk)
+                buf = f.tail + chunk if f.tail else chunk
+                used, deferred = self._consume(run, f, buf, wanted, columnar, out)
+                if deferred:                    # resume the search there at the next poll; drop what was read past it
+                    f.offset, f.tail = base + used, b""
+                    self._deferred.add(f.path)
+                    break
+                f.tail = buf[used:]
+                base += used
         except FileNotFoundError:
-            run.files.pop(os.path.basename(f.path), None)
+            run.files.pop(f.name, None)
             self._errors[f.path] = "vanished"
             return
         except OSError as err:                  # permission denied and the like: report, retry on the next poll
             self._errors[f.path] = _reason(err)
             return
+        except Exception as err:                # noqa: BLE001 - remote clients raise their own kinds; report, retry
+            if isinstance(self._files, _LocalFiles):
+                raise
+            self._errors[f.path] = _reason(err)
+            return
+        finally:
+            if chunks is not None:
+                chunks.close()
         self._errors.pop(f.path, None)
 
-    def _consume(self, run, f, buf, wanted, columnar, out) -> int:
-        """Decode the complete records in ``buf``; return how many bytes were used up."""
-        starts, lengths, pos = self._split(f, buf)
+    def _consume(self, run, f, buf, wanted, columnar, out) -> tuple[int, bool]:
+        """Decode the complete records in ``buf``; return how many bytes were used up, and whether the file's
+        resynchronisation budget for this poll ran out (the rest of the file then waits for the next poll)."""
+        starts, lengths, pos, deferred = self._split(f, buf)
         if len(starts):
             self._counts["records_read"] += len(starts)
             self._decode(run, buf, starts, lengths, wanted, columnar, out)
-        return pos
+        return pos, deferred
 
     # -- framing -----------------------------------------------------------------------------------------------
     def _split(self, f, buf):
-        """Payload starts and lengths of the valid records in ``buf``, and the offset up to which it is consumed."""
+        """(payload starts, lengths) of the valid records in ``buf``, the offset up to which it is consumed, and
+        whether the resynchronisation budget ran out there.
+
+        ``_hop`` follows the written lengths over a batch of records and ``_verify`` checks the whole batch at once.
+        A record whose data is damaged but whose length is intact leaves the chain of starts in step: the search
+        for the next record lands on the chain's next start and the batch goes on. Only a damaged length makes the
+        chain diverge; then hopping starts again from where the search landed, with a small batch growing fourfold,
+        so the hops wasted past a divergence stay proportional to the records read since the previous one."""
         b = np.frombuffer(buf, np.uint8)
-        found_starts, found_lengths, pos = [], [], 0
+        n = len(buf)
+        found_starts, found_lengths = [], []
+        pos, batch = 0, _FIRST_BATCH
         while True:
-            starts, crcs, stop = _hop(buf, pos)
+            starts, crcs, stop = _hop(buf, pos, batch)
             starts, lengths, ok = _verify(b, starts, crcs)
-            good = int(np.argmin(ok)) if not ok.all() else len(ok)
-            if good:
-                found_starts.append(starts[:good] + HEADER)
-                found_lengths.append(lengths[:good])
-                f.in_bad_run = False
-            if good < len(ok):
-                bad = int(starts[good])
-            elif len(buf) - stop >= HEADER and self._header(buf, stop) is None:
-                bad = stop                      # a corrupt length can look like a record still being written
+            bad_at = np.flatnonzero(~ok)
+            hopped, i, diverged = len(starts), 0, False
+            while True:
+                j = int(np.searchsorted(bad_at, i))
+                k = int(bad_at[j]) if j < len(bad_at) else hopped
+                if k > i:
+                    found_starts.append(starts[i:k] + HEADER)
+                    found_lengths.append(lengths[i:k])
+                    f.in_bad_run = False
+                if k == hopped:
+                    break
+                q = self._resync(f, buf, int(starts[k]))
+                if q is None:
+                    return self._found(found_starts, found_lengths, self._resumed_at, True)
+                i = int(np.searchsorted(starts, q))
+                if i == hopped or starts[i] != q:
+                    pos, batch, diverged = q, _FIRST_BATCH, True
+                    break
+            if diverged:
+                continue
+            if hopped == batch:                 # the batch limit stopped the hop, not the end of the data
+                pos, batch = stop, min(batch * 4, _MAX_BATCH)
+            elif n - stop >= HEADER and self._header(buf, stop) is None:
+                q = self._resync(f, buf, stop)   # a corrupt length can look like a record still being written
+                if q is None:
+                    return self._found(found_starts, found_lengths, self._resumed_at, True)
+                pos, batch = q, _FIRST_BATCH
             else:
-                pos = stop
-                break
-            pos = self._resync(f, buf, bad)
+                return self._found(found_starts, found_lengths, stop, False)
+
+    @staticmethod
+    def _found(found_starts, found_lengths, pos, deferred):
         if not found_starts:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), pos
-        return np.concatenate(found_starts), np.concatenate(found_lengths).astype(np.int64), pos
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), pos, deferred
+        return np.concatenate(found_starts), np.concatenate(found_lengths).astype(np.int64), pos, deferred
 
     def _header(self, buf, pos):
         """The record length at ``pos`` if its checksum agrees, else None."""
@@ -229,20 +407,20 @@ class LogdirTailer:
         ok = _u32.unpack_from(buf, pos + 8)[0] == masked_crc(buf[pos:pos + 8]) and length <= self.max_record
         return length if ok else None
 
-    def _resync(self, f, buf, bad) -> int:
-        """Skip the damaged record at ``bad``: the next offset holding a valid (or still incomplete) record."""
+    def _resync(self, f, buf, bad) -> int | None:
+        """Skip the damaged record at ``bad``: the next offset holding a valid (or still incomplete) record, or
+        None when this file's budget of bytes to search ran out first (``_resumed_at`` then says where to resume).
+        The budget keeps one file of junk from holding up every other file of the poll."""
         if not f.in_bad_run:
             self._counts["records_skipped"] += 1
             f.in_bad_run = True
-        q, n = bad + 1, len(buf)
-        while n - q >= HEADER:
-            length = self._header(buf, q)
-            if length is not None:
-                end = q + HEADER + length
-                if end + FOOTER > n or _u32.unpack_from(buf, end)[0] == masked_crc(buf[q + HEADER:end]):
-                    break
-            q += 1
+        limit = bad + 1 + max(self._budget, 0)
+        q = next_record(buf, bad + 1, limit, self.max_record)
         self._counts["bytes_skipped"] += q - bad
+        self._budget -= q - bad
+        if q == limit and len(buf) - q >= HEADER:
+            self._resumed_at = q
+            return None
         return q
 
     # -- decoding ----------------------------------------------------------------------------------------------
@@ -397,12 +575,15 @@ _u32 = struct.Struct("<I")
 _Q = _u64.unpack_from
 
 
-def _hop(buf, pos):
-    """Record starts from ``pos`` following the lengths as written, each payload's raw CRC-32C, and the stop offset
-    (where less than a whole record is left). Nothing is checked here: ``_verify`` does that for all at once."""
+def _hop(buf, pos, limit):
+    """Up to ``limit`` record starts from ``pos`` following the lengths as written, each payload's raw CRC-32C, and
+    the stop offset (where the hop stopped: the limit, or less than a whole record left). Nothing is checked here:
+    ``_verify`` does that for all at once."""
     n, starts, crcs = len(buf), [], []
     add_start, add_crc = starts.append, crcs.append
-    while n - pos >= HEADER:
+    for _ in range(limit):
+        if n - pos < HEADER:
+            break
         end = pos + HEADER + _Q(buf, pos)[0]
         if end + FOOTER > n:
             break
@@ -410,6 +591,9 @@ def _hop(buf, pos):
         add_crc(crc32c(buf[pos + HEADER:end]))
         pos = end + FOOTER
     return starts, crcs, pos
+
+
+_FIRST_BATCH, _MAX_BATCH = 1024, 1 << 18     # records per hop: the first, and the cap as it grows fourfold
 
 
 def _at(b, dtype, at):
@@ -661,5 +845,5 @@ def _event_datum(run, what, ev) -> Datum:
     return Datum(run, None, "log_message", step, wall, ev.log_message.message)
 
 
-def _reason(err: OSError) -> str:
-    return f"{type(err).__name__}: {err.strerror or err}"
+def _reason(err: Exception) -> str:
+    return f"{type(err).__name__}: {getattr(err, 'strerror', None) or err}"
