@@ -18,7 +18,8 @@ from bokeh.models import ColumnDataSource, Div, Tabs
 from flowlab.dashboard import app
 from flowlab.dashboard.store import Store
 from flowlab.dashboard.views import VIEWS
-from flowlab.dashboard.views.scalars import LIMIT, downsample, ema, smooth
+from flowlab.dashboard.views.scalars import LIMIT, ema, smooth
+from flowlab.plots.data import downsample
 from flowlab.summary import SummaryWriter
 
 LONG = 5000          # points of the "loss" tag: more than LIMIT, so it is downsampled
@@ -109,7 +110,7 @@ def test_a_view_that_fails_to_build_becomes_an_error_tab(logdir):
 def test_long_series_are_downsampled_keeping_ends_and_extremes(logdir):
     _, _, views = session(logdir)
     line = views["scalars"].cards["loss"].lines["a"]
-    data = line.source.data
+    data = line.data
     values = loss_curve(LONG)
     assert 100 < len(data["step"]) <= LIMIT
     steps = data["step"].astype(int)
@@ -118,7 +119,7 @@ def test_long_series_are_downsampled_keeping_ends_and_extremes(logdir):
     assert data["value"].max() == values.max() and data["value"].min() == values.min()
     np.testing.assert_allclose(data["wall"], (1000.0 + steps) * 1000)          # datetime axis: milliseconds
     np.testing.assert_allclose(data["rel"], steps / 3600)                      # hours since the first point
-    short = views["scalars"].cards["acc"].lines["b"].source.data               # short series: every point
+    short = views["scalars"].cards["acc"].lines["b"].data                      # short series: every point
     assert list(short["step"]) == [i * 100 for i in range(20)]
 
 
@@ -127,38 +128,45 @@ def test_downsample_keeps_bucket_extremes():
     values = rng.normal(size=100_000)
     values[54_321] = 50.0                                         # a spike survives
     values[7] = np.nan
-    idx = downsample(values, 2000)
-    assert len(idx) <= 2000 and idx[0] == 0 and idx[-1] == len(values) - 1
-    assert 54_321 in idx and np.all(np.diff(idx) > 0)
-    assert list(downsample(values[:10], 2000)) == list(range(10))
+    idx = downsample(np.arange(len(values)), values, 2000)
+    assert len(idx) <= 2001 and idx[0] == 0 and idx[-1] == len(values) - 1    # 4 a bucket, and the NaN
+    assert 54_321 in idx and 7 in idx and np.all(np.diff(idx) > 0)
+    assert list(downsample(np.arange(10), values[:10], 2000)) == list(range(10))
+    buckets = np.arange(len(values)) // (len(values) // 500)                    # every pixel bucket keeps its
+    for b in (0, 137, 499):                                                     # min and max
+        inside = idx[buckets[idx] == b]
+        window = values[buckets == b]
+        assert np.nanmax(values[inside]) == np.nanmax(window) and np.nanmin(values[inside]) == np.nanmin(window)
 
 
-def test_appending_streams_only_the_new_points(logdir, monkeypatch):
+def test_appending_patches_only_the_rows_that_grew(logdir, monkeypatch):
     store, doc, views = session(logdir)
-    scalars = views["scalars"]
-    acc_a = scalars.cards["acc"].lines["a"]
-    before = len(acc_a.source.data["step"])
-    streamed = []
-    original = ColumnDataSource.stream
+    card = views["scalars"].cards["acc"]
+    acc_a = card.lines["a"]
+    before = len(acc_a.data["step"])
+    patched = []
+    original = ColumnDataSource.patch
 
-    def spy(self, new_data, rollover=None, **kw):
-        streamed.append((self, {k: list(v) for k, v in new_data.items()}))
-        return original(self, new_data, rollover, **kw)
+    def spy(self, patches, setter=None):
+        patched.append((self, {k: [(i, list(v)) for i, v in rows] for k, rows in patches.items()}))
+        return original(self, patches, setter)
 
-    monkeypatch.setattr(ColumnDataSource, "stream", spy)
-    data = acc_a.source.data                                          # replaced data would be a new object
+    monkeypatch.setattr(ColumnDataSource, "patch", spy)
+    data = card.source.data                                           # replaced data would be a new object
     with SummaryWriter(logdir / "a") as w:
         for i in range(20, 23):
             w.add_scalar("acc", i / 20, i * 100, walltime=1000.0 + i * 100)
     store.poll()
     refresh(doc)
-    assert [s for s, _ in streamed] == [acc_a.source]
-    assert streamed[0][1]["step"] == [2000.0, 2100.0, 2200.0]
-    assert acc_a.source.data is data and len(data["step"]) == before + 3
-    np.testing.assert_allclose(acc_a.source.data["smooth"], tEMA([i / 20 for i in range(23)], 0.6))
-    streamed.clear()
+    assert [s for s, _ in patched] == [card.source]
+    (row, steps), = patched[0][1]["steps"]                            # one row: run a's
+    assert card.source.data["run"][row] == "a" and steps[-3:] == [2000.0, 2100.0, 2200.0]
+    assert card.source.data is data and len(acc_a.data["step"]) == before + 3
+    np.testing.assert_allclose(acc_a.data["smooth"], tEMA([i / 20 for i in range(23)], 0.6))
+    np.testing.assert_allclose(card.source.data["smooth"][row], tEMA([i / 20 for i in range(23)], 0.6))
+    patched.clear()
     refresh(doc)                                                      # nothing new: nothing sent
-    assert streamed == []
+    assert patched == []
 
 
 def test_new_runs_and_tags_appear_without_a_new_session(logdir):
@@ -171,12 +179,37 @@ def test_new_runs_and_tags_appear_without_a_new_session(logdir):
     cards = views["scalars"].cards
     assert "c" in cards["loss"].lines and "grad_norm" in cards
     assert [c.name for c in views["scalars"].grid.children] == ["card:acc", "card:grad_norm", "card:loss"]
-    renderers = cards["loss"].layout.children[0].renderers
-    assert {r.name for r in renderers} == {"a", "b", "c"}
-    colours = {r.name: r.glyph.line_color for r in renderers}
+    data = cards["loss"].source.data
+    assert sorted(data["run"]) == ["a", "b", "c"]
+    colours = dict(zip(data["run"], data["colour"]))
     assert colours["c"] not in (colours["a"], colours["b"])        # a new run gets its own colour
     other = app.build_document(Document(), store)["scalars"]         # ... and the same in every session
-    assert {r.name: r.glyph.line_color for r in other.cards["loss"].layout.children[0].renderers} == colours
+    assert dict(zip(other.cards["loss"].source.data["run"], other.cards["loss"].source.data["colour"])) == colours
+    dots = cards["grad_norm"].dots.data                              # a one-point series shows as a dot
+    assert dots["run"] == ["c"] and dots["smooth"] == [2.0]
+
+
+def test_run_colours_stay_distinct_past_the_ten_colour_palette():
+    from flowlab.dashboard.views.scalars import palette_colour
+    colours = [palette_colour(i) for i in range(1000)]
+    assert len(set(colours[:200])) == 200
+    rgb = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in colours[:60]], np.float64)
+    neighbours = np.abs(np.diff(rgb, axis=0)).sum(axis=1)
+    assert neighbours.min() > 60                                      # consecutive runs never look alike
+
+
+def test_nan_and_inf_points_get_a_red_tick_and_break_the_line(tmp_path):
+    values = np.linspace(0, 1, 10_000)
+    values[1234], values[8765] = np.nan, np.inf
+    with SummaryWriter(tmp_path / "r") as w:
+        for i, v in enumerate(values):
+            w.add_scalar("x", float(v), i)
+    _, _, views = session(tmp_path)
+    card = views["scalars"].cards["x"]
+    marks = card.marks.data
+    assert marks["steps"] == [1234.0, 8765.0] and marks["what"] == ["NaN", "+Inf"] and marks["run"] == ["r", "r"]
+    ys = card.source.data["ys"][0]
+    assert np.isnan(ys).sum() == 2 and not np.isinf(ys).any()       # both drawn as gaps
 
 
 def test_zoom_sends_the_exact_points_of_the_visible_range(logdir):
@@ -188,17 +221,19 @@ def test_zoom_sends_the_exact_points_of_the_visible_range(logdir):
         x0, x1 = 1000.0, 1500.0
 
     scalars._zoomed(card, Event)
-    steps = card.lines["a"].source.data["step"].astype(int)
+    steps = card.lines["a"].data["step"].astype(int)
     inside = steps[(steps >= 1000) & (steps <= 1500)]
     assert list(inside) == list(range(1000, 1501))                    # every point of the window
     assert steps[0] == 0 and steps[-1] == LONG - 1 and len(steps) <= 2 * LIMIT   # the overview stays around it
-    np.testing.assert_allclose(card.lines["a"].source.data["value"], loss_curve(LONG)[steps])
+    np.testing.assert_allclose(card.lines["a"].data["value"], loss_curve(LONG)[steps])
+    row = card.source.data["run"].index("a")
+    np.testing.assert_allclose(card.source.data["steps"][row], steps)       # what the page gets
 
     class Everything:
         x0, x1 = -10.0, LONG + 10.0
 
     scalars._zoomed(card, Everything)
-    assert len(card.lines["a"].source.data["step"]) <= LIMIT
+    assert len(card.lines["a"].data["step"]) <= LIMIT + 1
 
 
 # ----------------------------------------------------------------------------------------------------- smoothing
@@ -224,11 +259,13 @@ def test_smoothing_slider_resmooths_every_line(logdir):
     _, _, views = session(logdir)
     scalars = views["scalars"]
     line = scalars.cards["loss"].lines["b"]
-    steps = line.source.data["step"].astype(int)
-    np.testing.assert_allclose(line.source.data["smooth"], tEMA(loss_curve(LONG, 0.1), 0.6)[steps])
+    steps = line.data["step"].astype(int)
+    np.testing.assert_allclose(line.data["smooth"], tEMA(loss_curve(LONG, 0.1), 0.6)[steps])
     scalars.smoothing.value = 0.95
     scalars._resmooth()                 # what a browser's value_throttled change calls
-    np.testing.assert_allclose(line.source.data["smooth"], tEMA(loss_curve(LONG, 0.1), 0.95)[steps])
+    np.testing.assert_allclose(line.data["smooth"], tEMA(loss_curve(LONG, 0.1), 0.95)[steps])
+    source = scalars.cards["loss"].source.data
+    np.testing.assert_allclose(source["smooth"][source["run"].index("b")], tEMA(loss_curve(LONG, 0.1), 0.95)[steps])
 
 
 # ----------------------------------------------------------------------------------------------------- filters
@@ -237,8 +274,9 @@ def test_run_and_tag_filters_are_regexes_and_bad_ones_say_so(logdir):
     _, doc, views = session(logdir)
     scalars = views["scalars"]
     scalars.run_filter.value = "^b$"
-    visible = {r.name for r in scalars.cards["loss"].layout.children[0].renderers if r.visible}
-    assert visible == {"b"}
+    card = scalars.cards["loss"]
+    for renderer in card.renderers:                                    # raw and smoothed lines
+        assert [card.source.data["run"][i] for i in renderer.view.filter.indices] == ["b"]
     scalars.tag_filter.value = "acc|nothing"
     assert scalars.cards["acc"].layout.visible and not scalars.cards["loss"].layout.visible
     scalars.tag_filter.value = "(unclosed"
@@ -252,16 +290,18 @@ def test_x_axis_and_log_y_rebuild_the_figures_over_the_same_sources(logdir):
     _, _, views = session(logdir)
     scalars = views["scalars"]
     card = scalars.cards["loss"]
-    source = card.lines["a"].source
+    source = card.source
     scalars.x_axis.active = 2                                          # wall time
     fig = card.layout.children[0]
     assert type(fig.xaxis[0]).__name__ == "DatetimeAxis"
-    assert {r.glyph.x for r in fig.renderers} == {"wall"}
-    assert any(r.data_source is source for r in fig.renderers)
+    assert {r.glyph.xs for r in card.renderers} == {"walls"}
+    assert all(r.data_source is source for r in card.renderers)
     scalars.log_y.active = True
     assert type(card.layout.children[0].y_scale).__name__ == "LogScale"
     scalars.x_axis.active = 1
-    assert {r.glyph.x for r in card.layout.children[0].renderers} == {"rel"}
+    assert {r.glyph.xs for r in card.renderers} == {"rel"}
+    row = source.data["run"].index("a")
+    np.testing.assert_allclose(source.data["rel"][row], source.data["steps"][row] / 3600)   # walltime 1000 + step
 
 
 # ----------------------------------------------------------------------------------------------------- escaping

@@ -28,10 +28,10 @@ XSS_RUN = "<img src=x onerror=window.__xss=1>"
 LONG = 6000
 
 IDLE_JS = "() => Bokeh.index.roots.every((v) => v.is_idle)"
-# The scalars view's sources (columns step, rel, wall, value, smooth) as {step: [...], value: [...]}.
+# The scalars view's lines (rows of each card's source: run, steps, walls, rel, ys, smooth) as {step, value} lists.
 SOURCES_JS = """() => [...Bokeh.documents[0].all_models]
-    .filter((m) => m.constructor.__name__ === "ColumnDataSource" && "smooth" in m.data && "step" in m.data)
-    .map((m) => ({step: Array.from(m.data.step), value: Array.from(m.data.value)}))"""
+    .filter((m) => m.constructor.__name__ === "ColumnDataSource" && "ys" in m.data && "steps" in m.data && "smooth" in m.data)
+    .flatMap((m) => m.data.run.map((_, i) => ({step: Array.from(m.data.steps[i]), value: Array.from(m.data.ys[i])})))"""
 
 
 def _peer_writer(logdir):
@@ -185,7 +185,8 @@ def test_zooming_in_brings_the_exact_points_of_the_visible_range(dashboard):
     state = """() => {
         const fig = Bokeh.documents[0].get_model_by_name("card:long").children[0];
         const {start, end} = fig.x_range;
-        const steps = fig.renderers.map((r) => Array.from(r.data_source.data.step));
+        const lines = fig.renderers.find((r) => r.glyph.constructor.__name__ === "MultiLine").data_source.data;
+        const steps = lines.steps.map((s) => Array.from(s));
         const box = Bokeh.index.get_one(fig).el.getBoundingClientRect();
         return {start, end, inside: steps.map((s) => s.filter((x) => x >= start && x <= end).length),
                 lengths: steps.map((s) => s.length), box: [box.x, box.y, box.width, box.height]};

@@ -1,20 +1,24 @@
-"""Scalars tab: one card per tag, one line per run, as TensorBoard draws them.
+"""Scalars tab: one card per tag, one line per run, as TensorBoard draws them, built for a thousand runs.
 
-Each line keeps this session's full copy of its series (NumPy arrays) and shows at most ``limit`` points of it: the
-min and max of each bucket of consecutive points, so spikes survive downsampling. Zooming (a ``RangesUpdate`` from
-the browser) adds the exact points of the visible range when there are fewer than ``limit`` of them. New points are
-streamed (``ColumnDataSource.stream``); the data are replaced only on a store reset, a zoom, a smoothing change or
-when a line has streamed past twice its budget (it is then downsampled again).
+A card is one figure whose runs are rows of one ``ColumnDataSource`` drawn by two ``MultiLine`` glyphs (raw, faint;
+smoothed, bold): its cost in the page and on the wire does not grow with a renderer per run (a thousand runs made
+~15,000 Bokeh models and a 40 s first page). Each row holds the points on display of one run: at most ``limit`` of
+them chosen by ``flowlab.plots.data.downsample`` (each pixel bucket's first, last, min and max and its NaN/Inf), so a
+spike survives at any zoom; NaN and ±Inf break the line and are marked by a red tick across the plot with a hover
+naming the run and step. Zooming (a ``RangesUpdate`` from the browser) adds the exact points of the visible range
+when there are fewer than ``limit``. New points patch only the rows that grew; a row is downsampled again when it has
+grown past twice its budget. Lines read the store's columns without copying (see ``store``).
 
 Smoothing is TensorBoard's debiased exponential moving average, computed server-side over the full series (so it
-does not depend on what is on display) and carried forward incrementally as points stream in. Changing the x axis
-(step / relative / wall) or the log-y toggle rebuilds the figures over the same data sources.
+does not depend on what is on display) and carried forward incrementally as points stream in. The x axis (step /
+relative / wall) and the log-y toggle rebuild the figures over the same source.
 
-Run names and tags reach the page as Bokeh titles and tooltip fields (plain text) and in two Divs, escaped: the
-run key (a colour per run, the same in every session of a server) and the filter error.
+Run names and tags reach the page as Bokeh titles and source columns (plain text) and in two Divs, escaped: the run
+key (a colour per run, the same in every session of a server) and the filter error.
 """
 from __future__ import annotations
 
+import colorsys
 import html
 import math
 import weakref
@@ -22,18 +26,23 @@ import weakref
 import numpy as np
 from bokeh.events import RangesUpdate
 from bokeh.layouts import column, row
-from bokeh.models import (Button, ColumnDataSource, CustomJS, DataRange1d, Div, HoverTool, RadioButtonGroup, Slider,
-                          Switch, TextInput)
+from bokeh.models import (Button, CDSView, ColumnDataSource, CustomJS, DataRange1d, Div, HoverTool, IndexFilter,
+                          RadioButtonGroup, Range1d, Slider, Switch, TextInput)
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
+
+from flowlab.plots.data import downsample
 
 from ..filters import FilterError, compile_filter
 from .base import View
 
 LIMIT = 2000                       # points per line on display
+KEY_RUNS = 40                      # runs named in the key above the cards; the rest are counted
 X_AXES = ("step", "relative", "wall")
-_X_COLUMN = {"step": "step", "relative": "rel", "wall": "wall"}
+_X_COLUMN = {"step": "steps", "relative": "rel", "wall": "walls"}
 _X_LABEL = {"step": "step", "relative": "hours since the run's first point", "wall": "wall time"}
+_ROW_COLUMNS = ("steps", "walls", "rel", "ys", "smooth")
+ALARM = "#d62728"
 
 
 def ema(values, weight, state=(0.0, 0)):
@@ -73,44 +82,34 @@ def smooth(values, weight):
     return ema(values, weight)[0]
 
 
-def downsample(values, limit=LIMIT):
-    """Indices of at most ``limit`` points of ``values``: both ends and the min and max of each bucket of
-    consecutive points (NaN is picked only where a bucket holds nothing else)."""
-    n = len(values)
-    if n <= limit:
-        return np.arange(n)
-    buckets = max(1, (limit - 2) // 2)
-    size = -(-n // buckets)
-    rows = np.full(buckets * size, np.nan)
-    rows[:n] = values
-    rows = rows.reshape(buckets, size)
-    nan = np.isnan(rows)
-    offsets = np.arange(buckets) * size
-    lo = np.where(nan, np.inf, rows).argmin(axis=1) + offsets
-    hi = np.where(nan, -np.inf, rows).argmax(axis=1) + offsets
-    idx = np.concatenate([lo, hi, [0, n - 1]])
-    return np.unique(idx[idx < n])
-
-
 _colours: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # store -> {run: colour}
+
+
+def palette_colour(i):
+    """The ``i``-th run colour: Category10 first, then hues a golden angle apart at alternating lightness, so any
+    number of runs get distinct neighbours."""
+    if i < len(Category10_10):
+        return Category10_10[i]
+    hue = (i * 0.618033988749895) % 1.0
+    r, g, b = colorsys.hls_to_rgb(hue, (0.38, 0.52, 0.30)[i % 3], 0.75)
+    return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}"
 
 
 def run_colour(store, run):
     """A run's colour, the same in every session of a server: runs take palette colours in order of first sight."""
     colours = _colours.setdefault(store, {})
     if run not in colours:
-        colours[run] = Category10_10[len(colours) % len(Category10_10)]
+        colours[run] = palette_colour(len(colours))
     return colours[run]
 
 
-# Builds the file in the browser from the card's sources (what is on display: zoom in for every point).
+# Builds the file in the browser from the card's source (what is on display: zoom in for every point).
 _DOWNLOAD_JS = """
+const d = source.data;
 const rows = [];
-for (let i = 0; i < sources.length; i++) {
-  const d = sources[i].data;
-  for (let j = 0; j < d.step.length; j++)
-    rows.push({run: runs[i], step: d.step[j], wall_time: d.wall[j] / 1000, value: d.value[j]});
-}
+for (let i = 0; i < d.run.length; i++)
+  for (let j = 0; j < d.steps[i].length; j++)
+    rows.push({run: d.run[i], step: d.steps[i][j], wall_time: d.walls[i][j] / 1000, value: d.ys[i][j]});
 let text;
 if (format === "csv") {
   const q = (s) => '"' + String(s).replace(/"/g, '""') + '"';
@@ -130,90 +129,100 @@ setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 
 
 class _Line:
-    """One run in one card: this session's full series, its smoothing state and the points on display."""
+    """One run in one card: its series (the store's columns, not copied), its smoothing and the points on display."""
 
-    def __init__(self, run, colour, limit):
-        self.run, self.colour, self.limit = run, colour, limit
-        self.steps = self.walls = self.values = self.ema = np.zeros(0)
+    def __init__(self, run, colour, limit, row):
+        self.run, self.colour, self.limit, self.row = run, colour, limit, row
+        self.steps = np.zeros(0, np.int64)
+        self.walls = self.values = self.ema = np.zeros(0)
         self.state = (0.0, 0)
         self.constant = True
-        self.shown = np.zeros(0, np.int64)        # indices of the points in the source
-        self.renderers = []                       # raw line, smoothed line, dot (see _Card.build)
-        self.source = ColumnDataSource({c: np.zeros(0) for c in ("step", "rel", "wall", "value", "smooth")})
-
-    def x(self, axis):
-        return {"step": self.steps, "relative": self._rel(self.walls), "wall": self.walls * 1000.0}[axis]
+        self.shown = np.zeros(0, np.int64)        # indices of the points in the card's source row
 
     def _rel(self, walls):
         return (walls - self.walls[0]) / 3600.0 if len(self.walls) else walls
 
-    def _smoothed(self, idx):
-        return self.values[idx] if self.constant else self.ema[idx]
+    def x(self, axis):
+        return {"step": self.steps, "relative": self._rel(self.walls), "wall": self.walls}[axis]
 
-    def _columns(self, idx):
-        return {"step": self.steps[idx].astype(np.float64), "rel": self._rel(self.walls[idx]),
-                "wall": self.walls[idx] * 1000.0, "value": self.values[idx], "smooth": self._smoothed(idx)}
+    def row_columns(self, relative):
+        """The card source's row for this run: the shown points (±Inf drawn as gaps: the marks show them)."""
+        idx = self.shown
+        ys = self.values[idx]
+        smooth = ys if self.constant else self.ema[idx]
+        return {"steps": self.steps[idx].astype(np.float64), "walls": self.walls[idx] * 1000.0,
+                "rel": self._rel(self.walls[idx]) if relative else np.zeros(0),
+                "ys": np.where(np.isinf(ys), np.nan, ys), "smooth": np.where(np.isinf(smooth), np.nan, smooth)}
+
+    @property
+    def data(self):
+        """The shown points as columns ``step, rel, wall, value, smooth`` (what the page has of this run)."""
+        c = self.row_columns(True)
+        return {"step": c["steps"], "rel": c["rel"], "wall": c["walls"], "value": self.values[self.shown],
+                "smooth": self.values[self.shown] if self.constant else self.ema[self.shown]}
+
+    def nonfinite(self):
+        """Indices of the shown points that are NaN or ±Inf."""
+        return self.shown[~np.isfinite(self.values[self.shown])]
 
     def set(self, steps, walls, values, weight):
-        self.steps, self.walls = np.asarray(steps, np.int64), np.asarray(walls, np.float64)
-        self.values = np.asarray(values, np.float64)
+        self.steps, self.walls, self.values = steps, walls, values
         self.resmooth(weight)
 
     def resmooth(self, weight):
         self.ema, self.state = ema(self.values, weight)
         self.constant = bool(len(self.values)) and bool(np.all(self.values == self.values[0]))
 
-    def append(self, steps, walls, values, weight, axis, window):
-        """Stream the new points, or redraw when the line changed shape (smoothing of a series no longer constant)
-        or has streamed past twice its budget."""
-        new = np.asarray(values, np.float64)
+    def append(self, steps, walls, values, weight):
+        """Take the grown series (``steps`` etc. are the whole of it); returns True when the shown points must be
+        chosen again (smoothing of a series no longer constant, or past twice the budget), else just adds the new
+        points to what is shown."""
         start = len(self.values)
-        self.steps = np.concatenate([self.steps, np.asarray(steps, np.int64)])
-        self.walls = np.concatenate([self.walls, np.asarray(walls, np.float64)])
-        self.values = np.concatenate([self.values, new])
+        self.steps, self.walls, self.values = steps, walls, values
+        new = values[start:]
         smoothed, self.state = ema(new, weight, self.state)
         self.ema = np.concatenate([self.ema, smoothed])
         was_constant = self.constant
-        self.constant = bool(np.all(self.values == self.values[0]))
+        self.constant = was_constant and bool(np.all(new == values[0]))
         if was_constant != self.constant or len(self.shown) + len(new) > 2 * self.limit:
-            self.render(axis, window)
-            return
-        idx = np.arange(start, len(self.values))
-        self.shown = np.concatenate([self.shown, idx])
-        self.source.stream(self._columns(idx))
+            return True
+        self.shown = np.concatenate([self.shown, np.arange(start, len(values))])
+        return False
 
-    def render(self, axis, window=None, lazy=False):
-        """Replace the source: the downsampled series, plus the exact points of ``window`` (an x range) when the
-        window holds part of the series and at most ``limit`` points. ``lazy``: skip when the points are the same
-        (a pan that needs no others)."""
-        idx = downsample(self.values, self.limit)
+    def choose(self, axis, window=None):
+        """The points to show: the downsampled series, plus the exact points of ``window`` (an x range) when the
+        window holds part of the series and at most ``limit`` points. Returns whether they changed."""
+        x = self.x(axis)
+        idx = downsample(x, self.values, self.limit)
         if window is not None and len(self.values):
-            x = self.x(axis)
             inside = np.flatnonzero((x >= window[0]) & (x <= window[1]))
             if 0 < inside.size < len(x):
                 lo, hi = max(int(inside[0]) - 1, 0), min(int(inside[-1]) + 2, len(x))   # one point beyond each edge
                 span = np.arange(lo, hi)
                 if span.size > self.limit:
-                    span = lo + downsample(self.values[lo:hi], self.limit)
+                    span = lo + downsample(x[lo:hi], self.values[lo:hi], self.limit)
                 idx = np.union1d(idx, span)
-        if lazy and np.array_equal(idx, self.shown):
-            return
+        if np.array_equal(idx, self.shown):
+            return False
         self.shown = idx
-        self.source.data = self._columns(idx)
+        return True
 
     def restyle(self, weight):
         self.resmooth(weight)
-        self.source.data["smooth"] = self._smoothed(self.shown)
 
 
 class _Card:
-    """One tag: a figure with a line per run, and download buttons."""
+    """One tag: a figure drawing every run as a row of one source, a red tick at each NaN/Inf, download buttons."""
 
     def __init__(self, tag):
         self.tag = tag
         self.lines: dict[str, _Line] = {}
         self.window = None                    # the zoomed x range, if any
-        self.downloads = [CustomJS(args=dict(sources=[], runs=[], tag=tag, format=fmt), code=_DOWNLOAD_JS)
+        self.source = ColumnDataSource({c: [] for c in ("run", "colour") + _ROW_COLUMNS})
+        self.dots = ColumnDataSource({c: [] for c in ("run", "colour", "steps", "walls", "rel", "smooth")})
+        self.marks = ColumnDataSource({c: [] for c in ("run", "colour", "steps", "walls", "rel", "what")})
+        self.renderers = []
+        self.downloads = [CustomJS(args=dict(source=self.source, tag=tag, format=fmt), code=_DOWNLOAD_JS)
                           for fmt in ("csv", "json")]
         buttons = [Button(label=f"⤓ {fmt.upper()}", width=70, height=26, button_type="light", name=f"download-{fmt}")
                    for fmt in ("csv", "json")]
@@ -221,38 +230,85 @@ class _Card:
             button.js_on_event("button_click", callback)
         self.layout = column(Div(), row(*buttons), name=f"card:{tag}")
 
-    def build(self, axis, log_y, runs, on_zoom):
-        """A new figure over the lines' sources (for a new run, another x axis or y scale), showing the lines of runs
-        matching ``runs``."""
+    def line(self, run, store, limit):
+        line = self.lines.get(run)
+        if line is None:
+            line = self.lines[run] = _Line(run, run_colour(store, run), limit, len(self.lines))
+        return line
+
+    def fill(self, relative):
+        """Send every row (a new run, a zoom, another axis)."""
+        lines = list(self.lines.values())
+        rows = [line.row_columns(relative) for line in lines]
+        data = {"run": [ln.run for ln in lines], "colour": [ln.colour for ln in lines]}
+        data.update({c: [r[c] for r in rows] for c in _ROW_COLUMNS})
+        self.source.data = data
+        self._fill_marks(relative)
+
+    def patch(self, lines, relative):
+        """Send the rows of ``lines`` only (new points)."""
+        rows = [(line.row, line.row_columns(relative)) for line in lines]
+        self.source.patch({c: [(i, r[c]) for i, r in rows] for c in _ROW_COLUMNS})
+        self._fill_marks(relative)
+
+    def _fill_marks(self, relative):
+        """The one-point runs as dots (a line needs two points) and the red ticks of NaN/Inf points."""
+        dots = {c: [] for c in self.dots.data}
+        marks = {c: [] for c in self.marks.data}
+        for line in self.lines.values():
+            if len(line.values) == 1:
+                c = line.row_columns(relative)
+                for name, value in (("run", line.run), ("colour", line.colour), ("steps", c["steps"][0]),
+                                    ("walls", c["walls"][0]), ("rel", c["rel"][0] if relative else 0.0),
+                                    ("smooth", c["smooth"][0])):
+                    dots[name].append(value)
+            bad = line.nonfinite()
+            if len(bad):
+                v = line.values[bad]
+                marks["run"] += [line.run] * len(bad)
+                marks["colour"] += [line.colour] * len(bad)
+                marks["steps"] += line.steps[bad].astype(np.float64).tolist()
+                marks["walls"] += (line.walls[bad] * 1000.0).tolist()
+                marks["rel"] += (line._rel(line.walls[bad]) if relative else np.zeros(len(bad))).tolist()
+                marks["what"] += ["NaN" if math.isnan(x) else "+Inf" if x > 0 else "-Inf" for x in v]
+        if dots != dict(self.dots.data):
+            self.dots.data = dots
+        if marks != dict(self.marks.data):
+            self.marks.data = marks
+
+    def build(self, axis, log_y, visible_rows, on_zoom):
+        """A new figure over the card's sources (for another x axis or y scale)."""
         fig = figure(title=self.tag, width=400, height=270, x_axis_type="datetime" if axis == "wall" else "linear",
                      y_axis_type="log" if log_y else "linear", x_axis_label=_X_LABEL[axis],
-                     x_range=DataRange1d(only_visible=True), y_range=DataRange1d(only_visible=True),
                      tools="pan,wheel_zoom,box_zoom,reset,save", output_backend="canvas")
         fig.title.text_font_size = "10pt"
         x = _X_COLUMN[axis]
-        for line in self.lines.values():
-            line.renderers = [
-                fig.line(x, "value", source=line.source, line_color=line.colour, line_alpha=0.25, name=line.run),
-                fig.line(x, "smooth", source=line.source, line_color=line.colour, line_width=2, name=line.run),
-                fig.scatter(x, "smooth", source=line.source, color=line.colour, size=5, name=line.run)]
-        fig.add_tools(HoverTool(mode="vline", renderers=[ln.renderers[1] for ln in self.lines.values()], tooltips=[
-            ("run", "$name"), ("step", "@step{0,0}"), ("smoothed", "@smooth{%0.5g}"), ("value", "@value{%0.5g}"),
-            ("time", "@wall{%F %T}")], formatters={"@smooth": "printf", "@value": "printf", "@wall": "datetime"}))
+        view = CDSView(filter=IndexFilter(visible_rows))
+        raw = fig.multi_line(x, "ys", source=self.source, view=view, line_color="colour", line_alpha=0.25)
+        smoothed = fig.multi_line(x, "smooth", source=self.source, view=view, line_color="colour", line_width=2)
+        dots = fig.scatter(x, "smooth", source=self.dots, color="colour", size=5)
+        fig.x_range = DataRange1d(renderers=[raw, dots])
+        fig.y_range = DataRange1d(renderers=[raw, smoothed, dots])       # the NaN ticks do not stretch the axis
+        fig.extra_y_ranges = {"marks": Range1d(0, 1)}
+        ticks = fig.segment(x0=x, x1=x, y0=0, y1=1, y_range_name="marks", source=self.marks, line_color=ALARM,
+                            line_width=1.5, line_alpha=0.8)
+        fig.add_tools(HoverTool(renderers=[smoothed], line_policy="nearest", tooltips=[
+            ("run", "@run"), ("step" if axis == "step" else "x", "$snap_x{0,0.[00]}"), ("smoothed", "$snap_y{%0.5g}")],
+            formatters={"$snap_y": "printf"}))
+        fig.add_tools(HoverTool(renderers=[ticks], tooltips=[("run", "@run"), ("step", "@steps{0,0}"),
+                                                             ("value", "@what")]))
         fig.on_event(RangesUpdate, lambda event: on_zoom(self, event))
-        self.show_runs(runs)                      # before the figure joins the document: no flash of hidden lines
+        self.renderers = [raw, smoothed]
         self.layout.children[0] = fig
-        for callback in self.downloads:
-            callback.args = dict(callback.args, sources=[ln.source for ln in self.lines.values()],
-                                 runs=list(self.lines))
         return fig
 
-    def show_runs(self, pattern):
-        """Show the lines of runs matching ``pattern``; a series of one point shows as a dot (a line needs two)."""
-        for line in self.lines.values():
-            shown = pattern.search(line.run) is not None
-            raw, smoothed, dot = line.renderers
-            raw.visible = smoothed.visible = shown
-            dot.visible = shown and len(line.values) == 1
+    def show_runs(self, visible_rows):
+        for renderer in self.renderers:
+            if list(renderer.view.filter.indices) != visible_rows:
+                renderer.view.filter.indices = visible_rows
+
+    def visible_rows(self, pattern):
+        return [line.row for line in self.lines.values() if pattern.search(line.run) is not None]
 
 
 class ScalarsView(View):
@@ -290,38 +346,55 @@ class ScalarsView(View):
         return column(controls, self.message, self.key, self.grid, sizing_mode="stretch_width")
 
     def update(self):
-        weight = self.smoothing.value
-        rebuilt = set()
+        weight, axis, relative = self.smoothing.value, self.axis, self.axis == "relative"
+        grown: dict[_Card, list] = {}
+        refill, new_cards = set(), False
         for series in self.store.series("scalar"):
             card = self.cards.get(series.tag)
             if card is None:
                 card = self.cards[series.tag] = _Card(series.tag)
-                self.grid.children = [self.cards[t].layout for t in sorted(self.cards)]
                 card.layout.visible = self._tags_re.search(series.tag) is not None
-            line = card.lines.get(series.run)
+                new_cards = True
             d = self.delta(series)
-            if line is None:
-                line = card.lines[series.run] = _Line(series.run, run_colour(self.store, series.run), self.limit)
-                rebuilt.add(card)
+            if not (d.reset or len(d.steps)):
+                continue
+            new_run = series.run not in card.lines
+            line = card.line(series.run, self.store, self.limit)
+            whole = self.store.read(series)           # the whole series, zero-copy
             if d.reset:
-                line.set(d.steps, d.wall_times, d.values, weight)
-                line.render(self.axis, card.window)
-            elif d.steps:
-                line.append(d.steps, d.wall_times, d.values, weight, self.axis, card.window)
-        for card in self.cards.values():
-            if card in rebuilt:
-                card.build(self.axis, self.log_y.active, self._runs_re, self._zoomed)
+                line.set(whole.steps, whole.wall_times, whole.values, weight)
+                line.choose(axis, card.window)
+            elif line.append(whole.steps, whole.wall_times, whole.values, weight):
+                line.choose(axis, card.window)
+            if new_run:
+                refill.add(card)                      # a new row: send the whole source once
+            grown.setdefault(card, []).append(line)
+        for card, lines in grown.items():
+            if not card.renderers:
+                card.build(axis, self.log_y.active, card.visible_rows(self._runs_re), self._zoomed)
+            if card in refill:
+                card.fill(relative)
             else:
-                card.show_runs(self._runs_re)     # a series that grew past one point loses its dot
-        self._show_key()
+                card.patch(lines, relative)
+            card.show_runs(card.visible_rows(self._runs_re))
+        if new_cards:
+            self.grid.children = [self.cards[t].layout for t in sorted(self.cards)]
+        if grown:
+            self._show_key()
         self._show_empty()
 
     def _show_key(self):
         runs = sorted({run for card in self.cards.values() for run in card.lines})
+        shown = [run for run in runs if self._runs_re.search(run)][:KEY_RUNS]
         text = " ".join(
-            f'<span style="white-space:nowrap;margin-right:14px;opacity:{1 if self._runs_re.search(run) else 0.35}">'
+            f'<span style="white-space:nowrap;margin-right:14px">'
             f'<span style="color:{run_colour(self.store, run)};font-weight:bold">&#9473;&#9473;</span> '
-            f'{html.escape(run)}</span>' for run in runs)
+            f'{html.escape(run)}</span>' for run in shown)
+        matching = sum(1 for run in runs if self._runs_re.search(run))
+        if matching > len(shown):
+            text += f' <span style="color:#777">and {matching - len(shown):,} more runs (filter to name them)</span>'
+        if matching < len(runs):
+            text += f' <span style="color:#777">({len(runs) - matching:,} hidden by the filter)</span>'
         if text != self.key.text:
             self.key.text = text
 
@@ -335,20 +408,25 @@ class ScalarsView(View):
         if event.x0 is None or event.x1 is None:
             return
         card.window = (event.x0, event.x1)
-        for line in card.lines.values():
-            line.render(self.axis, card.window, lazy=True)
+        if self.axis == "wall":                     # the datetime axis is in milliseconds; lines keep seconds
+            card.window = (event.x0 / 1000.0, event.x1 / 1000.0)
+        changed = [line.choose(self.axis, card.window) for line in card.lines.values()]
+        if any(changed):
+            card.fill(self.axis == "relative")
 
     def _rebuild(self):
         for card in self.cards.values():
             card.window = None
             for line in card.lines.values():
-                line.render(self.axis)
-            card.build(self.axis, self.log_y.active, self._runs_re, self._zoomed)
+                line.choose(self.axis)
+            card.fill(self.axis == "relative")
+            card.build(self.axis, self.log_y.active, card.visible_rows(self._runs_re), self._zoomed)
 
     def _resmooth(self):
         for card in self.cards.values():
             for line in card.lines.values():
                 line.restyle(self.smoothing.value)
+            card.fill(self.axis == "relative")
 
     def _filter(self):
         errors = []
@@ -365,6 +443,6 @@ class ScalarsView(View):
         self.message.text = f'<span style="color:#c00">{html.escape(self._filter_error)}</span>' if errors else ""
         for tag, card in self.cards.items():
             card.layout.visible = self._tags_re.search(tag) is not None
-            card.show_runs(self._runs_re)
+            card.show_runs(card.visible_rows(self._runs_re))
         self._show_key()
         self._show_empty()
