@@ -200,3 +200,181 @@ def test_damage_read_in_small_chunks_matches_one_read(tmp_path, monkeypatch):
     assert points(chunked.poll()) == expected
     keys = ("records_read", "records_skipped", "bytes_skipped")
     assert [chunked.stats()[k] for k in keys] == [whole.stats()[k] for k in keys]
+
+
+# -- one damaged record loses at most that record, for every kind --------------------------------------------------
+
+from collections import Counter  # noqa: E402
+
+from flowlab.summary.tailer import Image, infer_plugin  # noqa: E402
+
+DT_FLOAT, DT_DOUBLE, DT_STRING = 1, 2, 7
+
+
+def _tensor(array, dtype):
+    t = proto.TensorProto(dtype=dtype)
+    t.tensor_shape.dim.extend(proto.TensorShapeProto.Dim(size=n) for n in np.shape(array))
+    if dtype == DT_STRING:
+        t.string_val.extend(np.asarray(array, object).ravel().tolist())
+    else:
+        t.tensor_content = np.asarray(array, {DT_FLOAT: "<f4", DT_DOUBLE: "<f8"}[dtype]).tobytes()
+    return t
+
+
+def _tf_value(tag, plugin, tensor, first, content=b""):
+    v = proto.Summary.Value(tag=tag, tensor=tensor)
+    if first:                                   # TensorFlow's FileWriter keeps metadata on a tag's first value only
+        v.metadata.plugin_data.plugin_name = plugin
+        v.metadata.plugin_data.content = content
+    return v
+
+
+def _wav(i):
+    return b"RIFF" + struct.pack("<I", 36) + b"WAVEfmt " + bytes([i]) * 8
+
+
+def tf_style_events(steps=12):
+    """Every kind in TensorFlow 2's tensor encodings, metadata only on each tag's first value."""
+    rng = np.random.default_rng(5)
+    events = [version()]
+    for step in range(steps):
+        first = step == 0
+        values = [
+            _tf_value("loss", "scalars", _tensor(np.float32(1.0 / (step + 1)), DT_FLOAT), first),
+            _tf_value("weights", "histograms", _tensor(rng.normal(size=(4, 3)), DT_DOUBLE), first),
+            _tf_value("sample", "images", _tensor([b"6", b"5", b"\x89PNG\r\n\x1a\n" + rng.bytes(20),
+                                                   b"\xff\xd8\xff" + rng.bytes(9)], DT_STRING), first),
+            _tf_value("notes", "text", _tensor(f"step {step}".encode(), DT_STRING), first, b"\x08\x00"),
+            _tf_value("table", "text", _tensor([[b"a", b"b"], [b"c", str(step).encode()]], DT_STRING), first),
+            _tf_value("speech", "audio", _tensor([[_wav(step), b"label"]], DT_STRING), first),
+        ]
+        for v in values:                        # one value per event, as tf.summary writes them
+            events.append(proto.Event(wall_time=1.7e9 + step, step=step, summary=proto.Summary(value=[v])))
+    return events
+
+
+def _peer_log(logdir, writer):
+    rng = np.random.default_rng(6)
+    if writer == "tensorboardX":
+        from tensorboardX import SummaryWriter
+    else:
+        from flowlab.summary import SummaryWriter
+    with SummaryWriter(str(logdir)) as w:
+        for step in range(12):
+            w.add_scalar("loss", 1.0 / (step + 1), step)
+            w.add_histogram("weights", rng.normal(size=50), step)
+            w.add_image("sample", rng.integers(0, 255, (3, 4, 5), dtype=np.uint8), step)
+            w.add_text("notes", f"step {step}", step)
+    (name,) = [n for n in os.listdir(logdir) if "tfevents" in n]
+    with open(os.path.join(logdir, name), "rb") as f:
+        return f.read()
+
+
+def _split_records(data):
+    out, pos = [], 0
+    while pos < len(data):
+        (length,) = struct.unpack_from("<Q", data, pos)
+        out.append(data[pos:pos + HEADER + length + 4])
+        pos += HEADER + length + 4
+    return out
+
+
+def _key(value):
+    if isinstance(value, Image):
+        return (value.width, value.height, tuple(value.encoded))
+    if isinstance(value, np.ndarray):
+        return (value.shape, tuple(value.ravel().tolist()))
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def read_items(logdir):
+    """Every item the tailer gives, as comparable tuples (run, tag, kind, plugin, step, value)."""
+    return Counter((d.run, d.tag, d.kind, d.plugin, d.step, _key(d.value)) for d in LogdirTailer(logdir).poll())
+
+
+@pytest.mark.parametrize("writer", ["tensorflow-style", "flowlab", "tensorboardX"])
+def test_one_flipped_byte_loses_at_most_its_record(tmp_path, writer):
+    """150 trials per writer, half of them damaging the first record of a tag (the one carrying its metadata):
+    whatever is lost belongs to the damaged record, and everything read is what the undamaged log holds."""
+    if writer == "tensorboardX":
+        pytest.importorskip("tensorboardX")
+    if writer == "tensorflow-style":
+        records = [frame(e.SerializeToString()) for e in tf_style_events()]
+    else:
+        records = _split_records(_peer_log(tmp_path / "written", writer))
+    events = [proto.Event.FromString(r[HEADER:-4]) for r in records]
+    firsts, seen = [], set()
+    for i, ev in enumerate(events):
+        for v in ev.summary.value:
+            if v.tag not in seen:
+                seen.add(v.tag)
+                firsts.append(i)
+    logdir = tmp_path / "log"
+    path = event_path(logdir)
+    with open(path, "wb") as f:
+        f.write(b"".join(records))
+    clean = read_items(logdir)
+    assert {k[2] for k in clean} >= {"scalar", "histogram", "image", "text"}
+    rng = np.random.default_rng(7)
+    whole_tags_lost = 0
+    for trial in range(150):
+        victim = int(rng.choice(firsts)) if trial % 2 else int(rng.integers(len(records)))
+        damaged = bytearray(records[victim])
+        damaged[int(rng.integers(len(damaged)))] ^= 1 << int(rng.integers(8))
+        with open(path, "wb") as f:
+            f.write(b"".join(records[:victim]) + bytes(damaged) + b"".join(records[victim + 1:]))
+        got = read_items(logdir)
+        assert not got - clean, f"trial {trial}: items that the undamaged log does not hold"
+        lost = clean - got
+        allowed = {(v.tag, events[victim].step) for v in events[victim].summary.value}
+        assert {(k[1], k[4]) for k in lost} <= allowed, f"trial {trial}: lost {sorted(lost)[:3]}"
+        whole_tags_lost += len(lost) > len(events[victim].summary.value)
+    assert whole_tags_lost == 0
+
+
+def test_a_tag_without_metadata_takes_the_plugin_another_run_gave_it(tmp_path):
+    """A custom plugin cannot be inferred from values; the same tag in another run names it, content and all."""
+    pr = np.arange(12, dtype=np.float32).reshape(2, 6)
+    for run, first in (("a", True), ("b", False)):     # run b lost its first record: no metadata left
+        events = [version()] + [proto.Event(step=s, summary=proto.Summary(value=[
+            _tf_value("pr", "pr_curves", _tensor(pr * s, DT_FLOAT), first and s == 0, b"\x08\x05")]))
+            for s in range(3)]
+        with open(event_path(tmp_path, run), "wb") as f:
+            f.write(b"".join(frame(e.SerializeToString()) for e in events))
+    got = {(d.run, d.step): (d.kind, d.plugin, d.plugin_content) for d in LogdirTailer(tmp_path).poll()}
+    assert set(got.values()) == {("tensor", "pr_curves", b"\x08\x05")} and len(got) == 6
+
+
+def test_real_metadata_replaces_an_inference(tmp_path):
+    """A tag inferred from its values takes the plugin of metadata that comes later (a restarted writer's file)."""
+    first = [version()] + [proto.Event(step=s, summary=proto.Summary(value=[
+        proto.Summary.Value(tag="t", tensor=_tensor(np.float32(s), DT_FLOAT))])) for s in range(2)]
+    second = [version(), proto.Event(step=5, summary=proto.Summary(value=[
+        _tf_value("t", "custom", _tensor(np.float32(5), DT_FLOAT), True, b"c")]))]
+    with open(event_path(tmp_path, ".", 1), "wb") as f:
+        f.write(b"".join(frame(e.SerializeToString()) for e in first))
+    with open(event_path(tmp_path, ".", 2), "wb") as f:
+        f.write(b"".join(frame(e.SerializeToString()) for e in second))
+    got = [(d.step, d.kind, d.plugin) for d in LogdirTailer(tmp_path).poll()]
+    assert got == [(0, "scalar", "scalars"), (1, "scalar", "scalars"), (5, "tensor", "custom")]
+
+
+@pytest.mark.parametrize("tensor, plugin", [
+    (_tensor(np.float32(1.5), DT_FLOAT), "scalars"),
+    (_tensor(np.float64(1.5), DT_DOUBLE), "scalars"),
+    (_tensor(np.zeros((5, 3)), DT_DOUBLE), "histograms"),
+    (_tensor(np.zeros((0, 3)), DT_FLOAT), "histograms"),
+    (_tensor(np.zeros((5, 4)), DT_DOUBLE), ""),
+    (_tensor(np.zeros(3), DT_FLOAT), ""),
+    (_tensor([b"3", b"2", b"\x89PNG\r\n\x1a\nxx"], DT_STRING), "images"),
+    (_tensor([b"3", b"2", b"GIF89a..", b"RIFF\0\0\0\0WEBPVP8 "], DT_STRING), "images"),
+    (_tensor([b"3", b"2", b"not an image"], DT_STRING), "text"),
+    (_tensor([b"3", b"2"], DT_STRING), "text"),
+    (_tensor([[_wav(1), b"x"], [_wav(2), b""]], DT_STRING), "audio"),
+    (_tensor(b"hello", DT_STRING), "text"),
+    (_tensor([[b"a", b"b"]], DT_STRING), "text"),
+])
+def test_plugins_inferred_from_values(tensor, plugin):
+    assert infer_plugin(proto.Summary.Value(tag="x", tensor=tensor)) == plugin

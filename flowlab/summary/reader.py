@@ -1,9 +1,12 @@
 """Reading TensorBoard logdirs: one-shot readers built on the incremental :class:`LogdirTailer`.
 
-Each ``read_*`` function runs one full poll of a fresh tailer, asking it only for the kinds it returns (so
+Each ``read_*`` function reads a fresh tailer to the end (polling again while a file of junk has damage left past
+one poll's budget), asking it only for the kinds it returns (so
 ``read_scalars`` never builds a protobuf message for a plain scalar record, and receives scalars as NumPy columns),
 applies the tailer's purge items in order, as TensorBoard's ``EventAccumulator`` would have dropped that data, and
 returns ``{run: {tag: series}}`` with each series stably sorted by step.
+
+``logdir`` is a local path or any fsspec URL (``s3://bucket/prefix``...); ``storage_options`` go to its filesystem.
 
 The live dashboard uses :class:`LogdirTailer` directly (see ``tailer.py``); ``Datum`` and ``Image`` are re-exported.
 """
@@ -83,9 +86,16 @@ class _Column:
         return step.astype(np.int64), wall.astype(np.float64), [c[2] for c in self.chunks], order
 
 
-def _collect(logdir, kinds) -> dict[str, dict[str, _Column]]:
+def _items(logdir, kinds, storage_options):
+    tailer = LogdirTailer(logdir, storage_options)
+    yield from tailer.poll(kinds=kinds, columnar=True)
+    while tailer.stats()["deferred"]:
+        yield from tailer.poll(kinds=kinds, columnar=True)
+
+
+def _collect(logdir, kinds, storage_options=None) -> dict[str, dict[str, _Column]]:
     runs: dict[str, dict[str, _Column]] = {}
-    for d in LogdirTailer(logdir).poll(kinds=kinds, columnar=True):
+    for d in _items(logdir, kinds, storage_options):
         tags = runs.setdefault(d.run, {})
         if d.kind == "purge":
             for column in (tags.values() if d.value is None else (tags[t] for t in d.value if t in tags)):
@@ -98,10 +108,10 @@ def _collect(logdir, kinds) -> dict[str, dict[str, _Column]]:
     return runs
 
 
-def _objects(logdir, kind):
+def _objects(logdir, kind, storage_options):
     """{run: {tag: (step, wall_time, values list, first Datum)}} for one non-scalar kind."""
     out = {}
-    for run, tags in _collect(logdir, {kind}).items():
+    for run, tags in _collect(logdir, {kind}, storage_options).items():
         for tag, column in tags.items():
             step, wall, chunks, order = column.columns()
             values = list(chain.from_iterable(chunks))
@@ -111,10 +121,10 @@ def _objects(logdir, kind):
     return out
 
 
-def read_scalars(logdir) -> dict[str, dict[str, ScalarSeries]]:
+def read_scalars(logdir, storage_options=None) -> dict[str, dict[str, ScalarSeries]]:
     """Every scalar series, checksums verified, plain scalar records decoded column-wise (see ``tailer.py``)."""
     out = {}
-    for run, tags in _collect(logdir, {"scalar"}).items():
+    for run, tags in _collect(logdir, {"scalar"}, storage_options).items():
         for tag, column in tags.items():
             step, wall, chunks, order = column.columns()
             value = np.concatenate([np.asarray(c, np.float64) for c in chunks]) if chunks else np.zeros(0)
@@ -124,34 +134,37 @@ def read_scalars(logdir) -> dict[str, dict[str, ScalarSeries]]:
     return out
 
 
-def read_histograms(logdir) -> dict[str, dict[str, HistogramSeries]]:
+def read_histograms(logdir, storage_options=None) -> dict[str, dict[str, HistogramSeries]]:
     """Buckets: float64 [k, 3] arrays of (left, right, count); legacy HistogramProtos converted as TensorBoard does."""
     return {run: {tag: HistogramSeries(*s[:3]) for tag, s in tags.items()}
-            for run, tags in _objects(logdir, "histogram").items()}
+            for run, tags in _objects(logdir, "histogram", storage_options).items()}
 
 
-def read_images(logdir) -> dict[str, dict[str, Series]]:
+def read_images(logdir, storage_options=None) -> dict[str, dict[str, Series]]:
     """Values are :class:`Image` (width, height, encoded PNG bytes list)."""
-    return {run: {tag: Series(*s[:3]) for tag, s in tags.items()} for run, tags in _objects(logdir, "image").items()}
+    return {run: {tag: Series(*s[:3]) for tag, s in tags.items()}
+            for run, tags in _objects(logdir, "image", storage_options).items()}
 
 
-def read_text(logdir) -> dict[str, dict[str, Series]]:
+def read_text(logdir, storage_options=None) -> dict[str, dict[str, Series]]:
     """Values are str (rank-0 text tensors) or NumPy arrays of str."""
-    return {run: {tag: Series(*s[:3]) for tag, s in tags.items()} for run, tags in _objects(logdir, "text").items()}
+    return {run: {tag: Series(*s[:3]) for tag, s in tags.items()}
+            for run, tags in _objects(logdir, "text", storage_options).items()}
 
 
-def read_tensors(logdir) -> dict[str, dict[str, TensorSeries]]:
+def read_tensors(logdir, storage_options=None) -> dict[str, dict[str, TensorSeries]]:
     """Tensors whose plugin has no kind of its own (or no plugin), with that plugin's name and content."""
     return {run: {tag: TensorSeries(*s[:3], s[3].plugin, s[3].plugin_content) for tag, s in tags.items()}
-            for run, tags in _objects(logdir, "tensor").items()}
+            for run, tags in _objects(logdir, "tensor", storage_options).items()}
 
 
-def read_graphs(logdir) -> dict[str, list[bytes]]:
+def read_graphs(logdir, storage_options=None) -> dict[str, list[bytes]]:
     """Serialized GraphDefs of each run, in step order."""
-    return {run: tags[GRAPH_TAG][2] for run, tags in _objects(logdir, "graph").items() if GRAPH_TAG in tags}
+    return {run: tags[GRAPH_TAG][2] for run, tags in _objects(logdir, "graph", storage_options).items()
+            if GRAPH_TAG in tags}
 
 
-def read_hparams(logdir) -> dict[str, dict]:
+def read_hparams(logdir, storage_options=None) -> dict[str, dict]:
     """{run: {"hparams": {name: float|str|bool}, "metrics": {tag: last value}, "experiment": dict|None,
     "status": str|None}} for every run holding hparams data.
 
@@ -159,7 +172,7 @@ def read_hparams(logdir) -> dict[str, dict]:
     last scalar of each metric tag, in the run itself or in its ``<run>/<group>`` sub-run, as TensorBoard's hparams
     plugin finds them. Without any experiment, every scalar tag of the run counts as a metric.
     """
-    data = _collect(logdir, {"hparams", "scalar"})
+    data = _collect(logdir, {"hparams", "scalar"}, storage_options)
     plugin = {}                                     # run -> {"experiment": ..., "session_start_info": ...}
     for run, tags in data.items():
         for tag, column in tags.items():

@@ -226,6 +226,7 @@ class LogdirTailer:
         self._runs: dict[str, _Run] = {}
         self._errors: dict[str, str] = {}
         self._deferred: set[str] = set()
+        self._tag_plugins: dict[str, tuple] = {}    # tag -> (plugin, content) from metadata, in any run
         self._counts = dict(records_read=0, records_skipped=0, bytes_read=0, bytes_skipped=0, values_skipped=0,
                             resets=0)
         self._budget, self._resumed_at = 0, 0
@@ -451,8 +452,8 @@ class LogdirTailer:
             if next_tensor < len(tensors):
                 end = next_tensor + int(np.searchsorted(tensors[next_tensor:], j))
                 if end > next_tensor:
-                    if known != len(run.plugins):
-                        known, scalar_tag = len(run.plugins), np.array(
+                    if known != run.plugins_version:
+                        known, scalar_tag = run.plugins_version, np.array(
                             [run.plugins.get(tag, ("",))[0] == "scalars" for tag in tags])
                     stray = np.flatnonzero(~scalar_tag[tag_id[tensors[next_tensor:end]]])
                     if len(stray):              # parse this one like any other record
@@ -463,7 +464,9 @@ class LogdirTailer:
             if j == irregular[i]:
                 i += 1
             while firsts and firsts[-1][0] < j:
-                run.plugins.setdefault(tags[firsts.pop()[1]], ("scalars", b""))
+                tag = tags[firsts.pop()[1]]
+                if tag not in run.plugins:
+                    run.set_plugin(tag, "scalars", b"")
             if j > a:
                 if not run.versioned and (step[a:j] < np.concatenate(([run.most_recent_step], step[a:j - 1]))).any():
                     if columns is not None:
@@ -543,14 +546,24 @@ class LogdirTailer:
         legacy = _LEGACY.get(field)
         known = run.plugins.get(tag)
         if legacy:                              # TensorBoard's data_compat gives these their plugin's metadata
-            plugin, content = known or run.plugins.setdefault(tag, (legacy[1], b""))
+            plugin, content = known or run.set_plugin(tag, legacy[1], b"")
         else:
-            plugin, content = known or ("", b"")
-            if (known is None or plugin == "hparams") and v.HasField("metadata"):
-                own = v.metadata.plugin_data
-                plugin, content = known or run.plugins.setdefault(tag, (own.plugin_name, own.content))
-                if plugin == "hparams":
-                    content = own.content       # hparams values each carry their own data in the metadata
+            own = v.metadata.plugin_data if v.HasField("metadata") else None
+            if own is not None and own.plugin_name and (known is None or tag in run.inferred):
+                # The first metadata seen fixes the tag's plugin, as in TensorBoard; it also replaces an inference.
+                plugin, content = run.set_plugin(tag, own.plugin_name, own.content)
+                if own.plugin_name != "hparams":
+                    self._tag_plugins.setdefault(tag, (own.plugin_name, own.content))
+            elif known is not None:
+                plugin, content = known
+            else:
+                # No metadata yet: the tag's first record (the only one carrying it, for most writers) was damaged
+                # or lost. TensorBoard then never shows the tag; we take the plugin another run gave the same tag,
+                # else infer it from the value, until real metadata comes.
+                plugin, content = run.set_plugin(tag, *(self._tag_plugins.get(tag) or (infer_plugin(v), b"")),
+                                                 inferred=True)
+            if plugin == "hparams" and own is not None:
+                content = own.content           # hparams values each carry their own data in the metadata
         kind = legacy[0] if legacy else _TENSOR_KINDS.get(plugin, "tensor")
         if field is None and kind != "hparams" or not (wanted is None or kind in wanted):
             return
@@ -686,6 +699,42 @@ def _plain_scalars(b, start, length):
                 tags.append("")
                 plain[plain & (tag_id == k)] = False
     return plain, tensor & plain, step, wall, value, tag_id, tags
+
+
+# -- inferring a tag's plugin from its value -------------------------------------------------------------------------
+_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
+_STRING, _FLOATS = 7, frozenset({1, 2, 19})           # DataType numbers: DT_STRING; DT_FLOAT, DT_DOUBLE, DT_HALF
+
+
+def _is_image(data: bytes) -> bool:
+    return data.startswith(_IMAGE_MAGIC) or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")
+
+
+def infer_plugin(value) -> str:
+    """The plugin a ``Summary.Value`` without metadata most likely belongs to, from its tensor's dtype and shape as
+    TensorBoard's plugins write them: a rank-0 number -> "scalars"; a float [k, 3] -> "histograms" (left, right,
+    count rows); a string vector [width, height, encoded images...] -> "images"; a string [k, 2] of WAV clips and
+    labels -> "audio"; any other string tensor -> "text"; anything else -> "" (a plain tensor)."""
+    if value.WhichOneof("value") != "tensor":
+        return ""
+    t = value.tensor
+    shape = [d.size for d in t.tensor_shape.dim]
+    if t.dtype == _STRING:
+        strings = t.string_val
+        if (len(shape) == 1 and shape[0] >= 3 and len(strings) == shape[0] and strings[0].isdigit()
+                and strings[1].isdigit() and all(_is_image(x) for x in strings[2:])):
+            return "images"
+        if (len(shape) == 2 and shape[1] == 2 and shape[0] >= 1 and len(strings) == 2 * shape[0]
+                and all(x[:4] == b"RIFF" and x[8:12] == b"WAVE" for x in strings[::2])):
+            return "audio"
+        return "text"
+    if t.dtype not in _DTYPES:
+        return ""
+    if not shape:
+        return "scalars"
+    if len(shape) == 2 and shape[1] == 3 and t.dtype in _FLOATS:
+        return "histograms"
+    return ""
 
 
 # -- value decoding ------------------------------------------------------------------------------------------------
