@@ -1,12 +1,25 @@
 """The dashboard's server: Bokeh's Tornado app serving ``app.build_document`` at ``/``, over one shared ``Store``.
 
-``DashboardServer`` binds its socket first (so port 0 yields the real port before anything is announced), lists the
-websocket origins explicitly (``host:port``, plus ``localhost:port`` on 127.0.0.1) and adds no file routes: the only
-files served are Bokeh's own static ones. Any request whose path tries to climb (``..``, encoded or not) or names an
-absolute path (``//``) gets a 404 before Bokeh's static handler could answer 403 for it.
+``DashboardServer`` binds its socket first (so port 0 yields the real port before anything is announced) and adds
+no file routes: the only files served are Bokeh's own static ones. Before any of Bokeh's routes, every request
+(the websocket upgrade included) passes ``_refusal``:
+
+* ``Host`` must name this server: 127.0.0.1, localhost or [::1] with the served port, or what ``--host`` names
+  (on a wildcard bind, any IP literal too: a DNS-rebinding page always arrives under a *name*). Otherwise 403.
+* ``Origin``, when sent, must be one of those same hosts over http, checked on its own: Tornado lets a websocket
+  through when ``Origin`` equals ``Host`` or ``Sec-Fetch-Site`` says same-origin, which is exactly what a
+  rebinding page sends. Otherwise 403.
+* The path must decode to UTF-8 text without control characters (``%00`` made Tornado's static handler answer
+  500); otherwise 400. A path that tries to climb (``..``, encoded or not) or names an absolute path (``//``) gets
+  a 404 before Bokeh's static handler could answer 403 for it.
+
+Every response carries a Content-Security-Policy (inline scripts only with this response's nonce; ``unsafe-eval``
+because BokehJS compiles ``CustomJS`` code with ``new Function``; framing only by loopback pages, as
+``flowlab.dashboard.show`` embeds it in an IFrame of a local Jupyter page), ``X-Frame-Options``,
+``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. No traceback is ever sent.
 
 Two ways to run it:
-    serve(...)             blocking, on the main thread; SIGINT and SIGTERM stop it cleanly (``flowlab serve``)
+    serve(...)             blocking, on the main thread; SIGINT and SIGTERM stop it within a second (``flowlab serve``)
     ServerThread(...)      in its own thread with its own event loop, so it keeps answering while a notebook cell
                            or a training loop blocks the caller (``flowlab.dashboard.show``, ``flowlab demo``)
 """
@@ -14,10 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
+import secrets
 import signal
 import threading
 from functools import partial
-from urllib.parse import unquote
+from urllib.parse import unquote, unquote_to_bytes, urlsplit
 
 from bokeh.application import Application
 from bokeh.application.handlers import FunctionHandler
@@ -27,50 +42,210 @@ from bokeh.server.util import bind_sockets
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
 from tornado.routing import Matcher
-from tornado.web import HTTPError, RequestHandler
+from tornado.web import OutputTransform, RequestHandler
 
 from .app import build_document
 from .store import Store
 
 LOOPBACK = "127.0.0.1"
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+_WILDCARDS = ("", "0.0.0.0", "::")
+_SCRIPT_TAG = re.compile(rb"<script\b", re.IGNORECASE)
 
 
-class _Climbing(Matcher):
-    """Matches paths that step outside their folder once decoded: ``..`` segments, ``//`` or backslashes."""
-
-    def match(self, request):
-        path = unquote(unquote(request.path)).replace("\\", "/")
-        return {} if ".." in path.split("/") or "//" in path else None
-
-
-class _NotFound(RequestHandler):
-    def prepare(self):
-        raise HTTPError(404)
+def _ip(name):
+    try:
+        return ipaddress.ip_address(name)
+    except ValueError:
+        return None
 
 
 def _host_port(host, port):
+    ip = _ip(host)
+    return f"[{host}]:{port}" if ip is not None and ip.version == 6 else f"{host}:{port}"
+
+
+def _split_host(value, default_port):
+    """``(name, port)`` of a ``Host`` header or an origin's netloc (lower case, IPv6 without brackets), or None
+    when it is malformed."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        name, sep, rest = value[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            return None
+        port = rest[1:]
+    else:
+        name, _, port = value.partition(":")
+    if not name:
+        return None
+    if not port:
+        return name, default_port
+    return (name, int(port)) if port.isascii() and port.isdigit() and len(port) <= 5 else None
+
+
+class Allowlist:
+    """Which ``Host`` headers and ``Origin`` values a server bound to ``host:port`` answers to.
+
+    Names, always with the served port: ``host`` itself, localhost, and the loopback address of each family the
+    socket listens on (127.0.0.1 for IPv4, ::1 for IPv6; both for a name or a wildcard). A wildcard bind (0.0.0.0,
+    ::) adds every IP literal: the rebinding attack needs a name of the attacker's that resolves here, while a page
+    reached by IP address is that address's own origin."""
+
+    def __init__(self, host, port):
+        self.port = port
+        self.any_ip = host in _WILDCARDS
+        ip = _ip(host)
+        loopback = ["127.0.0.1", "::1"] if ip is None else ["127.0.0.1" if ip.version == 4 else "::1"]
+        names = ([] if self.any_ip else [host.lower()]) + ["localhost"] + loopback
+        self.names = list(dict.fromkeys(names))           # ordered: the bound host first
+
+    def _allows(self, name, port):
+        return port == self.port and (name in self.names or (self.any_ip and _ip(name) is not None))
+
+    def host_ok(self, value):
+        parts = _split_host(value or "", 80)            # a browser leaves out the port only when it is 80
+        return parts is not None and self._allows(*parts)
+
+    def origin_ok(self, origin):
+        url = urlsplit(origin or "")
+        if url.scheme != "http" or url.path not in ("", "/"):
+            return False                                # "null", file:, https: (this server speaks plain http)
+        parts = _split_host(url.netloc, 80)
+        return parts is not None and self._allows(*parts)
+
+    @property
+    def shown(self):
+        """The allowed hosts as ``host:port`` strings, for messages and for Bokeh's own websocket allowlist."""
+        shown = [_host_port(n, self.port) for n in self.names]
+        return shown + ([f"<any IP address>:{self.port}"] if self.any_ip else [])
+
+    def frame_ancestors(self, extra=()):
+        """CSP ``frame-ancestors``: this server's own pages and any page served from an allowed host name (on any
+        port: Jupyter runs on its own), plus ``extra`` sources (e.g. ``vscode-webview:``)."""
+        names = [f"{n}:*" for n in self.names if ":" not in n]         # CSP has no syntax for IPv6 literals
+        return " ".join(["'self'"] + [f"http://{n}" for n in names] + list(extra))
+
+
+def _refusal(request, allow):
+    """``(status, message)`` for a request this server must not answer, or None."""
+    host = request.headers.get("Host", "")
+    if not allow.host_ok(host):
+        return 403, (f"Host header {host!r} is not one this dashboard answers to (expected one of "
+                     f"{', '.join(allow.shown)}); a foreign name resolving here is how DNS rebinding works")
+    origin = request.headers.get("Origin")
+    if origin is not None and not allow.origin_ok(origin):
+        return 403, (f"Origin {origin!r} may not use this dashboard (expected http:// with one of "
+                     f"{', '.join(allow.shown)})")
+    raw = unquote_to_bytes(request.path)
     try:
-        if ipaddress.ip_address(host).version == 6:
-            return f"[{host}]:{port}"
-    except ValueError:
-        pass
-    return f"{host}:{port}"
+        path = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return 400, f"the path {raw!r} is not UTF-8 text once decoded"
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        return 400, f"the path {path!r} holds a control character"
+    path = unquote(path).replace("\\", "/")            # decoded twice: %252e%252e is .. to a second decoder
+    if ".." in path.split("/") or "//" in path:
+        return 404, "Not Found"
+    return None
+
+
+class _Refused(Matcher):
+    """Matches the requests ``_refusal`` objects to; routed before any of Bokeh's handlers."""
+
+    def __init__(self, allow):
+        self.allow = allow
+
+    def match(self, request):
+        verdict = _refusal(request, self.allow)
+        return None if verdict is None else {"target_kwargs": {"status": verdict[0], "message": verdict[1]}}
+
+
+class _Refuse(RequestHandler):
+    """Answers the status and plain-text message ``_Refused`` found (never HTML, never a traceback)."""
+
+    def initialize(self, status, message):
+        self.status, self.message = status, message
+
+    def prepare(self):
+        self.set_status(self.status)
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(self.message + "\n")
+
+
+class _SecurityHeaders(OutputTransform):
+    """Adds the security headers to every response of the application; in an HTML page, gives each ``<script>``
+    this response's CSP nonce (Bokeh's pages bootstrap with inline scripts; no log text is in them: the document
+    comes over the websocket)."""
+
+    def __init__(self, request, frame_ancestors):
+        super().__init__(request)
+        self.frame_ancestors = frame_ancestors
+
+    def transform_first_chunk(self, status_code, headers, chunk, finishing):
+        script_src = "'self' 'unsafe-eval'"            # BokehJS runs CustomJS code through new Function
+        if headers.get("Content-Type", "").startswith("text/html") and finishing and _SCRIPT_TAG.search(chunk):
+            nonce = secrets.token_urlsafe(18)
+            chunk = _SCRIPT_TAG.sub(f'<script nonce="{nonce}"'.encode(), chunk)
+            script_src += f" 'nonce-{nonce}'"
+            headers["Content-Length"] = str(len(chunk))
+            headers["Cache-Control"] = "no-store"       # a cached copy would hold a nonce the new header lacks
+            headers.pop("Etag", None)
+        headers["Content-Security-Policy"] = "; ".join([
+            "default-src 'none'", f"script-src {script_src}", "style-src 'self' 'unsafe-inline'",
+            "img-src 'self' data: blob:", "font-src 'self' data:", "connect-src 'self'",
+            f"frame-ancestors {self.frame_ancestors}", "base-uri 'none'", "form-action 'none'",
+            "object-src 'none'"])
+        headers["X-Frame-Options"] = "SAMEORIGIN"       # for browsers without frame-ancestors (which overrides it)
+        headers["X-Content-Type-Options"] = "nosniff"
+        headers["Referrer-Policy"] = "no-referrer"
+        headers["Cross-Origin-Resource-Policy"] = "same-origin"
+        return status_code, headers, chunk
+
+
+class _Bokeh(BokehTornado):
+    """``BokehTornado`` that keeps each websocket beside its connection, so a stop can end them cleanly (Bokeh's
+    own ``stop`` leaves them open, and sessions then push into closing sockets: one warning per message)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.live = {}
+
+    def new_connection(self, protocol, socket, application_context, session):
+        connection = super().new_connection(protocol, socket, application_context, session)
+        self.live[connection] = socket
+        return connection
+
+    def client_lost(self, connection):
+        self.live.pop(connection, None)
+        super().client_lost(connection)
+
+    def close_connections(self):
+        for connection, socket in list(self.live.items()):
+            connection.session.unsubscribe(connection)    # first, so the session sends nothing more to it
+            socket.close(1001, "flowlab dashboard stopped")     # its on_close then reports it lost
 
 
 class DashboardServer:
-    """The dashboard on ``host:port`` (port 0: a free one); create it on the event loop thread that will run it."""
+    """The dashboard on ``host:port`` (port 0: a free one); create it on the event loop thread that will run it.
 
-    def __init__(self, logdir, port=6006, host=LOOPBACK, reload_interval=1.0):
+    ``frame_ancestors``: further CSP sources allowed to frame the dashboard besides loopback pages (for example
+    ``"vscode-webview:"``)."""
+
+    def __init__(self, logdir, port=6006, host=LOOPBACK, reload_interval=1.0, frame_ancestors=()):
         self.store = Store(logdir, reload_interval)
         sockets, self.port = bind_sockets(host, port)
         self.host = host
-        origins = [_host_port(host, self.port)] + ([f"localhost:{self.port}"] if host == LOOPBACK else [])
+        self.allow = Allowlist(host, self.port)
+        # Bokeh's own websocket check stays as a second line: the same names, never a pattern
+        origins = [_host_port(n, self.port) for n in self.allow.names]
         app = Application(FunctionHandler(partial(build_document, store=self.store)))
-        tornado_app = BokehTornado({"/": app}, extra_websocket_origins=origins)
-        tornado_app.add_handlers(r".*", [(_Climbing(), _NotFound)])      # checked before Bokeh's own routes
-        http = HTTPServer(tornado_app)
-        http.add_sockets(sockets)
-        self._server = BaseServer(IOLoop.current(), tornado_app, http)
+        self._tornado = _Bokeh({"/": app}, extra_websocket_origins=origins, serve_traceback=False)
+        self._tornado.add_handlers(r".*", [(_Refused(self.allow), _Refuse)])      # checked before Bokeh's routes
+        ancestors = self.allow.frame_ancestors(frame_ancestors)
+        self._tornado.add_transform(partial(_SecurityHeaders, frame_ancestors=ancestors))
+        self._http = HTTPServer(self._tornado)
+        self._http.add_sockets(sockets)
+        self._server = BaseServer(IOLoop.current(), self._tornado, self._http)
         self.origins = origins
 
     @property
@@ -82,6 +257,21 @@ class DashboardServer:
         self.store.start()
         self._server.start()
         return self
+
+    async def close(self, grace=0.3):
+        """Stop listening, end every websocket and HTTP connection (waiting up to ``grace`` seconds for the
+        closing handshakes), then stop Bokeh and the store."""
+        self._http.stop()
+        self._tornado.close_connections()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while self._tornado.live and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        try:
+            await asyncio.wait_for(self._http.close_all_connections(), max(deadline - loop.time(), 0.01))
+        except asyncio.TimeoutError:
+            pass                                        # a browser's idle keep-alive socket: dropped with the loop
+        self.stop()
 
     def stop(self):
         self._server.stop()
@@ -96,31 +286,37 @@ def exposure_warning(host):
             f"(there is no authentication); use --host 127.0.0.1 to keep them local")
 
 
-def serve(logdir, port=6006, host=LOOPBACK, reload_interval=1.0, out=print):
-    """Run the dashboard until SIGINT or SIGTERM; raises OSError when the address cannot be bound."""
+def serve(logdir, port=6006, host=LOOPBACK, reload_interval=1.0, out=print, grace=0.5):
+    """Run the dashboard until SIGINT or SIGTERM (call from the main thread); raises OSError when the address
+    cannot be bound.
 
-    async def main():
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):     # before the URL is out: a quick Ctrl-C still stops cleanly
-            loop.add_signal_handler(sig, stop.set)
-        server = DashboardServer(logdir, port, host, reload_interval).start()
+    The server runs in a ``ServerThread``; this thread only waits for the signal, so a page build that holds the
+    server's event loop cannot delay it. On the signal the server gets ``grace`` seconds to close its connections;
+    returns True when it did, False when its loop was still busy (the thread is a daemon: the process can exit)."""
+    stop = threading.Event()
+    # installed before the URL is out, so a quick Ctrl-C still stops cleanly
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server = ServerThread(logdir, port, host, reload_interval)
         warning = exposure_warning(host)
         if warning:
             out(warning)
-        out(f"flowlab dashboard for {server.store.logdir} at {server.url}  (Ctrl-C to stop)")
-        await stop.wait()
-        server.stop()
-        out("flowlab dashboard stopped")
-
-    asyncio.run(main())
+        out(f"flowlab dashboard for {server.server.store.logdir} at {server.url}  (Ctrl-C to stop)")
+        stop.wait()
+        clean = server.stop(timeout=grace)
+        out("flowlab dashboard stopped" if clean else
+            f"flowlab dashboard stopped (its event loop was still busy building a page after {grace} s)")
+        return clean
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class ServerThread:
     """The dashboard served from a daemon thread running its own event loop; ``.url``, ``.stop()``."""
 
-    def __init__(self, logdir, port=0, host=LOOPBACK, reload_interval=1.0):
-        self._args = (logdir, port, host, reload_interval)
+    def __init__(self, logdir, port=0, host=LOOPBACK, reload_interval=1.0, frame_ancestors=()):
+        self._args = (logdir, port, host, reload_interval, frame_ancestors)
         self._ready = threading.Event()
         self._error = None
         self._loop = self._stop = self.server = None
@@ -141,17 +337,19 @@ class ServerThread:
         finally:
             self._ready.set()
         await self._stop.wait()
-        self.server.stop()
+        await self.server.close()
 
     @property
     def url(self):
         return self.server.url
 
-    def stop(self):
-        """Stop serving and wait for the thread to end (idempotent)."""
+    def stop(self, timeout=10):
+        """Stop serving and wait up to ``timeout`` seconds for the thread to end (idempotent); returns whether it
+        ended."""
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._stop.set)
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=timeout)
+        return not self._thread.is_alive()
 
     def __repr__(self):
         return f"<flowlab dashboard at {self.url}>" if self.server else "<flowlab dashboard (not running)>"

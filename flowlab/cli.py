@@ -13,11 +13,17 @@ import time
 def _serve(args):
     from flowlab.dashboard.server import serve
     try:
-        serve(args.logdir, port=args.port, host=args.host, reload_interval=args.reload_interval,
-              out=lambda line: print(line, flush=True))
+        clean = serve(args.logdir, port=args.port, host=args.host, reload_interval=args.reload_interval,
+                      out=lambda line: print(line, flush=True))
     except OSError as e:
         print(f"flowlab serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
         return 1
+    if not clean:
+        # the server thread is inside a page build: interpreter teardown would wait for it, so leave now (nothing
+        # of this process needs flushing but its standard streams)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
