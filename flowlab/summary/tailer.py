@@ -3,23 +3,29 @@
 ``LogdirTailer(logdir).poll()`` returns the items (:class:`Datum`) completed since the previous poll.
 
 Design
-- Discovery: every poll walks the logdir. A run is a directory (the logdir itself is run ``"."``) holding files whose
-  name contains ``tfevents``; its name is the path relative to the logdir with ``/`` separators. Runs are visited in
-  name order and a run's files in name order, as TensorBoard orders them.
+- Discovery: every poll walks the logdir (``os.walk``), or for an fsspec URL (``s3://bucket/prefix``...) lists it
+  recursively once. A run is a directory (the logdir itself is run ``"."``) holding files whose name contains
+  ``tfevents``; its name is the path relative to the logdir with ``/`` separators. Runs are visited in name order and
+  a run's files in name order, as TensorBoard orders them.
 - Per file we keep the byte offset read so far and the unconsumed tail (a partial last record). A poll stats the file
-  first and reads only the bytes beyond the offset, so polling an unchanged logdir reads nothing. A file that shrinks
-  or is replaced (new inode) is read again from its start; a vanished or unreadable file is reported in ``stats()``
-  and never raises; an unreadable one is retried on later polls.
+  (remote files: the size the listing gave) and reads only the bytes beyond the offset (remote: byte-range reads), so
+  polling an unchanged logdir reads nothing. A file that shrinks or is replaced (new inode) is read again from its
+  start; a vanished or unreadable file is reported in ``stats()`` and never raises; an unreadable one is retried on
+  later polls, and so is a remote listing that failed (the files already known are kept meanwhile).
 - Framing: ``_hop`` walks from record to record in a tight loop computing each payload's CRC-32C; NumPy then checks
-  every length checksum and data checksum at once. From the first bad record on we resynchronise byte by byte as
-  ``record.RecordScanner`` does (skip, find the next place where a length and its checksum agree and the data checks
-  out, count one corrupt record per damaged stretch) and go back to the fast loop.
+  every length checksum and data checksum at once. A bad record is skipped as ``record.RecordScanner`` skips it (find
+  the next place where a length and its checksum agree and the data checks out, count one corrupt record per damaged
+  stretch), but the search is ``record.next_record``, vectorised, so its cost is linear in the damaged bytes; see
+  ``_split`` for why scattered damage stays linear too. Each file may search ``resync_budget`` bytes of damage per
+  poll; the rest waits for the next poll, so a file of junk never delays the other files' new records.
 - Decoding: plain scalar records (``Event{wall_time, step, summary{value{tag, simple_value or one-float tensor}}}``,
   the bulk of most logs, as tensorboardX, torch, TensorFlow and flowlab write them) are decoded column-wise with NumPy
   straight from the wire bytes; every other record is parsed with upb into an ``Event``. Legacy values
   (``simple_value``, ``histo``, ``image``, ``audio``) and tensor values are read alike; a tensor's meaning comes from
-  its tag's plugin, fixed per run by the first metadata seen (writers send metadata only with a tag's first value), as
-  TensorBoard's ``EventAccumulator`` fixes it.
+  its tag's plugin, fixed per run by the first metadata seen, as TensorBoard's ``EventAccumulator`` fixes it. Most
+  writers send metadata only with a tag's first value, so when that record is damaged TensorBoard loses the whole
+  tag; here the tag takes the plugin another run gave it, else one inferred from its value (``infer_plugin``), until
+  real metadata arrives.
 - Restarts follow ``EventAccumulator``: in a run whose files declare ``brain.Event:2`` (every current writer), each
   ``SessionLog`` START after the first drops the run's data with step >= its step; in older files an event whose step
   is below the previous summary event's step drops its own tags' data with step >= its step. The tailer keeps no
