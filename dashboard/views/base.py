@@ -9,8 +9,13 @@ Everything a view shows that came from a log (run names, tags, text, hparams) is
 from __future__ import annotations
 
 from bokeh.layouts import column
+from bokeh.models import Div
 
 from flowlab.plots.figures import card_grid, text_div
+
+from .paging import PAGE_SIZE, Pager
+
+BUILD_BATCH = 6           # cards built per IOLoop turn in a server session (each turn relays the page out)
 
 
 class View:
@@ -38,19 +43,35 @@ class View:
 
 
 class CardsView(View):
-    """A tab showing one card per ``(run, tag)`` series of one ``kind``; subclasses say how to make and fill a card.
+    """A tab showing one card per ``(run, tag)`` series of one ``kind``, a page of cards at a time (``Pager``).
 
-    A card has a ``layout`` and ``add(steps, values, replace)``; ``show`` may be overridden to adapt the call.
+    Only the cards of the current page exist: a card is built when its series comes on the page (its first delta is
+    then everything the store holds, flagged ``reset``) and dropped when it leaves, with what was sent of it, so a
+    session costs the same for 40 series as for 4,000. In a server session a page's cards are built a few per IOLoop
+    turn (``BUILD_BATCH``), so the first ones show at once and other sessions are served in between. Subclasses say how to make and fill a card: a card has a
+    ``layout`` and ``add(steps, values, replace)``; ``show`` may be overridden to adapt the call. ``refresh()`` brings
+    the page up to date (``update`` is the periodic entry point; a page change calls ``refresh`` at once).
     """
     kind = ""
     empty_text = ""
+    page_size = PAGE_SIZE
 
     def __init__(self, store):
         super().__init__(store)
-        self.empty = text_div(self.empty_text)
+        self.empty = text_div(self.empty_text, visible=False)     # shown by the first update that finds nothing
         self.grid = card_grid()
+        self.grid.name = f"cards:{self.kind_name}"
+        self.pager = Pager(self.kind_name, self.page_size, on_change=self.refresh)
         self._cards: dict[tuple, object] = {}
-        self._root = column(*self.controls(), self.empty, self.grid)
+        self._series: dict[tuple, object] = {}
+        self._order: list = []                  # the page's keys in display order
+        self._pending: list = []                # keys of the page whose cards are still to build
+        self._root = column(*self.controls(), self.pager.layout, self.empty, self.grid)
+
+    @property
+    def kind_name(self):
+        """The tab's name in model names (``pager:<name>``, ``cards:<name>``, ``cards-source:<name>``)."""
+        return type(self).__name__.removesuffix("View").lower()
 
     def controls(self):
         """Widgets above the cards."""
@@ -66,12 +87,42 @@ class CardsView(View):
         return self._root
 
     def update(self):
-        for series in self.store.series(self.kind):
-            card = self._cards.get(series.key)
-            if card is None:
-                card = self._cards[series.key] = self.new_card(series)
-                self.grid.children.append(card.layout)
-            d = self.delta(series)
-            if d.reset or d.steps:
-                self.show(card, d)
-        self.empty.visible = not self._cards
+        self._series = {s.key: s for s in self.store.series(self.kind)}
+        self.refresh(keys_changed=self.pager.set_keys(self._series))
+
+    def refresh(self, keys_changed=True):
+        """Build the cards that came on the page, drop those that left, and send the page's cards what is new."""
+        if keys_changed:
+            visible = [key for key in self.pager.visible if key in self._series]
+            for key in set(self._cards) - set(visible):
+                del self._cards[key]
+                self._seen.pop(key, None)                    # back on the page later: it starts afresh
+            self._pending = [key for key in visible if key not in self._cards]
+            self._order = visible
+            self._build_some()
+        for key, card in self._cards.items():
+            self._send(key, card)
+        self.empty.visible = not self._series
+
+    def _build_some(self):
+        """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server). In a server session the
+        rest follow on the next IOLoop turns: a page costs the server ~20-50 ms a card (building and serialising
+        Bokeh models), and other sessions must not wait for a whole page, nor this one for its first cards."""
+        doc = self._root.document
+        spread = doc is not None and doc.session_context is not None
+        batch, self._pending = ((self._pending[:BUILD_BATCH], self._pending[BUILD_BATCH:]) if spread
+                                else (self._pending, []))
+        for key in batch:
+            if key in self._series:
+                card = self._cards[key] = self.new_card(self._series[key])
+                self._send(key, card)
+        shown = [self._cards[key].layout for key in self._order if key in self._cards]
+        if shown != list(self.grid.children):
+            self.grid.children = shown or [Div(text="", width=0, height=0)]   # Bokeh warns about empty layouts
+        if self._pending:
+            doc.add_next_tick_callback(self._build_some)
+
+    def _send(self, key, card):
+        d = self.delta(self._series[key])
+        if d.reset or d.steps:
+            self.show(card, d)

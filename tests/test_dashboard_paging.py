@@ -1,0 +1,124 @@
+"""The pager every card view shares (dashboard/views/paging.py) and what CardsView builds with it, without a browser:
+which keys are on a page, that only a page's cards exist, and that what leaves a page is forgotten."""
+import numpy as np
+import pytest
+from bokeh.document import Document
+
+from flowlab.dashboard.store import Store
+from flowlab.dashboard.views.histograms import HistogramsView
+from flowlab.dashboard.views.images import ImagesView
+from flowlab.dashboard.views.paging import PAGE_SIZE, Pager
+from flowlab.dashboard.views.text import TextView
+from flowlab.summary import SummaryWriter, encode
+
+
+def test_pages_split_the_keys_in_order():
+    calls = []
+    pager = Pager("t", page_size=4, on_change=lambda: calls.append(pager.visible))
+    keys = [f"k{i:02}" for i in range(10)]
+    assert pager.set_keys(keys) is True and pager.visible == keys[:4]
+    assert pager.set_keys(list(keys)) is False                           # the same keys: nothing to do
+    assert pager.layout.name == "pager:t" and pager.layout.tags == [4, 0, 3]
+    assert pager.layout.visible and pager.previous.disabled and not pager.next.disabled
+    assert pager.label.text == "1–4 of 10"
+    pager.go(2)
+    assert calls == [keys[8:]] and pager.layout.tags == [2, 2, 3] and pager.next.disabled
+    pager.go(7)                                                          # clamped: already there, no call
+    assert pager.page == 2 and len(calls) == 1
+    pager.set_keys(keys[:6])                                             # keys went away: back to the last page
+    assert pager.page == 1 and pager.visible == keys[4:6]
+    pager.size.value = "6"                                               # the first card on show stays in view
+    assert pager.page_size == 6 and pager.page == 0 and pager.visible == keys[:6] and pager.next.disabled
+
+
+def test_a_few_keys_need_no_controls():
+    pager = Pager("t")
+    pager.set_keys(range(3))
+    assert not pager.layout.visible and pager.visible == [0, 1, 2] and pager.label.text == "1–3 of 3"
+    pager.set_keys([])
+    assert pager.visible == [] and pager.layout.tags == [0, 0, 1]
+    with pytest.raises(ValueError, match="page_size"):
+        Pager("t", page_size=0)
+
+
+def test_the_buttons_move_between_pages():
+    from bokeh.events import ButtonClick
+    pager = Pager("t", page_size=2)
+    pager.set_keys("abcde")
+    pager.next._trigger_event(ButtonClick(pager.next))
+    assert pager.visible == ["c", "d"]
+    pager.previous._trigger_event(ButtonClick(pager.previous))
+    assert pager.visible == ["a", "b"]
+
+
+@pytest.fixture
+def many(tmp_path):
+    """30 histogram series, 10 image series and 10 text series."""
+    rng = np.random.default_rng(0)
+    with SummaryWriter(tmp_path / "run") as w:
+        for tag in range(30):
+            for step in range(3):
+                w.add_histogram(f"h{tag:02}", rng.normal(tag, 1, 200), step)
+        for tag in range(10):
+            w.add_image(f"i{tag:02}", rng.integers(0, 256, (4, 4, 3), dtype=np.uint8), 0, dataformats="HWC")
+            w.add_text(f"t{tag:02}", f"text {tag}", 0)
+    return tmp_path
+
+
+def test_only_the_page_is_built_and_what_leaves_it_is_forgotten(many):
+    store = Store(many)
+    store.poll()
+    view = HistogramsView(store)
+    doc = Document()
+    doc.add_root(view.layout())
+    view.update()
+    keys = [s.key for s in store.series("histogram")]
+    assert len(keys) == 30 and view.pager.visible == keys[:PAGE_SIZE]
+    assert list(view._cards) == keys[:PAGE_SIZE] and set(view._seen) == set(keys[:PAGE_SIZE])
+    assert [c for c in view.grid.children] == [view._cards[k].layout for k in keys[:PAGE_SIZE]]
+    sources = [m for m in doc.models if getattr(m, "name", None) == "cards-source:histograms"]
+    assert len(sources) == PAGE_SIZE                                     # nothing of the other pages in the document
+    first = view._cards[keys[0]]
+
+    view.pager.go(2)                                                     # as a click does: rebuilt at once
+    assert list(view._cards) == keys[2 * PAGE_SIZE:] and set(view._seen) == set(keys[2 * PAGE_SIZE:])
+    c = view._cards[keys[-1]]
+    np.testing.assert_array_equal(np.unique(c.source.data["step"]), [0, 1, 2])
+    buckets = store.series("histogram")[-1].slice()[2][1]
+    rows = np.asarray(c.source.data["step"]) == 1
+    np.testing.assert_array_equal(np.asarray(c.source.data["count"])[rows], buckets[buckets[:, 2] > 0, 2])
+    assert len([m for m in doc.models if getattr(m, "name", None) == "cards-source:histograms"]) == 30 - 2 * PAGE_SIZE
+
+    view.pager.go(0)                                                     # back: built afresh from the store
+    again = view._cards[keys[0]]
+    assert again is not first
+    np.testing.assert_array_equal(again.source.data["count"], first.source.data["count"])
+
+
+def test_new_series_take_their_place_in_the_order(many):
+    store = Store(many)
+    store.poll()
+    view = HistogramsView(store)
+    Document().add_root(view.layout())
+    view.update()
+    with SummaryWriter(many / "a-new-run") as w:                         # sorts before "run": first on page 0
+        w.add_histogram("h", np.arange(10.0), 0)
+    store.poll()
+    view.update()
+    assert view.pager.visible[0] == ("a-new-run", "h", "histogram") and len(view._cards) == PAGE_SIZE
+    assert view._cards[("a-new-run", "h", "histogram")].source.data["count"].sum() == 10
+    assert view.pager.label.text == f"1–{PAGE_SIZE} of 31"
+
+
+@pytest.mark.parametrize("view_class, kind", [(ImagesView, "image"), (TextView, "text")])
+def test_images_and_text_are_paged_too(many, view_class, kind):
+    store = Store(many)
+    store.poll()
+    view = view_class(store)
+    view.pager.size.value = "6"
+    Document().add_root(view.layout())
+    view.update()
+    keys = [s.key for s in store.series(kind)]
+    assert list(view._cards) == keys[:6]
+    view.pager.go(1)
+    assert list(view._cards) == keys[6:] and view.pager.layout.tags == [4, 1, 2]
