@@ -6,13 +6,13 @@ import math
 import numpy as np
 import pytest
 from bokeh.document import Document
-from bokeh.document.events import ColumnsStreamedEvent, ModelChangedEvent
+from bokeh.document.events import ColumnDataChangedEvent, ColumnsStreamedEvent, ModelChangedEvent
 from bokeh.models import Div
 
 from flowlab.dashboard.store import Store
 from flowlab.dashboard.views.anomalies import AnomaliesView, heat_cells
-from flowlab.dashboard.views.distributions import COLUMNS, MAX_POINTS, DistributionsView
-from flowlab.dashboard.views.histograms import MAX_OUTLINES, RIDGE_HEIGHT, HistogramsView
+from flowlab.dashboard.views.distributions import COLUMNS, MAX_ROWS, DistributionsView
+from flowlab.dashboard.views.histograms import HEADROOM, MAX_STEPS, RIDGE_ROWS, Groups, HistogramsView
 from flowlab.dashboard.views.images import ImagesView
 from flowlab.dashboard.views.text import TextView, render_text
 from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, Sampler, box_stats, compress_histogram, histogram_outline
@@ -68,8 +68,8 @@ def image(seed):
     return np.random.default_rng(seed).integers(0, 256, (5, 7, 3), dtype=np.uint8)
 
 
-def build(view_class, logdir):
-    store = Store(logdir)
+def build(view_class, logdir, **store_args):
+    store = Store(logdir, **store_args)
     store.poll()
     view = view_class(store)
     doc = Document()
@@ -91,7 +91,7 @@ def data_events(events, source):
     for e in events:
         if isinstance(e, ColumnsStreamedEvent) and e.model is source:
             out.append(("stream", e.data))
-        elif isinstance(e, ModelChangedEvent) and e.model is source and e.attr == "data":
+        elif isinstance(e, (ColumnDataChangedEvent, ModelChangedEvent)) and e.model is source and e.attr == "data":
             out.append(("replace", None))
     return out
 
@@ -181,102 +181,166 @@ def test_outline_and_box_and_sampler():
 
 # ---------------------------------------------------------------------------------------------- histograms
 
-def test_histogram_outlines_are_the_buckets_and_new_steps_stream(logdir):
+def ridge_reference(items, scale):
+    """The rows a card's source must hold for ``(step, buckets)`` items: every bucket of every step, in order."""
+    rows = [(step, *bucket) for step, buckets in items for bucket in buckets if bucket[2] or not buckets[:, 2].any()]
+    step, left, right, count = (np.array(c, float) for c in zip(*rows))
+    return {"step": step, "left": left, "right": right, "count": count, "top": step - count * scale}
+
+
+def assert_columns(data, expect):
+    for name, column in expect.items():
+        np.testing.assert_array_equal(np.asarray(data[name], float), column, err_msg=name)
+
+
+def test_histogram_rows_are_the_buckets_and_new_steps_stream(logdir):
     store, view, doc = build(HistogramsView, logdir)
     c = card(view, "train", "weights")
-    data = c.source.data
-    assert data["step"] == list(range(10)) and c.tail.data["step"] == []     # all sampled; the latest among them
-    scale = RIDGE_HEIGHT / c.peak
-    for rank, step in enumerate(data["step"]):
-        buckets = encode.histogram_buckets(normal(step))
-        x, y = histogram_outline(buckets)
-        np.testing.assert_array_equal(data["xs"][rank], x)
-        np.testing.assert_array_equal(data["ys"][rank], y)
-        np.testing.assert_allclose(data["ridge"][rank], rank - y * scale)
-        assert data["ys"][rank].max() <= c.peak                         # the ridge never reaches past its headroom
-    assert c.offset.visible and not c.overlay.visible
+    items = [(step, encode.histogram_buckets(normal(step))) for step in range(10)]
+    peak = max(b[:, 2].max() for _, b in items)
+    assert c.peak == peak * HEADROOM and c.scale == RIDGE_ROWS * 1.0 / c.peak     # steps 1 apart
+    assert_columns(c.source.data, ridge_reference(items, c.scale))
+    assert len(c.tail.data["step"]) == 0                                 # every step is in the source
+    assert c.source.name == "cards-source:histograms"
+    fig = c.layout
+    offset = [r for r in fig.renderers if type(r.glyph).__name__ == "Quad"]
+    overlay = [r for r in fig.renderers if type(r.glyph).__name__ == "Segment"]
+    assert [r.data_source for r in offset] == [r.data_source for r in overlay] == [c.source, c.tail]
+    assert len(fig.renderers) == 4 and fig.y_range.flipped                # oldest at the top
+    assert all(r.visible for r in offset) and not any(r.visible for r in overlay)
     view.mode.active = 1
-    assert c.overlay.visible and not c.offset.visible
+    assert c.layout is fig and all(r.visible for r in overlay) and not any(r.visible for r in offset)
+    assert [a.visible for a in fig.left] == [False, True]                # the count axis
+    view.mode.active = 0
+    assert [a.visible for a in fig.left] == [True, False]
 
     events = record(doc)
     with SummaryWriter(logdir / "train") as w:
         for step in (10, 11):
-            w.add_histogram("weights", normal(step) * 0.5, step)       # no taller than before: no rescale
+            w.add_histogram("weights", normal(step) * 0.5, step)         # no taller than before: no rescale
     store.poll()
     view.update()
     (kind, streamed), = data_events(events, c.source)
-    assert kind == "stream" and streamed["step"] == [10, 11]
-    np.testing.assert_array_equal(streamed["ys"][1], histogram_outline(encode.histogram_buckets(normal(11) * 0.5))[1])
+    new = [(step, encode.histogram_buckets(normal(step) * 0.5)) for step in (10, 11)]
+    assert kind == "stream"
+    assert_columns(streamed, ridge_reference(new, c.scale))
+    assert data_events(events, c.tail) == []
     view.update()                                                        # nothing new: nothing sent
     assert len(data_events(events, c.source)) == 1
 
+    with SummaryWriter(logdir / "train") as w:
+        w.add_histogram("weights", np.zeros(5000), 12)                  # a count past the headroom: redrawn
+    store.poll()
+    view.update()
+    assert data_events(events, c.source)[-1] == ("replace", None)
+    assert c.peak == 5000 * HEADROOM
+    assert_columns(c.source.data, ridge_reference(items + new + [(12, encode.histogram_buckets(np.zeros(5000)))],
+                                                   c.scale))
 
-def test_histogram_steps_drawn_are_bounded(tmp_path):
+
+def test_histogram_groups_keep_the_widest_step_and_the_newest(tmp_path):
     with SummaryWriter(tmp_path) as w:
-        for step in range(203):
-            w.add_histogram("h", normal(step % 7, 50), step)
-    store, view, _ = build(HistogramsView, tmp_path)
+        for step in range(1003):
+            values = normal(step % 7, 50)
+            if step == 613:
+                values[0] = 1e4                                          # a spike in one step
+            w.add_histogram("h", values, step)
+    store, view, _ = build(HistogramsView, tmp_path, samples={"histogram": 5000})    # every step reaches the view
     c = card(view, ".", "h")
-    steps = c.source.data["step"]
-    assert len(steps) <= MAX_OUTLINES and steps[0] == 0 and np.all(np.diff(steps) == np.diff(steps)[0])
-    assert c.tail.data["step"] == [202]                                 # the latest is drawn too
-    assert c.tail.data["rank"] == [len(steps)]
+    steps = np.unique(c.source.data["step"])
+    stride = c.groups.stride
+    assert MAX_STEPS // 2 <= len(steps) <= MAX_STEPS and stride == 16
+    assert np.array_equal(steps // stride, np.arange(len(steps)))      # one step of each group, from the first on
+    assert 613 in steps                                                  # the spike's step is never the one left out
+    spike = encode.histogram_buckets(np.r_[normal(613 % 7, 50)[1:], 1e4])
+    rows = np.asarray(c.source.data["step"]) == 613
+    counted = spike[:, 2] > 0
+    np.testing.assert_array_equal(np.asarray(c.source.data["right"])[rows], spike[counted, 1])   # drawn exactly
+    np.testing.assert_array_equal(np.asarray(c.source.data["count"])[rows], spike[counted, 2])
+    assert set(c.tail.data["step"]) == {1002.0}                         # the newest, while its group fills
+
+
+def test_groups_choose_the_widest_of_each_group():
+    groups = Groups(8)
+    widths = np.random.default_rng(3).uniform(1, 2, 100)
+    for step, width in enumerate(widths):
+        groups.offer((step, np.array([[0.0, width, 1.0]])))
+    assert groups.stride == 16 and [s for s, _ in groups.items] == [
+        16 * g + int(np.argmax(widths[16 * g:16 * g + 16])) for g in range(6)]
+    assert groups.open[0] == 96 + int(np.argmax(widths[96:])) and groups.latest[0] == 99
 
 
 # ---------------------------------------------------------------------------------------------- distributions
 
 def test_distribution_bands_are_the_compressed_histograms(logdir):
     store, view, doc = build(DistributionsView, logdir)
-    data = card(view, "train", "weights").source.data
-    assert data["step"] == list(range(10))
+    source = card(view, "train", "weights").source
+    data = source.data
+    assert list(data["step"]) == list(range(10)) and source.name == "cards-source:distributions"
     for i, step in enumerate(data["step"]):
-        buckets = encode.histogram_buckets(normal(step))
+        buckets = encode.histogram_buckets(normal(int(step)))
         row = [data[c][i] for c in COLUMNS]
         assert row == compress_histogram(buckets).tolist()
         np.testing.assert_allclose(row, interp_reference(buckets, NORMAL_HISTOGRAM_BPS), rtol=1e-12)
+    assert np.isnan(data["empty"]).all()
     empty = card(view, "train", "empty").source.data
     assert all(math.isnan(empty[c][0]) for c in COLUMNS)              # nothing finite: a gap, not a band at 0
+    assert empty["empty"][0] == 1.0                                   # and a red mark
 
-    source = card(view, "train", "weights").source
     events = record(doc)
     with SummaryWriter(logdir / "train") as w:
         w.add_histogram("weights", normal(10), 10)
     store.poll()
     view.update()
     (kind, streamed), = data_events(events, source)
-    assert kind == "stream" and streamed["step"] == [10]
+    assert kind == "stream" and list(streamed["step"]) == [10]
     assert [streamed[c][0] for c in COLUMNS] == compress_histogram(encode.histogram_buckets(normal(10))).tolist()
 
 
-def test_distribution_bands_are_thinned_but_reach_the_latest_step(tmp_path):
+def test_distribution_groups_keep_extremes_and_empty_steps_and_reach_the_latest_step(tmp_path):
+    def values(step):
+        if step == 333:
+            return np.array([np.nan])                                  # nothing finite
+        v = normal(step % 5, 100)
+        if step == 777:
+            v[0] = 500.0                                               # a spike
+        return v
+
     def write(steps):
         with SummaryWriter(tmp_path) as w:
             for step in steps:
-                w.add_histogram("h", normal(step % 5, 100), step)
+                w.add_histogram("h", values(step), step)
 
-    def check(source):
-        for i, step in enumerate(source.data["step"]):
-            expect = compress_histogram(encode.histogram_buckets(normal(step % 5, 100))).tolist()
-            assert [source.data[c][i] for c in COLUMNS] == expect
+    def check(source, last):
+        """Every row against the steps of its group, recomputed from the logged values."""
+        data, stride = source.data, card(view, ".", "h").bands.stride
+        rows = len(data["step"])
+        for i in range(rows):
+            members = range(i * stride, min((i + 1) * stride, last + 1))
+            assert data["step"][i] == (members[-1] if i == rows - 1 else members[0])
+            q = np.array([compress_histogram(encode.histogram_buckets(values(s))) for s in members if s != 333])
+            assert data["bp0"][i] == q[:, 0].min() and data["bp10000"][i] == q[:, -1].max()
+            np.testing.assert_allclose([data[c][i] for c in COLUMNS[1:-1]], q[:, 1:-1].mean(0), rtol=1e-12)
+            assert (data["empty"][i] == 1.0) == (333 in members)
+        assert data["step"][-1] == last
 
     write(range(1201))
-    store, view, doc = build(DistributionsView, tmp_path)
+    store, view, doc = build(DistributionsView, tmp_path, samples={"histogram": 5000})  # every step reaches the view
     source = card(view, ".", "h").source
-    steps = source.data["step"]
-    assert len(steps) <= MAX_POINTS + 1 and steps[0] == 0 and steps[-1] == 1200
-    check(source)
+    assert MAX_ROWS // 2 <= len(source.data["step"]) <= MAX_ROWS
+    check(source, 1200)
+    assert max(source.data["bp10000"]) == 500.0                       # the spike survives the merging
     events = record(doc)
     write([1201, 1202])
     store.poll()
     view.update()
-    assert source.data["step"][-1] == 1202 and len(source.data["step"]) <= MAX_POINTS + 1
-    write([1203])                               # the provisional row 1202 is patched into 1203
+    check(source, 1202)
+    write([1203])                                                     # the filling row moves to 1203
     store.poll()
     view.update()
-    assert source.data["step"][-2:] == [1200, 1203]
-    assert [type(e).__name__ for e in events if getattr(e, "model", None) is source] == \
-        ["ColumnsStreamedEvent", "ColumnsPatchedEvent"]
-    check(source)
+    check(source, 1203)
+    assert {type(e).__name__ for e in events if getattr(e, "model", None) is source} <= \
+        {"ColumnsStreamedEvent", "ColumnsPatchedEvent"}              # never the whole source again
 
 
 # ---------------------------------------------------------------------------------------------- images

@@ -3,27 +3,30 @@
 Each step's buckets are compressed to TensorBoard's nine basis points (``compress_histogram``: min, where a normal
 distribution would be at ±1.5σ, ±1σ and ±0.5σ, median, max), drawn as four nested bands (the range, then bands 3σ,
 2σ and 1σ wide) and a median line: the view TensorBoard calls "distributions" (and OneFlow's Tianshu planned but
-never built). A step whose histogram holds no finite value leaves a gap.
+never built). A step whose histogram holds no finite value leaves a gap in the bands and a red mark over the plot.
 
-At most ``MAX_POINTS`` steps per card, sampled evenly (``Sampler``), plus the latest step as a provisional last row,
-so the bands always reach the present: new rows are streamed, and the provisional row is patched into the next one
-(a source cannot drop rows).
+At most ``MAX_ROWS`` rows per card. Up to that many steps, a row is a step, exact. Past it, consecutive steps are
+merged into groups (``Bands``: groups double in size, a handful of times per run) whose row keeps the smallest min and
+the largest max of its steps, the mean of their inner basis points, and the red mark if any of its steps had
+nothing finite: merging never hides a spike or an empty step. A row stands at its group's first step, except the
+last, which stands at its newest step while it fills, so the bands reach the present: new rows are streamed, a changed last row is patched, and the source is
+replaced only when groups double or the store resets the series.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from bokeh.models import ColumnDataSource
 
-from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, Sampler, compress_histogram
-from flowlab.plots.figures import card, plain_figure
+from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, compress_histogram
+from flowlab.plots.figures import distribution_card
 
 from .base import CardsView
 
-MAX_POINTS = 500
+MAX_ROWS = 500
 BPS = NORMAL_HISTOGRAM_BPS
 COLUMNS = [f"bp{bp}" for bp in BPS]
-COLOR = "#e8743b"
 
 
 def percentile_row(buckets):
@@ -33,46 +36,116 @@ def percentile_row(buckets):
     return dict(zip(COLUMNS, compress_histogram(buckets, BPS).tolist()))
 
 
-def _columns(items):
-    """Columns of sampled ``[step, buckets, row]`` items; rows are computed here, for the items sent only."""
-    for item in items:
-        if item[2] is None:
-            item[2] = percentile_row(item[1])
-    return {"step": [item[0] for item in items], **{c: [item[2][c] for item in items] for c in COLUMNS}}
+class Bands:
+    """The rows of one card: groups of ``stride`` consecutive steps, at most ``max_rows`` of them.
+
+    A group keeps its first and newest step, how many of its steps had finite values, the min of their mins, the max
+    of their maxes, the sum of each inner basis point and whether a step had nothing finite, so two groups merge
+    exactly. ``take()`` says what to send since the last call: ``("replace", columns)``, or ``("append", patches,
+    columns)`` with ``patches`` ``{column: [(row, value)]}`` for the source's last row and ``columns`` to stream.
+    """
+
+    def __init__(self, max_rows=MAX_ROWS):
+        self.max_rows = max(2, int(max_rows))
+        cap = self.max_rows + 1
+        self.first, self.last = np.zeros(cap), np.zeros(cap)
+        self.n, self.finite = np.zeros(cap, np.int64), np.zeros(cap, np.int64)
+        self.lo, self.hi = np.full(cap, np.inf), np.full(cap, -np.inf)
+        self.inner = np.zeros((cap, len(BPS) - 2))
+        self.empty = np.zeros(cap, bool)
+        self.groups, self.stride = 0, 1
+        self._sent, self._dirty, self._doubled = 0, None, False
+
+    def offer(self, step, buckets):
+        g = self.groups - 1
+        if g < 0 or self.n[g] >= self.stride:
+            if g >= 0:                                # no longer the last row: it moves back to its first step
+                self._dirty = g if self._dirty is None else min(self._dirty, g)
+            g = self.groups
+            self.groups += 1
+            self.first[g], self.n[g], self.finite[g] = step, 0, 0
+            self.lo[g], self.hi[g], self.inner[g], self.empty[g] = np.inf, -np.inf, 0.0, False
+        self.last[g] = step
+        self.n[g] += 1
+        b = np.asarray(buckets, np.float64).reshape(-1, 3)
+        if b[:, 2].sum():
+            q = compress_histogram(b, BPS)
+            self.finite[g] += 1
+            self.lo[g], self.hi[g] = min(self.lo[g], q[0]), max(self.hi[g], q[-1])
+            self.inner[g] += q[1:-1]
+        else:
+            self.empty[g] = True
+        self._dirty = g if self._dirty is None else min(self._dirty, g)
+        if self.groups > self.max_rows:
+            self._merge_pairs()
+
+    def _merge_pairs(self):
+        """Halve the rows: groups 2i and 2i+1 become one (an odd last group stays alone, still filling)."""
+        k, odd = self.groups // 2, self.groups % 2
+        a, b = slice(0, 2 * k, 2), slice(1, 2 * k, 2)
+        end = k + odd
+        last = self.groups - 1
+        tail = (self.first[last], self.last[last], self.n[last], self.finite[last], self.lo[last], self.hi[last],
+                self.inner[last].copy(), self.empty[last])
+        self.first[:k], self.last[:k] = self.first[a], self.last[b]
+        self.n[:k], self.finite[:k] = self.n[a] + self.n[b], self.finite[a] + self.finite[b]
+        self.lo[:k], self.hi[:k] = np.minimum(self.lo[a], self.lo[b]), np.maximum(self.hi[a], self.hi[b])
+        self.inner[:k], self.empty[:k] = self.inner[a] + self.inner[b], self.empty[a] | self.empty[b]
+        if odd:
+            (self.first[k], self.last[k], self.n[k], self.finite[k], self.lo[k], self.hi[k], self.inner[k],
+             self.empty[k]) = tail
+        self.groups, self.stride, self._doubled = end, self.stride * 2, True
+
+    def columns(self, start=0, stop=None):
+        """Source columns of groups ``start:stop``: a group at its first step, the last one at its newest."""
+        stop = self.groups if stop is None else stop
+        s = slice(start, stop)
+        filling = np.arange(start, stop) == self.groups - 1
+        finite = self.finite[s]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            inner = self.inner[s] / finite[:, None]
+        values = np.column_stack([self.lo[s], inner, self.hi[s]])
+        values[finite == 0] = np.nan                  # nothing finite in the group: a gap
+        cols = {"step": np.where(filling, self.last[s], self.first[s]),
+                "empty": np.where(self.empty[s], 1.0, np.nan)}
+        cols.update({c: values[:, i] for i, c in enumerate(COLUMNS)})
+        return cols
+
+    def take(self):
+        if self._doubled:
+            change = ("replace", self.columns())
+        elif self._dirty is None:
+            change = None
+        else:
+            start = self._dirty
+            cols = self.columns(start)
+            patched = max(0, self._sent - start)      # rows already in the source (only ever its last one)
+            patches = {c: [(start + i, v[i].item()) for i in range(patched)] for c, v in cols.items()}
+            change = ("append", patches if patched else {}, {c: v[patched:] for c, v in cols.items()})
+        self._sent, self._dirty, self._doubled = self.groups, None, False
+        return change
 
 
 class _Card:
-    def __init__(self, series):
-        self.sampler = Sampler(MAX_POINTS)
-        self.provisional = False                    # the source's last row is the latest step, not a sampled one
-        self.source = ColumnDataSource(_columns([]))
-        self.figure = plain_figure(x_axis_label="step", width=420)
-        # Outermost band (min..max) first and faintest; each inner band is drawn over it, darker.
-        for k in range(len(BPS) // 2):
-            self.figure.varea("step", COLUMNS[k], COLUMNS[-1 - k], source=self.source, fill_color=COLOR,
-                              fill_alpha=0.2)
-        self.figure.line("step", COLUMNS[len(BPS) // 2], source=self.source, line_color="#8c2d04", line_width=1.5)
-        self.layout = card(series.tag, series.run, self.figure)
+    def __init__(self, series, name):
+        self.bands = Bands()
+        self.source = ColumnDataSource(Bands(2).columns(), name=f"cards-source:{name}")
+        self.layout = distribution_card(series.tag, series.run, self.source, COLUMNS)
 
     def add(self, steps, values, replace):
         if replace:
-            self.sampler = Sampler(MAX_POINTS)
+            self.bands = Bands()
         for step, buckets in zip(steps, values):
-            self.sampler.offer([step, buckets, None])
-        change = self.sampler.take()
-        items, latest = self.sampler.items, self.sampler.latest
-        extra = [] if not items or latest is items[-1] else [latest]
+            self.bands.offer(step, buckets)
+        change = self.bands.take()
         if replace or (change and change[0] == "replace"):
-            self.source.data = _columns(items + extra)
-        else:
-            new = (change[1] if change else []) + extra
-            if self.provisional and new:
-                last = len(self.source.data["step"]) - 1
-                self.source.patch({name: [(last, column[0])] for name, column in _columns(new[:1]).items()})
-                new = new[1:]
-            if new:
-                self.source.stream(_columns(new))
-        self.provisional = bool(extra)
+            self.source.data = self.bands.columns()
+        elif change:
+            _, patches, new = change
+            if patches:
+                self.source.patch(patches)
+            if len(new["step"]):
+                self.source.stream(new)
 
 
 class DistributionsView(CardsView):
@@ -81,4 +154,4 @@ class DistributionsView(CardsView):
     empty_text = "No histograms in this logdir yet."
 
     def new_card(self, series):
-        return _Card(series)
+        return _Card(series, self.kind_name)

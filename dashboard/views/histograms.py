@@ -1,99 +1,139 @@
-"""Histograms tab: one card per run × tag, the buckets of each logged step drawn as an outline.
+"""Histograms tab: one card per run × tag, every bucket of every drawn step as one quad of one glyph.
 
-Two modes, as in TensorBoard: "offset" stacks the outlines as a ridge plot (oldest at the top and back, newest at
-the bottom and in front), "overlay" draws them over one another, coloured by step. At most ``MAX_OUTLINES`` steps
-are drawn, spread evenly over the run by a ``Sampler``, plus the latest step (highlighted), so a long run costs the
-browser no more than a short one. Outlines are exact step curves of the logged buckets (``histogram_outline``).
+Two modes, as in TensorBoard: "offset" stacks the steps as filled ridges on a step axis (oldest at the top and back,
+newest at the bottom and in front), "overlay" draws the bucket tops of every step over one another, coloured by
+step. Both draw one ``ColumnDataSource`` per card of flat float columns, one row per bucket: a step's histogram is
+exact (its buckets as logged), and a card is one glyph however many steps it shows, which is what keeps BokehJS
+cheap (a renderer or a ragged array per step is what made this tab take minutes). The y range (``DataRange1d``) and
+the step colours (a colour mapper without low/high) follow the data in the browser, so a new step is one ``stream``
+and nothing else.
 
-Only what a session has not seen is read from the store; new sampled steps are streamed. The source is replaced
-only when the sampler thins (the stride doubles: a handful of times per run) or when a count outgrows the ridge's
-height scale.
+At most ``MAX_STEPS`` steps are drawn per card: while a series has more, consecutive steps are grouped (groups double
+in size, a handful of times per run) and each group is drawn by its widest histogram, the one reaching furthest out,
+so a spike is never the step left out. The newest step is always drawn: by its group, or on its own (``tail``) while
+its group is still filling. The source is replaced only when groups double, when a count outgrows the ridge height's
+headroom or when the store resets the series.
 """
 from __future__ import annotations
 
 import numpy as np
-from bokeh.models import ColumnDataSource, FixedTicker, LinearColorMapper, RadioButtonGroup, Range1d
+from bokeh.models import ColumnDataSource, LinearColorMapper, RadioButtonGroup
 from bokeh.palettes import Viridis256
 
-from flowlab.plots.data import Sampler, histogram_outline
-from flowlab.plots.figures import card, plain_figure
+from flowlab.plots.figures import histogram_card, set_histogram_mode
 
 from .base import CardsView
 
-MAX_OUTLINES = 50
-RIDGE_HEIGHT = 5.0      # the tallest outline spans this many rows, so neighbours overlap as in TensorBoard
-HEADROOM = 1.25         # the scale leaves room for counts this much taller before it must be redone
+MAX_STEPS = 100
+RIDGE_ROWS = 4.0        # the tallest ridge spans this many step intervals, so neighbours overlap as in TensorBoard
+HEADROOM = 1.25         # the height scale leaves room for counts this much taller before it must be redone
 MODES = ("offset", "overlay")
-LATEST = "#d62728"
+COLUMNS = ("step", "left", "right", "count", "top")
 
 
-def _columns(items, first_rank, scale):
-    """Source columns for ``items`` of ``(step, buckets)``: ``ys`` the counts (overlay) and ``ridge`` the outline
-    lifted above its row ``rank`` (offset; the axis is flipped, so up is minus)."""
-    cols = {"step": [], "rank": [], "xs": [], "ys": [], "ridge": []}
-    for rank, (step, buckets) in enumerate(items, first_rank):
-        x, y = histogram_outline(buckets)
-        for name, value in zip(cols, (step, rank, x, y, rank - y * scale)):
-            cols[name].append(value)
-    return cols
+def _width(buckets):
+    return float(buckets[-1, 1] - buckets[0, 0]) if len(buckets) else -np.inf
+
+
+def _drawn(buckets):
+    """The buckets worth a row: those that counted something (an empty one draws nothing), or all of them when none
+    did, so a step that had no finite value still shows, as a flat line at its step."""
+    counted = buckets[:, 2] != 0
+    return buckets[counted] if counted.any() else buckets
+
+
+def ridge_columns(items, scale):
+    """Flat columns for ``items`` of ``(step, buckets)``: a row per bucket (see ``_drawn``); ``top`` is the ridge's top in offset mode,
+    ``count`` × ``scale`` step intervals above the step (up is towards smaller steps: the axis is flipped)."""
+    if not items:
+        return {name: np.zeros(0) for name in COLUMNS}
+    kept = [_drawn(np.asarray(b, np.float64).reshape(-1, 3)) for _, b in items]
+    buckets = np.concatenate(kept)
+    steps = np.repeat(np.array([s for s, _ in items], np.float64), [len(b) for b in kept])
+    return {"step": steps, "left": buckets[:, 0], "right": buckets[:, 1], "count": buckets[:, 2],
+            "top": steps - buckets[:, 2] * scale}
+
+
+class Groups:
+    """At most ``max_items`` of the ``(step, buckets)`` offered, one per group of ``stride`` consecutive ones: the
+    widest of the group. ``items``: closed groups; ``latest``: the newest offered; ``open``: the widest of the group
+    still filling (``None`` when it is empty). ``take()`` is what a view must send since the last call, as for
+    ``Sampler``: ``("stream", new items)``, ``("replace", items)`` after groups doubled, or ``None``."""
+
+    def __init__(self, max_items=MAX_STEPS):
+        self.max_items = max(2, int(max_items))
+        self.items, self.stride, self.latest = [], 1, None
+        self.open, self._filled = None, 0
+        self._new, self._doubled = 0, False
+
+    def offer(self, item):
+        self.latest = item
+        if self.open is None or _width(item[1]) > _width(self.open[1]):
+            self.open = item
+        self._filled += 1
+        if self._filled < self.stride:
+            return
+        self.items.append(self.open)
+        self.open, self._filled, self._new = None, 0, self._new + 1
+        if len(self.items) > self.max_items:
+            if len(self.items) % 2:             # an odd last group becomes the first half of the open group
+                self.open, self._filled = self.items.pop(), self.stride
+            self.items = [max(pair, key=lambda it: _width(it[1])) for pair in zip(self.items[::2], self.items[1::2])]
+            self.stride *= 2
+            self._doubled = True
+
+    def take(self):
+        change = (("replace", list(self.items)) if self._doubled else
+                  ("stream", self.items[-self._new:]) if self._new else None)
+        self._new, self._doubled = 0, False
+        return change
 
 
 class _Card:
-    """One run × tag: the sampled outlines and the latest one, in both modes' figures."""
+    """One run × tag: ``source`` the closed groups, ``tail`` the newest step while its group is open."""
 
-    def __init__(self, series, mode):
-        self.sampler = Sampler(MAX_OUTLINES)
-        self.peak = 0.0                                     # largest count the ridge scale was made for
-        self.source = ColumnDataSource(_columns([], 0, 0.0))
-        self.tail = ColumnDataSource(_columns([], 0, 0.0))  # the latest step, when the sampler did not keep it
-        self.colors = LinearColorMapper(palette=Viridis256, low=0, high=1)
-        color = {"field": "step", "transform": self.colors}
-
-        self.offset = plain_figure(y_axis_label="step", y_range=Range1d(1, -RIDGE_HEIGHT),    # flipped: newest low
-                                   height=320)
-        self.ticker = self.offset.yaxis.ticker = FixedTicker(ticks=[])
-        self.offset.patches("xs", "ridge", source=self.source, fill_color="white", fill_alpha=0.85, line_color=color)
-        self.offset.patches("xs", "ridge", source=self.tail, fill_color="white", fill_alpha=0.85, line_color=LATEST,
-                            line_width=2)
-        self.overlay = plain_figure(y_axis_label="count")
-        self.overlay.multi_line("xs", "ys", source=self.source, line_color=color, line_alpha=0.7)
-        self.overlay.multi_line("xs", "ys", source=self.tail, line_color=LATEST, line_width=2)
-        self.overlay.y_range.start = 0
-        self.set_mode(mode)
-        self.layout = card(series.tag, series.run, self.offset, self.overlay)
+    def __init__(self, series, mode, name):
+        self.groups = Groups()
+        self.peak = 0.0                                     # the count the ridge scale was made for
+        self.interval = 0.0                                 # the step interval it was made for
+        self.scale = 0.0
+        self.source = ColumnDataSource(ridge_columns([], 0.0), name=f"cards-source:{name}")
+        self.tail = ColumnDataSource(ridge_columns([], 0.0))
+        self.colors = LinearColorMapper(palette=Viridis256)     # low/high from the data, in the browser
+        self.layout, self._modes = histogram_card(series.tag, series.run, [self.source, self.tail], self.colors, mode)
 
     def set_mode(self, mode):
-        self.offset.visible, self.overlay.visible = mode == "offset", mode == "overlay"
+        set_histogram_mode(self.layout, self._modes, mode)
 
     def reset(self):
-        self.sampler, self.peak = Sampler(MAX_OUTLINES), 0.0
+        self.groups, self.peak, self.interval = Groups(), 0.0, 0.0
 
     def add(self, steps, values, replace=False):
         for item in zip(steps, values):
-            self.sampler.offer(item)
-        peak = max((float(v[:, 2].max(initial=0.0)) for v in values), default=0.0)
-        if peak > self.peak:
-            self.peak, replace = peak * HEADROOM, True
-        scale = RIDGE_HEIGHT / self.peak if self.peak else 0.0
-        change = self.sampler.take()
-        items = self.sampler.items
+            self.groups.offer(item)
+        change = self.groups.take()
+        shown = self.groups.items + ([self.groups.latest] if self.groups.open is not None else [])
+        if self._rescale(shown, values):
+            replace = True
         if replace or (change and change[0] == "replace"):
-            self.source.data = _columns(items, 0, scale)
+            self.source.data = ridge_columns(self.groups.items, self.scale)
         elif change:
-            self.source.stream(_columns(change[1], len(items) - len(change[1]), scale))
-        latest = self.sampler.latest
-        shown = [] if not items or latest is items[-1] else [latest]
-        self.tail.data = _columns(shown, len(items), scale)
-        self._axes(items + shown)
+            self.source.stream(ridge_columns(change[1], self.scale))
+        if self.groups.open is not None or len(self.tail.data["step"]):
+            tail = [self.groups.latest] if self.groups.open is not None else []
+            self.tail.data = ridge_columns(tail, self.scale)
 
-    def _axes(self, drawn):
-        steps = [step for step, _ in drawn]
-        self.colors.low, self.colors.high = (steps[0], steps[-1]) if steps else (0, 1)
-        # Rows are ranks; the axis names them by step. The range is set, not automatic, so it stays flipped.
-        self.offset.y_range.start, self.offset.y_range.end = len(drawn) - 0.5, -RIDGE_HEIGHT - 0.5
-        ticks = sorted({round(r) for r in np.linspace(0, len(steps) - 1, min(len(steps), 6))})
-        self.ticker.ticks = ticks
-        self.offset.yaxis.major_label_overrides = {rank: str(steps[rank]) for rank in ticks}
+    def _rescale(self, shown, values):
+        """Whether the ridge height scale must be redone: a count past the headroom, or steps spaced far otherwise."""
+        peak = max((float(np.max(np.asarray(v)[:, 2], initial=0.0)) for v in values), default=0.0)
+        steps = [s for s, _ in shown]
+        interval = (steps[-1] - steps[0]) / (len(steps) - 1) if len(steps) > 1 else 1.0
+        if peak <= self.peak and self.interval and 0.5 <= interval / self.interval <= 2:
+            return False
+        self.peak = max(peak, self.peak) * HEADROOM
+        self.interval = interval or 1.0
+        self.scale = RIDGE_ROWS * self.interval / self.peak if self.peak else 0.0
+        return True
 
 
 class HistogramsView(CardsView):
@@ -110,7 +150,7 @@ class HistogramsView(CardsView):
         return (self.mode,)
 
     def new_card(self, series):
-        return _Card(series, MODES[self.mode.active])
+        return _Card(series, MODES[self.mode.active], self.kind_name)
 
     def show(self, card, delta):
         if delta.reset:

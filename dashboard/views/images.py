@@ -3,10 +3,14 @@ images, a sample slider.
 
 PNGs are decoded server-side with Pillow into the packed RGBA ``uint32`` array that ``figure.image_rgba`` draws, so
 no image or data URL ever passes through HTML. Only the image on show is sent; the card follows the latest step
-until the user moves the step slider back (and again once they move it to the end).
+until the user moves the step slider back (and again once they move it to the end). When the store thins its sample
+of a series (a reset: the newest image is always kept), a card that follows stays on the newest, and one the viewer
+moved back stays on the step they chose, or the closest kept step before it. Cards come a page at a time
+(``CardsView``), so only the images of the page are decoded and sent.
 """
 from __future__ import annotations
 
+import bisect
 import io
 
 import numpy as np
@@ -50,14 +54,18 @@ class _Card:
         self.layout = card(series.tag, series.run, self.step, self.sample, self.figure)
 
     def add(self, steps, values, replace):
-        following = replace or not self.items or self.step.value >= len(self.items) - 1
-        if replace:
+        following = not self.items or self.step.value >= len(self.items) - 1
+        looking_at = None if following else self.items[int(self.step.value)][0]
+        if replace:                     # the store thinned its sample: the newest is in it, the viewer's may not be
             self.items = []
         self.items += zip(steps, values)
         self.step.end = max(len(self.items) - 1, 1)
         self.step.visible = len(self.items) > 1
-        if following:
-            self.step.value = max(len(self.items) - 1, 0)   # triggers show() only when the value changed
+        if looking_at is None:
+            index = len(self.items) - 1
+        else:                           # the step the viewer chose, or the closest kept one before it
+            index = max(0, bisect.bisect_right([s for s, _ in self.items], looking_at) - 1)
+        self.step.value = max(index, 0)                 # triggers show() only when the value changed
         self.show()
 
     def show(self):

@@ -5,7 +5,7 @@ whose cells are Markdown (a 1-D array one column, more than two dimensions the f
 Nothing from a log can become markup of its own: Markdown goes through markdown-it-py with raw HTML disabled (any
 ``<tag>`` in the text comes out escaped), its link check (``javascript:``, ``vbscript:``, ``file:`` and non-image
 ``data:`` links stay plain text) and images off; tags, run names and warnings are ``html.escape``d; and every ``Div``
-has Bokeh's TeX processing off.
+has Bokeh's TeX processing off. Cards come a page at a time (``CardsView``): only the page's text is rendered and sent.
 """
 from __future__ import annotations
 

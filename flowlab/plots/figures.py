@@ -15,7 +15,8 @@ import math
 import numpy as np
 from bokeh.core.properties import value
 from bokeh.layouts import column, row
-from bokeh.models import Checkbox, ColumnDataSource, CustomJS, DataRange1d, Div, HoverTool, Range1d
+from bokeh.models import (Checkbox, ColumnDataSource, CustomJS, DataRange1d, Div, Grid, HoverTool, Line, LinearAxis,
+                          Quad, Range1d, Segment, Title, VArea)
 from bokeh.plotting import figure
 
 from .data import Trend, tensor_summary
@@ -216,3 +217,83 @@ def card_grid():
     """A wrapping row for cards; views append to its ``children``. (It starts with an empty Div: Bokeh warns about
     layouts without children in every session.)"""
     return row([Div(text="", width=0, height=0)], styles={"flex-wrap": "wrap", "gap": "10px"})
+
+
+# ----------------------------------------------------------------------------------- histogram cards over steps
+# One row per bucket in flat float columns (step, left, right, count, top) and one glyph per source, however many
+# steps: BokehJS's cost grows with glyphs and ragged arrays, hardly with rows. Ranges and colours follow the data in
+# the browser, so streaming rows is the only message a new step needs. Glyphs go in through ``add_glyph``: the
+# plotting methods (``fig.quad``...) also build a nonselection and a muted glyph per renderer, models that nothing
+# here uses and that each cost building, sending and initialising in the browser.
+
+
+def card_figure(title, subtitle, width=WIDTH, height=HEIGHT, **kwargs):
+    """A dashboard card that is one figure (one canvas: no DOM layout of its own for BokehJS to measure): ``title``
+    (the tag) in bold over ``subtitle`` (the run) in grey, both canvas text (never parsed as HTML), and a thin frame."""
+    fig = _figure(str(title), width, height, border_fill_color="white", outline_line_color="#dddddd", **kwargs)
+    fig.title.text_font_style = "bold"
+    # No grid lines or minor ticks: a page of cards is relaid out as a whole, and every drawn part of every card adds
+    # style lookups to it (BokehJS reads each visual's colours through getComputedStyle).
+    fig.center = [r for r in fig.center if not isinstance(r, Grid)]
+    fig.axis.minor_tick_line_color = None
+    # A title added "above" sits between the figure's own title and the plot.
+    fig.add_layout(Title(text=str(subtitle), text_font_size="8pt", text_font_style="normal", text_color="#777777"),
+                   "above")
+    return fig
+
+
+def histogram_card(title, subtitle, sources, colors, mode="offset", width=WIDTH, height=300):
+    """Histograms of one series over steps in both of TensorBoard's modes, one shown at a time (``set_histogram_mode``):
+
+    - "offset": ridges on a step axis, each bucket a quad from ``step`` up to ``top``, filled by step through
+      ``colors`` (a colour mapper), later rows in front; the step axis is flipped (oldest at the top);
+    - "overlay": each bucket's top as a segment at its ``count``, coloured by step.
+
+    ``sources[0]`` is drawn plain, any others (the newest step) in red. Returns ``(figure, modes)``, ``modes`` the
+    renderers of each mode, for ``set_histogram_mode``."""
+    fig = card_figure(title, subtitle, width, height, y_range=DataRange1d(flipped=True, range_padding=0.02),
+                      x_axis_label="value", y_axis_label="step")
+    fill = {"field": "step", "transform": colors}
+    ridges, tops = [], []
+    for i, source in enumerate(sources):
+        plain = i == 0
+        ridges.append(fig.add_glyph(source, Quad(
+            left="left", right="right", bottom="step", top="top", fill_color=fill, fill_alpha=0.85,
+            line_color="#333333" if plain else ALARM, line_alpha=0.35 if plain else 1.0,
+            line_width=0.5 if plain else 1.5)))
+        tops.append(fig.add_glyph(source, Segment(
+            x0="left", y0="count", x1="right", y1="count", line_color=fill if plain else ALARM,
+            line_alpha=0.7 if plain else 1.0, line_width=1.2 if plain else 2), y_range_name="count"))
+    fig.y_range.renderers = ridges
+    fig.extra_y_ranges = {"count": DataRange1d(start=0, renderers=tops)}
+    fig.add_layout(LinearAxis(y_range_name="count", axis_label="count", minor_tick_line_color=None,
+                              major_label_text_font_size="8pt", axis_label_text_font_size="8pt"), "left")
+    modes = {"offset": ridges, "overlay": tops}
+    set_histogram_mode(fig, modes, mode)
+    return fig, modes
+
+
+def set_histogram_mode(fig, modes, mode):
+    """Show ``histogram_card``'s "offset" or "overlay" drawing (and its axis)."""
+    for name, renderers in modes.items():
+        for r in renderers:
+            r.visible = name == mode
+    step_axis, count_axis = fig.left
+    step_axis.visible, count_axis.visible = mode == "offset", mode == "overlay"
+
+
+def distribution_card(title, subtitle, source, columns, color="#e8743b", width=WIDTH, height=HEIGHT):
+    """A distribution over steps: ``columns`` names an odd number of percentile columns of ``source``, lowest to
+    highest (min … max); each pair from the outside in is a band over ``step``, the outermost faintest, and the middle
+    one a line. Where the ``empty`` column is 1 (a step with nothing finite) a red band covers the plot's height. A
+    ``card_figure`` titled ``title`` over ``subtitle``."""
+    fig = card_figure(title, subtitle, width, height, x_axis_label="step")
+    bands = [fig.add_glyph(source, VArea(x="step", y1=columns[k], y2=columns[-1 - k], fill_color=color,
+                                         fill_alpha=0.2)) for k in range(len(columns) // 2)]
+    median = fig.add_glyph(source, Line(x="step", y=columns[len(columns) // 2], line_color="#8c2d04",
+                                        line_width=1.5))
+    fig.y_range = DataRange1d(renderers=bands + [median])          # the marks do not stretch the value axis
+    fig.extra_y_ranges = {"marks": Range1d(0, 1)}
+    fig.add_glyph(source, Segment(x0="step", y0=0, x1="step", y1="empty", line_color=ALARM, line_width=2,
+                                  line_alpha=0.6), y_range_name="marks")
+    return fig
