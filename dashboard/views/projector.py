@@ -28,7 +28,8 @@ from bokeh.models import ColumnDataSource, Div, HoverTool, Select
 from bokeh.palettes import Category20
 from bokeh.plotting import figure
 
-from flowlab.summary.projector import CONFIG_FILE, read_projector
+from flowlab.summary.projector import (CONFIG_FILE, MAX_SPRITE_BYTES, MAX_SPRITE_PIXELS, UnsafePath, read_file_capped,
+                                      read_projector)
 
 from .base import View
 
@@ -101,7 +102,16 @@ def thumbnails(sprite_path: str, total: int, n: int, size: int = THUMB_SIZE) -> 
     from PIL import Image                           # Pillow only when there is a sprite
     side = math.ceil(math.sqrt(total))
     out = []
-    with Image.open(sprite_path) as sheet:
+    # the path came from a log: a regular file, size-capped, opened without blocking (read_projector confined it)
+    data = read_file_capped(sprite_path, "sprite", MAX_SPRITE_BYTES)
+    try:
+        sheet = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as e:
+        raise UnsafePath(f"sprite {sprite_path!r}: {e}") from None
+    with sheet:
+        if sheet.width * sheet.height > MAX_SPRITE_PIXELS:   # a small PNG can declare a huge canvas
+            raise UnsafePath(f"sprite {sprite_path!r} is {sheet.width}x{sheet.height} pixels; at most "
+                             f"{MAX_SPRITE_PIXELS} pixels are decoded")
         w, h = sheet.width // side, sheet.height // side
         scale = min(1.0, size / max(w, h, 1))
         for i in range(n):
@@ -172,6 +182,7 @@ class ProjectorView(View):
         self._scanned = now
         changed = False
         found = set()
+        errors = []
         for run, path in self._config_paths():
             found.add(run)
             try:
@@ -179,13 +190,15 @@ class ProjectorView(View):
                 if run not in self._configs or self._configs[run][0] != mtime:
                     self._configs[run] = (mtime, read_projector(os.path.dirname(path)))
                     changed = True
-            except (OSError, ValueError) as e:      # half-written files: the next scan reads them again
-                self.note.text = html.escape(f"Could not read {run}: {type(e).__name__}: {e}")
+            except (OSError, ValueError) as e:      # half-written files (read again next scan), unsafe paths
+                errors.append(f"Could not read {run}: {type(e).__name__}: {e}")
         for run in set(self._configs) - found:
             del self._configs[run]
             changed = True
         if changed:
             self._draw()
+        if errors:                                  # after the draw, which rewrites the note
+            self.note.text = html.escape("; ".join(([self.note.text] if self.note.text else []) + errors))
 
     def _config_paths(self):
         logdir = self.store.logdir
@@ -260,9 +273,13 @@ class ProjectorView(View):
         category, colors = categories(labels)
         self.front.legend.visible = column_index is not None
         thumbs = [""] * n
+        sprite_error = None
         if e.sprite and os.path.exists(e.sprite):
             cut = min(n, MAX_THUMBNAILS)
-            thumbs[:cut] = thumbnails(e.sprite, len(e.tensor), cut)
+            try:
+                thumbs[:cut] = thumbnails(e.sprite, len(e.tensor), cut)
+            except (OSError, ValueError) as error:      # a bad sprite: the points without thumbnails, and why
+                sprite_error = f"; sprite not shown: {error}"
         self.source.data = {"c0": coords[:, 0].tolist(), "c1": coords[:, 1].tolist(),
                             "c2": coords[:, 2].tolist() if dims == 3 else [0.0] * n,
                             "label": labels, "category": category, "color": colors, "thumb": thumbs}
@@ -278,7 +295,7 @@ class ProjectorView(View):
             note += f" (the first {n} of {total})"
         if e.kind == "exception":
             note += f"; NaN: {e.info.get('nan_count', 0)}, Inf: {e.info.get('inf_count', 0)} (drawn as 0)"
-        self.note.text = html.escape(note)
+        self.note.text = html.escape(note + (sprite_error or ""))
 
 
 # The thumbnail comes first; @label is escaped by Bokeh like every field not marked {safe}.
