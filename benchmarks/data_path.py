@@ -38,7 +38,7 @@ timed out is not retried in later rounds). Rounds interleave the sides (the orde
 medians.
 
     python benchmarks/data_path.py                     # full sizes, 3 rounds (see README for the run time)
-    python benchmarks/data_path.py --quick             # small sizes, 1 round: checks the script works (~2 min)
+    python benchmarks/data_path.py --quick             # small sizes, 1 round: checks the script works (~5 min)
     python benchmarks/data_path.py --only first_page,reader --rounds 5
 """
 from __future__ import annotations
@@ -500,10 +500,12 @@ class Server:
         deadline = time.perf_counter() + timeout
         while not found.wait(0.05):
             if self.proc.poll() is not None or time.perf_counter() > deadline:
+                still_running = self.proc.poll() is None
                 self.stop()
                 tail = "\n".join(f"  {lab}: {ln}" for lab, ln in self.lines[-8:])
-                raise (Timeout if self.proc.returncode in (None, -9) else RuntimeError)(
-                    f"{self.name} printed no URL within {timeout:.0f} s (rc {self.proc.returncode}):\n{tail}")
+                why = (f"printed no URL within {timeout:.0f} s" if still_running
+                       else f"exited (rc {self.proc.returncode}) before printing its URL")
+                raise (Timeout if still_running else RuntimeError)(f"{self.name} {why}:\n{tail}")
         self.ready_s = time.perf_counter() - start
 
     def rss(self):
@@ -536,7 +538,10 @@ class Server:
             except subprocess.TimeoutExpired:
                 pass
         kill_group(self.proc)
-        self.log.close() if not self.log.closed else None
+        for t in self.pumps:                 # they end with the pipes; then nothing writes to the log any more
+            t.join(timeout=2)
+        if not self.log.closed:
+            self.log.close()
 
 
 class Flowlab(Server):
@@ -698,7 +703,7 @@ def row_first_page(ctx, row):
              f"{time.perf_counter() - t0:.1f} s")
     loads = {"flowlab": [], "TensorBoard": []}
     ready = {"flowlab": [], "TensorBoard": []}
-    dead = set()
+    dead, errored = set(), set()          # sides not retried; of those, the ones that failed other than by a timeout
     for rnd in range(ctx.rounds):
         for side in (("flowlab", "TensorBoard") if rnd % 2 == 0 else ("TensorBoard", "flowlab")):
             if side in dead:
@@ -730,15 +735,20 @@ def row_first_page(ctx, row):
                 loads[side].append(None)
                 dead.add(side)
                 row.note(f"round {rnd + 1} {side:11s}: TIMEOUT ({e}); not retried")
+            except Exception as e:
+                dead.add(side)
+                errored.add(side)
+                row.note(f"round {rnd + 1} {side:11s}: ERROR {type(e).__name__}: {str(e).strip()[:300]}")
             finally:
                 if server is not None:
                     server.stop()
     fl, tb = [x for x in loads["flowlab"] if x is not None], [x for x in loads["TensorBoard"] if x is not None]
-    row.flowlab = (f"{fmt_s(median(fl))} (ready {fmt_s(median(ready['flowlab']))})" if fl
-                   else f"TIMEOUT > {cfg['wait_s']:.0f} s")
-    row.tensorboard = (f"{fmt_s(median(tb))} (ready {fmt_s(median(ready['TensorBoard']))})" if tb
-                       else f"TIMEOUT > {cfg['wait_s']:.0f} s")
-    row.verdict = verdict_of(median(fl) if "flowlab" not in dead else None, 2.0, timed_out=True)
+    failed = lambda side: "ERROR" if side in errored else f"TIMEOUT > {cfg['wait_s']:.0f} s"
+    row.flowlab = (f"{fmt_s(median(fl))} (ready {fmt_s(median(ready['flowlab']))})" if fl and "flowlab" not in dead
+                   else failed("flowlab"))
+    row.tensorboard = (f"{fmt_s(median(tb))} (ready {fmt_s(median(ready['TensorBoard']))})"
+                       if tb and "TensorBoard" not in dead else failed("TensorBoard"))
+    row.verdict = verdict_of(median(fl) if "flowlab" not in dead else None, 2.0, timed_out="flowlab" not in errored)
 
 
 def row_histograms(ctx, row):
@@ -909,20 +919,25 @@ def row_memory(ctx, row):
                          f"{'' if settled else ', still moving after 60 s'})")
             except Timeout as e:
                 result[(name, side)] = None
-                row.note(f"{name:10s} {side:11s}: TIMEOUT ({e}); RSS then {server.rss() if server else 0:.0f} MB")
+                row.note(f"{name:10s} {side:11s}: TIMEOUT ({e}); RSS then {(server and server.rss()) or 0:.0f} MB")
+            except Exception as e:          # e.g. a server that does not start: this cell only
+                result[(name, side)] = "ERROR"
+                row.note(f"{name:10s} {side:11s}: ERROR {type(e).__name__}: {str(e).strip()[:300]}")
             finally:
                 if page is not None:
                     br.close(page)
                 if server is not None:
                     server.stop()
-    show = lambda v: "TIMEOUT" if v is None else f"{v:.0f} MB"
+    show = lambda v: "TIMEOUT" if v is None else v if isinstance(v, str) else f"{v:.0f} MB"
     row.flowlab = f"{show(result[('images', 'flowlab')])} / {show(result[('histograms', 'flowlab')])}"
     row.tensorboard = f"{show(result[('images', 'TensorBoard')])} / {show(result[('histograms', 'TensorBoard')])}"
     verdicts = []
     for name in ("images", "histograms"):
         f, t = result[(name, "flowlab")], result[(name, "TensorBoard")]
-        verdicts.append("TIMEOUT" if f is None or t is None else "PASS" if f <= t else "MISS")
-    row.verdict = "PASS" if all(v == "PASS" for v in verdicts) else "TIMEOUT" if "TIMEOUT" in verdicts else \
+        verdicts.append("ERROR" if "ERROR" in (f, t) else "TIMEOUT" if f is None or t is None else
+                        "PASS" if f <= t else "MISS")
+    row.verdict = "PASS" if all(v == "PASS" for v in verdicts) else "ERROR" if "ERROR" in verdicts else \
+        "TIMEOUT" if "TIMEOUT" in verdicts else \
         f"MISS ({'/'.join(v.lower() for v in verdicts)})"
 
 
@@ -1116,6 +1131,8 @@ def row_sigint(ctx, row):
                          + (f"; first: {err[0][:140]!r}" if err else ""))
             except Timeout as e:
                 row.note(f"round {rnd + 1} {side}: TIMEOUT before the signal ({e})")
+            except Exception as e:
+                row.note(f"round {rnd + 1} {side}: ERROR before the signal: {type(e).__name__}: {str(e).strip()[:300]}")
             finally:
                 if page is not None:
                     br.close(page)
