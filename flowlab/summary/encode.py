@@ -224,8 +224,19 @@ def _scale_for(low, high):
 
 def _check_bucket_count(k, bins):
     if k > MAX_BUCKETS:
-        raise ValueError(f"bins={bins!r} asks for {k:,} buckets; at most {MAX_BUCKETS:,} are written (each is a "
-                         f"row of the event record, and no chart shows more)")
+        count = f"{k:,}" if k < 10 ** 15 else f"about {float(k):.1e}"
+        raise ValueError(f"bins={_shown(bins)} asks for {count} buckets; at most {MAX_BUCKETS:,} are written (each "
+                         f"is a row of the event record, and no chart shows more)")
+
+
+def check_bins(bins):
+    """``bins`` as a bucket count (1..``MAX_BUCKETS``), or the name of a NumPy bin rule (a str)."""
+    if isinstance(bins, str):
+        return DEFAULT_BUCKETS if bins == "tensorflow" else bins
+    if isinstance(bins, (bool, np.bool_)) or not isinstance(bins, numbers.Integral) or bins < 1:
+        raise ValueError(f"bins must be a positive int, 'tensorflow' or a NumPy bin rule; got {_shown(bins)}")
+    _check_bucket_count(int(bins), bins)        # before the data is touched: a huge count fails at once
+    return int(bins)
 
 
 def histogram_buckets(values, bins=DEFAULT_BUCKETS, name="values") -> np.ndarray:
@@ -234,13 +245,8 @@ def histogram_buckets(values, bins=DEFAULT_BUCKETS, name="values") -> np.ndarray
     ``bins``: a bucket count up to ``MAX_BUCKETS`` (TensorBoard's equal-width buckets; ``"tensorflow"`` means the
     default 30), or the name of a NumPy bin rule such as ``"auto"`` or ``"fd"``.
     """
-    rule = isinstance(bins, str) and bins != "tensorflow"
-    if not rule:
-        k = DEFAULT_BUCKETS if bins == "tensorflow" else bins
-        if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral) or k < 1:
-            raise ValueError(f"bins must be a positive int, 'tensorflow' or a NumPy bin rule; got {_shown(bins)}")
-        k = int(k)
-        _check_bucket_count(k, bins)            # before touching the data: a huge count fails at once
+    k = check_bins(bins)
+    rule = isinstance(k, str)
     data = _numeric(as_array(values, name), name).astype(np.float64, copy=False).ravel()
     data = data[np.isfinite(data)]
     if data.size == 0:

@@ -40,13 +40,19 @@ def _step(global_step):
     return 0 if global_step is None else check_step(global_step, "global_step")
 
 
-def _subrun_path(logdir, name, what):
-    """``logdir/name`` for a sub-run named by the caller, refusing any name that could lead outside ``logdir``."""
+def _check_relative(name, what):
+    """The parts of ``name``, a relative path of plain names (checked on its own, before any prefix is added)."""
     parts = name.replace("\\", "/").split("/")    # both separators, so a name means the same on every OS
     if (os.path.isabs(name) or os.path.splitdrive(name)[0] or any(part in ("", ".", "..") for part in parts)
             or any(ord(c) < 32 or c == "\x7f" for c in name)):
         raise ValueError(f"{what} must name a run directory inside the logdir: relative, '/' only between names, "
                          f"no '.' or '..' parts, no NUL or control characters; got {name!r}")
+    return parts
+
+
+def _subrun_path(logdir, name, what):
+    """``logdir/name`` for a sub-run named by the caller, refusing any name that could lead outside ``logdir``."""
+    parts = _check_relative(name, what)
     path = os.path.join(logdir, *parts)
     root = os.path.realpath(logdir)
     if os.path.commonpath([root, os.path.realpath(path)]) != root:
@@ -123,7 +129,9 @@ class SummaryWriter:
         names = {key: f"{main_tag.replace('/', '_')}_{key}" for key in values}
         for key, name in names.items():     # every run name checked before any value is written
             if name not in self._children:
-                _subrun_path(self.logdir, name, f"tag_scalar_dict key {key!r} (run directory {name!r})")
+                what = f"tag_scalar_dict key {key!r} (run directory {name!r})"
+                _check_relative(key, what)
+                _subrun_path(self.logdir, name, what)
         for key, value in values.items():
             self._child(names[key]).file_writer.add_scalar(main_tag, value, step, wall)
 
@@ -131,6 +139,7 @@ class SummaryWriter:
 
     def add_histogram(self, tag, values, global_step=None, bins="tensorflow", walltime=None):
         encode.check_tag(tag)
+        encode.check_bins(bins)
         array = encode.as_array(values, "values")
         value = encode.histogram(tag, array, bins)
         nan, inf = encode.nonfinite_counts(array)
