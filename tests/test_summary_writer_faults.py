@@ -126,6 +126,38 @@ def test_a_bad_call_is_rejected_at_once_and_loses_nothing_accepted(tmp_path, cal
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []     # no sub-run was started
 
 
+def test_a_refused_first_value_leaves_the_plugin_metadata_to_the_next(tmp_path):
+    with SummaryWriter(tmp_path) as w:
+        with pytest.raises(TypeError, match="scalar_value must be a real number"):
+            w.add_scalar("loss", "high", 0)
+        with pytest.raises(ValueError, match="global_step must fit in 64 bits"):
+            w.add_scalar("loss", 1.0, 2 ** 63)
+        w.add_scalar("loss", 1.0, 1)
+        with pytest.raises(ValueError, match="step must fit"):
+            w.file_writer.add_summary([encode.scalar("acc", 0.5)], step=-2 ** 63 - 1)
+        w.file_writer.add_summary([encode.scalar("acc", 0.5)], step=1)
+    events, _ = whole_records(event_files(tmp_path)[0])
+    assert [v.HasField("metadata") for e in events[1:] for v in e.summary.value] == [True, True]
+    scalars = read_scalars(tmp_path)["."]
+    assert scalars["loss"].step.tolist() == [1] and scalars["acc"].step.tolist() == [1]
+    assert accumulate(tmp_path).SummaryMetadata("loss").plugin_data.plugin_name == "scalars"
+
+
+def test_hparams_helpers_and_add_event_check_their_text(tmp_path):
+    with pytest.raises(ValueError, match=r"display_name must be text that can be written as UTF-8"):
+        flow.summary.HParam("lr", display_name=BAD)
+    with pytest.raises(TypeError, match=r"description must be a str or None, got int 3"):
+        flow.summary.Metric("acc", description=3)
+    from tensorboard.compat.proto import event_pb2
+    w = EventFileWriter(tmp_path)
+    with pytest.raises(TypeError, match=r"event must be a tensorboard.Event message, got dict"):
+        w.add_event({"step": 1})
+    w.add_event(event_pb2.Event(step=3, file_version="brain.Event:2"))     # TensorBoard's own class is fine
+    w.close()
+    events, _ = whole_records(w.path)
+    assert [e.step for e in events] == [0, 3]
+
+
 def test_bins_over_the_cap_fail_before_the_data_is_touched(tmp_path):
     class Untouchable:
         def __array__(self, *args, **kwargs):

@@ -115,6 +115,15 @@ class ValueSet:
         return f"ValueSet({self.values!r})"
 
 
+def _label(text, name):
+    """An optional display name or description: None or text protobuf can hold (checked here, not when written)."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str or None, got {type(text).__name__} {text!r}")
+    return encode.check_text(text, name)
+
+
 class HParam:
     """A named hyperparameter with an optional domain (``RealRange``, ``IntegerRange`` or ``ValueSet``)."""
 
@@ -123,7 +132,7 @@ class HParam:
         if domain is not None and not isinstance(domain, (RealRange, ValueSet)):
             raise TypeError(f"HParam {name!r}: domain must be RealRange, IntegerRange or ValueSet, got {domain!r}")
         self.name, self.domain = name, domain
-        self.display_name, self.description = display_name, description
+        self.display_name, self.description = _label(display_name, "display_name"), _label(description, "description")
 
     def __repr__(self):
         return f"HParam({self.name!r}, {self.domain!r})"
@@ -137,7 +146,7 @@ class Metric:
         if dtype not in (float, int):
             raise TypeError(f"Metric {name!r}: dtype must be float or int, got {dtype!r}")
         self.name, self.dtype = name, dtype
-        self.display_name, self.description = display_name, description
+        self.display_name, self.description = _label(display_name, "display_name"), _label(description, "description")
 
     def __repr__(self):
         return f"Metric({self.name!r}, {self.dtype.__name__})"

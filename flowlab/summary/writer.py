@@ -125,8 +125,8 @@ class EventFileWriter:
 
     def add_event(self, event):
         """Queue an ``Event`` as it is (serialised now, so a bad event raises here)."""
-        if not isinstance(event, proto.Event):
-            raise TypeError(f"event must be a flowlab.summary.proto.Event, got {type(event).__name__}")
+        if getattr(getattr(event, "DESCRIPTOR", None), "full_name", None) != "tensorboard.Event":
+            raise TypeError(f"event must be a tensorboard.Event message, got {type(event).__name__}")
         self._put(_serialise_here(event, "event"))
 
     def add_summary(self, summary, step=0, wall_time=None):
@@ -136,14 +136,14 @@ class EventFileWriter:
             event.summary.CopyFrom(summary)
         else:
             event.summary.value.extend(summary)
-        counts = self._scalar_counts
+        counts, seen = self._scalar_counts, {}
         for value in event.summary.value:       # only scalars shed repeated metadata (see the module docstring)
             if value.metadata.plugin_data.plugin_name == "scalars":
-                count = counts.get(value.tag, 0)
-                counts[value.tag] = count + 1
-                if count % SCALAR_METADATA_EVERY:
+                count = seen[value.tag] = seen.get(value.tag, counts.get(value.tag, 0)) + 1
+                if (count - 1) % SCALAR_METADATA_EVERY:
                     value.ClearField("metadata")
         self._put(_serialise_here(event, "summary"))
+        counts.update(seen)                     # counted once accepted: a refused first value keeps its metadata due
 
     def add_scalar(self, tag: str, value: float, step=0, wall_time=None):
         """Queue one scalar: the hot path. Arguments are checked here (cheaply once a tag is known)."""
@@ -152,7 +152,6 @@ class EventFileWriter:
         if count is None:
             encode.check_tag(tag)
             count = 0
-        counts[tag] = count + 1         # two threads racing here at worst send metadata once more or less
         if type(value) is not float:
             value = encode.to_scalar(value, "value")
         if type(step) is not int or not _INT64[0] <= step < _INT64[1]:
@@ -160,6 +159,9 @@ class EventFileWriter:
         self._put((time.time() if wall_time is None else
                    wall_time if type(wall_time) is float else _wall_time(wall_time),
                    step, tag, value, not count % SCALAR_METADATA_EVERY))
+        # Counted once accepted, so a refused first value leaves the metadata to the next. Two threads racing here
+        # at worst send it once more or less.
+        counts[tag] = count + 1
 
     def add_graph_def(self, graph_def: bytes, step=0, wall_time=None):
         """Queue a serialised ``GraphDef`` (``Event.graph_def``)."""
