@@ -212,8 +212,16 @@ class SummaryWriter:
                       metadata_header=None):
         """Vectors for TensorBoard's projector, written into this run's directory (by ``projector``)."""
         from .projector import write_embedding
-        write_embedding(self.logdir, mat, metadata, label_img, None if global_step is None else _step(global_step),
-                        tag, metadata_header)
+        step = None if global_step is None else _step(global_step)
+        # Text is checked before the projector writes any file (a lone surrogate failed halfway through them).
+        encode.check_tag(tag)
+        for name, texts in (("metadata", metadata), ("metadata_header", metadata_header)):
+            if isinstance(texts, (list, tuple)):
+                for item in texts:
+                    for text in item if isinstance(item, (list, tuple)) else (item,):
+                        if isinstance(text, str):
+                            encode.check_text(text, f"{name} labels")
+        write_embedding(self.logdir, mat, metadata, label_img, step, tag, metadata_header)
 
     # ------------------------------------------------------------------------------------------------ lifetime
 
