@@ -1143,7 +1143,9 @@ def row_sigint(ctx, row):
     row.flowlab = (f"{fmt_s(median(ok)) if len(ok) == len(fl) else 'TIMEOUT'}, stderr lines {sum(warnings)}"
                    if fl else "TIMEOUT")
     tb = [x for x in took["TensorBoard"] if x is not None]
-    row.tensorboard = fmt_s(median(tb)) if tb else "-"
+    n_tb = len(took["TensorBoard"])
+    row.tensorboard = (fmt_s(median(tb)) if len(tb) == n_tb else f"{n_tb - len(tb)} of {n_tb} over 30 s (killed)"
+                       ) if n_tb else "-"
     if not fl or len(ok) < len(fl):
         row.verdict = "TIMEOUT"
     else:
