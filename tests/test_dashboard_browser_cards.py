@@ -1,0 +1,209 @@
+"""The card views (Histograms, Distributions, Images, Text) in a real headless Chromium, at a real size.
+
+One ``flowlab serve`` over 5 runs × 8 histogram tags × 100 steps (plus 14 image and 14 text series), one page for
+the module. A tab is "filled" when its pager says how many cards the page holds, the grid holds that many, every
+card's data source (``cards-source:<tab>``) has rows and BokehJS is idle: ``FILLED_JS``, which the benchmark uses too.
+The time bound is the issue's 1 s on an idle machine; on a busier one (this 2-core machine is shared) it is scaled by
+the load average per core, so the test measures the views rather than the neighbours.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                reason=f"needs Debian's chromium at {CHROMIUM} (.ci/run installs it)")
+playwright = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
+
+from flowlab.dashboard.views.paging import PAGE_SIZE  # noqa: E402
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+RUNS, TAGS, STEPS = 5, 8, 100
+BOUND_S = 1.0
+
+FILLED_JS = """(kind) => {
+    if (!window.Bokeh || !Bokeh.documents.length) return false;
+    const doc = Bokeh.documents[0];
+    const pager = doc.get_model_by_name("pager:" + kind), grid = doc.get_model_by_name("cards:" + kind);
+    if (!pager || !grid) return false;
+    const sources = (m) => m.renderers ? m.renderers.map((r) => r.data_source) : (m.children || []).flatMap(sources);
+    return pager.tags[0] > 0 && grid.children.length === pager.tags[0]
+        && grid.children.every((card) => sources(card).filter((s) => s.name === "cards-source:" + kind)
+                                                     .every((s) => s.get_length() > 0))
+        && Bokeh.index.roots.every((v) => v.is_idle);
+}"""
+# What the grid shows: per card its title (the tag), subtitle (the run) and the distinct steps its sources draw (a
+# histogram card's second source holds the newest step while its group of steps fills).
+CARDS_JS = """(kind) => Bokeh.documents[0].get_model_by_name("cards:" + kind).children.map((fig) => {
+    const sources = [...new Set(fig.renderers.map((r) => r.data_source))];
+    const steps = [...new Set(sources.flatMap((s) => Array.from(s.data.step)))].sort((a, b) => a - b);
+    return {tag: fig.title.text, run: fig.above.find((t) => t !== fig.title).text, steps};
+})"""
+COUNT_JS = """(kind) => [...Bokeh.documents[0].all_models].filter((m) => m.name === "cards-source:" + kind).length"""
+
+
+def histogram(run, tag, step):
+    return np.random.default_rng([run, tag, step]).normal(tag * 0.1, 1 + step / 100, 1000)
+
+
+def _write(logdir):
+    from flowlab.summary import SummaryWriter
+    for run in range(RUNS):
+        with SummaryWriter(logdir / f"run{run}", max_queue=4096) as w:
+            for step in range(STEPS):
+                for tag in range(TAGS):
+                    w.add_histogram(f"layer{tag}/weights", histogram(run, tag, step), step)
+            if run < 2:
+                for tag in range(7):
+                    w.add_image(f"samples/{tag}", np.full((8, 8, 3), 30 * tag, np.uint8), 0, dataformats="HWC")
+                    w.add_text(f"notes/{tag}", f"note <b>{tag}</b>", 0)
+
+
+def _bound():
+    per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return BOUND_S * max(1.0, per_core)
+
+
+@pytest.fixture(scope="module")
+def dashboard(tmp_path_factory):
+    from playwright.sync_api import sync_playwright
+    logdir = tmp_path_factory.mktemp("cards")
+    _write(logdir)
+    server_log = open(tmp_path_factory.mktemp("server") / "stderr.txt", "w+")
+    server = subprocess.Popen([sys.executable, "-m", "flowlab.cli", "serve", "--logdir", str(logdir), "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=server_log, text=True)
+    try:
+        url = re.search(r"http://\S+", server.stdout.readline()).group(0)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            errors = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url)
+            page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && Bokeh.index.roots.length > 0 "
+                                   "&& Bokeh.index.roots.every((v) => v.is_idle)", polling=20, timeout=60000)
+            yield dict(page=page, errors=errors, logdir=logdir, log=server_log)
+            browser.close()
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        server_log.close()
+
+
+def open_tab(page, title, kind):
+    """Click a tab and wait until its page of cards is filled; returns the seconds it took."""
+    start = time.perf_counter()
+    page.locator(".bk-tab", has_text=re.compile(rf"^{title}$")).first.click()
+    page.wait_for_function(FILLED_JS, arg=kind, polling=10, timeout=60000)
+    return time.perf_counter() - start
+
+
+def expected_keys():
+    """Cards in display order: by run, then tag."""
+    return [(f"run{run}", f"layer{tag}/weights") for run in range(RUNS) for tag in range(TAGS)]
+
+
+@pytest.mark.parametrize("title, kind", [("Histograms", "histograms"), ("Distributions", "distributions")])
+def test_tab_is_filled_within_the_bound_with_one_page_of_cards(dashboard, title, kind):
+    page = dashboard["page"]
+    bound = _bound()
+    seconds = open_tab(page, title, kind)
+    print(f"{title} tab filled in {seconds:.2f} s (bound {bound:.2f} s, load {os.getloadavg()[0]:.1f})")
+    assert seconds <= bound, f"{title} tab filled in {seconds:.2f} s, over {bound:.2f} s"
+    assert page.evaluate(f"() => Bokeh.documents[0].get_model_by_name('pager:{kind}').tags") == [PAGE_SIZE, 0, 4]
+    cards = page.evaluate(CARDS_JS, kind)
+    assert [(c["run"], c["tag"]) for c in cards] == expected_keys()[:PAGE_SIZE]
+    assert all(c["steps"] == list(range(STEPS)) for c in cards)                 # every step, none dropped
+    assert page.evaluate(COUNT_JS, kind) == PAGE_SIZE                           # nothing of other pages was built
+    assert dashboard["errors"] == []
+
+
+def test_histogram_rows_are_the_logged_buckets(dashboard):
+    from flowlab.summary import encode
+    page = dashboard["page"]
+    open_tab(page, "Histograms", "histograms")
+    got = page.evaluate("""() => { const fig = Bokeh.documents[0].get_model_by_name("cards:histograms").children[3];
+        const d = fig.renderers[0].data_source.data;
+        return {step: Array.from(d.step), left: Array.from(d.left), right: Array.from(d.right),
+                count: Array.from(d.count)}; }""")
+    step = np.asarray(got["step"])
+    for s in (0, 57, 99):                                       # run0, layer3: the exact buckets of each step
+        buckets = encode.histogram_buckets(histogram(0, 3, s))
+        buckets = buckets[buckets[:, 2] > 0]
+        rows = step == s
+        np.testing.assert_array_equal(np.asarray(got["left"])[rows], buckets[:, 0])
+        np.testing.assert_array_equal(np.asarray(got["right"])[rows], buckets[:, 1])
+        np.testing.assert_array_equal(np.asarray(got["count"])[rows], buckets[:, 2])
+
+
+def go_to_page(page, kind, index):
+    """Click "next" or "previous" until page ``index`` is filled; returns the seconds of the last click."""
+    while True:
+        current = page.evaluate(f"() => Bokeh.documents[0].get_model_by_name('pager:{kind}').tags[1]")
+        if current == index:
+            return seconds
+        start = time.perf_counter()
+        page.locator(".bk-btn:visible", has_text="next" if current < index else "previous").first.click()
+        page.wait_for_function(f"""() => Bokeh.documents[0].get_model_by_name('pager:{kind}').tags[1]
+                                   === {current + (1 if current < index else -1)}""", polling=10, timeout=10000)
+        page.wait_for_function(FILLED_JS, arg=kind, polling=10, timeout=60000)
+        seconds = time.perf_counter() - start
+
+
+def test_paging_shows_the_next_cards_and_drops_the_others(dashboard):
+    page = dashboard["page"]
+    open_tab(page, "Histograms", "histograms")
+    for index in (1, 3):
+        seconds = go_to_page(page, "histograms", index)
+        print(f"page {index + 1} filled in {seconds:.2f} s")
+        first = index * PAGE_SIZE
+        shown = expected_keys()[first:first + PAGE_SIZE]
+        assert page.evaluate("() => Bokeh.documents[0].get_model_by_name('pager:histograms').tags") == \
+            [len(shown), index, 4]
+        assert [(c["run"], c["tag"]) for c in page.evaluate(CARDS_JS, "histograms")] == shown
+        assert seconds <= _bound()
+    assert page.locator(".bk-btn:visible", has_text="next").first.is_disabled()
+    # The cards that left are out of the document, in the browser too (a session's memory stays one page).
+    page.wait_for_function(f"() => ({COUNT_JS})('histograms') === {len(expected_keys()) - 3 * PAGE_SIZE}",
+                           timeout=10000)
+    go_to_page(page, "histograms", 0)
+    assert page.evaluate(COUNT_JS, "histograms") == PAGE_SIZE
+    assert dashboard["errors"] == []
+
+
+def test_a_new_step_reaches_the_open_page(dashboard):
+    from flowlab.summary import SummaryWriter
+    page = dashboard["page"]
+    open_tab(page, "Histograms", "histograms")
+    go_to_page(page, "histograms", 0)
+    with SummaryWriter(dashboard["logdir"] / "run0") as w:
+        w.add_histogram("layer0/weights", histogram(0, 0, STEPS), STEPS)
+    page.wait_for_function(f"() => ({CARDS_JS})('histograms')[0].steps.includes({STEPS})", timeout=10000)
+    assert dashboard["errors"] == []
+
+
+@pytest.mark.parametrize("title, kind, per_run", [("Images", "images", 7), ("Text", "text", 7)])
+def test_images_and_text_are_paged(dashboard, title, kind, per_run):
+    page = dashboard["page"]
+    page.locator(".bk-tab", has_text=re.compile(rf"^{title}$")).first.click()
+    page.wait_for_function(f"""() => {{ const p = Bokeh.documents[0].get_model_by_name("pager:{kind}");
+        const g = Bokeh.documents[0].get_model_by_name("cards:{kind}");
+        return p && g && p.tags[0] === {PAGE_SIZE} && g.children.length === {PAGE_SIZE}
+            && Bokeh.index.roots.every((v) => v.is_idle); }}""", timeout=60000)
+    assert page.evaluate(f"() => Bokeh.documents[0].get_model_by_name('pager:{kind}').tags") == [PAGE_SIZE, 0, 2]
+    page.locator(".bk-btn:visible", has_text="next").first.click()
+    page.wait_for_function(f"""() => Bokeh.documents[0].get_model_by_name("cards:{kind}").children.length
+        === {2 * per_run - PAGE_SIZE} && Bokeh.index.roots.every((v) => v.is_idle)""", timeout=60000)
+    assert page.evaluate("() => window.__xss") is None
+    assert dashboard["errors"] == []
