@@ -366,7 +366,8 @@ def _flush_on_sigterm(signum, frame):
     # Restore the previous (default) action first: a second SIGTERM during the flush then ends the process at once.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     for writer in list(_open_writers):
-        if writer._pid != os.getpid() or writer._closed:
+        # A writer being closed still counts (its thread may be mid-drain); a forked child's copies do not.
+        if writer._pid != os.getpid() or writer._file.closed:
             continue
         try:
             if not writer._flush_now():
