@@ -261,7 +261,7 @@ class EventFileWriter:
             if not self._queue:
                 return
 
-    def _write_batch(self, markers_wanted=True):
+    def _write_batch(self):
         """Take up to one batch off the queue and write it (with any bytes pending from a failed write).
         Returns (flush markers reached, warnings to give)."""
         queue, records, size, markers, news = self._queue, [], 0, [], []
