@@ -73,7 +73,6 @@ def _runs_logdir(path, names):
     for name in names:
         with SummaryWriter(path / name) as w:
             w.add_scalar("loss", 1.0, 0)
-            w.add_hparams({"lr": 0.1}, {"hparam/acc": 0.5}, run_name=".")
     return path
 
 
