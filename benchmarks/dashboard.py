@@ -48,10 +48,11 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 RUNS, SCALARS, IMAGES, HIST_TAGS, HIST_STEPS = 4, 100_000, 150, 10, 100
 LIVE_TARGET_S, FIRST_PAGE_TARGET_S = 1.0, 2.0
 
-# The scalars view's lines (rows of each card's source: run, steps, ys, smooth): the last step each holds (-1: empty).
+# The scalars view's lines as the page drew them (rows of each card's expanded source; x is the step on the default
+# axis): the last step each holds (-1 when empty).
 LAST_STEPS_JS = """() => !window.Bokeh || Bokeh.documents.length === 0 ? null : [...Bokeh.documents[0].all_models]
-    .filter((m) => m.constructor.__name__ === "ColumnDataSource" && "ys" in m.data && "steps" in m.data)
-    .flatMap((m) => m.data.steps.map((s) => s.length ? s[s.length - 1] : -1))"""
+    .filter((m) => m.constructor.__name__ === "ColumnDataSource" && "xs" in m.data && "smooth" in m.data)
+    .flatMap((m) => m.data.xs.map((s) => s.length ? s[s.length - 1] : -1))"""
 RENDERED_JS = ("() => window.Bokeh !== undefined && Bokeh.documents.length > 0 && Bokeh.index.roots.length > 0 && "
                "Bokeh.index.roots.every((v) => v.is_idle)")
 

@@ -13,13 +13,20 @@ import logging
 import traceback
 
 from bokeh.layouts import column
-from bokeh.models import Div, TabPanel, Tabs
+from bokeh.models import CustomJS, Div, TabPanel, Tabs
 
 from .views import VIEWS
 from .views.status import StatusLine
 
 log = logging.getLogger(__name__)
 PERIOD_MS = 250
+# Sources a view fills in a compact form that the page expands on change (the scalars' flat columns) also need that
+# expansion when they arrive with the document itself: re-emit them once it is ready.
+READY_JS = """
+for (const doc of Bokeh.documents)         // (a document-level callback is not itself in the document)
+  for (const m of doc.all_models)
+    if (m.tags.includes("flowlab:expand-on-ready")) m.properties.data.change.emit();   // (re-setting equal data emits nothing)
+"""
 
 
 def _broken(name, error):
@@ -29,34 +36,42 @@ def _broken(name, error):
 
 
 def build_document(doc, store, views=None, period_ms=PERIOD_MS):
-    """Fill ``doc`` for one session over the shared ``store``; returns the built view instances by name."""
+    """Fill ``doc`` for one session over the shared ``store``; returns the view instances by name, a dict that
+    fills in as tabs are first shown."""
     status = StatusLine(store)
-    built, panels = {}, []
-    for name, cls in VIEWS if views is None else views:
+    entries = list(VIEWS if views is None else views)
+    built, failed = {}, set()
+    # A tab's view is made when the tab is first shown (a placeholder until then) and from then on stays current:
+    # building every tab's models for each new page was most of a first page's cost, whatever the logdir held.
+    panels = [TabPanel(title=getattr(cls, "title", name), child=Div(text=""), name=name) for name, cls in entries]
+    tabs = Tabs(tabs=panels, name="tabs", sizing_mode="stretch_width")
+    root = column(status.layout(), tabs, sizing_mode="stretch_width", name="dashboard")
+    stale, seen = set(), [None]
+
+    def open_tab(index):
+        name, cls = entries[index]
+        if name in built or name in failed:
+            return
         try:
             view = cls(store)
             child = view.layout()
             built[name] = view
+            stale.add(name)
         except Exception as e:
             log.exception("dashboard view %s failed to build", name)
             child = _broken(name, e)
-        panels.append(TabPanel(title=getattr(cls, "title", name), child=child, name=name))
-    tabs = Tabs(tabs=panels, name="tabs", sizing_mode="stretch_width")
-    root = column(status.layout(), tabs, sizing_mode="stretch_width", name="dashboard")
-    names = [panel.name for panel in panels]
-    # A tab's view starts updating when it is first shown: building every card of every tab for each new page
-    # (Bokeh figures cost ~30 ms each) is what made first pages slow; from then on it stays current.
-    opened, stale, seen = set(), set(built), [None]
+            failed.add(name)
+        panels[index].child = child
 
     def refresh():
         status.update()
         if store.version != seen[0]:
             seen[0] = store.version
             stale.update(built)
-        opened.add(names[tabs.active])
-        for name in sorted(opened):
-            view = built.get(name)
-            if view is None or not (name in stale or view.reads_files):
+        open_tab(tabs.active)
+        for name in sorted(built):
+            view = built[name]
+            if not (name in stale or view.reads_files):
                 continue
             stale.discard(name)
             try:
@@ -68,5 +83,6 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
     refresh()                 # the first page already shows what the store holds (filled before it joins the doc)
     doc.title = "flowlab dashboard"
     doc.add_root(root)
+    doc.js_on_event("document_ready", CustomJS(code=READY_JS))
     doc.add_periodic_callback(refresh, period_ms)
     return built

@@ -22,7 +22,6 @@ never written in place below their length, so a slice taken stays valid after th
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any, NamedTuple
@@ -235,9 +234,8 @@ class Store:
         self._series: dict[tuple, Series] = {}
         self._sorted: dict[str | None, list[Series]] = {}    # kind -> series sorted by (run, tag), rebuilt on change
         self._runs: list[str] = []
-        logdir = os.fspath(logdir)
-        self._tailer = LogdirTailer(logdir if "://" in logdir else os.path.abspath(logdir))
-        self.logdir = self._tailer.logdir
+        self._tailer = LogdirTailer(logdir)
+        self.logdir = self._tailer.logdir       # absolute path, or the URL as normalised
         self._last_update = None
         self._last_error = None
         self._tail_stats = self._tailer.stats()   # refreshed by the poll thread: readers never touch the tailer
@@ -262,18 +260,12 @@ class Store:
         while not self._stop.wait(self.reload_interval):
             self.poll()
 
-    def _logdir_exists(self):
-        exists = getattr(self._tailer, "exists", None)
-        if exists is not None:
-            return bool(exists())
-        return os.path.isdir(self.logdir)
-
     def poll(self) -> int:
         """Read what the logdir gained; returns the number of items stored. Never raises for bad logs."""
         try:
             items = self._tailer.poll(kinds=KEPT, columnar=True)
             self._tail_stats = self._tailer.stats()
-            self._exists = self._logdir_exists()
+            self._exists = self._tailer.exists()
             self._last_error = None
         except Exception as e:  # a store that dies stops the dashboard: report the failure and keep polling
             self._last_error = f"{type(e).__name__}: {e}"
@@ -283,8 +275,10 @@ class Store:
             return 0
         with self.lock:
             touched, added = set(), False
+            chunks: dict[Series, list] = {}            # scalars of this poll, per series, until a purge
             for d in items:
                 if d.kind == "purge":
+                    self._flush(chunks)
                     self._purge(d)
                     continue
                 key = (d.run, d.tag, d.kind)
@@ -293,11 +287,13 @@ class Store:
                     limit = self.max_points if d.kind == "scalar" else self.samples.get(d.kind, 10)
                     series = self._series[key] = Series(d.run, d.tag, d.kind, d.plugin, limit)
                     added = True
-                if isinstance(d.step, np.ndarray):     # scalars arrive as columns (columnar polling)
-                    series.extend(d.step, d.wall_time, d.value)
+                if d.kind == "scalar":      # columns, or single values (records the column decoder passes over)
+                    chunks.setdefault(series, []).append((np.atleast_1d(d.step), np.atleast_1d(d.wall_time),
+                                                          np.atleast_1d(d.value)))
                 else:
                     series.add(d.step, d.wall_time, d.value)
                 touched.add(series)
+            self._flush(chunks)
             for series in touched:
                 if series.kind != "scalar":
                     series.end_poll()
@@ -314,6 +310,19 @@ class Store:
             by_kind.setdefault(s.kind, []).append(s)
         self._sorted = by_kind
         self._runs = sorted({s.run for s in ordered})
+
+    @staticmethod
+    def _flush(chunks):
+        """Append each series' scalars of this poll in step order: the tailer decodes plain scalar records as
+        columns and hands the others (a tag's first, metadata-carrying record, ...) one by one, so a poll's items
+        of one tag may come out of order."""
+        for series, parts in chunks.items():
+            steps, walls, values = (np.concatenate(c) for c in zip(*parts))
+            if len(parts) > 1 and np.any(steps[1:] < steps[:-1]):
+                order = np.argsort(steps, kind="stable")
+                steps, walls, values = steps[order], walls[order], values[order]
+            series.extend(steps, walls, values)
+        chunks.clear()
 
     def _purge(self, d):
         tags = None if d.value is None else set(d.value)

@@ -81,6 +81,9 @@ def test_document_has_status_line_and_a_tab_per_registered_view(logdir):
     store, doc, views = session(logdir)
     tabs = doc.select_one({"type": Tabs})
     assert [p.name for p in tabs.tabs] == [name for name, _ in VIEWS]
+    assert set(views) == {"scalars"}                                  # the others are made when first shown
+    for index in range(len(VIEWS)):
+        tabs.active = index
     assert set(views) == {name for name, _ in VIEWS}
     status = doc.select_one({"name": "status"}).text
     assert "2 runs" in status and "2 files" in status and "0 skipped (bad CRC)" in status
@@ -102,8 +105,10 @@ def test_a_view_that_fails_to_build_becomes_an_error_tab(logdir):
     store.poll()
     doc = Document()
     views = app.build_document(doc, store, views=VIEWS + [("broken", Broken)])
+    tabs = doc.select_one({"type": Tabs})
+    tabs.active = len(VIEWS)
     assert "broken" not in views and "scalars" in views
-    text = doc.select_one({"type": Tabs}).tabs[-1].child.text
+    text = tabs.tabs[-1].child.text
     assert "&lt;b&gt;boom&lt;/b&gt;" in text and "<b>boom" not in text
 
 
@@ -139,34 +144,32 @@ def test_downsample_keeps_bucket_extremes():
         assert np.nanmax(values[inside]) == np.nanmax(window) and np.nanmin(values[inside]) == np.nanmin(window)
 
 
-def test_appending_patches_only_the_rows_that_grew(logdir, monkeypatch):
+def flat_row(card, run):
+    """``run``'s shown points as the server sent them: its slice of the card's flat columns."""
+    rows = card.rows.data
+    i = rows["run"].index(run)
+    return {c: np.asarray(v)[rows["start"][i]:rows["stop"][i]] for c, v in card.flat.data.items()}
+
+
+def test_appending_resends_only_the_card_that_grew(logdir):
     store, doc, views = session(logdir)
-    card = views["scalars"].cards["acc"]
-    acc_a = card.lines["a"]
-    before = len(acc_a.data["step"])
-    patched = []
-    original = ColumnDataSource.patch
-
-    def spy(self, patches, setter=None):
-        patched.append((self, {k: [(i, list(v)) for i, v in rows] for k, rows in patches.items()}))
-        return original(self, patches, setter)
-
-    monkeypatch.setattr(ColumnDataSource, "patch", spy)
-    data = card.source.data                                           # replaced data would be a new object
+    acc, loss = views["scalars"].cards["acc"], views["scalars"].cards["loss"]
+    before = len(acc.lines["a"].data["step"])
+    acc_data, loss_data = acc.flat.data, loss.flat.data
     with SummaryWriter(logdir / "a") as w:
         for i in range(20, 23):
             w.add_scalar("acc", i / 20, i * 100, walltime=1000.0 + i * 100)
     store.poll()
     refresh(doc)
-    assert [s for s, _ in patched] == [card.source]
-    (row, steps), = patched[0][1]["steps"]                            # one row: run a's
-    assert card.source.data["run"][row] == "a" and steps[-3:] == [2000.0, 2100.0, 2200.0]
-    assert card.source.data is data and len(acc_a.data["step"]) == before + 3
-    np.testing.assert_allclose(acc_a.data["smooth"], tEMA([i / 20 for i in range(23)], 0.6))
-    np.testing.assert_allclose(card.source.data["smooth"][row], tEMA([i / 20 for i in range(23)], 0.6))
-    patched.clear()
+    assert loss.flat.data is loss_data                                # the other card sends nothing
+    assert acc.flat.data is not acc_data
+    row = flat_row(acc, "a")
+    assert list(row["steps"][-3:]) == [2000.0, 2100.0, 2200.0] and len(row["steps"]) == before + 3
+    np.testing.assert_allclose(row["smooth"], tEMA([i / 20 for i in range(23)], 0.6))
+    np.testing.assert_allclose(flat_row(acc, "b")["ys"], [i / 20 for i in range(20)])
+    sent = acc.flat.data
     refresh(doc)                                                      # nothing new: nothing sent
-    assert patched == []
+    assert acc.flat.data is sent
 
 
 def test_new_runs_and_tags_appear_without_a_new_session(logdir):
@@ -179,12 +182,12 @@ def test_new_runs_and_tags_appear_without_a_new_session(logdir):
     cards = views["scalars"].cards
     assert "c" in cards["loss"].lines and "grad_norm" in cards
     assert [c.name for c in views["scalars"].grid.children] == ["card:acc", "card:grad_norm", "card:loss"]
-    data = cards["loss"].source.data
+    data = cards["loss"].rows.data
     assert sorted(data["run"]) == ["a", "b", "c"]
     colours = dict(zip(data["run"], data["colour"]))
     assert colours["c"] not in (colours["a"], colours["b"])        # a new run gets its own colour
     other = app.build_document(Document(), store)["scalars"]         # ... and the same in every session
-    assert dict(zip(other.cards["loss"].source.data["run"], other.cards["loss"].source.data["colour"])) == colours
+    assert dict(zip(other.cards["loss"].rows.data["run"], other.cards["loss"].rows.data["colour"])) == colours
     dots = cards["grad_norm"].dots.data                              # a one-point series shows as a dot
     assert dots["run"] == ["c"] and dots["smooth"] == [2.0]
 
@@ -208,7 +211,7 @@ def test_nan_and_inf_points_get_a_red_tick_and_break_the_line(tmp_path):
     card = views["scalars"].cards["x"]
     marks = card.marks.data
     assert marks["steps"] == [1234.0, 8765.0] and marks["what"] == ["NaN", "+Inf"] and marks["run"] == ["r", "r"]
-    ys = card.source.data["ys"][0]
+    ys = flat_row(card, "r")["ys"]
     assert np.isnan(ys).sum() == 2 and not np.isinf(ys).any()       # both drawn as gaps
 
 
@@ -226,8 +229,7 @@ def test_zoom_sends_the_exact_points_of_the_visible_range(logdir):
     assert list(inside) == list(range(1000, 1501))                    # every point of the window
     assert steps[0] == 0 and steps[-1] == LONG - 1 and len(steps) <= 2 * LIMIT   # the overview stays around it
     np.testing.assert_allclose(card.lines["a"].data["value"], loss_curve(LONG)[steps])
-    row = card.source.data["run"].index("a")
-    np.testing.assert_allclose(card.source.data["steps"][row], steps)       # what the page gets
+    np.testing.assert_allclose(flat_row(card, "a")["steps"], steps)          # what the page gets
 
     class Everything:
         x0, x1 = -10.0, LONG + 10.0
@@ -264,8 +266,7 @@ def test_smoothing_slider_resmooths_every_line(logdir):
     scalars.smoothing.value = 0.95
     scalars._resmooth()                 # what a browser's value_throttled change calls
     np.testing.assert_allclose(line.data["smooth"], tEMA(loss_curve(LONG, 0.1), 0.95)[steps])
-    source = scalars.cards["loss"].source.data
-    np.testing.assert_allclose(source["smooth"][source["run"].index("b")], tEMA(loss_curve(LONG, 0.1), 0.95)[steps])
+    np.testing.assert_allclose(flat_row(scalars.cards["loss"], "b")["smooth"], tEMA(loss_curve(LONG, 0.1), 0.95)[steps])
 
 
 # ----------------------------------------------------------------------------------------------------- filters
@@ -276,7 +277,7 @@ def test_run_and_tag_filters_are_regexes_and_bad_ones_say_so(logdir):
     scalars.run_filter.value = "^b$"
     card = scalars.cards["loss"]
     for renderer in card.renderers:                                    # raw and smoothed lines
-        assert [card.source.data["run"][i] for i in renderer.view.filter.indices] == ["b"]
+        assert [card.rows.data["run"][i] for i in renderer.view.filter.indices] == ["b"]
     scalars.tag_filter.value = "acc|nothing"
     assert scalars.cards["acc"].layout.visible and not scalars.cards["loss"].layout.visible
     scalars.tag_filter.value = "(unclosed"
@@ -291,17 +292,19 @@ def test_x_axis_and_log_y_rebuild_the_figures_over_the_same_sources(logdir):
     scalars = views["scalars"]
     card = scalars.cards["loss"]
     source = card.source
+
+    def expanded_axis():                                              # the x the page builds from the rows
+        return set(card.rows.data["axis"])
+
     scalars.x_axis.active = 2                                          # wall time
     fig = card.layout.children[0]
-    assert type(fig.xaxis[0]).__name__ == "DatetimeAxis"
-    assert {r.glyph.xs for r in card.renderers} == {"walls"}
+    assert type(fig.xaxis[0]).__name__ == "DatetimeAxis" and expanded_axis() == {"wall"}
     assert all(r.data_source is source for r in card.renderers)
+    np.testing.assert_allclose(flat_row(card, "a")["walls"], (1000.0 + flat_row(card, "a")["steps"]) * 1000)
     scalars.log_y.active = True
     assert type(card.layout.children[0].y_scale).__name__ == "LogScale"
     scalars.x_axis.active = 1
-    assert {r.glyph.xs for r in card.renderers} == {"rel"}
-    row = source.data["run"].index("a")
-    np.testing.assert_allclose(source.data["rel"][row], source.data["steps"][row] / 3600)   # walltime 1000 + step
+    assert expanded_axis() == {"relative"} and card.rows.data["first_wall"][card.rows.data["run"].index("a")] == 1e6
 
 
 # ----------------------------------------------------------------------------------------------------- escaping

@@ -28,10 +28,11 @@ XSS_RUN = "<img src=x onerror=window.__xss=1>"
 LONG = 6000
 
 IDLE_JS = "() => Bokeh.index.roots.every((v) => v.is_idle)"
-# The scalars view's lines (rows of each card's source: run, steps, walls, rel, ys, smooth) as {step, value} lists.
+# The scalars view's lines as the page drew them (rows of each card's expanded source: run, xs, ys, smooth; x is the
+# step on the default axis) as {step, value} lists.
 SOURCES_JS = """() => [...Bokeh.documents[0].all_models]
-    .filter((m) => m.constructor.__name__ === "ColumnDataSource" && "ys" in m.data && "steps" in m.data && "smooth" in m.data)
-    .flatMap((m) => m.data.run.map((_, i) => ({step: Array.from(m.data.steps[i]), value: Array.from(m.data.ys[i])})))"""
+    .filter((m) => m.constructor.__name__ === "ColumnDataSource" && "xs" in m.data && "smooth" in m.data)
+    .flatMap((m) => m.data.run.map((_, i) => ({step: Array.from(m.data.xs[i]), value: Array.from(m.data.ys[i])})))"""
 
 
 def _peer_writer(logdir):
@@ -89,6 +90,9 @@ def dashboard(tmp_path_factory):
             page.goto(url)
             page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && "
                                    "Bokeh.index.roots.length > 0 && "
+                                   "Bokeh.index.roots.every((v) => v.is_idle)", polling=20)
+            # the scalars' lines are expanded in the page once the document is ready: loaded means drawn
+            page.wait_for_function(f"() => ({SOURCES_JS})().some((s) => s.step.length > 0) && "
                                    "Bokeh.index.roots.every((v) => v.is_idle)", polling=20)
             load_s = time.perf_counter() - start
             yield dict(page=page, errors=errors, writer=live_writer, peer=peer_name, load_s=load_s, log=server_log)
@@ -163,18 +167,20 @@ def test_axis_and_log_toggles_rebuild_every_card(dashboard):
     def every_card(check):
         page.wait_for_function(f"""() => [...Bokeh.documents[0].all_models]
             .filter((m) => m.name && m.name.startsWith("card:"))
-            .every((card) => {{ const fig = card.children[0]; return {check}; }})""", timeout=10000)
+            .every((card) => {{ const fig = card.children[0]; return {check}; }})""", timeout=20000)
         page.wait_for_function(IDLE_JS, polling=20)
 
+    lines = 'fig.renderers.find((r) => r.glyph.constructor.__name__ === "MultiLine").data_source.data.xs'
     page.locator(".bk-btn", has_text="Wall").first.click()
-    every_card('fig.below[0].constructor.__name__ === "DatetimeAxis"')
+    every_card('fig.below[0].constructor.__name__ === "DatetimeAxis" && '
+               f'{lines}.every((x) => x.length > 0 && x[0] > 1e12)')          # drawn at wall times (ms)
     page.locator(".bk-Switch").first.click()
     every_card('fig.y_scale.constructor.__name__ === "LogScale"')
     page.screenshot(path=str(SHOTS / "scalars-wall-log.png"), full_page=True)
     page.locator(".bk-Switch").first.click()
     every_card('fig.y_scale.constructor.__name__ === "LinearScale"')
     page.locator(".bk-btn", has_text="Step").first.click()
-    every_card('fig.below[0].constructor.__name__ === "LinearAxis"')
+    every_card(f'fig.below[0].constructor.__name__ === "LinearAxis" && {lines}.every((x) => x[0] < 1e6)')
     assert dashboard["errors"] == []
 
 
@@ -186,7 +192,7 @@ def test_zooming_in_brings_the_exact_points_of_the_visible_range(dashboard):
         const fig = Bokeh.documents[0].get_model_by_name("card:long").children[0];
         const {start, end} = fig.x_range;
         const lines = fig.renderers.find((r) => r.glyph.constructor.__name__ === "MultiLine").data_source.data;
-        const steps = lines.steps.map((s) => Array.from(s));
+        const steps = lines.xs.map((s) => Array.from(s));
         const box = Bokeh.index.get_one(fig).el.getBoundingClientRect();
         return {start, end, inside: steps.map((s) => s.filter((x) => x >= start && x <= end).length),
                 lengths: steps.map((s) => s.length), box: [box.x, box.y, box.width, box.height]};
@@ -205,7 +211,7 @@ def test_zooming_in_brings_the_exact_points_of_the_visible_range(dashboard):
     exact = ("() => { const s = (" + state + ")(); const n = Math.floor(s.end) - Math.ceil(s.start) + 1; "
              "return s.end - s.start < " + str(LONG * 0.5) + " && s.inside.every((k) => k === n); }")
     try:
-        page.wait_for_function(exact, timeout=5000, polling=50)                 # every step in view, none skipped
+        page.wait_for_function(exact, timeout=15000, polling=50)                # every step in view, none skipped
     except playwright.TimeoutError:
         pytest.fail(f"no exact points after zooming: {before} -> {page.evaluate(state)}")
     after = page.evaluate(state)

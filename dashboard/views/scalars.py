@@ -2,12 +2,13 @@
 
 A card is one figure whose runs are rows of one ``ColumnDataSource`` drawn by two ``MultiLine`` glyphs (raw, faint;
 smoothed, bold): its cost in the page and on the wire does not grow with a renderer per run (a thousand runs made
-~15,000 Bokeh models and a 40 s first page). Each row holds the points on display of one run: at most ``limit`` of
+~15,000 Bokeh models and a 40 s first page). The server sends a card's points as a few flat arrays that the page
+expands into rows (see ``_Card``). Each row holds the points on display of one run: at most ``limit`` of
 them chosen by ``flowlab.plots.data.downsample`` (each pixel bucket's first, last, min and max and its NaN/Inf), so a
 spike survives at any zoom; NaN and ±Inf break the line and are marked by a red tick across the plot with a hover
 naming the run and step. Zooming (a ``RangesUpdate`` from the browser) adds the exact points of the visible range
-when there are fewer than ``limit``. New points patch only the rows that grew; a row is downsampled again when it has
-grown past twice its budget. Lines read the store's columns without copying (see ``store``).
+when there are fewer than ``limit``. New points resend the card's flat arrays (one message); a row is downsampled
+again when it has grown past twice its budget. Lines read the store's columns without copying (see ``store``).
 
 Smoothing is TensorBoard's debiased exponential moving average, computed server-side over the full series (so it
 does not depend on what is on display) and carried forward incrementally as points stream in. The x axis (step /
@@ -43,6 +44,7 @@ _X_COLUMN = {"step": "steps", "relative": "rel", "wall": "walls"}
 _X_LABEL = {"step": "step", "relative": "hours since the run's first point", "wall": "wall time"}
 _ROW_COLUMNS = ("steps", "walls", "rel", "ys", "smooth")
 ALARM = "#d62728"
+EXPAND_TAG = "flowlab:expand-on-ready"
 
 
 def ema(values, weight, state=(0.0, 0)):
@@ -103,20 +105,20 @@ def run_colour(store, run):
     return colours[run]
 
 
-# Builds the file in the browser from the card's source (what is on display: zoom in for every point).
+# Builds the file in the browser from the card's sources (what is on display: zoom in for every point).
 _DOWNLOAD_JS = """
-const d = source.data;
-const rows = [];
-for (let i = 0; i < d.run.length; i++)
-  for (let j = 0; j < d.steps[i].length; j++)
-    rows.push({run: d.run[i], step: d.steps[i][j], wall_time: d.walls[i][j] / 1000, value: d.ys[i][j]});
+const f = flat.data, r = rows.data;
+const rows_out = [];
+for (let i = 0; i < r.run.length; i++)
+  for (let j = r.start[i]; j < r.stop[i]; j++)
+    rows_out.push({run: r.run[i], step: f.steps[j], wall_time: f.walls[j] / 1000, value: f.ys[j]});
 let text;
 if (format === "csv") {
   const q = (s) => '"' + String(s).replace(/"/g, '""') + '"';
   text = "run,step,wall_time,value\\n" +
-         rows.map((r) => [q(r.run), r.step, r.wall_time, r.value].join(",")).join("\\n") + "\\n";
+         rows_out.map((o) => [q(o.run), o.step, o.wall_time, o.value].join(",")).join("\\n") + "\\n";
 } else {
-  text = JSON.stringify(rows);
+  text = JSON.stringify(rows_out);
 }
 const a = document.createElement("a");
 a.href = URL.createObjectURL(new Blob([text], {type: format === "csv" ? "text/csv" : "application/json"}));
@@ -211,18 +213,49 @@ class _Line:
         self.resmooth(weight)
 
 
+# Expands a card's flat columns into the MultiLine rows in the page: one typed array per column on the wire, however
+# many runs (a thousand runs as a list of arrays each was 5,000 buffers and seconds of Bokeh encoding per page).
+_EXPAND_JS = """
+const f = flat.data, r = rows.data, n = r.run.length, axis = r.axis[0];
+const xs = [], ys = [], smooth = [];
+for (let i = 0; i < n; i++) {
+  const a = r.start[i], b = r.stop[i];
+  const walls = f.walls.slice(a, b);      // copies: BokehJS may read a subarray's whole underlying buffer
+  xs.push(axis === "step" ? f.steps.slice(a, b) : axis === "wall" ? walls
+          : walls.map((w) => (w - r.first_wall[i]) / 3600000));
+  ys.push(f.ys.slice(a, b));
+  smooth.push(f.smooth.slice(a, b));
+}
+target.data = {run: r.run.slice(), colour: r.colour.slice(), xs, ys, smooth};
+"""
+
+
 class _Card:
-    """One tag: a figure drawing every run as a row of one source, a red tick at each NaN/Inf, download buttons."""
+    """One tag: a figure drawing every run as a row of one MultiLine source, a red tick at each NaN/Inf, downloads.
+
+    The server sends ``flat`` (the shown points of every run, one after another: ``steps``, ``walls`` in ms, ``ys``,
+    ``smooth``) and ``rows`` (per run: ``run``, ``colour``, ``start``/``stop`` in ``flat``, ``first_wall``, and the x
+    ``axis``); the page expands them into ``source`` (``_EXPAND_JS``), which the glyphs draw. ±Inf travel as NaN (gaps: the ticks show
+    them)."""
 
     def __init__(self, tag):
         self.tag = tag
         self.lines: dict[str, _Line] = {}
         self.window = None                    # the zoomed x range, if any
-        self.source = ColumnDataSource({c: [] for c in ("run", "colour") + _ROW_COLUMNS})
+        # tagged: the page re-emits it once the document is ready (app.READY_JS), expanding a card that arrived full
+        self.flat = ColumnDataSource({c: np.zeros(0) for c in ("steps", "walls", "ys", "smooth")}, tags=[EXPAND_TAG])
+        self.rows = ColumnDataSource({"run": [], "colour": [], "start": [], "stop": [], "first_wall": [], "axis": []})
+        # filled in the page only: never synced back (the server would get every expanded point of every run)
+        self.source = ColumnDataSource({c: [] for c in ("run", "colour", "xs", "ys", "smooth")}, syncable=False)
         self.dots = ColumnDataSource({c: [] for c in ("run", "colour", "steps", "walls", "rel", "smooth")})
         self.marks = ColumnDataSource({c: [] for c in ("run", "colour", "steps", "walls", "rel", "what")})
+        # the page rebuilds the drawn rows whenever either part changes (new points, another x axis)
+        expand = CustomJS(args=dict(flat=self.flat, rows=self.rows, target=self.source), code=_EXPAND_JS)
+        self.flat.js_on_change("data", expand)
+        self.rows.js_on_change("data", expand)
+        self.axis = "step"
         self.renderers = []
-        self.downloads = [CustomJS(args=dict(source=self.source, tag=tag, format=fmt), code=_DOWNLOAD_JS)
+        self.downloads = [CustomJS(args=dict(flat=self.flat, rows=self.rows, tag=tag, format=fmt), code=_DOWNLOAD_JS)
                           for fmt in ("csv", "json")]
         buttons = [Button(label=f"⤓ {fmt.upper()}", width=70, height=26, button_type="light", name=f"download-{fmt}")
                    for fmt in ("csv", "json")]
@@ -236,19 +269,20 @@ class _Card:
             line = self.lines[run] = _Line(run, run_colour(store, run), limit, len(self.lines))
         return line
 
-    def fill(self, relative):
-        """Send every row (a new run, a zoom, another axis)."""
+    def fill(self, relative=False):
+        """Send every run's shown points for the card's ``axis`` (one message for the card, whatever changed)."""
         lines = list(self.lines.values())
-        rows = [line.row_columns(relative) for line in lines]
-        data = {"run": [ln.run for ln in lines], "colour": [ln.colour for ln in lines]}
-        data.update({c: [r[c] for r in rows] for c in _ROW_COLUMNS})
-        self.source.data = data
-        self._fill_marks(relative)
-
-    def patch(self, lines, relative):
-        """Send the rows of ``lines`` only (new points)."""
-        rows = [(line.row, line.row_columns(relative)) for line in lines]
-        self.source.patch({c: [(i, r[c]) for i, r in rows] for c in _ROW_COLUMNS})
+        parts = [line.row_columns(False) for line in lines]
+        stops = np.cumsum([len(p["steps"]) for p in parts], dtype=np.int64)
+        flat = {c: np.concatenate([p[c] for p in parts]) if parts else np.zeros(0)
+                for c in ("steps", "walls", "ys", "smooth")}
+        rows = {"run": [ln.run for ln in lines], "colour": [ln.colour for ln in lines],
+                "start": (stops - [len(p["steps"]) for p in parts]).tolist(), "stop": stops.tolist(),
+                "first_wall": [float(ln.walls[0]) * 1000.0 if len(ln.walls) else 0.0 for ln in lines],
+                "axis": [self.axis] * len(lines)}
+        if {k: list(v) for k, v in self.rows.data.items()} != rows:
+            self.rows.data = rows
+        self.flat.data = flat            # after rows: the page expands when flat arrives
         self._fill_marks(relative)
 
     def _fill_marks(self, relative):
@@ -282,10 +316,11 @@ class _Card:
                      y_axis_type="log" if log_y else "linear", x_axis_label=_X_LABEL[axis],
                      tools="pan,wheel_zoom,box_zoom,reset,save", output_backend="canvas")
         fig.title.text_font_size = "10pt"
-        x = _X_COLUMN[axis]
+        self.axis = axis
         view = CDSView(filter=IndexFilter(visible_rows))
-        raw = fig.multi_line(x, "ys", source=self.source, view=view, line_color="colour", line_alpha=0.25)
-        smoothed = fig.multi_line(x, "smooth", source=self.source, view=view, line_color="colour", line_width=2)
+        raw = fig.multi_line("xs", "ys", source=self.source, view=view, line_color="colour", line_alpha=0.25)
+        smoothed = fig.multi_line("xs", "smooth", source=self.source, view=view, line_color="colour", line_width=2)
+        x = _X_COLUMN[axis]
         dots = fig.scatter(x, "smooth", source=self.dots, color="colour", size=5)
         fig.x_range = DataRange1d(renderers=[raw, dots])
         fig.y_range = DataRange1d(renderers=[raw, smoothed, dots])       # the NaN ticks do not stretch the axis
@@ -348,7 +383,7 @@ class ScalarsView(View):
     def update(self):
         weight, axis, relative = self.smoothing.value, self.axis, self.axis == "relative"
         grown: dict[_Card, list] = {}
-        refill, new_cards = set(), False
+        new_cards = False
         for series in self.store.series("scalar"):
             card = self.cards.get(series.tag)
             if card is None:
@@ -358,7 +393,6 @@ class ScalarsView(View):
             d = self.delta(series)
             if not (d.reset or len(d.steps)):
                 continue
-            new_run = series.run not in card.lines
             line = card.line(series.run, self.store, self.limit)
             whole = self.store.read(series)           # the whole series, zero-copy
             if d.reset:
@@ -366,16 +400,14 @@ class ScalarsView(View):
                 line.choose(axis, card.window)
             elif line.append(whole.steps, whole.wall_times, whole.values, weight):
                 line.choose(axis, card.window)
-            if new_run:
-                refill.add(card)                      # a new row: send the whole source once
             grown.setdefault(card, []).append(line)
+        live = self.grid.document
         for card, lines in grown.items():
             if not card.renderers:
                 card.build(axis, self.log_y.active, card.visible_rows(self._runs_re), self._zoomed)
-            if card in refill:
-                card.fill(relative)
-            else:
-                card.patch(lines, relative)
+                if live is not None:      # it reaches a live page with its data: expand it on the next message
+                    live.add_next_tick_callback(lambda card=card: card.fill(relative))
+            card.fill(relative)
             card.show_runs(card.visible_rows(self._runs_re))
         if new_cards:
             self.grid.children = [self.cards[t].layout for t in sorted(self.cards)]
@@ -419,8 +451,8 @@ class ScalarsView(View):
             card.window = None
             for line in card.lines.values():
                 line.choose(self.axis)
-            card.fill(self.axis == "relative")
             card.build(self.axis, self.log_y.active, card.visible_rows(self._runs_re), self._zoomed)
+            card.fill(self.axis == "relative")          # rows name the new axis: the page redraws the lines
 
     def _resmooth(self):
         for card in self.cards.values():
