@@ -19,7 +19,7 @@ from .views import VIEWS
 from .views.status import StatusLine
 
 log = logging.getLogger(__name__)
-PERIOD_MS = 250
+PERIOD_MS = 100          # a session's tick: cheap when nothing moved (one integer compared)
 # Sources a view fills in a compact form that the page expands on change (the scalars' flat columns) also need that
 # expansion when they arrive with the document itself: re-emit them once it is ready.
 READY_JS = """

@@ -9,7 +9,7 @@ addresses (a Jupyter server on this machine, on any port) and whatever ``frame_a
 from __future__ import annotations
 
 
-def show(logdir, port=0, host="127.0.0.1", reload_interval=1.0, height=720, frame_ancestors=()):
+def show(logdir, port=0, host="127.0.0.1", reload_interval=0.25, height=720, frame_ancestors=()):
     """Serve the dashboard for ``logdir`` (port 0: a free one) and display it; returns a handle with ``.url`` and
     ``.stop()``.
 

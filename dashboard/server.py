@@ -45,7 +45,7 @@ from tornado.routing import Matcher
 from tornado.web import OutputTransform, RequestHandler
 
 from .app import build_document
-from .store import Store
+from .store import RELOAD_INTERVAL, Store
 
 LOOPBACK = "127.0.0.1"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -231,8 +231,9 @@ class DashboardServer:
     ``frame_ancestors``: further CSP sources allowed to frame the dashboard besides loopback pages (for example
     ``"vscode-webview:"``)."""
 
-    def __init__(self, logdir, port=6006, host=LOOPBACK, reload_interval=1.0, frame_ancestors=()):
-        self.store = Store(logdir, reload_interval)
+    def __init__(self, logdir, port=6006, host=LOOPBACK, reload_interval=RELOAD_INTERVAL, frame_ancestors=(),
+                 samples=None):
+        self.store = Store(logdir, reload_interval, samples=samples)
         sockets, self.port = bind_sockets(host, port)
         self.host = host
         self.allow = Allowlist(host, self.port)
@@ -286,7 +287,7 @@ def exposure_warning(host):
             f"(there is no authentication); use --host 127.0.0.1 to keep them local")
 
 
-def serve(logdir, port=6006, host=LOOPBACK, reload_interval=1.0, out=print, grace=0.5):
+def serve(logdir, port=6006, host=LOOPBACK, reload_interval=RELOAD_INTERVAL, out=print, grace=0.5, samples=None):
     """Run the dashboard until SIGINT or SIGTERM (call from the main thread); raises OSError when the address
     cannot be bound.
 
@@ -297,7 +298,7 @@ def serve(logdir, port=6006, host=LOOPBACK, reload_interval=1.0, out=print, grac
     # installed before the URL is out, so a quick Ctrl-C still stops cleanly
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server = ServerThread(logdir, port, host, reload_interval)
+        server = ServerThread(logdir, port, host, reload_interval, samples=samples)
         warning = exposure_warning(host)
         if warning:
             out(warning)
@@ -315,8 +316,9 @@ def serve(logdir, port=6006, host=LOOPBACK, reload_interval=1.0, out=print, grac
 class ServerThread:
     """The dashboard served from a daemon thread running its own event loop; ``.url``, ``.stop()``."""
 
-    def __init__(self, logdir, port=0, host=LOOPBACK, reload_interval=1.0, frame_ancestors=()):
-        self._args = (logdir, port, host, reload_interval, frame_ancestors)
+    def __init__(self, logdir, port=0, host=LOOPBACK, reload_interval=RELOAD_INTERVAL, frame_ancestors=(),
+                 samples=None):
+        self._args = (logdir, port, host, reload_interval, frame_ancestors, samples)
         self._ready = threading.Event()
         self._error = None
         self._loop = self._stop = self.server = None

@@ -14,7 +14,7 @@ def _serve(args):
     from flowlab.dashboard.server import serve
     try:
         serve(args.logdir, port=args.port, host=args.host, reload_interval=args.reload_interval,
-              out=lambda line: print(line, flush=True))
+              out=lambda line: print(line, flush=True), samples=args.samples_per_plugin)
     except OSError as e:
         print(f"flowlab serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
         return 1
@@ -69,6 +69,14 @@ def _demo(args):
     return 0
 
 
+def _samples(text):
+    from flowlab.dashboard.store import parse_samples
+    try:
+        return parse_samples(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--samples-per-plugin: ")) from None
+
+
 def _positive_seconds(text):
     value = float(text)
     if not value > 0:
@@ -92,12 +100,18 @@ def main(argv=None):
     demo.set_defaults(run=_demo)
 
     serve = sub.add_parser("serve", help="the live dashboard for a logdir of TensorBoard event files")
-    serve.add_argument("--logdir", required=True, help="folder of runs (any folder holding *tfevents* files)")
+    serve.add_argument("--logdir", required=True,
+                       help="folder of runs (any folder holding *tfevents* files), or an fsspec URL such as "
+                            "s3://bucket/prefix (pip install 'flowlab[s3]')")
     serve.add_argument("--port", type=int, default=6006, help="port (default 6006; 0 picks a free one)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default 127.0.0.1; anything else exposes the logs)")
-    serve.add_argument("--reload-interval", type=_positive_seconds, default=1.0, metavar="SECONDS",
-                       help="how often the logdir is polled (default 1)")
+    serve.add_argument("--reload-interval", type=_positive_seconds, default=0.25, metavar="SECONDS",
+                       help="how often the logdir is polled (default 0.25; a logdir that takes longer to poll is "
+                            "polled less often, so polling stays under a fifth of a core)")
+    serve.add_argument("--samples-per-plugin", type=_samples, default={}, metavar="KIND=N,...",
+                       help="items kept per series of each kind, e.g. images=20,histograms=100 (defaults: "
+                            "histograms 500, images 10, audio 10, text 100, tensors 10); scalars keep every point")
     serve.set_defaults(run=_serve)
 
     args = parser.parse_args(argv)
