@@ -41,6 +41,7 @@ DEFAULT_SAMPLES = {"histogram": 500, "image": 10, "audio": 10, "text": 100, "ten
 MAX_POINTS = 4_000_000          # exact scalar points per series before it is downsampled (96 MB at 24 B a point)
 RELOAD_INTERVAL = 0.25          # seconds between polls of a logdir that is quick to poll
 POLL_SHARE = 0.2                # ...and at most this share of a core on one that is not (1,000 runs: ~0.1 s a poll)
+POLL_BYTES = 8 << 20            # bytes decoded and stored at a time (bounds a big logdir's first poll)
 
 
 def parse_samples(text):
@@ -267,15 +268,27 @@ class Store:
             wait = max(self.reload_interval, (time.perf_counter() - start) * (1 - POLL_SHARE) / POLL_SHARE)
 
     def poll(self) -> int:
-        """Read what the logdir gained; returns the number of items stored. Never raises for bad logs."""
-        try:
-            items = self._tailer.poll(kinds=KEPT, columnar=True)
-            self._tail_stats = self._tailer.stats()
-            self._exists = self._tailer.exists()
-            self._last_error = None
-        except Exception as e:  # a store that dies stops the dashboard: report the failure and keep polling
-            self._last_error = f"{type(e).__name__}: {e}"
-            return 0
+        """Read what the logdir gained; returns the number of items stored. Never raises for bad logs.
+
+        Reads ``POLL_BYTES`` at a time and stores (samples) each batch before reading the next, so a big logdir's
+        first poll never holds much more than that in decoded items (all 100,000 histograms of a logdir at once
+        were twice the store's own size)."""
+        stored = 0
+        while True:
+            try:
+                items = self._tailer.poll(kinds=KEPT, columnar=True, max_bytes=POLL_BYTES)
+                more = self._tailer.more
+                self._tail_stats = self._tailer.stats()
+                self._exists = self._tailer.exists()
+                self._last_error = None
+            except Exception as e:  # a store that dies stops the dashboard: report the failure and keep polling
+                self._last_error = f"{type(e).__name__}: {e}"
+                return stored
+            stored += self._store(items)
+            if not more or self._stop.is_set():
+                return stored
+
+    def _store(self, items) -> int:
         if not items:
             self._last_update = self._last_update or time.time()
             return 0

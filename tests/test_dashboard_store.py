@@ -141,3 +141,36 @@ def test_histograms_images_text_are_kept(tmp_path):
     assert {"histogram", "image", "text"} <= set(kinds)
     assert kinds["histogram"].values[0][:, 2].sum() == 100
     assert list(np.atleast_1d(kinds["text"].values[0])) == ["<b>hi</b>"]
+
+
+def test_a_big_logdir_is_read_and_sampled_a_batch_at_a_time(tmp_path, monkeypatch):
+    from flowlab.dashboard import store as store_module
+    from flowlab.summary.tailer import LogdirTailer
+    rng = np.random.default_rng(0)
+    for run in ("a", "b"):
+        with SummaryWriter(tmp_path / run) as w:
+            for step in range(300):
+                w.add_histogram("h", rng.normal(size=200), step)
+                w.add_image("img", rng.integers(0, 255, (3, 32, 32), dtype=np.uint8), step)
+                w.add_scalar("loss", 1.0 / (step + 1), step)
+    whole = LogdirTailer(tmp_path).poll(kinds=("scalar", "histogram", "image"))
+    tailer, pieces, polls = LogdirTailer(tmp_path), [], 0
+    while True:                                               # 64 KiB a poll: the same items, in order
+        pieces += tailer.poll(kinds=("scalar", "histogram", "image"), max_bytes=1 << 16)
+        polls += 1
+        if not tailer.more:
+            break
+    assert polls > 5 and [(d.run, d.tag, d.step) for d in pieces] == [(d.run, d.tag, d.step) for d in whole]
+
+    batches = []
+    original = store_module.Store._store
+    monkeypatch.setattr(store_module, "POLL_BYTES", 1 << 16)
+    monkeypatch.setattr(store_module.Store, "_store", lambda self, items: batches.append(len(items)) or
+                        original(self, items))
+    store = Store(tmp_path, samples={"image": 5, "histogram": 20})
+    store.poll()                                              # one call reads everything, a batch at a time
+    assert len(batches) > 5 and max(batches) < len(whole) / 4
+    kept = {(s.run, s.kind): s for s in store.series()}
+    assert len(kept["a", "image"]) <= 10 and kept["a", "image"].steps[-1] == 299
+    assert len(kept["b", "histogram"]) <= 40 and kept["b", "histogram"].steps[-1] == 299
+    assert kept["a", "scalar"].steps.tolist() == list(range(300))

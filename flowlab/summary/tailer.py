@@ -236,6 +236,7 @@ class LogdirTailer:
         self._counts = dict(records_read=0, records_skipped=0, bytes_read=0, bytes_skipped=0, values_skipped=0,
                             resets=0)
         self._budget, self._resumed_at = 0, 0
+        self._left, self.more = None, False     # this poll's byte allowance (poll's max_bytes); bytes left over
 
     @property
     def chunk_size(self):
@@ -250,7 +251,7 @@ class LogdirTailer:
         except Exception:                       # noqa: BLE001 - remote stores raise many kinds; absent is the answer
             return False
 
-    def poll(self, kinds=None, columnar=False) -> list[Datum]:
+    def poll(self, kinds=None, columnar=False, max_bytes=None) -> list[Datum]:
         """Items completed since the last poll, in file order (runs and files in name order).
 
         ``kinds``: a subset of ``KINDS`` to decode; others are skipped (purges always come). ``columnar``: scalars
@@ -258,10 +259,15 @@ class LogdirTailer:
         kept), which is much cheaper for large logs. Never raises for damaged logs or unreadable files (see
         ``stats()["errors"]``). A file with more damage than ``resync_budget`` bytes is read on over later polls
         (``stats()["deferred"]``), so one file of junk never holds up the others.
+
+        ``max_bytes``: read about that many bytes at most (whole chunks), leaving the rest for the next poll, and set
+        ``more``: a consumer that samples or drops what it gets (the dashboard's store) keeps its peak memory near
+        ``max_bytes`` on a big logdir by polling until ``more`` is False.
         """
         wanted = None if kinds is None else frozenset(kinds)
         out: list[Datum] = []
         self._deferred.clear()
+        self._left, self.more = max_bytes, False
         self._discover()
         for name in sorted(self._runs):
             run = self._runs[name]
@@ -317,8 +323,17 @@ class LogdirTailer:
                 self._errors.pop(f.path, None)
                 return
             base = f.offset - len(f.tail)       # the file offset of the next buffer's first byte
-            chunks = self._files.chunks(f, size, self.chunk_size)
+            if self._left is not None and self._left <= 0:
+                self.more = True                # this poll's bytes are spent: the file goes on at the next one
+                return
+            chunk_size = self.chunk_size if self._left is None else max(1 << 16, min(self.chunk_size, self._left))
+            chunks = self._files.chunks(f, size, chunk_size)
             for chunk in chunks:
+                if self._left is not None:
+                    if self._left <= 0:
+                        self.more = True
+                        break
+                    self._left -= len(chunk)
                 f.offset += len(chunk)
                 self._counts["bytes_read"] += len(chunk)
                 buf = f.tail + chunk if f.tail else chunk
