@@ -41,7 +41,7 @@ DEFAULT_SAMPLES = {"histogram": 500, "image": 10, "audio": 10, "text": 100, "ten
 MAX_POINTS = 4_000_000          # exact scalar points per series before it is downsampled (96 MB at 24 B a point)
 RELOAD_INTERVAL = 0.25          # seconds between polls of a logdir that is quick to poll
 POLL_SHARE = 0.2                # ...and at most this share of a core on one that is not (1,000 runs: ~0.1 s a poll)
-POLL_BYTES = 8 << 20            # bytes decoded and stored at a time (bounds a big logdir's first poll)
+POLL_BYTES = 4 << 20            # bytes decoded and stored at a time (bounds a big logdir's first poll)
 
 
 def parse_samples(text):
@@ -273,7 +273,7 @@ class Store:
         Reads ``POLL_BYTES`` at a time and stores (samples) each batch before reading the next, so a big logdir's
         first poll never holds much more than that in decoded items (all 100,000 histograms of a logdir at once
         were twice the store's own size)."""
-        stored = 0
+        stored, touched = 0, set()
         while True:
             try:
                 items = self._tailer.poll(kinds=KEPT, columnar=True, max_bytes=POLL_BYTES)
@@ -284,16 +284,21 @@ class Store:
             except Exception as e:  # a store that dies stops the dashboard: report the failure and keep polling
                 self._last_error = f"{type(e).__name__}: {e}"
                 return stored
-            stored += self._store(items)
+            stored += self._store(items, touched)
             if not more or self._stop.is_set():
-                return stored
+                break
+        with self.lock:
+            for series in touched:          # after every batch: one newest item per series and poll
+                if series.kind != "scalar":
+                    series.end_poll()
+        return stored
 
-    def _store(self, items) -> int:
+    def _store(self, items, touched) -> int:
         if not items:
             self._last_update = self._last_update or time.time()
             return 0
         with self.lock:
-            touched, added = set(), False
+            added = False
             chunks: dict[Series, list] = {}            # scalars of this poll, per series, until a purge
             for d in items:
                 if d.kind == "purge":
@@ -313,9 +318,6 @@ class Store:
                     series.add(d.step, d.wall_time, d.value)
                 touched.add(series)
             self._flush(chunks)
-            for series in touched:
-                if series.kind != "scalar":
-                    series.end_poll()
             if added:
                 self._index()
             self.version += 1
