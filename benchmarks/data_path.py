@@ -30,7 +30,8 @@ temp dir (records framed directly: ``flowlab.summary.record.frame`` around hand-
     sigint      server started, a page opened the Histograms tab (TensorBoard: its page open), SIGINT -> exit, and
                 what the server wrote to stderr after the signal. Target <= 1 s, no warnings.
     reader      8 MiB of random bytes as a *tfevents* file; 100k scalar records with every 100th damaged (one byte
-                flipped). flowlab's ``LogdirTailer(logdir).poll()`` vs TensorBoard's ``EventAccumulator.Reload()``,
+                flipped). flowlab's dashboard store (``Store(logdir).poll()``: the tailer's columnar polls, as ``flowlab serve``
+                reads) vs TensorBoard's ``EventAccumulator.Reload()``,
                 each in a fresh subprocess (imports excluded), with the records each recovered. Target <= 0.5 s each.
 
 Every wait has a deadline, so the script always ends with the table (TIMEOUT marks a wait that ran out; a side that
@@ -1154,14 +1155,12 @@ def row_sigint(ctx, row):
 
 READ_FLOWLAB = textwrap.dedent("""
     import sys, time
-    import numpy as np
-    from flowlab.summary.tailer import LogdirTailer
-    tailer = LogdirTailer(sys.argv[1])
+    from flowlab.dashboard.store import Store
+    store = Store(sys.argv[1])          # what `flowlab serve` reads with: columnar polls, sampled kinds
     start = time.perf_counter()
-    items = tailer.poll()
+    store.poll()
     seconds = time.perf_counter() - start
-    n = sum(len(d.step) if isinstance(d.step, np.ndarray) else 1 for d in items if d.kind == "scalar")
-    print(seconds, n)
+    print(seconds, sum(len(s) for s in store.series("scalar")))
 """)
 READ_TENSORBOARD = textwrap.dedent("""
     import sys, time
