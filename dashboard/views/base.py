@@ -15,7 +15,7 @@ from flowlab.plots.figures import card_grid, text_div
 
 from .paging import PAGE_SIZE, Pager
 
-BUILD_BATCH = 6           # cards built per IOLoop turn in a server session (each turn relays the page out)
+BUILD_BATCH = 4           # cards built per IOLoop turn in a server session (each turn relays the page out)
 
 
 class View:
@@ -45,12 +45,13 @@ class View:
 class CardsView(View):
     """A tab showing one card per ``(run, tag)`` series of one ``kind``, a page of cards at a time (``Pager``).
 
-    Only the cards of the current page exist: a card is built when its series comes on the page (its first delta is
-    then everything the store holds, flagged ``reset``) and dropped when it leaves, with what was sent of it, so a
-    session costs the same for 40 series as for 4,000. In a server session a page's cards are built a few per IOLoop
-    turn (``BUILD_BATCH``), so the first ones show at once and other sessions are served in between. Subclasses say how to make and fill a card: a card has a
-    ``layout`` and ``add(steps, values, replace)``; ``show`` may be overridden to adapt the call. ``refresh()`` brings
-    the page up to date (``update`` is the periodic entry point; a page change calls ``refresh`` at once).
+    Only the cards of the current page exist: a card is built when its series comes on the page (its first delta is then
+    everything the store holds, flagged ``reset``) and dropped when it leaves, with what was sent of it, so a session
+    costs the same for 40 series as for 4,000. In a server session a page's cards are built a few per IOLoop turn
+    (``BUILD_BATCH``), so the first ones show at once and other sessions are served in between. Subclasses say how to
+    make and fill a card: a card has a ``layout`` and ``add(steps, values, replace)``; ``show`` may be overridden to
+    adapt the call. ``refresh()`` brings the page up to date (``update`` is the periodic entry point; a page change
+    calls ``refresh`` at once).
     """
     kind = ""
     empty_text = ""

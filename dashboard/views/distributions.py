@@ -5,12 +5,12 @@ distribution would be at ±1.5σ, ±1σ and ±0.5σ, median, max), drawn as four
 2σ and 1σ wide) and a median line: the view TensorBoard calls "distributions" (and OneFlow's Tianshu planned but
 never built). A step whose histogram holds no finite value leaves a gap in the bands and a red mark over the plot.
 
-At most ``MAX_ROWS`` rows per card. Up to that many steps, a row is a step, exact. Past it, consecutive steps are
-merged into groups (``Bands``: groups double in size, a handful of times per run) whose row keeps the smallest min and
-the largest max of its steps, the mean of their inner basis points, and the red mark if any of its steps had
-nothing finite: merging never hides a spike or an empty step. A row stands at its group's first step, except the
-last, which stands at its newest step while it fills, so the bands reach the present: new rows are streamed, a changed last row is patched, and the source is
-replaced only when groups double or the store resets the series.
+At most ``MAX_ROWS`` rows per card. Up to that many steps, a row is a step, exact. Past it, consecutive steps are merged
+into groups (``Bands``: groups double in size, a handful of times per run) whose row keeps the smallest min and the
+largest max of its steps, the mean of their inner basis points, and the red mark if any of its steps had nothing finite:
+merging never hides a spike or an empty step. A row stands at its group's first step, except the last, which stands at
+its newest step while it fills, so the bands reach the present: new rows are streamed, a changed last row is patched,
+and the source is replaced only when groups double or the store resets the series.
 """
 from __future__ import annotations
 

@@ -2,11 +2,12 @@
 
 Two modes, as in TensorBoard: "offset" stacks the steps as filled ridges on a step axis (oldest at the top and back,
 newest at the bottom and in front), "overlay" draws the bucket tops of every step over one another, coloured by
-step. Both draw one ``ColumnDataSource`` per card of flat float columns, one row per bucket: a step's histogram is
-exact (its buckets as logged), and a card is one glyph however many steps it shows, which is what keeps BokehJS
-cheap (a renderer or a ragged array per step is what made this tab take minutes). The y range (``DataRange1d``) and
-the step colours (a colour mapper without low/high) follow the data in the browser, so a new step is one ``stream``
-and nothing else.
+step. A card is one figure (``histogram_card``: titles are canvas text, no Div to lay out) over one
+``ColumnDataSource`` of flat float columns, one row per bucket that counted something: a step's histogram is exact
+(its buckets as logged), and each mode is one glyph however many steps it shows, which is what keeps BokehJS cheap
+(a renderer or a ragged array per step, and a Div per card, are what made this tab take minutes). The y range
+(``DataRange1d``) and the step colours (a colour mapper without low/high) follow the data in the browser, so a new
+step is one ``stream`` and nothing else; switching modes only flips renderer visibility.
 
 At most ``MAX_STEPS`` steps are drawn per card: while a series has more, consecutive steps are grouped (groups double
 in size, a handful of times per run) and each group is drawn by its widest histogram, the one reaching furthest out,
@@ -43,8 +44,9 @@ def _drawn(buckets):
 
 
 def ridge_columns(items, scale):
-    """Flat columns for ``items`` of ``(step, buckets)``: a row per bucket (see ``_drawn``); ``top`` is the ridge's top in offset mode,
-    ``count`` × ``scale`` step intervals above the step (up is towards smaller steps: the axis is flipped)."""
+    """Flat columns for ``items`` of ``(step, buckets)``: a row per bucket (see ``_drawn``); ``top`` is the ridge's top
+    in offset mode, ``count`` × ``scale`` step intervals above the step (up is towards smaller steps: the axis is
+    flipped)."""
     if not items:
         return {name: np.zeros(0) for name in COLUMNS}
     kept = [_drawn(np.asarray(b, np.float64).reshape(-1, 3)) for _, b in items]

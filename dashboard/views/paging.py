@@ -14,17 +14,18 @@ Usage (``CardsView`` in ``base.py`` is the worked example)::
 
 ``on_change`` runs (on the session's IOLoop, as Bokeh calls widget callbacks) when the viewer moves to another page or
 changes the page size, so the view can rebuild at once instead of waiting for the store to change. The controls hide
-while there are no more cards than the smallest page holds. For tests and benchmarks the layout's ``tags`` are ``[cards on this page, page
-index, page count]``, so a browser can tell when a page is complete (``Bokeh.documents[0].get_model_by_name(
-"pager:<name>").tags[0]``).
+while there are no more cards than the smallest page holds. For tests and benchmarks the layout's ``tags`` are
+``[cards on this page, page index, page count]``, so a browser can tell when a page is complete
+(``Bokeh.documents[0].get_model_by_name("pager:<name>").tags[0]``; ``FILLED_JS`` in
+tests/test_dashboard_browser_cards.py is the whole check).
 """
 from __future__ import annotations
 
 from bokeh.layouts import row
 from bokeh.models import Button, Div, Select
 
-PAGE_SIZE = 12              # 4 × 3 cards of 320 px at 1400 × 900
-PAGE_SIZES = (6, 12, 24, 48)
+PAGE_SIZE = 8               # the cards in view at 1400 × 900: two rows of four 320-px cards
+PAGE_SIZES = (4, 8, 12, 24, 48)
 
 
 class Pager:

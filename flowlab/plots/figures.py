@@ -15,8 +15,8 @@ import math
 import numpy as np
 from bokeh.core.properties import value
 from bokeh.layouts import column, row
-from bokeh.models import (Checkbox, ColumnDataSource, CustomJS, DataRange1d, Div, Grid, HoverTool, Line, LinearAxis,
-                          Quad, Range1d, Segment, Title, VArea)
+from bokeh.models import (Checkbox, ColumnDataSource, CustomJS, DataRange1d, Div, Grid, HoverTool, Line,
+                          LinearAxis, Quad, Range1d, Segment, Title, VArea)
 from bokeh.plotting import figure
 
 from .data import Trend, tensor_summary
@@ -263,7 +263,8 @@ def histogram_card(title, subtitle, sources, colors, mode="offset", width=WIDTH,
             line_width=0.5 if plain else 1.5)))
         tops.append(fig.add_glyph(source, Segment(
             x0="left", y0="count", x1="right", y1="count", line_color=fill if plain else ALARM,
-            line_alpha=0.7 if plain else 1.0, line_width=1.2 if plain else 2), y_range_name="count"))
+            line_alpha=0.7 if plain else 1.0, line_width=1.2 if plain else 2),
+            y_range_name="count"))
     fig.y_range.renderers = ridges
     fig.extra_y_ranges = {"count": DataRange1d(start=0, renderers=tops)}
     fig.add_layout(LinearAxis(y_range_name="count", axis_label="count", minor_tick_line_color=None,
