@@ -43,7 +43,10 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
     built, failed = {}, set()
     # A tab's view is made when the tab is first shown (a placeholder until then) and from then on stays current:
     # building every tab's models for each new page was most of a first page's cost, whatever the logdir held.
-    panels = [TabPanel(title=getattr(cls, "title", name), child=Div(text=""), name=name) for name, cls in entries]
+    # (BokehJS 3.9 never draws a TabPanel child replaced in a live page: each tab holds a column whose children change)
+    holders = [column(Div(text=""), sizing_mode="stretch_width") for _ in entries]
+    panels = [TabPanel(title=getattr(cls, "title", name), child=holder, name=name)
+              for (name, cls), holder in zip(entries, holders)]
     tabs = Tabs(tabs=panels, name="tabs", sizing_mode="stretch_width")
     root = column(status.layout(), tabs, sizing_mode="stretch_width", name="dashboard")
     stale, seen = set(), [None]
@@ -61,7 +64,7 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
             log.exception("dashboard view %s failed to build", name)
             child = _broken(name, e)
             failed.add(name)
-        panels[index].child = child
+        holders[index].children = [child]
 
     def refresh():
         status.update()

@@ -108,7 +108,7 @@ def test_a_view_that_fails_to_build_becomes_an_error_tab(logdir):
     tabs = doc.select_one({"type": Tabs})
     tabs.active = len(VIEWS)
     assert "broken" not in views and "scalars" in views
-    text = tabs.tabs[-1].child.text
+    text = tabs.tabs[-1].child.children[0].text
     assert "&lt;b&gt;boom&lt;/b&gt;" in text and "<b>boom" not in text
 
 
