@@ -542,3 +542,35 @@ def test_a_tab_builds_its_view_when_first_shown(tmp_path):
     assert updates == ["first"]                       # only the visible tab's view did any work
     doc.get_model_by_name("tabs").active = 1          # the user opens the second tab
     assert updates == ["first", "second"]
+
+
+def test_status_line_shows_state_changes_at_once_and_moving_counts_at_most_every_few_seconds(tmp_path):
+    from flowlab.dashboard.views.status import StatusLine
+    with SummaryWriter(tmp_path / "a") as w:
+        w.add_scalar("x", 1.0, 0)
+    store = Store(tmp_path)
+    store.poll()
+    line = StatusLine(store, every=60.0)
+    line.update()
+    first = line.div.text
+    assert "1 run" in first
+    with SummaryWriter(tmp_path / "a") as w:                  # a second file: the file count is state
+        w.add_scalar("x", 2.0, 1)
+    store.poll()
+    line.update()
+    assert "2 files" in line.div.text
+    shown = line.div.text
+    from flowlab.summary import proto
+    from flowlab.summary.record import frame
+    path = sorted((tmp_path / "a").glob("*tfevents*"))[-1]
+    with open(path, "ab") as f:                               # the same file grows: only the counts move
+        for step in range(2, 50):
+            event = proto.Event(wall_time=1.0, step=step)
+            event.summary.value.add(tag="x", simple_value=float(step))
+            f.write(frame(event.SerializeToString()))
+    store.poll()
+    line.update()
+    assert line.div.text == shown                             # held back: BokehJS would lay the page out again
+    line.every = 0.0
+    line.update()
+    assert line.div.text != shown and f"{store.status()['records_read']:,} records read" in line.div.text

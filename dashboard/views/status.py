@@ -33,18 +33,28 @@ def status_html(status: dict) -> str:
 
 
 class StatusLine:
-    def __init__(self, store):
-        self.store = store
+    """The line, redrawn at most every ``every`` seconds while only its counts move: a Div's new text makes BokehJS
+    lay out the whole page, and during training the counts change at every poll. A change of state (logdir found,
+    first files, new runs or files, errors) shows at once."""
+
+    def __init__(self, store, every=2.0):
+        self.store, self.every = store, every
         self.div = Div(text="", sizing_mode="stretch_width", name="status",
                        styles={"font-size": "13px", "padding": "4px 2px", "color": "#333"})
+        self._state, self._shown_at = None, 0.0
 
     def layout(self):
         return self.div
 
     def update(self):
         try:
-            text = status_html(self.store.status())
+            status = self.store.status()
+            text = status_html(status)
         except RuntimeError:        # the poll thread changed the tailer's tables mid-copy: try again next tick
             return
-        if text != self.div.text:
+        state = (status["exists"], status["runs"], status["files"], bool(status["records_skipped"]),
+                 len(status["errors"]), status["store_error"])
+        now = time.monotonic()
+        if text != self.div.text and (state != self._state or now - self._shown_at >= self.every):
             self.div.text = text
+            self._state, self._shown_at = state, now
