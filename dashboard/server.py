@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import re
 import secrets
 import signal
@@ -202,6 +203,21 @@ class _SecurityHeaders(OutputTransform):
         return status_code, headers, chunk
 
 
+class _ClosedSends(logging.Filter):
+    """Drops Bokeh's "Failed sending message as connection was closed" once a server of this process stops: a push
+    already in flight when ``close_connections`` closes its socket is expected to fail, and Ctrl-C should print
+    nothing but the goodbye line."""
+
+    stopping = False
+
+    def filter(self, record):
+        return not (self.stopping and "connection was closed" in record.getMessage())
+
+
+_closed_sends = _ClosedSends()
+logging.getLogger("bokeh.server.views.ws").addFilter(_closed_sends)
+
+
 class _Bokeh(BokehTornado):
     """``BokehTornado`` that keeps each websocket beside its connection, so a stop can end them cleanly (Bokeh's
     own ``stop`` leaves them open, and sessions then push into closing sockets: one warning per message)."""
@@ -220,6 +236,7 @@ class _Bokeh(BokehTornado):
         super().client_lost(connection)
 
     def close_connections(self):
+        _closed_sends.stopping = True
         for connection, socket in list(self.live.items()):
             connection.session.unsubscribe(connection)    # first, so the session sends nothing more to it
             socket.close(1001, "flowlab dashboard stopped")     # its on_close then reports it lost
