@@ -41,7 +41,7 @@ DEFAULT_SAMPLES = {"histogram": 500, "image": 10, "audio": 10, "text": 100, "ten
 MAX_POINTS = 4_000_000          # exact scalar points per series before it is downsampled (96 MB at 24 B a point)
 RELOAD_INTERVAL = 0.25          # seconds between polls of a logdir that is quick to poll
 POLL_SHARE = 0.2                # ...and at most this share of a core on one that is not (1,000 runs: ~0.1 s a poll)
-POLL_BYTES = 4 << 20            # bytes decoded and stored at a time (bounds a big logdir's first poll)
+POLL_BYTES = 1 << 20            # bytes decoded and stored at a time (bounds a big logdir's first poll)
 
 
 def parse_samples(text):

@@ -267,8 +267,10 @@ class LogdirTailer:
         wanted = None if kinds is None else frozenset(kinds)
         out: list[Datum] = []
         self._deferred.clear()
+        resuming = self.more                    # the last poll stopped at max_bytes: go on without listing again
         self._left, self.more = max_bytes, False
-        self._discover()
+        if not resuming:
+            self._discover()
         for name in sorted(self._runs):
             run = self._runs[name]
             for file_name in sorted(run.files):
