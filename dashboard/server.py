@@ -235,6 +235,13 @@ class _Bokeh(BokehTornado):
         self.live.pop(connection, None)
         super().client_lost(connection)
 
+    def resources(self, absolute_url=None):
+        """Bokeh's bundles without MathJax (1.8 MB of script parsed by every page) and WebGL: the dashboard draws on
+        canvas and shows text from logs as plain text, never TeX."""
+        resources = super().resources(absolute_url)
+        resources.components = ["bokeh", "bokeh-widgets", "bokeh-tables"]
+        return resources
+
     def close_connections(self):
         _closed_sends.stopping = True
         for connection, socket in list(self.live.items()):

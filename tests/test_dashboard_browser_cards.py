@@ -180,7 +180,7 @@ def test_paging_shows_the_next_cards_and_drops_the_others(dashboard):
     except playwright.TimeoutError:
         pytest.fail(f"{page.evaluate(COUNT_JS, 'histograms')} card sources in the page, expected {left}")
     go_to_page(page, "histograms", 0)
-    assert page.evaluate(COUNT_JS, "histograms") == PAGE_SIZE
+    page.wait_for_function(f"() => ({COUNT_JS})('histograms') === {PAGE_SIZE}", timeout=10000)
     assert dashboard["errors"] == []
 
 

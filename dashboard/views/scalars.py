@@ -254,6 +254,7 @@ class _Card:
         self.flat.js_on_change("data", expand)
         self.rows.js_on_change("data", expand)
         self.axis = "step"
+        self._visible = (None, [])             # (pattern, runs), rows shown
         self.renderers = []
         self.downloads = [CustomJS(args=dict(flat=self.flat, rows=self.rows, tag=tag, format=fmt), code=_DOWNLOAD_JS)
                           for fmt in ("csv", "json")]
@@ -340,10 +341,15 @@ class _Card:
     def show_runs(self, visible_rows):
         for renderer in self.renderers:
             if list(renderer.view.filter.indices) != visible_rows:
-                renderer.view.filter.indices = visible_rows
+                renderer.view.filter.indices = list(visible_rows)
 
     def visible_rows(self, pattern):
-        return [line.row for line in self.lines.values() if pattern.search(line.run) is not None]
+        """Rows of the runs ``pattern`` matches, remembered until the runs or the pattern change (a thousand RE2
+        searches a tick add up)."""
+        key = (pattern, len(self.lines))
+        if self._visible[0] != key:
+            self._visible = key, [line.row for line in self.lines.values() if pattern.search(line.run) is not None]
+        return self._visible[1]
 
 
 class ScalarsView(View):
