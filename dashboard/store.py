@@ -67,7 +67,7 @@ def parse_samples(text):
 
 
 class _Columns:
-    """Append-only float/int columns with amortised doubling; ``view(a, b)`` slices without copying."""
+    """Append-only step/wall/value columns with amortised doubling (``Series.slice`` hands out views of them)."""
 
     __slots__ = ("steps", "walls", "values", "n")
 
@@ -104,7 +104,7 @@ class Series:
     series with ``Store.read``)."""
 
     __slots__ = ("run", "tag", "kind", "plugin", "epoch", "limit", "_columns", "_items", "_stride", "_offered",
-                 "_pending")
+                 "_pending", "_extras")
 
     def __init__(self, run, tag, kind, plugin="", limit=MAX_POINTS):
         self.run, self.tag, self.kind, self.plugin = run, tag, kind, plugin
@@ -114,6 +114,7 @@ class Series:
         self._items: list[tuple] = []       # other kinds: (offered index, step, wall_time, value)
         self._stride, self._offered = 1, 0
         self._pending = None                # the newest item of this poll when it fell between strides
+        self._extras = 0                    # items kept off the stride (earlier polls' newest)
 
     @property
     def key(self):
@@ -152,10 +153,7 @@ class Series:
             self.epoch += 1
 
     def add(self, step, wall_time, value):
-        """One item; scalars become one-row columns, other kinds are sampled (see the module doc)."""
-        if self._columns is not None:
-            self.extend([step], [wall_time], [value])
-            return
+        """One item of a kind other than scalars, sampled (see the module doc)."""
         index = self._offered
         self._offered += 1
         item = (index, int(step), float(wall_time), value)
@@ -171,13 +169,14 @@ class Series:
         if self._pending is not None:
             self._items.append(self._pending)
             self._pending = None
+            self._extras += 1
             self._thin()
 
     def _thin(self):
         """Past ``limit`` items on the stride, double it; past ``2 * limit`` in all, drop the earlier polls' newest
         items kept off the stride (the last item always stays). Either is a reset for sessions, so extras get a
         budget of their own rather than forcing one every few polls."""
-        on_stride = sum(1 for item in self._items if item[0] % self._stride == 0)
+        on_stride = len(self._items) - self._extras      # counted, not scanned: this runs for every item added
         if on_stride <= self.limit and len(self._items) <= 2 * self.limit:
             return
         while on_stride > self.limit:
@@ -185,6 +184,7 @@ class Series:
             on_stride = sum(1 for item in self._items if item[0] % self._stride == 0)
         newest = self._items[-1]
         self._items = [item for item in self._items if item[0] % self._stride == 0 or item is newest]
+        self._extras = len(self._items) - on_stride
         self.epoch += 1
 
     def purge_from(self, step):
@@ -200,6 +200,7 @@ class Series:
             if len(kept) == len(self._items):
                 return False
             self._items = kept
+            self._extras = sum(1 for item in kept if item[0] % self._stride)
         self._pending = None
         self.epoch += 1
         return True
@@ -274,19 +275,17 @@ class Store:
         first poll never holds much more than that in decoded items (all 100,000 histograms of a logdir at once
         were twice the store's own size)."""
         stored, touched = 0, set()
-        while True:
-            try:
+        try:
+            while True:
                 items = self._tailer.poll(kinds=KEPT, columnar=True, max_bytes=POLL_BYTES)
-                more = self._tailer.more
-                self._tail_stats = self._tailer.stats()
-                self._exists = self._tailer.exists()
-                self._last_error = None
-            except Exception as e:  # a store that dies stops the dashboard: report the failure and keep polling
-                self._last_error = f"{type(e).__name__}: {e}"
-                return stored
-            stored += self._store(items, touched)
-            if not more or self._stop.is_set():
-                break
+                stored += self._store(items, touched)
+                if not self._tailer.more or self._stop.is_set():
+                    break
+            self._tail_stats = self._tailer.stats()
+            self._exists = self._tailer.exists()        # (a request on a remote logdir: once a poll)
+            self._last_error = None
+        except Exception as e:  # a store that dies stops the dashboard: report the failure and keep polling
+            self._last_error = f"{type(e).__name__}: {e}"
         with self.lock:
             for series in touched:          # after every batch: one newest item per series and poll
                 if series.kind != "scalar":
@@ -308,7 +307,7 @@ class Store:
                 key = (d.run, d.tag, d.kind)
                 series = self._series.get(key)
                 if series is None:
-                    limit = self.max_points if d.kind == "scalar" else self.samples.get(d.kind, 10)
+                    limit = self.max_points if d.kind == "scalar" else self.samples[d.kind]
                     series = self._series[key] = Series(d.run, d.tag, d.kind, d.plugin, limit)
                     added = True
                 if d.kind == "scalar":      # columns, or single values (records the column decoder passes over)

@@ -42,7 +42,6 @@ KEY_RUNS = 40                      # runs named in the key above the cards; the 
 X_AXES = ("step", "relative", "wall")
 _X_COLUMN = {"step": "steps", "relative": "rel", "wall": "walls"}
 _X_LABEL = {"step": "step", "relative": "hours since the run's first point", "wall": "wall time"}
-_ROW_COLUMNS = ("steps", "walls", "rel", "ys", "smooth")
 ALARM = "#d62728"
 EXPAND_TAG = "flowlab:expand-on-ready"
 
@@ -147,19 +146,19 @@ class _Line:
     def x(self, axis):
         return {"step": self.steps, "relative": self._rel(self.walls), "wall": self.walls}[axis]
 
-    def row_columns(self, relative):
-        """The card source's row for this run: the shown points (±Inf drawn as gaps: the marks show them)."""
+    def row_columns(self):
+        """The shown points of this run as the card sends them (±Inf drawn as gaps: the marks show them)."""
         idx = self.shown
         ys = self.values[idx]
         smooth = ys if self.constant else self.ema[idx]
         return {"steps": self.steps[idx].astype(np.float64), "walls": self.walls[idx] * 1000.0,
-                "rel": self._rel(self.walls[idx]) if relative else np.zeros(0),
+                "rel": self._rel(self.walls[idx]),
                 "ys": np.where(np.isinf(ys), np.nan, ys), "smooth": np.where(np.isinf(smooth), np.nan, smooth)}
 
     @property
     def data(self):
         """The shown points as columns ``step, rel, wall, value, smooth`` (what the page has of this run)."""
-        c = self.row_columns(True)
+        c = self.row_columns()
         return {"step": c["steps"], "rel": c["rel"], "wall": c["walls"], "value": self.values[self.shown],
                 "smooth": self.values[self.shown] if self.constant else self.ema[self.shown]}
 
@@ -208,9 +207,6 @@ class _Line:
             return False
         self.shown = idx
         return True
-
-    def restyle(self, weight):
-        self.resmooth(weight)
 
 
 # Expands a card's flat columns into the MultiLine rows in the page: one typed array per column on the wire, however
@@ -270,10 +266,10 @@ class _Card:
             line = self.lines[run] = _Line(run, run_colour(store, run), limit, len(self.lines))
         return line
 
-    def fill(self, relative=False):
+    def fill(self):
         """Send every run's shown points for the card's ``axis`` (one message for the card, whatever changed)."""
         lines = list(self.lines.values())
-        parts = [line.row_columns(False) for line in lines]
+        parts = [line.row_columns() for line in lines]
         stops = np.cumsum([len(p["steps"]) for p in parts], dtype=np.int64)
         flat = {c: np.concatenate([p[c] for p in parts]) if parts else np.zeros(0)
                 for c in ("steps", "walls", "ys", "smooth")}
@@ -284,18 +280,17 @@ class _Card:
         if {k: list(v) for k, v in self.rows.data.items()} != rows:
             self.rows.data = rows
         self.flat.data = flat            # after rows: the page expands when flat arrives
-        self._fill_marks(relative)
+        self._fill_marks()
 
-    def _fill_marks(self, relative):
+    def _fill_marks(self):
         """The one-point runs as dots (a line needs two points) and the red ticks of NaN/Inf points."""
         dots = {c: [] for c in self.dots.data}
         marks = {c: [] for c in self.marks.data}
         for line in self.lines.values():
             if len(line.values) == 1:
-                c = line.row_columns(relative)
+                c = line.row_columns()
                 for name, value in (("run", line.run), ("colour", line.colour), ("steps", c["steps"][0]),
-                                    ("walls", c["walls"][0]), ("rel", c["rel"][0] if relative else 0.0),
-                                    ("smooth", c["smooth"][0])):
+                                    ("walls", c["walls"][0]), ("rel", c["rel"][0]), ("smooth", c["smooth"][0])):
                     dots[name].append(value)
             bad = line.nonfinite()
             if len(bad):
@@ -304,7 +299,7 @@ class _Card:
                 marks["colour"] += [line.colour] * len(bad)
                 marks["steps"] += line.steps[bad].astype(np.float64).tolist()
                 marks["walls"] += (line.walls[bad] * 1000.0).tolist()
-                marks["rel"] += (line._rel(line.walls[bad]) if relative else np.zeros(len(bad))).tolist()
+                marks["rel"] += line._rel(line.walls[bad]).tolist()
                 marks["what"] += ["NaN" if math.isnan(x) else "+Inf" if x > 0 else "-Inf" for x in v]
         if dots != dict(self.dots.data):
             self.dots.data = dots
@@ -387,7 +382,7 @@ class ScalarsView(View):
         return column(controls, self.message, self.key, self.grid, sizing_mode="stretch_width")
 
     def update(self):
-        weight, axis, relative = self.smoothing.value, self.axis, self.axis == "relative"
+        weight, axis = self.smoothing.value, self.axis
         grown: dict[_Card, list] = {}
         new_cards = False
         for series in self.store.series("scalar"):
@@ -412,8 +407,8 @@ class ScalarsView(View):
             if not card.renderers:
                 card.build(axis, self.log_y.active, card.visible_rows(self._runs_re), self._zoomed)
                 if live is not None:      # it reaches a live page with its data: expand it on the next message
-                    live.add_next_tick_callback(lambda card=card: card.fill(relative))
-            card.fill(relative)
+                    live.add_next_tick_callback(card.fill)
+            card.fill()
             card.show_runs(card.visible_rows(self._runs_re))
         if new_cards:
             self.grid.children = [self.cards[t].layout for t in sorted(self.cards)]
@@ -450,7 +445,7 @@ class ScalarsView(View):
             card.window = (event.x0 / 1000.0, event.x1 / 1000.0)
         changed = [line.choose(self.axis, card.window) for line in card.lines.values()]
         if any(changed):
-            card.fill(self.axis == "relative")
+            card.fill()
 
     def _rebuild(self):
         for card in self.cards.values():
@@ -458,13 +453,13 @@ class ScalarsView(View):
             for line in card.lines.values():
                 line.choose(self.axis)
             card.build(self.axis, self.log_y.active, card.visible_rows(self._runs_re), self._zoomed)
-            card.fill(self.axis == "relative")          # rows name the new axis: the page redraws the lines
+            card.fill()          # rows name the new axis: the page redraws the lines
 
     def _resmooth(self):
         for card in self.cards.values():
             for line in card.lines.values():
-                line.restyle(self.smoothing.value)
-            card.fill(self.axis == "relative")
+                line.resmooth(self.smoothing.value)
+            card.fill()
 
     def _filter(self):
         errors = []

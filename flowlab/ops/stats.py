@@ -41,6 +41,7 @@ def _host_sum(x):
         if len(_ones) > 256:
             _ones.clear()
         ones = _ones[key] = np.ones(n, x.dtype)
+        ones.flags.writeable = False
     return np.dot(x, ones)
 
 
