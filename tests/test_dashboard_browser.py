@@ -6,23 +6,20 @@ of every tab go to ``artifacts/screenshots/<tab>.png``.
 """
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
+from dashboard_page import flowlab_serve, open_dashboard
+from jupyter_page import CHROMIUM
+
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"needs Debian's chromium at {CHROMIUM} (.ci/run installs it: "
                                        "apt-get install -y chromium)")
 playwright = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
 XSS_RUN = "<img src=x onerror=window.__xss=1>"
 LONG = 6000
@@ -71,40 +68,22 @@ def _write_logs(logdir):
 
 
 @pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
-    from playwright.sync_api import sync_playwright
+def dashboard(tmp_path_factory, chromium):
     logdir = tmp_path_factory.mktemp("logs")
     live_writer, peer_name = _write_logs(logdir)
-    server_log = open(tmp_path_factory.mktemp("server") / "stderr.txt", "w+")       # a file: a pipe could fill up
-    server = subprocess.Popen([sys.executable, "-m", "flowlab.cli", "serve", "--logdir", str(logdir), "--port", "0"],
-                              stdout=subprocess.PIPE, stderr=server_log, text=True)
     try:
-        url = re.search(r"http://\S+", server.stdout.readline()).group(0)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900}, accept_downloads=True)
-            errors = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
+        with flowlab_serve(logdir, tmp_path_factory.mktemp("server") / "stderr.txt") as (url, log):
             start = time.perf_counter()
-            page.goto(url)
-            page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && "
-                                   "Bokeh.index.roots.length > 0 && "
-                                   "Bokeh.index.roots.every((v) => v.is_idle)", polling=20)
+            page, errors = open_dashboard(chromium, url, viewport={"width": 1400, "height": 900},
+                                          accept_downloads=True)
             # the scalars' lines are expanded in the page once the document is ready: loaded means drawn
             page.wait_for_function(f"() => ({SOURCES_JS})().some((s) => s.step.length > 0) && "
                                    "Bokeh.index.roots.every((v) => v.is_idle)", polling=20)
             load_s = time.perf_counter() - start
-            yield dict(page=page, errors=errors, writer=live_writer, peer=peer_name, load_s=load_s, log=server_log)
-            browser.close()
+            yield dict(page=page, errors=errors, writer=live_writer, peer=peer_name, load_s=load_s, log=log)
+            page.close()
     finally:
         live_writer.close()
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        server_log.close()
 
 
 def server_errors(dashboard):

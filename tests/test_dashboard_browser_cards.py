@@ -9,23 +9,20 @@ How long a tab takes to fill is printed, not asserted: the 1 s target is measure
 """
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
+from dashboard_page import flowlab_serve, open_dashboard
+from jupyter_page import CHROMIUM
+
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"needs Debian's chromium at {CHROMIUM} (.ci/run installs it)")
 playwright = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
 
 from flowlab.dashboard.views.paging import PAGE_SIZE  # noqa: E402
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 RUNS, TAGS, STEPS = 5, 8, 100
 PAGES = -(-RUNS * TAGS // PAGE_SIZE)
 
@@ -73,33 +70,13 @@ def _write(logdir):
 
 
 @pytest.fixture(scope="module")
-def dashboard(tmp_path_factory):
-    from playwright.sync_api import sync_playwright
+def dashboard(tmp_path_factory, chromium):
     logdir = tmp_path_factory.mktemp("cards")
     _write(logdir)
-    server_log = open(tmp_path_factory.mktemp("server") / "stderr.txt", "w+")
-    server = subprocess.Popen([sys.executable, "-m", "flowlab.cli", "serve", "--logdir", str(logdir), "--port", "0"],
-                              stdout=subprocess.PIPE, stderr=server_log, text=True)
-    try:
-        url = re.search(r"http://\S+", server.stdout.readline()).group(0)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            errors = []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(url)
-            page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0 && Bokeh.index.roots.length > 0 "
-                                   "&& Bokeh.index.roots.every((v) => v.is_idle)", polling=20, timeout=60000)
-            yield dict(page=page, errors=errors, logdir=logdir, log=server_log)
-            browser.close()
-    finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        server_log.close()
+    with flowlab_serve(logdir, tmp_path_factory.mktemp("server") / "stderr.txt") as (url, log):
+        page, errors = open_dashboard(chromium, url, viewport={"width": 1400, "height": 900})
+        yield dict(page=page, errors=errors, logdir=logdir, log=log)
+        page.close()
 
 
 def open_tab(page, title, kind):

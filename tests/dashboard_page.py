@@ -1,0 +1,48 @@
+"""Drive ``flowlab serve`` and its page in headless Chromium from a pytest test (a test-support module, like
+``jupyter_page``; the ``chromium`` fixture of tests/conftest.py gives the browser)::
+
+    from dashboard_page import flowlab_serve, open_dashboard
+
+    with flowlab_serve(logdir, tmp_path / "stderr.txt") as (url, log):
+        page, errors = open_dashboard(chromium, url)
+"""
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from contextlib import contextmanager
+
+IDLE_JS = ("() => window.Bokeh && Bokeh.documents.length > 0 && Bokeh.index.roots.length > 0 && "
+           "Bokeh.index.roots.every((v) => v.is_idle)")
+
+
+@contextmanager
+def flowlab_serve(logdir, log_path):
+    """``flowlab serve --logdir LOGDIR --port 0`` in a subprocess, its stderr in ``log_path`` (a file: a pipe could
+    fill up); yields ``(url, log file)``. On exit: SIGINT, as a user's Ctrl-C, killed if it lingers past 15 s."""
+    log = open(log_path, "w+")
+    server = subprocess.Popen([sys.executable, "-m", "flowlab.cli", "serve", "--logdir", str(logdir), "--port", "0"],
+                              stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        yield re.search(r"http://\S+", server.stdout.readline()).group(0), log
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def open_dashboard(browser, url, timeout_ms=60000, **page_options):
+    """A new page of ``browser`` at ``url``, once every Bokeh root is drawn and idle; returns ``(page, errors)``,
+    ``errors`` collecting console errors and uncaught page errors from then on."""
+    page = browser.new_page(**page_options)
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url)
+    page.wait_for_function(IDLE_JS, polling=20, timeout=timeout_ms)
+    return page, errors
