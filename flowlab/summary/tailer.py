@@ -332,9 +332,6 @@ class LogdirTailer:
             chunks = self._files.chunks(f, size, chunk_size)
             for chunk in chunks:
                 if self._left is not None:
-                    if self._left <= 0:
-                        self.more = True
-                        break
                     self._left -= len(chunk)
                 f.offset += len(chunk)
                 self._counts["bytes_read"] += len(chunk)
@@ -346,6 +343,9 @@ class LogdirTailer:
                     break
                 f.tail = buf[used:]
                 base += used
+                if self._left is not None and self._left <= 0 and f.offset < size:
+                    self.more = True            # stop before the next chunk is read: the file goes on next poll
+                    break
         except FileNotFoundError:
             run.files.pop(f.name, None)
             self._errors[f.path] = "vanished"
