@@ -33,6 +33,7 @@ FILLED_JS = """(kind) => {
     if (!pager || !grid) return false;
     const sources = (m) => m.renderers ? m.renderers.map((r) => r.data_source) : (m.children || []).flatMap(sources);
     return pager.tags[0] > 0 && grid.children.length === pager.tags[0]
+        && grid.tags[0] === pager.tags[1] && grid.tags[1] === pager.tags[0]      // this page's cards, not the last's
         && grid.children.every((card) => sources(card).filter((s) => s.name === "cards-source:" + kind)
                                                      .every((s) => s.get_length() > 0))
         && grid.children.every((card) => Bokeh.index.find_one(card) != null)      // drawn, not only in the model

@@ -120,6 +120,9 @@ class CardsView(View):
         shown = [self._cards[key].layout for key in self._order if key in self._cards]
         if shown != list(self.grid.children):
             self.grid.children = shown or [Div(text="", width=0, height=0)]   # Bokeh warns about empty layouts
+        # Which page the grid shows, set after its children: the page receives each change as its own message, so
+        # the pager's new page index can arrive while the grid still holds the previous page's cards.
+        self.grid.tags = [self.pager.page, len(shown)]
         if self._pending:
             doc.add_next_tick_callback(self._build_some)
 

@@ -16,8 +16,9 @@ Usage (``CardsView`` in ``base.py`` is the worked example)::
 changes the page size, so the view can rebuild at once instead of waiting for the store to change. The controls hide
 while there are no more cards than the smallest page holds. For tests and benchmarks the layout's ``tags`` are
 ``[cards on this page, page index, page count]``, so a browser can tell when a page is complete
-(``Bokeh.documents[0].get_model_by_name("pager:<name>").tags[0]``; ``FILLED_JS`` in
-tests/test_dashboard_browser_cards.py is the whole check).
+(``Bokeh.documents[0].get_model_by_name("pager:<name>").tags[0]``); a card view's grid (``cards:<name>``) carries
+``[page index, cards built]`` once its children are that page's, and ``FILLED_JS`` in
+tests/test_dashboard_browser_cards.py is the whole check.
 """
 from __future__ import annotations
 
