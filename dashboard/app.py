@@ -83,9 +83,16 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
                 log.exception("dashboard view %s failed to update", name)
 
     tabs.on_change("active", lambda attr, old, new: refresh())
-    refresh()                 # the first page already shows what the store holds (filled before it joins the doc)
     doc.title = "flowlab dashboard"
-    doc.add_root(root)
+    if doc.session_context is None:
+        refresh()                # outside a server: filled before it joins the document
+        doc.add_root(root)
+    else:
+        # A server builds the document while it answers the page's HTTP request: fill the first tab on the next turn
+        # of the IOLoop instead, so the browser loads BokehJS while the server fills the tab (for a thousand runs,
+        # a few tenths of a second each). Whatever is done before the page connects arrives with the document.
+        doc.add_root(root)
+        doc.add_next_tick_callback(refresh)
     doc.js_on_event("document_ready", CustomJS(code=READY_JS))
     doc.add_periodic_callback(refresh, period_ms)
     return built

@@ -36,12 +36,15 @@ def flowlab_serve(logdir, log_path):
         log.close()
 
 
-def open_dashboard(browser, url, timeout_ms=60000, **page_options):
+def open_dashboard(browser, url, timeout_ms=60000, warnings=None, **page_options):
     """A new page of ``browser`` at ``url``, once every Bokeh root is drawn and idle; returns ``(page, errors)``,
-    ``errors`` collecting console errors and uncaught page errors from then on."""
+    ``errors`` collecting console errors and uncaught page errors from then on (and ``warnings``, a list, the
+    console's warnings, when given)."""
     page = browser.new_page(**page_options)
     errors = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    if warnings is not None:
+        page.on("console", lambda m: warnings.append(m.text) if m.type == "warning" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url)
     page.wait_for_function(IDLE_JS, polling=20, timeout=timeout_ms)

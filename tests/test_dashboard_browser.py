@@ -74,13 +74,15 @@ def dashboard(tmp_path_factory, chromium):
     try:
         with flowlab_serve(logdir, tmp_path_factory.mktemp("server") / "stderr.txt") as (url, log):
             start = time.perf_counter()
+            warnings = []
             page, errors = open_dashboard(chromium, url, viewport={"width": 1400, "height": 900},
-                                          accept_downloads=True)
+                                          accept_downloads=True, warnings=warnings)
             # the scalars' lines are expanded in the page once the document is ready: loaded means drawn
             page.wait_for_function(f"() => ({SOURCES_JS})().some((s) => s.step.length > 0) && "
                                    "Bokeh.index.roots.every((v) => v.is_idle)", polling=20)
             load_s = time.perf_counter() - start
-            yield dict(page=page, errors=errors, writer=live_writer, peer=peer_name, load_s=load_s, log=log)
+            yield dict(page=page, errors=errors, warnings=warnings, writer=live_writer, peer=peer_name,
+                       load_s=load_s, log=log)
             page.close()
     finally:
         live_writer.close()
@@ -95,6 +97,9 @@ def server_errors(dashboard):
 def test_page_loads_without_console_errors_and_shows_both_writers(dashboard):
     page = dashboard["page"]
     assert dashboard["errors"] == []
+    # A run filter's row indices checked before the page expanded the rows warned once per run and line (2,000
+    # warnings and most of the drawing time for a thousand runs).
+    assert not [w for w in dashboard["warnings"] if "out of bounds" in w], dashboard["warnings"][:5]
     status = page.evaluate("() => Bokeh.documents[0].get_model_by_name('status').text")
     assert "runs" in status and "0 skipped" in status
     sources = page.evaluate(SOURCES_JS)
@@ -214,4 +219,22 @@ def test_appended_scalar_appears_in_the_open_page_within_two_seconds(dashboard):
         dashboard["log"].seek(0)
         pytest.fail(f"the new point did not arrive within 2 s; server log:\n{dashboard['log'].read()[-3000:]}")
     print(f"live delta latency {time.perf_counter() - start:.2f} s")
+    assert dashboard["errors"] == [] and server_errors(dashboard) == []
+
+
+def test_a_new_tag_gets_a_drawn_card_in_the_open_page(dashboard):
+    """A card built in a live page reaches it inside a patch with its data, which fires no change in the page: the
+    server's nudge makes the page expand it (without it the card stays empty)."""
+    page, writer = dashboard["page"], dashboard["writer"]
+    for step, value in enumerate((7.25, 7.5, 7.75)):
+        writer.add_scalar("fresh/tag", value, step)
+    writer.flush()
+    try:
+        page.wait_for_function("""() => { const card = Bokeh.documents[0].get_model_by_name("card:fresh/tag");
+            if (!card) return false;
+            const source = card.children[0].renderers[0].data_source;
+            return source.data.ys.some((ys) => Array.from(ys).join() === "7.25,7.5,7.75"); }""",
+                               timeout=15000, polling=50)
+    except playwright.TimeoutError:
+        pytest.fail("the new tag's card was not drawn with its points")
     assert dashboard["errors"] == [] and server_errors(dashboard) == []

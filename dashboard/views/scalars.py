@@ -249,6 +249,8 @@ class _Card:
         expand = CustomJS(args=dict(flat=self.flat, rows=self.rows, target=self.source), code=_EXPAND_JS)
         self.flat.js_on_change("data", expand)
         self.rows.js_on_change("data", expand)
+        self.flat.js_on_change("tags", expand)            # nudge(): expand what the page already has
+        self._nudges = 0
         self.axis = "step"
         self._visible = (None, [])             # (pattern, runs), rows shown
         self.renderers = []
@@ -265,6 +267,12 @@ class _Card:
         if line is None:
             line = self.lines[run] = _Line(run, run_colour(store, run), limit, len(self.lines))
         return line
+
+    def nudge(self):
+        """Make the page expand the card's flat arrays again, with a message of a few bytes: a card that reached a
+        live page inside a patch arrived with its data, and a model's first data fires no change in the page."""
+        self._nudges += 1
+        self.flat.tags = [EXPAND_TAG, self._nudges]
 
     def fill(self):
         """Send every run's shown points for the card's ``axis`` (one message for the card, whatever changed)."""
@@ -335,15 +343,18 @@ class _Card:
 
     def show_runs(self, visible_rows):
         for renderer in self.renderers:
-            if list(renderer.view.filter.indices) != visible_rows:
-                renderer.view.filter.indices = list(visible_rows)
+            if renderer.view.filter.indices != visible_rows:
+                renderer.view.filter.indices = None if visible_rows is None else list(visible_rows)
 
     def visible_rows(self, pattern):
-        """Rows of the runs ``pattern`` matches, remembered until the runs or the pattern change (a thousand RE2
-        searches a tick add up)."""
+        """Rows of the runs ``pattern`` matches, or None when it matches them all, remembered until the runs or the
+        pattern change (a thousand RE2 searches a tick add up). None is the filter's "every row": a list of row
+        indices would be checked against the page's rows before the page has expanded them (at a new page's first
+        draw), and BokehJS logs a warning for each index beyond them."""
         key = (pattern, len(self.lines))
         if self._visible[0] != key:
-            self._visible = key, [line.row for line in self.lines.values() if pattern.search(line.run) is not None]
+            rows = [line.row for line in self.lines.values() if pattern.search(line.run) is not None]
+            self._visible = key, (None if len(rows) == len(self.lines) else rows)
         return self._visible[1]
 
 
@@ -407,7 +418,7 @@ class ScalarsView(View):
             if not card.renderers:
                 card.build(axis, self.log_y.active, card.visible_rows(self._runs_re), self._zoomed)
                 if live is not None:      # it reaches a live page with its data: expand it on the next message
-                    live.add_next_tick_callback(card.fill)
+                    live.add_next_tick_callback(card.nudge)
             card.fill()
             card.show_runs(card.visible_rows(self._runs_re))
         if new_cards:
