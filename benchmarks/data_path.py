@@ -12,8 +12,9 @@ temp dir (records framed directly: ``flowlab.summary.record.frame`` around hand-
                 non-empty. TensorBoard: its scalar card's chart sized and the scalar data it asked for delivered.
                 Target <= 2 s (median page load).
     histograms  5 runs x 8 tags x 100 histogram steps. flowlab: page rendered, then select the Histograms tab ->
-                its data sources non-empty and every root view idle. Target <= 1 s. Beside it: TensorBoard's page
-                (no tabs: goto -> its histogram cards filled).
+                its first page of cards filled (every card built, holding its data and drawn: paging.FILLED_JS)
+                and every root view idle. Target <= 1 s. Beside it: TensorBoard's page (no tabs: goto -> its
+                histogram cards filled).
     million     1 run x 1,000,000 scalar points with a spike (1000.0 at one step) and a NaN at another. goto -> first
                 page holding the run's last step; then, at full zoom-out, does the page's data hold the spike value
                 and the NaN (a NaN value, or a marker source naming the NaN step)? Target <= 2 s and yes.
@@ -67,6 +68,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flowlab.dashboard.views.paging import FILLED_JS
 from machine import cpu_model
 
 # ------------------------------------------------------------------------------------------- page detection (JS)
@@ -650,12 +652,13 @@ def flowlab_first_page(page, url, timeout, last_step=None):
 
 
 def flowlab_tab(page, title, timeout):
-    """Select tab ``title`` -> its sources non-empty and all views idle; seconds from the selection."""
+    """Select the card tab ``title`` -> its first page of cards filled (``paging.FILLED_JS``: every card of the page
+    built, holding its data and drawn, BokehJS idle); seconds from the selection."""
     start = time.perf_counter()
     if not ask(page, SELECT_TAB_JS, timeout, title):
         raise RuntimeError(f"no tab titled {title!r}")
-    wait(page, f"(t) => ({RENDERED_JS})() && (({TAB_JS})(t)).nonempty > 0", timeout - (time.perf_counter() - start),
-         title)
+    wait(page, f"(t) => ({RENDERED_JS})() && (({TAB_JS})(t)).nonempty > 0 && ({FILLED_JS})(t.toLowerCase())",
+         timeout - (time.perf_counter() - start), title)
     return time.perf_counter() - start
 
 

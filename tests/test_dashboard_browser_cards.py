@@ -3,7 +3,7 @@
 One ``flowlab serve`` over 5 runs × 8 histogram tags × 100 steps (plus 14 image and 14 text series), one page for
 the module. A tab is "filled" when its pager says how many cards the page holds, the grid holds that many, every
 card's data source (``cards-source:<tab>``) has rows, every card has a view (it is drawn) and BokehJS is idle:
-``FILLED_JS``, which the benchmark uses too.
+``paging.FILLED_JS``, which the benchmark uses too.
 How long a tab takes to fill is printed, not asserted: the 1 s target is measured by ``benchmarks/data_path.py``
 (a timed test fails on a busy machine and proves nothing on an idle one).
 """
@@ -21,24 +21,12 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"needs Debian's chromium at {CHROMIUM} (.ci/run installs it)")
 playwright = pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
 
-from flowlab.dashboard.views.paging import PAGE_SIZE  # noqa: E402
+from flowlab.dashboard.views.paging import FILLED_JS, PAGE_SIZE  # noqa: E402
 
 RUNS, TAGS, STEPS = 5, 8, 100
 PAGES = -(-RUNS * TAGS // PAGE_SIZE)
 
-FILLED_JS = """(kind) => {
-    if (!window.Bokeh || !Bokeh.documents.length) return false;
-    const doc = Bokeh.documents[0];
-    const pager = doc.get_model_by_name("pager:" + kind), grid = doc.get_model_by_name("cards:" + kind);
-    if (!pager || !grid) return false;
-    const sources = (m) => m.renderers ? m.renderers.map((r) => r.data_source) : (m.children || []).flatMap(sources);
-    return pager.tags[0] > 0 && grid.children.length === pager.tags[0]
-        && grid.tags[0] === pager.tags[1] && grid.tags[1] === pager.tags[0]      // this page's cards, not the last's
-        && grid.children.every((card) => sources(card).filter((s) => s.name === "cards-source:" + kind)
-                                                     .every((s) => s.get_length() > 0))
-        && grid.children.every((card) => Bokeh.index.find_one(card) != null)      // drawn, not only in the model
-        && Bokeh.index.roots.every((v) => v.is_idle);
-}"""
+
 # What the grid shows: per card its title (the tag), subtitle (the run) and the distinct steps its sources draw (a
 # histogram card's second source holds the newest step while its group of steps fills).
 CARDS_JS = """(kind) => Bokeh.documents[0].get_model_by_name("cards:" + kind).children.map((fig) => {

@@ -16,6 +16,7 @@ from flowlab.dashboard.views.histograms import HEADROOM, MAX_STEPS, RIDGE_ROWS, 
 from flowlab.dashboard.views.images import ImagesView
 from flowlab.dashboard.views.text import TextView, render_text
 from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, Sampler, box_stats, compress_histogram, histogram_outline
+from flowlab.plots.figures import ALARM
 from flowlab.summary import Projector, SummaryWriter, encode
 
 HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "[click](javascript:alert(1))"]
@@ -200,19 +201,29 @@ def test_histogram_rows_are_the_buckets_and_new_steps_stream(logdir):
     peak = max(b[:, 2].max() for _, b in items)
     assert c.peak == peak * HEADROOM and c.scale == RIDGE_ROWS * 1.0 / c.peak     # steps 1 apart
     assert_columns(c.source.data, ridge_reference(items, c.scale))
-    assert len(c.tail.data["step"]) == 0                                 # every step is in the source
+    assert c.tail is None                                               # every step is in the source: no highlight
     assert c.source.name == "cards-source:histograms"
     fig = c.layout
-    offset = [r for r in fig.renderers if type(r.glyph).__name__ == "Quad"]
-    overlay = [r for r in fig.renderers if type(r.glyph).__name__ == "Segment"]
-    assert [r.data_source for r in offset] == [r.data_source for r in overlay] == [c.source, c.tail]
-    assert len(fig.renderers) == 4 and fig.y_range.flipped                # oldest at the top
-    assert all(r.visible for r in offset) and not any(r.visible for r in overlay)
+    glyphs = lambda name: [r for r in fig.renderers if type(r.glyph).__name__ == name]
+    offset = glyphs("Quad")
+    assert [r.data_source for r in offset] == [c.source] and all(r.visible for r in offset)
+    assert len(fig.renderers) == 1 and len(fig.left) == 1 and fig.y_range.flipped   # overlay not built until shown
+    assert fig.y_range.renderers == offset
     view.mode.active = 1
+    overlay = glyphs("Segment")
+    assert [r.data_source for r in overlay] == [c.source] and len(fig.renderers) == 2
     assert c.layout is fig and all(r.visible for r in overlay) and not any(r.visible for r in offset)
     assert [a.visible for a in fig.left] == [False, True]                # the count axis
+    assert fig.extra_y_ranges["count"].renderers == overlay
     view.mode.active = 0
-    assert [a.visible for a in fig.left] == [True, False]
+    assert [a.visible for a in fig.left] == [True, False] and len(fig.renderers) == 2    # built once
+    assert all(r.visible for r in offset) and not any(r.visible for r in overlay)
+    # shared by the view: one colour mapper, and the parts no card keeps state in
+    assert {r.glyph.fill_color["transform"] for r in offset} == {view.colors}
+    other = card(view, "train", "grad").layout
+    assert other.left[0].ticker is fig.left[0].ticker is view.parts.ticker
+    assert other.renderers[0].view.filter is offset[0].view.filter is view.parts.all_rows
+    assert other.renderers[0].data_source.selection_policy is c.source.selection_policy is view.parts.selection
 
     events = record(doc)
     with SummaryWriter(logdir / "train") as w:
@@ -224,7 +235,7 @@ def test_histogram_rows_are_the_buckets_and_new_steps_stream(logdir):
     new = [(step, encode.histogram_buckets(normal(step) * 0.5)) for step in (10, 11)]
     assert kind == "stream"
     assert_columns(streamed, ridge_reference(new, c.scale))
-    assert data_events(events, c.tail) == []
+    assert c.tail is None
     view.update()                                                        # nothing new: nothing sent
     assert len(data_events(events, c.source)) == 1
 
@@ -258,6 +269,10 @@ def test_histogram_groups_keep_the_widest_step_and_the_newest(tmp_path):
     np.testing.assert_array_equal(np.asarray(c.source.data["right"])[rows], spike[counted, 1])   # drawn exactly
     np.testing.assert_array_equal(np.asarray(c.source.data["count"])[rows], spike[counted, 2])
     assert set(c.tail.data["step"]) == {1002.0}                         # the newest, while its group fills
+    drawn = [(r.data_source, r.glyph.line_color) for r in c.layout.renderers]
+    assert drawn == [(c.source, "#333333"), (c.tail, ALARM)]            # in red over the others
+    view.mode.active = 1                                                 # the overlay draws it too
+    assert [(r.data_source, r.visible) for r in c.layout.renderers][2:] == [(c.source, True), (c.tail, True)]
 
 
 def test_groups_choose_the_widest_of_each_group():

@@ -11,11 +11,13 @@ from __future__ import annotations
 from bokeh.layouts import column
 from bokeh.models import Div
 
-from flowlab.plots.figures import card_grid, text_div
+from flowlab.plots.figures import CardParts, card_grid, text_div
 
 from .paging import PAGE_SIZE, Pager
 
-BUILD_BATCH = 4           # cards built per IOLoop turn in a server session (each turn relays the page out)
+# Cards built per IOLoop turn in a server session: a default page in one turn (each turn makes the browser lay out
+# and draw the whole page again: two turns of four filled a page later than one of eight), bigger pages in several.
+BUILD_BATCH = 8
 
 
 class View:
@@ -63,6 +65,7 @@ class CardsView(View):
         self.grid = card_grid()
         self.grid.name = f"cards:{self.kind_name}"
         self.pager = Pager(self.kind_name, self.page_size, on_change=self.refresh)
+        self.parts = CardParts()                # models every card of this view shares
         self._cards: dict[tuple, object] = {}
         self._series: dict[tuple, object] = {}
         self._order: list = []                  # the page's keys in display order
@@ -107,8 +110,8 @@ class CardsView(View):
 
     def _build_some(self):
         """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server). In a server session the
-        rest follow on the next IOLoop turns: a page costs the server ~20-50 ms a card (building and serialising
-        Bokeh models), and other sessions must not wait for a whole page, nor this one for its first cards."""
+        rest follow on the next IOLoop turns: a card costs the server ~15-30 ms (building and serialising its Bokeh
+        models), and other sessions must not wait for a page of 48, nor this one for its first cards."""
         doc = self._root.document
         spread = doc is not None and doc.session_context is not None
         batch, self._pending = ((self._pending[:BUILD_BATCH], self._pending[BUILD_BATCH:]) if spread

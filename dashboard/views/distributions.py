@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from bokeh.models import ColumnDataSource
 
 from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, compress_histogram
 from flowlab.plots.figures import distribution_card
@@ -127,10 +126,10 @@ class Bands:
 
 
 class _Card:
-    def __init__(self, series, name):
+    def __init__(self, series, name, parts):
         self.bands = Bands()
-        self.source = ColumnDataSource(Bands(2).columns(), name=f"cards-source:{name}")
-        self.layout = distribution_card(series.tag, series.run, self.source, COLUMNS)
+        self.source = parts.source(Bands(2).columns(), name=f"cards-source:{name}")
+        self.layout = distribution_card(series.tag, series.run, self.source, COLUMNS, parts)
 
     def add(self, steps, values, replace):
         if replace:
@@ -154,4 +153,4 @@ class DistributionsView(CardsView):
     empty_text = "No histograms in this logdir yet."
 
     def new_card(self, series):
-        return _Card(series, self.kind_name)
+        return _Card(series, self.kind_name, self.parts)

@@ -2,7 +2,7 @@
 
 Two modes, as in TensorBoard: "offset" stacks the steps as filled ridges on a step axis (oldest at the top and back,
 newest at the bottom and in front), "overlay" draws the bucket tops of every step over one another, coloured by
-step. A card is one figure (``histogram_card``: titles are canvas text, no Div to lay out) over one
+step. A card is one figure (``HistogramCard``: titles are canvas text, no Div to lay out) over one
 ``ColumnDataSource`` of flat float columns, one row per bucket that counted something: a step's histogram is exact
 (its buckets as logged), and each mode is one glyph however many steps it shows, which is what keeps BokehJS cheap
 (a renderer or a ragged array per step, and a Div per card, are what made this tab take minutes). The y range
@@ -18,17 +18,17 @@ headroom or when the store resets the series.
 from __future__ import annotations
 
 import numpy as np
-from bokeh.models import ColumnDataSource, LinearColorMapper, RadioButtonGroup
+from bokeh.models import LinearColorMapper, RadioButtonGroup
 from bokeh.palettes import Viridis256
 
-from flowlab.plots.figures import histogram_card, set_histogram_mode
+from flowlab.plots.figures import HISTOGRAM_MODES as MODES
+from flowlab.plots.figures import HistogramCard
 
 from .base import CardsView
 
 MAX_STEPS = 100
 RIDGE_ROWS = 4.0        # the tallest ridge spans this many step intervals, so neighbours overlap as in TensorBoard
 HEADROOM = 1.25         # the height scale leaves room for counts this much taller before it must be redone
-MODES = ("offset", "overlay")
 COLUMNS = ("step", "left", "right", "count", "top")
 
 
@@ -94,18 +94,19 @@ class Groups:
 class _Card:
     """One run × tag: ``source`` the closed groups, ``tail`` the newest step while its group is open."""
 
-    def __init__(self, series, mode, name):
+    def __init__(self, series, mode, name, colors, parts):
         self.groups = Groups()
         self.peak = 0.0                                     # the count the ridge scale was made for
         self.interval = 0.0                                 # the step interval it was made for
         self.scale = 0.0
-        self.source = ColumnDataSource(ridge_columns([], 0.0), name=f"cards-source:{name}")
-        self.tail = ColumnDataSource(ridge_columns([], 0.0))
-        self.colors = LinearColorMapper(palette=Viridis256)     # low/high from the data, in the browser
-        self.layout, self._modes = histogram_card(series.tag, series.run, [self.source, self.tail], self.colors, mode)
+        self.parts = parts
+        self.source = parts.source(ridge_columns([], 0.0), name=f"cards-source:{name}")
+        self.tail = None                                    # made (and drawn) when a group first stays open
+        self.drawing = HistogramCard(series.tag, series.run, self.source, colors, parts, mode)
+        self.layout = self.drawing.figure
 
     def set_mode(self, mode):
-        set_histogram_mode(self.layout, self._modes, mode)
+        self.drawing.show(mode)
 
     def reset(self):
         self.groups, self.peak, self.interval = Groups(), 0.0, 0.0
@@ -121,7 +122,10 @@ class _Card:
             self.source.data = ridge_columns(self.groups.items, self.scale)
         elif change:
             self.source.stream(ridge_columns(change[1], self.scale))
-        if self.groups.open is not None or len(self.tail.data["step"]):
+        if self.groups.open is not None and self.tail is None:
+            self.tail = self.parts.source(ridge_columns([], 0.0))
+            self.drawing.highlight(self.tail)
+        if self.tail is not None and (self.groups.open is not None or len(self.tail.data["step"])):
             tail = [self.groups.latest] if self.groups.open is not None else []
             self.tail.data = ridge_columns(tail, self.scale)
 
@@ -144,6 +148,9 @@ class HistogramsView(CardsView):
     empty_text = "No histograms in this logdir yet."
 
     def __init__(self, store):
+        # one mapper for every card (building one takes milliseconds: it checks each of the palette's 256 colours);
+        # without low/high it maps each source by that source's own step range, in the browser
+        self.colors = LinearColorMapper(palette=Viridis256)
         self.mode = RadioButtonGroup(labels=list(MODES), active=0)
         self.mode.on_change("active", lambda attr, old, new: [c.set_mode(MODES[new]) for c in self._cards.values()])
         super().__init__(store)
@@ -152,7 +159,7 @@ class HistogramsView(CardsView):
         return (self.mode,)
 
     def new_card(self, series):
-        return _Card(series, MODES[self.mode.active], self.kind_name)
+        return _Card(series, MODES[self.mode.active], self.kind_name, self.colors, self.parts)
 
     def show(self, card, delta):
         if delta.reset:

@@ -17,14 +17,30 @@ changes the page size, so the view can rebuild at once instead of waiting for th
 while there are no more cards than the smallest page holds. For tests and benchmarks the layout's ``tags`` are
 ``[cards on this page, page index, page count]``, so a browser can tell when a page is complete
 (``Bokeh.documents[0].get_model_by_name("pager:<name>").tags[0]``); a card view's grid (``cards:<name>``) carries
-``[page index, cards built]`` once its children are that page's, and ``FILLED_JS`` in
-tests/test_dashboard_browser_cards.py is the whole check.
+``[page index, cards built]`` once its children are that page's. ``FILLED_JS`` is the whole check, for the browser
+tests and the benchmarks.
 """
 from __future__ import annotations
 
 from bokeh.layouts import row
 from bokeh.models import Button, Div, Select
 
+# ``(name) => bool`` in the page: the card view ``name``'s current page is filled: the grid holds that page's cards
+# (not the previous page's, whose removal can arrive after the pager's new index), each card's data sources named
+# ``cards-source:<name>`` hold rows, each card has a view (it is drawn, not only in the model) and BokehJS is idle.
+FILLED_JS = """(name) => {
+    if (!window.Bokeh || !Bokeh.documents.length) return false;
+    const doc = Bokeh.documents[0];
+    const pager = doc.get_model_by_name("pager:" + name), grid = doc.get_model_by_name("cards:" + name);
+    if (!pager || !grid) return false;
+    const sources = (m) => m.renderers ? m.renderers.map((r) => r.data_source) : (m.children || []).flatMap(sources);
+    return pager.tags[0] > 0 && grid.children.length === pager.tags[0]
+        && grid.tags[0] === pager.tags[1] && grid.tags[1] === pager.tags[0]
+        && grid.children.every((card) => sources(card).filter((s) => s.name === "cards-source:" + name)
+                                                     .every((s) => s.get_length() > 0))
+        && grid.children.every((card) => Bokeh.index.find_one(card) != null)
+        && Bokeh.index.roots.every((v) => v.is_idle);
+}"""
 PAGE_SIZE = 8               # the cards in view at 1400 × 900: two rows of four 320-px cards
 PAGE_SIZES = (4, 8, 12, 24, 48)
 

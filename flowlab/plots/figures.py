@@ -15,8 +15,9 @@ import math
 import numpy as np
 from bokeh.core.properties import value
 from bokeh.layouts import column, row
-from bokeh.models import (Checkbox, ColumnDataSource, CustomJS, DataRange1d, Div, Grid, HoverTool, Line,
-                          LinearAxis, Quad, Range1d, Segment, Title, VArea)
+from bokeh.models import (AllIndices, AllLabels, BasicTickFormatter, BasicTicker, CDSView, Checkbox,
+                          ColumnDataSource, CustomJS, DataRange1d, Div, HoverTool, Line, LinearAxis, LinearScale,
+                          Plot, Quad, Range1d, Segment, Title, UnionRenderers, VArea)
 from bokeh.plotting import figure
 
 from .data import Trend, tensor_summary
@@ -227,74 +228,142 @@ def card_grid():
 # here uses and that each cost building, sending and initialising in the browser.
 
 
-def card_figure(title, subtitle, width=WIDTH, height=HEIGHT, **kwargs):
+class CardParts:
+    """Models that the cards of one document share because the page keeps no per-card state in them: a ticker, a
+    tick formatter and label policy, the scale (BokehJS copies it for each plot), the "every row" filter of a
+    renderer's view and a source's selection policy. Made per card they were two fifths of a card's models, each
+    built, serialised and initialised in the page. (A Bokeh model belongs to one document: one ``CardParts`` per
+    view.)"""
+
+    def __init__(self):
+        self.ticker = BasicTicker()
+        self.formatter = BasicTickFormatter()
+        self.labels = AllLabels()
+        self.scale = LinearScale()
+        self.all_rows = AllIndices()
+        self.selection = UnionRenderers()
+
+    def source(self, data, **kwargs):
+        return ColumnDataSource(data, selection_policy=self.selection, **kwargs)
+
+    def add_glyph(self, fig, source, glyph, **kwargs):
+        return fig.add_glyph(source, glyph, view=CDSView(filter=self.all_rows), **kwargs)
+
+    def axis(self, label, **kwargs):
+        # no minor ticks: a page of cards is relaid out as a whole, and every drawn part of every card adds style
+        # lookups to it (BokehJS reads each visual's colours through getComputedStyle)
+        return LinearAxis(axis_label=label, ticker=self.ticker, formatter=self.formatter,
+                          major_label_policy=self.labels, major_label_text_font_size="8pt",
+                          axis_label_text_font_size="8pt", minor_tick_line_color=None, **kwargs)
+
+
+def card_figure(title, subtitle, parts, width=WIDTH, height=HEIGHT, x_axis_label=None, y_axis_label=None,
+                y_range=None):
     """A dashboard card that is one figure (one canvas: no DOM layout of its own for BokehJS to measure): ``title``
-    (the tag) in bold over ``subtitle`` (the run) in grey, both canvas text (never parsed as HTML), and a thin frame."""
-    fig = _figure(str(title), width, height, border_fill_color="white", outline_line_color="#dddddd", **kwargs)
-    fig.title.text_font_style = "bold"
-    # No grid lines or minor ticks: a page of cards is relaid out as a whole, and every drawn part of every card adds
-    # style lookups to it (BokehJS reads each visual's colours through getComputedStyle).
-    fig.center = [r for r in fig.center if not isinstance(r, Grid)]
-    fig.axis.minor_tick_line_color = None
+    (the tag) in bold over ``subtitle`` (the run) in grey, both canvas text (never parsed as HTML), and a thin frame;
+    ``parts`` the view's ``CardParts``.
+
+    Built from a bare ``Plot`` with only what a card draws: ``figure()`` adds grids, tools and defaults that a page of
+    cards pays for three times, building them, serialising them and initialising them in the browser. The plot and
+    its ranges are not synced back (``syncable=False``): nothing on the server reads what the page computes for them
+    (ranges fitted to the data, the plot's inner size), and applying those patches took the server as long as
+    building the cards."""
+    y_range = y_range or DataRange1d()
+    y_range.syncable = False
+    fig = Plot(width=width, height=height, x_range=DataRange1d(syncable=False), y_range=y_range,
+               x_scale=parts.scale, y_scale=parts.scale, toolbar_location=None, output_backend="canvas",
+               border_fill_color="white", outline_line_color="#dddddd", syncable=False,
+               title=Title(text=str(title), text_font_size="10pt", text_font_style="bold"))
+    fig.add_layout(parts.axis(x_axis_label), "below")
+    fig.add_layout(parts.axis(y_axis_label), "left")
     # A title added "above" sits between the figure's own title and the plot.
     fig.add_layout(Title(text=str(subtitle), text_font_size="8pt", text_font_style="normal", text_color="#777777"),
                    "above")
     return fig
 
 
-def histogram_card(title, subtitle, sources, colors, mode="offset", width=WIDTH, height=300):
-    """Histograms of one series over steps in both of TensorBoard's modes, one shown at a time (``set_histogram_mode``):
+HISTOGRAM_MODES = ("offset", "overlay")
+
+
+class HistogramCard:
+    """Histograms of one series over steps in TensorBoard's two modes, one shown at a time (``show``):
 
     - "offset": ridges on a step axis, each bucket a quad from ``step`` up to ``top``, filled by step through
-      ``colors`` (a colour mapper), later rows in front; the step axis is flipped (oldest at the top);
-    - "overlay": each bucket's top as a segment at its ``count``, coloured by step.
+      ``colors`` (a colour mapper without low/high: each source's own range, so one mapper serves every card), later
+      rows in front; the step axis is flipped (oldest at the top);
+    - "overlay": each bucket's top as a segment at its ``count``, coloured by step, on a count axis.
 
-    ``sources[0]`` is drawn plain, any others (the newest step) in red. Returns ``(figure, modes)``, ``modes`` the
-    renderers of each mode, for ``set_histogram_mode``."""
-    fig = card_figure(title, subtitle, width, height, y_range=DataRange1d(flipped=True, range_padding=0.02),
-                      x_axis_label="value", y_axis_label="step")
-    fill = {"field": "step", "transform": colors}
-    ridges, tops = [], []
-    for i, source in enumerate(sources):
-        plain = i == 0
-        ridges.append(fig.add_glyph(source, Quad(
-            left="left", right="right", bottom="step", top="top", fill_color=fill, fill_alpha=0.85,
-            line_color="#333333" if plain else ALARM, line_alpha=0.35 if plain else 1.0,
-            line_width=0.5 if plain else 1.5)))
-        tops.append(fig.add_glyph(source, Segment(
-            x0="left", y0="count", x1="right", y1="count", line_color=fill if plain else ALARM,
-            line_alpha=0.7 if plain else 1.0, line_width=1.2 if plain else 2),
-            y_range_name="count"))
-    fig.y_range.renderers = ridges
-    fig.extra_y_ranges = {"count": DataRange1d(start=0, renderers=tops)}
-    fig.add_layout(LinearAxis(y_range_name="count", axis_label="count", minor_tick_line_color=None,
-                              major_label_text_font_size="8pt", axis_label_text_font_size="8pt"), "left")
-    modes = {"offset": ridges, "overlay": tops}
-    set_histogram_mode(fig, modes, mode)
-    return fig, modes
+    ``source`` is drawn plain; ``highlight(source)`` adds one drawn in red (the newest step). ``figure`` is the card.
+    A mode's glyphs (and the overlay's count axis) are made when it is first shown, and the highlight's when it is
+    first needed: most viewers never leave the default mode, most series never need the highlight, and a page of
+    cards would carry their models for nothing."""
+
+    def __init__(self, title, subtitle, source, colors, parts, mode="offset", width=WIDTH, height=300):
+        self.parts = parts
+        self.figure = card_figure(title, subtitle, parts, width, height, x_axis_label="value", y_axis_label="step",
+                                  y_range=DataRange1d(flipped=True, range_padding=0.02))
+        self.sources, self.colors = [source], colors
+        self.modes: dict[str, list] = {}
+        self.mode = None
+        self.show(mode)
+
+    def show(self, mode):
+        if mode not in HISTOGRAM_MODES:
+            raise ValueError(f"mode must be one of {HISTOGRAM_MODES}, got {mode!r}")
+        self.mode = mode
+        if mode not in self.modes:
+            self.modes[mode] = [] if mode == "offset" else self._count_axis()
+            for i, source in enumerate(self.sources):
+                self._draw(mode, source, plain=i == 0)
+        for name, renderers in self.modes.items():
+            for r in renderers:
+                r.visible = name == mode
+        step_axis, *count_axis = self.figure.left
+        step_axis.visible = mode == "offset"
+        for axis in count_axis:
+            axis.visible = mode == "overlay"
+
+    def highlight(self, source):
+        """Draw ``source`` in red over the others, in every mode made so far."""
+        self.sources.append(source)
+        for mode in self.modes:
+            self._draw(mode, source, plain=False).visible = mode == self.mode
+
+    def _count_axis(self):
+        self.figure.extra_y_ranges = {"count": DataRange1d(start=0, syncable=False)}
+        self.figure.add_layout(self.parts.axis("count", y_range_name="count"), "left")
+        return []
+
+    def _draw(self, mode, source, plain):
+        fill = {"field": "step", "transform": self.colors}
+        if mode == "offset":
+            glyph = Quad(left="left", right="right", bottom="step", top="top", fill_color=fill, fill_alpha=0.85,
+                         line_color="#333333" if plain else ALARM, line_alpha=0.35 if plain else 1.0,
+                         line_width=0.5 if plain else 1.5)
+            renderer = self.parts.add_glyph(self.figure, source, glyph)
+            self.figure.y_range.renderers = self.figure.y_range.renderers + [renderer]
+        else:
+            glyph = Segment(x0="left", y0="count", x1="right", y1="count", line_color=fill if plain else ALARM,
+                            line_alpha=0.7 if plain else 1.0, line_width=1.2 if plain else 2)
+            renderer = self.parts.add_glyph(self.figure, source, glyph, y_range_name="count")
+            count = self.figure.extra_y_ranges["count"]
+            count.renderers = count.renderers + [renderer]
+        self.modes[mode].append(renderer)
+        return renderer
 
 
-def set_histogram_mode(fig, modes, mode):
-    """Show ``histogram_card``'s "offset" or "overlay" drawing (and its axis)."""
-    for name, renderers in modes.items():
-        for r in renderers:
-            r.visible = name == mode
-    step_axis, count_axis = fig.left
-    step_axis.visible, count_axis.visible = mode == "offset", mode == "overlay"
-
-
-def distribution_card(title, subtitle, source, columns, color="#e8743b", width=WIDTH, height=HEIGHT):
+def distribution_card(title, subtitle, source, columns, parts, color="#e8743b", width=WIDTH, height=HEIGHT):
     """A distribution over steps: ``columns`` names an odd number of percentile columns of ``source``, lowest to
     highest (min … max); each pair from the outside in is a band over ``step``, the outermost faintest, and the middle
     one a line. Where the ``empty`` column is 1 (a step with nothing finite) a red band covers the plot's height. A
-    ``card_figure`` titled ``title`` over ``subtitle``."""
-    fig = card_figure(title, subtitle, width, height, x_axis_label="step")
-    bands = [fig.add_glyph(source, VArea(x="step", y1=columns[k], y2=columns[-1 - k], fill_color=color,
-                                         fill_alpha=0.2)) for k in range(len(columns) // 2)]
-    median = fig.add_glyph(source, Line(x="step", y=columns[len(columns) // 2], line_color="#8c2d04",
-                                        line_width=1.5))
-    fig.y_range = DataRange1d(renderers=bands + [median])          # the marks do not stretch the value axis
+    ``card_figure`` titled ``title`` over ``subtitle``, with the view's ``parts``."""
+    fig = card_figure(title, subtitle, parts, width, height, x_axis_label="step")
+    bands = [parts.add_glyph(fig, source, VArea(x="step", y1=columns[k], y2=columns[-1 - k], fill_color=color,
+                                                fill_alpha=0.2)) for k in range(len(columns) // 2)]
+    median = parts.add_glyph(fig, source, Line(x="step", y=columns[len(columns) // 2], line_color="#8c2d04",
+                                               line_width=1.5))
+    fig.y_range = DataRange1d(renderers=bands + [median], syncable=False)   # the marks do not stretch the value axis
     fig.extra_y_ranges = {"marks": Range1d(0, 1)}
-    fig.add_glyph(source, Segment(x0="step", y0=0, x1="step", y1="empty", line_color=ALARM, line_width=2,
-                                  line_alpha=0.6), y_range_name="marks")
+    parts.add_glyph(fig, source, Segment(x0="step", y0=0, x1="step", y1="empty", line_color=ALARM, line_width=2,
+                                         line_alpha=0.6), y_range_name="marks")
     return fig
