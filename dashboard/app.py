@@ -15,6 +15,8 @@ import traceback
 from bokeh.layouts import column
 from bokeh.models import CustomJS, Div, TabPanel, Tabs
 
+from flowlab.plots.figures import EXPAND_TAG
+
 from .views import VIEWS
 from .views.status import StatusLine
 
@@ -22,10 +24,10 @@ log = logging.getLogger(__name__)
 PERIOD_MS = 100          # a session's tick: cheap when nothing moved (one integer compared)
 # Sources a view fills in a compact form that the page expands on change (the scalars' flat columns) also need that
 # expansion when they arrive with the document itself: re-emit them once it is ready.
-READY_JS = """
+READY_JS = f"""
 for (const doc of Bokeh.documents)         // (a document-level callback is not itself in the document)
   for (const m of doc.all_models)
-    if (m.tags.includes("flowlab:expand-on-ready")) m.properties.data.change.emit();   // (re-setting equal data emits nothing)
+    if (m.tags.includes("{EXPAND_TAG}")) m.properties.data.change.emit();   // (re-setting equal data emits nothing)
 """
 
 

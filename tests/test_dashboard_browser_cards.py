@@ -94,22 +94,39 @@ def test_tab_is_filled_with_one_page_of_cards(dashboard, title, kind):
     assert dashboard["errors"] == []
 
 
-def test_histogram_rows_are_the_logged_buckets(dashboard):
+def outline_reference(buckets):
+    """A step's outline as the page draws it: x along the buckets that counted something, and per point the count
+    whose top it sits on (0: the baseline), down to the baseline between buckets that do not touch."""
+    b = buckets[buckets[:, 2] > 0]
+    x, counts = [b[0, 0]], [0.0]
+    for i, (left, right, count) in enumerate(b):
+        if i and left != b[i - 1, 1]:
+            x += [b[i - 1, 1], left]
+            counts += [0.0, 0.0]
+        x += [left, right]
+        counts += [count, count]
+    return np.array(x + [b[-1, 1]]), np.array(counts + [0.0])
+
+
+def test_histogram_outlines_are_the_logged_buckets(dashboard):
+    """The page builds each step's ridge from the bucket rows the server sent: its x are the logged bucket edges and
+    its heights are the counts, on one scale."""
     from flowlab.summary import encode
     page = dashboard["page"]
     open_tab(page, "Histograms", "histograms")
     got = page.evaluate("""() => { const fig = Bokeh.documents[0].get_model_by_name("cards:histograms").children[3];
         const d = fig.renderers[0].data_source.data;
-        return {step: Array.from(d.step), left: Array.from(d.left), right: Array.from(d.right),
-                count: Array.from(d.count)}; }""")
-    step = np.asarray(got["step"])
-    for s in (0, 57, 99):                                       # run0, layer3: the exact buckets of each step
-        buckets = encode.histogram_buckets(histogram(0, 3, s))
-        buckets = buckets[buckets[:, 2] > 0]
-        rows = step == s
-        np.testing.assert_array_equal(np.asarray(got["left"])[rows], buckets[:, 0])
-        np.testing.assert_array_equal(np.asarray(got["right"])[rows], buckets[:, 1])
-        np.testing.assert_array_equal(np.asarray(got["count"])[rows], buckets[:, 2])
+        return {step: Array.from(d.step), xs: d.xs.map((x) => Array.from(x)), ys: d.ys.map((y) => Array.from(y))};
+    }""")
+    assert got["step"] == list(range(STEPS))                     # run0, layer3: a ridge per step, in order
+    scales = []
+    for s in (0, 57, 99):
+        x, counts = outline_reference(encode.histogram_buckets(histogram(0, 3, s)))
+        np.testing.assert_array_equal(got["xs"][s], x)
+        y = np.asarray(got["ys"][s])
+        np.testing.assert_array_equal(y[counts == 0], s)        # the baseline is the step
+        scales += list((s - y[counts > 0]) / counts[counts > 0])
+    np.testing.assert_allclose(scales, scales[0], rtol=1e-9)    # one height scale for the card
 
 
 def go_to_page(page, kind, index):

@@ -16,7 +16,7 @@ from flowlab.dashboard.views.histograms import HEADROOM, MAX_STEPS, RIDGE_ROWS, 
 from flowlab.dashboard.views.images import ImagesView
 from flowlab.dashboard.views.text import TextView, render_text
 from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, Sampler, box_stats, compress_histogram, histogram_outline
-from flowlab.plots.figures import ALARM
+from flowlab.plots.figures import ALARM, EXPAND_TAG
 from flowlab.summary import Projector, SummaryWriter, encode
 
 HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "[click](javascript:alert(1))"]
@@ -202,11 +202,13 @@ def test_histogram_rows_are_the_buckets_and_new_steps_stream(logdir):
     assert c.peak == peak * HEADROOM and c.scale == RIDGE_ROWS * 1.0 / c.peak     # steps 1 apart
     assert_columns(c.source.data, ridge_reference(items, c.scale))
     assert c.tail is None                                               # every step is in the source: no highlight
-    assert c.source.name == "cards-source:histograms"
     fig = c.layout
     glyphs = lambda name: [r for r in fig.renderers if type(r.glyph).__name__ == name]
-    offset = glyphs("Quad")
-    assert [r.data_source for r in offset] == [c.source] and all(r.visible for r in offset)
+    offset = glyphs("Patches")
+    # the ridges are outlines the page builds from the rows (see test_outline_js_draws_each_step_from_its_buckets)
+    assert [r.data_source for r in offset] == c.drawing.outlines and all(r.visible for r in offset)
+    assert [o.name for o in c.drawing.outlines] == ["cards-source:histograms"]
+    assert not c.drawing.outlines[0].syncable and c.source.tags[0] == EXPAND_TAG
     assert len(fig.renderers) == 1 and len(fig.left) == 1 and fig.y_range.flipped   # overlay not built until shown
     assert fig.y_range.renderers == offset
     view.mode.active = 1
@@ -270,7 +272,7 @@ def test_histogram_groups_keep_the_widest_step_and_the_newest(tmp_path):
     np.testing.assert_array_equal(np.asarray(c.source.data["count"])[rows], spike[counted, 2])
     assert set(c.tail.data["step"]) == {1002.0}                         # the newest, while its group fills
     drawn = [(r.data_source, r.glyph.line_color) for r in c.layout.renderers]
-    assert drawn == [(c.source, "#333333"), (c.tail, ALARM)]            # in red over the others
+    assert drawn == [(c.drawing.outlines[0], "#333333"), (c.drawing.outlines[1], ALARM)]    # in red over the others
     view.mode.active = 1                                                 # the overlay draws it too
     assert [(r.data_source, r.visible) for r in c.layout.renderers][2:] == [(c.source, True), (c.tail, True)]
 

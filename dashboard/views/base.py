@@ -51,8 +51,9 @@ class CardsView(View):
     everything the store holds, flagged ``reset``) and dropped when it leaves, with what was sent of it, so a session
     costs the same for 40 series as for 4,000. In a server session a page's cards are built a few per IOLoop turn
     (``BUILD_BATCH``), so the first ones show at once and other sessions are served in between. Subclasses say how to
-    make and fill a card: a card has a ``layout`` and ``add(steps, values, replace)``; ``show`` may be overridden to
-    adapt the call. ``refresh()`` brings the page up to date (``update`` is the periodic entry point; a page change
+    make and fill a card: a card has a ``layout`` and ``add(steps, values, replace)``, and may have ``attached()``,
+    called on the IOLoop turn after the card reached a live page (to expand what it sent in the page: see
+    ``flowlab.plots.figures.expand_in_page``); ``show`` may be overridden to adapt the call. ``refresh()`` brings the page up to date (``update`` is the periodic entry point; a page change
     calls ``refresh`` at once).
     """
     kind = ""
@@ -116,10 +117,15 @@ class CardsView(View):
         spread = doc is not None and doc.session_context is not None
         batch, self._pending = ((self._pending[:BUILD_BATCH], self._pending[BUILD_BATCH:]) if spread
                                 else (self._pending, []))
+        built = []
         for key in batch:
             if key in self._series:
                 card = self._cards[key] = self.new_card(self._series[key])
                 self._send(key, card)
+                built.append(card)
+        attached = [card.attached for card in built if hasattr(card, "attached")]
+        if attached and spread:
+            doc.add_next_tick_callback(lambda: [call() for call in attached])
         shown = [self._cards[key].layout for key in self._order if key in self._cards]
         if shown != list(self.grid.children):
             self.grid.children = shown or [Div(text="", width=0, height=0)]   # Bokeh warns about empty layouts

@@ -100,10 +100,13 @@ class _Card:
         self.interval = 0.0                                 # the step interval it was made for
         self.scale = 0.0
         self.parts = parts
-        self.source = parts.source(ridge_columns([], 0.0), name=f"cards-source:{name}")
+        self.source = parts.source(ridge_columns([], 0.0))
         self.tail = None                                    # made (and drawn) when a group first stays open
-        self.drawing = HistogramCard(series.tag, series.run, self.source, colors, parts, mode)
+        self.drawing = HistogramCard(series.tag, series.run, self.source, colors, parts, mode, name=name)
         self.layout = self.drawing.figure
+
+    def attached(self):
+        self.drawing.nudge()
 
     def set_mode(self, mode):
         self.drawing.show(mode)
@@ -125,6 +128,9 @@ class _Card:
         if self.groups.open is not None and self.tail is None:
             self.tail = self.parts.source(ridge_columns([], 0.0))
             self.drawing.highlight(self.tail)
+            doc = self.source.document
+            if doc is not None and doc.session_context is not None:   # it reaches a live page with its data
+                doc.add_next_tick_callback(self.drawing.nudge)
         if self.tail is not None and (self.groups.open is not None or len(self.tail.data["step"])):
             tail = [self.groups.latest] if self.groups.open is not None else []
             self.tail.data = ridge_columns(tail, self.scale)

@@ -33,6 +33,7 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from flowlab.plots.data import downsample
+from flowlab.plots.figures import expand_in_page, nudge
 
 from ..filters import FilterError, compile_filter
 from .base import View
@@ -43,7 +44,6 @@ X_AXES = ("step", "relative", "wall")
 _X_COLUMN = {"step": "steps", "relative": "rel", "wall": "walls"}
 _X_LABEL = {"step": "step", "relative": "hours since the run's first point", "wall": "wall time"}
 ALARM = "#d62728"
-EXPAND_TAG = "flowlab:expand-on-ready"
 
 
 def ema(values, weight, state=(0.0, 0)):
@@ -239,7 +239,7 @@ class _Card:
         self.lines: dict[str, _Line] = {}
         self.window = None                    # the zoomed x range, if any
         # tagged: the page re-emits it once the document is ready (app.READY_JS), expanding a card that arrived full
-        self.flat = ColumnDataSource({c: np.zeros(0) for c in ("steps", "walls", "ys", "smooth")}, tags=[EXPAND_TAG])
+        self.flat = ColumnDataSource({c: np.zeros(0) for c in ("steps", "walls", "ys", "smooth")})
         self.rows = ColumnDataSource({"run": [], "colour": [], "start": [], "stop": [], "first_wall": [], "axis": []})
         # filled in the page only: never synced back (the server would get every expanded point of every run)
         self.source = ColumnDataSource({c: [] for c in ("run", "colour", "xs", "ys", "smooth")}, syncable=False)
@@ -247,10 +247,8 @@ class _Card:
         self.marks = ColumnDataSource({c: [] for c in ("run", "colour", "steps", "walls", "rel", "what")})
         # the page rebuilds the drawn rows whenever either part changes (new points, another x axis)
         expand = CustomJS(args=dict(flat=self.flat, rows=self.rows, target=self.source), code=_EXPAND_JS)
-        self.flat.js_on_change("data", expand)
+        expand_in_page(self.flat, self.source, expand)
         self.rows.js_on_change("data", expand)
-        self.flat.js_on_change("tags", expand)            # nudge(): expand what the page already has
-        self._nudges = 0
         self.axis = "step"
         self._visible = (None, [])             # (pattern, runs), rows shown
         self.renderers = []
@@ -269,10 +267,8 @@ class _Card:
         return line
 
     def nudge(self):
-        """Make the page expand the card's flat arrays again, with a message of a few bytes: a card that reached a
-        live page inside a patch arrived with its data, and a model's first data fires no change in the page."""
-        self._nudges += 1
-        self.flat.tags = [EXPAND_TAG, self._nudges]
+        """Make the page expand the card's flat arrays (a card that reached a live page inside a patch)."""
+        nudge(self.flat)
 
     def fill(self):
         """Send every run's shown points for the card's ``axis`` (one message for the card, whatever changed)."""
