@@ -1,13 +1,14 @@
-"""Histograms tab: one card per run × tag, every bucket of every drawn step as one quad of one glyph.
+"""Histograms tab: one card per run × tag, every drawn step's exact buckets, one glyph per mode.
 
 Two modes, as in TensorBoard: "offset" stacks the steps as filled ridges on a step axis (oldest at the top and back,
 newest at the bottom and in front), "overlay" draws the bucket tops of every step over one another, coloured by
 step. A card is one figure (``HistogramCard``: titles are canvas text, no Div to lay out) over one
 ``ColumnDataSource`` of flat float columns, one row per bucket that counted something: a step's histogram is exact
-(its buckets as logged), and each mode is one glyph however many steps it shows, which is what keeps BokehJS cheap
-(a renderer or a ragged array per step, and a Div per card, are what made this tab take minutes). The y range
-(``DataRange1d``) and the step colours (a colour mapper without low/high) follow the data in the browser, so a new
-step is one ``stream`` and nothing else; switching modes only flips renderer visibility.
+(its buckets as logged). On the wire that is a few typed arrays however many steps (a renderer or a ragged array per
+step, and a Div per card, are what made this tab take minutes); the page turns the rows into one outline per step for
+the offset ridges (one path a step draws far faster than a quad a bucket). The y range (``DataRange1d``) and the step
+colours (a colour mapper without low/high) follow the data in the browser, so a new step is one ``stream`` and nothing
+else; switching modes only flips renderer visibility.
 
 At most ``MAX_STEPS`` steps are drawn per card: while a series has more, consecutive steps are grouped (groups double
 in size, a handful of times per run) and each group is drawn by its widest histogram, the one reaching furthest out,
