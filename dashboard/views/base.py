@@ -11,7 +11,7 @@ from __future__ import annotations
 from bokeh.layouts import column
 from bokeh.models import Div
 
-from flowlab.plots.figures import CardParts, card_grid, text_div
+from flowlab.plots.figures import CardParts, card_grid, nudge_next_turn, text_div
 
 from .paging import PAGE_SIZE, Pager
 
@@ -51,10 +51,10 @@ class CardsView(View):
     everything the store holds, flagged ``reset``) and dropped when it leaves, with what was sent of it, so a session
     costs the same for 40 series as for 4,000. In a server session a page's cards are built a few per IOLoop turn
     (``BUILD_BATCH``), so the first ones show at once and other sessions are served in between. Subclasses say how to
-    make and fill a card: a card has a ``layout`` and ``add(steps, values, replace)``, and may have ``attached()``,
-    called on the IOLoop turn after the card reached a live page (to expand what it sent in the page: see
-    ``flowlab.plots.figures.expand_in_page``); ``show`` may be overridden to adapt the call. ``refresh()`` brings the page up to date (``update`` is the periodic entry point; a page change
-    calls ``refresh`` at once).
+    make and fill a card: a card has a ``layout`` and ``add(steps, values, replace)``, and may list in
+    ``expanded_sources`` the sources the page expands (``flowlab.plots.figures.expand_in_page``); ``show`` may be
+    overridden to adapt the call. ``refresh()`` brings the page up to date (``update`` is the periodic entry point; a
+    page change calls ``refresh`` at once).
     """
     kind = ""
     empty_text = ""
@@ -123,9 +123,7 @@ class CardsView(View):
                 card = self._cards[key] = self.new_card(self._series[key])
                 self._send(key, card)
                 built.append(card)
-        attached = [card.attached for card in built if hasattr(card, "attached")]
-        if attached and spread:
-            doc.add_next_tick_callback(lambda: [call() for call in attached])
+        nudge_next_turn(doc, *[s for card in built for s in getattr(card, "expanded_sources", ())])
         shown = [self._cards[key].layout for key in self._order if key in self._cards]
         if shown != list(self.grid.children):
             self.grid.children = shown or [Div(text="", width=0, height=0)]   # Bokeh warns about empty layouts

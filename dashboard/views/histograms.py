@@ -23,7 +23,7 @@ from bokeh.models import LinearColorMapper, RadioButtonGroup
 from bokeh.palettes import Viridis256
 
 from flowlab.plots.figures import HISTOGRAM_MODES as MODES
-from flowlab.plots.figures import HistogramCard
+from flowlab.plots.figures import HistogramCard, nudge_next_turn
 
 from .base import CardsView
 
@@ -106,8 +106,9 @@ class _Card:
         self.drawing = HistogramCard(series.tag, series.run, self.source, colors, parts, mode, name=name)
         self.layout = self.drawing.figure
 
-    def attached(self):
-        self.drawing.nudge()
+    @property
+    def expanded_sources(self):
+        return self.drawing.sources
 
     def set_mode(self, mode):
         self.drawing.show(mode)
@@ -129,9 +130,7 @@ class _Card:
         if self.groups.open is not None and self.tail is None:
             self.tail = self.parts.source(ridge_columns([], 0.0))
             self.drawing.highlight(self.tail)
-            doc = self.source.document
-            if doc is not None and doc.session_context is not None:   # it reaches a live page with its data
-                doc.add_next_tick_callback(self.drawing.nudge)
+            nudge_next_turn(self.source.document, self.tail)
         if self.tail is not None and (self.groups.open is not None or len(self.tail.data["step"])):
             tail = [self.groups.latest] if self.groups.open is not None else []
             self.tail.data = ridge_columns(tail, self.scale)

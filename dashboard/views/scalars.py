@@ -33,7 +33,7 @@ from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from flowlab.plots.data import downsample
-from flowlab.plots.figures import expand_in_page, nudge
+from flowlab.plots.figures import expand_in_page, nudge_next_turn
 
 from ..filters import FilterError, compile_filter
 from .base import View
@@ -266,10 +266,6 @@ class _Card:
             line = self.lines[run] = _Line(run, run_colour(store, run), limit, len(self.lines))
         return line
 
-    def nudge(self):
-        """Make the page expand the card's flat arrays (a card that reached a live page inside a patch)."""
-        nudge(self.flat)
-
     def fill(self):
         """Send every run's shown points for the card's ``axis`` (one message for the card, whatever changed)."""
         lines = list(self.lines.values())
@@ -413,8 +409,7 @@ class ScalarsView(View):
         for card, lines in grown.items():
             if not card.renderers:
                 card.build(axis, self.log_y.active, card.visible_rows(self._runs_re), self._zoomed)
-                if live is not None:      # it reaches a live page with its data: expand it on the next message
-                    live.add_next_tick_callback(card.nudge)
+                nudge_next_turn(live, card.flat)     # it reaches a live page with its data
             card.fill()
             card.show_runs(card.visible_rows(self._runs_re))
         if new_cards:

@@ -224,8 +224,8 @@ def card_grid():
 # A server sends a compact form (flat columns: one typed array each on the wire, however many lines or polygons) and
 # the page expands it into what a glyph draws (ragged rows), in a source that is never synced back. The expansion runs
 # when the compact source's data is set, streamed or patched, when the document is ready (the dashboard's READY_JS
-# re-emits every source tagged EXPAND_TAG: a model's first data fires no change in the page), and on ``nudge`` (for a
-# source that reached a live page inside a patch, with its data).
+# re-emits every source tagged EXPAND_TAG: a model's first data fires no change in the page), and on
+# ``nudge_next_turn`` (for a source that reached a live page inside a patch, with its data).
 EXPAND_TAG = "flowlab:expand-on-ready"
 
 
@@ -239,9 +239,14 @@ def expand_in_page(source, target, callback):
     target.js_on_change("tags", callback)
 
 
-def nudge(source):
-    """Make the page expand ``source`` again, with a message of a few bytes."""
-    source.tags = [EXPAND_TAG, source.tags[-1] + 1]
+def nudge_next_turn(doc, *sources):
+    """Make the page expand ``sources`` on the IOLoop turn after this one, with a message of a few bytes each, when
+    ``doc`` is a served document (sources it received in this turn's patch arrived with their data)."""
+    def nudge():
+        for source in sources:
+            source.tags = [EXPAND_TAG, source.tags[-1] + 1]
+    if sources and doc is not None and doc.session_context is not None:
+        doc.add_next_tick_callback(nudge)
 
 
 # ----------------------------------------------------------------------------------- histogram cards over steps
@@ -344,8 +349,8 @@ class HistogramCard:
     ``source`` is drawn plain; ``highlight(source)`` adds one drawn in red (the newest step). ``figure`` is the card;
     the page's outline sources are named ``cards-source:<name>``. A mode's glyphs (and the overlay's count axis) are
     made when it is first shown, and the highlight's when it is first needed: most viewers never leave the default
-    mode, most series never need the highlight, and a page of cards would carry their models for nothing. Call
-    ``nudge()`` on the IOLoop turn after the card reached a live page."""
+    mode, most series never need the highlight, and a page of cards would carry their models for nothing. ``sources``
+    are the ones the page expands (see ``expand_in_page``)."""
 
     def __init__(self, title, subtitle, source, colors, parts, mode="offset", name="histograms", width=WIDTH,
                  height=300):
@@ -357,10 +362,6 @@ class HistogramCard:
         self.modes: dict[str, list] = {}
         self.mode = None
         self.show(mode)
-
-    def nudge(self):
-        for source in self.sources:
-            nudge(source)
 
     def show(self, mode):
         if mode not in HISTOGRAM_MODES:
@@ -421,7 +422,7 @@ def distribution_card(title, subtitle, source, columns, parts, color="#e8743b", 
                                                 fill_alpha=0.2)) for k in range(len(columns) // 2)]
     median = parts.add_glyph(fig, source, Line(x="step", y=columns[len(columns) // 2], line_color="#8c2d04",
                                                line_width=1.5))
-    fig.y_range = DataRange1d(renderers=bands + [median], syncable=False)   # the marks do not stretch the value axis
+    fig.y_range.renderers = bands + [median]          # the marks do not stretch the value axis
     fig.extra_y_ranges = {"marks": Range1d(0, 1)}
     parts.add_glyph(fig, source, Segment(x0="step", y0=0, x1="step", y1="empty", line_color=ALARM, line_width=2,
                                          line_alpha=0.6), y_range_name="marks")
