@@ -18,12 +18,16 @@ def _serve(args):
     except OSError as e:
         print(f"flowlab serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
         return 1
-    # Nothing of this process is left to save but its standard streams. Interpreter teardown would wait for a
-    # server thread still inside a page build (``serve`` returned False) and, with Bokeh and NumPy loaded, takes
-    # seconds on a busy machine by itself: leaving now keeps Ctrl-C under a second.
+    _exit_now(0)
+
+
+def _exit_now(code):
+    """Leave at once, once nothing of this process is left to save but its standard streams. Interpreter teardown
+    would wait for a server thread still inside a page build and, with Bokeh and NumPy loaded, takes seconds on a
+    busy machine by itself: leaving now keeps Ctrl-C under a second."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def _wait_for_interrupt():
@@ -60,6 +64,8 @@ def _demo(args):
         if server is not None:
             print(f"still serving the dashboard at {server.url}  (Ctrl-C to stop)", flush=True)
             _wait_for_interrupt()
+            server.stop(timeout=0.5)
+            _exit_now(0)            # the summaries are closed: nothing left to save
     except KeyboardInterrupt:
         print("flowlab demo: interrupted", file=sys.stderr)
         return 130
