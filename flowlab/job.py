@@ -280,7 +280,8 @@ class JobFunction:
         sess = session.default()
         index, deliveries, requests = {}, [], []
         for request in graph.watches:          # one host copy serves every request on the same tensor and calls
-            delivery = Delivery(request.target, request.every, request.when, request.bins)
+            put = None if request.feed is None else request.feed.put
+            delivery = Delivery(request.target, request.every, request.when, request.bins, put)
             key = (request.target.id, *delivery[1:])
             if key not in index:
                 index[key] = len(deliveries)

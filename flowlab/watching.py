@@ -11,16 +11,22 @@ returning ``(bins, wanted)``, the tensor is summarised where it lives and never 
 ``TensorStats``, and calls on which ``wanted()`` is true also deliver a ``TensorHistogram`` of ``bins`` bins (a live
 panel asks for one per screen refresh; ``bins=0``: statistics only). Such a handler must only record what it gets,
 quickly and thread-safely: on NumPy the calling thread delivers these summaries while the call's plan runs.
+``(bins, wanted, feed)`` with a ``StatsFeed`` sends the statistics to the feed instead of ``watch_event``: the plan
+appends each call's six numbers there and the handler takes them in bulk when it draws (live widgets do this: a
+call then costs the compute side one append, not a handler call and an object).
 
 Beyond OneFlow: ``stats=True`` delivers a ``TensorStats`` computed on the device instead of the tensor, ``every=N``
 delivers every N-th call only, and ``watch_diff`` of a tensor without a gradient is an error, not a silent no-op.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
+
+import numpy as np
 
 from . import graph as g
 from . import typing as tp
@@ -75,6 +81,42 @@ class TensorHistogram(NamedTuple):
         return cls(tuple(shape), float(v[0]), float(v[1]), v[2:])
 
 
+class StatsFeed:
+    """Where a plan puts one watched tensor's per-call ``stats_vector`` for a live view to take in bulk.
+
+    ``put(step, vector)`` runs on the job's thread each call: one append, then ``on_put()`` (a refresh thread's
+    cheap wake-up). ``take()`` gives everything put since the last take, oldest first, as ``(steps, vectors)``: a
+    list of ints and a float64 array of shape ``(n, 6)``. Once ``limit`` vectors wait untaken (a view that stopped
+    refreshing while training goes on), ``put`` calls ``on_full()`` instead, which must take them: memory stays
+    bounded and no step is dropped, so no spike or NaN goes missing. On CuPy a vector may be a function that waits
+    for its asynchronous copy; ``take`` resolves it."""
+
+    def __init__(self, on_put, on_full, limit=4096):
+        self._items = collections.deque()
+        self._on_put, self._on_full, self.limit = on_put, on_full, limit
+
+    def put(self, step, vector):
+        items = self._items
+        items.append((step, vector))
+        if len(items) < self.limit:
+            self._on_put()
+        else:
+            self._on_full()
+
+    def take(self):
+        items, taken = self._items, []
+        for _ in range(len(items)):          # popleft is atomic: puts may go on meanwhile
+            taken.append(items.popleft())
+        if not taken:
+            return [], None
+        steps = [step for step, _ in taken]
+        vectors = np.array([v() if callable(v) else v for _, v in taken], dtype=np.float64).reshape(-1, 6)
+        return steps, vectors
+
+    def __len__(self):
+        return len(self._items)
+
+
 @dataclass
 class WatchRequest:
     tensor: g.LazyTensor          # the watched forward tensor
@@ -87,6 +129,7 @@ class WatchRequest:
     when: Callable[[], bool] | None = None   # deliver only on calls where this returns True
     bins: int = 0                 # > 0: deliver a histogram of that many bins instead of the value
     inline: bool = False          # a summary for a watch_summary handler: delivered by the calling thread on NumPy
+    feed: StatsFeed | None = None  # statistics go to this feed (see StatsFeed), not to ``call``
     target: g.LazyTensor | None = None   # what the plan delivers (value, gradient or stats), set at compile time
 
 
@@ -142,20 +185,20 @@ def _handler_call(handler, api, tensor, diff):
 
 
 def _summary_plan(handler, api, tensor, diff):
-    """``(bins, wanted)`` from a handler's ``watch_summary``, checked; None for handlers that take whole values."""
+    """``(bins, wanted, feed or None)`` from a handler's ``watch_summary``, checked; None for handlers that take
+    whole values."""
     summary = getattr(handler, "watch_summary", None)
     if summary is None:
         return None
     plan = summary(BlobDef(tensor), "gradient" if diff else "value")
-    try:
-        bins, wanted = plan
-    except (TypeError, ValueError):
-        raise TypeError(f"{api}: {_name(type(handler))}.watch_summary must return (bins, wanted), got "
-                        f"{plan!r}") from None
-    if not isinstance(bins, int) or isinstance(bins, bool) or bins < 0 or not callable(wanted):
-        raise TypeError(f"{api}: {_name(type(handler))}.watch_summary must return (bins: int >= 0, wanted: "
-                        f"callable), got {plan!r}")
-    return bins, wanted
+    expected = "(bins: int >= 0, wanted: callable[, feed: StatsFeed])"
+    if not isinstance(plan, tuple) or len(plan) not in (2, 3):
+        raise TypeError(f"{api}: {_name(type(handler))}.watch_summary must return {expected}, got {plan!r}")
+    bins, wanted, feed = plan if len(plan) == 3 else (*plan, None)
+    if not isinstance(bins, int) or isinstance(bins, bool) or bins < 0 or not callable(wanted) or \
+            not (feed is None or isinstance(feed, StatsFeed)):
+        raise TypeError(f"{api}: {_name(type(handler))}.watch_summary must return {expected}, got {plan!r}")
+    return bins, wanted, feed
 
 
 def _check_tensor(tensor, api):
@@ -190,8 +233,8 @@ def _watch(tensor, handler, stats, every, diff):
     if summary is None:
         graph.watches.append(WatchRequest(tensor, diff, call, describe, stats, every, source))
         return
-    bins, wanted = summary
-    graph.watches.append(WatchRequest(tensor, diff, call, describe, True, every, source, inline=True))
+    bins, wanted, feed = summary
+    graph.watches.append(WatchRequest(tensor, diff, call, describe, True, every, source, inline=True, feed=feed))
     if bins:
         graph.watches.append(WatchRequest(tensor, diff, call, describe, False, every, source, when=wanted, bins=bins,
                                           inline=True))
@@ -282,7 +325,9 @@ def resolve(graph):
         shape, call = request.tensor.shape, request.call
         if request.stats:
             target = tensor_stats(target)
-            request.call = lambda v, step, shape=shape, call=call: call(TensorStats.from_vector(shape, v), step)
+            if request.feed is None:
+                request.call = lambda v, step, shape=shape, call=call: call(TensorStats.from_vector(shape, v),
+                                                                            step)
         elif request.bins:
             request.call = lambda v, step, shape=shape, call=call: call(TensorHistogram.from_vector(shape, v), step)
         request.target = target

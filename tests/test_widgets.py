@@ -21,7 +21,7 @@ from flowlab.plots import (STATS_ROWS, Trend, heading, histogram_columns, histog
                            histogram_view, is_spiky, stats_columns, stats_view, tensor_summary, trend_columns,
                            trend_figure, trend_source)
 from flowlab.plots.figures import ALARM
-from flowlab.watching import TensorHistogram, TensorStats
+from flowlab.watching import StatsFeed, TensorHistogram, TensorStats
 from flowlab.widgets import LiveDocument, TrainingProgress, WatchPanel
 from flowlab.widgets import live as live_module
 
@@ -201,6 +201,33 @@ def test_trend_buckets_pool_steps_and_keep_extremes_and_nans():
     assert cols["nonfinite"].sum() == 64
 
 
+def test_trend_extend_from_stats_vectors_is_add_step_by_step():
+    steps = [RNG.normal(loc=i / 10, size=40) for i in range(30)]
+    steps[11] = np.full(40, np.inf)
+    one_by_one, in_bulk = Trend(max_points=6), Trend(max_points=6)
+    for i, values in enumerate(steps):
+        one_by_one.add(i, stats_of(values))
+    in_bulk.extend(range(0, 17), np.array([stats_vector(np, v) for v in steps[:17]]))
+    in_bulk.extend(range(17, 30), np.array([stats_vector(np, v) for v in steps[17:]]))
+    for name, column in one_by_one.columns().items():
+        np.testing.assert_allclose(in_bulk.columns()[name], column, rtol=1e-12, err_msg=name)
+    assert in_bulk.columns()["nonfinite"].sum() == 40
+
+
+def test_stats_feed_gives_what_was_put_in_order_and_calls_on_full_at_its_limit():
+    woken, full = [], []
+    feed = StatsFeed(lambda: woken.append(1), lambda: full.append(feed.take()), limit=3)
+    assert feed.take() == ([], None)
+    feed.put(4, np.arange(6.0))
+    feed.put(5, lambda: np.arange(6.0) + 1)              # a CuPy copy still under way: taken by waiting for it
+    steps, vectors = feed.take()
+    assert steps == [4, 5] and vectors.dtype == np.float64
+    np.testing.assert_array_equal(vectors, [np.arange(6.0), np.arange(6.0) + 1])
+    for step in range(6, 9):
+        feed.put(step, np.full(6, float(step)))
+    assert len(woken) == 4 and [s for s, _ in full] == [[6, 7, 8]] and len(feed) == 0
+
+
 def test_trend_take_reports_the_rows_that_changed():
     trend = Trend(max_points=4)
     one = stats_of(np.ones(3))
@@ -321,7 +348,8 @@ def test_summary_handler_with_no_bins_gets_statistics_only_and_bad_plans_are_rej
     job(np.ones(3, np.float32))
     flow.sync_default_session()
     assert [name for name, *_ in stats_only.events] == ["TensorStats"]
-    with pytest.raises(TypeError, match=r"Bad.watch_summary must return \(bins: int >= 0, wanted: callable\)"):
+    expected = r"Bad.watch_summary must return \(bins: int >= 0, wanted: callable\[, feed: StatsFeed\]\), got"
+    with pytest.raises(TypeError, match=expected + r" \('30', None\)"):
         @flow.global_function()
         def bad(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
             flow.watch(x, Bad())
@@ -507,6 +535,45 @@ def test_flood_of_watch_events_is_throttled_and_keeps_every_step_in_the_trend(se
         np.testing.assert_allclose(trend["mean"], [v.astype(np.float64).mean() for v in values[kind]], atol=1e-7)
         assert shown(page.model(row.stats_source).data)["step"][0] == "400"
     panel.close()
+
+
+def test_a_closed_panel_still_fed_keeps_every_step_in_bounded_memory(sent):
+    panel = WatchPanel(mode="notebook", max_points=1000)
+    values = {"value": [], "gradient": []}
+    job = watched_job(panel, values, stats_panel=lambda s: None)
+    job(*batch())
+    panel.close()                                        # no refresh thread from here on; training goes on
+    feeds = [feed for _, feed in panel._feeds.values()]
+    for feed in feeds:
+        feed.limit = 8
+    waiting = []
+    for _ in range(50):
+        job(*batch())
+        waiting.append(max(len(feed) for feed in feeds))
+    flow.sync_default_session()
+    assert max(waiting) < 8                              # folded into the rows on the job's thread when full
+    panel.refresh()
+    for kind in ("value", "gradient"):
+        trend = panel._rows[("out_bias_add/out_0", kind)].trend.columns()
+        assert trend["step"].tolist() == list(range(51))
+        np.testing.assert_allclose(trend["max"], [v.max() for v in values[kind]], rtol=1e-6)
+
+
+def test_a_tensor_watched_twice_by_a_panel_counts_each_step_once(sent):
+    panel = WatchPanel(mode="notebook")
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((4,))) -> tp.Numpy:
+        flow.watch(x, panel)
+        flow.watch(x, panel)
+        return x * 2.0
+
+    for step in range(3):
+        job(np.full(4, float(step), np.float32))
+    panel.close()
+    (row,) = panel._rows.values()
+    trend = row.trend.columns()
+    assert trend["step"].tolist() == [0, 1, 2] and trend["mean"].tolist() == [0.0, 1.0, 2.0]
 
 
 def test_refresh_thread_sends_at_most_refresh_hz_a_second_and_the_latest_last(sent):

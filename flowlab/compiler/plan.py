@@ -17,11 +17,12 @@ _plan_ids = itertools.count()
 class Delivery(NamedTuple):
     """A watched tensor the plan hands to the host: on calls whose step is a multiple of ``every`` and, with
     ``when``, on which ``when()`` is true; its histogram of ``bins`` bins (computed on the device) instead of it when
-    ``bins > 0``."""
+    ``bins > 0``; to ``put(step, copy)`` (a ``StatsFeed``'s) instead of ``emit`` when given."""
     tensor: Any
     every: int = 1
     when: Callable[[], bool] | None = None
     bins: int = 0
+    put: Callable[[int, Any], None] | None = None
 
 
 class Plan:
@@ -29,7 +30,8 @@ class Plan:
 
     ``deliveries`` is a list of ``Delivery``: right after such a tensor is computed (on the calls it names) the plan
     calls ``emit(k, copy, step)`` with ``k`` its index and ``copy`` a host copy of the tensor or of its histogram (a
-    zero-argument function returning it on CuPy, where the copy is asynchronous). Copies are taken before optimizer
+    zero-argument function returning it on CuPy, where the copy is asynchronous), or the delivery's ``put(step,
+    copy)``. Copies are taken before optimizer
     updates change variables in place. A plan with no deliveries contains no delivery code at all.
     ``check_anomaly`` adds a NaN/Inf check after every op (``config.detect_anomaly(True)``).
     """
@@ -80,7 +82,12 @@ class Plan:
                 ns[f"d{k}"] = functools.partial(self.backend.host_histogram_async, bins=d.bins)
                 copy = f"d{k}"
             guard = f"if {' and '.join(conditions)}: " if conditions else ""
-            delivery_lines.setdefault(d.tensor.id, []).append(f"    {guard}emit({k}, {copy}(t{d.tensor.id}), step)")
+            if d.put is not None:
+                ns[f"p{k}"] = d.put
+                line = f"p{k}(step, {copy}(t{d.tensor.id}))"
+            else:
+                line = f"emit({k}, {copy}(t{d.tensor.id}), step)"
+            delivery_lines.setdefault(d.tensor.id, []).append(f"    {guard}{line}")
         lines = [f"def run(feeds, step, emit):  # job {self.graph.name}"]
         placeholder_index = {t.id: i for i, t in enumerate(self.graph.placeholders)}
         for i, node in enumerate(self.nodes):

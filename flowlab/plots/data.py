@@ -79,6 +79,16 @@ class Trend:
 
     def add(self, step, stats):
         """Record one step's ``TensorStats`` (or anything with ``mean, std, min, max, nan_count, inf_count``)."""
+        self._add(step, stats.min, stats.max, stats.mean, stats.std, stats.nan_count + stats.inf_count)
+
+    def extend(self, steps, vectors):
+        """Record steps ``steps`` (increasing) from the rows of ``vectors``, each a ``stats_vector``
+        ``[min, max, mean, std, nan_count, inf_count]``."""
+        add = self._add
+        for step, (lo, hi, mean, std, nan, inf) in zip(steps, vectors.tolist()):
+            add(step, lo, hi, mean, std, int(nan + inf))
+
+    def _add(self, step, lo, hi, mean, std, bad):
         if not self._first or self._steps[-1] >= self.stride:    # the last bucket is full: open a new one
             if len(self._first) == self.max_points:
                 self._merge_pairs()
@@ -89,14 +99,17 @@ class Trend:
         i = len(self._first) - 1
         self._last[i] = step
         self._steps[i] += 1
-        if not math.isnan(stats.mean):
+        if not math.isnan(mean):
             self._finite[i] += 1
-            self._sum[i] += stats.mean
-            self._sum2[i] += stats.mean * stats.mean + stats.std * stats.std
-            self._lo[i] = min(self._lo[i], stats.min)
-            self._hi[i] = max(self._hi[i], stats.max)
-        self._bad[i] += stats.nan_count + stats.inf_count
-        self._changed = min(self._changed, i)
+            self._sum[i] += mean
+            self._sum2[i] += mean * mean + std * std
+            if lo < self._lo[i]:
+                self._lo[i] = lo
+            if hi > self._hi[i]:
+                self._hi[i] = hi
+        self._bad[i] += bad
+        if i < self._changed:
+            self._changed = i
 
     def _merge_pairs(self):
         """Halve the buckets: each even bucket absorbs the next one."""

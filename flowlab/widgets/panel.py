@@ -6,11 +6,11 @@ statistics over every step (mean ± std, the min…max envelope, red bands over 
 the latest step's statistics. A ``stats=True`` watch gets no histogram.
 
 Where the work happens: as a watch handler the panel asks for summaries computed where the tensor lives
-(``watch_summary``): every call ships a ``TensorStats`` (six numbers), and a histogram is computed only on the first
-call after each screen refresh, so watching costs a few microseconds a step on the compute side whatever the
-tensor's size. On the dispatcher thread ``watch_event`` only adds to the row's ``Trend`` and keeps the latest
-histogram; the refresh thread (``_live``) sends at most ``refresh_hz`` updates a second through a ``LiveDocument``,
-each holding only what changed (see ``live``).
+(``watch_summary``): every call appends the tensor's six statistics to the row's ``StatsFeed``, and a histogram is
+computed only on the first call after each screen refresh, so watching costs a few microseconds a step on the compute
+side whatever the tensor's size. The refresh thread (``_live``) takes each feed's statistics in bulk into the row's
+``Trend``, and sends at most ``refresh_hz`` updates a second through a ``LiveDocument``, each holding only what
+changed (see ``live``). ``watch_event`` takes the histograms (and whole values from plain watches).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from ..ops.stats import stats_vector
 from ..plots import (Trend, heading, histogram_columns, histogram_data, histogram_source, histogram_view, is_spiky,
                      stats_columns, stats_source, stats_view, tensor_summary, trend_columns, trend_figure,
                      trend_source)
-from ..watching import TensorHistogram, TensorStats
+from ..watching import StatsFeed, TensorHistogram, TensorStats
 from ._live import DEFAULT_HZ, LiveView, Refresher, check_hz, resolve_mode
 
 WAITING = '<span style="color:#777">WatchPanel: waiting for the first watched value…</span>'
@@ -39,12 +39,29 @@ class _Row:
     def __init__(self, lbn, kind, histograms, max_points):
         self.lbn, self.kind, self.histograms = lbn, kind, histograms
         self.trend = Trend(max_points)
-        self.stats = self.step = None
+        self.stats = self.step = None       # the latest TensorStats and its step
         self.hist = self.hist_step = None   # the latest TensorHistogram (or array) not yet shown, and its step
         self.dirty = False
         self.layout = self.stats_source = self.hist_source = self.trend_source = self.toggle = None
         self.hist_figures = ()      # (linear, log) count axes
         self.log_decided = False
+
+    def add_stats(self, step, stats):
+        if step != self.step:            # a tensor watched twice reports each step twice
+            self.trend.add(step, stats)
+            self.stats, self.step = stats, step
+            self.dirty = True
+
+    def add_feed(self, shape, steps, vectors):
+        """Statistics taken from a ``StatsFeed`` (in step order)."""
+        keep = [i for i, step in enumerate(steps) if step != (steps[i - 1] if i else self.step)]
+        if not keep:
+            return
+        if len(keep) < len(steps):
+            steps, vectors = [steps[i] for i in keep], vectors[keep]
+        self.trend.extend(steps, vectors)
+        self.stats, self.step = TensorStats.from_vector(shape, vectors[-1]), steps[-1]
+        self.dirty = True
 
     @property
     def title(self):
@@ -78,6 +95,7 @@ class WatchPanel(LiveView):
         self._rows = {}                        # (lbn, kind) -> _Row, in order of first report
         self._histogram_keys = set()           # (lbn, kind) watched with histograms (see watch_summary)
         self._wanted = {}                      # (lbn, kind) -> the next call should ship a histogram
+        self._feeds = {}                       # (lbn, kind) -> (shape, StatsFeed) of its statistics
         self._data_lock = threading.Lock()     # pending data; held only for a few assignments
         self._ui_lock = threading.RLock()      # Bokeh models and the live document
         period = 1.0 / self.refresh_hz if self.mode == "notebook" else max(1.0, 1.0 / self.refresh_hz)
@@ -110,12 +128,30 @@ class WatchPanel(LiveView):
         self._histogram_keys.add(key)
         self._wanted[key] = True
         wanted = self._wanted
-        return self.bins, lambda: wanted[key]
+        if key not in self._feeds:
+            self._feeds[key] = (tuple(blob_def.shape), StatsFeed(self._refresher.poke, self._take_feeds))
+        return self.bins, lambda: wanted[key], self._feeds[key][1]
+
+    def _row(self, key, histograms):
+        row = self._rows.get(key)
+        if row is None:
+            row = self._rows[key] = _Row(*key, histograms or key in self._histogram_keys, self.max_points)
+        return row
+
+    def _take_feeds(self):
+        """Fold what the feeds hold into the rows (the refresh thread, or the job's thread when a feed is full)."""
+        with self._data_lock:
+            for key, (shape, feed) in self._feeds.items():
+                if len(feed):
+                    steps, vectors = feed.take()
+                    if steps:
+                        self._row(key, False).add_feed(shape, steps, vectors)
 
     # ------------------------------------------------------------------------------------- dispatcher thread
 
     def watch_event(self, value, blob_def, kind, step):
-        """Called by the watch dispatcher with a ``TensorStats``, a ``TensorHistogram`` or a whole array."""
+        """Called by the watch dispatcher with a ``TensorHistogram``, a ``TensorStats`` (``stats=True`` watches) or a
+        whole array."""
         key = (blob_def.logical_blob_name, kind)
         stats = hist = None
         if isinstance(value, TensorHistogram):
@@ -126,17 +162,13 @@ class WatchPanel(LiveView):
             array = np.asarray(value)
             stats, hist = TensorStats.from_vector(array.shape, stats_vector(np, array)), array
         with self._data_lock:
-            row = self._rows.get(key)
-            if row is None:
-                histograms = key in self._histogram_keys or hist is not None
-                row = self._rows[key] = _Row(*key, histograms, self.max_points)
-            if stats is not None and step != row.step:     # a tensor watched twice reports each step twice
-                row.trend.add(step, stats)
-                row.stats, row.step = stats, step
+            row = self._row(key, hist is not None)
+            if stats is not None:
+                row.add_stats(step, stats)
             if hist is not None:
                 row.hist, row.hist_step = hist, step
+                row.dirty = True
                 self._wanted[key] = False
-            row.dirty = True
         self._refresher.poke()
 
     # ------------------------------------------------------------------------------------------------ display
@@ -144,6 +176,7 @@ class WatchPanel(LiveView):
     def refresh(self):
         """Push every pending update now (the refresh thread calls this too)."""
         with self._ui_lock:
+            self._take_feeds()
             with self._data_lock:    # take a consistent snapshot, then let watch_event go on
                 updates = []
                 for row in self._rows.values():

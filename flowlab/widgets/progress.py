@@ -5,10 +5,12 @@ Steps are counted as everywhere in flowlab: a step is the call number of the tra
 watches and summaries), so this widget and a ``WatchPanel`` show the same number for the same call. ``update()``
 without a step takes the last train-job call's.
 
-``update()`` may be called from the training loop or, as a watch handler, from the watch dispatcher thread; it only
-records numbers under a data lock. In a notebook the throttled refresh thread (see ``_live``) pushes them at most
-``refresh_hz`` times a second through a ``LiveDocument``; in a terminal ``update()`` itself rewrites the status line
-with ``\\r``, at most 4 times a second, and ``close()`` prints the final state and a newline.
+``update()`` may be called from any thread; it only records numbers under a data lock. As a watch handler
+(``flow.watch(loss, progress)``) the widget takes the loss's statistics in bulk from a ``StatsFeed`` when it refreshes,
+so a step costs the job one append. In a notebook the throttled refresh thread (see ``_live``) pushes the numbers at
+most ``refresh_hz`` times a second through a ``LiveDocument``; in a terminal ``update()`` (or, for a watched loss, the
+refresh thread) rewrites the status line with ``\\r``, at most 4 times a second, and ``close()`` prints the final
+state and a newline.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from bokeh.layouts import column
 from ..ops.stats import stats_vector
 from ..plots import Trend, bar_columns, status_sources, status_view, trend_columns, trend_figure, trend_source
 from ..runtime import session
-from ..watching import TensorStats
+from ..watching import StatsFeed, TensorStats
 from ._live import DEFAULT_HZ, LiveView, Refresher, check_hz, resolve_mode
 
 TERMINAL_PERIOD = 0.25   # seconds between status lines: readable, and cheap even for fast loops
@@ -43,6 +45,11 @@ def _scalar_stats(value):
     finite = math.isfinite(value)
     v = value if finite else math.nan
     return TensorStats((), v, v, v, 0.0 if finite else math.nan, int(math.isnan(value)), int(math.isinf(value)))
+
+
+def _loss_of(stats):
+    """The mean loss; one NaN (Inf) example makes it NaN (Inf), as ``np.mean`` would."""
+    return math.nan if stats.nan_count else math.inf if stats.inf_count else stats.mean
 
 
 class TrainingProgress(LiveView):
@@ -65,6 +72,7 @@ class TrainingProgress(LiveView):
         self._losses = Trend(max_points)
         self._speed = None                   # smoothed steps/s
         self._sample = None                  # (time, step) where the current speed sample started
+        self._feed = None                    # the StatsFeed of a watched loss (see watch_summary)
         self._dirty = False
         self._last_line, self._last_print = "", -math.inf
         self._refresher = Refresher(self.refresh, 1.0 / self.refresh_hz, "flowlab-training-progress")
@@ -94,8 +102,8 @@ class TrainingProgress(LiveView):
         with self._data_lock:
             self._track_speed(now, step)
             self._step = step
-            if stats is not None:     # the mean loss; one NaN (Inf) example makes it NaN (Inf), as np.mean would
-                self._loss = math.nan if stats.nan_count else math.inf if stats.inf_count else stats.mean
+            if stats is not None:
+                self._loss = _loss_of(stats)
                 self._losses.add(step, stats)
             self._metrics.update(metrics)
             self._dirty = True
@@ -115,8 +123,27 @@ class TrainingProgress(LiveView):
             self._sample = (now, step)
 
     def watch_summary(self, blob_def, kind):
-        """The watch protocol (see ``flowlab.watching``): statistics only, computed on the device."""
-        return 0, _never
+        """The watch protocol (see ``flowlab.watching``): statistics only, computed on the device and taken from a
+        ``StatsFeed`` when the widget refreshes."""
+        if self._feed is None:
+            self._feed = StatsFeed(self._refresher.poke, self._take_feed)
+        return 0, _never, self._feed
+
+    def _take_feed(self):
+        """Record the steps the feed holds (the refresh thread, or the job's thread when the feed is full)."""
+        with self._data_lock:
+            steps, vectors = self._feed.take()
+            if not steps:
+                return
+            keep = [i for i, step in enumerate(steps) if step != (steps[i - 1] if i else self._step)]
+            steps, vectors = [steps[i] for i in keep], vectors[keep]     # a loss watched twice: each step once
+            if not steps:
+                return
+            self._track_speed(time.monotonic(), steps[-1])
+            self._step = steps[-1]
+            self._losses.extend(steps, vectors)
+            self._loss = _loss_of(TensorStats.from_vector((), vectors[-1]))
+            self._dirty = True
 
     def watch_event(self, value, blob_def, kind, step):
         """As a watch handler: the loss is the mean of the delivered value."""
@@ -148,6 +175,8 @@ class TrainingProgress(LiveView):
     def refresh(self):
         """Show the latest numbers now (the refresh thread and terminal updates call this too)."""
         with self._ui_lock:
+            if self._feed is not None:
+                self._take_feed()
             with self._data_lock:
                 if not self._dirty:
                     return
