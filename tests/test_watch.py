@@ -178,6 +178,33 @@ def test_every_and_stats():
     assert s.mean == pytest.approx(2.0) and s.std == pytest.approx(4.0)
 
 
+def test_statistics_of_a_watched_variable_are_of_the_value_the_call_used():
+    from flowlab.widgets import WatchPanel
+    whole, stats = [], []
+    panel = WatchPanel(mode="terminal")
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        w = flow.get_variable("w", shape=(3, 2), initializer=flow.random_normal_initializer())
+        flow.watch(w, lambda v: whole.append(v.numpy().copy()))
+        flow.watch(w, stats.append, stats=True)
+        flow.watch(w, panel)                           # statistics through a StatsFeed
+        loss = flow.math.reduce_mean(flow.math.square(flow.matmul(x, w)))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.5]), momentum=0).minimize(loss)
+        return loss
+
+    for seed in range(3):
+        job(np.random.default_rng(seed).normal(size=(4, 3)).astype(np.float32))
+    flow.sync_default_session()
+    panel.close()
+    assert not np.allclose(whole[0], whole[1])         # the updates change w in place after it is read
+    trend = next(iter(panel._rows.values())).trend.columns()
+    for step, value in enumerate(whole):
+        assert (stats[step].min, stats[step].max) == (value.min(), value.max())
+        assert stats[step].mean == pytest.approx(value.mean(dtype=np.float64), rel=1e-6)
+        assert (trend["min"][step], trend["max"][step]) == (value.min(), value.max())
+
+
 def test_unwatched_job_runs_the_same_plan():
     def plain(h, logits):
         pass

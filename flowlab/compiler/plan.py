@@ -45,8 +45,8 @@ class Plan:
         roots = self.output_tensors + delivered
         nodes = prune(graph.nodes, roots, graph.side_effects)
         # Variable reads first, by name (as OneFlow orders them; watch_scope dicts fill in this order).
-        nodes = sorted((n for n in nodes if n.op.is_variable), key=lambda n: n.name) + \
-            [n for n in nodes if not n.op.is_variable]
+        nodes = _observers_early(sorted((n for n in nodes if n.op.is_variable), key=lambda n: n.name) +
+                                 [n for n in nodes if not n.op.is_variable])
         visible = {t.id for t in roots}
         if backend.is_gpu and not check_anomaly:       # anomaly checks must see every op's own output
             nodes = fuse_elementwise(nodes, visible, cupy_kernel_factory(backend.xp))
@@ -152,6 +152,24 @@ class Plan:
 
     def __str__(self):
         return self.source
+
+
+def _observers_early(nodes):
+    """Each observing node (watch statistics, see ``Op.observes``) right after the node making its input: it must
+    see this call's value before an optimizer update changes a variable in place, and the value is in cache then."""
+    observers = {}
+    for node in nodes:
+        if node.op.observes:
+            observers.setdefault(node.inputs[0].id, []).append(node)
+    if not observers:
+        return nodes
+    ordered = []
+    for node in nodes:
+        if not node.op.observes:
+            ordered.append(node)
+            for t in node.outputs:
+                ordered.extend(observers.get(t.id, ()))
+    return ordered
 
 
 def _stats(xp, a):

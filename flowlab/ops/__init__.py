@@ -34,6 +34,7 @@ class Op:
     donates = ()            # input positions the kernel may overwrite when told ``<name>_writable`` (see plan.py)
     side_effect = False     # kept by the compiler although nothing reads it
     updates_variable = False  # changes its first input (a variable) in place: optimizer updates
+    observes = False        # reads input 0 as this call made it (watch statistics): runs right after its producer
     c_expr: str | None = None
     vjp = None              # ops without a vjp are not differentiable (integer ops, gradient ops)
     gemm_macs = None        # ops that call BLAS: (node) -> multiply-adds of their matrix product (see plan.py)

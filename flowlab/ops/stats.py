@@ -135,6 +135,7 @@ def histogram_vector(xp, x, bins):
 class TensorStats(Op):
     """``stats_vector`` of its input as a graph op, so ``watch(..., stats=True)`` summarises on the device."""
     prefix, api = "TensorStats_", "watch stats"
+    observes = True
 
     @staticmethod
     def infer(x):
