@@ -84,8 +84,8 @@ class TensorHistogram(NamedTuple):
 class StatsFeed:
     """Where a plan puts one watched tensor's per-call ``stats_vector`` for a live view to take in bulk.
 
-    ``put(step, vector)`` runs on the job's thread each call: one append, then ``on_put()`` (a refresh thread's
-    cheap wake-up). ``take()`` gives everything put since the last take, oldest first, as ``(steps, vectors)``: a
+    ``put(step, vector)`` runs on the job's thread each call: one append, and ``on_put()`` (a refresh thread's
+    wake-up) when it is the first since the last take. ``take()`` gives everything put since the last take, oldest first, as ``(steps, vectors)``: a
     list of ints and a float64 array of shape ``(n, 6)``. Once ``limit`` vectors wait untaken (a view that stopped
     refreshing while training goes on), ``put`` calls ``on_full()`` instead, which must take them: memory stays
     bounded and no step is dropped, so no spike or NaN goes missing. On CuPy a vector may be a function that waits
@@ -94,16 +94,19 @@ class StatsFeed:
     def __init__(self, on_put, on_full, limit=4096):
         self._items = collections.deque()
         self._on_put, self._on_full, self.limit = on_put, on_full, limit
+        self._taken = True
 
     def put(self, step, vector):
         items = self._items
         items.append((step, vector))
-        if len(items) < self.limit:
+        if self._taken:             # the first put since a take: wake the consumer
+            self._taken = False
             self._on_put()
-        else:
+        elif len(items) >= self.limit:
             self._on_full()
 
     def take(self):
+        self._taken = True          # before counting: a put that lands after the count sees it and wakes us again
         items, taken = self._items, []
         for _ in range(len(items)):          # popleft is atomic: puts may go on meanwhile
             taken.append(items.popleft())

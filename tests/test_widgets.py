@@ -7,6 +7,7 @@ import io
 import json
 import math
 import pathlib
+import sys
 import threading
 import time
 
@@ -225,7 +226,30 @@ def test_stats_feed_gives_what_was_put_in_order_and_calls_on_full_at_its_limit()
     np.testing.assert_array_equal(vectors, [np.arange(6.0), np.arange(6.0) + 1])
     for step in range(6, 9):
         feed.put(step, np.full(6, float(step)))
-    assert len(woken) == 4 and [s for s, _ in full] == [[6, 7, 8]] and len(feed) == 0
+    assert len(woken) == 2 and [s for s, _ in full] == [[6, 7, 8]] and len(feed) == 0   # woken once a take
+
+
+def test_stats_feed_never_strands_a_vector_without_waking_its_consumer():
+    steps, wake, taken = 100_000, threading.Event(), []
+    feed = StatsFeed(wake.set, lambda: None, limit=10**9)
+
+    def consume():                       # as the refresh thread does: clear the wake-up, then take
+        while len(taken) < steps and wake.wait(timeout=2.0):
+            wake.clear()
+            taken.extend(feed.take()[0])
+
+    consumer = threading.Thread(target=consume)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)          # the two threads interleave at almost every bytecode
+    try:
+        consumer.start()
+        vector = np.zeros(6)
+        for step in range(steps):
+            feed.put(step, vector)
+        consumer.join(timeout=10)        # woken by the puts alone
+    finally:
+        sys.setswitchinterval(interval)
+    assert taken == list(range(steps)), f"{steps - len(taken)} vectors left untaken with no wake-up"
 
 
 def test_trend_take_reports_the_rows_that_changed():

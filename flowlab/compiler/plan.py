@@ -77,16 +77,18 @@ class Plan:
             if d.when is not None:
                 ns[f"w{k}"] = d.when
                 conditions.append(f"w{k}()")
-            copy = "deliver"
+            # an observer's output is a new array every call on the host: nothing can overwrite it, no copy needed
+            copy = "" if d.tensor.node.op.observes and not self.backend.is_gpu else "deliver"
             if d.bins:
                 ns[f"d{k}"] = functools.partial(self.backend.host_histogram_async, bins=d.bins)
                 copy = f"d{k}"
             guard = f"if {' and '.join(conditions)}: " if conditions else ""
+            value = f"{copy}(t{d.tensor.id})" if copy else f"t{d.tensor.id}"
             if d.put is not None:
                 ns[f"p{k}"] = d.put
-                line = f"p{k}(step, {copy}(t{d.tensor.id}))"
+                line = f"p{k}(step, {value})"
             else:
-                line = f"emit({k}, {copy}(t{d.tensor.id}), step)"
+                line = f"emit({k}, {value}, step)"
             delivery_lines.setdefault(d.tensor.id, []).append(f"    {guard}{line}")
         lines = [f"def run(feeds, step, emit):  # job {self.graph.name}"]
         placeholder_index = {t.id: i for i, t in enumerate(self.graph.placeholders)}
