@@ -5,12 +5,11 @@ Steps are counted as everywhere in flowlab: a step is the call number of the tra
 watches and summaries), so this widget and a ``WatchPanel`` show the same number for the same call. ``update()``
 without a step takes the last train-job call's.
 
-``update()`` may be called from any thread; it only records numbers under a data lock. As a watch handler
-(``flow.watch(loss, progress)``) the widget takes the loss's statistics in bulk from a ``StatsFeed`` when it refreshes,
-so a step costs the job one append. In a notebook the throttled refresh thread (see ``_live``) pushes the numbers at
-most ``refresh_hz`` times a second through a ``LiveDocument``; in a terminal ``update()`` (or, for a watched loss, the
-refresh thread) rewrites the status line with ``\\r``, at most 4 times a second, and ``close()`` prints the final
-state and a newline.
+``update()`` may be called from any thread, every step: it appends the step and loss to a ``StatsFeed`` (other named
+numbers are kept under a data lock). As a watch handler (``flow.watch(loss, progress)``) the job appends the loss's
+statistics to the same feed. The throttled refresh thread (see ``_live``) takes the feed in bulk and, in a notebook,
+pushes the numbers at most ``refresh_hz`` times a second through a ``LiveDocument``; in a terminal it rewrites the
+status line with ``\\r``, at most 4 times a second, and ``close()`` prints the final state and a newline.
 """
 from __future__ import annotations
 
@@ -40,11 +39,20 @@ def _never():
     return False
 
 
-def _scalar_stats(value):
-    """A ``TensorStats`` of one number (NaN/Inf counted, so the loss curve marks them)."""
-    finite = math.isfinite(value)
-    v = value if finite else math.nan
-    return TensorStats((), v, v, v, 0.0 if finite else math.nan, int(math.isnan(value)), int(math.isinf(value)))
+_NO_LOSS = (math.nan, math.nan, math.nan, math.nan, 0.0, 0.0)   # a step recorded without a loss
+
+
+def _loss_vector(loss):
+    """``loss`` (None, a number or a ``TensorStats``) as a ``stats_vector`` row: a single number's NaN/Inf is counted,
+    so the loss curve marks it."""
+    if loss is None:
+        return _NO_LOSS
+    if isinstance(loss, TensorStats):
+        return loss.min, loss.max, loss.mean, loss.std, loss.nan_count, loss.inf_count
+    value = float(loss)
+    if math.isfinite(value):
+        return value, value, value, 0.0, 0.0, 0.0
+    return math.nan, math.nan, math.nan, math.nan, float(math.isnan(value)), float(math.isinf(value))
 
 
 def _loss_of(stats):
@@ -72,10 +80,12 @@ class TrainingProgress(LiveView):
         self._losses = Trend(max_points)
         self._speed = None                   # smoothed steps/s
         self._sample = None                  # (time, step) where the current speed sample started
-        self._feed = None                    # the StatsFeed of a watched loss (see watch_summary)
+        self._loss_step = None               # the step of the last point on the loss curve
         self._dirty = False
-        self._last_line, self._last_print = "", -math.inf
-        self._refresher = Refresher(self.refresh, 1.0 / self.refresh_hz, "flowlab-training-progress")
+        self._last_line = ""
+        period = 1.0 / self.refresh_hz if self.mode == "notebook" else max(TERMINAL_PERIOD, 1.0 / self.refresh_hz)
+        self._refresher = Refresher(self.refresh, period, "flowlab-training-progress")
+        self._feed = StatsFeed(self._refresher.poke, self._take_feed)     # update() and a watched loss fill it
         if self.mode == "notebook":
             from .live import LiveDocument
             self._text_source, self._done_source = status_sources()
@@ -88,29 +98,20 @@ class TrainingProgress(LiveView):
 
     def update(self, step=None, loss=None, **metrics):
         """Record step ``step`` (default: the last train-job call) with its ``loss`` (a number, or the
-        ``TensorStats`` of a per-example loss) and other named numbers."""
-        now = time.monotonic()
+        ``TensorStats`` of a per-example loss) and other named numbers. Cheap enough to call every step: the step
+        and loss go to a ``StatsFeed`` that the refresh thread takes in bulk."""
         if step is None:
             step = session.default().last_train_step
             if step is None:
                 step = -1 if self._step is None else self._step
-                step += 1
+                step += 1 + len(self._feed)
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
             raise ValueError(f"TrainingProgress.update: step must be a non-negative int or None, got {step!r}")
-        step = int(step)
-        stats = loss if isinstance(loss, TensorStats) else None if loss is None else _scalar_stats(float(loss))
-        with self._data_lock:
-            self._track_speed(now, step)
-            self._step = step
-            if stats is not None:
-                self._loss = _loss_of(stats)
-                self._losses.add(step, stats)
-            self._metrics.update(metrics)
-            self._dirty = True
-        if self.mode == "notebook":
-            self._refresher.poke()
-        elif now - self._last_print >= TERMINAL_PERIOD:
-            self.refresh()
+        vector = _loss_vector(loss)
+        if metrics:
+            with self._data_lock:
+                self._metrics.update(metrics)
+        self._feed.put(int(step), vector)
 
     def _track_speed(self, now, step):
         if self._sample is None:
@@ -123,27 +124,29 @@ class TrainingProgress(LiveView):
             self._sample = (now, step)
 
     def watch_summary(self, blob_def, kind):
-        """The watch protocol (see ``flowlab.watching``): statistics only, computed on the device and taken from a
-        ``StatsFeed`` when the widget refreshes."""
-        if self._feed is None:
-            self._feed = StatsFeed(self._refresher.poke, self._take_feed)
+        """The watch protocol (see ``flowlab.watching``): statistics only, computed on the device and put in the
+        widget's ``StatsFeed``."""
         return 0, _never, self._feed
 
     def _take_feed(self):
-        """Record the steps the feed holds (the refresh thread, or the job's thread when the feed is full)."""
+        """Record the steps the feed holds (the refresh thread, or the putting thread when the feed is full)."""
         with self._data_lock:
             steps, vectors = self._feed.take()
             if not steps:
                 return
-            keep = [i for i, step in enumerate(steps) if step != (steps[i - 1] if i else self._step)]
-            steps, vectors = [steps[i] for i in keep], vectors[keep]     # a loss watched twice: each step once
-            if not steps:
-                return
             self._track_speed(time.monotonic(), steps[-1])
-            self._step = steps[-1]
-            self._losses.extend(steps, vectors)
-            self._loss = _loss_of(TensorStats.from_vector((), vectors[-1]))
-            self._dirty = True
+            self._step, self._dirty = steps[-1], True
+            # one loss a step: a loss watched twice reports each step twice, update() may repeat a step
+            at = np.asarray(steps)
+            keep = np.ones(len(steps), bool)
+            keep[:-1] = at[1:] != at[:-1]
+            keep &= ~(np.isnan(vectors[:, 2]) & (vectors[:, 4] + vectors[:, 5] == 0))      # steps without a loss
+            keep &= at != self._loss_step
+            rows = np.flatnonzero(keep)
+            if rows.size:
+                self._losses.extend(at[rows].tolist(), vectors[rows])
+                self._loss = _loss_of(TensorStats.from_vector((), vectors[rows[-1]]))
+                self._loss_step = steps[rows[-1]]
 
     def watch_event(self, value, blob_def, kind, step):
         """As a watch handler: the loss is the mean of the delivered value."""
@@ -173,10 +176,9 @@ class TrainingProgress(LiveView):
         return min(self._step + 1, self.total_steps) / self.total_steps
 
     def refresh(self):
-        """Show the latest numbers now (the refresh thread and terminal updates call this too)."""
+        """Show the latest numbers now (the refresh thread calls this too)."""
         with self._ui_lock:
-            if self._feed is not None:
-                self._take_feed()
+            self._take_feed()
             with self._data_lock:
                 if not self._dirty:
                     return
@@ -188,7 +190,7 @@ class TrainingProgress(LiveView):
                 # pad with spaces: a shorter line must cover the end of the previous one
                 out.write("\r" + line.ljust(len(self._last_line)))
                 out.flush()
-                self._last_line, self._last_print = line, time.monotonic()
+                self._last_line = line
                 return
             self.widget.splice(self._text_source, 0, {"text": [line]})
             self.widget.splice(self._done_source, 0, bar_columns(done))
