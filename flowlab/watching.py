@@ -85,16 +85,20 @@ class StatsFeed:
     """Where a plan puts one watched tensor's per-call ``stats_vector`` for a live view to take in bulk.
 
     ``put(step, vector)`` runs on the job's thread each call: one append, and ``on_put()`` (a refresh thread's
-    wake-up) when it is the first since the last take. ``take()`` gives everything put since the last take, oldest first, as ``(steps, vectors)``: a
-    list of ints and a float64 array of shape ``(n, 6)``. Once ``limit`` vectors wait untaken (a view that stopped
-    refreshing while training goes on), ``put`` calls ``on_full()`` instead, which must take them: memory stays
-    bounded and no step is dropped, so no spike or NaN goes missing. On CuPy a vector may be a function that waits
-    for its asynchronous copy; ``take`` resolves it."""
+    wake-up) when it is the first since the last take. ``take()`` gives what was put since the last take, oldest
+    first, one row a step, as ``(steps, vectors)``: a list of ints and a float64 array of shape ``(n, 6)``. Of
+    consecutive puts of one step (a tensor watched twice puts each step twice; ``TrainingProgress.update`` may repeat
+    one) the last counts, and a step an earlier take gave is not given again. Once ``limit`` vectors wait untaken (a
+    view that stopped refreshing while training goes on), ``put`` calls ``on_full()`` instead, which must take them:
+    memory stays bounded and no step is dropped, so no spike or NaN goes missing. On CuPy a vector may be a function
+    that waits for its asynchronous copy; ``take`` resolves it. Takes must not run concurrently (views take under
+    their data lock)."""
 
     def __init__(self, on_put, on_full, limit=4096):
         self._items = collections.deque()
         self._on_put, self._on_full, self.limit = on_put, on_full, limit
         self._taken = True
+        self._given = None           # the last step a take gave
 
     def put(self, step, vector):
         items = self._items
@@ -110,10 +114,14 @@ class StatsFeed:
         items, taken = self._items, []
         for _ in range(len(items)):          # popleft is atomic: puts may go on meanwhile
             taken.append(items.popleft())
-        if not taken:
+        last = len(taken) - 1
+        rows = [(step, v) for i, (step, v) in enumerate(taken)
+                if (i == last or taken[i + 1][0] != step) and step != self._given]
+        if not rows:
             return [], None
-        steps = [step for step, _ in taken]
-        vectors = np.array([v() if callable(v) else v for _, v in taken], dtype=np.float64).reshape(-1, 6)
+        self._given = rows[-1][0]
+        steps = [step for step, _ in rows]
+        vectors = np.array([v() if callable(v) else v for _, v in rows], dtype=np.float64).reshape(-1, 6)
         return steps, vectors
 
     def __len__(self):

@@ -227,6 +227,11 @@ def test_stats_feed_gives_what_was_put_in_order_and_calls_on_full_at_its_limit()
     for step in range(6, 9):
         feed.put(step, np.full(6, float(step)))
     assert len(woken) == 2 and [s for s, _ in full] == [[6, 7, 8]] and len(feed) == 0   # woken once a take
+    feed.limit = 100
+    for step, value in ((8, 0.0), (9, 1.0), (9, 2.0), (10, 3.0)):     # 8 was given by the last take
+        feed.put(step, np.full(6, value))
+    steps, vectors = feed.take()
+    assert steps == [9, 10] and vectors[:, 0].tolist() == [2.0, 3.0]        # one row a step: its last put
 
 
 def test_stats_feed_never_strands_a_vector_without_waking_its_consumer():

@@ -29,29 +29,38 @@ _ones = {}                  # (size, dtype char) -> read-only ones, one per watc
 _min, _max, _dot = np.minimum.reduce, np.maximum.reduce, np.dot     # bound once: these run every watched step
 
 
+def _host_sum(x):
+    """``x``'s sum in its own type. For the small tensors where per-call cost is everything, a dot product with a
+    cached vector of ones (BLAS, ~2 µs for 12,800 float32) is ~2.5x faster than ``np.add.reduce``'s pairwise sum
+    of the same accuracy class; larger tensors use the reduction and no cache."""
+    n = x.size
+    if n > _ONES_UP_TO:
+        return np.add.reduce(x)
+    key = (n, x.dtype.char)
+    ones = _ones.get(key)
+    if ones is None:
+        if len(_ones) > 256:
+            _ones.clear()
+        ones = _ones[key] = np.ones(n, x.dtype)
+        ones.flags.writeable = False
+    return _dot(x, ones)
+
+
 def _host_finite_stats(x):
     """The all-finite fast path on NumPy (a flat float array), or None when ``x`` holds NaN/Inf.
 
     On small tensors the per-call overheads are the whole cost, so: min and max first (NaN propagates through both,
     an Inf shows in one), then the sum and the sum of squares in ``x``'s own type unless the largest magnitude says
     they could overflow (no ``np.errstate`` needed), and the variance as E[x²] - mean² unless that would cancel.
-    Sums of up to ``_ONES_UP_TO`` elements are a dot product with cached ones: ~2.5x faster than ``np.add.reduce``'s
-    pairwise sum (same accuracy class) for the small tensors where per-call cost is everything.
     """
     n = x.size
     lo, hi = float(_min(x)), float(_max(x))
     if lo - lo != 0 or hi - hi != 0:
         return None             # a NaN or an Inf: the masked path counts them
     biggest = -lo if -lo > hi else hi
-    if biggest * biggest * n < (1e37 if x.dtype.itemsize == 4 else 1e306):
-        if n <= _ONES_UP_TO:
-            ones = _ones.get((n, x.dtype.char))
-            if ones is None:
-                ones = _cached_ones(n, x.dtype)
-            total = _dot(x, ones)
-        else:
-            total = np.add.reduce(x)
-        mean, square = float(total) / n, float(_dot(x, x)) / n
+    limit = 1e37 if x.dtype.itemsize == 4 else 1e306
+    if biggest * biggest * n < limit:
+        mean, square = float(_host_sum(x)) / n, float(_dot(x, x)) / n
     else:
         x64 = x.astype(np.float64)
         mean, square = float(np.add.reduce(x64)) / n, float(_dot(x64, x64)) / n
@@ -60,14 +69,6 @@ def _host_finite_stats(x):
         centred = x.astype(np.float64) - mean
         var = float(_dot(centred, centred)) / n
     return np.array([lo, hi, mean, math.sqrt(var) if var > 0 else 0.0, 0.0, 0.0])
-
-
-def _cached_ones(n, dtype):
-    if len(_ones) > 256:
-        _ones.clear()
-    ones = _ones[(n, dtype.char)] = np.ones(n, dtype)
-    ones.flags.writeable = False
-    return ones
 
 
 def stats_vector(xp, x):

@@ -53,12 +53,7 @@ class _Row:
             self.dirty = True
 
     def add_feed(self, shape, steps, vectors):
-        """Statistics taken from a ``StatsFeed`` (in step order)."""
-        keep = [i for i, step in enumerate(steps) if step != (steps[i - 1] if i else self.step)]
-        if not keep:
-            return
-        if len(keep) < len(steps):
-            steps, vectors = [steps[i] for i in keep], vectors[keep]
+        """Statistics taken from a ``StatsFeed`` (one row a step, in step order)."""
         self.trend.extend(steps, vectors)
         self.stats, self.step = TensorStats.from_vector(shape, vectors[-1]), steps[-1]
         self.dirty = True
@@ -142,10 +137,9 @@ class WatchPanel(LiveView):
         """Fold what the feeds hold into the rows (the refresh thread, or the job's thread when a feed is full)."""
         with self._data_lock:
             for key, (shape, feed) in self._feeds.items():
-                if len(feed):
-                    steps, vectors = feed.take()
-                    if steps:
-                        self._row(key, False).add_feed(shape, steps, vectors)
+                steps, vectors = feed.take() if len(feed) else ([], None)
+                if steps:
+                    self._row(key, False).add_feed(shape, steps, vectors)
 
     # ------------------------------------------------------------------------------------- dispatcher thread
 

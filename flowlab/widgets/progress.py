@@ -80,7 +80,6 @@ class TrainingProgress(LiveView):
         self._losses = Trend(max_points)
         self._speed = None                   # smoothed steps/s
         self._sample = None                  # (time, step) where the current speed sample started
-        self._loss_step = None               # the step of the last point on the loss curve
         self._dirty = False
         self._last_line = ""
         period = 1.0 / self.refresh_hz if self.mode == "notebook" else max(TERMINAL_PERIOD, 1.0 / self.refresh_hz)
@@ -136,17 +135,10 @@ class TrainingProgress(LiveView):
                 return
             self._track_speed(time.monotonic(), steps[-1])
             self._step, self._dirty = steps[-1], True
-            # one loss a step: a loss watched twice reports each step twice, update() may repeat a step
-            at = np.asarray(steps)
-            keep = np.ones(len(steps), bool)
-            keep[:-1] = at[1:] != at[:-1]
-            keep &= ~(np.isnan(vectors[:, 2]) & (vectors[:, 4] + vectors[:, 5] == 0))      # steps without a loss
-            keep &= at != self._loss_step
-            rows = np.flatnonzero(keep)
+            rows = np.flatnonzero(~(np.isnan(vectors[:, 2]) & (vectors[:, 4] + vectors[:, 5] == 0)))   # with a loss
             if rows.size:
-                self._losses.extend(at[rows].tolist(), vectors[rows])
+                self._losses.extend([steps[i] for i in rows], vectors[rows])
                 self._loss = _loss_of(TensorStats.from_vector((), vectors[rows[-1]]))
-                self._loss_step = steps[rows[-1]]
 
     def watch_event(self, value, blob_def, kind, step):
         """As a watch handler: the loss is the mean of the delivered value."""
