@@ -265,7 +265,7 @@ class JobFunction:
             elif graph.losses:
                 raise TraceError(f"job {self.name} calls minimize/add_loss but is a predict job; use "
                                  "@flow.global_function(type=\"train\")")
-            watching.resolve(graph)
+            watching.resolve(graph, host=not backend.current().is_gpu)
         return graph, rebuild
 
     def _build_training(self, graph):
@@ -280,8 +280,7 @@ class JobFunction:
         sess = session.default()
         index, deliveries, requests = {}, [], []
         for request in graph.watches:          # one host copy serves every request on the same tensor and calls
-            put = None if request.feed is None else request.feed.put
-            delivery = Delivery(request.target, request.every, request.when, request.bins, put)
+            delivery = Delivery(request.target, request.every, request.when, request.bins, request.put)
             key = (request.target.id, *delivery[1:])
             if key not in index:
                 index[key] = len(deliveries)

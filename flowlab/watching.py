@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import inspect
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
@@ -31,6 +32,7 @@ import numpy as np
 from . import graph as g
 from . import typing as tp
 from .errors import TraceError
+from .ops.stats import stats_rows, tensor_stats
 
 
 class BlobDef:
@@ -92,25 +94,74 @@ class StatsFeed:
     view that stopped refreshing while training goes on), ``put`` calls ``on_full()`` instead, which must take them:
     memory stays bounded and no step is dropped, so no spike or NaN goes missing. On CuPy a vector may be a function
     that waits for its asynchronous copy; ``take`` resolves it. Takes must not run concurrently (views take under
-    their data lock)."""
+    their data lock).
+
+    On the host a small tensor is cheaper to copy than to summarise: ``put_tensor(step, x)`` copies ``x`` into a
+    block of rows, and a full block (or a take) turns into vectors with one ``stats_rows`` call, so four reductions
+    serve many calls (``batches`` says which tensors the plan sends this way).
+    """
+
+    # A block stays in cache while it fills. Below 16 rows the copies cost what they save: four reductions over a
+    # tensor of 12,800 float32 take ~5 µs of memory traffic either way, while a 1,000-element tensor's ~8 µs of
+    # per-call overhead drops to ~3 µs with the copy (2-core VM).
+    BLOCK_BYTES = 256 << 10
+    MIN_ROWS, MAX_ROWS = 16, 1024
 
     def __init__(self, on_put, on_full, limit=4096):
         self._items = collections.deque()
         self._on_put, self._on_full, self.limit = on_put, on_full, limit
         self._taken = True
         self._given = None           # the last step a take gave
+        self._block = None           # put_tensor's rows, their steps and how many are filled
+        self._block_steps = []
+        self._block_lock = threading.Lock()
+
+    @classmethod
+    def batches(cls, tensor):
+        """Whether a plan on the host should ``put_tensor`` this (lazy) tensor rather than put its statistics."""
+        size = int(np.prod(tensor.shape))
+        return tensor.dtype in (np.float32, np.float64) and \
+            0 < size * tensor.dtype.itemsize * cls.MIN_ROWS <= cls.BLOCK_BYTES
 
     def put(self, step, vector):
         items = self._items
         items.append((step, vector))
+        self._wake(len(items))
+
+    def _wake(self, waiting):
         if self._taken:             # the first put since a take: wake the consumer
             self._taken = False
             self._on_put()
-        elif len(items) >= self.limit:
+        elif waiting >= self.limit:
             self._on_full()
+
+    def put_tensor(self, step, x):
+        """Keep a copy of host array ``x`` (the plan may overwrite it) to summarise later with others."""
+        with self._block_lock:
+            block, steps = self._block, self._block_steps
+            if block is None or block.shape[1] != x.size or block.dtype != x.dtype:
+                self._summarise_block()          # a new shape (the job compiled for other arguments)
+                rows = min(self.MAX_ROWS, max(self.MIN_ROWS, self.BLOCK_BYTES // (x.size * x.dtype.itemsize)))
+                block = self._block = np.empty((rows, x.size), x.dtype)
+            block[len(steps)] = x.reshape(-1)
+            steps.append(step)
+            if len(steps) == len(block):
+                self._summarise_block()
+            waiting = len(self._items)
+        self._wake(waiting)
+
+    def _summarise_block(self):
+        """The filled rows of the block become vectors (under the block lock)."""
+        steps = self._block_steps
+        if steps:
+            self._items.extend(zip(steps, stats_rows(self._block[:len(steps)])))
+            self._block_steps = []
 
     def take(self):
         self._taken = True          # before counting: a put that lands after the count sees it and wakes us again
+        if self._block is not None:
+            with self._block_lock:
+                self._summarise_block()
         items, taken = self._items, []
         for _ in range(len(items)):          # popleft is atomic: puts may go on meanwhile
             taken.append(items.popleft())
@@ -125,7 +176,7 @@ class StatsFeed:
         return steps, vectors
 
     def __len__(self):
-        return len(self._items)
+        return len(self._items) + len(self._block_steps)
 
 
 @dataclass
@@ -142,6 +193,7 @@ class WatchRequest:
     inline: bool = False          # a summary for a watch_summary handler: delivered by the calling thread on NumPy
     feed: StatsFeed | None = None  # statistics go to this feed (see StatsFeed), not to ``call``
     target: g.LazyTensor | None = None   # what the plan delivers (value, gradient or stats), set at compile time
+    put: Callable[[int, Any], None] | None = None   # the feed's put or put_tensor for ``target``, set with it
 
 
 # ------------------------------------------------------------------------------------------------------ handlers
@@ -318,10 +370,9 @@ def watch_scope(blob_watcher=None, diff_blob_watcher=None):
                 graph.watches.append(request)
 
 
-def resolve(graph):
+def resolve(graph, host):
     """Fix what each request delivers, once gradients exist: the tensor, its gradient, their on-device stats or
-    histogram."""
-    from .ops.stats import tensor_stats
+    histogram. ``host``: the plan runs on NumPy, where a feed takes small tensors whole (``StatsFeed.batches``)."""
     kept = []
     for request in graph.watches:
         target = request.tensor
@@ -334,9 +385,13 @@ def resolve(graph):
                                  f"of job {graph.name!r} does not depend on this tensor through any differentiable "
                                  "op, so it has no gradient")
         shape, call = request.tensor.shape, request.call
-        if request.stats:
+        if request.feed is not None and host and StatsFeed.batches(target):
+            request.put = request.feed.put_tensor
+        elif request.stats:
             target = tensor_stats(target)
-            if request.feed is None:
+            if request.feed is not None:
+                request.put = request.feed.put
+            else:
                 request.call = lambda v, step, shape=shape, call=call: call(TensorStats.from_vector(shape, v),
                                                                             step)
         elif request.bins:

@@ -7,6 +7,7 @@ import io
 import json
 import math
 import pathlib
+import re
 import sys
 import threading
 import time
@@ -17,7 +18,7 @@ from bokeh.document import Document
 
 import flowlab as flow
 import flowlab.typing as tp
-from flowlab.ops.stats import histogram_vector, stats_vector
+from flowlab.ops.stats import histogram_vector, stats_rows, stats_vector
 from flowlab.plots import (STATS_ROWS, Trend, heading, histogram_columns, histogram_data, histogram_source,
                            histogram_view, is_spiky, stats_columns, stats_view, tensor_summary, trend_columns,
                            trend_figure, trend_source)
@@ -150,8 +151,31 @@ def test_stats_vector_edge_cases():
     assert np.isnan(nothing[:4]).all() and nothing[4:].tolist() == [2, 1]
     huge = np.full(1000, 3e38, np.float32)          # a float32 sum overflows: the exact path still gets it right
     np.testing.assert_allclose(stats_vector(np, huge), [3e38, 3e38, 3e38, 0, 0, 0], rtol=1e-6)
+    spike = np.zeros(100)
+    spike[0] = 1e307                                  # float64 squares overflow: the spread is still right
+    np.testing.assert_allclose(stats_vector(np, spike)[2:4], [1e305, 1e307 * np.sqrt(99) / 100], rtol=1e-9)
     offset = np.float32(1e4) + RNG.normal(size=4096).astype(np.float32) * 1e-2   # std small next to the mean
-    np.testing.assert_allclose(stats_vector(np, offset)[3], offset.astype(np.float64).std(), rtol=1e-3)
+    np.testing.assert_allclose(stats_vector(np, offset)[3], offset.astype(np.float64).std(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_stats_rows_is_stats_vector_of_each_row(dtype):
+    rows = (RNG.normal(size=(9, 700)) * 3 + 1).astype(dtype)
+    rows[1, 5] = np.nan                                   # non-finite rows, a constant, an overflow risk and a
+    rows[2, :3] = [np.inf, -np.inf, np.nan]               # spread tiny next to the mean: each its own rule
+    rows[3] = np.nan
+    rows[4] = 2.5
+    rows[5, 7] = 3e38 if dtype == np.float32 else 1e307
+    rows[6] = dtype(1e4) + RNG.normal(size=700).astype(dtype) * dtype(1e-2)
+    got = stats_rows(rows)
+    assert got.shape == (9, 6) and got.dtype == np.float64
+    for row, vector in zip(rows, got):
+        finite = row[np.isfinite(row)].astype(np.float64)
+        scale = np.abs(finite).max() if finite.size else 1.0     # NumPy's own std overflows at 1e307
+        expected = [finite.min(), finite.max(), finite.mean(), (finite / scale).std() * scale] if finite.size \
+            else [np.nan] * 4
+        np.testing.assert_allclose(vector[:4], expected, rtol=1e-5)
+        assert vector[4:].tolist() == [np.isnan(row).sum(), np.isinf(row).sum()]
 
 
 def test_histogram_vector_matches_numpy_histogram():
@@ -234,7 +258,8 @@ def test_stats_feed_gives_what_was_put_in_order_and_calls_on_full_at_its_limit()
     assert steps == [9, 10] and vectors[:, 0].tolist() == [2.0, 3.0]        # one row a step: its last put
 
 
-def test_stats_feed_never_strands_a_vector_without_waking_its_consumer():
+@pytest.mark.parametrize("put", ["put", "put_tensor"])
+def test_stats_feed_never_strands_a_vector_without_waking_its_consumer(put):
     steps, wake, taken = 100_000, threading.Event(), []
     feed = StatsFeed(wake.set, lambda: None, limit=10**9)
 
@@ -248,9 +273,9 @@ def test_stats_feed_never_strands_a_vector_without_waking_its_consumer():
     sys.setswitchinterval(1e-6)          # the two threads interleave at almost every bytecode
     try:
         consumer.start()
-        vector = np.zeros(6)
+        put, value = (feed.put, np.zeros(6)) if put == "put" else (feed.put_tensor, np.zeros(3, np.float32))
         for step in range(steps):
-            feed.put(step, vector)
+            put(step, value)
         consumer.join(timeout=10)        # woken by the puts alone
     finally:
         sys.setswitchinterval(interval)
@@ -566,6 +591,37 @@ def test_flood_of_watch_events_is_throttled_and_keeps_every_step_in_the_trend(se
     panel.close()
 
 
+@pytest.mark.parametrize("width, path", [(32, "copied whole"), (4096, "summarised in place")])
+def test_panel_statistics_are_each_calls_whether_copied_whole_or_summarised_in_place(width, path):
+    panel = WatchPanel(mode="terminal", file=io.StringIO())
+    seen = []
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((16, 8))) -> tp.Numpy:
+        h = flow.layers.dense(x, width, activation=flow.nn.relu, name="h")
+        flow.watch(h, panel)
+        flow.watch(h, lambda v: seen.append(v.copy()))
+        loss = flow.math.reduce_mean(flow.math.square(h))
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+
+    inputs = [RNG.normal(size=(16, 8)).astype(np.float32) for _ in range(23)]
+    inputs[-1][3, :] = np.nan                             # the last call's value holds NaN: its row is redone exactly
+    for x in inputs:
+        job(x)
+    flow.sync_default_session()
+    panel.close()
+    assert ("TensorStats" in job.plan().source) == (path == "summarised in place")
+    trend = next(iter(panel._rows.values())).trend.columns()
+    assert trend["step"].tolist() == list(range(23))
+    for step, value in enumerate(seen):
+        finite = value[np.isfinite(value)]
+        assert (trend["min"][step], trend["max"][step]) == (finite.min(), finite.max())
+        assert trend["mean"][step] == pytest.approx(finite.mean(dtype=np.float64), rel=1e-5)
+        assert trend["nonfinite"][step] == np.sum(~np.isfinite(value))
+    assert trend["nonfinite"][22] == width and not trend["nonfinite"][:22].any()
+
+
 def test_a_closed_panel_still_fed_keeps_every_step_in_bounded_memory(sent):
     panel = WatchPanel(mode="notebook", max_points=1000)
     values = {"value": [], "gradient": []}
@@ -580,7 +636,8 @@ def test_a_closed_panel_still_fed_keeps_every_step_in_bounded_memory(sent):
         job(*batch())
         waiting.append(max(len(feed) for feed in feeds))
     flow.sync_default_session()
-    assert max(waiting) < 8                              # folded into the rows on the job's thread when full
+    blocks = max(0 if feed._block is None else len(feed._block) for feed in feeds)   # tensors copied, not summarised
+    assert max(waiting) < 8 + blocks                     # folded into the rows on the job's thread when full
     panel.refresh()
     for kind in ("value", "gradient"):
         trend = panel._rows[("out_bias_add/out_0", kind)].trend.columns()
@@ -771,7 +828,8 @@ def test_progress_as_a_watch_handler_uses_device_statistics():
         losses.append(job(*batch()))
     flow.sync_default_session()
     progress.close()
-    assert "TensorStats" in job.plan().source and "deliver(t" not in job.plan().source.split("TensorStats")[0]
+    source = job.plan().source                          # the small loss goes to the feed whole, uncopied
+    assert re.search(r"p\d+\(step, t\d+\)", source) and "deliver(" not in source and "TensorStats" not in source
     final = out.getvalue().rstrip("\n").split("\r")[-1]
     assert final.startswith(f"step 2 | loss {np.mean(losses[-1], dtype=np.float64):.4g}")
     curve = progress._losses.columns()

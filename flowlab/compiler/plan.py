@@ -17,7 +17,8 @@ _plan_ids = itertools.count()
 class Delivery(NamedTuple):
     """A watched tensor the plan hands to the host: on calls whose step is a multiple of ``every`` and, with
     ``when``, on which ``when()`` is true; its histogram of ``bins`` bins (computed on the device) instead of it when
-    ``bins > 0``; to ``put(step, copy)`` (a ``StatsFeed``'s) instead of ``emit`` when given."""
+    ``bins > 0``; to ``put(step, value)`` (a ``StatsFeed``'s) instead of ``emit`` when given: on the host ``value``
+    is the tensor itself, which ``put`` must copy if it keeps it."""
     tensor: Any
     every: int = 1
     when: Callable[[], bool] | None = None
@@ -76,8 +77,9 @@ class Plan:
             if d.when is not None:
                 ns[f"w{k}"] = d.when
                 conditions.append(f"w{k}()")
-            # an observer's output is a new array every call on the host: nothing can overwrite it, no copy needed
-            copy = "" if d.tensor.node.op.observes and not self.backend.is_gpu else "deliver"
+            # on the host an observer's output is a new array every call (nothing can overwrite it) and a put
+            # copies what it keeps: no copy needed
+            copy = "" if (d.tensor.node.op.observes or d.put) and not self.backend.is_gpu else "deliver"
             if d.bins:
                 ns[f"d{k}"] = functools.partial(self.backend.host_histogram_async, bins=d.bins)
                 copy = f"d{k}"

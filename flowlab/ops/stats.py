@@ -36,14 +36,18 @@ def _host_sum(x):
     n = x.size
     if n > _ONES_UP_TO:
         return np.add.reduce(x)
-    key = (n, x.dtype.char)
+    return _dot(x, _ones_of(n, x.dtype.char))
+
+
+def _ones_of(n, char):
+    key = (n, char)
     ones = _ones.get(key)
     if ones is None:
         if len(_ones) > 256:
             _ones.clear()
-        ones = _ones[key] = np.ones(n, x.dtype)
+        ones = _ones[key] = np.ones(n, char)
         ones.flags.writeable = False
-    return _dot(x, ones)
+    return ones
 
 
 def _host_finite_stats(x):
@@ -59,16 +63,46 @@ def _host_finite_stats(x):
         return None             # a NaN or an Inf: the masked path counts them
     biggest = -lo if -lo > hi else hi
     limit = 1e37 if x.dtype.itemsize == 4 else 1e306
+    scale = 1.0
     if biggest * biggest * n < limit:
         mean, square = float(_host_sum(x)) / n, float(_dot(x, x)) / n
-    else:
-        x64 = x.astype(np.float64)
-        mean, square = float(np.add.reduce(x64)) / n, float(_dot(x64, x64)) / n
+    else:                                   # squares could overflow: sum x / biggest in float64
+        scale = biggest
+        x = x.astype(np.float64) / scale
+        mean, square = float(np.add.reduce(x)) / n, float(_dot(x, x)) / n
     var = square - mean * mean
     if var < 1e-2 * mean * mean:           # the spread is small next to the mean: E[x²] - mean² would lose it
-        centred = x.astype(np.float64) - mean
+        x = x.astype(np.float64)            # (and a mean summed in float32 would be off by more than the spread)
+        mean = float(np.add.reduce(x)) / n
+        centred = x - mean
         var = float(_dot(centred, centred)) / n
-    return np.array([lo, hi, mean, math.sqrt(var) if var > 0 else 0.0, 0.0, 0.0])
+    return np.array([lo, hi, mean * scale, math.sqrt(var) * scale if var > 0 else 0.0, 0.0, 0.0])
+
+
+# Row-wise sums of squares: np.vecdot (NumPy 2) runs a dot product per row, ~3x faster than einsum.
+_row_dots = getattr(np, "vecdot", None) or (lambda a, b: np.einsum("ij,ij->i", a, b))
+
+
+def stats_rows(rows):
+    """``stats_vector`` of each row of a 2-D float32/float64 host array, as an ``(n, 6)`` float64 array.
+
+    Many small tensors at once (a live view's copies of one watched tensor over several calls): four reductions
+    over the block instead of four calls per tensor, which on tensors of a few thousand elements is most of their
+    cost. Rows the all-finite fast path would not take (NaN/Inf, a possible overflow, a cancelling variance) go
+    through ``stats_vector`` one by one, so every row gets exactly its rules.
+    """
+    n = rows.shape[1]
+    limit = 1e37 if rows.dtype.itemsize == 4 else 1e306
+    with np.errstate(all="ignore"):      # rows that overflow or hold NaN/Inf fail ``fast`` and are redone below
+        lo = _min(rows, axis=1).astype(np.float64)
+        hi = _max(rows, axis=1).astype(np.float64)
+        mean = _dot(rows, _ones_of(n, rows.dtype.char)) / n
+        var = _row_dots(rows, rows) / n - mean * mean
+        fast = (np.maximum(-lo, hi) < math.sqrt(limit / n)) & (var >= 1e-2 * mean * mean)
+    out = np.stack([lo, hi, mean, np.sqrt(np.maximum(var, 0.0)), np.zeros_like(lo), np.zeros_like(lo)], axis=1)
+    for i in np.flatnonzero(~fast):
+        out[i] = stats_vector(np, rows[i])
+    return out
 
 
 def stats_vector(xp, x):
