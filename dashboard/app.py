@@ -1,4 +1,5 @@
-"""One browser session's Bokeh document: the status line on top, then a tab per registered view.
+"""One browser session's Bokeh document: the status line on top, the run list (``runs``) on the left, then a tab per
+registered view. Every view shows only the runs the list shows, and is updated again when that choice changes.
 
 ``build_document(doc, store)`` is what the server's ``FunctionHandler`` calls for each new session (tests call it on
 a bare ``Document``). A periodic callback on the session's IOLoop refreshes the status line and, when the store's
@@ -12,11 +13,12 @@ import html
 import logging
 import traceback
 
-from bokeh.layouts import column
+from bokeh.layouts import column, row
 from bokeh.models import CustomJS, Div, TabPanel, Tabs
 
 from flowlab.plots.figures import EXPAND_TAG
 
+from .runs import RunSelection
 from .views import VIEWS
 from .views.status import StatusLine
 
@@ -41,6 +43,7 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
     """Fill ``doc`` for one session over the shared ``store``; returns the view instances by name, a dict that
     fills in as tabs are first shown."""
     status = StatusLine(store)
+    runs = RunSelection(store)
     entries = list(VIEWS if views is None else views)
     built, failed = {}, set()
     # A tab's view is made when the tab is first shown (a placeholder until then) and from then on stays current:
@@ -50,7 +53,8 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
     panels = [TabPanel(title=getattr(cls, "title", name), child=holder, name=name)
               for (name, cls), holder in zip(entries, holders)]
     tabs = Tabs(tabs=panels, name="tabs", sizing_mode="stretch_width")
-    root = column(status.layout(), tabs, sizing_mode="stretch_width", name="dashboard")
+    root = column(status.layout(), row(runs.layout(), tabs, sizing_mode="stretch_width"),
+                  sizing_mode="stretch_width", name="dashboard")
     stale, seen = set(), [None]
 
     def open_tab(index):
@@ -59,6 +63,7 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
             return
         try:
             view = cls(store)
+            view.runs = runs
             child = view.layout()
             built[name] = view
             stale.add(name)
@@ -70,6 +75,7 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
 
     def refresh():
         status.update()
+        runs.update()
         if store.version != seen[0]:
             seen[0] = store.version
             stale.update(built)
@@ -84,6 +90,11 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
             except Exception:
                 log.exception("dashboard view %s failed to update", name)
 
+    def runs_changed():
+        stale.update(built)
+        refresh()
+
+    runs.on_change(runs_changed)
     tabs.on_change("active", lambda attr, old, new: refresh())
     doc.title = "flowlab dashboard"
     if doc.session_context is None:

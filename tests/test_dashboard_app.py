@@ -192,13 +192,23 @@ def test_new_runs_and_tags_appear_without_a_new_session(logdir):
     assert dots["run"] == ["c"] and dots["smooth"] == [2.0]
 
 
-def test_run_colours_stay_distinct_past_the_ten_colour_palette():
-    from flowlab.dashboard.views.scalars import palette_colour
-    colours = [palette_colour(i) for i in range(1000)]
-    assert len(set(colours[:200])) == 200
-    rgb = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in colours[:60]], np.float64)
-    neighbours = np.abs(np.diff(rgb, axis=0)).sum(axis=1)
-    assert neighbours.min() > 60                                      # consecutive runs never look alike
+def cielab(hex_colours):
+    """CIELAB coordinates of ``#rrggbb`` colours (sRGB, D65): distances there are perceived differences (ΔE)."""
+    rgb = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in hex_colours]) / 255.0
+    linear = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = linear @ np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]).T
+    f = xyz / [0.95047, 1.0, 1.08883]
+    f = np.where(f > (6 / 29) ** 3, np.cbrt(f), f / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.stack([116 * f[:, 1] - 16, 500 * (f[:, 0] - f[:, 1]), 200 * (f[:, 1] - f[:, 2])], axis=1)
+
+
+def test_runs_get_colours_that_look_different_from_every_other_run():
+    from flowlab.dashboard.runs import palette_colour
+    for n, least in ((20, 20.0), (60, 10.0)):          # ΔE 2 is a just-noticeable difference
+        lab = cielab([palette_colour(i) for i in range(n)])
+        distance = np.linalg.norm(lab[:, None] - lab[None], axis=2)
+        distance[np.diag_indices(n)] = np.inf
+        assert distance.min() > least, (n, distance.min())
 
 
 def test_nan_and_inf_points_get_a_red_tick_and_break_the_line(tmp_path):
@@ -271,13 +281,80 @@ def test_smoothing_slider_resmooths_every_line(logdir):
 
 # ----------------------------------------------------------------------------------------------------- filters
 
-def test_run_and_tag_filters_are_regexes_and_bad_ones_say_so(logdir):
+def test_the_run_list_chooses_the_runs_every_tab_shows(tmp_path):
+    from bokeh.events import ButtonClick
+    for run in ("a", "b", "c"):
+        with SummaryWriter(tmp_path / run) as w:
+            for i in range(3):
+                w.add_scalar("loss", float(i), i)
+                w.add_histogram("w", np.arange(10.0) + i, i)
+    _, doc, views = session(tmp_path)
+    tabs = doc.select_one({"name": "tabs"})
+    tabs.active = [panel.name for panel in tabs.tabs].index("histograms")       # opens the tab
+    scalars, histograms = views["scalars"], views["histograms"]
+    runs = scalars.runs
+    assert runs is histograms.runs and runs.source.data["run"] == ["a", "b", "c"]
+    assert runs.source.data["colour"] == [scalars.cards["loss"].lines[r].colour for r in "abc"]
+    card = scalars.cards["loss"]
+
+    def shown():
+        lines = [card.rows.data["run"][i] for i in card.renderers[0].view.filter.indices or range(3)]
+        cards = sorted(run for run, _, _ in histograms._cards)
+        assert lines == cards, (lines, cards)                  # the same runs on both tabs
+        return "".join(lines)
+
+    assert shown() == "abc" and runs.summary.text == "3 of 3 runs shown"
+    runs.source.selected.indices = [0, 2]                      # b unchecked in the page
+    assert shown() == "ac" and runs.summary.text == "2 of 3 runs shown"
+    runs.search.value = "^(b|c)$"                              # shown: checked and matching
+    assert shown() == "c" and runs.view.filter.indices == [1, 2]
+    runs.check_all._trigger_event(ButtonClick(runs.check_all))  # checks the runs the search shows
+    assert shown() == "bc" and sorted(runs.source.selected.indices) == [0, 1, 2]
+    runs.search.value = "(unclosed"
+    assert "Invalid regex" in runs.summary.text and shown() == "bc"      # the last good search stays
+    runs.search.value = "c"
+    runs.check_none._trigger_event(ButtonClick(runs.check_none))
+    assert card.renderers[0].view.filter.indices == [] and not histograms._cards     # c unchecked: nothing shown
+    assert "None of the checked runs" in histograms.empty.text and histograms.empty.visible
+    runs.search.value = ""
+    assert shown() == "ab" and runs.summary.text == "2 of 3 runs shown"
+
+
+def test_hparams_and_anomalies_follow_the_run_list(tmp_path):
+    for run, lr in (("a", 0.1), ("b", 0.01)):
+        with SummaryWriter(tmp_path / run) as w:
+            w.add_scalar("loss", float("nan"), 0)
+            w.add_hparams({"lr": lr}, {"hparams/acc": 0.5})
+    _, doc, views = session(tmp_path)
+    tabs = doc.select_one({"name": "tabs"})
+    for name in ("anomalies", "hparams"):
+        tabs.active = [panel.name for panel in tabs.tabs].index(name)
+    anomalies, hparams = views["anomalies"], views["hparams"]
+    assert sorted(hparams.table_source.data["run"]) == ["a", "b"]
+    runs = hparams.runs
+    runs.source.selected.indices = [runs.source.data["run"].index("b")]
+    assert hparams.table_source.data["run"] == ["b"]
+    assert {run: card.layout.visible for (_, run, _), card in anomalies._cards.items()} == {"a": False, "b": True}
+    runs.source.selected.indices = []
+    assert anomalies.empty.visible and hparams.table_source.data["run"] == []
+
+
+def test_new_runs_arrive_checked_with_their_own_colour(tmp_path):
+    write_fixture(tmp_path)
+    store, doc, views = session(tmp_path)
+    runs = views["scalars"].runs
+    runs.source.selected.indices = [1]                         # only b
+    with SummaryWriter(tmp_path / "c") as w:
+        w.add_scalar("loss", 1.0, 0)
+    store.poll()
+    refresh(doc)
+    assert runs.source.data["run"] == ["a", "b", "c"] and sorted(runs.source.selected.indices) == [1, 2]
+    assert len(set(runs.source.data["colour"])) == 3
+
+
+def test_tag_filter_is_a_regex_and_a_bad_one_says_so(logdir):
     _, doc, views = session(logdir)
     scalars = views["scalars"]
-    scalars.run_filter.value = "^b$"
-    card = scalars.cards["loss"]
-    for renderer in card.renderers:                                    # raw and smoothed lines
-        assert [card.rows.data["run"][i] for i in renderer.view.filter.indices] == ["b"]
     scalars.tag_filter.value = "acc|nothing"
     assert scalars.cards["acc"].layout.visible and not scalars.cards["loss"].layout.visible
     scalars.tag_filter.value = "(unclosed"
@@ -317,7 +394,7 @@ def test_markup_from_logs_never_reaches_a_div_unescaped(tmp_path):
         w.add_scalar(evil, 2.0, 1)
     store, doc, views = session(logdir)
     scalars = views["scalars"]
-    scalars.run_filter.value = evil + "("                           # an invalid regex quoting markup
+    scalars.runs.search.value = evil + "("                          # an invalid regex quoting markup
     texts = [d.text for d in doc.select({"type": Div})]
     assert any("&lt;script&gt;" in t for t in texts)                 # the filter error, escaped
     assert any("&lt;b&gt;logs&lt;/b&gt;" in t for t in texts)        # the logdir in the status line

@@ -275,7 +275,11 @@ class AnomaliesView(View):
         if self.store.version != self._store_version:
             self._store_version = self.store.version
             self._update_series()
-        self.empty.visible = not self._cards
+        for (_, run, _), card in self._cards.items():       # the run list's choice
+            shown = self.runs.shows(run)
+            if card.layout.visible != shown:
+                card.layout.visible = shown
+        self.empty.visible = not any(card.layout.visible for card in self._cards.values())
 
     def _update_series(self):
         by_key = {s.key: s for s in self.store.series()}

@@ -8,6 +8,8 @@ Everything a view shows that came from a log (run names, tags, text, hparams) is
 """
 from __future__ import annotations
 
+import html
+
 from bokeh.layouts import column
 from bokeh.models import Div
 
@@ -20,9 +22,24 @@ from .paging import PAGE_SIZE, Pager
 BUILD_BATCH = 8
 
 
+class EveryRun:
+    """The run selection of a view used on its own (tests, benchmarks): every run is shown."""
+
+    @staticmethod
+    def shown():
+        return None
+
+    @staticmethod
+    def shows(run):
+        return True
+
+
 class View:
     title = "View"
     reads_files = False     # True: also reads files the store does not tail, so update() runs on every tick
+    # The session's ``dashboard.runs.RunSelection``, set by the app after the view is made: a view shows only the
+    # runs it ``shows()``, and is updated again when the selection changes.
+    runs = EveryRun()
 
     def __init__(self, store):
         self.store = store
@@ -92,7 +109,7 @@ class CardsView(View):
         return self._root
 
     def update(self):
-        self._series = {s.key: s for s in self.store.series(self.kind)}
+        self._series = {s.key: s for s in self.store.series(self.kind) if self.runs.shows(s.run)}
         self.refresh(keys_changed=self.pager.set_keys(self._series))
 
     def refresh(self, keys_changed=True):
@@ -108,6 +125,10 @@ class CardsView(View):
         for key, card in self._cards.items():
             self._send(key, card)
         self.empty.visible = not self._series
+        if self._series or not self.store.series(self.kind):
+            self.empty.text = html.escape(self.empty_text)
+        else:
+            self.empty.text = "None of the checked runs has any: check more runs in the run list."
 
     def _build_some(self):
         """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server). In a server session the

@@ -146,6 +146,7 @@ class HParamsView(View):
         self._plugin: dict[str, dict] = {}      # run -> merged HParamsPluginData dicts (first value of a key wins)
         self._last: dict[tuple, tuple] = {}     # series key (run, tag, "scalar") -> (step, value) of its last point
         self._version = None
+        self._shown = None                      # the run list's choice the table was made for
         self.sessions: dict[str, dict] = {}
         self.hparams: list[str] = []
         self.metrics: list[str] = []
@@ -191,6 +192,10 @@ class HParamsView(View):
 
     # ---------------------------------------------------------------------------------------------- store → sessions
     def update(self):
+        shown = self.runs.shown()
+        if shown != self._shown:                 # the run list's choice: its sessions only
+            self._shown = shown
+            self._refresh()
         if self.store.version == self._version:
             return
         self._version = self.store.version
@@ -227,7 +232,8 @@ class HParamsView(View):
         sessions = self.sessions
         self.hparams, self.metrics = columns_of(sessions)
         self._sync_selects()
-        runs = [r for r in sorted(sessions) if matches(self.filter.value, r, sessions[r]["hparams"])]
+        runs = [r for r in sorted(sessions) if matches(self.filter.value, r, sessions[r]["hparams"]) and
+                self.runs.shows(r)]
         self.note.text = html.escape(f"{len(runs)} of {len(sessions)} sessions"
                                      if sessions else "No hparams in this logdir yet.")
 

@@ -136,6 +136,7 @@ class ProjectorView(View):
         super().__init__(store)
         self._configs: dict[str, tuple] = {}       # run -> (mtime, [Embedding])
         self._scanned = -math.inf
+        self._shown = None                  # the run list's choice the Run menu was made for
         self._cache: dict[tuple, tuple] = {}       # (run, mtime, entry, method, dims) -> (coords, explained)
         self.shown = None                          # (run, mtime, entry index, method, dims, label column) drawn
         self._syncing = False                      # set while options are rewritten: no redraw per widget change
@@ -176,6 +177,10 @@ class ProjectorView(View):
 
     # ---------------------------------------------------------------------------------------------- reading configs
     def update(self):
+        shown = self.runs.shown()
+        if shown != self._shown:                    # the run list's choice: its runs in the Run menu
+            self._shown = shown
+            self._draw()
         now = time.monotonic()
         if now - self._scanned < self.rescan_seconds:
             return
@@ -220,7 +225,7 @@ class ProjectorView(View):
         the latest one was shown)."""
         self._syncing = True
         try:
-            _options(self.run_select, sorted(self._configs))
+            _options(self.run_select, sorted(run for run in self._configs if self.runs.shows(run)))
             embeddings = self._embeddings()
             _options(self.tensor_select, list(dict.fromkeys(self._tensor_key(e) for e in embeddings)))
             steps = sorted({e.step for e in embeddings if self._tensor_key(e) == self.tensor_select.value})

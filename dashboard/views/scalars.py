@@ -14,32 +14,30 @@ Smoothing is TensorBoard's debiased exponential moving average, computed server-
 does not depend on what is on display) and carried forward incrementally as points stream in. The x axis (step /
 relative / wall) and the log-y toggle rebuild the figures over the same source.
 
-Run names and tags reach the page as Bokeh titles and source columns (plain text) and in two Divs, escaped: the run
-key (a colour per run, the same in every session of a server) and the filter error.
+Which runs are drawn is the run list's choice (``dashboard.runs``: checked and matching its search), applied as an
+index filter over each card's rows, and each run has the list's colour. Run names and tags reach the page as Bokeh
+titles and source columns (plain text); the filter error is an escaped Div.
 """
 from __future__ import annotations
 
-import colorsys
 import html
 import math
-import weakref
 
 import numpy as np
 from bokeh.events import RangesUpdate
 from bokeh.layouts import column, row
 from bokeh.models import (Button, CDSView, ColumnDataSource, CustomJS, DataRange1d, Div, HoverTool, IndexFilter,
                           RadioButtonGroup, Range1d, Slider, Switch, TextInput)
-from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
 from flowlab.plots.data import downsample
 from flowlab.plots.figures import expand_in_page, nudge_next_turn
 
 from ..filters import FilterError, compile_filter
+from ..runs import run_colour
 from .base import View
 
 LIMIT = 2000                       # points per line on display
-KEY_RUNS = 40                      # runs named in the key above the cards; the rest are counted
 X_AXES = ("step", "relative", "wall")
 _X_COLUMN = {"step": "steps", "relative": "rel", "wall": "walls"}
 _X_LABEL = {"step": "step", "relative": "hours since the run's first point", "wall": "wall time"}
@@ -81,27 +79,6 @@ def smooth(values, weight):
     if values.size and np.all(values == values[0]):
         return values.copy()
     return ema(values, weight)[0]
-
-
-_colours: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # store -> {run: colour}
-
-
-def palette_colour(i):
-    """The ``i``-th run colour: Category10 first, then hues a golden angle apart at alternating lightness, so any
-    number of runs get distinct neighbours."""
-    if i < len(Category10_10):
-        return Category10_10[i]
-    hue = (i * 0.618033988749895) % 1.0
-    r, g, b = colorsys.hls_to_rgb(hue, (0.38, 0.52, 0.30)[i % 3], 0.75)
-    return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}"
-
-
-def run_colour(store, run):
-    """A run's colour, the same in every session of a server: runs take palette colours in order of first sight."""
-    colours = _colours.setdefault(store, {})
-    if run not in colours:
-        colours[run] = palette_colour(len(colours))
-    return colours[run]
 
 
 # Builds the file in the browser from the card's sources (what is on display: zoom in for every point).
@@ -250,7 +227,7 @@ class _Card:
         expand_in_page(self.flat, self.source, expand)
         self.rows.js_on_change("data", expand)
         self.axis = "step"
-        self._visible = (None, [])             # (pattern, runs), rows shown
+        self._visible = (None, [])             # (shown runs, line count), rows shown
         self.renderers = []
         self.downloads = [CustomJS(args=dict(flat=self.flat, rows=self.rows, tag=tag, format=fmt), code=_DOWNLOAD_JS)
                           for fmt in ("csv", "json")]
@@ -338,14 +315,14 @@ class _Card:
             if renderer.view.filter.indices != visible_rows:
                 renderer.view.filter.indices = None if visible_rows is None else list(visible_rows)
 
-    def visible_rows(self, pattern):
-        """Rows of the runs ``pattern`` matches, or None when it matches them all, remembered until the runs or the
-        pattern change (a thousand RE2 searches a tick add up). None is the filter's "every row": a list of row
-        indices would be checked against the page's rows before the page has expanded them (at a new page's first
-        draw), and BokehJS logs a warning for each index beyond them."""
-        key = (pattern, len(self.lines))
+    def visible_rows(self, shown):
+        """Rows of the ``shown`` runs (None: every run), or None when that is every row, remembered until the runs or
+        the choice change. None is the filter's "every row": a list of row indices would be checked against the page's
+        rows before the page has expanded them (at a new page's first draw), and BokehJS logs a warning for each index
+        beyond them."""
+        key = (shown, len(self.lines))
         if self._visible[0] != key:
-            rows = [line.row for line in self.lines.values() if pattern.search(line.run) is not None]
+            rows = [line.row for line in self.lines.values() if shown is None or line.run in shown]
             self._visible = key, (None if len(rows) == len(self.lines) else rows)
         return self._visible[1]
 
@@ -357,19 +334,16 @@ class ScalarsView(View):
         super().__init__(store)
         self.limit = limit
         self.cards: dict[str, _Card] = {}
-        self.run_filter = TextInput(title="Runs (regex)", placeholder="all runs", width=200, name="run-filter")
         self.tag_filter = TextInput(title="Tags (regex)", placeholder="all tags", width=200, name="tag-filter")
         self.smoothing = Slider(title="Smoothing", start=0, end=0.999, step=0.001, value=0.6, width=200,
                                 name="smoothing")
         self.x_axis = RadioButtonGroup(labels=["Step", "Relative", "Wall"], active=0, name="x-axis")
         self.log_y = Switch(active=False, name="log-y")
         self.message = Div(text="", name="scalars-message")
-        self.key = Div(text="", name="run-key", styles={"font-size": "12px"})
         # a wrapping row of cards; a blank Div until the first one (Bokeh warns about empty layouts)
         self.grid = row(children=[Div()], sizing_mode="stretch_width", styles={"flex-wrap": "wrap"}, spacing=12)
-        self._runs_re = self._tags_re = compile_filter("")
+        self._tags_re = compile_filter("")
         self._filter_error = ""
-        self.run_filter.on_change("value", lambda attr, old, new: self._filter())
         self.tag_filter.on_change("value", lambda attr, old, new: self._filter())
         self.smoothing.on_change("value_throttled", lambda attr, old, new: self._resmooth())
         self.x_axis.on_change("active", lambda attr, old, new: self._rebuild())
@@ -380,9 +354,9 @@ class ScalarsView(View):
         return X_AXES[self.x_axis.active]
 
     def layout(self):
-        controls = row(self.run_filter, self.tag_filter, self.smoothing,
+        controls = row(self.tag_filter, self.smoothing,
                        column(Div(text="X axis"), self.x_axis), column(Div(text="Log y"), self.log_y))
-        return column(controls, self.message, self.key, self.grid, sizing_mode="stretch_width")
+        return column(controls, self.message, self.grid, sizing_mode="stretch_width")
 
     def update(self):
         weight, axis = self.smoothing.value, self.axis
@@ -405,33 +379,17 @@ class ScalarsView(View):
             elif line.append(whole.steps, whole.wall_times, whole.values, weight):
                 line.choose(axis, card.window)
             grown.setdefault(card, []).append(line)
-        live = self.grid.document
+        live, shown = self.grid.document, self.runs.shown()
         for card, lines in grown.items():
             if not card.renderers:
-                card.build(axis, self.log_y.active, card.visible_rows(self._runs_re), self._zoomed)
+                card.build(axis, self.log_y.active, card.visible_rows(shown), self._zoomed)
                 nudge_next_turn(live, card.flat)     # it reaches a live page with its data
             card.fill()
-            card.show_runs(card.visible_rows(self._runs_re))
+        for card in self.cards.values():             # the run list may have changed what is shown
+            card.show_runs(card.visible_rows(shown))
         if new_cards:
             self.grid.children = [self.cards[t].layout for t in sorted(self.cards)]
-        if grown:
-            self._show_key()
         self._show_empty()
-
-    def _show_key(self):
-        runs = sorted({run for card in self.cards.values() for run in card.lines})
-        shown = [run for run in runs if self._runs_re.search(run)][:KEY_RUNS]
-        text = " ".join(
-            f'<span style="white-space:nowrap;margin-right:14px">'
-            f'<span style="color:{run_colour(self.store, run)};font-weight:bold">&#9473;&#9473;</span> '
-            f'{html.escape(run)}</span>' for run in shown)
-        matching = sum(1 for run in runs if self._runs_re.search(run))
-        if matching > len(shown):
-            text += f' <span style="color:#777">and {matching - len(shown):,} more runs (filter to name them)</span>'
-        if matching < len(runs):
-            text += f' <span style="color:#777">({len(runs) - matching:,} hidden by the filter)</span>'
-        if text != self.key.text:
-            self.key.text = text
 
     def _show_empty(self):
         if not self._filter_error:
@@ -454,7 +412,7 @@ class ScalarsView(View):
             card.window = None
             for line in card.lines.values():
                 line.choose(self.axis)
-            card.build(self.axis, self.log_y.active, card.visible_rows(self._runs_re), self._zoomed)
+            card.build(self.axis, self.log_y.active, card.visible_rows(self.runs.shown()), self._zoomed)
             card.fill()          # rows name the new axis: the page redraws the lines
 
     def _resmooth(self):
@@ -464,20 +422,13 @@ class ScalarsView(View):
             card.fill()
 
     def _filter(self):
-        errors = []
-        patterns = []
-        for name, widget in (("runs", self.run_filter), ("tags", self.tag_filter)):
-            try:
-                patterns.append(compile_filter(widget.value or ""))
-            except FilterError as e:            # RE2: linear-time matching, a typed pattern cannot stall the loop
-                errors.append(f"Invalid {name} regex {widget.value!r}: {e.reason}")
-                patterns.append(None)
-        self._runs_re = patterns[0] or self._runs_re
-        self._tags_re = patterns[1] or self._tags_re
-        self._filter_error = "; ".join(errors)
-        self.message.text = f'<span style="color:#c00">{html.escape(self._filter_error)}</span>' if errors else ""
+        try:                                    # RE2: linear-time matching, a typed pattern cannot stall the loop
+            self._tags_re = compile_filter(self.tag_filter.value or "")
+            self._filter_error = ""
+        except FilterError as e:                # keep the last good pattern
+            self._filter_error = f"Invalid tags regex {self.tag_filter.value!r}: {e.reason}"
+        self.message.text = f'<span style="color:#c00">{html.escape(self._filter_error)}</span>' \
+            if self._filter_error else ""
         for tag, card in self.cards.items():
             card.layout.visible = self._tags_re.search(tag) is not None
-            card.show_runs(card.visible_rows(self._runs_re))
-        self._show_key()
         self._show_empty()

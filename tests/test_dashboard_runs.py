@@ -1,0 +1,121 @@
+"""The run list in a real headless Chromium: twenty runs written by tensorboardX, each in its own colour, and the
+runs checked in the list are the runs every tab shows. A screenshot goes to ``artifacts/screenshots/runs.png``."""
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dashboard_page import flowlab_serve, open_dashboard
+from jupyter_page import CHROMIUM
+from test_dashboard_app import cielab
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Debian's chromium at {CHROMIUM}")
+pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
+tensorboardX = pytest.importorskip("tensorboardX")
+
+SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
+RUNS = [f"lr={lr:g},seed={seed}" for lr in (0.1, 0.03, 0.01, 0.003, 0.001) for seed in range(4)]
+IDLE_JS = "() => Bokeh.index.roots.every((v) => v.is_idle)"
+# The runs each scalars card draws, as the page filters its rows (the raw and smoothed lines share the filter).
+DRAWN_JS = """() => { const drawn = new Map();
+    for (const m of Bokeh.documents[0].all_models)
+      if (m.constructor.__name__ === "GlyphRenderer" && m.glyph.constructor.__name__ === "MultiLine"
+          && m.data_source.data.smooth) {
+        const runs = m.data_source.data.run, keep = m.view.filter.indices;
+        drawn.set(m.data_source.id, (keep == null ? runs : keep.map((i) => runs[i])).slice().sort());
+      }
+    return [...drawn.values()]; }"""
+# The runs of the Histograms tab's cards on the current page (each card is a figure, the run its grey subtitle).
+HISTOGRAM_RUNS_JS = """() => { const grid = Bokeh.documents[0].get_model_by_name("cards:histograms");
+    return grid ? grid.children.filter((card) => card.above).map((card) => card.above[0].text) : []; }"""
+# The swatch colour of each row of the run list, in the page's rendering.
+SWATCHES_JS = """() => { const table = Bokeh.index.find_one(Bokeh.documents[0].get_model_by_name("runs-table"));
+    return [...table.shadow_el.querySelectorAll(".slick-row")].map((row) => [
+        row.querySelectorAll(".slick-cell")[2].textContent,
+        getComputedStyle(row.querySelector(".slick-cell span")).color]); }"""
+
+
+@pytest.fixture(scope="module")
+def twenty_runs(tmp_path_factory, chromium):
+    logdir = tmp_path_factory.mktemp("runs20")
+    rng = np.random.default_rng(0)
+    for k, run in enumerate(RUNS):
+        with tensorboardX.SummaryWriter(str(logdir / run)) as w:
+            for step in range(100):
+                w.add_scalar("train/loss", float(np.exp(-step / (20 + k)) + 0.02 * rng.random()), step)
+            for step in range(0, 100, 25):
+                w.add_histogram("weights", rng.normal(k / 10, 1, 200), step)
+    with flowlab_serve(logdir, tmp_path_factory.mktemp("server") / "stderr.txt") as (url, _):
+        page, errors = open_dashboard(chromium, url, viewport={"width": 1600, "height": 1000})
+        page.wait_for_function(f"() => ({DRAWN_JS})().length === 1 && ({DRAWN_JS})()[0].length === {len(RUNS)}",
+                               polling=50)
+        yield page, errors
+        page.close()
+
+
+def drawn_is(runs):
+    """A page condition: the scalars card draws exactly ``runs``."""
+    return f"() => JSON.stringify(({DRAWN_JS})()) === {as_js([sorted(runs)])}"
+
+
+def as_js(value):
+    """A JavaScript string literal of ``JSON.stringify(value)``."""
+    return json.dumps(json.dumps(value, separators=(",", ":")))
+
+
+def rgb_hex(css):
+    r, g, b = (int(v) for v in css[css.index("(") + 1:css.index(")")].split(",")[:3])
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def test_twenty_runs_get_twenty_distinct_colours_in_the_list_and_the_lines(twenty_runs):
+    page, errors = twenty_runs
+    drawn = page.evaluate("""() => { const s = [...Bokeh.documents[0].all_models].find((m) =>
+        m.constructor.__name__ === "ColumnDataSource" && m.data.smooth && m.data.xs);
+        return Object.fromEntries(s.data.run.map((r, i) => [r, s.data.colour[i]])); }""")
+    assert sorted(drawn) == sorted(RUNS)
+    lines = cielab([drawn[run] for run in RUNS])
+    distance = np.linalg.norm(lines[:, None] - lines[None], axis=2)
+    distance[np.diag_indices(len(RUNS))] = np.inf
+    assert distance.min() > 20, "two runs' colours look alike"
+    swatches = dict(page.evaluate(SWATCHES_JS))               # the list's swatch of a run is its lines' colour
+    assert sorted(swatches) == sorted(RUNS)
+    listed = cielab([rgb_hex(swatches[run]) for run in RUNS])
+    assert np.linalg.norm(listed - lines, axis=1).max() < 2   # (the page's colour management moves a unit or so)
+    assert errors == []
+
+
+def test_unchecking_and_searching_runs_changes_every_tab(twenty_runs):
+    page, errors = twenty_runs
+    table = page.locator(".bk-DataTable")
+    for run in RUNS[:3]:                                       # uncheck three runs with the mouse
+        table.locator(".slick-row", has_text=run).locator("input[type=checkbox]").click()
+    shown = sorted(RUNS[3:])
+    page.wait_for_function(drawn_is(shown), polling=50, timeout=20000)
+    summary = page.evaluate("() => Bokeh.documents[0].get_model_by_name('runs-summary').text")
+    assert summary == f"{len(shown)} of {len(RUNS)} runs shown"
+
+    page.locator(".bk-tab", has_text="Histograms").first.click()
+    page.wait_for_function(f"() => ({HISTOGRAM_RUNS_JS})().length > 0", polling=50)
+    page.wait_for_function(IDLE_JS, polling=50)
+    assert sorted(page.evaluate(HISTOGRAM_RUNS_JS)) == shown[:len(page.evaluate(HISTOGRAM_RUNS_JS))]  # a page of them
+
+    search = page.locator(".bk-input[placeholder='filter runs (regex)']")
+    search.fill("lr=0.001,")
+    search.press("Enter")
+    wanted = sorted(run for run in shown if run.startswith("lr=0.001,"))
+    page.wait_for_function(f"() => JSON.stringify(({HISTOGRAM_RUNS_JS})().sort()) === {as_js(wanted)}",
+                           polling=50, timeout=20000)
+    page.locator(".bk-tab", has_text="Scalars").first.click()
+    page.wait_for_function(drawn_is(wanted), polling=50, timeout=20000)
+    page.wait_for_function(IDLE_JS, polling=50)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    search.fill("")
+    search.press("Enter")
+    page.wait_for_function(f"() => ({DRAWN_JS})()[0].length === {len(shown)}", polling=50, timeout=20000)
+    page.wait_for_function(IDLE_JS, polling=50)
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(SHOTS / "runs.png"))
+    assert errors == []
