@@ -181,7 +181,8 @@ def test_new_runs_and_tags_appear_without_a_new_session(logdir):
     refresh(doc)
     cards = views["scalars"].cards
     assert "c" in cards["loss"].lines and "grad_norm" in cards
-    assert [c.name for c in views["scalars"].grid.children] == ["card:acc", "card:grad_norm", "card:loss"]
+    # the new tag goes last in its group: the cards on screen do not move
+    assert [c.name for c in views["scalars"].groups[""].grid.children] == ["card:acc", "card:loss", "card:grad_norm"]
     data = cards["loss"].rows.data
     assert sorted(data["run"]) == ["a", "b", "c"]
     colours = dict(zip(data["run"], data["colour"]))
@@ -350,6 +351,63 @@ def test_new_runs_arrive_checked_with_their_own_colour(tmp_path):
     refresh(doc)
     assert runs.source.data["run"] == ["a", "b", "c"] and sorted(runs.source.selected.indices) == [1, 2]
     assert len(set(runs.source.data["colour"])) == 3
+
+
+def test_tags_are_grouped_by_prefix_in_folding_groups_that_never_reorder(tmp_path):
+    from bokeh.events import ButtonClick
+    with SummaryWriter(tmp_path / "a") as w:
+        for tag in ("train/loss", "test/loss", "loss", "train/acc"):
+            w.add_scalar(tag, 1.0, 0)
+    store, doc, views = session(tmp_path)
+    scalars = views["scalars"]
+
+    def layout():
+        return [(group.toggle.label, [card.name.removeprefix("card:") for card in group.grid.children])
+                for group in (next(g for g in scalars.groups.values() if g.layout is child)
+                              for child in scalars.grid.children)]
+
+    assert layout() == [("▾ top level  (1)", ["loss"]), ("▾ test  (1)", ["test/loss"]),
+                        ("▾ train  (2)", ["train/acc", "train/loss"])]
+    with SummaryWriter(tmp_path / "a") as w:
+        for tag in ("train/lr", "eval/acc", "aaa"):
+            w.add_scalar(tag, 1.0, 1)
+    store.poll()
+    refresh(doc)
+    assert layout() == [("▾ top level  (2)", ["loss", "aaa"]), ("▾ test  (1)", ["test/loss"]),
+                        ("▾ train  (3)", ["train/acc", "train/loss", "train/lr"]), ("▾ eval  (1)", ["eval/acc"])]
+    train = scalars.groups["train"]
+    train.toggle._trigger_event(ButtonClick(train.toggle))
+    assert not train.grid.visible and train.toggle.label == "▸ train  (3)"
+    scalars.tag_filter.value = "^train/"
+    assert [g.name for g in scalars.groups.values() if g.layout.visible] == ["train"]
+
+
+def test_constant_and_single_point_cards_get_a_sane_y_span_and_outliers_can_be_ignored(tmp_path):
+    values = 1 + 0.01 * np.sin(np.arange(200.0))
+    values[77] = 1e6                                            # one spike
+    with SummaryWriter(tmp_path / "a") as w:
+        for i, v in enumerate(values):
+            w.add_scalar("spiky", float(v), i)
+            w.add_scalar("constant", 0.97, i)
+        w.add_scalar("once", 0.5, 3)
+    _, _, views = session(tmp_path)
+    scalars = views["scalars"]
+    cards = scalars.cards
+    assert cards["constant"].y_range.default_span == pytest.approx(0.194)   # 0.97 ± 10%, not ±1
+    assert cards["once"].y_range.default_span == pytest.approx(0.1)
+    assert cards["spiky"].y_range.default_span == 2.0                    # BokehJS's own rule where the data spans
+    scalars.outliers.active = True
+    spiky = cards["spiky"].y_range
+    assert type(spiky).__name__ == "Range1d" and 0.95 < spiky.start < 0.99 and 1.01 < spiky.end < 1.05
+    assert cards["spiky"].marks.data["steps"] == [] and max(flat_row(cards["spiky"], "a")["ys"]) == 1e6  # still drawn
+    scalars.outliers.active = False
+    assert type(cards["spiky"].y_range).__name__ == "DataRange1d"
+    scalars.log_x.active = True
+    assert type(cards["spiky"].layout.children[0].x_scale).__name__ == "LogScale"
+    scalars.log_x.active = False
+    scalars.x_axis.active = 1
+    axis = cards["spiky"].layout.children[0].xaxis[0]
+    assert type(axis.formatter).__name__ == "CustomJSTickFormatter" and axis.axis_label.startswith("time since")
 
 
 def test_tag_filter_is_a_regex_and_a_bad_one_says_so(logdir):

@@ -158,10 +158,11 @@ def test_axis_and_log_toggles_rebuild_every_card(dashboard):
     page.locator(".bk-btn", has_text="Wall").first.click()
     every_card('fig.below[0].constructor.__name__ === "DatetimeAxis" && '
                f'{lines}.every((x) => x.length > 0 && x[0] > 1e12)')          # drawn at wall times (ms)
-    page.locator(".bk-Switch").first.click()
+    log_y = page.locator(".bk-Switch").nth(1)                  # the switches: log x, log y, ignore outliers
+    log_y.click()
     every_card('fig.y_scale.constructor.__name__ === "LogScale"')
     page.screenshot(path=str(SHOTS / "scalars-wall-log.png"), full_page=True)
-    page.locator(".bk-Switch").first.click()
+    log_y.click()
     every_card('fig.y_scale.constructor.__name__ === "LinearScale"')
     page.locator(".bk-btn", has_text="Step").first.click()
     every_card(f'fig.below[0].constructor.__name__ === "LinearAxis" && {lines}.every((x) => x[0] < 1e6)')

@@ -119,3 +119,11 @@ def test_unchecking_and_searching_runs_changes_every_tab(twenty_runs):
     page.wait_for_timeout(300)
     page.screenshot(path=str(SHOTS / "runs.png"))
     assert errors == []
+
+
+def test_relative_time_ticks_read_as_durations(twenty_runs):
+    from flowlab.dashboard.views.scalars import _DURATION_JS
+    page, _ = twenty_runs
+    hours = [0, 45 / 3600, 0.2125, 2.25, -0.5]
+    labels = page.evaluate("([code, ticks]) => ticks.map((t) => new Function('tick', code)(t))", [_DURATION_JS, hours])
+    assert labels == ["0s", "45s", "12m 45s", "2h 15m", "-30m"]

@@ -26,8 +26,9 @@ import math
 import numpy as np
 from bokeh.events import RangesUpdate
 from bokeh.layouts import column, row
-from bokeh.models import (Button, CDSView, ColumnDataSource, CustomJS, DataRange1d, Div, HoverTool, IndexFilter,
-                          RadioButtonGroup, Range1d, Slider, Switch, TextInput)
+from bokeh.models import (Button, CDSView, ColumnDataSource, CustomJS, CustomJSTickFormatter, DataRange1d,
+                          DatetimeTickFormatter, Div, HoverTool, IndexFilter, RadioButtonGroup, Range1d, Slider, Switch,
+                          TextInput)
 from bokeh.plotting import figure
 
 from flowlab.plots.data import downsample
@@ -40,7 +41,7 @@ from .base import View
 LIMIT = 2000                       # points per line on display
 X_AXES = ("step", "relative", "wall")
 _X_COLUMN = {"step": "steps", "relative": "rel", "wall": "walls"}
-_X_LABEL = {"step": "step", "relative": "hours since the run's first point", "wall": "wall time"}
+_X_LABEL = {"step": "step", "relative": "time since the run's first point", "wall": "wall time"}
 ALARM = "#d62728"
 
 
@@ -80,6 +81,21 @@ def smooth(values, weight):
         return values.copy()
     return ema(values, weight)[0]
 
+
+# Tick labels of the relative axis (hours since a run's first point) as durations: "45s", "12m 30s", "3h 20m".
+_DURATION_JS = """
+const s = Math.round(tick * 3600), sign = s < 0 ? "-" : "", a = Math.abs(s);
+const h = Math.floor(a / 3600), m = Math.floor((a % 3600) / 60), r = a % 60;
+if (h) return sign + h + "h" + (m ? " " + m + "m" : "");
+if (m) return sign + m + "m" + (r ? " " + r + "s" : "");
+return sign + r + "s";
+"""
+
+
+def wall_format():
+    """Wall-clock ticks short enough for a 400-px card: times within a day, the date once the span is days."""
+    return DatetimeTickFormatter(seconds="%H:%M:%S", minsec="%H:%M:%S", minutes="%H:%M", hourmin="%H:%M",
+                                 hours="%H:%M", days="%b %d", months="%b %Y", years="%Y")
 
 # Builds the file in the browser from the card's sources (what is on display: zoom in for every point).
 _DOWNLOAD_JS = """
@@ -228,6 +244,9 @@ class _Card:
         self.rows.js_on_change("data", expand)
         self.axis = "step"
         self._visible = (None, [])             # (shown runs, line count), rows shown
+        self.y_range = None
+        self.rows_shown = None                 # rows of the runs shown (None: all), for the y range
+        self.ignore_outliers = False
         self.renderers = []
         self.downloads = [CustomJS(args=dict(flat=self.flat, rows=self.rows, tag=tag, format=fmt), code=_DOWNLOAD_JS)
                           for fmt in ("csv", "json")]
@@ -258,6 +277,28 @@ class _Card:
             self.rows.data = rows
         self.flat.data = flat            # after rows: the page expands when flat arrives
         self._fill_marks()
+        self.scale_y()
+
+    def scale_y(self):
+        """The y range: around a constant series, a span of a fifth of its value (BokehJS would make one up); with
+        ``ignore_outliers`` (a ``Range1d`` then), the 5th to 95th percentile of the shown runs' points on display,
+        padded, as TensorBoard's option of that name."""
+        rows = self.rows_shown
+        values = [line.values[line.shown] for line in self.lines.values() if rows is None or line.row in rows]
+        values = np.concatenate(values) if values else np.zeros(0)
+        values = values[np.isfinite(values)]
+        if not values.size:
+            return
+        lo, hi = float(values.min()), float(values.max())
+        if isinstance(self.y_range, DataRange1d):     # (its start and end are read once, when the page makes it)
+            span = abs(lo) * 0.2 or 1.0 if lo == hi else 2.0     # (the span it gives a constant; 2 by default)
+            if self.y_range.default_span != span:
+                self.y_range.default_span = span
+        elif self.y_range is not None:
+            if lo != hi:
+                lo, hi = (float(v) for v in np.percentile(values, [5, 95]))
+            pad = (hi - lo) * 0.05 or abs(hi) * 0.1 or 1.0
+            self.y_range.update(start=lo - pad, end=hi + pad)
 
     def _fill_marks(self):
         """The one-point runs as dots (a line needs two points) and the red ticks of NaN/Inf points."""
@@ -283,12 +324,20 @@ class _Card:
         if marks != dict(self.marks.data):
             self.marks.data = marks
 
-    def build(self, axis, log_y, visible_rows, on_zoom):
-        """A new figure over the card's sources (for another x axis or y scale)."""
-        fig = figure(title=self.tag, width=400, height=270, x_axis_type="datetime" if axis == "wall" else "linear",
+    def build(self, axis, log_y, visible_rows, on_zoom, log_x=False):
+        """A new figure over the card's sources (for another x axis or scale)."""
+        x_type = "datetime" if axis == "wall" else "log" if log_x else "linear"
+        fig = figure(title=self.tag, width=400, height=270, x_axis_type=x_type,
                      y_axis_type="log" if log_y else "linear", x_axis_label=_X_LABEL[axis],
                      tools="pan,wheel_zoom,box_zoom,reset,save", output_backend="canvas")
         fig.title.text_font_size = "10pt"
+        fig.xaxis.ticker.desired_num_ticks = 5
+        if axis == "step" and not log_x:
+            fig.xaxis.ticker.min_interval = 1                       # no ticks between steps
+        elif axis == "relative":
+            fig.xaxis.formatter = CustomJSTickFormatter(code=_DURATION_JS)
+        elif axis == "wall":
+            fig.xaxis.formatter = wall_format()
         self.axis = axis
         view = CDSView(filter=IndexFilter(visible_rows))
         raw = fig.multi_line("xs", "ys", source=self.source, view=view, line_color="colour", line_alpha=0.25)
@@ -296,7 +345,10 @@ class _Card:
         x = _X_COLUMN[axis]
         dots = fig.scatter(x, "smooth", source=self.dots, color="colour", size=5)
         fig.x_range = DataRange1d(renderers=[raw, dots])
-        fig.y_range = DataRange1d(renderers=[raw, smoothed, dots])       # the NaN ticks do not stretch the axis
+        # the NaN ticks do not stretch the axis
+        fig.y_range = Range1d(0, 1) if self.ignore_outliers else DataRange1d(renderers=[raw, smoothed, dots])
+        self.y_range = fig.y_range
+        self.scale_y()
         fig.extra_y_ranges = {"marks": Range1d(0, 1)}
         ticks = fig.segment(x0=x, x1=x, y0=0, y1=1, y_range_name="marks", source=self.marks, line_color=ALARM,
                             line_width=1.5, line_alpha=0.8)
@@ -314,6 +366,9 @@ class _Card:
         for renderer in self.renderers:
             if renderer.view.filter.indices != visible_rows:
                 renderer.view.filter.indices = None if visible_rows is None else list(visible_rows)
+        if self.rows_shown != visible_rows:
+            self.rows_shown = visible_rows
+            self.scale_y()
 
     def visible_rows(self, shown):
         """Rows of the ``shown`` runs (None: every run), or None when that is every row, remembered until the runs or
@@ -325,6 +380,38 @@ class _Card:
             rows = [line.row for line in self.lines.values() if shown is None or line.run in shown]
             self._visible = key, (None if len(rows) == len(self.lines) else rows)
         return self._visible[1]
+
+
+def group_of(tag):
+    """A tag's group: what comes before its first ``/`` (``train/loss`` -> ``train``); top-level tags share ``""``."""
+    return tag.split("/", 1)[0] if "/" in tag else ""
+
+
+class _Group:
+    """The cards of one tag prefix under a header that folds them away. Cards keep the order they came in: a new tag
+    goes last, so the cards on screen never move (on a new page they come sorted)."""
+
+    def __init__(self, name):
+        self.name, self.tags = name, []
+        self.toggle = Button(label="", button_type="light", height=28, align="start", name=f"group:{name}",
+                             styles={"font-weight": "bold"})
+        self.grid = row(children=[Div()], sizing_mode="stretch_width", styles={"flex-wrap": "wrap"}, spacing=12)
+        self.layout = column(self.toggle, self.grid, sizing_mode="stretch_width")
+        self.toggle.on_click(self.fold)
+        self._label()
+
+    def add(self, card):
+        self.tags.append(card.tag)
+        self.grid.children = [c for c in self.grid.children if c.name] + [card.layout]   # (the placeholder Div goes)
+        self._label()
+
+    def fold(self):
+        self.grid.visible = not self.grid.visible
+        self._label()
+
+    def _label(self):
+        arrow = "▾" if self.grid.visible else "▸"
+        self.toggle.label = f"{arrow} {self.name or 'top level'}  ({len(self.tags)})"
 
 
 class ScalarsView(View):
@@ -339,15 +426,20 @@ class ScalarsView(View):
                                 name="smoothing")
         self.x_axis = RadioButtonGroup(labels=["Step", "Relative", "Wall"], active=0, name="x-axis")
         self.log_y = Switch(active=False, name="log-y")
+        self.log_x = Switch(active=False, name="log-x")
+        self.outliers = Switch(active=False, name="ignore-outliers")
         self.message = Div(text="", name="scalars-message")
-        # a wrapping row of cards; a blank Div until the first one (Bokeh warns about empty layouts)
-        self.grid = row(children=[Div()], sizing_mode="stretch_width", styles={"flex-wrap": "wrap"}, spacing=12)
+        # a group per tag prefix, in the order they came (a blank Div until the first: Bokeh warns about empty layouts)
+        self.groups: dict[str, _Group] = {}
+        self.grid = column(children=[Div()], sizing_mode="stretch_width", name="scalar-groups")
         self._tags_re = compile_filter("")
         self._filter_error = ""
         self.tag_filter.on_change("value", lambda attr, old, new: self._filter())
         self.smoothing.on_change("value_throttled", lambda attr, old, new: self._resmooth())
         self.x_axis.on_change("active", lambda attr, old, new: self._rebuild())
         self.log_y.on_change("active", lambda attr, old, new: self._rebuild())
+        self.log_x.on_change("active", lambda attr, old, new: self._rebuild())
+        self.outliers.on_change("active", lambda attr, old, new: self._rebuild())
 
     @property
     def axis(self):
@@ -355,19 +447,20 @@ class ScalarsView(View):
 
     def layout(self):
         controls = row(self.tag_filter, self.smoothing,
-                       column(Div(text="X axis"), self.x_axis), column(Div(text="Log y"), self.log_y))
+                       column(Div(text="X axis"), self.x_axis), column(Div(text="Log x"), self.log_x),
+                       column(Div(text="Log y"), self.log_y), column(Div(text="Ignore outliers"), self.outliers))
         return column(controls, self.message, self.grid, sizing_mode="stretch_width")
 
     def update(self):
         weight, axis = self.smoothing.value, self.axis
         grown: dict[_Card, list] = {}
-        new_cards = False
-        for series in self.store.series("scalar"):
+        new_cards = []
+        for series in self.store.series("scalar"):       # sorted by run, then tag
             card = self.cards.get(series.tag)
             if card is None:
                 card = self.cards[series.tag] = _Card(series.tag)
                 card.layout.visible = self._tags_re.search(series.tag) is not None
-                new_cards = True
+                new_cards.append(card)
             d = self.delta(series)
             if not (d.reset or len(d.steps)):
                 continue
@@ -382,14 +475,34 @@ class ScalarsView(View):
         live, shown = self.grid.document, self.runs.shown()
         for card, lines in grown.items():
             if not card.renderers:
-                card.build(axis, self.log_y.active, card.visible_rows(shown), self._zoomed)
+                self._build(card)
                 nudge_next_turn(live, card.flat)     # it reaches a live page with its data
             card.fill()
         for card in self.cards.values():             # the run list may have changed what is shown
             card.show_runs(card.visible_rows(shown))
-        if new_cards:
-            self.grid.children = [self.cards[t].layout for t in sorted(self.cards)]
+        self._place(sorted(new_cards, key=lambda card: (group_of(card.tag) != "", group_of(card.tag), card.tag)))
         self._show_empty()
+
+    def _place(self, cards):
+        """Put new cards last in their groups (new groups last): nothing already on screen moves."""
+        new_groups = []
+        for card in cards:
+            name = group_of(card.tag)
+            group = self.groups.get(name)
+            if group is None:
+                group = self.groups[name] = _Group(name)
+                new_groups.append(group)
+            group.add(card)
+        if new_groups:
+            self.grid.children = [g.layout for g in self.groups.values()]
+        self._show_groups()
+
+    def _show_groups(self):
+        """A group shows while the tag filter leaves it a card."""
+        for group in self.groups.values():
+            visible = any(self.cards[tag].layout.visible for tag in group.tags)
+            if group.layout.visible != visible:
+                group.layout.visible = visible
 
     def _show_empty(self):
         if not self._filter_error:
@@ -407,12 +520,17 @@ class ScalarsView(View):
         if any(changed):
             card.fill()
 
+    def _build(self, card):
+        card.ignore_outliers = self.outliers.active
+        card.build(self.axis, self.log_y.active, card.visible_rows(self.runs.shown()), self._zoomed,
+                   log_x=self.log_x.active)
+
     def _rebuild(self):
         for card in self.cards.values():
             card.window = None
             for line in card.lines.values():
                 line.choose(self.axis)
-            card.build(self.axis, self.log_y.active, card.visible_rows(self.runs.shown()), self._zoomed)
+            self._build(card)
             card.fill()          # rows name the new axis: the page redraws the lines
 
     def _resmooth(self):
@@ -431,4 +549,5 @@ class ScalarsView(View):
             if self._filter_error else ""
         for tag, card in self.cards.items():
             card.layout.visible = self._tags_re.search(tag) is not None
+        self._show_groups()
         self._show_empty()
