@@ -118,8 +118,25 @@ def test_each_tab_renders(dashboard):
         page.wait_for_function(f"() => Bokeh.documents[0].get_model_by_name('tabs').active === {index}")
         page.wait_for_function(IDLE_JS, polling=20)
         page.wait_for_timeout(300)
-        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+        # (no graph in this logdir: graph.png is the demo's graph, from test_dashboard_graph.py)
+        page.screenshot(path=str(SHOTS / f"{'graph-empty' if name == 'graph' else name}.png"), full_page=True)
         assert dashboard["errors"] == [], f"console errors after opening the {title} tab"
+    page.locator(".bk-tab").first.click()
+
+
+def test_graph_tab_without_a_graph_is_one_line(dashboard):
+    page, before = dashboard["page"], len(dashboard["warnings"])
+    page.locator(".bk-tab", has_text=re.compile(r"^Graph$")).first.click()
+    page.wait_for_function("() => Bokeh.documents[0].get_model_by_name('graph-note') !== null", polling=20)
+    page.wait_for_function(IDLE_JS, polling=20)
+    state = page.evaluate("""() => {
+        const doc = Bokeh.documents[0], fig = doc.get_model_by_name("graph-figure");
+        const view = Bokeh.index.get_one(fig);
+        return {note: doc.get_model_by_name("graph-note").text, figure: fig.visible,
+                drawn: view != null && view.el.isConnected && view.el.getBoundingClientRect().height > 0};
+    }""")
+    assert state == {"note": "No graph in this logdir yet.", "figure": False, "drawn": False}
+    assert dashboard["warnings"][before:] == [] and dashboard["errors"] == []
     page.locator(".bk-tab").first.click()
 
 

@@ -22,8 +22,7 @@ from flowlab.dashboard.store import Store
 from flowlab.dashboard.views import graph as graph_view
 from flowlab.dashboard.views import projector as projector_view
 from flowlab.dashboard.views.base import View
-from flowlab.dashboard.views.graph import (GraphView, Node, collapse, graph_data, layered_layout,
-                                           nodes_from_graph_def)
+from flowlab.dashboard.views.graph import GraphView, Node, graph_data, layered_layout, nodes_from_graph_def
 from flowlab.dashboard.views.hparams import HParamsView, axis, matches, parallel_coordinates
 from flowlab.dashboard.views.projector import ProjectorView, categories, pca
 from flowlab.summary import SummaryWriter, encode, proto, read_hparams
@@ -323,6 +322,13 @@ def test_tsne_is_offered_only_with_scikit_learn(projector_logdir, monkeypatch):
 
 # ------------------------------------------------------------------------------------------------ graph
 
+def layers_of(centres):
+    """Each box's layer (0 at the top) and its position in the layer, from ``layered_layout``'s centres."""
+    rows = sorted({y for _, y in centres})
+    place = [(rows.index(y), x) for x, y in centres]
+    return [(layer, sorted(x for k, x in place if k == layer).index(x)) for layer, x in place]
+
+
 def crossings(place, edges):
     """Pairs of edges between the same two adjacent layers that cross."""
     count = 0
@@ -334,47 +340,34 @@ def crossings(place, edges):
 
 
 def test_layered_layout_puts_sources_first_and_every_edge_downward():
-    nodes = ["a", "b", "c", "d", "e"]
-    edges = [("a", "c"), ("b", "c"), ("c", "d"), ("a", "e"), ("d", "e")]
-    place = layered_layout(nodes, edges)
-    assert place["a"][0] == place["b"][0] == 0
-    assert place["e"][0] == 3                                   # longest path a-c-d-e, not the short edge a-e
+    a, b, c, d, e = range(5)
+    edges = [(a, c), (b, c), (c, d), (a, e), (d, e)]
+    centres, routes = layered_layout([(40, 20)] * 5, edges)
+    place = layers_of(centres)
+    assert place[a][0] == place[b][0] == 0
+    assert place[e][0] == 3                                     # longest path a-c-d-e, not the short edge a-e
     assert all(place[u][0] < place[v][0] for u, v in edges)
-    # Positions within a layer are 0, 1, ...
-    layer0 = sorted(p for n, (layer, p) in place.items() if layer == 0)
-    assert layer0 == [0, 1]
+    assert sorted(p for layer, p in place if layer == 0) == [0, 1]
+    # Routes run from the producer's centre to the consumer's, through a point per layer crossed.
+    assert routes[3][0] == centres[a] and routes[3][-1] == centres[e] and len(routes[3]) == 4
 
 
 def test_layered_layout_orders_layers_to_remove_crossings():
-    nodes = ["a", "b", "c", "x", "y", "z"]
-    edges = [("a", "z"), ("b", "y"), ("c", "x")]                 # given order: every pair crosses
-    assert crossings({n: (0 if n in "abc" else 1, "abcxyz".index(n) % 3) for n in nodes}, edges) == 3
-    place = layered_layout(nodes, edges)
+    edges = [(0, 5), (1, 4), (2, 3)]                            # in the given order, every pair crosses
+    assert crossings([(k // 3, k % 3) for k in range(6)], edges) == 3
+    place = layers_of(layered_layout([(40, 20)] * 6, edges)[0])
     assert crossings(place, edges) == 0
     rng = np.random.default_rng(3)
-    nodes = [f"n{i}" for i in range(30)]
-    edges = list({(f"n{i}", f"n{j}") for i, j in rng.integers(0, 30, (60, 2)) if i < j})
-    place = layered_layout(nodes, edges)
-    assert all(place[u][0] < place[v][0] for u, v in edges)
-    assert {n for n in nodes if not any(v == n for _, v in edges)} == {n for n, (k, _) in place.items() if k == 0}
+    edges = list({(int(i), int(j)) for i, j in rng.integers(0, 30, (60, 2)) if i < j})
+    centres, _ = layered_layout([(40, 20)] * 30, edges)
+    assert all(centres[u][1] < centres[v][1] for u, v in edges)     # y grows downwards
 
 
-def test_layered_layout_survives_cycles_and_unknown_nodes():
-    place = layered_layout(["a", "b", "c"], [("a", "b"), ("b", "c"), ("c", "a"), ("a", "zz"), ("b", "b")])
-    assert place == {"a": (0, 0), "b": (1, 0), "c": (2, 0)}    # the closing edge c->a is ignored
-    assert layered_layout([], []) == {}
-
-
-def test_collapse_groups_large_graphs_by_scope():
-    nodes = [Node(f"s{i // 100}/m{i // 10 % 10}/n{i}", "Op", (f"s{(i - 1) // 100}/m{(i - 1) // 10 % 10}/n{i - 1}",)
-                  if i else (), "") for i in range(1000)]
-    small, note = collapse(nodes, 500, "/")
-    assert len(small) == 100 and "grouped by name scope" in note      # depth 2: s*/m* scopes
-    assert small[0].op == "(scope)" and small[0].outputs == "10 nodes" and small[1].inputs == (small[0].name,)
-    assert collapse(nodes[:10], 500, "/") == (nodes[:10], "")
-    flat = [Node(f"n{i}", "Op", (), "") for i in range(600)]
-    kept, note = collapse(flat, 500, "/")
-    assert len(kept) == 500 and note == "showing the first 500 of 600 nodes"
+def test_layered_layout_survives_cycles_self_loops_and_nothing():
+    centres, routes = layered_layout([(40, 20)] * 3, [(0, 1), (1, 2), (2, 0), (1, 1)])
+    assert centres[0][1] < centres[1][1] < centres[2][1]         # the closing edge 2->0 goes up
+    assert len(routes) == 3 and routes[2][0] == centres[2] and routes[2][-1] == centres[0]
+    assert layered_layout([], []) == ([], [])
 
 
 def mlp_job():
@@ -388,25 +381,36 @@ def mlp_job():
     return mlp_job
 
 
+def expand_every_scope(view):
+    """Tick every scope the view lists until it lists no new ones."""
+    while len(view.scopes.active) < len(view.scopes.labels):
+        view.scopes.active = list(range(len(view.scopes.labels)))
+
+
 def test_graph_view_of_a_flowlab_job(tmp_path):
     job = mlp_job()
     flow.summary.Graph(tmp_path / "mlp").write_structure_graph()
     view = GraphView(store_of(tmp_path))
     view.update()
     assert [label for _, label in view.select.options] == ["mlp: mlp_job"]      # from structure_graph.json
-    data = view.nodes_source.data
     graph = job.graph()
+    data = view.nodes_source.data
+    assert "hidden" in data["name"] and data["kind"][data["name"].index("hidden")] == "scope"      # "hidden-..."
+    assert not any(name.startswith("System") for name in data["name"])        # gradients: folded away
+    view.training.active = [0]
+    expand_every_scope(view)
+    data = view.nodes_source.data
     assert sorted(data["name"]) == sorted(n.name for n in graph.nodes)
     i = data["name"].index("hidden_matmul")
     assert data["op"][i] == "MatMul" and data["outputs"][i] == "hidden_matmul/out_0: (8, 16) float32"
     assert data["source"][i].startswith(__file__)
     y = dict(zip(data["name"], data["y"]))
-    assert y["hidden-weight"] == 0 and y["hidden_matmul"] < y[graph.placeholders[0].op_name]
+    assert y["hidden-weight"] > y["hidden_matmul"] and y["hidden_matmul"] < y[graph.placeholders[0].op_name]
     edges = view.edges_source.data
     n_edges = sum(len(set(t.node.name for t in n.inputs)) for n in graph.nodes)
-    assert len(edges["x0"]) == n_edges and all(b < a for a, b in zip(edges["y0"], edges["y1"]))
-    colors = dict(zip(data["op"], data["color"]))
-    assert len(set(colors.values())) == len(colors)                  # one colour per op type
+    assert len(edges["xs"]) == n_edges and all(ys[0] > ys[-1] for ys in edges["ys"])
+    colors = dict(zip(data["category"], data["color"]))
+    assert len(set(colors.values())) == len(colors)                  # one colour per op category
     # Hiding variables removes them and their edges.
     view.variables.active = []
     hidden = view.nodes_source.data
@@ -443,14 +447,17 @@ def test_graph_view_of_a_tensorboardx_graph_def(tmp_path):
     view = GraphView(store_of(tmp_path))
     view.update()
     assert [label for _, label in view.select.options] == ["tbx"]
+    assert view.nodes_source.data["name"] == ["input/x", "net", "output/y"]     # a scope of one op shows the op
+    assert view.note.text == "5 of 5 ops in 3 boxes (1 collapsed name scope), 2 edges (from GraphDef)"
+    expand_every_scope(view)
     data = view.nodes_source.data
     assert data["name"] == ["input/x", "net/linear/weight", "net/linear", "net/split", "output/y"]
-    assert data["short"][1] == "linear/weight"
+    assert data["label"] == ["x", "weight", "linear", "split", "y"]
     assert data["outputs"][2] == "(8, 3) float; (?,) float"
-    assert dict(zip(data["name"], data["y"])) == {"input/x": 0, "net/linear/weight": 0, "net/linear": -1,
-                                                  "net/split": -2, "output/y": -3}
-    assert len(view.edges_source.data["x0"]) == 5            # "^net/linear" and "net/split:1" name their producers
-    assert view.note.text == "5 nodes, 5 edges (from GraphDef)"
+    y = dict(zip(data["name"], data["y"]))
+    assert y["input/x"] == y["net/linear/weight"] > y["net/linear"] > y["net/split"] > y["output/y"]
+    assert len(view.edges_source.data["xs"]) == 5            # "^net/linear" and "net/split:1" name their producers
+    assert view.note.text == "5 of 5 ops in 5 boxes (0 collapsed name scopes), 5 edges (from GraphDef)"
     view.variables.active = []                               # torch's parameters are prim::GetAttr nodes
     assert "net/linear/weight" not in view.nodes_source.data["name"]
 
@@ -468,17 +475,19 @@ def test_graph_from_a_hand_built_graph_def_with_hostile_names(tmp_path):
     view.update()
     data = view.nodes_source.data
     assert data["name"] == [HOSTILE, "b"] and data["op"][0] == HOSTILE      # hover fields, escaped by Bokeh
-    assert view.labels.visible and view.labels.text == "short"        # canvas text
+    assert view.labels.visible and view.labels.glyph.text == "label"  # canvas text
     assert_text_only(view)
 
 
 def test_graph_data_hides_variables_and_caps_large_graphs():
     nodes = [Node("w", "Variable", (), ""), Node("x", "Input", (), ""), Node("m", "MatMul", ("x", "w"), "")]
-    node_data, edge_data, note = graph_data(nodes, show_variables=False)
-    assert node_data["name"] == ["x", "m"] and len(edge_data["x0"]) == 1 and note == ""
+    drawing = graph_data(nodes, show_variables=False)
+    assert drawing.nodes["name"] == ["x", "m"] and len(drawing.edges["xs"]) == 1 and drawing.note == ""
     big = [Node(f"scope{i % 3}/n{i}", "Op", (), "") for i in range(graph_view.MAX_NODES + 1)]
-    node_data, _, note = graph_data(big)
-    assert node_data["name"] == ["scope0", "scope1", "scope2"] and "grouped" in note
+    drawing = graph_data(big)
+    assert drawing.nodes["name"] == ["scope0", "scope1", "scope2"] and drawing.note == ""    # collapsed scopes
+    drawing = graph_data(big, expanded={"scope0", "scope1", "scope2"})
+    assert len(drawing.nodes["name"]) == graph_view.MAX_NODES and "showing the first" in drawing.note
 
 
 def test_views_are_views_with_titles():

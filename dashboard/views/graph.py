@@ -5,36 +5,77 @@ read again when its mtime changes), else the run's last ``GraphDef`` from its ev
 flowlab, tensorboardX or torch), whose inputs are producer names with an optional ``^`` (control input) prefix and
 ``:k`` (output k) suffix, and whose ``_output_shapes`` attr, when present, gives the output shapes.
 
-Layout (``layered_layout``, pure): longest-path layers from the sources (every edge goes at least one layer down),
-then a few barycenter sweeps down and up to order each layer so that fewer edges cross. A graph of more than
-``MAX_NODES`` nodes is collapsed by name scope (the deepest scope level that leaves at most ``MAX_NODES`` groups).
-Nodes are coloured by op type; edges are Bézier curves; hover shows name, op, outputs (shapes, dtypes) and, for
-flowlab jobs, the source line. Names reach the browser only as tooltip fields (escaped by Bokeh) and canvas text.
+What is drawn (``graph_data``, pure): one box per op, except that
+- name scopes (the prefixes of op names up to a ``/``; flowlab's structure graph also joins scopes with ``-``) are
+  collapsed into one box each, "scope (N ops)", until expanded (tap the box, or tick the scope in the list);
+- gradient and optimizer ops (flowlab's ``System/AutoGrad``, ``*Update`` ops, and optimizer state such as momentum,
+  read by nothing else) are left out unless asked for; when shown, they fold into scopes of their own, apart from
+  the forward ops of the same scope, so that folding does not close a cycle (``hidden`` → ... → ``hidden``);
+- variables can be left out too; past ``MAX_NODES`` boxes, only the first ``MAX_NODES`` are drawn.
+Labels are the shortest name suffixes that no other box shares (hover shows the full name), drawn in a monospace
+font so that each box can be sized to its label. grandalf's Sugiyama layout (the layered layout of Graphviz's dot)
+places the boxes top to bottom without overlaps; edges are its routed polylines, with arrowheads.
+
+Everything from a log reaches the browser as data-source text: tooltip fields (escaped by Bokeh), canvas text and
+CheckboxGroup labels (text nodes); the note is escaped.
 """
 from __future__ import annotations
 
 import html
 import json
+import logging
 import os
 import re
-from heapq import heapify, heappop, heappush
+from collections import Counter
+from itertools import chain
 from typing import NamedTuple
 
+from bokeh.core.properties import value
 from bokeh.layouts import column, row
-from bokeh.models import CheckboxGroup, ColumnDataSource, Div, HoverTool, LabelSet, Select
+from bokeh.models import (Arrow, BoxZoomTool, CheckboxGroup, ColumnDataSource, CustomJS, Div, HoverTool, Range1d,
+                          Select, TapTool, VeeHead)
+from bokeh.palettes import Category10
 from bokeh.plotting import figure
-from google.protobuf.message import DecodeError
+from grandalf.graphs import Edge, Vertex, graph_core
+from grandalf.layouts import SugiyamaLayout
 
 from flowlab.summary import proto
 
 from .base import View
-from .projector import categories
+
+log = logging.getLogger(__name__)
 
 STRUCTURE_FILE = "structure_graph.json"
-MAX_NODES = 500
-MAX_LABELED = 100               # node names are drawn beside the nodes up to this many nodes
+# Boxes laid out at most. The layout runs on the session's IOLoop: grandalf takes 0.1-0.25 s for 300 boxes, 1-2 s
+# for 1,000 (2 cores), and scopes are collapsed by default, so only a flat graph or many expanded scopes reach this.
+MAX_NODES = 300
 VARIABLE_OPS = frozenset({"Variable", "VariableV2", "VarHandleOp", "prim::GetAttr"})
+TRAINING_SCOPES = frozenset({"System", "gradients"})    # flowlab's autograd and loss seeds; TensorFlow's gradients
 _DATA_TYPES = proto.descriptor("tensorboard.AttrValue").fields_by_name["type"].enum_type
+
+# Geometry, in screen pixels at zoom 1. Monospace: a label's width is known here (0.6 em a character in DejaVu Sans
+# Mono and Liberation Mono; a little more is kept), so a box can hold its label.
+FONT_PX = 11
+CHAR_W = 0.62 * FONT_PX
+PAD_X, BOX_H = 7, 22
+X_SPACE, Y_SPACE = 18, 34       # between boxes of a layer, between layers
+MAX_LABEL = 40                  # characters; longer labels keep their start and end
+MARGIN = 16                     # around the graph in the plot frame
+MAX_FRAME = (860, 640)          # the plot frame at most (the legend and toolbar go beside it)
+MIN_FRAME = (320, 140)
+MIN_SCALE = 0.7                 # a large graph is shown shrunk to fit down to this zoom, then it must be panned
+
+# Op categories, the first matching rule wins (on the lower-cased op type), and their colours (Category10).
+CATEGORY_RULES = (
+    ("input", r"^(input|placeholder|io node)$"),
+    ("variable", r"variable|varhandle|getattr|parameter"),
+    ("loss", r"loss|entropy|mse|nll"),
+    ("matmul/conv", r"matmul|conv|linear|dense|gemm|bmm|einsum"),
+    ("activation", r"relu|sigmoid|tanh|softmax|gelu|silu|swish|softplus"),
+    ("shape", r"reshape|transpose|concat|split|squeeze|flatten|slice|gather|view|expand|identity|cast|pad|permute"),
+)
+CATEGORY_COLORS = dict(zip(("input", "variable", "matmul/conv", "activation", "loss", "shape", "gradient", "other",
+                            "optimizer", "scope"), Category10[10]))
 
 
 class Node(NamedTuple):
@@ -43,6 +84,27 @@ class Node(NamedTuple):
     inputs: tuple           # producer node names
     outputs: str            # shapes and dtypes, as text
     source: str = ""        # where a flowlab job created it
+
+
+class Box(NamedTuple):
+    """One box to draw: an op, or a collapsed scope (``name`` is then the scope's path)."""
+    kind: str               # "op" or "scope"
+    name: str
+    op: str
+    category: str
+    count: int              # ops inside
+    outputs: str
+    source: str
+    role: str               # "", "gradient" or "optimizer"
+
+
+class Drawing(NamedTuple):
+    nodes: dict             # node columns: x, y (centre), w, h, label, name, kind, count (ops), op, ...
+    edges: dict             # edge columns: xs, ys (polylines, first point at the producer), start, end (node rows)
+    heads: dict             # arrowhead columns: x0, y0 -> x1, y1 (the last segment of each edge)
+    bounds: tuple           # (left, right, bottom, top) of everything drawn
+    scopes: list            # the scopes the page lists: expanded ones and those shown collapsed
+    note: str
 
 
 # ------------------------------------------------------------------------------------------------------ parsing
@@ -83,139 +145,266 @@ def nodes_from_structure(job: dict) -> list[Node]:
     """The nodes of one job of flowlab's structure graph (``graph_export.structure_json``)."""
     out = []
     for layer in job.get("layers", []):
+        inbound = layer.get("inbound_nodes", [])
+        if not isinstance(layer["name"], str) or not all(isinstance(i, str) for i in inbound):
+            raise ValueError(f"a layer's name or inbound_nodes are not text: {layer['name']!r}"[:200])
         outputs = layer.get("config", {}).get("outputs", [])
         text = "; ".join(f"{o.get('name', '')}: {tuple(o.get('shape', []))} {o.get('dtype', '')}" for o in outputs)
-        out.append(Node(layer["name"], layer.get("class_name", ""),
-                        tuple(dict.fromkeys(layer.get("inbound_nodes", []))), text, layer.get("source") or ""))
+        out.append(Node(layer["name"], str(layer.get("class_name", "")), tuple(dict.fromkeys(inbound)), text,
+                        str(layer.get("source") or "")))
     return out
+
+
+# ------------------------------------------------------------------------------------------------------ grouping
+
+def scopes_of(name: str, seps: str) -> list[str]:
+    """The name scopes holding ``name``, outermost first: ``a/b/c`` -> ``["a", "a/b"]``."""
+    return [name[:i] for i, c in enumerate(name) if c in seps and i > 0]
+
+
+def category(op: str) -> str:
+    """The colour category of an op type (``CATEGORY_RULES``), "other" when no rule matches."""
+    op = op.lower().rsplit("::", 1)[-1]
+    return next((name for name, rule in CATEGORY_RULES if re.search(rule, op)), "other")
+
+
+def training_roles(nodes: list, seps: str) -> dict:
+    """``{name: "gradient" | "optimizer"}`` for the ops that only training needs: gradients (``System/...``,
+    ``gradients/...``, ``*Grad`` ops), optimizer updates (``*Update``, TensorFlow's ``Apply*``), and sources
+    (no inputs: momentum and other optimizer state) that only those ops read."""
+    role = {}
+    for n in nodes:
+        if re.search(r"Update$|^(Resource)?Apply", n.op):
+            role[n.name] = "optimizer"
+        elif re.split(f"[{re.escape(seps)}]", n.name, maxsplit=1)[0] in TRAINING_SCOPES or n.op.endswith("Grad"):
+            role[n.name] = "gradient"
+    readers: dict[str, set] = {}
+    for n in nodes:
+        for i in n.inputs:
+            readers.setdefault(i, set()).add(role.get(n.name, ""))
+    for n in nodes:
+        roles = readers.get(n.name, {""})
+        if not n.inputs and n.name not in role and "" not in roles:
+            role[n.name] = "optimizer" if "optimizer" in roles else "gradient"
+    return role
+
+
+def visible_graph(nodes: list, show_variables=True, show_training=False, expanded=(), seps="/",
+                  max_nodes=MAX_NODES):
+    """(boxes, edges as (producer row, consumer row) pairs, scopes to list, note): ``nodes`` grouped for drawing
+    (see the module docstring)."""
+    roles = training_roles(nodes, seps)
+    first: dict[str, Node] = {}
+    for n in nodes:
+        first.setdefault(n.name, n)                         # a repeated name (a damaged graph): its first node
+    kept = [n for n in first.values()
+            if (show_variables or n.op not in VARIABLE_OPS) and (show_training or n.name not in roles)]
+    # Each op's box: its outermost collapsed scope (split by role), else the op itself.
+    members, opened = {}, set()
+    for n in kept:
+        key = ("op", n.name, "")
+        for scope in scopes_of(n.name, seps):
+            if scope not in expanded:
+                key = ("scope", scope, roles.get(n.name, ""))
+                break
+            opened.add(scope)
+        members.setdefault(key, []).append(n)
+    # A scope of one op: the op says more.
+    members = {(("op", g[0].name, "") if k[0] == "scope" and len(g) == 1 else k): g for k, g in members.items()}
+    key_of = {n.name: key for key, group in members.items() for n in group}
+    listed = opened | {key[1] for key in members if key[0] == "scope"}
+    note = ""
+    keys = list(members)
+    if len(keys) > max_nodes:
+        note = f"showing the first {max_nodes} of {len(keys)} boxes: collapse scopes or hide variables to see more"
+        keys = keys[:max_nodes]
+    row_of = {key: i for i, key in enumerate(keys)}
+    boxes = []
+    for key in keys:
+        group = members[key]
+        if key[0] == "op":
+            n = group[0]
+            role = roles.get(n.name, "")
+            boxes.append(Box("op", n.name, n.op, role or category(n.op), 1, n.outputs, n.source, role))
+        else:
+            role = key[2]
+            ops = sorted({n.op for n in group})
+            boxes.append(Box("scope", key[1], "name scope (tap to expand)", role or "scope", len(group),
+                             f"{len(group)} ops: " + ", ".join(ops[:8]) + (", ..." if len(ops) > 8 else ""), "",
+                             role))
+    edges = {(row_of[key_of[i]], row_of[key_of[n.name]]) for n in kept for i in n.inputs
+             if i in key_of and key_of[i] in row_of and key_of[n.name] in row_of and key_of[i] != key_of[n.name]}
+    return boxes, sorted(edges), sorted(listed), note
+
+
+def labels(boxes: list, seps: str) -> list[str]:
+    """Each box's label: the shortest suffix of its name, cut at a scope boundary, that no other box's label is
+    (scopes add "(N ops)"), middle-shortened past ``MAX_LABEL`` characters unless that would repeat a label."""
+    starts = [[0] + [i + 1 for i, c in enumerate(b.name) if c in seps and i + 1 < len(b.name)] for b in boxes]
+    tails = ["" if b.kind == "op" else f" ({b.count}{' ' + b.role if b.role else ''} ops)" for b in boxes]
+    level = [len(s) - 1 for s in starts]                    # index into starts: the shortest suffix first
+
+    def text(i):
+        return boxes[i].name[starts[i][level[i]]:] + tails[i]
+
+    while True:
+        seen: dict[str, list] = {}
+        for i in range(len(boxes)):
+            seen.setdefault(text(i), []).append(i)
+        longer = [i for same in seen.values() if len(same) > 1 for i in same if level[i] > 0]
+        if not longer:
+            break
+        for i in longer:
+            level[i] -= 1
+    full = [text(i) for i in range(len(boxes))]
+    short = [t if len(t) <= MAX_LABEL else t[:12] + "…" + t[-(MAX_LABEL - 13):] for t in full]
+    counts = Counter(short)
+    return [f if counts[s] > 1 else s for f, s in zip(full, short)]
 
 
 # ------------------------------------------------------------------------------------------------------ layout
 
-def layered_layout(nodes: list, edges: list, sweeps: int = 3) -> dict:
-    """``{node: (layer, position)}`` for a DAG given as node names and ``(producer, consumer)`` edges.
+class _Size:
+    """A box as grandalf sees it: it reads ``w`` and ``h`` and writes the centre to ``xy``."""
 
-    Layers: longest path from the sources (sources on layer 0, each edge at least one layer down). Edges to unknown
-    nodes and self-loops are ignored; on a cycle, the edge that closes it (against the nodes' given order) is.
-    Positions: 0, 1, ... within a layer, ordered by barycenter sweeps (mean centred position of a node's neighbours
-    in the layers above, then below), which removes most crossings; ties keep the previous order.
-    """
-    index = {n: i for i, n in enumerate(nodes)}
-    edges = [(a, b) for a, b in dict.fromkeys(edges) if a in index and b in index and a != b]
-    succ = {n: [] for n in nodes}
-    pred = {n: [] for n in nodes}
+    def __init__(self, w, h):
+        self.w, self.h, self.xy = w, h, (0.0, 0.0)
+
+
+class _Route:
+    """An edge as grandalf sees it: it writes the points the edge goes through."""
+
+    def setpath(self, pts):
+        self.pts = pts
+
+
+class _Sugiyama(SugiyamaLayout):
+    def _detect_alignment_conflicts(self):
+        super()._detect_alignment_conflicts()
+        self.conflicts = set(self.conflicts)    # grandalf looks pairs up in this list: seconds at a thousand nodes
+
+    def setxy(self):
+        """grandalf's coordinates, then boxes pushed apart along each layer: the average of Brandes and Köpf's four
+        alignments keeps the order but not always the spacing of boxes of different widths."""
+        super().setxy()
+        for layer in self.layers:
+            previous = None
+            for v in sorted(layer, key=lambda v: self.grx[v].pos):
+                if previous is not None:
+                    least = previous.view.xy[0] + (previous.view.w + v.view.w) / 2 + self.xspace
+                    if v.view.xy[0] < least:
+                        v.view.xy = (least, v.view.xy[1])
+                previous = v
+
+
+def _components(n: int, edges: list) -> list[list[int]]:
+    """Connected components of ``range(n)``, in order of their first member (grandalf lays out one at a time)."""
+    parent = list(range(n))
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
     for a, b in edges:
-        succ[a].append(b)
-        pred[b].append(a)
-    # A topological order (Kahn, earliest given node first); a cycle is broken at its earliest remaining node.
-    waiting = {n: len(pred[n]) for n in nodes}
-    ready = [index[n] for n in nodes if waiting[n] == 0]
-    heapify(ready)
-    rank, done = {}, set()
-    while len(rank) < len(nodes):
-        if not ready:
-            heappush(ready, min(index[n] for n in nodes if n not in done))
-        n = nodes[heappop(ready)]
-        if n in done:
-            continue
-        done.add(n)
-        rank[n] = len(rank)
-        for m in succ[n]:
-            waiting[m] -= 1
-            if waiting[m] == 0 and m not in done:
-                heappush(ready, index[m])
-    forward_pred = {n: [a for a in pred[n] if rank[a] < rank[n]] for n in nodes}
-    forward_succ = {n: [b for b in succ[n] if rank[b] > rank[n]] for n in nodes}
-    layer = {}
-    for n in sorted(nodes, key=rank.get):
-        layer[n] = max((layer[a] + 1 for a in forward_pred[n]), default=0)
-
-    layers = [[] for _ in range(max(layer.values(), default=-1) + 1)]
-    for n in nodes:
-        layers[layer[n]].append(n)
-
-    def centred():
-        return {n: i - (len(members) - 1) / 2 for members in layers for i, n in enumerate(members)}
-
-    def sweep(order, neighbours):
-        for k in order:
-            x = centred()
-            bary = {n: sum(x[m] for m in neighbours[n]) / len(neighbours[n]) if neighbours[n] else x[n]
-                    for n in layers[k]}
-            layers[k] = sorted(layers[k], key=lambda n: (bary[n], x[n]))
-
-    for _ in range(sweeps):
-        sweep(range(1, len(layers)), forward_pred)
-        sweep(range(len(layers) - 2, -1, -1), forward_succ)
-    sweep(range(1, len(layers)), forward_pred)
-    return {n: (k, i) for k, members in enumerate(layers) for i, n in enumerate(members)}
+        parent[root(a)] = root(b)
+    out: dict[int, list] = {}
+    for i in range(n):
+        out.setdefault(root(i), []).append(i)
+    return list(out.values())
 
 
-def collapse(nodes: list, max_nodes: int, sep: str) -> tuple[list, str]:
-    """At most ``max_nodes`` nodes: grouped by the deepest name-scope level that leaves few enough groups (a group
-    of one keeps its node), else the first ``max_nodes``. Returns (nodes, a note saying what was done or "")."""
-    if len(nodes) <= max_nodes:
-        return nodes, ""
-    depth = max(len(n.name.split(sep)) for n in nodes)
-    for d in range(depth - 1, 0, -1):
-        groups: dict[str, list] = {}
-        for n in nodes:
-            groups.setdefault(sep.join(n.name.split(sep)[:d]), []).append(n)
-        if len(groups) <= max_nodes:
-            break
-    else:
-        kept = {n.name for n in nodes[:max_nodes]}
-        return ([n._replace(inputs=tuple(i for i in n.inputs if i in kept)) for n in nodes[:max_nodes]],
-                f"showing the first {max_nodes} of {len(nodes)} nodes")
-    group_of = {}
-    for key, members in groups.items():
-        for n in members:
-            group_of[n.name] = members[0].name if len(members) == 1 else key
-    out = []
-    for key, members in groups.items():
-        name = group_of[members[0].name]
-        inputs = tuple(dict.fromkeys(group_of[i] for n in members for i in n.inputs
-                                     if i in group_of and group_of[i] != name))
-        if len(members) == 1:
-            out.append(members[0]._replace(inputs=inputs))
-        else:
-            out.append(Node(name, "(scope)", inputs, f"{len(members)} nodes"))
-    return out, f"{len(nodes)} nodes grouped by name scope into {len(out)}"
+def layered_layout(sizes: list, edges: list) -> tuple[list, list]:
+    """(centres, routes) for boxes of ``sizes`` (w, h) and ``(producer, consumer)`` edges between their indices:
+    grandalf's Sugiyama layout of each connected component (y grows downwards, layer by layer; a cycle's closing
+    edge goes up), components packed left to right in rows. ``routes[k]`` are the points edge k passes through,
+    from the producer's centre to the consumer's."""
+    edges = [(a, b) for a, b in dict.fromkeys(edges) if a != b]
+    vertices = [Vertex(i) for i in range(len(sizes))]
+    for v, (w, h) in zip(vertices, sizes):
+        v.view = _Size(w, h)
+    links = [Edge(vertices[a], vertices[b]) for a, b in edges]
+    for e in links:
+        e.view = _Route()
+    centres, routes = [None] * len(sizes), [None] * len(edges)
+    wrap = max(1000, max((w for w, _ in sizes), default=0))
+    x, y, row_h = 0.0, 0.0, 0.0
+    components = _components(len(sizes), edges)
+    component_of = {i: c for c, members in enumerate(components) for i in members}
+    edges_of = [[] for _ in components]
+    for k, (a, _) in enumerate(edges):
+        edges_of[component_of[a]].append(k)
+    for members, mine in zip(components, edges_of):
+        if len(members) > 1:
+            sug = _Sugiyama(graph_core([vertices[i] for i in members], [links[k] for k in mine]))
+            sug.xspace, sug.yspace = X_SPACE, Y_SPACE
+            sug.dw, sug.dh = 4, BOX_H                       # routing points of long edges take little room
+            sug.init_all(optimize=True)                     # optimize: sources sit just above their first reader
+            sug.draw()
+        points = [vertices[i].view.xy for i in members] + [p for k in mine for p in links[k].view.pts]
+        left = min(min(vertices[i].view.xy[0] - sizes[i][0] / 2 for i in members), min(p[0] for p in points))
+        right = max(max(vertices[i].view.xy[0] + sizes[i][0] / 2 for i in members), max(p[0] for p in points))
+        top = min(vertices[i].view.xy[1] - sizes[i][1] / 2 for i in members)
+        bottom = max(vertices[i].view.xy[1] + sizes[i][1] / 2 for i in members)
+        if x > 0 and x + right - left > wrap:               # next row
+            x, y, row_h = 0.0, y + row_h + Y_SPACE, 0.0
+        dx, dy = x - left, y - top
+        for i in members:
+            cx, cy = vertices[i].view.xy
+            centres[i] = (cx + dx, cy + dy)
+        for k in mine:
+            routes[k] = [(px + dx, py + dy) for px, py in links[k].view.pts]
+        x += right - left + 2 * X_SPACE
+        row_h = max(row_h, bottom - top)
+    return centres, routes
 
 
-def graph_data(nodes: list, show_variables: bool = True, sep: str = "/", max_nodes: int = MAX_NODES):
-    """(node columns, edge columns, note) to draw: variables dropped unless shown, large graphs collapsed, layers
-    going down the page (y = -layer), each layer centred on x = 0."""
-    if not show_variables:
-        hidden = {n.name for n in nodes if n.op in VARIABLE_OPS}
-        nodes = [n._replace(inputs=tuple(i for i in n.inputs if i not in hidden)) for n in nodes
-                 if n.name not in hidden]
-    nodes, note = collapse(nodes, max_nodes, sep)
-    known = {n.name for n in nodes}
-    edges = [(i, n.name) for n in nodes for i in n.inputs if i in known]
-    place = layered_layout([n.name for n in nodes], edges)
-    width = {}
-    for layer, _ in place.values():
-        width[layer] = width.get(layer, 0) + 1
-    xy = {name: (pos - (width[layer] - 1) / 2, float(-layer)) for name, (layer, pos) in place.items()}
-    op_category, colors = categories([n.op for n in nodes])
-    node_data = {"x": [xy[n.name][0] for n in nodes], "y": [xy[n.name][1] for n in nodes],
-                 "name": [n.name for n in nodes],
-                 "short": [sep.join(n.name.split(sep)[-2:]) for n in nodes],       # "hidden-weight", not "weight"
-                 "op": [n.op for n in nodes], "op_group": op_category, "color": colors,
-                 "outputs": [n.outputs for n in nodes], "source": [n.source for n in nodes]}
-    edge_data = {k: [] for k in ("x0", "y0", "x1", "y1", "cx0", "cy0", "cx1", "cy1")}
-    for a, b in edges:
-        (x0, y0), (x1, y1) = xy[a], xy[b]
-        if place[a][0] >= place[b][0]:              # the edge that closed a cycle: it cannot go down, leave it out
-            continue
-        middle = (y0 + y1) / 2
-        for key, v in zip(edge_data, (x0, y0, x1, y1, x0, middle, x1, middle)):
-            edge_data[key].append(v)
-    return node_data, edge_data, note
+def graph_data(nodes: list, show_variables=True, show_training=False, expanded=(), seps="/",
+               max_nodes=MAX_NODES) -> Drawing:
+    """What to draw for ``nodes``, in Bokeh's coordinates (y up, the graph going down from y = 0; one unit is a
+    screen pixel at zoom 1)."""
+    boxes, pairs, scopes, note = visible_graph(nodes, show_variables, show_training, expanded, seps, max_nodes)
+    texts = labels(boxes, seps)
+    sizes = [(round(len(t) * CHAR_W) + 2 * PAD_X, BOX_H) for t in texts]
+    centres, routes = layered_layout(sizes, pairs)
+    xy = [(x, -y) for x, y in centres]
+    node_data = {"x": [p[0] for p in xy], "y": [p[1] for p in xy], "w": [s[0] for s in sizes],
+                 "h": [s[1] for s in sizes], "label": texts, "name": [b.name for b in boxes],
+                 "kind": [b.kind for b in boxes], "count": [b.count for b in boxes], "op": [b.op for b in boxes],
+                 "category": [b.category for b in boxes], "color": [CATEGORY_COLORS[b.category] for b in boxes],
+                 "outputs": [b.outputs for b in boxes], "source": [b.source for b in boxes]}
+    edge_data = {"xs": [], "ys": [], "start": [], "end": []}
+    heads = {"x0": [], "y0": [], "x1": [], "y1": []}
+    for (a, b), route in zip(pairs, routes):
+        pts = [(px, -py) for px, py in route]
+        # Leave the producer by its bottom (top, going up) and enter the consumer by its top (bottom).
+        down_out = 1 if pts[1][1] <= pts[0][1] else -1
+        down_in = 1 if pts[-1][1] <= pts[-2][1] else -1
+        pts[0] = (xy[a][0], xy[a][1] - down_out * sizes[a][1] / 2)
+        pts[-1] = (xy[b][0], xy[b][1] + down_in * sizes[b][1] / 2)
+        edge_data["xs"].append([p[0] for p in pts])
+        edge_data["ys"].append([p[1] for p in pts])
+        edge_data["start"].append(a)
+        edge_data["end"].append(b)
+        for key, v in zip(heads, (*pts[-2], *pts[-1])):
+            heads[key].append(v)
+    xs = [x + d * w / 2 for (x, _), (w, _) in zip(xy, sizes) for d in (-1, 1)] + list(chain(*edge_data["xs"]))
+    ys = [y + d * h / 2 for (_, y), (_, h) in zip(xy, sizes) for d in (-1, 1)] + list(chain(*edge_data["ys"]))
+    bounds = (min(xs), max(xs), min(ys), max(ys)) if xs else (0.0, 1.0, -1.0, 0.0)
+    return Drawing(node_data, edge_data, heads, bounds, scopes, note)
 
 
 # ------------------------------------------------------------------------------------------------------ the view
+
+# Labels keep to their boxes at any zoom: the font follows the zoom (box sizes are in data units, text in pixels).
+ZOOM_JS = """
+const scale = Math.min(fig.frame_width / (fig.x_range.end - fig.x_range.start),
+                       fig.frame_height / (fig.y_range.end - fig.y_range.start));
+if (!(scale > 0 && Number.isFinite(scale))) return;
+labels.glyph.text_font_size = {value: `${(font * scale).toFixed(2)}px`};
+labels.visible = font * scale >= 4;
+"""
+
 
 class GraphView(View):
     title = "Graph"
@@ -226,33 +415,56 @@ class GraphView(View):
         self._structure: dict[str, tuple] = {}      # run -> (mtime, [job dicts]) of structure_graph.json
         self._versions: dict[str, int] = {}         # run -> bumped when either source changes
         self._choices: dict[str, tuple] = {}        # Select value -> (run, job index or None for the GraphDef)
+        self.expanded: set[str] = set()             # name scopes shown op by op
+        self._seps = "/"                            # the shown graph's scope separators
         self.shown = None
 
         self.select = Select(title="Graph", options=[], width=360)
         self.variables = CheckboxGroup(labels=["show variables"], active=[0])
-        self.select.on_change("value", lambda attr, old, new: self._draw())
+        self.training = CheckboxGroup(labels=["show gradients and optimizer"], active=[], name="graph-training")
+        self.scopes = CheckboxGroup(labels=[], active=[], inline=True, name="graph-scopes")
+        self.select.on_change("value", lambda attr, old, new: self._select_changed())
         self.variables.on_change("active", lambda attr, old, new: self._draw())
+        self.training.on_change("active", lambda attr, old, new: self._draw())
+        self.scopes.on_change("active", lambda attr, old, new: self._scopes_changed())
 
-        self.nodes_source = ColumnDataSource({k: [] for k in ("x", "y", "name", "short", "op", "op_group", "color",
-                                                               "outputs", "source")})
-        self.edges_source = ColumnDataSource({k: [] for k in ("x0", "y0", "x1", "y1", "cx0", "cy0", "cx1", "cy1")})
-        self.figure = figure(width=1000, height=640, tools="pan,wheel_zoom,box_zoom,reset", output_backend="canvas")
-        self.figure.bezier(x0="x0", y0="y0", x1="x1", y1="y1", cx0="cx0", cy0="cy0", cx1="cx1", cy1="cy1",
-                           source=self.edges_source, line_color="#999999", line_alpha=0.6)
-        circles = self.figure.scatter(x="x", y="y", source=self.nodes_source, size=12, color="color",
-                                      line_color="#333333", legend_field="op_group")
-        self.figure.add_tools(HoverTool(renderers=[circles], tooltips=[
-            ("name", "@name"), ("op", "@op"), ("outputs", "@outputs"), ("source", "@source")]))
-        self.labels = LabelSet(x="x", y="y", text="short", source=self.nodes_source, x_offset=8, y_offset=-4,
-                               text_font_size="7pt")
-        self.figure.add_layout(self.labels)
+        self.nodes_source = ColumnDataSource({k: [] for k in ("x", "y", "w", "h", "label", "name", "kind", "count",
+                                                               "op", "category", "color", "outputs", "source")})
+        self.edges_source = ColumnDataSource({k: [] for k in ("xs", "ys", "start", "end")})
+        self.heads_source = ColumnDataSource({k: [] for k in ("x0", "y0", "x1", "y1")})
+        self.figure = figure(frame_width=MIN_FRAME[0], frame_height=MIN_FRAME[1], x_range=Range1d(0, 1),
+                             y_range=Range1d(-1, 0), tools="pan,wheel_zoom,reset", output_backend="canvas",
+                             name="graph-figure", visible=False)
+        self.figure.multi_line(xs="xs", ys="ys", source=self.edges_source, line_color="#888888", line_width=1.2)
+        self.figure.add_layout(Arrow(source=self.heads_source, x_start="x0", y_start="y0", x_end="x1", y_end="y1",
+                                     line_alpha=0, end=VeeHead(size=8, fill_color="#888888", line_color="#888888")))
+        boxes = self.figure.rect(x="x", y="y", width="w", height="h", source=self.nodes_source, fill_color="color",
+                                 fill_alpha=0.22, line_color="color", line_width=1.5, legend_field="category",
+                                 nonselection_fill_alpha=0.22, nonselection_line_alpha=1.0, name="graph-boxes")
+        self.labels = self.figure.text(x="x", y="y", text="label", source=self.nodes_source, text_align="center",
+                                       text_baseline="middle", text_font=value("monospace"), text_color="#222222",
+                                       text_font_size=f"{FONT_PX}px", nonselection_text_alpha=1.0, name="graph-labels")
+        self.figure.add_tools(BoxZoomTool(match_aspect=True), TapTool(renderers=[boxes]),
+                              HoverTool(renderers=[boxes], tooltips=[("name", "@name"), ("op", "@op"),
+                                                                     ("outputs", "@outputs"), ("source", "@source")]))
+        self.nodes_source.selected.on_change("indices", lambda attr, old, new: self._tapped(new))
+        zoom = CustomJS(args=dict(fig=self.figure, labels=self.labels, font=FONT_PX), code=ZOOM_JS)
+        for r in (self.figure.x_range, self.figure.y_range):
+            r.js_on_change("start", zoom)
+            r.js_on_change("end", zoom)
         legend = self.figure.legend[0]
         legend.label_text_font_size = "8pt"
+        legend.glyph_height = legend.glyph_width = 14
+        legend.spacing, legend.padding, legend.margin = 0, 4, 4
         self.figure.add_layout(legend, "right")
         self.figure.axis.visible = False
         self.figure.grid.visible = False
-        self.note = Div(text="No graph in this logdir yet.")
-        self._layout = column(row(self.select, self.variables), self.note, self.figure)
+        self.figure.outline_line_color = None
+        self.note = Div(text="No graph in this logdir yet.", name="graph-note")
+        self.scopes_row = row(Div(text="Expanded name scopes (tap a scope's box to expand it):"), self.scopes,
+                              visible=False)
+        self.controls = row(self.select, column(self.variables, self.training), visible=False)
+        self._layout = column(self.controls, self.note, self.scopes_row, self.figure)
 
     def layout(self):
         return self._layout
@@ -274,24 +486,25 @@ class GraphView(View):
             if mtime != self._structure.get(run, (None,))[0]:
                 self._structure[run] = (mtime, self._read_structure(path) if mtime is not None else [])
                 changed.add(run)
-        if changed:
-            for run in changed:
-                self._versions[run] = self._versions.get(run, 0) + 1
-            self._sync_select()
-            self._draw()
+        for run in changed:
+            self._versions[run] = self._versions.get(run, 0) + 1
+        self._sync_select()         # also when only the run list's choice changed
+        self._draw()
 
     @staticmethod
     def _read_structure(path):
+        """The jobs of a structure_graph.json (only the dicts among them), [] when it is not one."""
         try:
             with open(path, encoding="utf-8") as f:
-                return json.load(f).get("jobs", [])
+                jobs = json.load(f).get("jobs", [])
         except (OSError, ValueError, AttributeError):   # written atomically, so only a foreign file fails here
             return []
+        return [job for job in jobs if isinstance(job, dict)] if isinstance(jobs, list) else []
 
     def _sync_select(self):
         self._choices = {}
         options = []
-        for run in sorted(self._graph_defs):
+        for run in sorted(run for run in self._graph_defs if self.runs.shows(run)):
             jobs = self._structure.get(run, (None, []))[1]
             for i, job in (enumerate(jobs) if jobs else [(None, None)]):
                 value = json.dumps([run, i])                # values are our own encoding, labels are text
@@ -303,33 +516,88 @@ class GraphView(View):
         if options and self.select.value not in self._choices:
             self.select.value = options[0][0]
 
+    # ---------------------------------------------------------------------------------------------- page events
+    def _select_changed(self):
+        self.expanded.clear()                               # another graph: its scopes start collapsed
+        self._draw()
+
+    def _tapped(self, indices):
+        if not indices:
+            return
+        data = self.nodes_source.data
+        i = indices[0]
+        self.nodes_source.selected.indices = []
+        if i < len(data["kind"]) and data["kind"][i] == "scope":
+            self.expanded.add(data["name"][i])
+            self._draw()
+
+    def _scopes_changed(self):
+        ticked = {self.scopes.labels[i] for i in self.scopes.active}
+        unticked = set(self.scopes.labels) - ticked
+        # collapsing a scope collapses the scopes inside it too
+        expanded = {s for s in (self.expanded | ticked) - unticked
+                    if not unticked.intersection(scopes_of(s, self._seps))}
+        if expanded != self.expanded:
+            self.expanded = expanded
+            self._draw()
+
     # ---------------------------------------------------------------------------------------------- drawing
     def _draw(self):
         choice = self._choices.get(self.select.value)
-        show_variables = 0 in self.variables.active
         if choice is None:
-            self.nodes_source.data = {k: [] for k in self.nodes_source.data}
-            self.edges_source.data = {k: [] for k in self.edges_source.data}
-            self.note.text = "No graph in this logdir yet."
             self.shown = None
+            self._show(None, "None of the checked runs has a graph: check more runs in the run list."
+                       if self._graph_defs else "No graph in this logdir yet.")
             return
         run, job = choice
-        shown = (choice, self._versions.get(run), show_variables)
+        show_variables, show_training = 0 in self.variables.active, 0 in self.training.active
+        shown = (choice, self._versions.get(run), show_variables, show_training, frozenset(self.expanded))
         if shown == self.shown:
             return
         self.shown = shown
         try:
             if job is None:
-                nodes, sep = nodes_from_graph_def(self._graph_defs[run]), "/"
+                nodes, seps, source = nodes_from_graph_def(self._graph_defs[run]), "/", "GraphDef"
             else:
-                nodes, sep = nodes_from_structure(self._structure[run][1][job]), "-"   # flowlab's scope joiner
-        except (DecodeError, KeyError, TypeError, AttributeError) as e:
-            self.note.text = html.escape(f"Could not read the graph of {run}: {type(e).__name__}: {e}")
+                nodes, seps = nodes_from_structure(self._structure[run][1][job]), "-/"    # flowlab's joiners
+                source = STRUCTURE_FILE
+            self._seps = seps
+            drawing = graph_data(nodes, show_variables, show_training, self.expanded, seps)
+        except Exception as e:          # a damaged or foreign graph must not take the tab down
+            log.warning("graph of %s: %s: %s", run, type(e).__name__, e, exc_info=True)
+            self._show(None, " ".join(f"Could not read the graph of {run}: {type(e).__name__}: {e}".split())[:300])
             return
-        node_data, edge_data, note = graph_data(nodes, show_variables, sep)
-        self.nodes_source.data = node_data
-        self.edges_source.data = edge_data
-        self.labels.visible = len(node_data["name"]) <= MAX_LABELED
-        source = "structure_graph.json" if job is not None else "GraphDef"
-        self.note.text = html.escape(f"{len(node_data['name'])} nodes, {len(edge_data['x0'])} edges (from {source})"
-                                     + (f"; {note}" if note else ""))
+        n_boxes, n_scopes = len(drawing.nodes["kind"]), drawing.nodes["kind"].count("scope")
+        summary = (f"{sum(drawing.nodes['count'])} of {len(nodes)} ops in {n_boxes} boxes ({n_scopes} collapsed "
+                   f"name scope{'s' * (n_scopes != 1)}), {len(drawing.edges['xs'])} edges (from {source})")
+        self._show(drawing, summary + (f"; {drawing.note}" if drawing.note else ""))
+
+    def _show(self, drawing, note):
+        """Fill the page with ``drawing``, or show only the one-line ``note`` when there is none."""
+        self.note.text = html.escape(note)
+        self.controls.visible = bool(self.select.options)
+        self.figure.visible = drawing is not None
+        if drawing is None:
+            self.scopes_row.visible = False
+            for source in (self.nodes_source, self.edges_source, self.heads_source):
+                source.data = {k: [] for k in source.data}
+            return
+        self.scopes.labels = drawing.scopes
+        self.scopes.active = [i for i, s in enumerate(drawing.scopes) if s in self.expanded]
+        self.scopes_row.visible = bool(drawing.scopes)
+        self.nodes_source.data = drawing.nodes
+        self.edges_source.data = drawing.edges
+        self.heads_source.data = drawing.heads
+        # The frame fits the graph at zoom 1 when it can, else shrinks it down to MIN_SCALE and shows its top.
+        left, right, bottom, top = drawing.bounds
+        width, height = right - left + 2 * MARGIN, top - bottom + 2 * MARGIN
+        scale = max(MIN_SCALE, min(1.0, MAX_FRAME[0] / width, MAX_FRAME[1] / height))
+        frame_w = round(min(max(width * scale, MIN_FRAME[0]), MAX_FRAME[0]))
+        frame_h = round(min(max(height * scale, MIN_FRAME[1]), MAX_FRAME[1]))
+        self.figure.frame_width, self.figure.frame_height = frame_w, frame_h
+        centre, span_x, span_y = (left + right) / 2, frame_w / scale, frame_h / scale
+        for r, start, end in ((self.figure.x_range, centre - span_x / 2, centre + span_x / 2),
+                              (self.figure.y_range, top + MARGIN - span_y, top + MARGIN)):
+            r.update(start=start, end=end, reset_start=start, reset_end=end)
+        self.labels.glyph.text_font_size = f"{FONT_PX * scale:.2f}px"
+        self.labels.visible = True
