@@ -1,5 +1,6 @@
 """One browser session's Bokeh document: the status line on top, the run list (``runs``) on the left, then a tab per
-registered view. Every view shows only the runs the list shows, and is updated again when that choice changes.
+registered view. Every view shows only the runs the list shows, and is updated again when that choice changes. The
+open tab, the run search and the views' settings live in the page's URL (``url_state``).
 
 ``build_document(doc, store)`` is what the server's ``FunctionHandler`` calls for each new session (tests call it on
 a bare ``Document``). A periodic callback on the session's IOLoop refreshes the status line and, when the store's
@@ -18,6 +19,7 @@ from bokeh.models import CustomJS, Div, TabPanel, Tabs
 
 from flowlab.plots.figures import EXPAND_TAG
 
+from . import url_state
 from .runs import RunSelection
 from .views import VIEWS
 from .views.status import StatusLine
@@ -56,6 +58,9 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
     root = column(status.layout(), row(runs.layout(), tabs, sizing_mode="stretch_width"),
                   sizing_mode="stretch_width", name="dashboard")
     stale, seen = set(), [None]
+    arguments = url_state.query_arguments(doc)
+    url_state.bind(arguments, runs.url_state())
+    url_state.bind_tabs(arguments, tabs)
 
     def open_tab(index):
         name, cls = entries[index]
@@ -65,6 +70,7 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
             view = cls(store)
             view.runs = runs
             child = view.layout()
+            url_state.bind(arguments, getattr(view, "url_state", list)())
             built[name] = view
             stale.add(name)
         except Exception as e:

@@ -81,6 +81,10 @@ class RunSelection:
         return column(Div(text="<b>Runs</b>"), self.search, row(self.check_all, self.check_none), self.summary,
                       self.table, width=WIDTH + 10, name="runs")
 
+    def url_state(self):
+        """What the page's URL keeps (see ``url_state``): the search."""
+        return [("runs", self.search, "value")]
+
     # ------------------------------------------------------------------------------------------------ reading
     def shown(self) -> frozenset | None:
         """The runs the tabs show, or None when that is every run."""
@@ -116,6 +120,7 @@ class RunSelection:
             self._quiet = False
         if self._pattern is not None:
             self._apply_search(self._pattern)
+        self._shown = None
         self.table.height = min(MAX_HEIGHT, ROW_HEIGHT * len(self._runs) + 4)    # as tall as its rows, up to a max
         self._show_summary()
 

@@ -28,7 +28,8 @@ DRAWN_JS = """() => { const drawn = new Map();
       }
     return [...drawn.values()]; }"""
 # The runs of the Histograms tab's cards on the current page (each card is a figure, the run its grey subtitle).
-HISTOGRAM_RUNS_JS = """() => { const grid = Bokeh.documents[0].get_model_by_name("cards:histograms");
+HISTOGRAM_RUNS_JS = """() => { if (!window.Bokeh || !Bokeh.documents.length) return [];
+    const grid = Bokeh.documents[0].get_model_by_name("cards:histograms");
     return grid ? grid.children.filter((card) => card.above).map((card) => card.above[0].text) : []; }"""
 # The swatch colour of each row of the run list, in the page's rendering.
 SWATCHES_JS = """() => { const table = Bokeh.index.find_one(Bokeh.documents[0].get_model_by_name("runs-table"));
@@ -127,3 +128,47 @@ def test_relative_time_ticks_read_as_durations(twenty_runs):
     hours = [0, 45 / 3600, 0.2125, 2.25, -0.5]
     labels = page.evaluate("([code, ticks]) => ticks.map((t) => new Function('tick', code)(t))", [_DURATION_JS, hours])
     assert labels == ["0s", "45s", "12m 45s", "2h 15m", "-30m"]
+
+
+# A page (re)loaded, drawn and idle, its Scalars tab built.
+LOADED_JS = ("() => window.Bokeh != null && Bokeh.documents.length > 0 && Bokeh.index.roots.length > 0 && "
+             "Bokeh.index.roots.every((v) => v.is_idle) && Bokeh.documents[0].get_model_by_name('tag-filter') != null")
+
+
+def model_values(page):
+    return page.evaluate("""() => { const d = Bokeh.documents[0], m = (n) => d.get_model_by_name(n);
+        return {tab: m("tabs").tabs[m("tabs").active].name, runs: m("run-search").value, tags: m("tag-filter")?.value,
+                x: m("x-axis")?.active, logy: m("log-y")?.active, summary: m("runs-summary").text}; }""")
+
+
+def test_the_page_state_lives_in_the_url(twenty_runs):
+    page, errors = twenty_runs
+    base = page.url.split("?")[0]
+    page.locator(".bk-tab", has_text="Scalars").first.click()
+    for placeholder, text in (("filter runs (regex)", "seed=1"), ("all tags", "train")):
+        box = page.locator(f".bk-input[placeholder='{placeholder}']")
+        box.fill(text)
+        box.press("Enter")
+    page.locator(".bk-btn", has_text="Relative").first.click()
+    page.locator(".bk-Switch").nth(1).click()                   # log y
+    page.wait_for_function("() => ['runs=seed%3D1', 'tags=train', 'x=1', 'logy=1'].every((p) => "
+                           "location.search.includes(p))", polling=50, timeout=20000)
+    page.reload()
+    page.wait_for_function(LOADED_JS, polling=50)
+    assert model_values(page) == {"tab": "scalars", "runs": "seed=1", "tags": "train", "x": 1, "logy": True,
+                                  "summary": "5 of 20 runs shown"}
+    page.wait_for_function(drawn_is([run for run in RUNS if run.endswith("seed=1")]), polling=50, timeout=20000)
+
+    page.goto(base + "?tab=histograms&runs=lr%3D0.001%2C")      # a link to a view
+    page.wait_for_function(f"() => ({HISTOGRAM_RUNS_JS})().length === 4", polling=50, timeout=30000)
+    assert sorted(page.evaluate(HISTOGRAM_RUNS_JS)) == sorted(run for run in RUNS if run.startswith("lr=0.001,"))
+    assert model_values(page)["tab"] == "histograms"
+
+    page.goto(base + "?tab=nope&x=7&smoothing=abc&logy=maybe&runs=(unclosed")   # typed by hand: ignored or refused
+    page.wait_for_function(LOADED_JS, polling=50)
+    state = model_values(page)
+    assert (state["tab"], state["x"], state["logy"]) == ("scalars", 0, False)
+    assert "Invalid regex" in state["summary"]
+    page.goto(base)
+    page.wait_for_function(LOADED_JS, polling=50)
+    assert errors == []

@@ -441,6 +441,12 @@ class ScalarsView(View):
         self.log_x.on_change("active", lambda attr, old, new: self._rebuild())
         self.outliers.on_change("active", lambda attr, old, new: self._rebuild())
 
+    def url_state(self):
+        """What the page's URL keeps of this tab (see ``dashboard.url_state``)."""
+        return [("tags", self.tag_filter, "value"), ("smoothing", self.smoothing, "value"),
+                ("x", self.x_axis, "active"), ("logx", self.log_x, "active"), ("logy", self.log_y, "active"),
+                ("outliers", self.outliers, "active")]
+
     @property
     def axis(self):
         return X_AXES[self.x_axis.active]
