@@ -98,6 +98,11 @@ class RunSelection:
         shown = self.shown()
         return shown is None or run in shown
 
+    def check_only(self, runs):
+        """Check exactly ``runs`` (those the list has), uncheck the others, as if done in the page."""
+        wanted = set(runs)
+        self.source.selected.indices = [i for i, run in enumerate(self._runs) if run in wanted]
+
     def on_change(self, callback):
         """Call ``callback()`` (on the session's IOLoop) whenever the shown runs change."""
         self._listeners.append(callback)

@@ -319,6 +319,8 @@ def test_the_run_list_chooses_the_runs_every_tab_shows(tmp_path):
     assert "None of the checked runs" in histograms.empty.text and histograms.empty.visible
     runs.search.value = ""
     assert shown() == "ab" and runs.summary.text == "2 of 3 runs shown"
+    runs.check_only(["c", "nonesuch"])                         # as another tab asks (HParams sessions)
+    assert shown() == "c" and runs.summary.text == "1 of 3 runs shown"
 
 
 def test_hparams_and_anomalies_follow_the_run_list(tmp_path):

@@ -116,6 +116,10 @@ def test_each_tab_renders(dashboard):
     for index, (name, title) in enumerate(tabs):
         page.locator(".bk-tab", has_text=re.compile(rf"^{re.escape(title)}$")).first.click()
         page.wait_for_function(f"() => Bokeh.documents[0].get_model_by_name('tabs').active === {index}")
+        # the server builds a tab's view when it is first shown: wait for it to replace the blank placeholder
+        page.wait_for_function(f"""() => {{ const tab = Bokeh.documents[0].get_model_by_name('tabs').tabs[{index}];
+            const first = tab.child.children[0];
+            return !(first.constructor.__name__ === "Div" && first.text === ""); }}""", polling=20)
         page.wait_for_function(IDLE_JS, polling=20)
         page.wait_for_timeout(300)
         # (no graph in this logdir: graph.png is the demo's graph, from test_dashboard_graph.py)
