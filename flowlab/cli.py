@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 
+import numpy as np
+
 
 def _serve(args):
     from flowlab.dashboard.server import serve
@@ -61,6 +63,13 @@ def _demo(args):
     try:
         acc = digits_mlp.main(epochs=args.epochs, batch_size=args.batch_size, logdir=logdir)
         print(f"final test accuracy {acc:.3f}", flush=True)
+        # A second, short run with a classic bug, so the Anomalies tab (and the red ticks on Scalars) have something
+        # real to show: the textbook cross-entropy takes log(softmax), which underflows to log(0) at lr 3.
+        print(f"flowlab demo: a second run, {logdir}-naive-loss, takes log(softmax(logits)) as its loss and turns "
+              "NaN within a few steps: see the Anomalies tab", flush=True)
+        with np.errstate(all="ignore"):          # its NaN are the point: no NumPy warnings about them
+            digits_mlp.main(epochs=1, batch_size=args.batch_size, logdir=logdir + "-naive-loss", lr=3.0,
+                            naive_loss=True, log=lambda line: None)
         if server is not None:
             print(f"still serving the dashboard at {server.url}  (Ctrl-C to stop)", flush=True)
             _wait_for_interrupt()
@@ -99,7 +108,8 @@ def main(argv=None):
     demo = sub.add_parser("demo", help="train a small model on bundled data, log summaries and show them live")
     demo.add_argument("--epochs", type=int, default=20, help="passes over the training set (default 20)")
     demo.add_argument("--batch-size", type=int, default=100, help="examples per step (default 100)")
-    demo.add_argument("--logdir", default="runs", help="summaries go to LOGDIR/<timestamp> (default runs)")
+    demo.add_argument("--logdir", default="runs",
+                      help="summaries go to LOGDIR/<timestamp> and LOGDIR/<timestamp>-naive-loss (default runs)")
     demo.add_argument("--no-serve", action="store_true", help="only train; do not start the dashboard")
     demo.add_argument("--port", type=int, default=6006, help="dashboard port (default 6006; 0 picks a free one)")
     demo.add_argument("--host", default="127.0.0.1", help="dashboard address (default 127.0.0.1)")

@@ -584,14 +584,15 @@ def test_show_serves_from_its_own_thread_while_the_caller_blocks(logdir, monkeyp
 
 
 def test_demo_trains_and_writes_every_kind_of_summary(tmp_path):
-    from flowlab.summary import read_graphs, read_histograms, read_hparams, read_images, read_scalars, read_text
+    from flowlab.summary import (read_graphs, read_histograms, read_hparams, read_images, read_projector, read_scalars,
+                                 read_text)
     start = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "flowlab.cli", "demo", "--no-serve", "--epochs", "2",
                              "--logdir", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "final test accuracy" in result.stdout and time.perf_counter() - start < 60
-    (run,) = os.listdir(tmp_path)
-    assert re.fullmatch(r"\d{8}-\d{6}", run)
+    run, broken = sorted(os.listdir(tmp_path))
+    assert re.fullmatch(r"\d{8}-\d{6}", run) and broken == run + "-naive-loss"
     scalars = read_scalars(tmp_path)[run]
     assert {"train/loss", "train/lr", "test/accuracy"} <= set(scalars)
     assert len(scalars["test/accuracy"].step) == 2
@@ -601,6 +602,11 @@ def test_demo_trains_and_writes_every_kind_of_summary(tmp_path):
     assert "config" in read_text(tmp_path)[run]
     assert "hparams/test_accuracy" in read_hparams(tmp_path)[run]["metrics"]
     assert read_graphs(tmp_path)[run]
+    (embedding,) = read_projector(tmp_path / run)          # the hidden layer's features of the test digits
+    assert embedding.tensor.shape[1] == 128 and len(embedding.metadata) == len(embedding.tensor)
+    losses = np.asarray(read_scalars(tmp_path)[broken]["train/loss"].value)      # the second run's NaN
+    assert np.isfinite(losses[0]) and not np.isfinite(losses).all()
+    assert "RuntimeWarning" not in result.stderr
 
 
 def test_demo_serves_its_runs_while_training_and_stops_on_sigint(tmp_path):

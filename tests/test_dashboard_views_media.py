@@ -493,6 +493,15 @@ def test_anomalies_of_histograms_scalars_and_tensors(logdir):
     assert kind == "stream" and streamed["step"] == [10, 11]
 
 
+def test_a_histogram_with_nan_and_no_inf_gets_its_counts_at_once(tmp_path):
+    with SummaryWriter(tmp_path / "run") as w:          # inf_count (0) comes before nan_count, which makes the card
+        for step in range(3):
+            w.add_histogram("w", np.r_[normal(step, 50), [np.nan] * step], step)
+    _, view, _ = build(AnomaliesView, tmp_path)
+    counts = view._cards[("histogram", "run", "w")].counts.data
+    assert counts["step"] == [1, 2] and counts["nan"] == [1, 2] and counts["inf"] == [0, 0]
+
+
 def test_no_anomalies_found(tmp_path):
     with SummaryWriter(tmp_path) as w:
         w.add_histogram("w", normal(0), 0)

@@ -274,7 +274,10 @@ class AnomaliesView(View):
         self._update_exceptions()
         if self.store.version != self._store_version:
             self._store_version = self.store.version
+            cards = len(self._cards)
             self._update_series()
+            if len(self._cards) != cards:       # a new card rereads its sources from their start: those already
+                self._update_series()           # passed in this round are read now, not at the store's next change
         for (_, run, _), card in self._cards.items():       # the run list's choice
             shown = self.runs.shows(run)
             if card.layout.visible != shown:

@@ -147,7 +147,7 @@ class CardsView(View):
         nudge_next_turn(doc, *[s for card in built for s in getattr(card, "expanded_sources", ())])
         shown = [self._cards[key].layout for key in self._order if key in self._cards]
         if shown != list(self.grid.children):
-            self.grid.children = shown or [Div(text="", width=0, height=0)]   # Bokeh warns about empty layouts
+            self.grid.children = shown or [Div(text="", width=0, height=0, visible=False)]   # Bokeh warns about empty layouts
         # Which page the grid shows, set after its children: the page receives each change as its own message, so
         # the pager's new page index can arrive while the grid still holds the previous page's cards.
         self.grid.tags = [self.pager.page, len(shown)]

@@ -5,8 +5,8 @@ job reads the weights the train job updates.
 
 With a ``logdir``, training also writes TensorBoard summaries there (what ``flowlab demo`` shows live): the loss and
 learning rate per step, test accuracy per epoch, histograms of every weight and its gradient per epoch (delivered
-by ``flow.watch_scope``), a few test digits, the config as text, the train job's graph, and the hparams with the
-final accuracy.
+by ``flow.watch_scope``), a few test digits, the config as text, the train job's graph, the hparams with the
+final accuracy, and the hidden layer's activations of the test digits for the projector (labelled by digit).
 """
 # No ``from __future__ import annotations`` here: the jobs' placeholder annotations name ``batch_size``, a local of
 # ``build``, and string annotations cannot see a function's locals when the job is traced.
@@ -18,25 +18,38 @@ import flowlab as flow
 import flowlab.typing as tp
 
 
-def build(batch_size=100, hidden=128, lr=0.1, variables=None):
+def _mlp(images, batch_size, hidden):
+    """The model: ``(hidden activations, logits)``."""
+    x = flow.reshape(images, [batch_size, -1])
+    h = flow.layers.dense(x, hidden, activation=flow.nn.relu, kernel_initializer=flow.truncated_normal(0.1),
+                          name="hidden")
+    return h, flow.layers.dense(h, 10, kernel_initializer=flow.truncated_normal(0.1), name="output")
+
+
+def build(batch_size=100, hidden=128, lr=0.1, variables=None, naive_loss=False):
     """Return ``(train_job, predict_job)`` for batches of ``batch_size`` 8x8 images. ``variables``: a dict the train
-    job fills after each call with ``name -> (value, gradient)`` of the model's variables."""
+    job fills after each call with ``name -> (value, gradient)`` of the model's variables. ``naive_loss``: the
+    textbook cross-entropy, -sum(one_hot * log(softmax(logits))), whose softmax underflows to 0 once the logits
+    grow (log(0) = -inf, then NaN): a classic bug, for the demo's Anomalies tab; the train job then takes one-hot
+    labels (float32, ``(batch_size, 10)``)."""
 
     def mlp(images):
-        x = flow.reshape(images, [batch_size, -1])
-        h = flow.layers.dense(x, hidden, activation=flow.nn.relu, kernel_initializer=flow.truncated_normal(0.1),
-                              name="hidden")
-        return flow.layers.dense(h, 10, kernel_initializer=flow.truncated_normal(0.1), name="output")
+        return _mlp(images, batch_size, hidden)[1]
+
+    label_def = tp.Numpy.Placeholder((batch_size, 10)) if naive_loss else \
+        tp.Numpy.Placeholder((batch_size,), dtype=flow.int32)
 
     @flow.global_function(type="train")
-    def train_job(images: tp.Numpy.Placeholder((batch_size, 1, 8, 8)),
-                  labels: tp.Numpy.Placeholder((batch_size,), dtype=flow.int32)) -> tp.Numpy:
+    def train_job(images: tp.Numpy.Placeholder((batch_size, 1, 8, 8)), labels: label_def) -> tp.Numpy:
         if variables is None:
             logits = mlp(images)
         else:
             with flow.watch_scope(_variable_watcher(variables, 0), _variable_watcher(variables, 1)):
                 logits = mlp(images)
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        if naive_loss:
+            loss = -flow.math.reduce_sum(labels * flow.math.log(flow.nn.softmax(logits)), axis=1)
+        else:
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]), momentum=0.9).minimize(loss)
         return loss
 
@@ -45,6 +58,14 @@ def build(batch_size=100, hidden=128, lr=0.1, variables=None):
         return flow.math.argmax(mlp(images))
 
     return train_job, predict_job
+
+
+def build_features(batch_size=100, hidden=128):
+    """A predict job giving the hidden layer's activations (the learned features) of a batch: the same variables."""
+    @flow.global_function(type="predict")
+    def features_job(images: tp.Numpy.Placeholder((batch_size, 1, 8, 8))) -> tp.Numpy:
+        return _mlp(images, batch_size, hidden)[0]
+    return features_job
 
 
 def _variable_watcher(variables, slot):
@@ -60,13 +81,17 @@ def accuracy(predict_job, images, labels):
     return float(np.mean([np.mean(predict_job(x) == y) for x, y in zip(images, labels)]))
 
 
-def main(epochs=20, batch_size=100, log=print, logdir=None, hidden=128, lr=0.1):
-    """Train and return the final test accuracy; with ``logdir``, write summaries there (see the module doc)."""
+def main(epochs=20, batch_size=100, log=print, logdir=None, hidden=128, lr=0.1, naive_loss=False):
+    """Train and return the final test accuracy; with ``logdir``, write summaries there (see the module doc).
+    ``naive_loss``: see ``build``."""
     (train_x, train_y), (test_x, test_y) = flow.data.load_digits(batch_size, batch_size)
+    if naive_loss:
+        train_y = [np.eye(10, dtype=np.float32)[y] for y in train_y]
     variables = None if logdir is None else {}
-    train_job, predict_job = build(batch_size, hidden, lr, variables)
+    train_job, predict_job = build(batch_size, hidden, lr, variables, naive_loss)
     flow.train.CheckPoint().init()
-    config = dict(epochs=epochs, batch_size=batch_size, hidden=hidden, lr=lr, momentum=0.9, optimizer="SGD")
+    config = dict(epochs=epochs, batch_size=batch_size, hidden=hidden, lr=lr, momentum=0.9, optimizer="SGD",
+                  loss="-sum(one_hot * log(softmax))" if naive_loss else "sparse_softmax_cross_entropy_with_logits")
     writer = None if logdir is None else _start_summaries(logdir, train_job, test_x[0], config)
     start, steps = time.perf_counter(), 0
     for epoch in range(1, epochs + 1):
@@ -92,6 +117,11 @@ def main(epochs=20, batch_size=100, log=print, logdir=None, hidden=128, lr=0.1):
     if writer is not None:
         writer.add_hparams(dict(lr=lr, hidden=hidden, batch_size=batch_size, epochs=epochs),
                            {"hparams/test_accuracy": test_accuracy}, global_step=steps)
+        if np.isfinite(losses).all():        # a run that diverged has no features worth projecting
+            features_job = build_features(batch_size, hidden)
+            features = np.concatenate([features_job(x) for x in test_x])
+            writer.add_embedding(features, metadata=[str(int(y)) for y in np.concatenate(test_y)],
+                                 label_img=np.concatenate(test_x), global_step=steps, tag="hidden")
         writer.close()
     return test_accuracy
 

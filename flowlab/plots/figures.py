@@ -216,8 +216,8 @@ def card(title, subtitle, *children):
 
 def card_grid():
     """A wrapping row for cards; views append to its ``children``. (It starts with an empty Div: Bokeh warns about
-    layouts without children in every session.)"""
-    return row([Div(text="", width=0, height=0)], styles={"flex-wrap": "wrap", "gap": "10px"})
+    layouts without children in every session; hidden, it takes no gap at the start of the first row.)"""
+    return row([Div(text="", width=0, height=0, visible=False)], styles={"flex-wrap": "wrap", "gap": "10px"})
 
 
 # ------------------------------------------------------------------------------------ sources expanded in the page
