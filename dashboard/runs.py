@@ -19,11 +19,11 @@ import weakref
 from bokeh.layouts import column, row
 from bokeh.models import (Button, CDSView, ColumnDataSource, DataTable, Div, HTMLTemplateFormatter, IndexFilter,
                           StringFormatter, TableColumn, TextInput)
-from colorcet import palette
+
+from flowlab.plots.figures import CATEGORICAL
 
 from .filters import FilterError, compile_filter
 
-PALETTE = tuple(palette["glasbey_category10"])
 WIDTH = 250
 ROW_HEIGHT, MAX_HEIGHT = 24, 600      # the list scrolls past 25 runs
 
@@ -32,7 +32,7 @@ _colours: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # store ->
 
 def palette_colour(i):
     """The ``i``-th run's colour."""
-    return PALETTE[i % len(PALETTE)]
+    return CATEGORICAL[i % len(CATEGORICAL)]
 
 
 def run_colour(store, run):

@@ -342,6 +342,26 @@ def test_hparams_and_anomalies_follow_the_run_list(tmp_path):
     assert anomalies.empty.visible and hparams.table_source.data["run"] == []
 
 
+def test_projector_legend_is_beside_the_points_in_label_order_with_distinct_colours(tmp_path):
+    from flowlab.dashboard.views.projector import ProjectorView
+    labels = [str(i % 12) for i in range(60)][::-1]              # first seen: 11, 10, 9, ...
+    with SummaryWriter(tmp_path / "run") as w:
+        w.add_embedding(np.random.default_rng(0).normal(size=(60, 5)), metadata=labels, tag="feat")
+    store = Store(tmp_path)
+    store.poll()
+    view = ProjectorView(store)
+    view.update()
+    assert view.legend in view.front.right and view.legend not in view.front.center
+    items = view.legend.items
+    assert [item.label.value for item in items] == [str(i) for i in range(12)]
+    colours = [view.source.data["color"][item.index] for item in items]
+    assert all(view.source.data["category"][item.index] == item.label.value for item in items)
+    lab = cielab(colours)
+    distance = np.linalg.norm(lab[:, None] - lab[None], axis=2)
+    distance[np.diag_indices(len(colours))] = np.inf
+    assert distance.min() > 20
+
+
 def test_new_runs_arrive_checked_with_their_own_colour(tmp_path):
     write_fixture(tmp_path)
     store, doc, views = session(tmp_path)

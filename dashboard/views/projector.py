@@ -24,10 +24,11 @@ from collections import Counter
 
 import numpy as np
 from bokeh.layouts import column, row
-from bokeh.models import ColumnDataSource, Div, HoverTool, Select
-from bokeh.palettes import Category20
+from bokeh.core.properties import value
+from bokeh.models import ColumnDataSource, Div, HoverTool, Legend, LegendItem, Select
 from bokeh.plotting import figure
 
+from flowlab.plots.figures import CATEGORICAL
 from flowlab.summary.projector import (CONFIG_FILE, MAX_SPRITE_BYTES, MAX_SPRITE_PIXELS, UnsafePath, read_file_capped,
                                       read_projector)
 
@@ -91,8 +92,7 @@ def categories(labels: list, limit: int = 20) -> tuple[list, list]:
         except ValueError:
             return (1, 0.0, v)
     order = sorted(kept, key=key) if all(key(v)[0] == 0 for v in kept) else sorted(kept)
-    palette = Category20[20]
-    color = {v: palette[i % 20] for i, v in enumerate(order)}
+    color = {v: CATEGORICAL[i % len(CATEGORICAL)] for i, v in enumerate(order)}
     return ([v if v in kept else "other" for v in labels], [color.get(v, OTHER_COLOR) for v in labels])
 
 
@@ -157,17 +157,16 @@ class ProjectorView(View):
         self.front = self._figure("component 1", "component 2")
         self.side = self._figure("component 3", "component 2", y_range=self.front.y_range)
         self.side.visible = False
-        self.front.scatter(x="c0", y="c1", source=self.source, color="color", legend_field="category", size=6,
-                           alpha=0.8)
+        self.points = self.front.scatter(x="c0", y="c1", source=self.source, color="color", size=6, alpha=0.8)
         self.side.scatter(x="c2", y="c1", source=self.source, color="color", size=6, alpha=0.8)
-        self.front.legend.location = "top_left"
-        self.front.legend.label_text_font_size = "8pt"
+        self.legend = Legend(items=[], label_text_font_size="8pt", glyph_height=12, spacing=1)
+        self.front.add_layout(self.legend, "right")      # beside the points, never over them
         self.note = Div(text="No embeddings in this logdir yet.")
         self._layout = column(row(self.run_select, self.tensor_select, self.step_select, self.method_select,
                                   self.dims_select, self.label_select), self.note, row(self.front, self.side))
 
     def _figure(self, x_label, y_label, **kwargs):
-        fig = figure(width=520, height=480, tools="pan,wheel_zoom,box_select,lasso_select,reset",
+        fig = figure(width=600, height=480, tools="pan,wheel_zoom,box_select,lasso_select,reset",
                      x_axis_label=x_label, y_axis_label=y_label, output_backend="canvas", **kwargs)
         fig.add_tools(self.hover)
         return fig
@@ -276,7 +275,7 @@ class ProjectorView(View):
         labels = [r[column_index] if column_index < len(r) else "" for r in e.metadata[:n]] \
             if column_index is not None else [""] * n
         category, colors = categories(labels)
-        self.front.legend.visible = column_index is not None
+        self.legend.visible = column_index is not None
         thumbs = [""] * n
         sprite_error = None
         if e.sprite and os.path.exists(e.sprite):
@@ -288,6 +287,14 @@ class ProjectorView(View):
         self.source.data = {"c0": coords[:, 0].tolist(), "c1": coords[:, 1].tolist(),
                             "c2": coords[:, 2].tolist() if dims == 3 else [0.0] * n,
                             "label": labels, "category": category, "color": colors, "thumb": thumbs}
+        # one legend entry per category, in colour order (the palette's order: numeric labels ascending), each
+        # drawn with the glyph of its first point
+        first = {}
+        for j, c in enumerate(category):
+            first.setdefault(c, j)
+        rank = {c: i for i, c in enumerate(CATEGORICAL)}
+        entries = sorted(first.items(), key=lambda item: rank.get(colors[item[1]], len(rank)))
+        self.legend.items = [LegendItem(label=value(c), renderers=[self.points], index=j) for c, j in entries]
         self.hover.tooltips = _TOOLTIP_WITH_THUMB if any(thumbs) else [("label", "@label")]
         self.side.visible = dims == 3
         names = [f"t-SNE {j + 1}" if explained is None else

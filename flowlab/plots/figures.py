@@ -19,6 +19,7 @@ from bokeh.models import (AllIndices, AllLabels, BasicTickFormatter, BasicTicker
                           ColumnDataSource, CustomJS, DataRange1d, Div, HoverTool, Line, LinearAxis, LinearScale,
                           Patches, Plot, Range1d, Segment, Title, UnionRenderers, VArea)
 from bokeh.plotting import figure
+from colorcet import palette as colorcet_palettes
 
 from .data import Trend, tensor_summary
 
@@ -27,6 +28,11 @@ LIVE_HEIGHT = 170               # a live widget's figure: this high, as wide as 
 STATS_WIDTH = 190
 VALUE, BAND, ENVELOPE, ALARM = "#4c78a8", "#f58518", "#9ecae9", "#d62728"
 
+
+
+# Categories (runs, classes) get colours that each look different from all the others: colorcet's Glasbey palette,
+# which starts with Category10's ten (ΔE > 27 between any two of the first 20; Category20's pale twins are ~10).
+CATEGORICAL = tuple(colorcet_palettes["glasbey_category10"])
 
 def _figure(title="", width=WIDTH, height=HEIGHT, **kwargs):
     fig = figure(title=title, width=width, height=height, tools="", toolbar_location=None, output_backend="canvas",
