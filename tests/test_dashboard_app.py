@@ -362,6 +362,26 @@ def test_projector_legend_is_beside_the_points_in_label_order_with_distinct_colo
     assert distance.min() > 20
 
 
+def test_projector_with_nothing_to_show_is_one_line(tmp_path):
+    from flowlab.dashboard.views.projector import ProjectorView
+    with SummaryWriter(tmp_path / "run") as w:
+        w.add_scalar("loss", 1.0, 0)
+    store = Store(tmp_path)
+    store.poll()
+    view = ProjectorView(store)
+    view.update()
+    assert not view.controls.visible and not view.front.visible and not view.side.visible
+    assert view.note.text == "No embeddings in this logdir yet."
+    with SummaryWriter(tmp_path / "run") as w:
+        w.add_embedding(np.eye(4), metadata=list("abcd"), tag="feat")
+    view.rescan_seconds = 0
+    view.update()
+    assert view.controls.visible and view.front.visible
+    view.runs = type("NoRun", (), {"shown": staticmethod(lambda: frozenset()), "shows": staticmethod(lambda r: False)})()
+    view.update()
+    assert not view.front.visible and view.note.text == "No embeddings of the checked runs."
+
+
 def test_new_runs_arrive_checked_with_their_own_colour(tmp_path):
     write_fixture(tmp_path)
     store, doc, views = session(tmp_path)

@@ -162,8 +162,10 @@ class ProjectorView(View):
         self.legend = Legend(items=[], label_text_font_size="8pt", glyph_height=12, spacing=1)
         self.front.add_layout(self.legend, "right")      # beside the points, never over them
         self.note = Div(text="No embeddings in this logdir yet.")
-        self._layout = column(row(self.run_select, self.tensor_select, self.step_select, self.method_select,
-                                  self.dims_select, self.label_select), self.note, row(self.front, self.side))
+        self.controls = row(self.run_select, self.tensor_select, self.step_select, self.method_select,
+                            self.dims_select, self.label_select, visible=False)
+        self.front.visible = False
+        self._layout = column(self.controls, self.note, row(self.front, self.side))
 
     def _figure(self, x_label, y_label, **kwargs):
         fig = figure(width=600, height=480, tools="pan,wheel_zoom,box_select,lasso_select,reset",
@@ -246,9 +248,12 @@ class ProjectorView(View):
     def _draw(self):
         self._sync_selects()
         i = self._entry()
+        self.controls.visible = self.front.visible = i is not None     # nothing to show: one line of text
         if i is None:
             self.source.data = {k: [] for k in self.source.data}
-            self.note.text = "" if self._configs else "No embeddings in this logdir yet."
+            self.side.visible = False
+            self.note.text = "No embeddings of the checked runs." if self._configs else \
+                "No embeddings in this logdir yet."
             self.shown = None
             return
         embeddings = self._embeddings()
