@@ -2,6 +2,7 @@
 scalars view's data (downsampling, streaming, smoothing, filters, escaping), and ``flowlab serve`` / ``flowlab demo``
 run as commands."""
 import http.client
+import json
 import os
 import re
 import signal
@@ -450,6 +451,36 @@ def test_constant_and_single_point_cards_get_a_sane_y_span_and_outliers_can_be_i
     scalars.x_axis.active = 1
     axis = cards["spiky"].layout.children[0].xaxis[0]
     assert type(axis.formatter).__name__ == "CustomJSTickFormatter" and axis.axis_label.startswith("time since")
+
+
+def test_download_all_gives_every_shown_series_in_full(logdir):
+    from bokeh.events import ButtonClick
+    _, _, views = session(logdir)
+    scalars = views["scalars"]
+    runs = scalars.runs
+    runs.check_only(["b"])
+    scalars.tag_filter.value = "loss"
+    csv_button, json_button = scalars.export_buttons
+    csv_button._trigger_event(ButtonClick(csv_button))
+    lines = scalars.export.data["text"][0].splitlines()
+    expected = loss_curve(LONG, 0.1)                          # b's loss: more points than a card shows (LIMIT)
+    assert LONG > LIMIT and lines[0] == "run,tag,step,wall_time,value" and len(lines) == 1 + LONG
+    assert lines[1].startswith('"b","loss",0,1000.0,') and scalars.export.data["name"] == ["scalars.csv"]
+    np.testing.assert_allclose([float(line.rsplit(",", 1)[1]) for line in lines[1:]], expected, rtol=1e-6)
+    json_button._trigger_event(ButtonClick(json_button))
+    (series,) = json.loads(scalars.export.data["text"][0])
+    assert (series["run"], series["tag"], len(series["value"])) == ("b", "loss", LONG)
+    first = scalars.export.data["n"]
+    json_button._trigger_event(ButtonClick(json_button))       # the same file again still reaches the page
+    assert scalars.export.data["n"] != first
+
+
+def test_exported_text_keeps_nan_and_inf():
+    from flowlab.dashboard.views.scalars import export_text
+    columns = [("r", 't"q', [0, 1, 2], [1.5, 2.5, 3.5], np.array([np.nan, np.inf, -1.0]))]
+    assert export_text(columns, "csv").splitlines()[1:] == ['"r","t""q",0,1.5,nan', '"r","t""q",1,2.5,inf',
+                                                            '"r","t""q",2,3.5,-1.0']
+    assert json.loads(export_text(columns, "json"))[0]["value"] == ["NaN", "Infinity", -1.0]
 
 
 def test_tag_filter_is_a_regex_and_a_bad_one_says_so(logdir):

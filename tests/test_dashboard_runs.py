@@ -1,5 +1,6 @@
 """The run list in a real headless Chromium: twenty runs written by tensorboardX, each in its own colour, and the
 runs checked in the list are the runs every tab shows. A screenshot goes to ``artifacts/screenshots/runs.png``."""
+import csv
 import json
 import os
 from pathlib import Path
@@ -49,7 +50,7 @@ def twenty_runs(tmp_path_factory, chromium):
             for step in range(0, 100, 25):
                 w.add_histogram("weights", rng.normal(k / 10, 1, 200), step)
     with flowlab_serve(logdir, tmp_path_factory.mktemp("server") / "stderr.txt") as (url, _):
-        page, errors = open_dashboard(chromium, url, viewport={"width": 1600, "height": 1000})
+        page, errors = open_dashboard(chromium, url, viewport={"width": 1600, "height": 1000}, accept_downloads=True)
         page.wait_for_function(f"() => ({DRAWN_JS})().length === 1 && ({DRAWN_JS})()[0].length === {len(RUNS)}",
                                polling=50)
         yield page, errors
@@ -171,4 +172,21 @@ def test_the_page_state_lives_in_the_url(twenty_runs):
     assert "Invalid regex" in state["summary"]
     page.goto(base)
     page.wait_for_function(LOADED_JS, polling=50)
+    assert errors == []
+
+
+def test_download_all_saves_every_shown_series_in_full(twenty_runs, tmp_path):
+    page, errors = twenty_runs
+    page.wait_for_function(LOADED_JS, polling=50)
+    box = page.locator(".bk-input[placeholder='filter runs (regex)']")
+    box.fill("seed=0")
+    box.press("Enter")
+    page.wait_for_function(drawn_is([run for run in RUNS if run.endswith("seed=0")]), polling=50, timeout=20000)
+    with page.expect_download() as download:
+        page.locator(".bk-btn", has_text="all shown (CSV)").first.click()
+    path = tmp_path / "all.csv"
+    download.value.save_as(path)
+    rows = list(csv.reader(path.read_text().splitlines()))
+    assert rows[0] == ["run", "tag", "step", "wall_time", "value"] and len(rows) == 1 + 5 * 100
+    assert {(run, tag) for run, tag, *_ in rows[1:]} == {(run, "train/loss") for run in RUNS if run.endswith("seed=0")}
     assert errors == []

@@ -21,6 +21,7 @@ titles and source columns (plain text); the filter error is an escaped Div.
 from __future__ import annotations
 
 import html
+import json
 import math
 
 import numpy as np
@@ -120,6 +121,46 @@ a.click();
 a.remove();
 setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 """
+
+
+EXPORT_LIMIT = 5_000_000        # points in one "download all" file (~150 MB of CSV)
+# Saves the file the server put in the export source (every shown series in full, not what is on display).
+_SAVE_JS = """
+const d = source.data;
+if (!d.text.length) return;
+const a = document.createElement("a");
+a.href = URL.createObjectURL(new Blob([d.text[0]], {type: d.mime[0]}));
+a.download = d.name[0];
+document.body.appendChild(a);
+a.click();
+a.remove();
+setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+"""
+
+
+def export_text(columns, fmt):
+    """``columns``: ``(run, tag, steps, wall_times, values)`` per series, in full. CSV: one row a point
+    (``run,tag,step,wall_time,value``; NaN and ±Inf as ``nan``, ``inf``, ``-inf``); JSON: one object a series with
+    ``step``, ``wall_time`` and ``value`` lists (NaN and ±Inf as the strings ``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"``: JSON has no such numbers)."""
+    if fmt == "csv":
+        def q(text):
+            return '"' + str(text).replace('"', '""') + '"'
+        lines = ["run,tag,step,wall_time,value"]
+        for run, tag, steps, walls, values in columns:
+            prefix = f"{q(run)},{q(tag)},"
+            lines.extend(f"{prefix}{int(st)},{repr(float(w))},{_number(v)}" for st, w, v in zip(steps, walls, values))
+        return "\n".join(lines) + "\n"
+    special = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+    return json.dumps([{"run": run, "tag": tag, "step": [int(x) for x in steps],
+                        "wall_time": [float(x) for x in walls],
+                        "value": [float(v) if math.isfinite(v) else special[_number(v)] for v in values]}
+                       for run, tag, steps, walls, values in columns])
+
+
+def _number(v):
+    v = float(v)
+    return repr(v) if math.isfinite(v) else "nan" if math.isnan(v) else "inf" if v > 0 else "-inf"
 
 
 class _Line:
@@ -429,6 +470,13 @@ class ScalarsView(View):
         self.log_x = Switch(active=False, name="log-x")
         self.outliers = Switch(active=False, name="ignore-outliers")
         self.message = Div(text="", name="scalars-message")
+        self.export = ColumnDataSource({"name": [], "mime": [], "text": [], "n": []}, name="scalars-export")
+        self._exports = 0
+        self.export.js_on_change("data", CustomJS(args=dict(source=self.export), code=_SAVE_JS))
+        self.export_buttons = [Button(label=f"⤓ all shown ({fmt.upper()})", width=130, height=30,
+                                      button_type="light", name=f"export-{fmt}") for fmt in ("csv", "json")]
+        for button, fmt in zip(self.export_buttons, ("csv", "json")):
+            button.on_click(lambda fmt=fmt: self.export_shown(fmt))
         # a group per tag prefix, in the order they came (a blank Div until the first: Bokeh warns about empty layouts)
         self.groups: dict[str, _Group] = {}
         self.grid = column(children=[Div()], sizing_mode="stretch_width", name="scalar-groups")
@@ -454,7 +502,9 @@ class ScalarsView(View):
     def layout(self):
         controls = row(self.tag_filter, self.smoothing,
                        column(Div(text="X axis"), self.x_axis), column(Div(text="Log x"), self.log_x),
-                       column(Div(text="Log y"), self.log_y), column(Div(text="Ignore outliers"), self.outliers))
+                       column(Div(text="Log y"), self.log_y), column(Div(text="Ignore outliers"), self.outliers),
+                       # (the tag keeps the export source in the document: nothing draws it)
+                       column(Div(text="Download"), row(*self.export_buttons), tags=[self.export]))
         return column(controls, self.message, self.grid, sizing_mode="stretch_width")
 
     def update(self):
@@ -515,6 +565,24 @@ class ScalarsView(View):
             text = "" if self.cards else "No scalars in this logdir yet; they appear here as soon as a run logs one."
             if self.message.text != text:
                 self.message.text = text
+
+    def export_shown(self, fmt):
+        """Every series the tab shows (runs the run list shows, tags the filter leaves), in full, as one file the
+        page saves: the data as logged, not the points on display."""
+        shown = [series for series in self.store.series("scalar")
+                 if self.runs.shows(series.run) and self._tags_re.search(series.tag) is not None]
+        total = sum(len(series) for series in shown)
+        if total > EXPORT_LIMIT:
+            self.message.text = html.escape(f"{total:,} points are shown: at most {EXPORT_LIMIT:,} go into one "
+                                            "download; uncheck runs or filter tags first.")
+            return
+        columns = []
+        for series in shown:
+            whole = self.store.read(series)
+            columns.append((series.run, series.tag, whole.steps, whole.wall_times, whole.values))
+        self._exports += 1          # (a second download of the same text must still change the source)
+        self.export.data = {"name": [f"scalars.{fmt}"], "mime": ["text/csv" if fmt == "csv" else "application/json"],
+                            "text": [export_text(columns, fmt)], "n": [self._exports]}
 
     def _zoomed(self, card, event):
         if event.x0 is None or event.x1 is None:
