@@ -144,6 +144,18 @@ def test_graph_tab_without_a_graph_is_one_line(dashboard):
     page.locator(".bk-tab").first.click()
 
 
+def test_text_cards_are_as_wide_as_their_text(dashboard):
+    page = dashboard["page"]
+    page.locator(".bk-tab", has_text=re.compile(r"^Text$")).first.click()
+    page.wait_for_function("() => (Bokeh.documents[0].get_model_by_name('cards:text') || {tags: []}).tags[1] > 0",
+                           polling=20)
+    page.wait_for_function(IDLE_JS, polling=20)
+    widths = page.evaluate("""() => Bokeh.documents[0].get_model_by_name("cards:text").children
+        .map((card) => Bokeh.index.find_one(card).el.getBoundingClientRect().width)""")
+    assert widths and all(80 < w < 320 for w in widths), widths      # "lr = 0.1, hidden = 128" is ~150 px
+    page.locator(".bk-tab").first.click()
+
+
 def test_run_names_stay_text_even_in_tooltips(dashboard):
     page = dashboard["page"]
     canvas = page.locator(".bk-Figure").first

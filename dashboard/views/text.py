@@ -58,15 +58,21 @@ def render_text(value) -> str:
     return f"{warning}<table><tbody>{body}</tbody></table>"
 
 
+MAX_TEXT_WIDTH = 640       # px: about 90 characters a line
+
+
 class _Card:
     def __init__(self, series):
         self.entries = column([])
         self.style = InlineStyleSheet(css=_CSS)      # one per card: a Bokeh model belongs to one session's document
         self.layout = card(series.tag, series.run, self.entries)
+        # as wide as the text, up to a readable measure (a long paragraph would take the whole row)
+        self.layout.styles = {**self.layout.styles, "max-width": f"{MAX_TEXT_WIDTH + 40}px"}
 
     def add(self, steps, values, replace):
         divs = [Div(text=f'<div style="color:#777;font-size:9pt">step {int(step)}</div>{render_text(value)}',
-                    disable_math=True, width=480, stylesheets=[self.style]) for step, value in zip(steps, values)]
+                    disable_math=True, width_policy="fit", max_width=MAX_TEXT_WIDTH, stylesheets=[self.style])
+                for step, value in zip(steps, values)]
         kept = ([] if replace else list(self.entries.children))
         self.entries.children = (divs[::-1] + kept)[:MAX_STEPS]
 
