@@ -45,6 +45,8 @@ def run_colour(store, run):
 
 
 class RunSelection:
+    """One session's run list (see the module doc); ``layout()`` is its column of widgets."""
+
     def __init__(self, store):
         self.store = store
         self._runs: list[str] = []
