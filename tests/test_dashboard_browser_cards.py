@@ -115,7 +115,7 @@ def test_histogram_outlines_are_the_logged_buckets(dashboard):
     page = dashboard["page"]
     open_tab(page, "Histograms", "histograms")
     got = page.evaluate("""() => { const fig = Bokeh.documents[0].get_model_by_name("cards:histograms").children[3];
-        const d = fig.renderers[0].data_source.data;
+        const d = fig.renderers.find((r) => r.data_source.data.xs).data_source.data;   // the drawn outlines
         return {step: Array.from(d.step), xs: d.xs.map((x) => Array.from(x)), ys: d.ys.map((y) => Array.from(y))};
     }""")
     assert got["step"] == list(range(STEPS))                     # run0, layer3: a ridge per step, in order

@@ -203,22 +203,24 @@ def test_histogram_rows_are_the_buckets_and_new_steps_stream(logdir):
     assert_columns(c.source.data, ridge_reference(items, c.scale))
     assert c.tail is None                                               # every step is in the source: no highlight
     fig = c.layout
-    glyphs = lambda name: [r for r in fig.renderers if type(r.glyph).__name__ == name]
+    extent, *drawn = fig.renderers      # an undrawn glyph over the rows gives the ranges their extent at once
+    assert not extent.visible and extent.data_source is c.source
+    glyphs = lambda name: [r for r in fig.renderers[1:] if type(r.glyph).__name__ == name]
     offset = glyphs("Patches")
     # the ridges are outlines the page builds from the rows (see test_outline_js_draws_each_step_from_its_buckets)
     assert [r.data_source for r in offset] == c.drawing.outlines and all(r.visible for r in offset)
     assert [o.name for o in c.drawing.outlines] == ["cards-source:histograms"]
     assert not c.drawing.outlines[0].syncable and c.source.tags[0] == EXPAND_TAG
-    assert len(fig.renderers) == 1 and len(fig.left) == 1 and fig.y_range.flipped   # overlay not built until shown
-    assert fig.y_range.renderers == offset
+    assert len(fig.renderers) == 2 and len(fig.left) == 1 and fig.y_range.flipped   # overlay not built until shown
+    assert fig.y_range.renderers == [extent] + offset
     view.mode.active = 1
     overlay = glyphs("Segment")
-    assert [r.data_source for r in overlay] == [c.source] and len(fig.renderers) == 2
+    assert [r.data_source for r in overlay] == [c.source] and len(fig.renderers) == 3
     assert c.layout is fig and all(r.visible for r in overlay) and not any(r.visible for r in offset)
     assert [a.visible for a in fig.left] == [False, True]                # the count axis
     assert fig.extra_y_ranges["count"].renderers == overlay
     view.mode.active = 0
-    assert [a.visible for a in fig.left] == [True, False] and len(fig.renderers) == 2    # built once
+    assert [a.visible for a in fig.left] == [True, False] and len(fig.renderers) == 3    # built once
     assert all(r.visible for r in offset) and not any(r.visible for r in overlay)
     # shared by the view: one colour mapper, and the parts no card keeps state in
     assert {r.glyph.fill_color["transform"] for r in offset} == {view.colors}
@@ -271,10 +273,10 @@ def test_histogram_groups_keep_the_widest_step_and_the_newest(tmp_path):
     np.testing.assert_array_equal(np.asarray(c.source.data["right"])[rows], spike[counted, 1])   # drawn exactly
     np.testing.assert_array_equal(np.asarray(c.source.data["count"])[rows], spike[counted, 2])
     assert set(c.tail.data["step"]) == {1002.0}                         # the newest, while its group fills
-    drawn = [(r.data_source, r.glyph.line_color) for r in c.layout.renderers]
+    drawn = [(r.data_source, r.glyph.line_color) for r in c.layout.renderers[1:]]      # (0: the extent)
     assert drawn == [(c.drawing.outlines[0], "#333333"), (c.drawing.outlines[1], ALARM)]    # in red over the others
     view.mode.active = 1                                                 # the overlay draws it too
-    assert [(r.data_source, r.visible) for r in c.layout.renderers][2:] == [(c.source, True), (c.tail, True)]
+    assert [(r.data_source, r.visible) for r in c.layout.renderers][3:] == [(c.source, True), (c.tail, True)]
 
 
 def test_groups_choose_the_widest_of_each_group():

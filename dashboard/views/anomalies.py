@@ -147,12 +147,16 @@ class _Card:
             fig.segment("step", "q1", "step", "q3", source=self.box, line_color="#4c78a8", line_width=9)
             fig.scatter("step", "median", source=self.box, marker="dash", size=9, line_color="white", line_width=2)
             fig.scatter("step", "value", source=self.outliers, size=4, color="#555", fill_alpha=0.4)
+            fig.visible = False             # until a step has finite values (an empty plot has no ranges to draw)
+            self.box_figure = fig
             children.append(fig)
         fig = plain_figure("count of NaN (magenta) and Inf (orange)", x_axis_label="step")
         fig.segment("step", 0, "step", "nan", source=self.counts, line_color=NAN_COLOR, line_width=6)
         fig.segment("step", "nan", "step", "total", source=self.counts, line_color=POS_INF_COLOR, line_width=6)
         fig.y_range.start = 0
         children.append(fig)
+        for plot in children[1:]:
+            plot.xaxis.ticker.min_interval = 1          # steps: no ticks between them
         if kind in ("exception", "tensor"):
             self.select = Select(title="heat map of step", options=[], value="", width=160)
             self.select.on_change("value", lambda attr, old, new: self.show(new))
@@ -179,8 +183,13 @@ class _Card:
             self.heat_source.data = {"image": [], "dw": [], "dh": []}
 
     def add_boxes(self, steps, boxes):
-        """``boxes``: ``(stats, outliers)`` per step."""
+        """``boxes``: ``(stats, outliers)`` per step (steps without a finite value have no box)."""
         self.fed = True
+        kept = [(step, box) for step, box in zip(steps, boxes) if np.isfinite(box[0]["median"])]
+        if not kept:
+            return
+        steps, boxes = zip(*kept)
+        self.box_figure.visible = True
         self.box.stream({"step": list(steps), **{k: [b[0][k] for b in boxes] for k in BOX_KEYS}})
         pairs = [(step, v) for step, (_, outliers) in zip(steps, boxes) for v in outliers.tolist()]
         if pairs:

@@ -364,6 +364,11 @@ class HistogramCard:
         self.figure = card_figure(title, subtitle, parts, width, height, x_axis_label="value", y_axis_label="step",
                                   y_range=DataRange1d(flipped=True, range_padding=0.02))
         self.sources, self.colors = [source], colors
+        # The drawn outlines are built in the page after the first paint: an undrawn glyph over the server's rows
+        # gives the ranges their extent from the start (else BokehJS warns "could not set initial ranges")
+        extent = parts.add_glyph(self.figure, source, Segment(x0="left", y0="step", x1="right", y1="step"))
+        extent.visible = False
+        self.figure.y_range.renderers = [extent]
         self.outlines = []                  # the page's polygons of each source, in offset mode
         self.modes: dict[str, list] = {}
         self.mode = None
