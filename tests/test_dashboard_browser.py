@@ -123,7 +123,8 @@ def test_each_tab_renders(dashboard):
         page.wait_for_function(IDLE_JS, polling=20)
         page.wait_for_timeout(300)
         # (no graph in this logdir: graph.png is the demo's graph, from test_dashboard_graph.py)
-        page.screenshot(path=str(SHOTS / f"{'graph-empty' if name == 'graph' else name}.png"), full_page=True)
+        shot = {"graph": "graph-empty", "hparams": "hparams-2-sessions"}.get(name, name)    # (hparams.png: 8 sessions)
+        page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
         assert dashboard["errors"] == [], f"console errors after opening the {title} tab"
     page.locator(".bk-tab").first.click()
 

@@ -23,7 +23,7 @@ from flowlab.dashboard.views import graph as graph_view
 from flowlab.dashboard.views import projector as projector_view
 from flowlab.dashboard.views.base import View
 from flowlab.dashboard.views.graph import GraphView, Node, graph_data, layered_layout, nodes_from_graph_def
-from flowlab.dashboard.views.hparams import HParamsView, axis, matches, parallel_coordinates
+from flowlab.dashboard.views.hparams import HParamsView, axis, label_texts, matches, parallel_coordinates
 from flowlab.dashboard.views.projector import ProjectorView, categories, pca
 from flowlab.summary import SummaryWriter, encode, proto, read_hparams
 from flowlab.summary.writer import EventFileWriter
@@ -132,7 +132,8 @@ def test_metrics_of_a_group_live_in_the_sessions_child_run_even_at_the_root(tmp_
 
 
 def test_parallel_coordinates_normalise_each_axis():
-    assert axis([2.0, 4.0, None, 3.0]) == ([0.0, 1.0, None, 0.5], [(0.0, "2"), (1.0, "4")])
+    assert axis([2.0, 4.0, None, 3.0]) == ([0.0, 1.0, None, 0.5], [(0.0, "2"), (0.5, "3"), (1.0, "4")])
+    assert axis([2.0, 4.0])[1] == [(0.0, "2"), (1.0, "4")]
     assert axis([5, 5]) == ([0.5, 0.5], [(0.5, "5")])
     # Categories (strings, booleans, mixes) sit at evenly spaced positions in sorted order.
     assert axis(["sgd", "adam", "rmsprop", "adam"])[0] == [1.0, 0.0, 0.5, 0.0]
@@ -141,12 +142,12 @@ def test_parallel_coordinates_normalise_each_axis():
     assert axis([None, None]) == ([None, None], [])
     sessions = {"a": {"hparams": {"lr": 0.1, "opt": "sgd"}, "metrics": {"acc": 0.5}},
                 "b": {"hparams": {"lr": 0.3, "opt": "adam"}, "metrics": {}}}
-    xs, ys, ticks = parallel_coordinates(sessions, ["a", "b"], [("hparams", "lr"), ("hparams", "opt"),
+    xs, ys, axes = parallel_coordinates(sessions, ["a", "b"], [("hparams", "lr"), ("hparams", "opt"),
                                                                 ("metrics", "acc")])
     assert xs == [[0, 1, 2], [0, 1, 2]]
     assert ys[0] == [0.0, 1.0, 0.5]
     assert ys[1][:2] == [1.0, 0.0] and math.isnan(ys[1][2])          # a missing metric breaks the line
-    assert ticks[1] == [(0.0, "adam"), (1.0, "sgd")]
+    assert axes[1].ticks == [(0.0, "adam"), (1.0, "sgd")]
 
 
 def test_parallel_coordinates_and_scatter_in_the_view(hparams_logdir):
@@ -155,22 +156,24 @@ def test_parallel_coordinates_and_scatter_in_the_view(hparams_logdir):
     lines = view.lines_source.data
     assert lines["run"] == ["a", "b", "c", "tbx/trial"] and len(lines["xs"][0]) == 7
     lr_axis = [line[0] for line in lines["ys"]]
-    assert lr_axis == pytest.approx([(0.1 - 0.01) / 0.29, 0.0, 1.0, (0.05 - 0.01) / 0.29])
-    assert view.parallel.xaxis[0].major_label_overrides == {0: "lr", 1: "optimizer", 2: "layers", 3: "batch",
+    # lr spans 0.01...0.3, a factor of 30: a log axis
+    assert lr_axis == pytest.approx([math.log(10) / math.log(30), 0.0, 1.0, math.log(5) / math.log(30)])
+    assert label_texts(view.parallel.xaxis[0]) == {0: "lr (log)", 1: "optimizer", 2: "layers", 3: "batch",
                                                             4: "accuracy", 5: "loss", 6: "hparam/accuracy"}
     # Scatter: numeric hparam against a metric, sessions without that metric left out.
     assert (view.x_select.value, view.y_select.value) == ("lr", "accuracy")
     scatter = view.scatter_source.data
-    assert scatter["run"] == ["a", "b", "c"] and scatter["x"] == [0.1, 0.01, 0.3]
+    assert scatter["run"] == ["a", "b", "c"] and scatter["x"] == pytest.approx([-1, -2, math.log10(0.3)])
+    assert scatter["xtext"] == ["0.1", "0.01", "0.3"] and view.scatter.xaxis[0].axis_label.text == "lr (log scale)"
     assert scatter["y"] == pytest.approx([0.7, 0.9, 0.8])
     # A categorical hparam goes to 0, 1, ... with its values as tick labels.
     view.x_select.value = "optimizer"
     view.y_select.value = "loss"
     scatter = view.scatter_source.data
     assert scatter["x"] == [1.0, 0.0, 0.0] and scatter["xtext"] == ["sgd", "adam", "adam"]
-    assert view.scatter.xaxis[0].major_label_overrides == {0: "adam", 1: "sgd"}
+    assert label_texts(view.scatter.xaxis[0]) == {0: "adam", 1: "sgd"}
     assert scatter["y"] == pytest.approx([0.5, 0.3, 0.4])
-    assert view.scatter.xaxis[0].axis_label == "optimizer"
+    assert view.scatter.xaxis[0].axis_label.text == "optimizer"
 
 
 def test_hparams_filter_by_regex_over_runs_and_values(hparams_logdir):
