@@ -483,6 +483,67 @@ def test_exported_text_keeps_nan_and_inf():
     assert json.loads(export_text(columns, "json"))[0]["value"] == ["NaN", "Infinity", -1.0]
 
 
+def test_group_band_is_numpy_over_the_runs_that_logged_each_step():
+    from flowlab.plots.data import group_band
+    rng = np.random.default_rng(3)
+    members = [(np.arange(0, 50), rng.normal(size=50)), (np.arange(10, 60), rng.normal(size=50) + 1e6),
+               (np.arange(0, 60, 2), rng.normal(size=30))]
+    members[0][1][7] = np.nan                                    # a NaN step of one run: the others still count
+    steps, mean, std, low, high, count = group_band(members)
+    assert steps.tolist() == list(range(60))
+    for k, step in enumerate(steps):
+        values = [v[s.tolist().index(step)] for s, v in members if step in s]
+        values = np.array([v for v in values if np.isfinite(v)])
+        assert count[k] == len(values)
+        if not len(values):                                      # step 7: only the NaN
+            assert np.isnan([mean[k], std[k], low[k], high[k]]).all()
+            continue
+        np.testing.assert_allclose([mean[k], std[k], low[k], high[k]],
+                                   [values.mean(), values.std(), values.min(), values.max()], rtol=1e-12, atol=1e-9)
+
+
+def test_run_groups_draw_mean_and_band_and_hide_their_runs(tmp_path):
+    rng = np.random.default_rng(0)
+    values = {}
+    for lr in ("0.1", "0.01"):
+        for seed in range(3):
+            run = f"lr={lr},seed={seed}"
+            values[run] = rng.normal(size=40) + float(lr) * 10
+            with SummaryWriter(tmp_path / run) as w:
+                for i, v in enumerate(values[run]):
+                    w.add_scalar("loss", float(v), i)
+    with SummaryWriter(tmp_path / "baseline") as w:
+        for i in range(40):
+            w.add_scalar("loss", 0.5, i)
+    _, _, views = session(tmp_path)
+    scalars = views["scalars"]
+    scalars.smoothing.value = 0.0
+    scalars._resmooth()
+    scalars.group_by.value = "lr=([^,]+)"
+    card = scalars.cards["loss"]
+    bands = card.bands.data
+    assert sorted(bands["group"]) == ["0.01", "0.1"] and bands["runs"] == [3, 3]
+    for group, mean, band_ys in zip(bands["group"], bands["ys"], bands["band_ys"]):
+        members = np.array([values[f"lr={group},seed={seed}"] for seed in range(3)])
+        members = members.astype(np.float32).astype(np.float64)            # as logged: float32
+        np.testing.assert_allclose(mean, members.mean(axis=0), rtol=1e-9)
+        np.testing.assert_allclose(band_ys[:40], members.mean(axis=0) + members.std(axis=0), rtol=1e-9)
+    shown_lines = [card.rows.data["run"][i] for i in card.renderers[0].view.filter.indices]
+    assert shown_lines == ["baseline"]                          # grouped runs are drawn as their group
+    scalars.band.active = 1                                      # min-max
+    group = card.bands.data["group"].index("0.1")
+    members = np.array([values[f"lr=0.1,seed={seed}"] for seed in range(3)]).astype(np.float32)
+    np.testing.assert_allclose(card.bands.data["band_ys"][group][:40], members.max(axis=0))
+    scalars.runs.check_only(["lr=0.1,seed=0", "lr=0.1,seed=1", "baseline"])     # a member unchecked
+    assert card.bands.data["group"] == ["0.1"] and card.bands.data["runs"] == [2]
+    scalars.group_by.value = "(unclosed"
+    assert "Invalid group regex" in scalars.message.text and card.bands.data["runs"] == [2]   # the last good one
+    scalars.group_by.value = ""
+    assert card.bands.data["group"] == [] and card.renderers[0].view.filter.indices is not None
+    assert sorted(card.rows.data["run"][i] for i in card.renderers[0].view.filter.indices) == \
+        ["baseline", "lr=0.1,seed=0", "lr=0.1,seed=1"]
+
+
 def test_tag_filter_is_a_regex_and_a_bad_one_says_so(logdir):
     _, doc, views = session(logdir)
     scalars = views["scalars"]

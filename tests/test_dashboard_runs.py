@@ -190,3 +190,26 @@ def test_download_all_saves_every_shown_series_in_full(twenty_runs, tmp_path):
     assert rows[0] == ["run", "tag", "step", "wall_time", "value"] and len(rows) == 1 + 5 * 100
     assert {(run, tag) for run, tag, *_ in rows[1:]} == {(run, "train/loss") for run in RUNS if run.endswith("seed=0")}
     assert errors == []
+
+
+def test_run_groups_draw_a_mean_and_a_band_per_group_in_the_page(twenty_runs):
+    page, errors = twenty_runs
+    base = page.url.split("?")[0]
+    page.goto(base + "?group=lr%3D(%5B%5E%2C%5D%2B)")          # lr=([^,]+): five groups of four seeds
+    page.wait_for_function(LOADED_JS, polling=50)
+    page.wait_for_function("""() => [...Bokeh.documents[0].all_models].some((m) =>
+        m.constructor.__name__ === "ColumnDataSource" && m.data.band_ys && m.data.group.length === 5)""",
+                           polling=50, timeout=20000)
+    bands = page.evaluate("""() => { const s = [...Bokeh.documents[0].all_models].find((m) =>
+        m.constructor.__name__ === "ColumnDataSource" && m.data.band_ys);
+        return {group: s.data.group, runs: s.data.runs, points: s.data.ys.map((y) => y.length),
+                band: s.data.band_ys.map((y) => y.length)}; }""")
+    assert sorted(bands["group"]) == ["0.001", "0.003", "0.01", "0.03", "0.1"] and bands["runs"] == [4] * 5
+    assert bands["points"] == [100] * 5 and bands["band"] == [200] * 5      # upper, then lower reversed
+    page.wait_for_function(drawn_is([]), polling=50, timeout=20000)       # every run is drawn as its group
+    page.wait_for_function(IDLE_JS, polling=50)
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(SHOTS / "run-groups.png"))
+    page.goto(base)
+    page.wait_for_function(LOADED_JS, polling=50)
+    assert errors == []

@@ -32,7 +32,7 @@ from bokeh.models import (Button, CDSView, ColumnDataSource, CustomJS, CustomJST
                           TextInput)
 from bokeh.plotting import figure
 
-from flowlab.plots.data import downsample
+from flowlab.plots.data import downsample, group_band
 from flowlab.plots.figures import expand_in_page, nudge_next_turn
 
 from ..filters import FilterError, compile_filter
@@ -285,6 +285,9 @@ class _Card:
         self.rows.js_on_change("data", expand)
         self.axis = "step"
         self._visible = (None, [])             # (shown runs, line count), rows shown
+        # run groups: a mean line and a band (± std or min-max) per group, built on the server (few points)
+        self.bands = ColumnDataSource({c: [] for c in ("group", "runs", "colour", "xs", "ys", "band_xs", "band_ys")})
+        self.grouped = frozenset()             # runs drawn as part of a group, not as lines of their own
         self.y_range = None
         self.rows_shown = None                 # rows of the runs shown (None: all), for the y range
         self.ignore_outliers = False
@@ -385,9 +388,16 @@ class _Card:
         smoothed = fig.multi_line("xs", "smooth", source=self.source, view=view, line_color="colour", line_width=2)
         x = _X_COLUMN[axis]
         dots = fig.scatter(x, "smooth", source=self.dots, color="colour", size=5)
-        fig.x_range = DataRange1d(renderers=[raw, dots])
+        band = fig.patches("band_xs", "band_ys", source=self.bands, fill_color="colour", fill_alpha=0.25,
+                           line_color=None)
+        mean = fig.multi_line("xs", "ys", source=self.bands, line_color="colour", line_width=2.5)
+        fig.add_tools(HoverTool(renderers=[mean], line_policy="nearest", tooltips=[
+            ("group", "@group (@runs runs)"), ("x", "$snap_x{0,0.[00]}"), ("mean", "$snap_y{%0.5g}")],
+            formatters={"$snap_y": "printf"}))
+        fig.x_range = DataRange1d(renderers=[raw, dots, band])
         # the NaN ticks do not stretch the axis
-        fig.y_range = Range1d(0, 1) if self.ignore_outliers else DataRange1d(renderers=[raw, smoothed, dots])
+        fig.y_range = Range1d(0, 1) if self.ignore_outliers else \
+            DataRange1d(renderers=[raw, smoothed, dots, band])
         self.y_range = fig.y_range
         self.scale_y()
         fig.extra_y_ranges = {"marks": Range1d(0, 1)}
@@ -403,6 +413,34 @@ class _Card:
         self.layout.children[0] = fig
         return fig
 
+    def fill_groups(self, groups, band, axis, colour_of, weight):
+        """Draw ``groups`` (``{name: [runs]}`` of shown runs, each with at least one) as a mean line and a band
+        (``band``: "std" for ± one standard deviation, "range" for min to max) per group, step by step over the
+        runs that logged the step (``plots.data.group_band``); their runs' own lines are hidden."""
+        columns = {c: [] for c in self.bands.data}
+        for name, runs in groups.items():
+            lines = [self.lines[run] for run in runs if run in self.lines]
+            if not lines:
+                continue
+            steps, mean, std, low, high, _ = group_band([(line.steps, line.values) for line in lines])
+            x = steps.astype(np.float64)
+            if axis != "step":        # mean wall time (ms) or hours since each run's start, step by step
+                x = group_band([(line.steps, line.x(axis)) for line in lines])[1] * (1000.0 if axis == "wall" else 1)
+            lower, upper = (mean - std, mean + std) if band == "std" else (low, high)
+            mean, lower, upper = (smooth(v, weight) for v in (mean, lower, upper))    # as the runs' lines are
+            keep = downsample(x, mean, lines[0].limit)
+            x, mean, lower, upper = x[keep], mean[keep], lower[keep], upper[keep]
+            ok = np.isfinite(lower) & np.isfinite(upper)
+            columns["group"].append(name)
+            columns["runs"].append(len(lines))
+            columns["colour"].append(colour_of(lines[0].run))
+            columns["xs"].append(x)
+            columns["ys"].append(mean)
+            columns["band_xs"].append(np.concatenate([x[ok], x[ok][::-1]]))
+            columns["band_ys"].append(np.concatenate([upper[ok], lower[ok][::-1]]))
+        self.bands.data = columns
+        self.grouped = frozenset(run for runs in groups.values() for run in runs)
+
     def show_runs(self, visible_rows):
         for renderer in self.renderers:
             if renderer.view.filter.indices != visible_rows:
@@ -416,9 +454,10 @@ class _Card:
         the choice change. None is the filter's "every row": a list of row indices would be checked against the page's
         rows before the page has expanded them (at a new page's first draw), and BokehJS logs a warning for each index
         beyond them."""
-        key = (shown, len(self.lines))
+        key = (shown, len(self.lines), self.grouped)
         if self._visible[0] != key:
-            rows = [line.row for line in self.lines.values() if shown is None or line.run in shown]
+            rows = [line.row for line in self.lines.values()
+                    if (shown is None or line.run in shown) and line.run not in self.grouped]
             self._visible = key, (None if len(rows) == len(self.lines) else rows)
         return self._visible[1]
 
@@ -466,6 +505,10 @@ class ScalarsView(View):
         self.smoothing = Slider(title="Smoothing", start=0, end=0.999, step=0.001, value=0.6, width=200,
                                 name="smoothing")
         self.x_axis = RadioButtonGroup(labels=["Step", "Relative", "Wall"], active=0, name="x-axis")
+        self.group_by = TextInput(title="Group runs by (regex)", placeholder="e.g. lr=[^,]+", width=170,
+                                  name="group-by")
+        self.band = RadioButtonGroup(labels=["± std", "min–max"], active=0, name="band")
+        self._group_re = None                  # the grouping pattern, compiled (None: no groups)
         self.log_y = Switch(active=False, name="log-y")
         self.log_x = Switch(active=False, name="log-x")
         self.outliers = Switch(active=False, name="ignore-outliers")
@@ -488,23 +531,27 @@ class ScalarsView(View):
         self.log_y.on_change("active", lambda attr, old, new: self._rebuild())
         self.log_x.on_change("active", lambda attr, old, new: self._rebuild())
         self.outliers.on_change("active", lambda attr, old, new: self._rebuild())
+        self.group_by.on_change("value", lambda attr, old, new: self._regroup())
+        self.band.on_change("active", lambda attr, old, new: self._regroup())
 
     def url_state(self):
         """What the page's URL keeps of this tab (see ``dashboard.url_state``)."""
         return [("tags", self.tag_filter, "value"), ("smoothing", self.smoothing, "value"),
                 ("x", self.x_axis, "active"), ("logx", self.log_x, "active"), ("logy", self.log_y, "active"),
-                ("outliers", self.outliers, "active")]
+                ("outliers", self.outliers, "active"), ("group", self.group_by, "value"),
+                ("band", self.band, "active")]
 
     @property
     def axis(self):
         return X_AXES[self.x_axis.active]
 
     def layout(self):
-        controls = row(self.tag_filter, self.smoothing,
+        controls = row(self.tag_filter, self.smoothing, self.group_by, column(Div(text="Band"), self.band),
                        column(Div(text="X axis"), self.x_axis), column(Div(text="Log x"), self.log_x),
                        column(Div(text="Log y"), self.log_y), column(Div(text="Ignore outliers"), self.outliers),
                        # (the tag keeps the export source in the document: nothing draws it)
-                       column(Div(text="Download"), row(*self.export_buttons), tags=[self.export]))
+                       column(Div(text="Download"), row(*self.export_buttons), tags=[self.export]),
+                       styles={"flex-wrap": "wrap", "row-gap": "4px"})      # wraps on a narrow window
         return column(controls, self.message, self.grid, sizing_mode="stretch_width")
 
     def update(self):
@@ -534,10 +581,41 @@ class ScalarsView(View):
                 self._build(card)
                 nudge_next_turn(live, card.flat)     # it reaches a live page with its data
             card.fill()
+            self._fill_groups(card, shown)
         for card in self.cards.values():             # the run list may have changed what is shown
+            if card not in grown and self._group_re is not None:
+                self._fill_groups(card, shown)
             card.show_runs(card.visible_rows(shown))
         self._place(sorted(new_cards, key=lambda card: (group_of(card.tag) != "", group_of(card.tag), card.tag)))
         self._show_empty()
+
+    def _fill_groups(self, card, shown):
+        """The card's run groups: runs the run list shows, keyed by the grouping pattern's first group (or its whole
+        match); runs it does not match keep their own lines."""
+        groups: dict[str, list] = {}
+        if self._group_re is not None:
+            for run in card.lines:
+                match = self._group_re.search(run) if shown is None or run in shown else None
+                if match is not None:
+                    groups.setdefault(match.group(1) if match.groups() and match.group(1) is not None
+                                      else match.group(0), []).append(run)
+        if groups or card.grouped:      # a group takes its first run's colour: distinct from every other run's
+            card.fill_groups(groups, "std" if self.band.active == 0 else "range", self.axis,
+                             lambda run: run_colour(self.store, run), self.smoothing.value)
+
+    def _regroup(self):
+        text = self.group_by.value or ""
+        try:
+            self._group_re = compile_filter(text) if text else None
+            self._filter_error = ""
+        except FilterError as e:            # keep the last good pattern
+            self._filter_error = f"Invalid group regex {text!r}: {e.reason}"
+        self.message.text = f'<span style="color:#c00">{html.escape(self._filter_error)}</span>' \
+            if self._filter_error else ""
+        shown = self.runs.shown()
+        for card in self.cards.values():
+            self._fill_groups(card, shown)
+            card.show_runs(card.visible_rows(shown))
 
     def _place(self, cards):
         """Put new cards last in their groups (new groups last): nothing already on screen moves."""
@@ -606,6 +684,7 @@ class ScalarsView(View):
                 line.choose(self.axis)
             self._build(card)
             card.fill()          # rows name the new axis: the page redraws the lines
+            self._fill_groups(card, self.runs.shown())
 
     def _resmooth(self):
         for card in self.cards.values():

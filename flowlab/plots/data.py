@@ -320,3 +320,32 @@ class Sampler:
             change = None
         self._new, self._thinned = 0, False
         return change
+
+
+def group_band(members):
+    """Mean, standard deviation, min and max of a group of runs, step by step: ``members`` is a list of ``(steps,
+    values)`` (one per run); the result is ``(steps, mean, std, low, high, count)`` over the union of their steps,
+    each step over the runs that logged a finite value there (a step no run has a finite value for is NaN, count 0).
+    """
+    steps = np.unique(np.concatenate([np.asarray(s, np.int64) for s, _ in members])) if members else \
+        np.zeros(0, np.int64)
+    total, squares, count = np.zeros(len(steps)), np.zeros(len(steps)), np.zeros(len(steps))
+    low, high = np.full(len(steps), np.inf), np.full(len(steps), -np.inf)
+    placed = []
+    for s, v in members:
+        v = np.asarray(v, np.float64)
+        ok = np.isfinite(v)
+        at, v = np.searchsorted(steps, np.asarray(s, np.int64)[ok]), v[ok]
+        placed.append((at, v))
+        np.add.at(total, at, v)
+        np.add.at(count, at, 1)
+        np.minimum.at(low, at, v)
+        np.maximum.at(high, at, v)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / count
+        for at, v in placed:                    # deviations from the mean: no cancellation on a large mean
+            np.add.at(squares, at, (v - mean[at]) ** 2)
+        std = np.sqrt(squares / count)
+    none = count == 0
+    low[none] = high[none] = np.nan
+    return steps, mean, std, low, high, count.astype(np.int64)
