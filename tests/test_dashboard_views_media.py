@@ -364,23 +364,33 @@ def test_distribution_groups_keep_extremes_and_empty_steps_and_reach_the_latest_
 
 # ---------------------------------------------------------------------------------------------- images
 
-def pixels(view_card):
-    rgba = view_card.source.data["image"][0]
+def pixels_of(rgba):
     h, w = rgba.shape
     return rgba.view(np.uint8).reshape(h, w, 4)[::-1]                 # drawn bottom row first
 
 
-def test_images_are_decoded_pixels_with_step_and_sample_sliders(logdir):
+def pixels(view_card):
+    return pixels_of(view_card.source.data["image"][0])
+
+
+def test_images_of_a_step_are_a_grid_and_a_tap_enlarges_one(logdir):
     store, view, doc = build(ImagesView, logdir)
     c = card(view, "train", "digits", "image")
     assert c.step.visible and c.step.value == 1 and c.step.title == "step 1"       # follows the latest step
-    assert c.sample.visible and c.sample.end == 2
-    got = pixels(c)
-    assert got.dtype == np.uint8 and np.array_equal(got[..., :3], image(1)) and (got[..., 3] == 255).all()
-    c.sample.value = 2
-    assert np.array_equal(pixels(c)[..., :3], image(3))
+    tiles = c.source.data                                # three images: a 2 x 2 grid, row 0 at the top
+    assert [(x > 0, y > 0) for x, y in zip(tiles["x"], tiles["y"])] == [(False, True), (True, True), (False, False)]
+    for k in range(3):
+        got = pixels_of(tiles["image"][k])
+        assert got.dtype == np.uint8 and np.array_equal(got[..., :3], image(k + 1)) and (got[..., 3] == 255).all()
+    assert "3 images" in c.caption.text
+    assert c.tiles.data["sample"] == [0, 1, 2]
+    c.tiles.selected.indices = [2]                       # a tap on the third
+    assert len(c.source.data["image"]) == 1 and np.array_equal(pixels(c)[..., :3], image(3))
+    assert c.caption.text.startswith("image 3 of 3") and c.tiles.selected.indices == []
+    c.tiles.selected.indices = [0]                       # a tap on it: back to the grid
+    assert len(c.source.data["image"]) == 3
     c.step.value = 0
-    assert np.array_equal(pixels(c)[..., :3], image(0)) and not c.sample.visible
+    assert np.array_equal(pixels(c)[..., :3], image(0)) and c.caption.text == ""
 
     events = record(doc)
     with SummaryWriter(logdir / "train") as w:

@@ -1,5 +1,5 @@
-"""Images tab: per run × tag a card showing one logged image, with a step slider and, when a step holds several
-images, a sample slider.
+"""Images tab: per run × tag a card showing the images of one logged step as a grid (a tap on one enlarges it, a tap
+on the enlarged one goes back), with a step slider.
 
 PNGs are decoded server-side with Pillow into the packed RGBA ``uint32`` array that ``figure.image_rgba`` draws, so
 no image or data URL ever passes through HTML. Only the image on show is sent; the card follows the latest step
@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import bisect
 import io
+import math
 
 import numpy as np
-from bokeh.models import ColumnDataSource, Range1d, Slider
+from bokeh.models import ColumnDataSource, Div, Range1d, Slider, TapTool
 
 from flowlab.plots.figures import card, plain_figure
 
 from .base import CardsView
 
 SIZE = 320              # the longer side of the drawn image, in screen pixels
+MAX_TILES = 16          # images of one step drawn as a grid
 
 
 def decode_rgba(png: bytes) -> np.ndarray:
@@ -38,20 +40,37 @@ def _slider(title):
                   sizing_mode="stretch_width")
 
 
+def grid_shape(n):
+    """(columns, rows) of a near-square grid of ``n`` tiles, wider than tall."""
+    columns = math.ceil(math.sqrt(n))
+    return columns, math.ceil(n / columns)
+
+
 class _Card:
+    """One run × tag: the images of the step the slider selects, as a grid (at most ``MAX_TILES``); a tap on one
+    shows it alone, at the card's full size, and a tap on it goes back to the grid."""
+
     def __init__(self, series):
         self.items = []                             # (step, tailer.Image), references into the store's series
-        self._shown = (None, 0)                     # (Image, sample index) on show
+        self._shown = None                          # (Image, enlarged sample or None) on show
+        self.enlarged = None                        # the sample shown alone, or None for the grid
         self.step = _slider("step")
-        self.sample = _slider("image")
-        self.source = ColumnDataSource({"image": [], "w": [], "h": []})
+        self.source = ColumnDataSource({"image": [], "x": [], "y": [], "w": [], "h": []})
+        self.tiles = ColumnDataSource({"left": [], "right": [], "bottom": [], "top": [], "sample": []})
         self.figure = plain_figure(x_range=Range1d(0, 1), y_range=Range1d(0, 1), width=SIZE, height=SIZE)
-        self.figure.image_rgba(image="image", x=0, y=0, dw="w", dh="h", source=self.source)
+        self.figure.image_rgba(image="image", x="x", y="y", dw="w", dh="h", source=self.source)
+        # transparent boxes over the tiles take the taps (and say which sample each is); only they: a tap that
+        # selected in the images' own source would dim them
+        boxes = self.figure.quad(left="left", right="right", bottom="bottom", top="top", source=self.tiles,
+                                 fill_alpha=0, line_alpha=0, selection_fill_alpha=0, selection_line_alpha=0,
+                                 nonselection_fill_alpha=0, nonselection_line_alpha=0)
+        self.figure.add_tools(TapTool(renderers=[boxes]))     # (no toolbar: the tap is active by itself)
         self.figure.axis.visible = False
         self.figure.grid.visible = False
+        self.caption = Div(text="", styles={"color": "#777", "font-size": "9pt"})
         self.step.on_change("value", lambda attr, old, new: self.show())
-        self.sample.on_change("value", lambda attr, old, new: self.show())
-        self.layout = card(series.tag, series.run, self.step, self.sample, self.figure)
+        self.tiles.selected.on_change("indices", lambda attr, old, new: self._tapped(new))
+        self.layout = card(series.tag, series.run, self.step, self.caption, self.figure)
 
     def add(self, steps, values, replace):
         following = not self.items or self.step.value >= len(self.items) - 1
@@ -68,27 +87,55 @@ class _Card:
         self.step.value = max(index, 0)                 # triggers show() only when the value changed
         self.show()
 
+    def _tapped(self, indices):
+        if not indices:
+            return
+        sample = self.tiles.data["sample"][indices[0]]
+        self.enlarged = None if self.enlarged is not None else sample
+        self.tiles.selected.indices = []
+        self.show()
+
     def show(self):
-        """Send the image the sliders select (nothing when it is already on show)."""
+        """Send the images the slider selects (nothing when they are already on show)."""
         if not self.items:
-            self.source.data = {"image": [], "w": [], "h": []}
+            self.source.data = {k: [] for k in self.source.data}
             return
-        index = min(int(self.step.value), len(self.items) - 1)
-        step, image = self.items[index]
+        step, image = self.items[min(int(self.step.value), len(self.items) - 1)]
         n = len(image.encoded)
-        self.sample.end, self.sample.visible = max(n - 1, 1), n > 1
-        sample = min(int(self.sample.value), max(n - 1, 0))
-        if n == 0 or (self._shown[0] is image and self._shown[1] == sample):
+        if self.enlarged is not None and self.enlarged >= n:
+            self.enlarged = None
+        if n == 0 or self._shown == (image, self.enlarged):
             return
-        self._shown = (image, sample)
+        self._shown = (image, self.enlarged)
+        samples = [self.enlarged] if self.enlarged is not None else list(range(min(n, MAX_TILES)))
+        pictures = [decode_rgba(image.encoded[i]) for i in samples]
+        cell_w, cell_h = max(p.shape[1] for p in pictures), max(p.shape[0] for p in pictures)
+        columns, rows = grid_shape(len(pictures))
+        gap = max(cell_w, cell_h) // 16 if len(pictures) > 1 else 0
+        data = {k: [] for k in self.source.data}
+        tiles = {k: [] for k in self.tiles.data}
+        for k, (i, picture) in enumerate(zip(samples, pictures)):
+            c, r = k % columns, k // columns
+            x, y = c * (cell_w + gap), (rows - 1 - r) * (cell_h + gap)     # row 0 at the top
+            h, w = picture.shape
+            for name, value in (("image", picture), ("x", x), ("y", y), ("w", w), ("h", h)):
+                data[name].append(value)
+            for name, value in (("left", x), ("right", x + w), ("bottom", y), ("top", y + h), ("sample", i)):
+                tiles[name].append(value)
+        width, height = columns * cell_w + (columns - 1) * gap, rows * cell_h + (rows - 1) * gap
+        self.figure.x_range.end, self.figure.y_range.end = width, height
+        scale = SIZE / max(width, height)           # small images (MNIST's 28 px) are enlarged, big ones shrunk
+        self.figure.width, self.figure.height = max(round(width * scale), 20), max(round(height * scale), 20)
+        self.source.data = data
+        self.tiles.data = tiles
         self.step.title = f"step {step}"
-        self.sample.title = f"image {sample + 1} of {n}"
-        pixels = decode_rgba(image.encoded[sample])
-        h, w = pixels.shape
-        self.figure.x_range.end, self.figure.y_range.end = w, h
-        scale = SIZE / max(w, h)                    # small images (MNIST's 28 px) are enlarged, big ones shrunk
-        self.figure.width, self.figure.height = max(round(w * scale), 20), max(round(h * scale), 20)
-        self.source.data = {"image": [pixels], "w": [w], "h": [h]}
+        if self.enlarged is not None:
+            self.caption.text = f"image {self.enlarged + 1} of {n} (tap it for all)"
+        elif n > 1:
+            more = f", the first {MAX_TILES} shown" if n > MAX_TILES else ""
+            self.caption.text = f"{n} images{more} (tap one to enlarge it)"
+        else:
+            self.caption.text = ""
 
 
 class ImagesView(CardsView):
