@@ -534,6 +534,18 @@ def test_run_groups_draw_mean_and_band_and_hide_their_runs(tmp_path):
     group = card.bands.data["group"].index("0.1")
     members = np.array([values[f"lr=0.1,seed={seed}"] for seed in range(3)]).astype(np.float32)
     np.testing.assert_allclose(card.bands.data["band_ys"][group][:40], members.max(axis=0))
+    scalars.band.active = 0
+    scalars.smoothing.value = 0.9
+    scalars._resmooth()                                          # (the slider's value_throttled callback)
+    group = card.bands.data["group"].index("0.1")
+    np.testing.assert_allclose(card.bands.data["ys"][group], smooth(members.astype(np.float64).mean(axis=0), 0.9),
+                               rtol=1e-9)
+    scalars.tag_filter.value = "(unclosed"                       # two bad patterns: both said
+    scalars.group_by.value = "(also"
+    assert "Invalid tags regex" in scalars.message.text and "Invalid group regex" in scalars.message.text
+    scalars.tag_filter.value = ""
+    assert "Invalid tags regex" not in scalars.message.text and "Invalid group regex" in scalars.message.text
+    scalars.group_by.value = "lr=([^,]+)"
     scalars.runs.check_only(["lr=0.1,seed=0", "lr=0.1,seed=1", "baseline"])     # a member unchecked
     assert card.bands.data["group"] == ["0.1"] and card.bands.data["runs"] == [2]
     scalars.group_by.value = "(unclosed"

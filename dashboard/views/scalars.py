@@ -524,7 +524,8 @@ class ScalarsView(View):
         self.groups: dict[str, _Group] = {}
         self.grid = column(children=[Div()], sizing_mode="stretch_width", name="scalar-groups")
         self._tags_re = compile_filter("")
-        self._filter_error = ""
+        self._errors = {"tags": "", "group": ""}    # what is wrong with each typed pattern (the last good one holds)
+        self._grouped_for = None               # the run list's choice every card's groups were made for
         self.tag_filter.on_change("value", lambda attr, old, new: self._filter())
         self.smoothing.on_change("value_throttled", lambda attr, old, new: self._resmooth())
         self.x_axis.on_change("active", lambda attr, old, new: self._rebuild())
@@ -582,12 +583,14 @@ class ScalarsView(View):
                 nudge_next_turn(live, card.flat)     # it reaches a live page with its data
             card.fill()
             self._fill_groups(card, shown)
+        regroup = self._group_re is not None and shown != self._grouped_for    # the run list changed the groups
+        self._grouped_for = shown
         for card in self.cards.values():             # the run list may have changed what is shown
-            if card not in grown and self._group_re is not None:
+            if regroup and card not in grown:
                 self._fill_groups(card, shown)
             card.show_runs(card.visible_rows(shown))
         self._place(sorted(new_cards, key=lambda card: (group_of(card.tag) != "", group_of(card.tag), card.tag)))
-        self._show_empty()
+        self._show_message()
 
     def _fill_groups(self, card, shown):
         """The card's run groups: runs the run list shows, keyed by the grouping pattern's first group (or its whole
@@ -607,11 +610,13 @@ class ScalarsView(View):
         text = self.group_by.value or ""
         try:
             self._group_re = compile_filter(text) if text else None
-            self._filter_error = ""
+            self._errors["group"] = ""
         except FilterError as e:            # keep the last good pattern
-            self._filter_error = f"Invalid group regex {text!r}: {e.reason}"
-        self.message.text = f'<span style="color:#c00">{html.escape(self._filter_error)}</span>' \
-            if self._filter_error else ""
+            self._errors["group"] = f"Invalid group regex {text!r}: {e.reason}"
+        self._show_message()
+        self._refill_groups()
+
+    def _refill_groups(self):
         shown = self.runs.shown()
         for card in self.cards.values():
             self._fill_groups(card, shown)
@@ -638,11 +643,13 @@ class ScalarsView(View):
             if group.layout.visible != visible:
                 group.layout.visible = visible
 
-    def _show_empty(self):
-        if not self._filter_error:
-            text = "" if self.cards else "No scalars in this logdir yet; they appear here as soon as a run logs one."
-            if self.message.text != text:
-                self.message.text = text
+    def _show_message(self):
+        """What is wrong with the typed patterns, else why there is nothing to show."""
+        errors = "; ".join(error for error in self._errors.values() if error)
+        text = f'<span style="color:#c00">{html.escape(errors)}</span>' if errors else \
+            "" if self.cards else "No scalars in this logdir yet; they appear here as soon as a run logs one."
+        if self.message.text != text:
+            self.message.text = text
 
     def export_shown(self, fmt):
         """Every series the tab shows (runs the run list shows, tags the filter leaves), in full, as one file the
@@ -687,20 +694,20 @@ class ScalarsView(View):
             self._fill_groups(card, self.runs.shown())
 
     def _resmooth(self):
+        shown = self.runs.shown()
         for card in self.cards.values():
             for line in card.lines.values():
                 line.resmooth(self.smoothing.value)
             card.fill()
+            self._fill_groups(card, shown)          # the groups' means and bands are smoothed as the lines are
 
     def _filter(self):
         try:                                    # RE2: linear-time matching, a typed pattern cannot stall the loop
             self._tags_re = compile_filter(self.tag_filter.value or "")
-            self._filter_error = ""
+            self._errors["tags"] = ""
         except FilterError as e:                # keep the last good pattern
-            self._filter_error = f"Invalid tags regex {self.tag_filter.value!r}: {e.reason}"
-        self.message.text = f'<span style="color:#c00">{html.escape(self._filter_error)}</span>' \
-            if self._filter_error else ""
+            self._errors["tags"] = f"Invalid tags regex {self.tag_filter.value!r}: {e.reason}"
         for tag, card in self.cards.items():
             card.layout.visible = self._tags_re.search(tag) is not None
         self._show_groups()
-        self._show_empty()
+        self._show_message()
