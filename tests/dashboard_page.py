@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -49,3 +50,24 @@ def open_dashboard(browser, url, timeout_ms=60000, warnings=None, **page_options
     page.goto(url)
     page.wait_for_function(IDLE_JS, polling=20, timeout=timeout_ms)
     return page, errors
+
+
+# The runs each scalars card draws, as the page filters its rows (the raw and smoothed lines share the filter).
+DRAWN_JS = """() => { const drawn = new Map();
+    for (const m of Bokeh.documents[0].all_models)
+      if (m.constructor.__name__ === "GlyphRenderer" && m.glyph.constructor.__name__ === "MultiLine"
+          && m.data_source.data.smooth) {
+        const runs = m.data_source.data.run, keep = m.view.filter.indices;
+        drawn.set(m.data_source.id, (keep == null ? runs : keep.map((i) => runs[i])).slice().sort());
+      }
+    return [...drawn.values()]; }"""
+
+
+def drawn_is(runs):
+    """A page condition: the (one) Scalars card draws exactly ``runs``."""
+    return f"() => JSON.stringify(({DRAWN_JS})()) === {as_js([sorted(runs)])}"
+
+
+def as_js(value):
+    """A JavaScript string literal of ``JSON.stringify(value)``."""
+    return json.dumps(json.dumps(value, separators=(",", ":")))

@@ -6,7 +6,6 @@ Server-side tests drive the view's Bokeh models (events triggered as the page se
 real headless Chromium over eight sessions (lr 0.001…0.1, hidden 64/128), brushes the lr axis with a mouse drag on
 the box-select tool, and writes ``artifacts/screenshots/hparams.png``.
 """
-import json
 import math
 import os
 from pathlib import Path
@@ -19,6 +18,7 @@ from flowlab.dashboard.runs import RunSelection
 from flowlab.dashboard.store import Store
 from flowlab.dashboard.views.hparams import Axis, HParamsView, in_brush, label_texts
 from flowlab.summary import SummaryWriter
+from jupyter_page import CHROMIUM
 
 SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
 LRS = [0.001, 0.003, 0.01, 0.03, 0.1, 0.001, 0.03, 0.1]
@@ -203,16 +203,6 @@ def test_without_hparams_one_line_and_nothing_else(tmp_path):
 # ------------------------------------------------------------------------------------------------ in Chromium
 
 # Chromium tests: skipped without Debian's chromium or Playwright.
-CHROMIUM = "/usr/bin/chromium"
-# The runs the Scalars tab's card draws, as the page filters its rows (as in test_dashboard_runs).
-DRAWN_JS = """() => { const drawn = new Set();
-    for (const m of Bokeh.documents[0].all_models)
-      if (m.constructor.__name__ === "GlyphRenderer" && m.glyph.constructor.__name__ === "MultiLine"
-          && m.data_source.data.smooth) {
-        const runs = m.data_source.data.run, keep = m.view.filter.indices;
-        (keep == null ? runs : keep.map((i) => runs[i])).forEach((r) => drawn.add(r));
-      }
-    return [...drawn].sort(); }"""
 IDLE_JS = "() => Bokeh.index.roots.every((v) => v.is_idle)"
 MODEL_JS = "(name) => Bokeh.documents[0].get_model_by_name(name)"
 # Where the parallel coordinates' frame maps (x, y) on the page.
@@ -233,7 +223,7 @@ def _table_rows(page):
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Debian's chromium at {CHROMIUM}")
 def test_hparams_tab_in_chromium(tmp_path, chromium):
     pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
-    from dashboard_page import flowlab_serve, open_dashboard
+    from dashboard_page import DRAWN_JS, as_js, flowlab_serve, open_dashboard
     logdir = write_sessions(tmp_path / "logs")
     with flowlab_serve(logdir, tmp_path / "stderr.txt") as (url, _):
         warnings = []
@@ -292,8 +282,8 @@ def test_hparams_tab_in_chromium(tmp_path, chromium):
         page.wait_for_function(IDLE_JS, polling=50)
         assert errors == [] and warnings == [], (errors, warnings)      # all the while on the HParams tab
         page.locator(".bk-tab", has_text="Scalars").first.click()
-        drawn = json.dumps(chosen, separators=(",", ":"))          # as JSON.stringify writes it
-        page.wait_for_function(f"() => JSON.stringify(({DRAWN_JS})()) === {json.dumps(drawn)}", polling=50,
+        every_card = f"[...new Set(({DRAWN_JS})().flat())].sort()"        # the runs any Scalars card draws
+        page.wait_for_function(f"() => JSON.stringify({every_card}) === {as_js(sorted(chosen))}", polling=50,
                                timeout=20000)
         assert errors == []
         page.close()

@@ -1,14 +1,13 @@
 """The run list in a real headless Chromium: twenty runs written by tensorboardX, each in its own colour, and the
 runs checked in the list are the runs every tab shows. A screenshot goes to ``artifacts/screenshots/runs.png``."""
 import csv
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from dashboard_page import flowlab_serve, open_dashboard
+from dashboard_page import DRAWN_JS, as_js, drawn_is, flowlab_serve, open_dashboard
 from jupyter_page import CHROMIUM
 from test_dashboard_app import cielab
 
@@ -19,15 +18,6 @@ tensorboardX = pytest.importorskip("tensorboardX")
 SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
 RUNS = [f"lr={lr:g},seed={seed}" for lr in (0.1, 0.03, 0.01, 0.003, 0.001) for seed in range(4)]
 IDLE_JS = "() => Bokeh.index.roots.every((v) => v.is_idle)"
-# The runs each scalars card draws, as the page filters its rows (the raw and smoothed lines share the filter).
-DRAWN_JS = """() => { const drawn = new Map();
-    for (const m of Bokeh.documents[0].all_models)
-      if (m.constructor.__name__ === "GlyphRenderer" && m.glyph.constructor.__name__ === "MultiLine"
-          && m.data_source.data.smooth) {
-        const runs = m.data_source.data.run, keep = m.view.filter.indices;
-        drawn.set(m.data_source.id, (keep == null ? runs : keep.map((i) => runs[i])).slice().sort());
-      }
-    return [...drawn.values()]; }"""
 # The runs of the Histograms tab's cards on the current page (each card is a figure, the run its grey subtitle).
 HISTOGRAM_RUNS_JS = """() => { if (!window.Bokeh || !Bokeh.documents.length) return [];
     const grid = Bokeh.documents[0].get_model_by_name("cards:histograms");
@@ -55,16 +45,6 @@ def twenty_runs(tmp_path_factory, chromium):
                                polling=50)
         yield page, errors
         page.close()
-
-
-def drawn_is(runs):
-    """A page condition: the scalars card draws exactly ``runs``."""
-    return f"() => JSON.stringify(({DRAWN_JS})()) === {as_js([sorted(runs)])}"
-
-
-def as_js(value):
-    """A JavaScript string literal of ``JSON.stringify(value)``."""
-    return json.dumps(json.dumps(value, separators=(",", ":")))
 
 
 def rgb_hex(css):
