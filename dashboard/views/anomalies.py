@@ -29,6 +29,7 @@ from bokeh.palettes import Greys256
 
 from flowlab.plots.data import BOX_KEYS, box_stats, compress_histogram
 from flowlab.plots.figures import card, card_grid, plain_figure, text_div
+from flowlab.ops.stats import stats_vector
 from flowlab.summary.projector import CONFIG_FILE, read_projector
 
 from .base import View
@@ -49,9 +50,9 @@ def tensor_stats(array):
     a = np.asarray(array)
     if a.dtype.kind not in "biuf":
         return None
-    a = a.astype(np.float64, copy=False)
     stats, outliers = box_stats(a)
-    return stats, outliers, int(np.isnan(a).sum()), int(np.isinf(a).sum())
+    nan, inf = stats_vector(np, a)[4:]
+    return stats, outliers, int(nan), int(inf)
 
 
 def histogram_box(buckets):

@@ -7,6 +7,7 @@ import linecache
 from typing import Any, Callable, NamedTuple
 
 from ..errors import AnomalyError
+from ..ops.stats import stats_vector
 from .buffers import plan_buffers
 from .fuse import cupy_kernel_factory, fuse_elementwise
 from .prune import prune
@@ -177,19 +178,17 @@ def _observers_early(nodes):
 
 def _stats(xp, a):
     a = xp.asarray(a)
-    if a.dtype.kind != "f":
-        return f"min {a.min()} max {a.max()}" if a.size else "empty"
-    finite = a[xp.isfinite(a)]
-    nan, inf = int(xp.isnan(a).sum()), int(xp.isinf(a).sum())
-    body = (f"min {float(finite.min()):.4g} max {float(finite.max()):.4g} mean {float(finite.mean()):.4g}"
-            if finite.size else "no finite values")
-    return f"{body}, {nan} NaN, {inf} Inf of {a.size}"
+    if a.dtype.kind not in "biuf" or not a.size:
+        return "empty" if not a.size else f"dtype {a.dtype}"
+    lo, hi, mean, _, nan, inf = (float(v) for v in stats_vector(xp, a))
+    body = f"min {lo:.4g} max {hi:.4g} mean {mean:.4g}" if lo == lo else "no finite values"
+    return f"{body}, {int(nan)} NaN, {int(inf)} Inf of {a.size}"
 
 
 def anomaly_report(graph, node, tensor_id, value, inputs, xp):
     """Name the op that made NaN/Inf, where the user wrote it, and what its inputs looked like."""
     tensor = graph.tensors[tensor_id]
-    nan, inf = int(xp.isnan(value).sum()), int(xp.isinf(value).sum())
+    nan, inf = (int(v) for v in stats_vector(xp, xp.asarray(value))[4:])
     what = f"variable {tensor.logical_blob_name} after update {node.name}" if node.op.updates_variable else \
         f"{tensor.logical_blob_name}"
     forward = node.name.split("/")[0][len("System-AutoGrad-"):] if node.name.startswith("System-AutoGrad-") else None

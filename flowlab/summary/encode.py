@@ -33,6 +33,7 @@ import time
 
 import numpy as np
 
+from ..ops.stats import stats_vector
 from . import proto
 
 DT = {name: proto.enum_value("tensorboard.DataType", name) for name in (
@@ -191,7 +192,8 @@ def nonfinite_counts(values) -> tuple[int, int]:
     array = _numeric(as_array(values), "values")
     if array.dtype.kind != "f":
         return 0, 0
-    return int(np.isnan(array).sum()), int(np.isinf(array).sum())
+    nan, inf = stats_vector(np, array)[4:]
+    return int(nan), int(inf)
 
 
 def _numeric(array, name):
