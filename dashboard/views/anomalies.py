@@ -148,15 +148,17 @@ class _Card:
             fig.segment("step", "q1", "step", "q3", source=self.box, line_color="#4c78a8", line_width=9)
             fig.scatter("step", "median", source=self.box, marker="dash", size=9, line_color="white", line_width=2)
             fig.scatter("step", "value", source=self.outliers, size=4, color="#555", fill_alpha=0.4)
-            fig.visible = False             # until a step has finite values (an empty plot has no ranges to draw)
+            # joins the card when a step has finite values: BokehJS warns about a plot with nothing to range over,
+            # even a hidden one (a histogram that is NaN from its first step never gets a box)
             self.box_figure = fig
-            children.append(fig)
         fig = plain_figure("count of NaN (magenta) and Inf (orange)", x_axis_label="step")
         fig.segment("step", 0, "step", "nan", source=self.counts, line_color=NAN_COLOR, line_width=6)
         fig.segment("step", "nan", "step", "total", source=self.counts, line_color=POS_INF_COLOR, line_width=6)
         fig.y_range.start = 0
+        fig.visible = False                 # until a count arrives (a histogram's twin counts may come later)
+        self.counts_figure = fig
         children.append(fig)
-        for plot in children[1:]:
+        for plot in children[1:] + ([self.box_figure] if kind != "scalar" else []):
             plot.xaxis.ticker.min_interval = 1          # steps: no ticks between them
         if kind in ("exception", "tensor"):
             self.select = Select(title="heat map of step", options=[], value="", width=160)
@@ -178,6 +180,9 @@ class _Card:
     def clear(self):
         for source in (self.box, self.outliers, self.counts):
             source.data = {name: [] for name in source.data}
+        self.counts_figure.visible = False
+        if self.kind != "scalar" and self.box_figure in self.layout.children:
+            self.layout.children = [c for c in self.layout.children if c is not self.box_figure]
         self.tensors, self.fed = {}, False
         if self.kind in ("exception", "tensor"):
             self.select.options, self.select.value = [], ""
@@ -190,7 +195,8 @@ class _Card:
         if not kept:
             return
         steps, boxes = zip(*kept)
-        self.box_figure.visible = True
+        if self.box_figure not in self.layout.children:
+            self.layout.children = self.layout.children[:2] + [self.box_figure] + self.layout.children[2:]
         self.box.stream({"step": list(steps), **{k: [b[0][k] for b in boxes] for k in BOX_KEYS}})
         pairs = [(step, v) for step, (_, outliers) in zip(steps, boxes) for v in outliers.tolist()]
         if pairs:
@@ -198,6 +204,9 @@ class _Card:
 
     def add_counts(self, steps, nans, infs):
         self.fed = True
+        if not steps:
+            return
+        self.counts_figure.visible = True
         self.counts.stream({"step": list(steps), "nan": list(nans), "inf": list(infs),
                             "total": [n + i for n, i in zip(nans, infs)]})
 
@@ -254,16 +263,20 @@ class AnomaliesView(View):
         self._sent_exceptions: dict[tuple, dict] = {}   # exception card key -> {step: tensor sent}
         self._projectors, self._next_walk = [], 0.0
         self._store_version = None
+        self._unplaced: list[_Card] = []            # made in this update, not yet in the grid (see _card)
         self._root = column(self.empty, self.grid)
 
     def layout(self):
         return self._root
 
     def _card(self, key):
+        """The card of ``key``, made when first asked for. A new card joins the page at the end of ``update``, with
+        its first data: a plot that reaches the page empty and is filled by a later message makes BokehJS warn that
+        it "could not set initial ranges"."""
         card = self._cards.get(key)
         if card is None:
             card = self._cards[key] = _Card(*key)
-            self.grid.children.append(card.layout)
+            self._unplaced.append(card)
         return card
 
     def _delta(self, key, series):
@@ -288,6 +301,9 @@ class AnomaliesView(View):
             self._update_series()
             if len(self._cards) != cards:       # a new card rereads its sources from their start: those already
                 self._update_series()           # passed in this round are read now, not at the store's next change
+        if self._unplaced:
+            self.grid.children = self.grid.children + [card.layout for card in self._unplaced]
+            self._unplaced = []
         for (_, run, _), card in self._cards.items():       # the run list's choice
             shown = self.runs.shows(run)
             if card.layout.visible != shown:
