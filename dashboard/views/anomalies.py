@@ -155,6 +155,8 @@ class _Card:
         fig.segment("step", 0, "step", "nan", source=self.counts, line_color=NAN_COLOR, line_width=6)
         fig.segment("step", "nan", "step", "total", source=self.counts, line_color=POS_INF_COLOR, line_width=6)
         fig.y_range.start = 0
+        if kind == "scalar":                # a scalar is one value: its count is 0 or 1
+            fig.yaxis.ticker = FixedTicker(ticks=[0, 1])
         fig.visible = False                 # until a count arrives (a histogram's twin counts may come later)
         self.counts_figure = fig
         children.append(fig)
