@@ -4,6 +4,7 @@ Each step's buckets are compressed to TensorBoard's nine basis points (``compres
 distribution would be at ±1.5σ, ±1σ and ±0.5σ, median, max), drawn as four nested bands (the range, then bands 3σ,
 2σ and 1σ wide) and a median line: the view TensorBoard calls "distributions" (and OneFlow's Tianshu planned but
 never built). A step whose histogram holds no finite value leaves a gap in the bands and a red mark over the plot.
+Hovering over a card reads the step under the pointer and its nine values, max first.
 
 At most ``MAX_ROWS`` rows per card. Up to that many steps, a row is a step, exact. Past it, consecutive steps are merged
 into groups (``Bands``: groups double in size, a handful of times per run) whose row keeps the smallest min and the
@@ -26,6 +27,9 @@ from .base import CardsView
 MAX_ROWS = 500
 BPS = NORMAL_HISTOGRAM_BPS
 COLUMNS = [f"bp{bp}" for bp in BPS]
+# What a hover calls each column: the share of values below it (TensorBoard's points: ±1.5σ, ±1σ, ±0.5σ of a normal)
+LABELS = ["min"] + [f"{bp / 100:.0f}%" for bp in BPS[1:4]] + ["median"] + [f"{bp / 100:.0f}%" for bp in BPS[5:8]] + \
+    ["max"]
 
 
 def percentile_row(buckets):
@@ -129,7 +133,7 @@ class _Card:
     def __init__(self, series, name, parts):
         self.bands = Bands()
         self.source = parts.source(Bands(2).columns(), name=f"cards-source:{name}")
-        self.layout = distribution_card(series.tag, series.run, self.source, COLUMNS, parts)
+        self.layout = distribution_card(series.tag, series.run, self.source, COLUMNS, parts, labels=LABELS)
 
     def add(self, steps, values, replace):
         if replace:

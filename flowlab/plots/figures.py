@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import html
 import math
+import re
 
 import numpy as np
 from bokeh.core.properties import value
 from bokeh.layouts import column, row
 from bokeh.models import (AllIndices, AllLabels, BasicTickFormatter, BasicTicker, CDSView, Checkbox,
-                          ColumnDataSource, CustomJS, DataRange1d, Div, HoverTool, Line, LinearAxis, LinearScale,
-                          Patches, Plot, Range1d, Segment, Title, UnionRenderers, VArea)
+                          ColumnDataSource, CustomJS, CustomJSHover, DataRange1d, Div, HoverTool, Line, LinearAxis,
+                          LinearScale, Patches, Plot, Quad, Range1d, Segment, Title, UnionRenderers, VArea)
 from bokeh.plotting import figure
 from colorcet import palette as colorcet_palettes
 
@@ -71,21 +72,77 @@ def is_spiky(top, ratio=20.0):
     return counts.size > 2 and counts.max() > ratio * np.median(counts)
 
 
+# Hover texts of histogram bars: the range to four significant digits, counts in full.
+BUCKET_TIP = ("bucket", "@left{%0.4g} … @right{%0.4g}")
+BUCKET_FORMATS = {"@left": "printf", "@right": "printf"}
+
+
+def histogram_bars(fig, source, color=VALUE, alpha=0.7, log=False, top="top", tooltips=(), add_glyph=None,
+                   **renderer_kwargs):
+    """Draw ``source``'s rows (``left``, ``right`` and the count column ``top``) as bars on ``fig``, with a hover
+    that reads a bar's bucket range and count after ``tooltips`` (other columns: the step, the run). The one
+    histogram-bars builder of the widgets and the dashboard.
+
+    ``color`` is a colour or a ``{"field": ...}`` spec; overlapping histograms take ``alpha`` < 1 so each shows
+    through. ``log``: the bars stand on 0.5 of a log count axis and their tops come from the ``{top}_log`` column
+    (empty buckets NaN: see ``histogram_columns``). ``add_glyph(fig, source, glyph, **kwargs)`` adds the renderer
+    (a dashboard card's ``CardParts.add_glyph``; default: the figure's own). Returns the renderer."""
+    glyph = Quad(left="left", right="right", top=f"{top}_log" if log else top, bottom=0.5 if log else 0,
+                 fill_color=color, fill_alpha=alpha, line_color=color, line_alpha=min(1.0, alpha + 0.3))
+    renderer = (add_glyph(fig, source, glyph, **renderer_kwargs) if add_glyph is not None else
+                fig.add_glyph(source, glyph, **renderer_kwargs))
+    fig.add_tools(HoverTool(renderers=[renderer], point_policy="follow_mouse", formatters=dict(BUCKET_FORMATS),
+                            tooltips=list(tooltips) + [BUCKET_TIP, ("count", f"@{top}{{0,0.[00]}}")]))
+    return renderer
+
+
 def histogram_view(source, log=False):
     """Bars of ``source`` (see ``histogram_columns``) on a linear and on a log count axis, one shown at a time, and the
     ``Checkbox`` that switches between them in the browser. Returns ``(view, toggle)``."""
     linear = _live_figure(y_axis_label="count")
-    linear.quad(left="left", right="right", top="top", bottom=0, source=source, fill_color=VALUE,
-                line_color=VALUE, fill_alpha=0.7)
+    histogram_bars(linear, source)
     linear.y_range.start = 0
     logarithmic = _live_figure(y_axis_label="count (log)", y_axis_type="log", x_range=linear.x_range)
-    logarithmic.quad(left="left", right="right", top="top_log", bottom=0.5, source=source, fill_color=VALUE,
-                     line_color=VALUE, fill_alpha=0.7)
+    histogram_bars(logarithmic, source, log=True)
     linear.visible, logarithmic.visible = not log, log
     toggle = Checkbox(label="log count", active=log, margin=(0, 8, 0, 8))
     toggle.js_on_change("active", CustomJS(args={"linear": linear, "logarithmic": logarithmic}, code=(
         "linear.visible = !cb_obj.active; logarithmic.visible = cb_obj.active;")))
     return column(linear, logarithmic, sizing_mode="stretch_width"), toggle
+
+
+# ---------------------------------------------------------------------------------------------- bands over steps
+
+def draw_bands(fig, source, bands, line, marks, tooltips, add_glyph=None):
+    """Draw a series over steps on ``fig``: the one band-over-steps builder (the widgets' trends, the dashboard's
+    distributions).
+
+    ``bands``: ``(lower, upper, colour, alpha)`` column pairs of ``source``, each a ``VArea`` over ``step``, drawn in
+    order (the outermost first); ``line``: ``(column, colour)``, the line drawn over them, which a vertical hover
+    follows, showing ``tooltips`` (``{%…}`` formats are printf); ``marks``: ``(left, right, top)`` columns of red
+    marks the plot's full height where ``top`` is 1 (NaN elsewhere), from ``left`` to ``right`` (the same column: a
+    line at the step). The marks live on a 0…1 range of their own: the value axis follows the bands and the line.
+    ``add_glyph``: as for ``histogram_bars``. Returns the line's renderer."""
+    def add(glyph, **kwargs):
+        if add_glyph is not None:
+            return add_glyph(fig, source, glyph, **kwargs)
+        return fig.add_glyph(source, glyph, **kwargs)
+
+    drawn = [add(VArea(x="step", y1=lower, y2=upper, fill_color=colour, fill_alpha=alpha))
+             for lower, upper, colour, alpha in bands]
+    name, colour = line
+    centre = add(Line(x="step", y=name, line_color=colour, line_width=1.5))
+    fig.y_range.renderers = drawn + [centre]
+    fig.extra_y_ranges = {"marks": Range1d(0, 1)}
+    left, right, top = marks
+    # outlined: a mark one step wide (or none) on a long run is thinner than a pixel, and must still show
+    add(Quad(left=left, right=right, bottom=0, top=top, fill_color=ALARM, fill_alpha=0.35, line_color=ALARM,
+             line_alpha=0.6, line_width=1), y_range_name="marks")
+    printf = {field for _, text in tooltips for field in re.findall(r"(@\w+)\{%", text)}
+    # limit: a pointer right over a point hits both segments that meet there, which name the same step
+    fig.add_tools(HoverTool(renderers=[centre], mode="vline", limit=1, tooltips=list(tooltips),
+                            formatters=dict.fromkeys(sorted(printf), "printf")))
+    return centre
 
 
 # ---------------------------------------------------------------------------------------------------------- trends
@@ -101,19 +158,13 @@ def trend_columns(columns):
 
 
 def trend_figure(source, y_label="value"):
-    """A ``Trend`` over steps: the mean as a line, mean ± std as a band, the min…max envelope faint behind, and a red
-    band the plot's height over every step that held NaN/Inf. Hover reads a bucket's numbers."""
+    """A ``Trend`` over steps (``draw_bands``): the mean as a line, mean ± std as a band, the min…max envelope faint
+    behind, and a red band the plot's height over every step that held NaN/Inf. Hover reads a bucket's numbers."""
     fig = _live_figure(x_axis_label="step", y_axis_label=y_label)
-    envelope = fig.varea(x="step", y1="min", y2="max", source=source, fill_color=ENVELOPE, fill_alpha=0.35)
-    band = fig.varea(x="step", y1="lower", y2="upper", source=source, fill_color=BAND, fill_alpha=0.3)
-    mean = fig.line(x="step", y="mean", source=source, line_color=BAND, line_width=1.5)
-    fig.y_range = DataRange1d(renderers=[envelope, band, mean])     # the NaN marks do not stretch the value axis
-    fig.extra_y_ranges = {"marks": Range1d(0, 1)}
-    fig.quad(left="step", right="end", bottom=0, top="mark", y_range_name="marks", source=source,
-             fill_color=ALARM, fill_alpha=0.35, line_color=None)
-    fig.add_tools(HoverTool(renderers=[mean], mode="vline", tooltips=[
-        ("step", "@step{0,0}"), ("mean", "@mean{0.[0000]}"), ("mean ± std", "@lower{0.[0000]} … @upper{0.[0000]}"),
-        ("min … max", "@min{0.[0000]} … @max{0.[0000]}"), ("NaN/Inf", "@nonfinite{0,0}")]))
+    draw_bands(fig, source, [("min", "max", ENVELOPE, 0.35), ("lower", "upper", BAND, 0.3)], ("mean", BAND),
+               ("step", "end", "mark"), tooltips=[
+                   ("step", "@step{0,0}"), ("mean", "@mean{%0.4g}"), ("mean ± std", "@lower{%0.4g} … @upper{%0.4g}"),
+                   ("min … max", "@min{%0.4g} … @max{%0.4g}"), ("NaN/Inf", "@nonfinite{0,0}")])
     return fig
 
 
@@ -342,6 +393,19 @@ target.data = {xs, ys, step: steps};
 """
 
 
+# The bucket (``format`` "bucket": its range; "count": its count) of the ridge of step ``value`` under the pointer,
+# from the card's bucket rows; the step itself for any other format.
+_RIDGE_BUCKET_JS = """
+const d = rows.data, x = special_vars.x;
+const short = (v) => String(Number(v.toPrecision(4)));
+if (format !== "bucket" && format !== "count") return Number(value).toLocaleString("en-US");
+for (let i = 0; i < d.step.length; i++)
+  if (d.step[i] === value && d.left[i] <= x && x <= d.right[i])
+    return format === "bucket" ? short(d.left[i]) + " … " + short(d.right[i]) : d.count[i].toLocaleString("en-US");
+return format === "bucket" ? "between buckets" : "0";
+"""
+
+
 class HistogramCard:
     """Histograms of one series over steps in TensorBoard's two modes, one shown at a time (``show``), from a source of
     flat bucket rows (``step``, ``left``, ``right``, ``count``, ``top``; a step's rows together, steps in order):
@@ -352,11 +416,12 @@ class HistogramCard:
       serves every card), later steps in front; the step axis is flipped (oldest at the top);
     - "overlay": each bucket's top as a segment at its ``count``, coloured by step, on a count axis.
 
-    ``source`` is drawn plain; ``highlight(source)`` adds one drawn in red (the newest step). ``figure`` is the card;
-    the page's outline sources are named ``cards-source:<name>``. A mode's glyphs (and the overlay's count axis) are
-    made when it is first shown, and the highlight's when it is first needed: most viewers never leave the default
-    mode, most series never need the highlight, and a page of cards would carry their models for nothing. ``sources``
-    are the ones the page expands (see ``expand_in_page``)."""
+    ``source`` is drawn plain; ``highlight(source)`` adds one drawn in red (the newest step). ``figure`` is the
+    card; the page's outline sources are named ``cards-source:<name>``. Hovering reads the step, bucket range and
+    count under the pointer (where ridges or tops overlap, of the newest step: the one in front). A mode's glyphs
+    (and the overlay's count axis) are made when it is first shown, and the highlight's when it is first needed:
+    most viewers never leave the default mode, most series never need the highlight, and a page of cards would carry
+    their models for nothing. ``sources`` are the ones the page expands (see ``expand_in_page``)."""
 
     def __init__(self, title, subtitle, source, colors, parts, mode="offset", name="histograms", width=WIDTH,
                  height=300):
@@ -413,28 +478,38 @@ class HistogramCard:
             renderer = self.parts.add_glyph(self.figure, outline, glyph)
             self.outlines.append(outline)
             self.figure.y_range.renderers = self.figure.y_range.renderers + [renderer]
+            # a ridge is one polygon: the bucket under the pointer is looked up in its step's rows
+            bucket = CustomJSHover(args=dict(rows=source), code=_RIDGE_BUCKET_JS)
+            tips, formatters = [("step", "@step{0,0}"), ("bucket", "@step{bucket}"), ("count", "@step{count}")], \
+                {"@step": bucket}
         else:
             glyph = Segment(x0="left", y0="count", x1="right", y1="count", line_color=fill if plain else ALARM,
                             line_alpha=0.7 if plain else 1.0, line_width=1.2 if plain else 2)
             renderer = self.parts.add_glyph(self.figure, source, glyph, y_range_name="count")
             count = self.figure.extra_y_ranges["count"]
             count.renderers = count.renderers + [renderer]
+            tips = [("step", "@step{0,0}"), BUCKET_TIP, ("count", "@count{0,0.[00]}")]
+            formatters = dict(BUCKET_FORMATS)
+        # where ridges or tops overlap, the newest step is the one in front: it alone is named
+        self.figure.add_tools(HoverTool(renderers=[renderer], tooltips=tips, formatters=formatters,
+                                        sort_by=[("@step", "descending")], limit=1, point_policy="follow_mouse"))
         self.modes[mode].append(renderer)
         return renderer
 
 
-def distribution_card(title, subtitle, source, columns, parts, color="#e8743b", width=WIDTH, height=HEIGHT):
-    """A distribution over steps: ``columns`` names an odd number of percentile columns of ``source``, lowest to
-    highest (min … max); each pair from the outside in is a band over ``step``, the outermost faintest, and the middle
-    one a line. Where the ``empty`` column is 1 (a step with nothing finite) a red band covers the plot's height. A
-    ``card_figure`` titled ``title`` over ``subtitle``, with the view's ``parts``."""
+def distribution_card(title, subtitle, source, columns, parts, labels=None, color="#e8743b", width=WIDTH,
+                      height=HEIGHT):
+    """A distribution over steps (``draw_bands``): ``columns`` names an odd number of percentile columns of
+    ``source``, lowest to highest (min … max); each pair from the outside in is a band over ``step``, the outermost
+    faintest, and the middle one a line. Where the ``empty`` column is 1 (a step with nothing finite) a red line
+    crosses the plot. Hovering over the plot reads the step and every column's value there, highest first, named by
+    ``labels`` (default: the column names). A ``card_figure`` titled ``title`` over ``subtitle``, with the view's
+    ``parts``."""
     fig = card_figure(title, subtitle, parts, width, height, x_axis_label="step")
-    bands = [parts.add_glyph(fig, source, VArea(x="step", y1=columns[k], y2=columns[-1 - k], fill_color=color,
-                                                fill_alpha=0.2)) for k in range(len(columns) // 2)]
-    median = parts.add_glyph(fig, source, Line(x="step", y=columns[len(columns) // 2], line_color="#8c2d04",
-                                               line_width=1.5))
-    fig.y_range.renderers = bands + [median]          # the marks do not stretch the value axis
-    fig.extra_y_ranges = {"marks": Range1d(0, 1)}
-    parts.add_glyph(fig, source, Segment(x0="step", y0=0, x1="step", y1="empty", line_color=ALARM, line_width=2,
-                                         line_alpha=0.6), y_range_name="marks")
+    labels = list(columns) if labels is None else list(labels)
+    bands = [(columns[k], columns[-1 - k], color, 0.2) for k in range(len(columns) // 2)]
+    tooltips = [("step", "@step{0,0}")] + [(label, f"@{c}{{%0.4g}}") for label, c in zip(labels[::-1],
+                                                                                           columns[::-1])]
+    draw_bands(fig, source, bands, (columns[len(columns) // 2], "#8c2d04"), ("step", "step", "empty"), tooltips,
+               add_glyph=parts.add_glyph)
     return fig
