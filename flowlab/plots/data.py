@@ -322,30 +322,92 @@ class Sampler:
         return change
 
 
-def group_band(members):
+def group_band(members, budget=None):
     """Mean, standard deviation, min and max of a group of runs, step by step: ``members`` is a list of ``(steps,
-    values)`` (one per run); the result is ``(steps, mean, std, low, high, count)`` over the union of their steps,
-    each step over the runs that logged a finite value there (a step no run has a finite value for is NaN, count 0).
+    values)`` (one per run; a step a run logged twice counts with its last value); the result is ``(steps, mean,
+    std, low, high, count)`` over the union of their steps, each step over the runs that logged a finite value there
+    (a step no run has a finite value for is NaN, count 0).
+
+    With a ``budget`` smaller than the longest run, steps are taken in ``budget`` equal spans instead (see
+    ``_bucketed_band``): a band on screen has no more points than that, and a million-point group costs little.
+
+    Linear in the points when the runs share their steps (the usual case: one matrix pass), else a merge by
+    ``searchsorted``; each run's steps are distinct, so plain indexed updates do what ``ufunc.at`` did 15x slower
+    (20 runs x 1M points: 5 s before, which a dashboard session spent on its IOLoop).
     """
-    steps = np.unique(np.concatenate([np.asarray(s, np.int64) for s, _ in members])) if members else \
-        np.zeros(0, np.int64)
+    members = [_last_per_step(s, v) for s, v in members]
+    if not members:
+        empty = np.zeros(0)
+        return np.zeros(0, np.int64), empty, empty.copy(), empty.copy(), empty.copy(), np.zeros(0, np.int64)
+    if budget is not None and max(len(s) for s, _ in members) > budget:
+        return _bucketed_band(members, budget)
+    first = members[0][0]
+    if all(np.array_equal(s, first) for s, _ in members[1:]):
+        steps, places = first, [slice(None)] * len(members)
+    else:
+        steps = np.unique(np.concatenate([s for s, _ in members]))
+        places = [np.searchsorted(steps, s) for s, _ in members]
     total, squares, count = np.zeros(len(steps)), np.zeros(len(steps)), np.zeros(len(steps))
     low, high = np.full(len(steps), np.inf), np.full(len(steps), -np.inf)
-    placed = []
-    for s, v in members:
-        v = np.asarray(v, np.float64)
+    finite = []
+    for (_, v), at in zip(members, places):
         ok = np.isfinite(v)
-        at, v = np.searchsorted(steps, np.asarray(s, np.int64)[ok]), v[ok]
-        placed.append((at, v))
-        np.add.at(total, at, v)
-        np.add.at(count, at, 1)
-        np.minimum.at(low, at, v)
-        np.maximum.at(high, at, v)
+        finite.append(ok)
+        total[at] += np.where(ok, v, 0.0)
+        count[at] += ok
+        low[at] = np.minimum(low[at], np.where(ok, v, np.inf))
+        high[at] = np.maximum(high[at], np.where(ok, v, -np.inf))
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = total / count
-        for at, v in placed:                    # deviations from the mean: no cancellation on a large mean
-            np.add.at(squares, at, (v - mean[at]) ** 2)
+        for (_, v), at, ok in zip(members, places, finite):    # deviations from the mean: no cancellation
+            squares[at] += np.where(ok, v - mean[at], 0.0) ** 2
         std = np.sqrt(squares / count)
     none = count == 0
     low[none] = high[none] = np.nan
     return steps, mean, std, low, high, count.astype(np.int64)
+
+
+def _bucketed_band(members, budget):
+    """``group_band`` over ``budget`` equal spans of steps: each run's mean, min and max in each span (its steps are
+    in order, so a span is a slice: ``reduceat``), then across the runs the mean and std of their span means and
+    the extremes of their extremes, so the min–max band still holds every spike. A span's step is its first."""
+    first = min(int(s[0]) for s, _ in members if len(s))
+    last = max(int(s[-1]) for s, _ in members if len(s))
+    width = max(1, -(-(last - first + 1) // budget))                  # steps per span, rounded up
+    spans = (last - first) // width + 1
+    means = np.full((len(members), spans), np.nan)
+    low, high = np.full(spans, np.inf), np.full(spans, -np.inf)
+    logged = np.zeros(spans, bool)                  # spans some run logged a step in, finite or not
+    for i, (s, v) in enumerate(members):
+        if not len(s):
+            continue
+        ok = np.isfinite(v)
+        span = (s - first) // width
+        starts = np.flatnonzero(np.diff(span, prepend=-1))
+        at = span[starts]
+        logged[at] = True
+        n = np.add.reduceat(ok.astype(np.float64), starts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means[i, at] = np.add.reduceat(np.where(ok, v, 0.0), starts) / n      # NaN where nothing finite
+        low[at] = np.minimum(low[at], np.minimum.reduceat(np.where(ok, v, np.inf), starts))
+        high[at] = np.maximum(high[at], np.maximum.reduceat(np.where(ok, v, -np.inf), starts))
+    count = np.isfinite(means).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.nansum(means, axis=0) / count
+        std = np.sqrt(np.nansum((means - mean) ** 2, axis=0) / count)
+    none = count == 0
+    mean[none] = std[none] = low[none] = high[none] = np.nan
+    keep = np.flatnonzero(logged)
+    steps = first + np.arange(spans, dtype=np.int64) * width
+    return steps[keep], mean[keep], std[keep], low[keep], high[keep], count[keep].astype(np.int64)
+
+
+def _last_per_step(steps, values):
+    """``(steps, values)`` as int64 and float64 with each step once (its last value), in step order."""
+    steps, values = np.asarray(steps, np.int64), np.asarray(values, np.float64)
+    if steps.size < 2 or bool((steps[1:] > steps[:-1]).all()):
+        return steps, values
+    order = np.argsort(steps, kind="stable")
+    steps, values = steps[order], values[order]
+    last = np.append(steps[1:] != steps[:-1], True)
+    return steps[last], values[last]
