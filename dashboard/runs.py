@@ -23,6 +23,7 @@ from bokeh.models import (Button, CDSView, ColumnDataSource, DataTable, Div, HTM
 from flowlab.plots.figures import CATEGORICAL
 
 from .filters import FilterError, compile_filter
+from .run_groups import RunGroups
 
 WIDTH = 250
 ROW_HEIGHT, MAX_HEIGHT = 24, 600      # the list scrolls past 25 runs
@@ -74,18 +75,20 @@ class RunSelection:
         self.check_none = Button(label="uncheck shown", width=WIDTH // 2 - 5, height=28, name="runs-none",
                                  button_type="light")
         self.summary = Div(text="", width=WIDTH, name="runs-summary", styles={"font-size": "12px", "color": "#555"})
+        self.grouping = RunGroups(store, WIDTH)      # which shown runs are drawn together (see run_groups)
+        self.grouping.on_change(self._notify)
         self.source.selected.on_change("indices", lambda attr, old, new: self._changed())
         self.search.on_change("value", lambda attr, old, new: self._search())
         self.check_all.on_click(lambda: self._check(True))
         self.check_none.on_click(lambda: self._check(False))
 
     def layout(self):
-        return column(Div(text="<b>Runs</b>"), self.search, row(self.check_all, self.check_none), self.summary,
-                      self.table, width=WIDTH + 10, name="runs")
+        return column(Div(text="<b>Runs</b>"), self.search, row(self.check_all, self.check_none),
+                      self.grouping.layout(), self.summary, self.table, width=WIDTH + 10, name="runs")
 
     def url_state(self):
-        """What the page's URL keeps (see ``url_state``): the search."""
-        return [("runs", self.search, "value")]
+        """What the page's URL keeps (see ``url_state``): the search and the grouping."""
+        return [("runs", self.search, "value")] + self.grouping.url_state()
 
     # ------------------------------------------------------------------------------------------------ reading
     def shown(self) -> frozenset | None:
@@ -106,12 +109,13 @@ class RunSelection:
         self.source.selected.indices = [i for i, run in enumerate(self._runs) if run in wanted]
 
     def on_change(self, callback):
-        """Call ``callback()`` (on the session's IOLoop) whenever the shown runs change."""
+        """Call ``callback()`` (on the session's IOLoop) whenever the shown runs or their grouping change."""
         self._listeners.append(callback)
 
     # ------------------------------------------------------------------------------------------------ updating
     def update(self):
         """Add the runs the store found since the last call, checked (on the session's IOLoop)."""
+        self.grouping.update()
         runs = self.store.runs()
         if len(runs) == len(self._runs):
             return
@@ -135,8 +139,11 @@ class RunSelection:
         self._shown = None
         self._show_summary()
         if not self._quiet:
-            for callback in self._listeners:
-                callback()
+            self._notify()
+
+    def _notify(self):
+        for callback in self._listeners:
+            callback()
 
     def _search(self):
         try:

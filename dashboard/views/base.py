@@ -15,6 +15,7 @@ from bokeh.models import Div
 
 from flowlab.plots.figures import CardParts, card_grid, nudge_next_turn, text_div
 
+from ..run_groups import NoGroups
 from .paging import PAGE_SIZE, Pager
 
 # Cards built per IOLoop turn in a server session: a default page in one turn (each turn makes the browser lay out
@@ -23,7 +24,8 @@ BUILD_BATCH = 8
 
 
 class EveryRun:
-    """The run selection of a view used on its own (tests, benchmarks): every run is shown."""
+    """The run selection of a view used on its own (tests, benchmarks): every run is shown, none grouped."""
+    grouping = NoGroups()
 
     @staticmethod
     def shown():
