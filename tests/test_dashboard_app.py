@@ -519,7 +519,9 @@ def test_run_groups_draw_mean_and_band_and_hide_their_runs(tmp_path):
     scalars = views["scalars"]
     scalars.smoothing.value = 0.0
     scalars._resmooth()
-    scalars.group_by.value = "lr=([^,]+)"
+    grouping = scalars.runs.grouping                            # chosen beside the run list
+    grouping.by.value = "name"
+    grouping.pattern.value = "lr=([^,]+)"
     card = scalars.cards["loss"]
     bands = card.bands.data
     assert sorted(bands["group"]) == ["0.01", "0.1"] and bands["runs"] == [3, 3]
@@ -530,30 +532,39 @@ def test_run_groups_draw_mean_and_band_and_hide_their_runs(tmp_path):
         np.testing.assert_allclose(band_ys[:40], members.mean(axis=0) + members.std(axis=0), rtol=1e-9)
     shown_lines = [card.rows.data["run"][i] for i in card.renderers[0].view.filter.indices]
     assert shown_lines == ["baseline"]                          # grouped runs are drawn as their group
-    scalars.band.active = 1                                      # min-max
+    grouping.band_choice.active = 1                                      # min-max
     group = card.bands.data["group"].index("0.1")
     members = np.array([values[f"lr=0.1,seed={seed}"] for seed in range(3)]).astype(np.float32)
     np.testing.assert_allclose(card.bands.data["band_ys"][group][:40], members.max(axis=0))
-    scalars.band.active = 0
+    grouping.band_choice.active = 0
     scalars.smoothing.value = 0.9
     scalars._resmooth()                                          # (the slider's value_throttled callback)
     group = card.bands.data["group"].index("0.1")
     np.testing.assert_allclose(card.bands.data["ys"][group], smooth(members.astype(np.float64).mean(axis=0), 0.9),
                                rtol=1e-9)
-    scalars.tag_filter.value = "(unclosed"                       # two bad patterns: both said
-    scalars.group_by.value = "(also"
-    assert "Invalid tags regex" in scalars.message.text and "Invalid group regex" in scalars.message.text
+    scalars.tag_filter.value = "(unclosed"                       # two bad patterns: each said where it was typed
+    grouping.pattern.value = "(also"
+    assert "Invalid tags regex" in scalars.message.text and "Invalid group regex" in grouping.message.text
     scalars.tag_filter.value = ""
-    assert "Invalid tags regex" not in scalars.message.text and "Invalid group regex" in scalars.message.text
-    scalars.group_by.value = "lr=([^,]+)"
+    assert "Invalid tags regex" not in scalars.message.text and "Invalid group regex" in grouping.message.text
+    grouping.pattern.value = "lr=([^,]+)"
     scalars.runs.check_only(["lr=0.1,seed=0", "lr=0.1,seed=1", "baseline"])     # a member unchecked
     assert card.bands.data["group"] == ["0.1"] and card.bands.data["runs"] == [2]
-    scalars.group_by.value = "(unclosed"
-    assert "Invalid group regex" in scalars.message.text and card.bands.data["runs"] == [2]   # the last good one
-    scalars.group_by.value = ""
+    grouping.pattern.value = "(unclosed"
+    assert "Invalid group regex" in grouping.message.text and card.bands.data["runs"] == [2]   # the last good one
+    grouping.by.value = ""
     assert card.bands.data["group"] == [] and card.renderers[0].view.filter.indices is not None
     assert sorted(card.rows.data["run"][i] for i in card.renderers[0].view.filter.indices) == \
         ["baseline", "lr=0.1,seed=0", "lr=0.1,seed=1"]
+    with SummaryWriter(tmp_path / "lr=0.1,seed=0") as w:         # an hparam groups runs as well
+        w.add_hparams({"lr": 0.1}, {"loss": 1.0})
+    with SummaryWriter(tmp_path / "baseline") as w:
+        w.add_hparams({"lr": 0.1}, {"loss": 1.0})
+    scalars.store.poll()
+    scalars.runs.update()
+    grouping.by.value = "hparam:lr"
+    assert card.bands.data["group"] == ["lr=0.1"] and card.bands.data["runs"] == [2]   # the two checked with lr
+    assert [card.rows.data["run"][i] for i in card.renderers[0].view.filter.indices] == ["lr=0.1,seed=1"]
 
 
 def test_tag_filter_is_a_regex_and_a_bad_one_says_so(logdir):

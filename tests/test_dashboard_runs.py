@@ -175,7 +175,7 @@ def test_download_all_saves_every_shown_series_in_full(twenty_runs, tmp_path):
 def test_run_groups_draw_a_mean_and_a_band_per_group_in_the_page(twenty_runs):
     page, errors = twenty_runs
     base = page.url.split("?")[0]
-    page.goto(base + "?group=lr%3D(%5B%5E%2C%5D%2B)")          # lr=([^,]+): five groups of four seeds
+    page.goto(base + "?groupby=name&group=lr%3D(%5B%5E%2C%5D%2B)")     # lr=([^,]+): five groups of four seeds
     page.wait_for_function(LOADED_JS, polling=50)
     page.wait_for_function("""() => [...Bokeh.documents[0].all_models].some((m) =>
         m.constructor.__name__ === "ColumnDataSource" && m.data.band_ys && m.data.group.length === 5)""",

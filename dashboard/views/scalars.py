@@ -5,14 +5,20 @@ smoothed, bold): its cost in the page and on the wire does not grow with a rende
 ~15,000 Bokeh models and a 40 s first page). The server sends a card's points as a few flat arrays that the page
 expands into rows (see ``_Card``). Each row holds the points on display of one run: at most ``limit`` of
 them chosen by ``flowlab.plots.data.downsample`` (each pixel bucket's first, last, min and max and its NaN/Inf), so a
-spike survives at any zoom; NaN and ±Inf break the line and are marked by a red tick across the plot with a hover
-naming the run and step. Zooming (a ``RangesUpdate`` from the browser) adds the exact points of the visible range
+spike survives at any zoom; NaN and ±Inf break the line and are marked by a red tick across the plot (the readout
+under the card names them). Zooming (a ``RangesUpdate`` from the browser) adds the exact points of the visible range
 when there are fewer than ``limit``. New points resend the card's flat arrays (one message); a row is downsampled
 again when it has grown past twice its budget. Lines read the store's columns without copying (see ``store``).
 
 Smoothing is TensorBoard's debiased exponential moving average, computed server-side over the full series (so it
 does not depend on what is on display) and carried forward incrementally as points stream in. The x axis (step /
-relative / wall) and the log-y toggle rebuild the figures over the same source.
+relative / wall), the log toggles, "ignore outliers" and "link x" rebuild the figures over the same sources.
+
+Cards come in three sizes (a control; in the URL) and one at a time can be enlarged to the tab's width; "link x"
+gives every card one shared x range in the page, so zooming or panning one zooms them all (each card's
+``RangesUpdate`` still brings its exact points) and reset gives back the range of all of them. Hovering a card reads
+each run's value at the pointer's step into a line under the plot, nothing over the curves (``_READOUT_JS``); at rest
+those lines are each run's last value.
 
 Which runs are drawn is the run list's choice (``dashboard.runs``: checked and matching its search), applied as an
 index filter over each card's rows, and each run has the list's colour. Run names and tags reach the page as Bokeh
@@ -25,11 +31,11 @@ import json
 import math
 
 import numpy as np
-from bokeh.events import RangesUpdate
+from bokeh.events import MouseLeave, MouseMove, RangesUpdate
 from bokeh.layouts import column, row
-from bokeh.models import (Button, CDSView, ColumnDataSource, CustomJS, CustomJSTickFormatter, DataRange1d,
-                          DatetimeTickFormatter, Div, HoverTool, IndexFilter, RadioButtonGroup, Range1d, Slider, Switch,
-                          TextInput)
+from bokeh.models import (Button, CDSView, ColumnDataSource, CrosshairTool, CustomJS, CustomJSTickFormatter,
+                          DataRange1d, DatetimeTickFormatter, Div, IndexFilter, RadioButtonGroup, Range1d, Slider,
+                          Switch, TextInput)
 from bokeh.plotting import figure
 
 from flowlab.plots.data import downsample, group_band
@@ -44,6 +50,11 @@ X_AXES = ("step", "relative", "wall")
 _X_COLUMN = {"step": "steps", "relative": "rel", "wall": "walls"}
 _X_LABEL = {"step": "step", "relative": "time since the run's first point", "wall": "wall time"}
 ALARM = "#d62728"
+# Card sizes (figure width, height) the size control offers; an enlarged card is as wide as the tab and this tall.
+SIZES = {"S": (300, 200), "M": (400, 270), "L": (560, 380)}
+ENLARGED_HEIGHT = 600
+READOUT_LINES = 5                  # the hover readout's lines at most (the runs nearest the pointer)
+READOUT_LINE_PX = 15
 
 
 def ema(values, weight, state=(0.0, 0)):
@@ -259,14 +270,91 @@ for (let i = 0; i < n; i++) {
 target.data = {run: r.run.slice(), colour: r.colour.slice(), xs, ys, smooth};
 """
 
+# The readout under a card, in place of a tooltip over the curves: one line per drawn run (and run group) with its
+# colour, name, step and smoothed value (NaN/±Inf named). Under the pointer: each run's point nearest the pointer's x,
+# the runs nearest its y when there are more than ``lines``; otherwise (a legend): each run's last point. Listed top
+# curve first. Written into the readout's own DOM, not its ``text``: a model change would lay out the whole page
+# again on every mouse move (and nothing goes to the server). Names come from logs: escaped.
+_READOUT_JS = """
+if (cb_obj === readout) {               // resized: it draws itself again (after this), empty: fill it after that
+  setTimeout(() => again.execute(source), 0);
+  return;
+}
+const fig = card.children[0], view = cb_context.index.find_one(readout);
+const box = view == null ? null : view.shadow_el.querySelector(".readout");
+if (box == null || fig.renderers == null) return;              // (not built yet: a placeholder)
+const hover = cb_obj.event_name === "mousemove" && Number.isFinite(cb_obj.x);
+const plot = hover ? cb_context.index.find_one(fig) : null;
+if (hover && plot == null) return;
+const x = hover ? cb_obj.x : Infinity, near = 30;             // px: a run's end this close still counts
+const sx = (v) => plot.frame.x_scale.compute(v);
+const esc = (s) => String(s).replace(/[&<>"']/g, (c) => "&#" + c.charCodeAt(0) + ";");
+const num = (v) => {
+  const a = Math.abs(v);
+  return a !== 0 && (a < 1e-3 || a >= 1e6) ? v.toExponential(3) : String(Number(v.toPrecision(5)));
+};
+// The index of the point of xs (ascending) nearest x on screen, -1 when x is beyond its ends by more than near.
+const nearest = (xs) => {
+  const n = xs.length;
+  if (!n || !hover) return n - 1;
+  let lo = 0, hi = n;
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (xs[mid] < x) lo = mid + 1; else hi = mid; }
+  let j = Math.min(lo, n - 1);
+  if (lo > 0 && Math.abs(sx(xs[lo - 1]) - cb_obj.sx) <= Math.abs(sx(xs[j]) - cb_obj.sx)) j = lo - 1;
+  return (x < xs[0] || x > xs[n - 1]) && Math.abs(sx(xs[j]) - cb_obj.sx) > near ? -1 : j;
+};
+const found = [];
+const d = source.data, f = flat.data, r = rows.data, m = marks.data, g = bands.data;
+const keep = fig.renderers[0].view.filter.indices;             // null: every row is drawn
+for (const i of keep == null ? d.run.map((_, k) => k) : keep) {
+  if (d.xs[i] == null) continue;
+  const j = nearest(d.xs[i]);
+  if (j < 0) continue;
+  const step = f.steps[r.start[i] + j], raw = f.ys[r.start[i] + j];
+  let text = num(d.smooth[i][j]);
+  if (!Number.isFinite(raw)) {                                 // (±Inf travel as NaN: the marks name them)
+    const k = m.run.findIndex((run, q) => run === d.run[i] && m.steps[q] === step);
+    text = k < 0 ? "NaN" : m.what[k];
+  }
+  found.push({name: d.run[i], colour: d.colour[i], step, value: d.smooth[i][j], text});
+}
+for (let i = 0; i < g.group.length; i++) {
+  const j = nearest(g.xs[i]);
+  if (j >= 0)
+    found.push({name: g.group[i] + " (" + g.runs[i] + " runs)", colour: g.colour[i],
+                step: r.axis[0] === "step" ? g.xs[i][j] : null, value: g.ys[i][j], text: num(g.ys[i][j])});
+}
+const height = (o) => Number.isFinite(o.value) ? o.value : -Infinity;
+const top = (a, b) => height(b) - height(a);
+const off = (o) => Number.isFinite(o.value) ? Math.abs(plot.frame.y_scale.compute(o.value) - cb_obj.sy) : Infinity;
+const shown = found.length <= lines ? found : found.sort(hover ? (a, b) => off(a) - off(b) : top).slice(0, lines);
+shown.sort(top);
+box.className = hover ? "readout" : "readout idle";
+const step = (o) => o.step == null ? "" : "step " + Math.round(o.step).toLocaleString("en-US");
+box.innerHTML = shown.map((o) => '<div class="line"><span class="swatch" style="background:' + esc(o.colour) +
+  '"></span><span class="name">' + esc(o.name) + '</span><span class="step">' + step(o) +
+  '</span><span class="value">' + esc(o.text) + "</span></div>").join("");
+"""
+_READOUT_CSS = """
+.bk-clearfix { display: block !important; }
+.readout { max-width: 480px; font: 11px/15px sans-serif; color: #333; font-variant-numeric: tabular-nums; }
+.line { display: flex; align-items: center; gap: 6px; white-space: nowrap; }
+.swatch { flex: none; width: 8px; height: 8px; border-radius: 2px; }
+.name { flex: 1 1 auto; min-width: 0; overflow: hidden; text-overflow: ellipsis; }
+.step { flex: none; color: #777; }
+.value { flex: none; min-width: 4.5em; text-align: right; font-weight: 600; }
+.idle .value { font-weight: normal; }
+"""
+
 
 class _Card:
-    """One tag: a figure drawing every run as a row of one MultiLine source, a red tick at each NaN/Inf, downloads.
+    """One tag: a figure drawing every run as a row of one MultiLine source, a red tick at each NaN/Inf, the hover
+    readout under it, downloads and the enlarge button.
 
     The server sends ``flat`` (the shown points of every run, one after another: ``steps``, ``walls`` in ms, ``ys``,
     ``smooth``) and ``rows`` (per run: ``run``, ``colour``, ``start``/``stop`` in ``flat``, ``first_wall``, and the x
-    ``axis``); the page expands them into ``source`` (``_EXPAND_JS``), which the glyphs draw. ±Inf travel as NaN (gaps: the ticks show
-    them)."""
+    ``axis``); the page expands them into ``source`` (``_EXPAND_JS``), which the glyphs draw. ±Inf travel as NaN
+    (gaps: the ticks show them). ``layout`` is ``column(figure, readout, buttons)``."""
 
     def __init__(self, tag):
         self.tag = tag
@@ -279,6 +367,9 @@ class _Card:
         self.source = ColumnDataSource({c: [] for c in ("run", "colour", "xs", "ys", "smooth")}, syncable=False)
         self.dots = ColumnDataSource({c: [] for c in ("run", "colour", "steps", "walls", "rel", "smooth")})
         self.marks = ColumnDataSource({c: [] for c in ("run", "colour", "steps", "walls", "rel", "what")})
+        # per run, the box its shown points span on the card's axis: the ranges have it at the first paint, before
+        # the page has expanded the lines (BokehJS warns "could not set initial ranges" when it cannot)
+        self.extent = ColumnDataSource({c: [] for c in ("x0", "x1", "y0", "y1")})
         # the page rebuilds the drawn rows whenever either part changes (new points, another x axis)
         expand = CustomJS(args=dict(flat=self.flat, rows=self.rows, target=self.source), code=_EXPAND_JS)
         expand_in_page(self.flat, self.source, expand)
@@ -298,12 +389,59 @@ class _Card:
                    for fmt in ("csv", "json")]
         for button, callback in zip(buttons, self.downloads):
             button.js_on_event("button_click", callback)
-        self.layout = column(Div(), row(*buttons), name=f"card:{tag}")
+        self.size, self.enlarged = SIZES["M"], False
+        self.enlarge = Button(label="⤢", width=30, height=26, button_type="light", name="enlarge")
+        # never synced back: the page writes the hover readout into its DOM, not into its text
+        self.readout = Div(text='<div class="readout"></div>', syncable=False, stylesheets=[_READOUT_CSS],
+                           height=READOUT_LINE_PX, margin=(0, 5, 0, 5))
+        self.layout = column(Div(), self.readout, row(*buttons, self.enlarge), name=f"card:{tag}")
+        self.show_values = CustomJS(args=dict(readout=self.readout, card=self.layout, source=self.source,
+                                              flat=self.flat, rows=self.rows, marks=self.marks, bands=self.bands,
+                                              lines=READOUT_LINES), code=_READOUT_JS)
+        self.show_values.args = dict(self.show_values.args, again=self.show_values)
+        for source in (self.source, self.bands):         # the last values, as the lines change
+            source.js_on_change("data", self.show_values)
+        for prop in ("width", "height", "sizing_mode"):   # (the readout's view draws itself again, empty)
+            self.readout.js_on_change(prop, self.show_values)
+        self._apply_size()
+
+    @property
+    def figure(self):
+        """The card's figure (None until it is built)."""
+        fig = self.layout.children[0]
+        return None if isinstance(fig, Div) else fig
+
+    def resize(self, size=None, enlarged=None):
+        """Give the card another ``size`` (width, height) or make it ``enlarged`` (as wide as the tab, and tall) or
+        not: the figure keeps its data and its ranges (zoom)."""
+        self.size = self.size if size is None else size
+        self.enlarged = self.enlarged if enlarged is None else enlarged
+        self._apply_size()
+
+    def _apply_size(self):
+        width, height = self.size
+        stretch = "stretch_width" if self.enlarged else "fixed"
+        # flex-basis 100%: in the group's wrapping row, the enlarged card takes a line of its own, all of it
+        self.layout.update(sizing_mode="stretch_width" if self.enlarged else None,
+                           styles={"flex": "1 1 100%"} if self.enlarged else {})
+        self.readout.update(sizing_mode=stretch, width=width - 10)
+        self.enlarge.update(label="⤡" if self.enlarged else "⤢", html_attributes={
+            "title": "back to the card size" if self.enlarged else "enlarge to the tab's width"})
+        fig = self.figure
+        if fig is not None:
+            fig.update(sizing_mode=stretch, width=width, height=ENLARGED_HEIGHT if self.enlarged else height)
+
+    def _size_readout(self):
+        """Room for one line per run, up to ``READOUT_LINES``: the card does not change height as the pointer moves."""
+        height = READOUT_LINE_PX * min(max(len(self.lines), 1), READOUT_LINES)
+        if self.readout.height != height:
+            self.readout.height = height
 
     def line(self, run, store, limit):
         line = self.lines.get(run)
         if line is None:
             line = self.lines[run] = _Line(run, run_colour(store, run), limit, len(self.lines))
+            self._size_readout()
         return line
 
     def fill(self):
@@ -320,6 +458,7 @@ class _Card:
         if {k: list(v) for k, v in self.rows.data.items()} != rows:
             self.rows.data = rows
         self.flat.data = flat            # after rows: the page expands when flat arrives
+        self._fill_extent(parts)
         self._fill_marks()
         self.scale_y()
 
@@ -343,6 +482,18 @@ class _Card:
                 lo, hi = (float(v) for v in np.percentile(values, [5, 95]))
             pad = (hi - lo) * 0.05 or abs(hi) * 0.1 or 1.0
             self.y_range.update(start=lo - pad, end=hi + pad)
+
+    def _fill_extent(self, parts):
+        """Each run's box (one row a run, as the drawn rows: the run list's filter applies) on the card's axis."""
+        x = {"step": "steps", "wall": "walls", "relative": "rel"}[self.axis]
+        extent = {c: [] for c in self.extent.data}
+        for part in parts:
+            xs, ys = part[x], part["ys"][np.isfinite(part["ys"])]
+            for name, values, pick in (("x", xs, xs.size), ("y", ys, ys.size)):
+                extent[name + "0"].append(float(values.min()) if pick else math.nan)
+                extent[name + "1"].append(float(values.max()) if pick else math.nan)
+        if extent != dict(self.extent.data):
+            self.extent.data = extent
 
     def _fill_marks(self):
         """The one-point runs as dots (a line needs two points) and the red ticks of NaN/Inf points."""
@@ -368,10 +519,11 @@ class _Card:
         if marks != dict(self.marks.data):
             self.marks.data = marks
 
-    def build(self, axis, log_y, visible_rows, on_zoom, log_x=False):
-        """A new figure over the card's sources (for another x axis or scale)."""
+    def build(self, axis, log_y, visible_rows, on_zoom, log_x=False, x_range=None):
+        """A new figure over the card's sources (for another x axis or scale), at the card's size. ``x_range``: a
+        range the figure shares with other cards (linked x zoom), else its own."""
         x_type = "datetime" if axis == "wall" else "log" if log_x else "linear"
-        fig = figure(title=self.tag, width=400, height=270, x_axis_type=x_type,
+        fig = figure(title=self.tag, x_axis_type=x_type,
                      y_axis_type="log" if log_y else "linear", x_axis_label=_X_LABEL[axis],
                      tools="pan,wheel_zoom,box_zoom,reset,save", output_backend="canvas")
         fig.title.text_font_size = "10pt"
@@ -390,27 +542,29 @@ class _Card:
         dots = fig.scatter(x, "smooth", source=self.dots, color="colour", size=5)
         band = fig.patches("band_xs", "band_ys", source=self.bands, fill_color="colour", fill_alpha=0.25,
                            line_color=None)
-        mean = fig.multi_line("xs", "ys", source=self.bands, line_color="colour", line_width=2.5)
-        fig.add_tools(HoverTool(renderers=[mean], line_policy="nearest", tooltips=[
-            ("group", "@group (@runs runs)"), ("x", "$snap_x{0,0.[00]}"), ("mean", "$snap_y{%0.5g}")],
-            formatters={"$snap_y": "printf"}))
-        fig.x_range = DataRange1d(renderers=[raw, dots, band])
+        fig.multi_line("xs", "ys", source=self.bands, line_color="colour", line_width=2.5)    # the groups' means
+        extent = fig.segment("x0", "y0", "x1", "y1", source=self.extent, view=view, visible=False)
+        # (a shared range takes every renderer of its cards: the same x as these)
+        fig.x_range = DataRange1d(renderers=[raw, dots, band, extent]) if x_range is None else x_range
         # the NaN ticks do not stretch the axis
         fig.y_range = Range1d(0, 1) if self.ignore_outliers else \
-            DataRange1d(renderers=[raw, smoothed, dots, band])
+            DataRange1d(renderers=[raw, smoothed, dots, band, extent])
         self.y_range = fig.y_range
         self.scale_y()
         fig.extra_y_ranges = {"marks": Range1d(0, 1)}
-        ticks = fig.segment(x0=x, x1=x, y0=0, y1=1, y_range_name="marks", source=self.marks, line_color=ALARM,
-                            line_width=1.5, line_alpha=0.8)
-        fig.add_tools(HoverTool(renderers=[smoothed], line_policy="nearest", tooltips=[
-            ("run", "@run"), ("step" if axis == "step" else "x", "$snap_x{0,0.[00]}"), ("smoothed", "$snap_y{%0.5g}")],
-            formatters={"$snap_y": "printf"}))
-        fig.add_tools(HoverTool(renderers=[ticks], tooltips=[("run", "@run"), ("step", "@steps{0,0}"),
-                                                             ("value", "@what")]))
+        fig.segment(x0=x, x1=x, y0=0, y1=1, y_range_name="marks", source=self.marks, line_color=ALARM,
+                    line_width=1.5, line_alpha=0.8)
+        # hover: the readout under the plot, not a tooltip over the curves (see _READOUT_JS), and a thin vertical
+        # line at the pointer, the x it reads (drawn on the overlay canvas: the lines are not drawn again)
+        fig.add_tools(CrosshairTool(dimensions="height", line_color="#888", line_alpha=0.6, visible=False))
+        fig.toolbar.logo = None                 # (room for every tool button on a small card)
+        fig.js_on_event(MouseMove, self.show_values)
+        fig.js_on_event(MouseLeave, self.show_values)
+        view.filter.js_on_change("indices", self.show_values)
         fig.on_event(RangesUpdate, lambda event: on_zoom(self, event))
         self.renderers = [raw, smoothed]
         self.layout.children[0] = fig
+        self._apply_size()
         return fig
 
     def fill_groups(self, groups, band, axis, colour_of, weight):
@@ -422,10 +576,12 @@ class _Card:
             lines = [self.lines[run] for run in runs if run in self.lines]
             if not lines:
                 continue
-            steps, mean, std, low, high, _ = group_band([(line.steps, line.values) for line in lines])
+            # over at most ``limit`` spans of steps: what a line shows, and cheap for a million points a run
+            steps, mean, std, low, high, _ = group_band([(line.steps, line.values) for line in lines], lines[0].limit)
             x = steps.astype(np.float64)
             if axis != "step":        # mean wall time (ms) or hours since each run's start, step by step
-                x = group_band([(line.steps, line.x(axis)) for line in lines])[1] * (1000.0 if axis == "wall" else 1)
+                x = group_band([(line.steps, line.x(axis)) for line in lines], lines[0].limit)[1] * \
+                    (1000.0 if axis == "wall" else 1)
             lower, upper = (mean - std, mean + std) if band == "std" else (low, high)
             mean, lower, upper = (smooth(v, weight) for v in (mean, lower, upper))    # as the runs' lines are
             keep = downsample(x, mean, lines[0].limit)
@@ -505,13 +661,13 @@ class ScalarsView(View):
         self.smoothing = Slider(title="Smoothing", start=0, end=0.999, step=0.001, value=0.6, width=200,
                                 name="smoothing")
         self.x_axis = RadioButtonGroup(labels=["Step", "Relative", "Wall"], active=0, name="x-axis")
-        self.group_by = TextInput(title="Group runs by (regex)", placeholder="e.g. lr=[^,]+", width=170,
-                                  name="group-by")
-        self.band = RadioButtonGroup(labels=["± std", "min–max"], active=0, name="band")
-        self._group_re = None                  # the grouping pattern, compiled (None: no groups)
         self.log_y = Switch(active=False, name="log-y")
         self.log_x = Switch(active=False, name="log-x")
         self.outliers = Switch(active=False, name="ignore-outliers")
+        self.card_size = RadioButtonGroup(labels=list(SIZES), active=list(SIZES).index("M"), name="card-size")
+        self.link_x = Switch(active=False, name="link-x")
+        self._shared_x = None                  # the x range every card shares while x is linked
+        self.enlarged = None                   # the card enlarged to the tab's width, if any
         self.message = Div(text="", name="scalars-message")
         self.export = ColumnDataSource({"name": [], "mime": [], "text": [], "n": []}, name="scalars-export")
         self._exports = 0
@@ -524,32 +680,33 @@ class ScalarsView(View):
         self.groups: dict[str, _Group] = {}
         self.grid = column(children=[Div()], sizing_mode="stretch_width", name="scalar-groups")
         self._tags_re = compile_filter("")
-        self._errors = {"tags": "", "group": ""}    # what is wrong with each typed pattern (the last good one holds)
-        self._grouped_for = None               # the run list's choice every card's groups were made for
+        self._error = ""                       # what is wrong with the typed tag filter (the last good one holds)
+        self._grouped_for = None               # the run list's choice and grouping every card's groups were made for
         self.tag_filter.on_change("value", lambda attr, old, new: self._filter())
         self.smoothing.on_change("value_throttled", lambda attr, old, new: self._resmooth())
         self.x_axis.on_change("active", lambda attr, old, new: self._rebuild())
         self.log_y.on_change("active", lambda attr, old, new: self._rebuild())
         self.log_x.on_change("active", lambda attr, old, new: self._rebuild())
         self.outliers.on_change("active", lambda attr, old, new: self._rebuild())
-        self.group_by.on_change("value", lambda attr, old, new: self._regroup())
-        self.band.on_change("active", lambda attr, old, new: self._regroup())
+        self.card_size.on_change("active", lambda attr, old, new: self._resize())
+        self.link_x.on_change("active", lambda attr, old, new: self._rebuild())
 
     def url_state(self):
         """What the page's URL keeps of this tab (see ``dashboard.url_state``)."""
         return [("tags", self.tag_filter, "value"), ("smoothing", self.smoothing, "value"),
                 ("x", self.x_axis, "active"), ("logx", self.log_x, "active"), ("logy", self.log_y, "active"),
-                ("outliers", self.outliers, "active"), ("group", self.group_by, "value"),
-                ("band", self.band, "active")]
+                ("outliers", self.outliers, "active"), ("size", self.card_size, "active"),
+                ("linkx", self.link_x, "active")]
 
     @property
     def axis(self):
         return X_AXES[self.x_axis.active]
 
     def layout(self):
-        controls = row(self.tag_filter, self.smoothing, self.group_by, column(Div(text="Band"), self.band),
+        controls = row(self.tag_filter, self.smoothing,
                        column(Div(text="X axis"), self.x_axis), column(Div(text="Log x"), self.log_x),
                        column(Div(text="Log y"), self.log_y), column(Div(text="Ignore outliers"), self.outliers),
+                       column(Div(text="Link x"), self.link_x), column(Div(text="Card size"), self.card_size),
                        # (the tag keeps the export source in the document: nothing draws it)
                        column(Div(text="Download"), row(*self.export_buttons), tags=[self.export]),
                        styles={"flex-wrap": "wrap", "row-gap": "4px"})      # wraps on a narrow window
@@ -563,6 +720,8 @@ class ScalarsView(View):
             card = self.cards.get(series.tag)
             if card is None:
                 card = self.cards[series.tag] = _Card(series.tag)
+                card.resize(size=self.size)
+                card.enlarge.on_click(lambda card=card: self._toggle_enlarged(card))
                 card.layout.visible = self._tags_re.search(series.tag) is not None
                 new_cards.append(card)
             d = self.delta(series)
@@ -583,8 +742,10 @@ class ScalarsView(View):
                 nudge_next_turn(live, card.flat)     # it reaches a live page with its data
             card.fill()
             self._fill_groups(card, shown)
-        regroup = self._group_re is not None and shown != self._grouped_for    # the run list changed the groups
-        self._grouped_for = shown
+        grouping = self.runs.grouping
+        grouped_for = (shown, grouping.active and tuple(grouping.groups(self.store.runs()).items()), grouping.band)
+        regroup = grouped_for != self._grouped_for          # the run list changed the groups
+        self._grouped_for = grouped_for
         for card in self.cards.values():             # the run list may have changed what is shown
             if regroup and card not in grown:
                 self._fill_groups(card, shown)
@@ -593,34 +754,13 @@ class ScalarsView(View):
         self._show_message()
 
     def _fill_groups(self, card, shown):
-        """The card's run groups: runs the run list shows, keyed by the grouping pattern's first group (or its whole
-        match); runs it does not match keep their own lines."""
-        groups: dict[str, list] = {}
-        if self._group_re is not None:
-            for run in card.lines:
-                match = self._group_re.search(run) if shown is None or run in shown else None
-                if match is not None:
-                    groups.setdefault(match.group(1) if match.groups() and match.group(1) is not None
-                                      else match.group(0), []).append(run)
+        """The card's run groups (the run list's ``grouping``) of the runs the run list shows; runs in no group keep
+        their own lines."""
+        grouping = self.runs.grouping
+        groups = grouping.groups([run for run in card.lines if shown is None or run in shown])
         if groups or card.grouped:      # a group takes its first run's colour: distinct from every other run's
-            card.fill_groups(groups, "std" if self.band.active == 0 else "range", self.axis,
-                             lambda run: run_colour(self.store, run), self.smoothing.value)
-
-    def _regroup(self):
-        text = self.group_by.value or ""
-        try:
-            self._group_re = compile_filter(text) if text else None
-            self._errors["group"] = ""
-        except FilterError as e:            # keep the last good pattern
-            self._errors["group"] = f"Invalid group regex {text!r}: {e.reason}"
-        self._show_message()
-        self._refill_groups()
-
-    def _refill_groups(self):
-        shown = self.runs.shown()
-        for card in self.cards.values():
-            self._fill_groups(card, shown)
-            card.show_runs(card.visible_rows(shown))
+            card.fill_groups(groups, grouping.band, self.axis, lambda run: run_colour(self.store, run),
+                             self.smoothing.value)
 
     def _place(self, cards):
         """Put new cards last in their groups (new groups last): nothing already on screen moves."""
@@ -644,9 +784,8 @@ class ScalarsView(View):
                 group.layout.visible = visible
 
     def _show_message(self):
-        """What is wrong with the typed patterns, else why there is nothing to show."""
-        errors = "; ".join(error for error in self._errors.values() if error)
-        text = f'<span style="color:#c00">{html.escape(errors)}</span>' if errors else \
+        """What is wrong with the typed tag filter, else why there is nothing to show."""
+        text = f'<span style="color:#c00">{html.escape(self._error)}</span>' if self._error else \
             "" if self.cards else "No scalars in this logdir yet; they appear here as soon as a run logs one."
         if self.message.text != text:
             self.message.text = text
@@ -679,12 +818,32 @@ class ScalarsView(View):
         if any(changed):
             card.fill()
 
+    @property
+    def size(self):
+        """The cards' (width, height) the size control asks for."""
+        return list(SIZES.values())[self.card_size.active]
+
+    def _resize(self):
+        for card in self.cards.values():
+            card.resize(size=self.size)
+
+    def _toggle_enlarged(self, card):
+        """Enlarge ``card`` to the tab's width, or give it back its size when it is the one enlarged: one at a time."""
+        previous, self.enlarged = self.enlarged, (None if self.enlarged is card else card)
+        if previous is not None:
+            previous.resize(enlarged=False)
+        if self.enlarged is not None:
+            card.resize(enlarged=True)
+
     def _build(self, card):
         card.ignore_outliers = self.outliers.active
+        if self.link_x.active and self._shared_x is None:
+            self._shared_x = DataRange1d()
         card.build(self.axis, self.log_y.active, card.visible_rows(self.runs.shown()), self._zoomed,
-                   log_x=self.log_x.active)
+                   log_x=self.log_x.active, x_range=self._shared_x if self.link_x.active else None)
 
     def _rebuild(self):
+        self._shared_x = None           # a new axis or scale: no zoom carries over, linked or not
         for card in self.cards.values():
             card.window = None
             for line in card.lines.values():
@@ -704,9 +863,9 @@ class ScalarsView(View):
     def _filter(self):
         try:                                    # RE2: linear-time matching, a typed pattern cannot stall the loop
             self._tags_re = compile_filter(self.tag_filter.value or "")
-            self._errors["tags"] = ""
+            self._error = ""
         except FilterError as e:                # keep the last good pattern
-            self._errors["tags"] = f"Invalid tags regex {self.tag_filter.value!r}: {e.reason}"
+            self._error = f"Invalid tags regex {self.tag_filter.value!r}: {e.reason}"
         for tag, card in self.cards.items():
             card.layout.visible = self._tags_re.search(tag) is not None
         self._show_groups()
