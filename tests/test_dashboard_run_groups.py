@@ -1,5 +1,7 @@
 """Run groups chosen beside the run list (``dashboard.run_groups``): by a name pattern through RE2 or by an hparam's
 value, flowlab's own hparams and tensorboardX's child-run ones, with a bad pattern keeping the last good grouping."""
+import warnings
+
 import pytest
 
 from flowlab.dashboard.run_groups import RunGroups
@@ -84,10 +86,12 @@ def test_group_band_over_a_budget_takes_equal_spans_and_keeps_every_extreme():
     steps, mean, std, low, high, count = group_band(members, budget=100)
     assert steps.tolist() == list(range(0, 1000, 10))
     spans = values.reshape(3, 100, 10)
-    with np.errstate(invalid="ignore"):
-        run_means = np.nanmean(spans, axis=2)               # (NumPy warns about the all-NaN spans: they are NaN)
-    np.testing.assert_allclose(mean, np.nanmean(run_means, axis=0), equal_nan=True)
-    np.testing.assert_allclose(std, np.nanstd(run_means, axis=0), equal_nan=True)
+    with warnings.catch_warnings():                         # (NumPy warns about the all-NaN spans: they are NaN)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        run_means = np.nanmean(spans, axis=2)
+        reference_mean, reference_std = np.nanmean(run_means, axis=0), np.nanstd(run_means, axis=0)
+    np.testing.assert_allclose(mean, reference_mean, equal_nan=True)
+    np.testing.assert_allclose(std, reference_std, equal_nan=True)
     np.testing.assert_allclose(low, np.nanmin(spans, axis=(0, 2)), equal_nan=True)
     assert high[51] == 50.0 and count[30] == 2 and count[90] == 0 and np.isnan(mean[90])
     # under the budget it is step by step, exactly as without one
@@ -97,3 +101,68 @@ def test_group_band_over_a_budget_takes_equal_spans_and_keeps_every_extreme():
     # runs on different steps, one logging a step twice (its last value counts)
     s, m, *_ = group_band([(np.array([0, 2, 2, 4]), np.array([1.0, 5.0, 3.0, 1.0])), (np.array([1, 2]), np.ones(2))])
     assert s.tolist() == [0, 1, 2, 4] and m.tolist() == [1.0, 1.0, 2.0, 1.0]
+
+
+def test_distributions_draw_a_group_as_the_distribution_of_all_its_runs_values(tmp_path):
+    import numpy as np
+    from bokeh.document import Document
+    from flowlab.dashboard import app
+    from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, compress_histogram, merge_histograms
+    rng = np.random.default_rng(0)
+    samples = {}
+    for run in ("lr=0.1,seed=0", "lr=0.1,seed=1", "lr=0.1,seed=2", "baseline"):
+        with SummaryWriter(str(tmp_path / run)) as w:
+            for step in (0, 10, 20):
+                samples[run, step] = rng.normal(len(samples) % 3, 1 + step / 10, 3000)
+                w.add_histogram("weights", samples[run, step], step)
+    store = Store(str(tmp_path))
+    store.poll()
+    doc = Document()
+    views = app.build_document(doc, store)
+    tabs = doc.get_model_by_name("tabs")
+    tabs.active = [panel.name for panel in tabs.tabs].index("distributions")
+    runs = doc.get_model_by_name("runs-summary")        # (the session's run list, found through a view)
+    view = views["distributions"]
+    grouping = view.runs.grouping
+    grouping.by.value, grouping.pattern.value = "name", r"lr=([^,]+)"
+    assert view._order == [("0.1", "weights", "group"), ("baseline", "weights", "histogram")]     # groups first
+    card = view._cards["0.1", "weights", "group"]
+    data = card.source.data
+    assert list(data["step"]) == [0, 10, 20]
+    members = [f"lr=0.1,seed={k}" for k in range(3)]
+    for i, step in enumerate((0, 10, 20)):
+        logged = [b for s in store.series("histogram") if s.run in members for st, b in
+                  zip(store.read(s).steps, store.read(s).values) if st == step]
+        expected = compress_histogram(merge_histograms(logged), NORMAL_HISTOGRAM_BPS)
+        np.testing.assert_allclose([data[f"bp{bp}"][i] for bp in NORMAL_HISTOGRAM_BPS], expected)
+        pooled = np.concatenate([samples[run, step] for run in members])       # what the values were
+        assert abs(data["bp5000"][i] - np.median(pooled)) < 0.15
+        assert data["bp0"][i] == pytest.approx(pooled.min(), rel=1e-6)
+    assert card.layout.above[0].text == "group 0.1 (3 runs)"
+    view.runs.check_only(members[:2] + ["baseline"])                     # a member unchecked: the group is remade
+    assert view._cards["0.1", "weights", "group"].layout.above[0].text == "group 0.1 (2 runs)"
+    grouping.by.value = ""                                               # no grouping: a card per run again
+    assert sorted(view._cards) == sorted((run, "weights", "histogram") for run in members[:2] + ["baseline"])
+    assert runs.text.startswith("3 of 4")
+
+
+def test_merge_histograms_is_the_histogram_of_the_pooled_values():
+    import numpy as np
+    from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, compress_histogram, merge_histograms
+    rng = np.random.default_rng(3)
+    samples = [rng.normal(k, 1 + k, 4000) for k in range(3)]
+    histograms = []
+    for k, x in enumerate(samples):                             # each on its own edges, as writers bin
+        counts, edges = np.histogram(x, bins=20 + 9 * k)
+        histograms.append(np.column_stack([edges[:-1], edges[1:], counts]))
+    merged = merge_histograms(histograms)
+    assert merged[:, 2].sum() == 12000 and (merged[1:, 0] == merged[:-1, 1]).all()     # contiguous, nothing lost
+    pooled = np.concatenate(samples)
+    q = compress_histogram(merged, NORMAL_HISTOGRAM_BPS)
+    np.testing.assert_allclose(q, np.percentile(pooled, np.array(NORMAL_HISTOGRAM_BPS) / 100), atol=0.08)
+    twice = merge_histograms([histograms[0], histograms[0]])    # same edges: counts add exactly
+    kept = histograms[0][histograms[0][:, 2] > 0]
+    np.testing.assert_array_equal(twice, np.column_stack([kept[:, :2], 2 * kept[:, 2]]))
+    # a constant tensor's zero-width bucket stays a point, between the halves of the bucket it falls in
+    np.testing.assert_array_equal(merge_histograms([[[1, 1, 5]], [[0, 2, 4]]]), [[0, 1, 2], [1, 1, 5], [1, 2, 2]])
+    assert merge_histograms([[[0, 1, 0]]]).shape == (0, 3)

@@ -4,7 +4,8 @@ Each step's buckets are compressed to TensorBoard's nine basis points (``compres
 distribution would be at ±1.5σ, ±1σ and ±0.5σ, median, max), drawn as four nested bands (the range, then bands 3σ,
 2σ and 1σ wide) and a median line: the view TensorBoard calls "distributions" (and OneFlow's Tianshu planned but
 never built). A step whose histogram holds no finite value leaves a gap in the bands and a red mark over the plot.
-Hovering over a card reads the step under the pointer and its nine values, max first.
+Hovering over a card reads the step under the pointer and its nine values, max first. Runs grouped in the run list
+(``dashboard.run_groups``) are drawn as one card per group and tag: the distribution of all their values.
 
 At most ``MAX_ROWS`` rows per card. Up to that many steps, a row is a step, exact. Past it, consecutive steps are merged
 into groups (``Bands``: groups double in size, a handful of times per run) whose row keeps the smallest min and the
@@ -19,7 +20,7 @@ import math
 
 import numpy as np
 
-from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, compress_histogram
+from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, compress_histogram, merge_histograms
 from flowlab.plots.figures import distribution_card
 
 from .base import CardsView
@@ -60,6 +61,12 @@ class Bands:
         self._sent, self._dirty, self._doubled = 0, None, False
 
     def offer(self, step, buckets):
+        """Add a step's histogram (``[k, 3]`` buckets)."""
+        b = np.asarray(buckets, np.float64).reshape(-1, 3)
+        self.offer_percentiles(step, compress_histogram(b, BPS) if b[:, 2].sum() else None)
+
+    def offer_percentiles(self, step, q):
+        """Add a step's nine basis-point values ``q``, or None for a step with nothing finite."""
         g = self.groups - 1
         if g < 0 or self.n[g] >= self.stride:
             if g >= 0:                                # no longer the last row: it moves back to its first step
@@ -70,9 +77,7 @@ class Bands:
             self.lo[g], self.hi[g], self.inner[g], self.empty[g] = np.inf, -np.inf, 0.0, False
         self.last[g] = step
         self.n[g] += 1
-        b = np.asarray(buckets, np.float64).reshape(-1, 3)
-        if b[:, 2].sum():
-            q = compress_histogram(b, BPS)
+        if q is not None:
             self.finite[g] += 1
             self.lo[g], self.hi[g] = min(self.lo[g], q[0]), max(self.hi[g], q[-1])
             self.inner[g] += q[1:-1]
@@ -151,10 +156,89 @@ class _Card:
                 self.source.stream(new)
 
 
+class GroupSeries:
+    """A tag of a run group (the run list's grouping): ``members`` are the series of its runs."""
+
+    def __init__(self, label, tag, members):
+        self.label, self.tag, self.members = label, tag, members
+        self.key = (label, tag, "group")
+        self.runs = tuple(s.run for s in members)
+
+
+class _GroupCard:
+    """A run group's distribution of one tag: at each step, that of the values of every member run that logged the
+    step (their histograms merged: ``merge_histograms``), so a group of seeds shows what the seeds share and how far
+    they spread. A step is merged again only when a member's histogram of it arrives or changes."""
+
+    def __init__(self, series, name, parts):
+        self.members, self.runs = series.members, series.runs
+        self._read: dict[tuple, tuple] = {}             # member series key -> (epoch, length) read
+        self._histograms: dict[int, dict] = {}          # step -> {run: buckets}
+        self._rows: dict[int, object] = {}              # step -> its nine values (None: nothing finite)
+        self.source = parts.source(Bands(2).columns(), name=f"cards-source:{name}")
+        n = len(self.runs)
+        self.layout = distribution_card(series.tag, f"group {series.label} ({n} run{'s' if n != 1 else ''})",
+                                        self.source, COLUMNS, parts, labels=LABELS)
+
+    def follow(self, store):
+        changed = set()
+        for member in self.members:
+            epoch, length = self._read.get(member.key, (None, 0))
+            d = store.read(member, epoch, length)
+            self._read[member.key] = (d.epoch, (0 if d.reset else length) + len(d.steps))
+            if d.reset:                                  # its histograms start over: drop what it gave
+                for step, by_run in self._histograms.items():
+                    if by_run.pop(member.run, None) is not None:
+                        changed.add(step)
+            for step, buckets in zip(d.steps, d.values):
+                self._histograms.setdefault(int(step), {})[member.run] = buckets
+                changed.add(int(step))
+        if not changed:
+            return
+        for step in changed:
+            merged = merge_histograms(self._histograms[step].values())
+            self._rows[step] = compress_histogram(merged, BPS) if merged[:, 2].sum() else None
+        bands = Bands()
+        for step in sorted(self._rows):
+            bands.offer_percentiles(step, self._rows[step])
+        self.source.data = bands.columns()
+
+
 class DistributionsView(CardsView):
+    """See the module doc. With runs grouped in the run list, a group's runs give one card per tag, before the
+    cards of runs in no group."""
     title = "Distributions"
     kind = "histogram"
     empty_text = "No histograms in this logdir yet."
 
     def new_card(self, series):
+        if isinstance(series, GroupSeries):
+            return _GroupCard(series, self.kind_name, self.parts)
         return _Card(series, self.kind_name, self.parts)
+
+    def update(self):
+        shown = [s for s in self.store.series(self.kind) if self.runs.shows(s.run)]
+        groups = self.runs.grouping.groups(sorted({s.run for s in shown}))
+        grouped = {run: label for label, runs in groups.items() for run in runs}
+        by_group: dict[tuple, list] = {}
+        for s in shown:
+            if s.run in grouped:
+                by_group.setdefault((grouped[s.run], s.tag), []).append(s)
+        series = {}
+        for (label, tag), members in sorted(by_group.items()):
+            g = GroupSeries(label, tag, members)
+            series[g.key] = g
+        series.update((s.key, s) for s in shown if s.run not in grouped)
+        remade = False
+        for key, card in list(self._cards.items()):      # a group whose runs changed is drawn anew
+            if isinstance(card, _GroupCard) and (key not in series or series[key].runs != card.runs):
+                del self._cards[key]
+                remade = True
+        self._series = series
+        self.refresh(keys_changed=self.pager.set_keys(series) or remade)
+
+    def _send(self, key, card):
+        if isinstance(card, _GroupCard):
+            card.follow(self.store)
+        else:
+            super()._send(key, card)

@@ -242,6 +242,30 @@ def compress_histogram(buckets, bps=NORMAL_HISTOGRAM_BPS):
     return out
 
 
+def merge_histograms(histograms):
+    """One ``[k, 3]`` (left, right, count) histogram of the values of several: buckets on the union of their edges,
+    each bucket's count spread evenly over the parts of it the new buckets cover (the within-bucket assumption that
+    ``compress_histogram`` makes too), so the merged percentiles are those of the pooled values. A zero-width bucket
+    (a constant tensor's) stays a point. Histograms with identical edges merge exactly (counts add)."""
+    hs = [np.asarray(h, np.float64).reshape(-1, 3) for h in histograms]
+    hs = [h[h[:, 2] > 0] for h in hs]
+    if not any(len(h) for h in hs):
+        return np.zeros((0, 3))
+    wide = [h[h[:, 1] > h[:, 0]] for h in hs]
+    points = np.concatenate([h[h[:, 1] <= h[:, 0]] for h in hs])
+    edges = np.unique(np.concatenate([h[:, :2].ravel() for h in hs]))
+    cumulative = np.zeros(len(edges))
+    for h in wide:
+        if len(h):      # each bucket's share of its count left of every edge (buckets do not overlap)
+            share = np.clip((edges[:, None] - h[:, 0]) / (h[:, 1] - h[:, 0]), 0.0, 1.0)
+            cumulative += share @ h[:, 2]
+    merged = np.column_stack([edges[:-1], edges[1:], np.diff(cumulative)])
+    if len(points):
+        merged = np.concatenate([merged, points])
+        merged = merged[np.lexsort((merged[:, 1], merged[:, 0]))]     # a point at x sits between ...x] and [x...
+    return merged[merged[:, 2] > 0] if len(merged) else merged
+
+
 def histogram_outline(buckets):
     """``(x, y)`` of the step curve outlining a ``[k, 3]`` histogram: up at the first left edge, along the top of each
     bucket, down at the last right edge, so a drawing of it is exact to the buckets. Empty input: empty arrays."""
