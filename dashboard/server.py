@@ -47,6 +47,7 @@ from tornado.web import OutputTransform, RequestHandler
 
 from .app import build_document
 from .store import RELOAD_INTERVAL, Store
+from .views.projector import WORKERS
 
 LOOPBACK = "127.0.0.1"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -253,7 +254,8 @@ class DashboardServer:
     """The dashboard on ``host:port`` (port 0: a free one); create it on the event loop thread that will run it.
 
     ``frame_ancestors``: further CSP sources allowed to frame the dashboard besides loopback pages (for example
-    ``"vscode-webview:"``)."""
+    ``"vscode-webview:"``). From ``start()`` to ``stop()`` it holds the projector's reduction workers
+    (``views.projector.WORKERS``), which end with the last server that held them."""
 
     def __init__(self, logdir, port=6006, host=LOOPBACK, reload_interval=RELOAD_INTERVAL, frame_ancestors=(),
                  samples=None):
@@ -272,6 +274,7 @@ class DashboardServer:
         self._http.add_sockets(sockets)
         self._server = BaseServer(IOLoop.current(), self._tornado, self._http)
         self.origins = origins
+        self._holds_workers = False
 
     @property
     def url(self):
@@ -281,6 +284,8 @@ class DashboardServer:
     def start(self):
         self.store.start()
         self._server.start()
+        WORKERS.hold()                  # the projector's reduction workers live while some server runs
+        self._holds_workers = True
         return self
 
     async def close(self, grace=0.3):
@@ -301,6 +306,9 @@ class DashboardServer:
     def stop(self):
         self._server.stop()
         self.store.stop()
+        if self._holds_workers:         # (stop() may come twice: close() stops too)
+            self._holds_workers = False
+            WORKERS.release()
 
 
 def exposure_warning(host):

@@ -311,13 +311,14 @@ def test_projector_exception_kind_and_hostile_labels(tmp_path):
 
 def test_tsne_is_offered_only_with_scikit_learn(projector_logdir, monkeypatch):
     logdir, tensors, _ = projector_logdir
-    monkeypatch.setattr(projector_view, "TSNE", None)
+    monkeypatch.setattr(projector_view, "TSNE_AVAILABLE", False)
+    monkeypatch.setattr(projector_view, "UMAP_AVAILABLE", False)
     assert ProjectorView(store_of(logdir)).method_select.options == ["PCA"]
     pytest.importorskip("sklearn")
     monkeypatch.undo()
     view = ProjectorView(store_of(logdir))
     view.update()
-    assert view.method_select.options == ["PCA", "t-SNE"]
+    assert view.method_select.options[:2] == ["PCA", "t-SNE"]
     view.method_select.value = "t-SNE"
     assert len(view.source.data["c0"]) == 10 and np.isfinite(view.source.data["c1"]).all()
     assert view.front.xaxis[0].axis_label == "t-SNE 1"

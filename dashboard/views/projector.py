@@ -5,8 +5,12 @@ files, so the store never sees these); its config is read again with ``read_proj
 The logdir is searched again at most every ``rescan_seconds``.
 
 Reduction: PCA by NumPy's SVD of the centred data (deterministic signs: each component's largest loading positive),
-or t-SNE when scikit-learn is importable (the choice is only offered then). 3-D is shown honestly as two linked 2-D
-projections sharing component 2 (1-2 and 3-2), with the same points selected in both.
+t-SNE when scikit-learn is installed and UMAP when umap-learn is (each only offered then; both seeded, so the same
+data gives the same picture). In a server session no reduction blocks the IOLoop beyond a small PCA: t-SNE and UMAP
+run in a worker process (``WORKERS``: numba's compiled code holds the GIL, and UMAP's first call spends ~15 s
+compiling), larger PCAs in a thread; the result comes back through ``doc.add_next_tick_callback``, the note says
+"computing …" meanwhile, and a newer choice supersedes a reduction still running. 3-D is shown honestly as two linked
+2-D projections sharing component 2 (1-2 and 3-2), with the same points selected in both.
 Points are coloured by a metadata column (numbers are categories too: the 19 most frequent values get colours, the
 rest are "other"). Hover shows the label, and the sample's thumbnail when the embedding has a sprite: PNG data URLs
 cut from the sprite here. Base64 data URLs hold no character that Bokeh's tooltip escaping changes, so the template
@@ -16,11 +20,19 @@ from __future__ import annotations
 
 import base64
 import html
+import importlib.util
 import io
+import logging
 import math
+import multiprocessing
 import os
+import threading
 import time
+import warnings
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from functools import partial
 
 import numpy as np
 from bokeh.layouts import column, row
@@ -34,16 +46,20 @@ from flowlab.summary.projector import (CONFIG_FILE, MAX_SPRITE_BYTES, MAX_SPRITE
 
 from .base import View
 
+log = logging.getLogger(__name__)
+
 MAX_POINTS = 5000           # points reduced and drawn (the first ones); the note says when there were more
-MAX_TSNE_POINTS = 2000      # t-SNE runs on the IOLoop: keep it to seconds
+MAX_TSNE_POINTS = 2000      # t-SNE's cost grows faster than UMAP's: keep the wait to seconds
+INLINE_PCA_VALUES = 50_000  # a PCA of at most this many values runs at once on the IOLoop (milliseconds)
 MAX_THUMBNAILS = 2000
 THUMB_SIZE = 48             # longest side of a hover thumbnail, in pixels
 OTHER_COLOR = "#bbbbbb"
+SEED = 0                    # t-SNE's and UMAP's: the same embedding always gives the same picture
 
-try:                        # optional: t-SNE is only offered when scikit-learn is there
-    from sklearn.manifold import TSNE
-except ImportError:         # pragma: no cover - depends on the environment
-    TSNE = None
+# Optional methods, offered only when their package is installed. Looked up, not imported: importing scikit-learn
+# takes 1.5 s and umap-learn 2 s, which every server start would pay; they are imported where they run.
+TSNE_AVAILABLE = importlib.util.find_spec("sklearn") is not None
+UMAP_AVAILABLE = importlib.util.find_spec("umap") is not None
 
 
 # ------------------------------------------------------------------------------------------------------ pure data
@@ -66,18 +82,100 @@ def pca(matrix, k: int):
     return out, explained
 
 
-def tsne(matrix, k: int, seed: int = 0):
-    """t-SNE coordinates [n, k] (scikit-learn), on the first 50 principal components as TensorBoard does."""
-    if TSNE is None:
-        raise RuntimeError("t-SNE needs scikit-learn (pip install scikit-learn)")
+def _first_components(matrix):
+    """``matrix`` as float64 on its first 50 principal components (as TensorBoard does before t-SNE)."""
     x = np.asarray(matrix, np.float64)
-    if x.shape[1] > 50:
-        x = pca(x, 50)[0]
+    return pca(x, 50)[0] if x.shape[1] > 50 else np.where(np.isfinite(x), x, 0.0)
+
+
+def tsne(matrix, k: int, seed: int = SEED):
+    """t-SNE coordinates [n, k] (scikit-learn), on the first 50 principal components."""
+    try:
+        from sklearn.manifold import TSNE
+    except ImportError:
+        raise RuntimeError("t-SNE needs scikit-learn (pip install scikit-learn)") from None
+    x = _first_components(matrix)
     n = len(x)
     if n < 3:
         return np.zeros((n, k))
     return TSNE(n_components=k, perplexity=min(30.0, (n - 1) / 3), init="pca", random_state=seed,
                 method="barnes_hut" if k < 4 else "exact").fit_transform(x)
+
+
+def umap(matrix, k: int, seed: int = SEED):
+    """UMAP coordinates [n, k] (umap-learn, 15 neighbours), on the first 50 principal components. Seeded, so
+    single-threaded and the same for the same data. The first call in a process compiles numba code (~15 s)."""
+    try:
+        import umap as umap_learn
+    except ImportError:
+        raise RuntimeError("UMAP needs umap-learn (pip install umap-learn)") from None
+    x = _first_components(matrix)
+    n = len(x)
+    if n < 4:                                       # too few points for a neighbour graph
+        return np.zeros((n, k))
+    with warnings.catch_warnings():                 # "n_jobs overridden by setting random_state": that is the point
+        warnings.simplefilter("ignore", UserWarning)
+        return umap_learn.UMAP(n_components=k, n_neighbors=min(15, n - 1), random_state=seed).fit_transform(x)
+
+
+def reduce(matrix, method: str, k: int):
+    """``(coordinates [n, k], explained variance ratios [k] or None)`` of ``matrix`` by ``method``: "PCA", "t-SNE"
+    or "UMAP" (only PCA explains variance)."""
+    if method == "PCA":
+        return pca(matrix, k)
+    if method == "t-SNE":
+        return tsne(matrix, k), None
+    if method == "UMAP":
+        return umap(matrix, k), None
+    raise ValueError(f"unknown reduction {method!r}")
+
+
+class Workers:
+    """Where a server's sessions reduce off the IOLoop, shared by all of them and started on first use: t-SNE and UMAP
+    in one worker process (numba's compiled code holds the GIL, so in a thread it would stall every session; and a
+    process can be ended, where a thread would hold up the interpreter's exit until it finished), PCA in a thread
+    (LAPACK releases the GIL, and a PCA need not wait behind a UMAP). Each server ``hold()``s them while it runs;
+    the last ``release()`` ends the process, abandoning what runs there."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._process = self._thread = None
+
+    def submit(self, method, matrix, k):
+        """A ``concurrent.futures.Future`` of ``reduce(matrix, method, k)``."""
+        with self._lock:
+            if method == "PCA":
+                self._thread = self._thread or ThreadPoolExecutor(1, thread_name_prefix="flowlab-pca")
+                return self._thread.submit(reduce, matrix, method, k)
+            for attempt in (1, 2):
+                if self._process is None:       # spawned: forking a process that runs threads can deadlock
+                    self._process = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+                try:
+                    return self._process.submit(reduce, matrix, method, k)
+                except BrokenProcessPool:       # the worker died (out of memory, killed): start another once
+                    self._process = None
+                    if attempt == 2:
+                        raise
+
+    def hold(self):
+        with self._lock:
+            self._holders += 1
+
+    def release(self):
+        """One holder fewer; with none left, end the worker process now."""
+        with self._lock:
+            self._holders = max(0, self._holders - 1)
+            if self._holders or self._process is None:
+                return
+            pool, self._process = self._process, None
+        processes = list((pool._processes or {}).values())    # (no public way to end a running task before 3.14)
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+
+
+WORKERS = Workers()
 
 
 def categories(labels: list, limit: int = 20) -> tuple[list, list]:
@@ -140,12 +238,14 @@ class ProjectorView(View):
         self._cache: dict[tuple, tuple] = {}       # (run, mtime, entry, method, dims) -> (coords, explained)
         self.shown = None                          # (run, mtime, entry index, method, dims, label column) drawn
         self._syncing = False                      # set while options are rewritten: no redraw per widget change
+        self._waiting = None                       # the cache key of the reduction being computed for the page
+        self._future = None                        # ... and its Future
 
         self.run_select = Select(title="Run", options=[], width=200)
         self.tensor_select = Select(title="Tensor", options=[], width=200)
         self.step_select = Select(title="Step", options=[], width=100)
-        self.method_select = Select(title="Method", options=["PCA"] + (["t-SNE"] if TSNE is not None else []),
-                                    value="PCA", width=100)
+        self.method_select = Select(title="Method", value="PCA", width=100, name="projector-method",
+                                    options=["PCA"] + ["t-SNE"] * TSNE_AVAILABLE + ["UMAP"] * UMAP_AVAILABLE)
         self.dims_select = Select(title="Dimensions", options=["2-D", "3-D"], value="2-D", width=100)
         self.label_select = Select(title="Colour by", options=[], width=160)
         for widget in (self.run_select, self.tensor_select, self.step_select, self.method_select, self.dims_select,
@@ -161,11 +261,14 @@ class ProjectorView(View):
         self.side.scatter(x="c2", y="c1", source=self.source, color="color", size=6, alpha=0.8)
         self.legend = Legend(items=[], label_text_font_size="8pt", glyph_height=12, spacing=1)
         self.front.add_layout(self.legend, "right")      # beside the points, never over them
-        self.note = Div(text="No embeddings in this logdir yet.")
+        self.note = Div(text="No embeddings in this logdir yet.", name="projector-note")
         self.controls = row(self.run_select, self.tensor_select, self.step_select, self.method_select,
                             self.dims_select, self.label_select, visible=False)
         self.front.visible = False
-        self._layout = column(self.controls, self.note, row(self.front, self.side))
+        # The side view joins the layout only in 3-D: a hidden plot still warns in the page that it "could not set
+        # initial ranges" (BokehJS does not fit the ranges of a plot it does not draw).
+        self.figures = row(self.front)
+        self._layout = column(self.controls, self.note, self.figures)
 
     def _figure(self, x_label, y_label, **kwargs):
         fig = figure(width=600, height=480, tools="pan,wheel_zoom,box_select,lasso_select,reset",
@@ -250,8 +353,9 @@ class ProjectorView(View):
         i = self._entry()
         self.controls.visible = self.front.visible = i is not None     # nothing to show: one line of text
         if i is None:
+            self._supersede()
             self.source.data = {k: [] for k in self.source.data}
-            self.side.visible = False
+            self._show_side(False)
             self.note.text = "No embeddings of the checked runs." if self._configs else \
                 "No embeddings in this logdir yet."
             self.shown = None
@@ -264,16 +368,20 @@ class ProjectorView(View):
         if shown == self.shown:
             return
         self.shown = shown
-        limit = MAX_TSNE_POINTS if method == "t-SNE" else MAX_POINTS
-        n = min(len(e.tensor), limit)
+        n = min(len(e.tensor), MAX_TSNE_POINTS if method == "t-SNE" else MAX_POINTS)
         key = shown[:5]
+        if key == self._waiting:                    # on its way (only the colouring changed): drawn when it comes
+            return
+        self._supersede()
         if key not in self._cache:
-            if len(self._cache) > 16:
-                self._cache.clear()
             matrix = e.tensor[:n]
-            self._cache[key] = tsne(matrix, dims) if method == "t-SNE" else pca(matrix, dims)
-        result = self._cache[key]
-        coords, explained = (result, None) if method == "t-SNE" else result
+            doc = self._layout.document
+            if doc is not None and doc.session_context is not None and \
+                    (method != "PCA" or matrix.size > INLINE_PCA_VALUES):
+                self._compute(doc, key, matrix, method, dims, n)
+                return
+            self._remember(key, reduce(matrix, method, dims))      # outside a server, or a small PCA
+        coords, explained = self._cache[key]
 
         column_index = (e.metadata_header or ["label"]).index(self.label_select.value) \
             if e.metadata and self.label_select.value else None
@@ -301,8 +409,8 @@ class ProjectorView(View):
         entries = sorted(first.items(), key=lambda item: rank.get(colors[item[1]], len(rank)))
         self.legend.items = [LegendItem(label=value(c), renderers=[self.points], index=j) for c, j in entries]
         self.hover.tooltips = _TOOLTIP_WITH_THUMB if any(thumbs) else [("label", "@label")]
-        self.side.visible = dims == 3
-        names = [f"t-SNE {j + 1}" if explained is None else
+        self._show_side(dims == 3)
+        names = [f"{method} {j + 1}" if explained is None else
                  f"PC{j + 1} ({explained[j]:.1%} of the variance)" if j < dims else "" for j in range(3)]
         self.front.xaxis.axis_label, self.front.yaxis.axis_label = names[0], names[1]
         self.side.xaxis.axis_label, self.side.yaxis.axis_label = names[2], names[1]
@@ -313,6 +421,56 @@ class ProjectorView(View):
         if e.kind == "exception":
             note += f"; NaN: {e.info.get('nan_count', 0)}, Inf: {e.info.get('inf_count', 0)} (drawn as 0)"
         self.note.text = html.escape(note + (sprite_error or ""))
+
+    def _show_side(self, shown):
+        self.side.visible = shown
+        figures = [self.front, self.side] if shown else [self.front]
+        if list(self.figures.children) != figures:
+            self.figures.children = figures
+
+    # ---------------------------------------------------------------------------------------------- off the IOLoop
+    def _remember(self, key, result):
+        if len(self._cache) > 16:
+            self._cache.clear()
+        self._cache[key] = result
+
+    def _supersede(self):
+        """Forget the reduction being computed for the page (cancelled if it has not started)."""
+        if self._future is not None:
+            self._future.cancel()
+        self._waiting = self._future = None
+
+    def _compute(self, doc, key, matrix, method, dims, n):
+        """Reduce in ``WORKERS``; the points shown stay until the result is drawn (``_computed``)."""
+        try:
+            future = WORKERS.submit(method, matrix, dims)
+        except Exception as error:                  # no worker could be started (the interpreter is stopping...)
+            self.note.text = html.escape(f"{method} failed: {type(error).__name__}: {error}")
+            return
+        self._waiting, self._future = key, future
+        self.note.text = html.escape(f"computing {method} of {n} points…")
+
+        def done(future):                           # on a worker's thread: the document changes on its IOLoop
+            if not future.cancelled():
+                try:
+                    doc.add_next_tick_callback(partial(self._computed, key, method, future))
+                except Exception:                   # the session ended meanwhile
+                    log.debug("projector result dropped: the session is gone", exc_info=True)
+        future.add_done_callback(done)
+
+    def _computed(self, key, method, future):
+        error = future.exception()
+        if error is None:
+            self._remember(key, future.result())    # kept even when superseded: choosing it again is instant
+        if key != self._waiting:                    # superseded by a newer choice
+            return
+        self._waiting = self._future = None
+        if error is not None:
+            first_line = (str(error).strip().splitlines() or [""])[0][:300]
+            self.note.text = html.escape(f"{method} failed: {type(error).__name__}: {first_line}")
+            return
+        self.shown = None                           # draw it, with whatever is chosen now
+        self._draw()
 
 
 # The thumbnail comes first; @label is escaped by Bokeh like every field not marked {safe}.
