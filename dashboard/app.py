@@ -7,6 +7,15 @@ a bare ``Document``). A periodic callback on the session's IOLoop refreshes the 
 ``version`` has moved, every view opened so far (a tab's view first updates when the tab is shown) — and always the
 views that read files the store does not tail (``reads_files``: the projector's), which pace themselves; a view that
 raises is logged and the others keep updating.
+
+Colour scheme: the page follows the browser's ``prefers-color-scheme`` (``?theme=dark`` or ``?theme=light`` in the
+URL overrides it), in CSS alone, so it is right from the first paint and follows a change of the system's setting
+at once. The page's stylesheet (``page_css``, in the page template) sets custom properties that reach every shadow
+root: ``--flowlab-*`` ones for the dashboard's own HTML and ``--bk-*`` ones that BokehJS reads when it paints a
+canvas (plot, border and axis backgrounds, outlines, grid lines, axis, title and legend text), overriding the
+models' colours, explicit ones included. Bokeh's widgets and legends keep their colours in their own shadow roots: the
+document's ``Theme`` (``scheme_theme``) gives each a stylesheet that sets them, and makes a Div's own text colour
+(a grey meant for a white page) light.
 """
 from __future__ import annotations
 
@@ -14,8 +23,10 @@ import html
 import logging
 import traceback
 
+from bokeh.core.templates import get_env
 from bokeh.layouts import column, row
 from bokeh.models import CustomJS, Div, TabPanel, Tabs
+from bokeh.themes import Theme
 
 from flowlab.plots.figures import EXPAND_TAG
 
@@ -32,7 +43,105 @@ READY_JS = f"""
 for (const doc of Bokeh.documents)         // (a document-level callback is not itself in the document)
   for (const m of doc.all_models)
     if (m.tags.includes("{EXPAND_TAG}")) m.properties.data.change.emit();   // (re-setting equal data emits nothing)
+// Canvases read their colours from CSS when they paint: paint again when the system's colour scheme changes
+matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => {{
+  for (const view of Bokeh.index.all_views()) if (view.request_paint != null) view.request_paint();
+}});
 """
+
+# ------------------------------------------------------------------------------------------------- colour scheme
+SCHEMES = ("light", "dark")
+# The dark scheme's colours: the page, the dashboard's own HTML (``--flowlab-*``, which ``flowlab.plots.figures``'
+# cards use with their light colours as fallbacks), and what BokehJS reads from CSS when it paints a canvas
+# (``--bk-<prefix>-<visual>``). Only prefixes that glyphs never use: a glyph's data colours stay as they are.
+DARK = {
+    "--flowlab-paper": "#121417", "--flowlab-ink": "#e4e7ea", "--flowlab-muted": "#9aa3ac",
+    "--flowlab-frame": "#3b424a",
+    "--bk-background-fill-color": "#1b1f24", "--bk-border-fill-color": "#1b1f24",
+    "--bk-outline-line-color": "#3b424a", "--bk-grid-line-color": "#2e343b",
+    "--bk-axis-line-color": "#8a939c", "--bk-major-tick-line-color": "#8a939c",
+    "--bk-minor-tick-line-color": "#8a939c", "--bk-major-label-text-color": "#c3c9cf",
+    "--bk-axis-label-text-color": "#c3c9cf", "--bk-text-color": "#e4e7ea", "--bk-label-text-color": "#e4e7ea",
+    "--bokeh-icon-color": "#aab3bb",
+}
+LIGHT = {"--flowlab-muted": "#777777", "--flowlab-frame": "#dddddd"}
+# Bokeh's widget colours in the dark scheme: the custom properties its stylesheets set on each widget's shadow root
+# (base, buttons, tables), and the few colours its tables and selects hard-code.
+DARK_WIDGETS = {
+    "--color": "#e4e7ea", "--background-color": "#1f2429", "--hover-color": "#2a3036", "--border-color": "#4a525b",
+    "--divider-color": "#353b42", "--surface-background-color": "#2a3036", "--inactive-bg": "#2a3036",
+    "--inactive-fg": "#9aa3ac", "--active-bg": "#24435a", "--active-fg": "#8cc4ee", "--active-border": "#4f8fbf",
+    "--highlight-color": "#6aa8d8", "--input-focus-border-color": "#6aa8d8", "--placeholder-color": "#7f8890",
+    "--disabled-color": "#7f8890", "--disabled-background-color": "#2a3036", "--shortcut-color": "#9aa3ac",
+    "--outline-color": "#4a525b", "--box-shadow-color": "rgba(0, 0, 0, 0.5)",
+    "--default": "#262c32", "--default-border": "#4a525b", "--default-hover": "#2f363d",
+    "--default-hover-border": "#5a636d", "--default-active": "#24435a", "--default-active-border": "#4f8fbf",
+    "--default-disabled": "#22272c", "--default-disabled-border": "#353b42",
+    "--light": "transparent", "--light-border": "transparent", "--light-hover": "#2a3036",
+    "--light-hover-border": "#4a525b", "--light-active": "#24435a", "--light-active-border": "#4f8fbf",
+    "--light-disabled": "transparent", "--light-disabled-border": "transparent",
+    "--special": "#22272c", "--odd": "#1c2126", "--muted-text": "#8a939c", "--selected": "#1f3a4f",
+    "color": "var(--color)",
+}
+_DARK_WIDGET_RULES = (
+    ".slick-row{background:var(--background-color)}.slick-row.odd{background:var(--odd)}"
+    ".slick-row.selected,.slick-cell.selected{background:var(--selected)}"
+    ".slick-cell,.slick-header-column"
+    "{border-right-color:var(--divider-color);border-bottom-color:var(--divider-color)}"
+    ".slick-header-columns,.slick-header-column,.slick-headerrow,.slick-headerrow-column"
+    "{background:var(--surface-background-color);border-color:var(--divider-color)}"
+    ".slick-header-column:hover,.slick-header-column-active{background:var(--hover-color)}"
+    "select.bk-input{background-image:url('data:image/svg+xml;utf8,<svg version=\"1.1\" viewBox=\"0 0 25 20\" "
+    "xmlns=\"http://www.w3.org/2000/svg\"><path d=\"M 0,0 25,0 12.5,20 Z\" fill=\"%23c3c9cf\" /></svg>')}"
+)
+# Text that views colour on a Div itself (a dark grey meant for a white page) turns light in the dark scheme.
+_DARK_TEXT = {"color": "var(--flowlab-ink) !important"}
+# Legends are HTML whose colours BokehJS fixes when it first builds them (before they are in the page, where CSS
+# could reach them): set them again.
+_DARK_LEGEND = (":host{background-color:var(--bk-background-fill-color) !important;"
+                "border-color:var(--flowlab-frame) !important}"
+                ".bk-label,.bk-title{color:var(--bk-label-text-color) !important}")
+
+
+def _rule(selector, properties):
+    return selector + "{" + ";".join(f"{k}:{v}" for k, v in properties.items()) + "}"
+
+
+def _in_scheme(scheme, css):
+    """``css`` where the dark scheme applies: always (``scheme="dark"``), never ("light"), or when the browser
+    prefers it (None)."""
+    return {"dark": css, "light": ""}.get(scheme, f"@media (prefers-color-scheme: dark){{{css}}}")
+
+
+def page_css(scheme=None):
+    """The page's stylesheet for ``scheme`` ("light", "dark", or None: the browser's preference)."""
+    return (_rule(":root", {"color-scheme": scheme or "light dark", **LIGHT})
+            + _in_scheme(scheme, _rule(":root", DARK))
+            + "html,body{background-color:var(--flowlab-paper,#ffffff);color:var(--flowlab-ink,#000000)}")
+
+
+def scheme_theme(scheme=None):
+    """The document ``Theme`` for ``scheme``: stylesheets that set the colours of each Bokeh widget (and tab bar)
+    and legend, and make a ``Div``'s own text colour readable; nothing for "light"."""
+    if scheme == "light":
+        return Theme(json={})
+    widgets = _in_scheme(scheme, _rule(":host", DARK_WIDGETS) + _DARK_WIDGET_RULES)
+    text = _in_scheme(scheme, _rule(":host", _DARK_TEXT))
+    legend = _in_scheme(scheme, _DARK_LEGEND)
+    return Theme(json={"attrs": {"Widget": {"stylesheets": [widgets]}, "Tabs": {"stylesheets": [widgets]},
+                                 "Markup": {"stylesheets": [text]}, "Legend": {"stylesheets": [legend]}}})
+
+
+_THEMES = {scheme: scheme_theme(scheme) for scheme in (None, *SCHEMES)}
+_PAGE = get_env().from_string(
+    '{% extends "file.html.jinja" %}{% block preamble %}<style>{{ flowlab_css }}</style>{% endblock %}')
+
+
+def apply_scheme(doc, scheme=None):
+    """Make ``doc``'s page follow ``scheme``: "light", "dark", or None for the browser's preference."""
+    doc.template = _PAGE
+    doc.template_variables["flowlab_css"] = page_css(scheme)
+    doc.theme = _THEMES[scheme]
 
 
 def _broken(name, error):
@@ -59,6 +168,7 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
                   sizing_mode="stretch_width", name="dashboard")
     stale, seen = set(), [None]
     arguments = url_state.query_arguments(doc)
+    apply_scheme(doc, arguments.get("theme") if arguments.get("theme") in SCHEMES else None)
     url_state.bind(arguments, runs.url_state())
     url_state.bind_tabs(arguments, tabs)
 

@@ -34,11 +34,11 @@ from bokeh.core.properties import value
 from bokeh.layouts import column, row
 from bokeh.models import (Arrow, BoxZoomTool, CheckboxGroup, ColumnDataSource, CustomJS, Div, HoverTool, Range1d,
                           Select, TapTool, VeeHead)
-from bokeh.palettes import Category10
 from bokeh.plotting import figure
 from grandalf.graphs import Edge, Vertex, graph_core
 from grandalf.layouts import SugiyamaLayout
 
+from flowlab.plots.figures import CATEGORICAL
 from flowlab.summary import proto
 
 from .base import View
@@ -65,7 +65,7 @@ MAX_FRAME = (860, 640)          # the plot frame at most (the legend and toolbar
 MIN_FRAME = (320, 140)
 MIN_SCALE = 0.7                 # a large graph is shown shrunk to fit down to this zoom, then it must be panned
 
-# Op categories, the first matching rule wins (on the lower-cased op type), and their colours (Category10).
+# Op categories, the first matching rule wins (on the lower-cased op type), and their colours (the one palette).
 CATEGORY_RULES = (
     ("input", r"^(input|placeholder|io node)$"),
     ("variable", r"variable|varhandle|getattr|parameter"),
@@ -75,7 +75,17 @@ CATEGORY_RULES = (
     ("shape", r"reshape|transpose|concat|split|squeeze|flatten|slice|gather|view|expand|identity|cast|pad|permute"),
 )
 CATEGORY_COLORS = dict(zip(("input", "variable", "matmul/conv", "activation", "loss", "shape", "gradient", "other",
-                            "optimizer", "scope"), Category10[10]))
+                            "optimizer", "scope"), CATEGORICAL))
+
+
+def _tint(colour, share=0.22):
+    """``colour`` at ``share`` over white, opaque: a box's fill that reads the same on a light or a dark page, under
+    dark label text."""
+    rgb = [int(colour[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(255 - share * (255 - c)):02x}" for c in rgb)
+
+
+CATEGORY_TINTS = {category: _tint(colour) for category, colour in CATEGORY_COLORS.items()}
 
 
 class Node(NamedTuple):
@@ -372,6 +382,7 @@ def graph_data(nodes: list, show_variables=True, show_training=False, expanded=(
                  "h": [s[1] for s in sizes], "label": texts, "name": [b.name for b in boxes],
                  "kind": [b.kind for b in boxes], "count": [b.count for b in boxes], "op": [b.op for b in boxes],
                  "category": [b.category for b in boxes], "color": [CATEGORY_COLORS[b.category] for b in boxes],
+                 "tint": [CATEGORY_TINTS[b.category] for b in boxes],
                  "outputs": [b.outputs for b in boxes], "source": [b.source for b in boxes]}
     edge_data = {"xs": [], "ys": [], "start": [], "end": []}
     heads = {"x0": [], "y0": [], "x1": [], "y1": []}
@@ -429,7 +440,8 @@ class GraphView(View):
         self.scopes.on_change("active", lambda attr, old, new: self._scopes_changed())
 
         self.nodes_source = ColumnDataSource({k: [] for k in ("x", "y", "w", "h", "label", "name", "kind", "count",
-                                                               "op", "category", "color", "outputs", "source")})
+                                                               "op", "category", "color", "tint", "outputs",
+                                                               "source")})
         self.edges_source = ColumnDataSource({k: [] for k in ("xs", "ys", "start", "end")})
         self.heads_source = ColumnDataSource({k: [] for k in ("x0", "y0", "x1", "y1")})
         self.figure = figure(frame_width=MIN_FRAME[0], frame_height=MIN_FRAME[1], x_range=Range1d(0, 1),
@@ -438,9 +450,9 @@ class GraphView(View):
         self.figure.multi_line(xs="xs", ys="ys", source=self.edges_source, line_color="#888888", line_width=1.2)
         self.figure.add_layout(Arrow(source=self.heads_source, x_start="x0", y_start="y0", x_end="x1", y_end="y1",
                                      line_alpha=0, end=VeeHead(size=8, fill_color="#888888", line_color="#888888")))
-        boxes = self.figure.rect(x="x", y="y", width="w", height="h", source=self.nodes_source, fill_color="color",
-                                 fill_alpha=0.22, line_color="color", line_width=1.5, legend_field="category",
-                                 nonselection_fill_alpha=0.22, nonselection_line_alpha=1.0, name="graph-boxes")
+        boxes = self.figure.rect(x="x", y="y", width="w", height="h", source=self.nodes_source, fill_color="tint",
+                                 line_color="color", line_width=1.5, legend_field="category",
+                                 nonselection_fill_alpha=1.0, nonselection_line_alpha=1.0, name="graph-boxes")
         self.labels = self.figure.text(x="x", y="y", text="label", source=self.nodes_source, text_align="center",
                                        text_baseline="middle", text_font=value("monospace"), text_color="#222222",
                                        text_font_size=f"{FONT_PX}px", nonselection_text_alpha=1.0, name="graph-labels")

@@ -37,6 +37,7 @@ from bokeh.palettes import Viridis256
 from bokeh.plotting import figure
 from bokeh.transform import transform
 
+from flowlab.plots.figures import LIGHT_CANVAS
 from flowlab.summary.reader import hparams_sessions
 
 from ..filters import MAX_PATTERN_CHARS, FilterError, compile_filter
@@ -303,7 +304,7 @@ class HParamsView(View):
         self.parallel = figure(title="Parallel coordinates (drag a box over an axis to brush)", height=340,
                                x_range=Range1d(-0.2, 1.5), y_range=Range1d(-0.06, 1.06), tools="reset",
                                toolbar_location="above", output_backend="canvas", sizing_mode="stretch_width",
-                               min_width=500, name="hparams-parallel")
+                               min_width=500, name="hparams-parallel", styles=dict(LIGHT_CANVAS))
         self.parallel.quad(left="left", right="right", bottom="bottom", top="top", source=self.brush_source,
                            fill_color="#ffb000", fill_alpha=0.25, line_color="#d08000")
         self.parallel.segment(x0="x", x1="x", y0="y0", y1="y1", source=self.axes_source, line_color="#444444")
@@ -333,7 +334,7 @@ class HParamsView(View):
         # ranges"), even in a hidden plot.
         self.scatter = figure(title="HParam vs metric", height=340, width=380, tools="pan,wheel_zoom,box_zoom,reset",
                               toolbar_location="above", output_backend="canvas", name="hparams-scatter-figure",
-                              x_range=Range1d(0, 1), y_range=Range1d(0, 1))
+                              x_range=Range1d(0, 1), y_range=Range1d(0, 1), styles=dict(LIGHT_CANVAS))
         points = self.scatter.scatter(x="x", y="y", source=self.scatter_source, size=10, fill_alpha=0.85,
                                       fill_color=transform("y", self.mapper), line_color="#333333")
         self.scatter.add_tools(HoverTool(renderers=[points],

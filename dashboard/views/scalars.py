@@ -337,11 +337,12 @@ box.innerHTML = shown.map((o) => '<div class="line"><span class="swatch" style="
 """
 _READOUT_CSS = """
 .bk-clearfix { display: block !important; }
-.readout { max-width: 480px; font: 11px/15px sans-serif; color: #333; font-variant-numeric: tabular-nums; }
+.readout { max-width: 480px; font: 11px/15px sans-serif; color: var(--flowlab-ink, #333);
+           font-variant-numeric: tabular-nums; }
 .line { display: flex; align-items: center; gap: 6px; white-space: nowrap; }
 .swatch { flex: none; width: 8px; height: 8px; border-radius: 2px; }
 .name { flex: 1 1 auto; min-width: 0; overflow: hidden; text-overflow: ellipsis; }
-.step { flex: none; color: #777; }
+.step { flex: none; color: var(--flowlab-muted, #777); }
 .value { flex: none; min-width: 4.5em; text-align: right; font-weight: 600; }
 .idle .value { font-weight: normal; }
 """

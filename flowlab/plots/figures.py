@@ -35,6 +35,17 @@ VALUE, BAND, ENVELOPE, ALARM = "#4c78a8", "#f58518", "#9ecae9", "#d62728"
 # which starts with Category10's ten (ΔE > 27 between any two of the first 20; Category20's pale twins are ~10).
 CATEGORICAL = tuple(colorcet_palettes["glasbey_category10"])
 
+# A plot whose glyphs carry fixed dark colours (labels, a palette's dark end) stays light on a page in a dark colour
+# scheme: these, as its ``styles``, give its canvas back Bokeh's light colours (the scheme's --bk-* ones are set
+# on the page's root, and the nearest setting wins).
+LIGHT_CANVAS = {"--bk-background-fill-color": "#ffffff", "--bk-border-fill-color": "#ffffff",
+                "--bk-outline-line-color": "#e5e5e5", "--bk-grid-line-color": "#e5e5e5",
+                "--bk-axis-line-color": "#000000", "--bk-major-tick-line-color": "#000000",
+                "--bk-minor-tick-line-color": "#000000", "--bk-major-label-text-color": "#444444",
+                "--bk-axis-label-text-color": "#444444", "--bk-text-color": "#444444",
+                "--bk-label-text-color": "#444444"}
+
+
 def _figure(title="", width=WIDTH, height=HEIGHT, **kwargs):
     fig = figure(title=title, width=width, height=height, tools="", toolbar_location=None, output_backend="canvas",
                  **kwargs)
@@ -266,9 +277,11 @@ def text_div(text, **kwargs):
 def card(title, subtitle, *children):
     """One run × tag box of a dashboard tab: ``title`` (the tag) and ``subtitle`` (the run) escaped, then
     ``children``."""
-    head = Div(text=f"<b>{html.escape(str(title))}</b> &nbsp;<span style=\"color:#777\">"
+    # colours from the dashboard page's colour scheme when it sets them (flowlab.dashboard.app.page_css)
+    head = Div(text=f"<b>{html.escape(str(title))}</b> &nbsp;<span style=\"color:var(--flowlab-muted,#777)\">"
                     f"{html.escape(str(subtitle))}</span>", disable_math=True)
-    return column(head, *children, styles={"border": "1px solid #ddd", "border-radius": "4px", "padding": "6px"})
+    return column(head, *children, styles={"border": "1px solid var(--flowlab-frame,#ddd)", "border-radius": "4px",
+                                           "padding": "6px"})
 
 
 def card_grid():
@@ -363,7 +376,9 @@ def card_figure(title, subtitle, parts, width=WIDTH, height=HEIGHT, x_axis_label
     fig.add_layout(parts.axis(x_axis_label), "below")
     fig.add_layout(parts.axis(y_axis_label), "left")
     # A title added "above" sits between the figure's own title and the plot.
-    fig.add_layout(Title(text=str(subtitle), text_font_size="8pt", text_font_style="normal", text_color="#777777"),
+    # (grey in the dashboard's dark scheme too, which sets every title's colour through --bk-text-color)
+    fig.add_layout(Title(text=str(subtitle), text_font_size="8pt", text_font_style="normal", text_color="#777777",
+                         styles={"--bk-text-color": "var(--flowlab-muted, #777777)"}),
                    "above")
     return fig
 
