@@ -1,7 +1,8 @@
-"""``flow.optimizer``: SGD, Adam, AdamW, learning-rate schedules, warmup and gradient clipping."""
-from .optimizers import SGD, Adam, AdamW, Optimizer, grad_clipping
+"""``flow.optimizer``: SGD, Adam, AdamW, RMSProp, LazyAdam, LARS, LAMB, learning-rate schedules, warmup and gradient
+clipping."""
+from .optimizers import LAMB, LARS, SGD, Adam, AdamW, LazyAdam, Optimizer, RMSProp, grad_clipping
 from .schedulers import (CosineScheduler, LrScheduler, PiecewiseConstantScheduler, PiecewiseScalingScheduler,
                          warmup)
 
-__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "grad_clipping", "CosineScheduler", "LrScheduler",
-           "PiecewiseConstantScheduler", "PiecewiseScalingScheduler", "warmup"]
+__all__ = ["SGD", "Adam", "AdamW", "RMSProp", "LazyAdam", "LARS", "LAMB", "Optimizer", "grad_clipping",
+           "CosineScheduler", "LrScheduler", "PiecewiseConstantScheduler", "PiecewiseScalingScheduler", "warmup"]

@@ -2,8 +2,11 @@
 
 ``minimize(loss)`` seeds the gradient of a per-example ``loss`` with ones, so intermediate gradients (what
 ``watch_diff`` sees) are unscaled, and scales *model* gradients by ``1 / loss.size`` so training behaves like a mean.
-Each variable gets one update node that changes its array in place; optimizer state (momentum, Adam's ``m``/``v``)
-lives in session variables named ``<var>-momentum``, ``<var>-m``, ``<var>-v`` and is saved by ``CheckPoint``.
+Each variable gets one update node that changes its array in place; optimizer state lives in session variables named
+as OneFlow names them and is saved by ``CheckPoint``: ``<var>-momentum`` (SGD, LARS), ``<var>-m``/``<var>-v`` (Adam,
+AdamW, LazyAdam, LAMB), ``<var>-beta1_t``/``<var>-beta2_t`` (LazyAdam, LAMB), ``<var>-mean_square`` and
+``<var>-mean_gradient`` (RMSProp). Update kernels take ``xp`` (NumPy or CuPy) and keep scalars such as norms on the
+device, so an update never waits for a host copy.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import numpy as np
 from .. import graph as g
 from ..autodiff import gradients
 from ..errors import TraceError
-from ..initializers import zeros_initializer
+from ..initializers import constant_initializer, zeros_initializer
 from ..ops import Op, apply, spec
 from ..ops.array import constant
 from ..ops.variables import get_variable
@@ -47,6 +50,23 @@ def _scaled(grad, scale, writable):
     return grad * scale
 
 
+def _grad_factor(grad, rest, clipped, grad_scale):
+    """What the gradient is multiplied by: ``1 / loss.size``, times the clip factor (the last input) when clipped."""
+    return rest[-1] * grad_scale if clipped else grad.dtype.type(grad_scale)
+
+
+def _norm(xp, a):
+    """L2 norm as a 0-d array on ``a``'s device (no host round trip on CuPy)."""
+    flat = a.ravel()
+    return xp.sqrt(xp.vdot(flat, flat))
+
+
+def _ratio_or_one(xp, numerator, denominator, w_norm, g_norm):
+    """``numerator / denominator`` where both norms are positive, else 1 (OneFlow's LARS and LAMB rule)."""
+    both = (w_norm > 0) & (g_norm > 0)
+    return xp.where(both, numerator / xp.where(both, denominator, 1), 1)
+
+
 class SGDUpdate(_Update):
     prefix, api = "SGDUpdate_", "SGD.minimize"
 
@@ -72,18 +92,120 @@ class AdamUpdate(_Update):
     @staticmethod
     def forward(xp, w, grad, m, v, *rest, beta1, beta2, epsilon, do_bias_correction, weight_decay, clipped,
                 grad_scale, schedule, lr, step, writable=False):
-        grad = _scaled(grad, rest[0] * grad_scale if clipped else grad.dtype.type(grad_scale), writable)
-        m *= beta1
-        m += (1 - beta1) * grad
+        g = _scaled(grad, _grad_factor(grad, rest, clipped, grad_scale), writable)
+        scratch = g * g                     # the one array this update allocates
+        scratch *= 1 - beta2
         v *= beta2
-        v += (1 - beta2) * (grad * grad)
+        v += scratch
+        m *= beta1
+        g *= 1 - beta1
+        m += g                              # g's buffer is free from here on
         if do_bias_correction:
             lr = lr * np.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
-        update = m / (xp.sqrt(v) + epsilon)
+        xp.sqrt(v, out=scratch)
+        scratch += epsilon
+        xp.divide(m, scratch, out=scratch)
         if weight_decay:
-            update += weight_decay * w
-        update *= lr
-        w -= update
+            xp.multiply(w, weight_decay, out=g)
+            scratch += g
+        scratch *= lr
+        w -= scratch
+
+
+class RMSPropUpdate(_Update):
+    """``ms = d*ms + (1-d)*g^2``; centered: ``mg = d*mg + (1-d)*g``, ``denom = ms - mg^2``, else ``denom = ms``;
+    ``w -= lr * g / sqrt(denom + epsilon)`` (epsilon inside the root, as OneFlow's rmsprop_update)."""
+    prefix, api = "RMSPropUpdate_", "RMSProp.minimize"
+
+    @staticmethod
+    def forward(xp, w, grad, mean_square, *rest, decay_rate, epsilon, centered, clipped, grad_scale, schedule, lr,
+                writable=False):
+        g = _scaled(grad, _grad_factor(grad, rest, clipped, grad_scale), writable)
+        scratch = g * g                     # the one array this update allocates
+        scratch *= 1 - decay_rate
+        mean_square *= decay_rate
+        mean_square += scratch
+        if centered:
+            mean_gradient = rest[0]
+            mean_gradient *= decay_rate
+            xp.multiply(g, 1 - decay_rate, out=scratch)
+            mean_gradient += scratch
+            xp.multiply(mean_gradient, mean_gradient, out=scratch)
+            xp.subtract(mean_square, scratch, out=scratch)
+            scratch += epsilon
+        else:
+            xp.add(mean_square, epsilon, out=scratch)
+        xp.sqrt(scratch, out=scratch)
+        xp.divide(g, scratch, out=scratch)
+        scratch *= lr
+        w -= scratch
+
+
+class LARSUpdate(_Update):
+    """``lars = coefficient * |w| / (epsilon + |g|)`` (1 where a norm is 0); ``momentum = beta * momentum -
+    lr * lars * g``; ``w += momentum``. Norms are L2 over the whole variable, taken before the update."""
+    prefix, api = "LARSUpdate_", "LARS.minimize"
+
+    @staticmethod
+    def forward(xp, w, grad, momentum, *rest, momentum_beta, epsilon, lars_coefficient, clipped, grad_scale, schedule,
+                lr, writable=False):
+        g = _scaled(grad, _grad_factor(grad, rest, clipped, grad_scale), writable)
+        w_norm, g_norm = _norm(xp, w), _norm(xp, g)
+        lars = _ratio_or_one(xp, lars_coefficient * w_norm, epsilon + g_norm, w_norm, g_norm)
+        g *= lr * lars
+        momentum *= momentum_beta
+        momentum -= g
+        w += momentum
+
+
+class LazyAdamUpdate(_Update):
+    """Adam with bias correction through the state scalars ``beta1_t``/``beta2_t`` (start at beta1/beta2, multiplied
+    by them after each step): ``lr_t = lr * sqrt(1 - beta2_t) / (1 - beta1_t)``, then ``AdamUpdate`` on every
+    element."""
+    prefix, api = "LazyAdamUpdate_", "LazyAdam.minimize"
+
+    @staticmethod
+    def forward(xp, w, grad, m, v, beta1_t, beta2_t, *rest, beta1, beta2, epsilon, clipped, grad_scale, schedule, lr,
+                writable=False):
+        lr_t = lr * xp.sqrt(1 - beta2_t[0]) / (1 - beta1_t[0])        # 0-d, stays on the device
+        AdamUpdate.forward(xp, w, grad, m, v, *rest, beta1=beta1, beta2=beta2, epsilon=epsilon,
+                           do_bias_correction=False, weight_decay=0.0, clipped=clipped, grad_scale=grad_scale,
+                           schedule=schedule, lr=lr_t, step=0, writable=writable)
+        beta1_t *= beta1
+        beta2_t *= beta2
+
+
+class LAMBUpdate(_Update):
+    """OneFlow 0.x's lamb_update: ``beta1_t *= beta1; beta2_t *= beta2`` first (they start at beta1/beta2, so step t
+    corrects with ``beta^(t+1)``); ``d = (m / (1 - beta1_t)) / sqrt(v / (1 - beta2_t) + epsilon)``;
+    ``trust = |w| / |d|`` (1 where a norm is 0); ``w -= lr * trust * (d + weight_decay * w)``."""
+    prefix, api = "LAMBUpdate_", "LAMB.minimize"
+
+    @staticmethod
+    def forward(xp, w, grad, m, v, beta1_t, beta2_t, *rest, beta1, beta2, epsilon, weight_decay, clipped, grad_scale,
+                schedule, lr, writable=False):
+        g = _scaled(grad, _grad_factor(grad, rest, clipped, grad_scale), writable)
+        beta1_t *= beta1
+        beta2_t *= beta2
+        scratch = g * g                     # the one array this update allocates
+        scratch *= 1 - beta2
+        v *= beta2
+        v += scratch
+        m *= beta1
+        g *= 1 - beta1
+        m += g                              # g's buffer is free from here on: it becomes the Adam direction d
+        xp.divide(v, 1 - beta2_t[0], out=scratch)
+        scratch += epsilon
+        xp.sqrt(scratch, out=scratch)
+        xp.divide(m, 1 - beta1_t[0], out=g)
+        g /= scratch
+        w_norm, d_norm = _norm(xp, w), _norm(xp, g)
+        trust = _ratio_or_one(xp, w_norm, d_norm, w_norm, d_norm)
+        if weight_decay:
+            xp.multiply(w, weight_decay, out=scratch)
+            g += scratch
+        g *= lr * trust
+        w -= g
 
 
 class GlobalNormClipFactor(Op):
@@ -164,6 +286,33 @@ class Optimizer:
         return get_variable(f"{var.op_name}-{suffix}", shape=var.shape, dtype=var.dtype,
                             initializer=zeros_initializer(), trainable=False)
 
+    def _scalar_slot(self, var, suffix, value):
+        """A one-element state variable, as OneFlow declares ``beta1_t``: shape (1,), starting at ``value``."""
+        return get_variable(f"{var.op_name}-{suffix}", shape=(1,), dtype=var.dtype,
+                            initializer=constant_initializer(value), trainable=False)
+
+
+def _number(value):
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _check_fraction(owner, argument, value):
+    if not _number(value) or not 0 <= value < 1:
+        raise ValueError(f"{owner}: {argument} must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _check_positive(owner, argument, value):
+    if not _number(value) or not value > 0:
+        raise ValueError(f"{owner}: {argument} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _check_non_negative(owner, argument, value):
+    if not _number(value) or not value >= 0:
+        raise ValueError(f"{owner}: {argument} must be a non-negative number, got {value!r}")
+    return float(value)
+
 
 class SGD(Optimizer):
     """``w -= lr * g``, or with ``momentum``: ``m = momentum * m - lr * g; w += m`` (OneFlow's default 0.9)."""
@@ -171,9 +320,7 @@ class SGD(Optimizer):
     def __init__(self, lr_scheduler, loss_scale_factor=None, momentum=0.9, grad_clipping=None, train_step_lbn=None,
                  variables=None):
         super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables)
-        if not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
-            raise ValueError(f"SGD: momentum must be a number in [0, 1), got {momentum!r}")
-        self.momentum = float(momentum)
+        self.momentum = _check_fraction("SGD", "momentum", momentum)
 
     def _update(self, graph, var, grad, factor, grad_scale):
         inputs = (var, grad) + ((factor,) if factor is not None else ()) + \
@@ -188,12 +335,10 @@ class Adam(Optimizer):
     def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8, do_bias_correction=False,
                  loss_scale_factor=None, grad_clipping=None, train_step_lbn=None, variables=None):
         super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables)
-        for arg, value in (("beta1", beta1), ("beta2", beta2)):
-            if not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise ValueError(f"{type(self).__name__}: {arg} must be a number in [0, 1), got {value!r}")
-        if not isinstance(epsilon, (int, float)) or epsilon <= 0:
-            raise ValueError(f"{type(self).__name__}: epsilon must be a positive number, got {epsilon!r}")
-        self.beta1, self.beta2, self.epsilon = float(beta1), float(beta2), float(epsilon)
+        owner = type(self).__name__
+        self.beta1 = _check_fraction(owner, "beta1", beta1)
+        self.beta2 = _check_fraction(owner, "beta2", beta2)
+        self.epsilon = _check_positive(owner, "epsilon", epsilon)
         self.do_bias_correction = bool(do_bias_correction)
 
     def _weight_decay(self, name):
@@ -207,21 +352,17 @@ class Adam(Optimizer):
               schedule=self.lr_scheduler)
 
 
-class AdamW(Adam):
-    """Adam with decoupled weight decay ``w -= lr * weight_decay * w``, limited by name patterns if given."""
+class _WeightDecayByName:
+    """OneFlow's ``weight_decay_conf``: one rate, for the variables whose names match ``weight_decay_includes``
+    (``re.search``), or all but those matching ``weight_decay_excludes``, or all when neither is given."""
 
-    def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8, do_bias_correction=False,
-                 loss_scale_factor=None, weight_decay=None, weight_decay_includes=None, weight_decay_excludes=None,
-                 grad_clipping=None, train_step_lbn=None, variables=None):
-        super().__init__(lr_scheduler, beta1, beta2, epsilon, do_bias_correction, loss_scale_factor, grad_clipping,
-                         train_step_lbn, variables)
-        if weight_decay is not None and (not isinstance(weight_decay, (int, float)) or weight_decay < 0):
-            raise ValueError(f"AdamW: weight_decay must be a non-negative number, got {weight_decay!r}")
-        if weight_decay_includes is not None and weight_decay_excludes is not None:
-            raise ValueError("AdamW: give weight_decay_includes or weight_decay_excludes, not both")
-        self.weight_decay = float(weight_decay or 0.0)
-        self.includes = _patterns(weight_decay_includes)
-        self.excludes = _patterns(weight_decay_excludes)
+    def _set_weight_decay(self, weight_decay, includes, excludes):
+        owner = type(self).__name__
+        self.weight_decay = 0.0 if weight_decay is None else _check_non_negative(owner, "weight_decay", weight_decay)
+        if includes is not None and excludes is not None:
+            raise ValueError(f"{owner}: give weight_decay_includes or weight_decay_excludes, not both")
+        self.includes = _patterns(includes)
+        self.excludes = _patterns(excludes)
 
     def _weight_decay(self, name):
         if self.includes is not None and not any(p.search(name) for p in self.includes):
@@ -229,6 +370,108 @@ class AdamW(Adam):
         if self.excludes is not None and any(p.search(name) for p in self.excludes):
             return 0.0
         return self.weight_decay
+
+
+class AdamW(_WeightDecayByName, Adam):
+    """Adam with decoupled weight decay ``w -= lr * weight_decay * w``, limited by name patterns if given."""
+
+    def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8, do_bias_correction=False,
+                 loss_scale_factor=None, weight_decay=None, weight_decay_includes=None, weight_decay_excludes=None,
+                 grad_clipping=None, train_step_lbn=None, variables=None):
+        super().__init__(lr_scheduler, beta1, beta2, epsilon, do_bias_correction, loss_scale_factor, grad_clipping,
+                         train_step_lbn, variables)
+        self._set_weight_decay(weight_decay, weight_decay_includes, weight_decay_excludes)
+
+
+class RMSProp(Optimizer):
+    """RMSProp as OneFlow 0.x's ``rmsprop_update``: ``ms = decay_rate * ms + (1 - decay_rate) * g^2``; with
+    ``centered`` also ``mg = decay_rate * mg + (1 - decay_rate) * g`` and ``denom = ms - mg^2`` (else ``denom = ms``);
+    ``w -= lr * g / sqrt(denom + epsilon)``. State: ``<var>-mean_square`` and, centered, ``<var>-mean_gradient``."""
+
+    def __init__(self, lr_scheduler, decay_rate=0.99, epsilon=1e-8, centered=False, loss_scale_factor=None,
+                 grad_clipping=None, train_step_lbn=None, variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables)
+        self.decay_rate = _check_fraction("RMSProp", "decay_rate", decay_rate)
+        self.epsilon = _check_positive("RMSProp", "epsilon", epsilon)
+        if not isinstance(centered, (bool, np.bool_)):
+            raise ValueError(f"RMSProp: centered must be True or False, got {centered!r}")
+        self.centered = bool(centered)
+
+    def _update(self, graph, var, grad, factor, grad_scale):
+        state = (self._slot(var, "mean_square"),) + ((self._slot(var, "mean_gradient"),) if self.centered else ())
+        apply(RMSPropUpdate, (var, grad) + state + ((factor,) if factor is not None else ()),
+              name=f"{var.op_name}-RMSPropUpdate", decay_rate=self.decay_rate, epsilon=self.epsilon,
+              centered=self.centered, clipped=factor is not None, grad_scale=grad_scale, schedule=self.lr_scheduler)
+
+
+class LARS(Optimizer):
+    """LARS as OneFlow 0.x's ``lars_update``: per variable ``lars = lars_coefficient * |w| / (epsilon + |g|)`` (L2
+    norms; 1 when either norm is 0, so zero-initialised biases train at ``lr``), ``momentum = momentum_beta *
+    momentum - lr * lars * g``, ``w += momentum``. State: ``<var>-momentum``."""
+
+    def __init__(self, lr_scheduler, momentum_beta=0.9, epsilon=1e-9, lars_coefficient=0.0001, loss_scale_factor=None,
+                 grad_clipping=None, train_step_lbn=None, variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables)
+        self.momentum_beta = _check_fraction("LARS", "momentum_beta", momentum_beta)
+        self.epsilon = _check_non_negative("LARS", "epsilon", epsilon)
+        self.lars_coefficient = _check_positive("LARS", "lars_coefficient", lars_coefficient)
+
+    def _update(self, graph, var, grad, factor, grad_scale):
+        inputs = (var, grad, self._slot(var, "momentum")) + ((factor,) if factor is not None else ())
+        apply(LARSUpdate, inputs, name=f"{var.op_name}-LARSUpdate", momentum_beta=self.momentum_beta,
+              epsilon=self.epsilon, lars_coefficient=self.lars_coefficient, clipped=factor is not None,
+              grad_scale=grad_scale, schedule=self.lr_scheduler)
+
+
+class LazyAdam(Optimizer):
+    """LazyAdam as OneFlow 0.x runs it on a dense gradient: its ``adam_update`` kernel with bias correction always on,
+    over *every* element: ``m = beta1*m + (1-beta1)*g``, ``v = beta2*v + (1-beta2)*g^2``, ``w -= lr * sqrt(1 -
+    beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon)``; elements whose gradient is 0 still move by their ``m``.
+
+    OneFlow updates only the touched rows when the gradient is the sparse one of a gather (its
+    IndexedSlicesOptimizerRewritePass, off unless the job config enables it); flowlab's gradients are all dense.
+    State: ``<var>-m``, ``<var>-v`` and the scalars ``<var>-beta1_t``, ``<var>-beta2_t`` (``beta^t`` after step t),
+    so the bias correction resumes exactly from a checkpoint.
+    """
+
+    def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8, loss_scale_factor=None, grad_clipping=None,
+                 train_step_lbn=None, variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables)
+        self.beta1 = _check_fraction("LazyAdam", "beta1", beta1)
+        self.beta2 = _check_fraction("LazyAdam", "beta2", beta2)
+        self.epsilon = _check_positive("LazyAdam", "epsilon", epsilon)
+
+    def _update(self, graph, var, grad, factor, grad_scale):
+        inputs = (var, grad, self._slot(var, "m"), self._slot(var, "v"),
+                  self._scalar_slot(var, "beta1_t", self.beta1), self._scalar_slot(var, "beta2_t", self.beta2)) + \
+            ((factor,) if factor is not None else ())
+        apply(LazyAdamUpdate, inputs, name=f"{var.op_name}-LazyAdamUpdate", beta1=self.beta1, beta2=self.beta2,
+              epsilon=self.epsilon, clipped=factor is not None, grad_scale=grad_scale, schedule=self.lr_scheduler)
+
+
+class LAMB(_WeightDecayByName, Optimizer):
+    """LAMB as OneFlow 0.x's ``lamb_update``: ``m``, ``v`` as Adam; ``d = m_hat / sqrt(v_hat + epsilon)`` with the
+    bias correction of ``beta^(t+1)`` at step t (OneFlow multiplies ``beta_t``, which starts at ``beta``, *before*
+    using it); ``trust = |w| / |d|`` (1 when either norm is 0); ``w -= lr * trust * (d + weight_decay * w)``.
+    ``weight_decay`` applies by name as in AdamW. State: ``<var>-m``, ``<var>-v``, ``<var>-beta1_t``, ``<var>-beta2_t``.
+    """
+
+    def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-6, loss_scale_factor=None, weight_decay=None,
+                 weight_decay_includes=None, weight_decay_excludes=None, grad_clipping=None, train_step_lbn=None,
+                 variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables)
+        self.beta1 = _check_fraction("LAMB", "beta1", beta1)
+        self.beta2 = _check_fraction("LAMB", "beta2", beta2)
+        self.epsilon = _check_positive("LAMB", "epsilon", epsilon)
+        self._set_weight_decay(weight_decay, weight_decay_includes, weight_decay_excludes)
+
+    def _update(self, graph, var, grad, factor, grad_scale):
+        inputs = (var, grad, self._slot(var, "m"), self._slot(var, "v"),
+                  self._scalar_slot(var, "beta1_t", self.beta1), self._scalar_slot(var, "beta2_t", self.beta2)) + \
+            ((factor,) if factor is not None else ())
+        apply(LAMBUpdate, inputs, name=f"{var.op_name}-LAMBUpdate", beta1=self.beta1, beta2=self.beta2,
+              epsilon=self.epsilon, weight_decay=self._weight_decay(var.op_name), clipped=factor is not None,
+              grad_scale=grad_scale, schedule=self.lr_scheduler)
 
 
 def _patterns(patterns):
