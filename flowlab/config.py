@@ -4,25 +4,64 @@ from __future__ import annotations
 from .dtypes import as_dtype, float32
 from .runtime import session
 
+# How many machines, and devices on each, flowlab can run a job on. The one place to raise when multi-device
+# execution lands: flow.config's device settings and flow.unittest's skip_unless_<n>n<d>d() both ask devices_supported.
+MAX_MACHINE_NUM = 1
+MAX_DEVICE_NUM = 1
+
+
+def devices_supported(machine_num, device_num):
+    """Whether flowlab can run on ``machine_num`` machines with ``device_num`` devices each."""
+    return 1 <= machine_num <= MAX_MACHINE_NUM and 1 <= device_num <= MAX_DEVICE_NUM
+
 
 def gpu_device_num(n):
     """flowlab runs each job on one device: a GPU through CuPy when one works, else NumPy (logged once)."""
-    _one_device("gpu_device_num", n)
+    _check_count("gpu_device_num", n, MAX_DEVICE_NUM, "device(s) per machine")
 
 
 def cpu_device_num(n):
-    _one_device("cpu_device_num", n)
+    _check_count("cpu_device_num", n, MAX_DEVICE_NUM, "device(s) per machine")
 
 
 def machine_num(n):
-    _one_device("machine_num", n)
+    _check_count("machine_num", n, MAX_MACHINE_NUM, "machine(s)")
 
 
-def _one_device(argument, n):
-    if not isinstance(n, int) or n < 1:
+def _check_count(argument, n, most, what):
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"flow.config.{argument}: expected a positive int, got {n!r}")
-    if n > 1:
-        raise ValueError(f"flow.config.{argument}({n}): flowlab runs on one device; use 1")
+    if n > most:
+        raise ValueError(f"flow.config.{argument}({n}): flowlab runs on at most {most} {what}; use {most}")
+
+
+def enable_legacy_model_io(val=True):
+    """Choose ``flow.train.CheckPoint`` (True, flowlab's default, as OneFlow up to 0.2) or OneFlow's model I/O v2
+    (False): ``flow.checkpoint.save`` / ``flow.load_variables(flow.checkpoint.get(path))``, where constructing a
+    ``CheckPoint`` warns that it is deprecated and ``CheckPoint().init()`` does nothing (variables initialise
+    themselves). Both APIs read and write the same checkpoint directories, and the v2 functions work either way.
+    A setting of the session, as in OneFlow: ``flow.clear_default_session()`` resets it.
+    """
+    if not isinstance(val, bool):
+        raise TypeError(f"flow.config.enable_legacy_model_io: val must be True or False, got {val!r}")
+    session.default().legacy_model_io = val
+
+
+def legacy_model_io_enabled():
+    """Whether ``flow.train.CheckPoint`` is the model I/O in use (see ``enable_legacy_model_io``)."""
+    return session.default().legacy_model_io
+
+
+def enable_model_io_v2(val):
+    """OneFlow's switch between two implementations of the legacy save/load jobs (``MakeModelIoV2Jobs``). flowlab
+    has one implementation, whose files both APIs read, so the value is checked and kept, and changes nothing."""
+    if not isinstance(val, bool):
+        raise TypeError(f"flow.config.enable_model_io_v2: val must be True or False, got {val!r}")
+    session.default().model_io_v2 = val
+
+
+def model_io_v2_enabled():
+    return session.default().model_io_v2
 
 
 def seed(value):

@@ -45,6 +45,9 @@ class Session:
     lock: threading.RLock = field(default_factory=threading.RLock)
     # The call number (watch and summary step, from 0) of the last train-job call: the step widgets show.
     last_train_step: int | None = None
+    # Model I/O switches (flow.config.enable_legacy_model_io / enable_model_io_v2): settings of the session.
+    legacy_model_io: bool = True
+    model_io_v2: bool = False
 
     def declare(self, name, shape, dtype, initializer, trainable, source, provisional=False) -> Variable:
         """Return the variable ``name``, creating it on first use; a second declaration must agree.
