@@ -726,6 +726,7 @@ def test_show_serves_from_its_own_thread_while_the_caller_blocks(logdir, monkeyp
     from flowlab import dashboard
     shown = []
     monkeypatch.setattr(IPython.display, "display", shown.append)
+    monkeypatch.setattr(dashboard.notebook, "_in_jupyter_kernel", lambda: True)    # as in a notebook
     handle = dashboard.show(logdir)
     try:
         assert shown and handle.url in shown[0].src
@@ -872,3 +873,19 @@ def test_status_line_shows_state_changes_at_once_and_moving_counts_at_most_every
     line.every = 0.0
     line.update()
     assert line.div.text != shown and f"{store.status()['records_read']:,} records read" in line.div.text
+
+
+def test_scalars_leave_a_histograms_nan_counts_to_the_anomalies_tab(tmp_path):
+    with SummaryWriter(tmp_path / "run") as w:
+        for step in range(3):
+            w.add_scalar("loss", 1.0 / (step + 1), step)
+            w.add_histogram("weights", np.array([0.5, np.nan if step == 2 else 1.0, 2.0]), step)
+        w.add_scalar("gauges/nan_count", 4.0, 0)        # a scalar of the user's own with that name: kept
+    store, doc, views = session(tmp_path)
+    assert ("run", "weights/nan_count", "scalar") in {s.key for s in store.series("scalar")}   # logged, as a twin
+    scalars = views["scalars"]
+    assert sorted(scalars.cards) == ["gauges/nan_count", "loss"]
+    assert "NaN/Inf counts logged with 1 histogram are on the Anomalies tab" in scalars.message.text
+    scalars.export_shown("csv")
+    exported = scalars.export.data["text"][0]
+    assert "weights/nan_count" not in exported and "gauges/nan_count" in exported

@@ -43,6 +43,7 @@ from flowlab.plots.figures import expand_in_page, nudge_next_turn
 
 from ..filters import FilterError, compile_filter
 from ..runs import run_colour
+from .anomalies import COUNT_TAGS
 from .base import View
 
 LIMIT = 2000                       # points per line on display
@@ -682,6 +683,7 @@ class ScalarsView(View):
         self.grid = column(children=[Div()], sizing_mode="stretch_width", name="scalar-groups")
         self._tags_re = compile_filter("")
         self._error = ""                       # what is wrong with the typed tag filter (the last good one holds)
+        self.counts_elsewhere = 0              # histograms whose NaN/Inf count scalars are left to the Anomalies tab
         self._grouped_for = None               # the run list's choice and grouping every card's groups were made for
         self.tag_filter.on_change("value", lambda attr, old, new: self._filter())
         self.smoothing.on_change("value_throttled", lambda attr, old, new: self._resmooth())
@@ -717,7 +719,7 @@ class ScalarsView(View):
         weight, axis = self.smoothing.value, self.axis
         grown: dict[_Card, list] = {}
         new_cards = []
-        for series in self.store.series("scalar"):       # sorted by run, then tag
+        for series in self._scalars():                   # sorted by run, then tag
             card = self.cards.get(series.tag)
             if card is None:
                 card = self.cards[series.tag] = _Card(series.tag)
@@ -788,13 +790,32 @@ class ScalarsView(View):
         """What is wrong with the typed tag filter, else why there is nothing to show."""
         text = f'<span style="color:#c00">{html.escape(self._error)}</span>' if self._error else \
             "" if self.cards else "No scalars in this logdir yet; they appear here as soon as a run logs one."
+        if self.counts_elsewhere and not self._error:
+            n = self.counts_elsewhere
+            text += (" " if text else "") + (f"The NaN/Inf counts logged with {n:,} histogram{'s' if n != 1 else ''} "
+                                             "are on the Anomalies tab.")
         if self.message.text != text:
             self.message.text = text
+
+    def _scalars(self):
+        """The store's scalar series this tab draws: all but the NaN/Inf counts a ``SummaryWriter`` logs beside a
+        histogram (``<tag>/nan_count``, ``<tag>/inf_count``), which the Anomalies tab shows with their histogram
+        (``self.counts_elsewhere`` says how many histograms have them)."""
+        histograms = {(s.run, s.tag) for s in self.store.series("histogram")}
+        kept, twins = [], set()
+        for series in self.store.series("scalar"):
+            base = next((series.tag[:-len(t)] for t in COUNT_TAGS if series.tag.endswith(t)), None)
+            if base is not None and (series.run, base) in histograms:
+                twins.add((series.run, base))
+            else:
+                kept.append(series)
+        self.counts_elsewhere = len(twins)
+        return kept
 
     def export_shown(self, fmt):
         """Every series the tab shows (runs the run list shows, tags the filter leaves), in full, as one file the
         page saves: the data as logged, not the points on display."""
-        shown = [series for series in self.store.series("scalar")
+        shown = [series for series in self._scalars()
                  if self.runs.shows(series.run) and self._tags_re.search(series.tag) is not None]
         total = sum(len(series) for series in shown)
         if total > EXPORT_LIMIT:
