@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import linecache
 import os
 import sys
 import threading
@@ -34,6 +35,29 @@ def user_source_line() -> str:
     return "<unknown>"
 
 
+def user_frames() -> tuple:
+    """``(file, line, function)`` of each stack frame outside flowlab, outermost first: the user's code that led to
+    the op (OneFlow's ``BlobDef.location`` shows them; the code lines are read only when it is asked for)."""
+    frames = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not os.path.abspath(frame.f_code.co_filename).startswith(_FLOWLAB_DIR + os.sep):
+            frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return tuple(reversed(frames))
+
+
+def format_frames(frames) -> str:
+    """``frames`` (see ``user_frames``) as ``traceback.format_list`` writes a stack."""
+    out = []
+    for filename, lineno, name in frames:
+        out.append(f'  File "{filename}", line {lineno}, in {name}\n')
+        line = linecache.getline(filename, lineno).strip()
+        if line:
+            out.append(f"    {line}\n")
+    return "".join(out)
+
+
 class LazyTensor:
     """A value that will exist when the job runs: shape, dtype and where it comes from, no data."""
 
@@ -51,6 +75,12 @@ class LazyTensor:
     @property
     def op_name(self) -> str:
         return self.node.name
+
+    @property
+    def location(self) -> str:
+        """Where the tensor was made, as a stack of the user's frames (OneFlow's ``BlobDef.location``); a gradient's
+        is that of the forward op it differentiates."""
+        return format_frames(self.node.frames) if self.node.frames else f"  {self.node.source}\n"
 
     @property
     def lbn(self) -> str:
@@ -97,17 +127,17 @@ def _math():
 class Node:
     """One op applied to input tensors. ``attrs`` are the op's static arguments."""
 
-    __slots__ = ("op", "name", "inputs", "attrs", "outputs", "source", "device_tag")
+    __slots__ = ("op", "name", "inputs", "attrs", "outputs", "source", "device_tag", "frames")
 
-    def __init__(self, op, name, inputs, attrs, source, device_tag):
+    def __init__(self, op, name, inputs, attrs, source, device_tag, frames=()):
         self.op = op
         self.name = name
         self.inputs = tuple(inputs)
         self.attrs = attrs
         self.outputs: list[LazyTensor] = []
-        self.source = source
+        self.source = source                # file:line of the user's call
         self.device_tag = device_tag
-
+        self.frames = frames                # the user's frames (user_frames), for location
     @property
     def output(self) -> LazyTensor:
         return self.outputs[0]
@@ -150,7 +180,12 @@ class Graph:
         self._local_counter = itertools.count()
 
     def add_node(self, op, inputs, attrs, name, out_specs, out_names, device_tag=None) -> list[LazyTensor]:
-        node = Node(op, name, inputs, attrs, _state.grad_source or user_source_line(), device_tag)
+        if _state.grad_of is not None:      # a gradient op: where its forward op was made
+            source, frames = _state.grad_of.source, _state.grad_of.frames
+        else:
+            frames = user_frames()
+            source = f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown>"
+        node = Node(op, name, inputs, attrs, source, device_tag, frames)
         self.nodes.append(node)
         for i, ((shape, dtype), arg) in enumerate(zip(out_specs, out_names)):
             lbn = f"{name}/{arg}" if op.is_variable else f"{name}/{arg}_0"   # OneFlow: user-op outputs are lists
@@ -186,7 +221,7 @@ class _TraceState(threading.local):
         self.device_tag: str | None = None
         self.name_scopes: list[str] = []
         self.grad_scope: str | None = None
-        self.grad_source: str | None = None
+        self.grad_of: Node | None = None       # the forward node whose gradient ops are being made
 
 
 _state = _TraceState()
@@ -260,14 +295,14 @@ def scoped_name(name: str) -> str:
 @contextlib.contextmanager
 def grad_scope(forward_node: Node):
     """Gradient ops are named after the forward op they differentiate (without touching the global counter) and
-    carry its source line, so errors in a gradient point at the user's code."""
-    saved = _state.grad_scope, _state.grad_source
+    carry its source line and frames, so errors in a gradient point at the user's code."""
+    saved = _state.grad_scope, _state.grad_of
     _state.grad_scope = f"System-AutoGrad-{forward_node.name}"
-    _state.grad_source = forward_node.source
+    _state.grad_of = forward_node
     try:
         yield
     finally:
-        _state.grad_scope, _state.grad_source = saved
+        _state.grad_scope, _state.grad_of = saved
 
 
 @contextlib.contextmanager
