@@ -15,7 +15,7 @@ from flowlab.dashboard.views.distributions import COLUMNS, MAX_ROWS, Distributio
 from flowlab.dashboard.views.histograms import HEADROOM, MAX_STEPS, RIDGE_ROWS, Groups, HistogramsView
 from flowlab.dashboard.views.images import ImagesView
 from flowlab.dashboard.views.text import TextView, render_text
-from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, Sampler, box_stats, compress_histogram, histogram_outline
+from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, box_stats, compress_histogram, histogram_outline
 from flowlab.plots.figures import ALARM, EXPAND_TAG
 from flowlab.summary import Projector, SummaryWriter, encode
 
@@ -160,7 +160,7 @@ def test_compress_histogram_matches_tensorboard_on_random_buckets():
         assert compress_histogram(buckets, bps).tolist() == [v for _, v in tb.compress_histogram(buckets, bps)]
 
 
-def test_outline_and_box_and_sampler():
+def test_outline_and_box():
     buckets = np.array([[0, 1, 2], [1, 2, 5], [2, 4, 1]], float)
     x, y = histogram_outline(buckets)
     assert x.tolist() == [0, 0, 1, 1, 2, 2, 4, 4] and y.tolist() == [0, 2, 2, 5, 5, 1, 1, 0]
@@ -173,11 +173,6 @@ def test_outline_and_box_and_sampler():
     assert stats["lower"] == inside.min() and stats["upper"] == inside.max()
     assert set(outliers.tolist()) == set(finite[(finite < inside.min()) | (finite > inside.max())].tolist())
     assert {-25.0, 30.0} <= set(outliers.tolist())
-    sampler = Sampler(10)
-    for i in range(1000):
-        sampler.offer(i)
-    assert len(sampler.items) <= 10 and sampler.items[0] == 0 and sampler.latest == 999
-    assert np.all(np.diff(sampler.items) == sampler.stride)
 
 
 # ---------------------------------------------------------------------------------------------- histograms

@@ -69,8 +69,8 @@ def ridge_columns(items, scale):
 class Groups:
     """At most ``max_items`` of the ``(step, buckets)`` offered, one per group of ``stride`` consecutive ones: the
     widest of the group. ``items``: closed groups; ``latest``: the newest offered; ``open``: the widest of the group
-    still filling (``None`` when it is empty). ``take()`` is what a view must send since the last call, as for
-    ``Sampler``: ``("stream", new items)``, ``("replace", items)`` after groups doubled, or ``None``."""
+    still filling (``None`` when it is empty). ``take()`` is what a view must send since the last call:
+    ``("stream", new items)``, ``("replace", items)`` after groups doubled, or ``None``."""
 
     def __init__(self, max_items=MAX_STEPS):
         self.max_items = max(2, int(max_items))

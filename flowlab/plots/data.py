@@ -302,50 +302,6 @@ def box_stats(values, max_outliers=100):
     return {k: float(v) for k, v in stats.items()}, outliers
 
 
-class Sampler:
-    """At most ``max_items`` of the items offered, evenly spread over all of them.
-
-    Every ``stride``-th offered item is kept; when more than ``max_items`` are kept, every other one is dropped and the
-    stride doubles (as ``Trend`` does), so a long run costs no more than a short one and its start stays visible.
-    ``take()`` says what a view must send since the last call: ``("stream", new items)``, ``("replace", all
-    items)`` after a thinning, or ``None``. ``latest`` is the last item offered, kept or not.
-    """
-
-    def __init__(self, max_items):
-        if max_items < 2:
-            raise ValueError(f"Sampler: max_items must be at least 2, got {max_items!r}")
-        self.max_items = int(max_items)
-        self.items = []
-        self.stride = 1
-        self.latest = None
-        self._offered = 0
-        self._new = 0
-        self._thinned = False
-
-    def offer(self, item):
-        self.latest = item
-        keep = self._offered % self.stride == 0
-        self._offered += 1
-        if keep:
-            self.items.append(item)
-            self._new += 1
-            if len(self.items) > self.max_items:
-                self.items = self.items[::2]
-                self.stride *= 2
-                self._thinned = True
-        return keep
-
-    def take(self):
-        if self._thinned:
-            change = ("replace", list(self.items))
-        elif self._new:
-            change = ("stream", self.items[-self._new:])
-        else:
-            change = None
-        self._new, self._thinned = 0, False
-        return change
-
-
 def group_band(members, budget=None):
     """Mean, standard deviation, min and max of a group of runs, step by step: ``members`` is a list of ``(steps,
     values)`` (one per run; a step a run logged twice counts with its last value); the result is ``(steps, mean,
