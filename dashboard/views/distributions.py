@@ -8,7 +8,7 @@ Hovering over a card reads the step under the pointer and its nine values, max f
 (``dashboard.run_groups``) are drawn as one card per group and tag: the distribution of all their values.
 
 At most ``MAX_ROWS`` rows per card. Up to that many steps, a row is a step, exact. Past it, consecutive steps are merged
-into groups (``Bands``: groups double in size, a handful of times per run) whose row keeps the smallest min and the
+into groups (``Bands`` over ``plots.data.StepBuckets``: groups double in size, a handful of times per run) whose row keeps the smallest min and the
 largest max of its steps, the mean of their inner basis points, and the red mark if any of its steps had nothing finite:
 merging never hides a spike or an empty step. A row stands at its group's first step, except the last, which stands at
 its newest step while it fills, so the bands reach the present: new rows are streamed, a changed last row is patched,
@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, compress_histogram, merge_histograms
+from flowlab.plots.data import NORMAL_HISTOGRAM_BPS, StepBuckets, compress_histogram, merge_histograms
 from flowlab.plots.figures import distribution_card
 
 from .base import CardsView
@@ -41,24 +41,23 @@ def percentile_row(buckets):
 
 
 class Bands:
-    """The rows of one card: groups of ``stride`` consecutive steps, at most ``max_rows`` of them.
+    """The rows of one card: at most ``max_rows`` buckets of consecutive steps (``StepBuckets``).
 
-    A group keeps its first and newest step, how many of its steps had finite values, the min of their mins, the max
-    of their maxes, the sum of each inner basis point and whether a step had nothing finite, so two groups merge
-    exactly. ``take()`` says what to send since the last call: ``("replace", columns)``, or ``("append", patches,
-    columns)`` with ``patches`` ``{column: [(row, value)]}`` for the source's last row and ``columns`` to stream.
+    A bucket keeps how many of its steps had finite values, the min of their mins, the max of their maxes, the sum
+    of each inner basis point and whether a step had nothing finite, so two buckets merge exactly. ``take()`` says
+    what to send since the last call: ``("replace", columns)``, or ``("append", patches, columns)`` with ``patches``
+    ``{column: [(row, value)]}`` for rows already sent that changed and ``columns`` to stream.
     """
 
     def __init__(self, max_rows=MAX_ROWS):
-        self.max_rows = max(2, int(max_rows))
-        cap = self.max_rows + 1
-        self.first, self.last = np.zeros(cap), np.zeros(cap)
-        self.n, self.finite = np.zeros(cap, np.int64), np.zeros(cap, np.int64)
-        self.lo, self.hi = np.full(cap, np.inf), np.full(cap, -np.inf)
-        self.inner = np.zeros((cap, len(BPS) - 2))
-        self.empty = np.zeros(cap, bool)
-        self.groups, self.stride = 0, 1
-        self._sent, self._dirty, self._doubled = 0, None, False
+        self.buckets = StepBuckets(max(2, int(max_rows)), {"finite": "sum", "lo": "min", "hi": "max",
+                                                           "inner": ("sum", len(BPS) - 2), "empty": "any"})
+        self._sent, self._stride = 0, 1
+
+    @property
+    def stride(self):
+        """Steps a bucket holds once full."""
+        return self.buckets.stride
 
     def offer(self, step, buckets):
         """Add a step's histogram (``[k, 3]`` buckets)."""
@@ -67,70 +66,40 @@ class Bands:
 
     def offer_percentiles(self, step, q):
         """Add a step's nine basis-point values ``q``, or None for a step with nothing finite."""
-        g = self.groups - 1
-        if g < 0 or self.n[g] >= self.stride:
-            if g >= 0:                                # no longer the last row: it moves back to its first step
-                self._dirty = g if self._dirty is None else min(self._dirty, g)
-            g = self.groups
-            self.groups += 1
-            self.first[g], self.n[g], self.finite[g] = step, 0, 0
-            self.lo[g], self.hi[g], self.inner[g], self.empty[g] = np.inf, -np.inf, 0.0, False
-        self.last[g] = step
-        self.n[g] += 1
-        if q is not None:
-            self.finite[g] += 1
-            self.lo[g], self.hi[g] = min(self.lo[g], q[0]), max(self.hi[g], q[-1])
-            self.inner[g] += q[1:-1]
-        else:
-            self.empty[g] = True
-        self._dirty = g if self._dirty is None else min(self._dirty, g)
-        if self.groups > self.max_rows:
-            self._merge_pairs()
-
-    def _merge_pairs(self):
-        """Halve the rows: groups 2i and 2i+1 become one (an odd last group stays alone, still filling)."""
-        k, odd = self.groups // 2, self.groups % 2
-        a, b = slice(0, 2 * k, 2), slice(1, 2 * k, 2)
-        end = k + odd
-        last = self.groups - 1
-        tail = (self.first[last], self.last[last], self.n[last], self.finite[last], self.lo[last], self.hi[last],
-                self.inner[last].copy(), self.empty[last])
-        self.first[:k], self.last[:k] = self.first[a], self.last[b]
-        self.n[:k], self.finite[:k] = self.n[a] + self.n[b], self.finite[a] + self.finite[b]
-        self.lo[:k], self.hi[:k] = np.minimum(self.lo[a], self.lo[b]), np.maximum(self.hi[a], self.hi[b])
-        self.inner[:k], self.empty[:k] = self.inner[a] + self.inner[b], self.empty[a] | self.empty[b]
-        if odd:
-            (self.first[k], self.last[k], self.n[k], self.finite[k], self.lo[k], self.hi[k], self.inner[k],
-             self.empty[k]) = tail
-        self.groups, self.stride, self._doubled = end, self.stride * 2, True
+        some = q is not None
+        q = np.asarray(q, np.float64) if some else np.zeros(len(BPS))
+        self.buckets.extend([step], {"finite": [float(some)], "lo": [q[0] if some else np.inf],
+                                     "hi": [q[-1] if some else -np.inf], "inner": q[None, 1:-1],
+                                     "empty": [not some]})
 
     def columns(self, start=0, stop=None):
-        """Source columns of groups ``start:stop``: a group at its first step, the last one at its newest."""
-        stop = self.groups if stop is None else stop
+        """Source columns of buckets ``start:stop``: a bucket at its first step, the last one at its newest."""
+        b = self.buckets
+        stop = b.count if stop is None else stop
         s = slice(start, stop)
-        filling = np.arange(start, stop) == self.groups - 1
-        finite = self.finite[s]
+        filling = np.arange(start, stop) == b.count - 1
+        finite = b.fields["finite"][s]
         with np.errstate(invalid="ignore", divide="ignore"):
-            inner = self.inner[s] / finite[:, None]
-        values = np.column_stack([self.lo[s], inner, self.hi[s]])
-        values[finite == 0] = np.nan                  # nothing finite in the group: a gap
-        cols = {"step": np.where(filling, self.last[s], self.first[s]),
-                "empty": np.where(self.empty[s], 1.0, np.nan)}
+            inner = b.fields["inner"][s] / finite[:, None]
+        values = np.column_stack([b.fields["lo"][s], inner, b.fields["hi"][s]])
+        values[finite == 0] = np.nan                  # nothing finite in the bucket: a gap
+        cols = {"step": np.where(filling, b.last[s], b.first[s]).astype(np.float64),
+                "empty": np.where(b.fields["empty"][s], 1.0, np.nan)}
         cols.update({c: values[:, i] for i, c in enumerate(COLUMNS)})
         return cols
 
     def take(self):
-        if self._doubled:
-            change = ("replace", self.columns())
-        elif self._dirty is None:
+        at = self.buckets.take()
+        if at is None:
             change = None
+        elif self.buckets.stride != self._stride:       # buckets merged: every row moved
+            change = ("replace", self.columns())
         else:
-            start = self._dirty
-            cols = self.columns(start)
-            patched = max(0, self._sent - start)      # rows already in the source (only ever its last one)
-            patches = {c: [(start + i, v[i].item()) for i in range(patched)] for c, v in cols.items()}
+            cols = self.columns(at)
+            patched = max(0, self._sent - at)             # rows already in the source (only ever its last one)
+            patches = {c: [(at + i, v[i].item()) for i in range(patched)] for c, v in cols.items()}
             change = ("append", patches if patched else {}, {c: v[patched:] for c, v in cols.items()})
-        self._sent, self._dirty, self._doubled = self.groups, None, False
+        self._sent, self._stride = self.buckets.count, self.buckets.stride
         return change
 
 

@@ -49,105 +49,174 @@ def tensor_summary(value):
     return tensor_summary(TensorStats.from_vector(x.shape, stats_vector(np, x)))
 
 
+class StepBuckets:
+    """Per-step rows over a whole run in at most ``max_buckets`` buckets of consecutive steps, losing no extreme: the
+    one thinning of per-step summaries (a live widget's trend, a Distributions card).
+
+    Each field of a row folds into its bucket by a rule: ``"sum"``, ``"min"``, ``"max"`` or ``"any"`` (a field may be
+    a vector: shape ``(k, width)``). A bucket holds ``stride`` steps once full; when a new bucket would pass
+    ``max_buckets``, neighbours merge pairwise by the same rules and each bucket holds twice as many steps from then on
+    (a run of a million steps costs what a short one does, and its start stays visible). ``first``/``last`` are a
+    bucket's first and newest step, ``n`` its steps. ``extend`` takes many rows at once, in NumPy (a bucket's rows
+    are reduced with ``reduceat``); ``take()`` gives the first bucket changed since the last call (a doubling
+    changes them all) or None.
+    """
+
+    _REDUCE = {"sum": np.add, "min": np.minimum, "max": np.maximum, "any": np.logical_or}
+    _EMPTY = {"sum": 0, "min": np.inf, "max": -np.inf, "any": False}
+
+    def __init__(self, max_buckets, fields):
+        if not isinstance(max_buckets, int) or isinstance(max_buckets, bool) or max_buckets < 2:
+            raise ValueError(f"StepBuckets: max_buckets must be an int of at least 2, got {max_buckets!r}")
+        self.max_buckets = max_buckets
+        self.rules = {}
+        for name, rule in fields.items():
+            rule, width = (rule, None) if isinstance(rule, str) else rule
+            if rule not in self._REDUCE:
+                raise ValueError(f"StepBuckets: field {name!r} has rule {rule!r}; expected one of {sorted(self._REDUCE)}")
+            self.rules[name] = (rule, width)
+        cap = max_buckets + 1
+        self.first, self.last = np.zeros(cap, np.int64), np.zeros(cap, np.int64)
+        self.n = np.zeros(cap, np.int64)
+        self.fields = {name: np.full((cap,) if width is None else (cap, width), self._EMPTY[rule],
+                                     bool if rule == "any" else np.float64)
+                       for name, (rule, width) in self.rules.items()}
+        self.count, self.stride = 0, 1
+        self._changed = 0
+
+    def __len__(self):
+        return self.count
+
+    def extend(self, steps, values):
+        """Fold rows ``steps`` (increasing) with ``values`` ``{field: array of len(steps) rows}`` into the buckets."""
+        steps = np.asarray(steps, np.int64)
+        values = {name: np.asarray(values[name]) for name in self.rules}
+        at = 0
+        while at < len(steps):
+            b = self.count - 1
+            if b >= 0 and self.n[b] < self.stride:          # the newest bucket has room: fill it first
+                take = min(self.stride - int(self.n[b]), len(steps) - at)
+                self._fold(b, slice(at, at + take), steps, values)
+                at += take
+                continue
+            if self.count == self.max_buckets:
+                self._merge_pairs()
+                continue
+            # new buckets of ``stride`` rows each, as many as fit
+            room = self.max_buckets - self.count
+            take = min(len(steps) - at, room * self.stride)
+            starts = np.arange(at, at + take, self.stride)
+            new = slice(self.count, self.count + len(starts))
+            self.first[new], self.last[new] = steps[starts], steps[np.minimum(starts + self.stride, at + take) - 1]
+            self.n[new] = np.diff(np.append(starts, at + take))
+            for name, (rule, _) in self.rules.items():
+                self.fields[name][new] = self._REDUCE[rule].reduceat(values[name][at:at + take], starts - at, axis=0)
+            self._changed = min(self._changed, self.count)
+            self.count += len(starts)
+            at += take
+
+    def _fold(self, b, rows, steps, values):
+        self.last[b] = steps[rows.stop - 1]
+        self.n[b] += rows.stop - rows.start
+        for name, (rule, _) in self.rules.items():
+            reduce = self._REDUCE[rule]
+            self.fields[name][b] = reduce(self.fields[name][b], reduce.reduce(values[name][rows], axis=0))
+        self._changed = min(self._changed, b)
+
+    def _merge_pairs(self):
+        """Halve the buckets: each even bucket absorbs the next one (an odd last one stays alone, still filling)."""
+        k, odd = self.count // 2, self.count % 2
+        a, b = slice(0, 2 * k, 2), slice(1, 2 * k, 2)
+        last = self.count - 1
+        tail = (self.first[last], self.last[last], self.n[last], {f: v[last].copy() for f, v in self.fields.items()})
+        self.first[:k], self.last[:k], self.n[:k] = self.first[a], self.last[b], self.n[a] + self.n[b]
+        for name, (rule, _) in self.rules.items():
+            v = self.fields[name]
+            v[:k] = self._REDUCE[rule](v[a], v[b])
+        if odd:
+            self.first[k], self.last[k], self.n[k] = tail[:3]
+            for name, v in self.fields.items():
+                v[k] = tail[3][name]
+        self.count = k + odd
+        for name, (rule, _) in self.rules.items():      # the freed slots are empty again
+            self.fields[name][self.count:] = self._EMPTY[rule]
+        self.stride *= 2
+        self._changed = 0
+
+    def take(self):
+        """The first bucket changed or added since the last call, or None when nothing changed."""
+        at = self._changed
+        if at >= self.count:
+            return None
+        self._changed = self.count
+        return at
+
+
 class Trend:
     """Per-step statistics of a tensor (or a scalar such as the loss) over a whole run, in at most ``max_points``
-    buckets of consecutive steps, losing no extreme.
+    buckets of consecutive steps, losing no extreme (``StepBuckets``).
 
-    ``add(step, stats)`` takes a ``TensorStats``. A bucket keeps its steps' mean (pooled over the elements of every
-    step), std (pooled likewise), the smallest min and largest max, and how many NaN/Inf they held, so a spike or a
-    NaN at one step stays on screen however long the run: when the buckets fill up, neighbours merge pairwise and
-    each bucket covers twice as many steps from then on (a run of a million steps costs what a short one does, and
-    its start stays visible). Columns (``COLUMNS``): first step ``step``, ``end`` (one past its last step), ``mean``,
-    ``lower``/``upper`` (mean ∓ std), ``min``, ``max``, ``nonfinite``; NaN where a bucket saw no finite element.
-    ``take()`` tells a view what changed since the last call, as ``(at, columns of rows at…)``.
+    ``add(step, stats)`` takes a ``TensorStats``, ``extend(steps, vectors)`` many ``stats_vector`` rows. A bucket
+    keeps its steps' mean (pooled over the elements of every step), std (pooled likewise), the smallest min and
+    largest max, and how many NaN/Inf they held, so a spike or a NaN at one step stays on screen however long the
+    run. Columns (``COLUMNS``): first step ``step``, ``end`` (one past its last step), ``mean``, ``lower``/``upper``
+    (mean ∓ std), ``min``, ``max``, ``nonfinite``; NaN where a bucket saw no finite element. ``take()`` tells a view
+    what changed since the last call, as ``(at, columns of rows at…)``.
     """
 
     COLUMNS = ("step", "end", "mean", "lower", "upper", "min", "max", "nonfinite")
+    _FIELDS = {"finite": "sum", "sum": "sum", "sum2": "sum", "lo": "min", "hi": "max", "bad": "sum"}
 
     def __init__(self, max_points=500):
         if not isinstance(max_points, int) or isinstance(max_points, bool) or max_points < 2:
             raise ValueError(f"Trend: max_points must be an int of at least 2, got {max_points!r}")
         self.max_points = max_points
-        self.stride = 1            # steps a bucket holds once full
-        # one entry per bucket: first and last step, steps and finite steps, sums of means and of mean²+std²
-        self._first, self._last, self._steps, self._finite = [], [], [], []
-        self._sum, self._sum2, self._lo, self._hi, self._bad = [], [], [], [], []
-        self._changed = 0          # first bucket changed since the last take()
+        self.buckets = StepBuckets(max_points, self._FIELDS)
 
     def __len__(self):
-        return len(self._first)
+        return len(self.buckets)
+
+    @property
+    def stride(self):
+        """Steps a bucket holds once full."""
+        return self.buckets.stride
 
     def add(self, step, stats):
         """Record one step's ``TensorStats`` (or anything with ``mean, std, min, max, nan_count, inf_count``)."""
-        self._add(step, stats.min, stats.max, stats.mean, stats.std, stats.nan_count + stats.inf_count)
+        self.extend([step], np.array([[stats.min, stats.max, stats.mean, stats.std, stats.nan_count,
+                                        stats.inf_count]], np.float64))
 
     def extend(self, steps, vectors):
         """Record steps ``steps`` (increasing) from the rows of ``vectors``, each a ``stats_vector``
         ``[min, max, mean, std, nan_count, inf_count]``."""
-        add = self._add
-        for step, (lo, hi, mean, std, nan, inf) in zip(steps, vectors.tolist()):
-            add(step, lo, hi, mean, std, int(nan + inf))
-
-    def _add(self, step, lo, hi, mean, std, bad):
-        if not self._first or self._steps[-1] >= self.stride:    # the last bucket is full: open a new one
-            if len(self._first) == self.max_points:
-                self._merge_pairs()
-            for values, empty in ((self._first, step), (self._last, step), (self._steps, 0), (self._finite, 0),
-                                  (self._sum, 0.0), (self._sum2, 0.0), (self._lo, math.inf), (self._hi, -math.inf),
-                                  (self._bad, 0)):
-                values.append(empty)
-        i = len(self._first) - 1
-        self._last[i] = step
-        self._steps[i] += 1
-        if not math.isnan(mean):
-            self._finite[i] += 1
-            self._sum[i] += mean
-            self._sum2[i] += mean * mean + std * std
-            if lo < self._lo[i]:
-                self._lo[i] = lo
-            if hi > self._hi[i]:
-                self._hi[i] = hi
-        self._bad[i] += bad
-        if i < self._changed:
-            self._changed = i
-
-    def _merge_pairs(self):
-        """Halve the buckets: each even bucket absorbs the next one."""
-        def pairs(values, combine):
-            merged = [combine(a, b) for a, b in zip(values[0::2], values[1::2])]
-            return merged + values[len(merged) * 2:]
-        self._first = self._first[0::2]
-        self._last = pairs(self._last, lambda a, b: b)
-        for name in ("_steps", "_finite", "_sum", "_sum2", "_bad"):
-            setattr(self, name, pairs(getattr(self, name), lambda a, b: a + b))
-        self._lo = pairs(self._lo, min)
-        self._hi = pairs(self._hi, max)
-        self.stride *= 2
-        self._changed = 0
+        v = np.asarray(vectors, np.float64).reshape(-1, 6)
+        lo, hi, mean, std = v[:, 0], v[:, 1], v[:, 2], v[:, 3]
+        finite = ~np.isnan(mean)
+        self.buckets.extend(steps, {
+            "finite": finite.astype(np.float64), "sum": np.where(finite, mean, 0.0),
+            "sum2": np.where(finite, mean * mean + std * std, 0.0), "lo": np.where(finite, lo, np.inf),
+            "hi": np.where(finite, hi, -np.inf), "bad": v[:, 4] + v[:, 5]})
 
     def columns(self, start=0):
         """The columns of buckets ``start…`` as float64 arrays."""
-        finite = np.array(self._finite[start:], np.float64)
+        b = self.buckets
+        rows = slice(start, b.count)
+        f = b.fields
+        finite = f["finite"][rows]
         some = finite > 0
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.array(self._sum[start:]) / finite
-            std = np.sqrt(np.maximum(np.array(self._sum2[start:]) / finite - mean * mean, 0.0))
+            mean = f["sum"][rows] / finite
+            std = np.sqrt(np.maximum(f["sum2"][rows] / finite - mean * mean, 0.0))
         nan = np.where(some, 0.0, np.nan)     # NaN where a bucket saw no finite element
-        return {"step": np.array(self._first[start:], np.float64),
-                "end": np.array(self._last[start:], np.float64) + 1.0,
+        return {"step": b.first[rows].astype(np.float64), "end": b.last[rows].astype(np.float64) + 1.0,
                 "mean": mean + nan, "lower": mean - std + nan, "upper": mean + std + nan,
-                "min": np.array(self._lo[start:], np.float64) + nan,
-                "max": np.array(self._hi[start:], np.float64) + nan,
-                "nonfinite": np.array(self._bad[start:], np.float64)}
+                "min": f["lo"][rows] + nan, "max": f["hi"][rows] + nan, "nonfinite": f["bad"][rows].copy()}
 
     def take(self):
         """``(at, columns)``: rows from ``at`` on changed or were added since the last call (a view keeps its first
         ``at`` rows and replaces the rest); None when nothing changed."""
-        at = self._changed
-        if at >= len(self._first):
-            return None
-        self._changed = len(self._first)
-        return at, self.columns(at)
+        at = self.buckets.take()
+        return None if at is None else (at, self.columns(at))
 
 
 # ------------------------------------------------------------------------------------------------------ downsampling
