@@ -4,10 +4,11 @@ from __future__ import annotations
 from .dtypes import as_dtype, float32
 from .runtime import session
 
-# How many machines, and devices on each, flowlab can run a job on. The one place to raise when multi-device
-# execution lands: flow.config's device settings and flow.unittest's skip_unless_<n>n<d>d() both ask devices_supported.
+# How many machines, and devices on each, flowlab can run a job on: flow.config's device settings and
+# flow.unittest's skip_unless_<n>n<d>d() both ask devices_supported. Devices on one machine are replicas of the job
+# (runtime/devices.py): threads on the CPU, one GPU each with CuPy.
 MAX_MACHINE_NUM = 1
-MAX_DEVICE_NUM = 1
+MAX_DEVICE_NUM = 8
 
 
 def devices_supported(machine_num, device_num):
@@ -16,12 +17,22 @@ def devices_supported(machine_num, device_num):
 
 
 def gpu_device_num(n):
-    """flowlab runs each job on one device: a GPU through CuPy when one works, else NumPy (logged once)."""
+    """Run jobs on ``n`` devices of this machine: ``n`` GPUs with CuPy, or, without a GPU, ``n`` NumPy devices
+    (threads). A setting of the session, as in OneFlow; with ``cpu_device_num`` the last call counts, since
+    flowlab's backend (not the call) decides whether the devices are GPUs."""
     _check_count("gpu_device_num", n, MAX_DEVICE_NUM, "device(s) per machine")
+    session.default().device_num = n
 
 
 def cpu_device_num(n):
+    """See ``gpu_device_num``."""
     _check_count("cpu_device_num", n, MAX_DEVICE_NUM, "device(s) per machine")
+    session.default().device_num = n
+
+
+def device_num():
+    """How many devices jobs run on (``gpu_device_num`` / ``cpu_device_num``; 1 by default)."""
+    return session.default().device_num
 
 
 def machine_num(n):
@@ -124,11 +135,15 @@ class FunctionConfig:
         self.anomaly_detection = enabled
 
     def default_logical_view(self, view):
-        """One device makes consistent and mirrored views the same; the choice is recorded."""
+        """``flow.scope.consistent_view()`` (the default: arguments and results are whole batches, split over the
+        devices and joined back) or ``flow.scope.mirrored_view()`` (``tp.ListNumpy``: one piece a device). On one
+        device both are the same. See ``runtime/devices.py``."""
         if view not in ("consistent", "mirrored"):
             raise ValueError(f"default_logical_view: expected flow.scope.consistent_view() or mirrored_view(), "
                              f"got {view!r}")
         self.logical_view = view
+
+    default_distribute_strategy = default_logical_view     # OneFlow 0.2's name
 
 
 def function_config():

@@ -3,6 +3,9 @@
 Arguments are declared by annotation (``x: tp.Numpy.Placeholder((8, 10))``) or, in the older style, by default
 values (``x=flow.FixedTensorDef((8, 10))``). The return annotation says what a call gives back (``flowlab.typing``);
 an unannotated job returns a handle whose ``.get()`` is a ``Blob``.
+
+With ``flow.config.gpu_device_num(n)``, n > 1, a call runs one replica plan a device (``runtime.devices``: it splits
+the feeds and joins the results); with one device the call path is the one-plan path, untouched.
 """
 from __future__ import annotations
 
@@ -19,22 +22,29 @@ from .compiler import Delivery, compile_graph
 from .config import FunctionConfig
 from .errors import FeedError, TraceError
 from . import watching
-from .runtime import backend, dispatch, session
+from .runtime import backend, devices, dispatch, session
 
 
 class Blob:
     """A job result or watched value on the host: ``.numpy()`` (or OneFlow's older ``.ndarray()``) gives the array;
-    NumPy attributes such as ``.mean()`` and ``.shape`` work directly."""
+    NumPy attributes such as ``.mean()`` and ``.shape`` work directly. ``.numpy_list()`` (``.ndarray_list()``) gives
+    one array a device under the mirrored view, else ``[array]``."""
 
-    __slots__ = ("_array",)
+    __slots__ = ("_array", "_pieces")
 
-    def __init__(self, array):
+    def __init__(self, array, pieces=None):
         self._array = array
+        self._pieces = pieces
 
     def numpy(self):
         return self._array
 
     ndarray = numpy
+
+    def numpy_list(self):
+        return [self._array] if self._pieces is None else self._pieces
+
+    ndarray_list = numpy_list
 
     def __array__(self, dtype=None, copy=None):
         return self._array if dtype is None else self._array.astype(dtype)
@@ -114,6 +124,12 @@ def _flatten(value, where="the job's return value"):
 
 def _convert(value, kind):
     """Host arrays -> what the annotation promises."""
+    if isinstance(value, devices.DeviceValues):
+        if kind == "list":
+            return value.pieces
+        if kind == "blob":
+            return Blob(value.whole, value.pieces)
+        value = value.whole
     if kind == "numpy":
         return value
     if kind == "list":
@@ -179,6 +195,53 @@ class _Compiled:
               lambda r=r, s=s: f"{r.describe} (call {s} of job {self.graph.name})") for r, c, s in batch])
 
 
+class _DeviceCompiled(_Compiled):
+    """One signature on several devices: a replica plan a device (``self.plan`` is device 0's, for ``job.plan()``),
+    each delivery's and output's pieces joined into ``DeviceValues`` (``runtime.devices``)."""
+
+    def __init__(self, graph, replicas, rebuild, requests, view, kinds):
+        super().__init__(graph, replicas.plans[0], rebuild, requests)
+        self.replicas = replicas
+        self.view = view
+        self.output_kinds = [kinds.get(t.id) for t in graph.outputs]
+        self.delivery_kinds = [kinds.get(r[0].target.id) for r in requests]
+
+    def run(self, per_device_feeds, step):
+        n = len(per_device_feeds)
+        pieces = [[None] * n for _ in self.requests]
+
+        def emitter(r):
+            def emit(k, copy, step):
+                pieces[k][r] = copy
+            return emit
+        try:
+            results = self.replicas.run(per_device_feeds, step, [emitter(r) for r in range(n)])
+        finally:
+            self._deliver(pieces, step)
+        return [devices.join(list(p), kind, self.view) for p, kind in zip(zip(*results), self.output_kinds)]
+
+    def _deliver(self, pieces, step):
+        for k, (copies, kind) in enumerate(zip(pieces, self.delivery_kinds)):
+            if any(c is None for c in copies):
+                continue            # not this call (every=N), or a replica failed before delivering
+            requests = [r for r in self.requests[k] if r.when is None or r.when()]
+            if requests:
+                joined = _LazyJoin(copies, kind, self.view)
+                self.delivered.extend((r, joined, step) for r in requests)
+
+
+class _LazyJoin:
+    """The joined value of one delivery, made on first use in the dispatcher thread (CuPy copies resolved there)."""
+
+    def __init__(self, copies, kind, view):
+        self._copies, self._kind, self._view, self._value = copies, kind, view, None
+
+    def __call__(self):
+        if self._value is None:
+            self._value = devices.join([c() if callable(c) else c for c in self._copies], self._kind, self._view)
+        return self._value
+
+
 class JobFunction:
     """A callable job. ``job.graph()`` and ``job.plan()`` show the IR and the generated code of its last trace."""
 
@@ -213,6 +276,19 @@ class JobFunction:
 
     # ------------------------------------------------------------------------------------------------------ feeding
     def _check_feeds(self, args, kwargs):
+        arrays = []
+        for name, d, value in zip(self.arg_names, self.arg_defs, self._feed_values(args, kwargs)):
+            where = f"job {self.name} argument {name!r}"
+            if d.dynamic:
+                if not isinstance(value, (list, tuple)) or len(value) != 1:
+                    raise FeedError(f"{where}: expected a list holding one numpy.ndarray (tp.ListNumpy), "
+                                    f"got {type(value).__name__}{'' if not isinstance(value, (list, tuple)) else ' of length ' + str(len(value))}")
+                value = value[0]
+            arrays.append(self._check_array(where, d, value))
+        return arrays
+
+    def _feed_values(self, args, kwargs):
+        """The arguments in declaration order."""
         if len(args) + len(kwargs) != len(self.arg_defs):
             raise FeedError(f"job {self.name} takes {len(self.arg_defs)} argument(s) ({', '.join(self.arg_names)}), "
                             f"got {len(args) + len(kwargs)}")
@@ -223,29 +299,24 @@ class JobFunction:
             values.append(kwargs.pop(name))
         if kwargs:
             raise FeedError(f"job {self.name}: unexpected argument(s) {sorted(kwargs)}")
-        arrays = []
-        for name, d, value in zip(self.arg_names, self.arg_defs, values):
-            where = f"job {self.name} argument {name!r}"
-            if d.dynamic:
-                if not isinstance(value, (list, tuple)) or len(value) != 1:
-                    raise FeedError(f"{where}: expected a list holding one numpy.ndarray (tp.ListNumpy), "
-                                    f"got {type(value).__name__}{'' if not isinstance(value, (list, tuple)) else ' of length ' + str(len(value))}")
-                value = value[0]
-            if not isinstance(value, np.ndarray):
-                raise FeedError(f"{where}: expected a numpy.ndarray of shape {d.shape} and dtype {d.dtype}, "
-                                f"got {type(value).__name__}")
-            if value.dtype != d.dtype:
-                raise FeedError(f"{where}: expected dtype {d.dtype}, got {value.dtype} (convert with .astype)")
-            if d.dynamic:
-                if value.ndim != len(d.shape) or any(a > b for a, b in zip(value.shape, d.shape)):
-                    raise FeedError(f"{where}: expected at most shape {d.shape}, got {value.shape}")
-            elif value.shape != d.shape:
-                raise FeedError(f"{where}: expected shape {d.shape}, got {value.shape}")
-            arrays.append(value)
-        return arrays
+        return values
+
+    @staticmethod
+    def _check_array(where, d, value):
+        if not isinstance(value, np.ndarray):
+            raise FeedError(f"{where}: expected a numpy.ndarray of shape {d.shape} and dtype {d.dtype}, "
+                            f"got {type(value).__name__}")
+        if value.dtype != d.dtype:
+            raise FeedError(f"{where}: expected dtype {d.dtype}, got {value.dtype} (convert with .astype)")
+        if d.dynamic:
+            if value.ndim != len(d.shape) or any(a > b for a, b in zip(value.shape, d.shape)):
+                raise FeedError(f"{where}: expected at most shape {d.shape}, got {value.shape}")
+        elif value.shape != d.shape:
+            raise FeedError(f"{where}: expected shape {d.shape}, got {value.shape}")
+        return value
 
     # ------------------------------------------------------------------------------------------------ trace/compile
-    def _trace(self, shapes):
+    def _trace(self, shapes, devices=1):
         graph = g.Graph(self.name, self.is_train)
         replay = self._first_id
         if replay is None:
@@ -265,7 +336,7 @@ class JobFunction:
             elif graph.losses:
                 raise TraceError(f"job {self.name} calls minimize/add_loss but is a predict job; use "
                                  "@flow.global_function(type=\"train\")")
-            watching.resolve(graph, host=not backend.current().is_gpu)
+            watching.resolve(graph, host=not backend.current().is_gpu, devices=devices)
         return graph, rebuild
 
     def _build_training(self, graph):
@@ -292,6 +363,49 @@ class JobFunction:
                              check_anomaly=self.config.anomaly_detection)
         return _Compiled(graph, plan, rebuild, requests)
 
+    def _compile_on_devices(self, device_shapes):
+        """One replica plan a device; devices with the same feed shapes share one traced graph."""
+        n, sess, be = len(device_shapes), session.default(), backend.current()
+        traced = {}
+        for shapes in device_shapes:
+            if shapes not in traced:
+                traced[shapes] = self._trace(shapes, devices=n)
+        graph, rebuild = traced[device_shapes[0]]
+        view = self.config.logical_view
+        kinds = devices.join_kinds(graph) if view == "consistent" else {}
+        requests, deliveries, index = [], [], {}
+        for request in graph.watches:          # the multi-device requests deliver tensors: one key a tensor
+            key = (request.target.id, request.every)
+            if key not in index:
+                index[key] = len(deliveries)
+                deliveries.append(Delivery(request.target, request.every))
+                requests.append([])
+            requests[index[key]].append(request)
+        if view == "consistent":
+            devices.check_joinable(graph, list(graph.outputs) + [d.tensor for d in deliveries], kinds, n)
+        mode = devices.gradient_mode(graph, view)
+        if be.is_gpu:
+            mirrors = devices.gpu_mirrors(be.xp, sess.variables, n)
+            reducer = devices.NcclReduce(n, mode, be.xp, mirrors)
+        else:
+            mirrors, reducer = [sess.variables] * n, devices.HostReduce(n, mode)
+        plans = []
+        for k, shapes in enumerate(device_shapes):
+            replica_graph = traced[shapes][0]
+            # each replica's own graph: its deliveries are the same requests, in the same order
+            replica_deliveries = [Delivery(t, d.every) for t, d in zip(_delivery_targets(replica_graph), deliveries)]
+            replica_be = be if k == 0 or not be.is_gpu else backend.Backend("cupy", be.xp)
+            compile_now = functools.partial(
+                compile_graph, replica_graph, replica_graph.outputs, replica_be, mirrors[k], replica_deliveries,
+                rng_seed=[sess.seed, len(sess.jobs), sum(map(ord, self.name)), k],
+                check_anomaly=self.config.anomaly_detection, replica=devices.Replica(k, reducer))
+            if be.is_gpu:
+                with be.xp.cuda.Device(k):
+                    plans.append(compile_now())
+            else:
+                plans.append(compile_now())
+        return _DeviceCompiled(graph, devices.Replicas(plans, reducer, gpu=be.is_gpu), rebuild, requests, view, kinds)
+
     def compiled(self, shapes=None):
         """The compiled signature for these argument shapes (declared shapes by default); traces on first use."""
         shapes = tuple(tuple(d.shape) for d in self.arg_defs) if shapes is None else shapes
@@ -314,6 +428,9 @@ class JobFunction:
 
     # -------------------------------------------------------------------------------------------------------- call
     def __call__(self, *args, **kwargs):
+        device_num = session.default().device_num
+        if device_num > 1:
+            return self._call_on_devices(device_num, args, kwargs)
         arrays = self._check_feeds(args, kwargs)
         dispatcher = dispatch.default()
         # Earlier calls' callbacks finish first: the queue stays bounded when handlers are slower than the job,
@@ -334,6 +451,31 @@ class JobFunction:
                 if self.is_train:
                     session.default().last_train_step = self.step
                 self.step += 1          # a failed call still used its number: watch steps never repeat
+        ticket = dispatcher.ticket()
+        return self._result(compiled.rebuild(list(outputs)), ticket)
+
+    def _call_on_devices(self, n, args, kwargs):
+        per_device = devices.split_feeds(self.name, self.arg_names, self.arg_defs, self._feed_values(args, kwargs), n,
+                                         self._check_array)
+        dispatcher = dispatch.default()
+        dispatcher.wait()
+        dispatcher.raise_pending()
+        with self._lock:
+            key = (n,) + tuple(tuple(a.shape for a in feeds) for feeds in per_device)
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                compiled = self._compiled[key] = self._compile_on_devices(key[1:])
+            self._last = compiled
+            if not compiled.variables_ready:
+                session.default().initialize_missing()
+                compiled.variables_ready = True
+            try:
+                outputs = compiled.run(per_device, self.step)
+            finally:
+                compiled.dispatch()
+                if self.is_train:
+                    session.default().last_train_step = self.step
+                self.step += 1
         ticket = dispatcher.ticket()
         return self._result(compiled.rebuild(list(outputs)), ticket)
 
@@ -366,6 +508,18 @@ class JobFunction:
         """Every call of this job has finished when this returns (its watch callbacks: see ``Session.sync``)."""
         with self._lock:
             pass
+
+
+def _delivery_targets(graph):
+    """The tensors a multi-device graph's watches deliver, one a (tensor, every), in the order ``_compile_on_devices``
+    makes its deliveries."""
+    seen, targets = set(), []
+    for request in graph.watches:
+        key = (request.target.id, request.every)
+        if key not in seen:
+            seen.add(key)
+            targets.append(request.target)
+    return targets
 
 
 def global_function(type="predict", function_config=None):  # noqa: A002 - OneFlow's argument name

@@ -1,7 +1,9 @@
 """``flow.scope``: placement, name scopes and logical views.
 
-flowlab runs a job on one device (CuPy or NumPy), so ``placement`` records the device tag on the ops created inside
-it (shown by ``print(job.graph())``) without moving them.
+``placement`` records the device tag on the ops created inside it (shown by ``print(job.graph())``) without moving
+them: a job runs whole on each of the devices ``flow.config.gpu_device_num(n)`` sets, data-parallel. The logical
+view (``consistent_view()``, the default, or ``mirrored_view()``, through ``config.default_logical_view``) says how
+arguments and results are split over them and joined (``runtime/devices.py``).
 """
 import contextlib
 

@@ -1,10 +1,11 @@
 """``oneflow.typing`` for flowlab: placeholders for job arguments and annotations for what jobs and watches return.
 
 - ``Numpy.Placeholder(shape, dtype)``: an argument fed as one ndarray of exactly that shape and dtype.
-- ``ListNumpy.Placeholder(shape, dtype)``: an argument fed as a list with one ndarray (one device) whose shape may be
-  smaller than ``shape`` in any axis (OneFlow's mirrored, dynamic blobs); the job is traced once per actual shape.
-- As return annotations: ``Numpy`` -> ndarray, ``ListNumpy`` -> list of ndarrays, ``Callback[Numpy]`` -> the job
-  returns a function that takes a callback, ``None`` -> nothing.
+- ``ListNumpy.Placeholder(shape, dtype)``: an argument fed as a list with one ndarray a device (one on one device)
+  whose shape may be smaller than ``shape`` in any axis (OneFlow's mirrored, dynamic blobs); the job is traced once
+  per actual shape.
+- As return annotations: ``Numpy`` -> ndarray, ``ListNumpy`` -> list of ndarrays (one a device under the mirrored
+  view, else one), ``Callback[Numpy]`` -> the job returns a function that takes a callback, ``None`` -> nothing.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class FixedTensorDef(ArgDef):
 
 
 class MirroredTensorDef(ArgDef):
-    """A mirrored argument: fed as a list of one ndarray no larger than ``shape``."""
+    """A mirrored argument: fed as a list of one ndarray a device, each no larger than ``shape``."""
     dynamic = True
 
 
@@ -53,7 +54,7 @@ class Numpy:
 
 
 class ListNumpy:
-    """Annotation: values delivered as a list of ``numpy.ndarray`` (one per device; flowlab runs one device)."""
+    """Annotation: values delivered as a list of ``numpy.ndarray`` (one a device under the mirrored view)."""
 
     class Placeholder(MirroredTensorDef):
         pass

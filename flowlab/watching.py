@@ -15,6 +15,11 @@ quickly and thread-safely: on NumPy the calling thread delivers these summaries 
 appends each call's six numbers there and the handler takes them in bulk when it draws (live widgets do this: a
 call then costs the compute side one append, not a handler call and an object).
 
+On several devices (``runtime.devices``) each device's plan delivers its piece; the pieces are joined on the host
+into a ``DeviceValues`` and the handler gets, as in OneFlow: ``tp.ListNumpy`` -> one array a device under the
+mirrored view (``[whole]`` under the consistent view), ``tp.Numpy`` -> the whole tensor, a blob -> both
+(``.numpy()``, ``.numpy_list()``). Statistics and histograms are then computed on the host from the whole.
+
 Beyond OneFlow: ``stats=True`` delivers a ``TensorStats`` computed on the device instead of the tensor, ``every=N``
 delivers every N-th call only, and ``watch_diff`` of a tensor without a gradient is an error, not a silent no-op.
 """
@@ -32,7 +37,8 @@ import numpy as np
 from . import graph as g
 from . import typing as tp
 from .errors import TraceError
-from .ops.stats import stats_rows, tensor_stats
+from .ops.stats import histogram_vector, stats_rows, stats_vector, tensor_stats
+from .runtime.devices import DeviceValues
 
 
 class BlobDef:
@@ -215,14 +221,25 @@ def _converter(handler, api):
         raise TypeError(f"{api}: handler {_name(handler)} must take one argument (the watched value); it takes none")
     annotation = positional[0].annotation if positional else inspect.Parameter.empty
     if annotation is tp.Numpy:
-        return lambda value: value
+        return _whole
     if annotation is tp.ListNumpy:
-        return lambda value: [value]
+        return lambda value: value.pieces if isinstance(value, DeviceValues) else [value]
     if annotation is inspect.Parameter.empty or annotation is TensorStats:
-        from .job import Blob
-        return lambda value: value if isinstance(value, TensorStats) else Blob(value)
+        return lambda value: value if isinstance(value, TensorStats) else _blob(value)
     raise TypeError(f"{api}: handler {_name(handler)} annotates its argument as {annotation!r}; use tp.Numpy, "
                     "tp.ListNumpy or no annotation (a blob with .numpy())")
+
+
+def _whole(value):
+    """The host array of a value: the logical whole of a multi-device one."""
+    return value.whole if isinstance(value, DeviceValues) else value
+
+
+def _blob(value):
+    from .job import Blob
+    if isinstance(value, DeviceValues):
+        return Blob(value.whole, value.pieces)
+    return Blob(value)
 
 
 def _name(handler):
@@ -242,7 +259,7 @@ def _handler_call(handler, api, tensor, diff):
     if hasattr(handler, "watch_event"):
         # Live panels want to know what they are shown: the tensor, value or gradient, and the call number.
         blob_def, kind = BlobDef(tensor), ("gradient" if diff else "value")
-        return lambda value, step: handler.watch_event(value, blob_def, kind, step), _name(type(handler))
+        return lambda value, step: handler.watch_event(_whole(value), blob_def, kind, step), _name(type(handler))
     convert = _converter(handler, api)
     return lambda value, step: handler(convert(value)), _name(handler)
 
@@ -315,13 +332,12 @@ def watch_diff(blob_watched, handler_or_prompt=None, stats=False, every=1):
 
 def _scope_call(watcher, api):
     """A watch_scope target: a dict filled with ``lbn -> {"blob", "blob_def"}`` or a callable ``(blob, blob_def)``."""
-    from .job import Blob
     if isinstance(watcher, dict):
         def make(tensor):
             blob_def = BlobDef(tensor)
 
             def store(value, step):
-                watcher[blob_def.logical_blob_name] = {"blob": Blob(value), "blob_def": blob_def}
+                watcher[blob_def.logical_blob_name] = {"blob": _blob(value), "blob_def": blob_def}
             return store
         return make, "dict"
     if callable(watcher):
@@ -336,7 +352,7 @@ def _scope_call(watcher, api):
 
         def make(tensor):
             blob_def = BlobDef(tensor)
-            return lambda value, step: watcher(Blob(value), blob_def)
+            return lambda value, step: watcher(_blob(value), blob_def)
         return make, _name(watcher)
     raise TypeError(f"{api}: expected a dict, a callable (blob, blob_def) or None, got {type(watcher).__name__}")
 
@@ -370,9 +386,10 @@ def watch_scope(blob_watcher=None, diff_blob_watcher=None):
                 graph.watches.append(request)
 
 
-def resolve(graph, host):
+def resolve(graph, host, devices=1):
     """Fix what each request delivers, once gradients exist: the tensor, its gradient, their on-device stats or
-    histogram. ``host``: the plan runs on NumPy, where a feed takes small tensors whole (``StatsFeed.batches``)."""
+    histogram. ``host``: the plan runs on NumPy, where a feed takes small tensors whole (``StatsFeed.batches``).
+    On several ``devices`` every request delivers the tensor itself: summaries are made from the joined whole."""
     kept = []
     for request in graph.watches:
         target = request.tensor
@@ -385,7 +402,9 @@ def resolve(graph, host):
                                  f"of job {graph.name!r} does not depend on this tensor through any differentiable "
                                  "op, so it has no gradient")
         shape, call = request.tensor.shape, request.call
-        if request.feed is not None and host and StatsFeed.batches(target):
+        if devices > 1:
+            _summarise_on_host(request)
+        elif request.feed is not None and host and StatsFeed.batches(target):
             request.put = request.feed.put_tensor
         elif request.stats:
             target = tensor_stats(target)
@@ -400,6 +419,20 @@ def resolve(graph, host):
         kept.append(request)
     graph.watches = kept
     return kept
+
+
+def _summarise_on_host(request):
+    """A multi-device request: the plans deliver the tensor; statistics, histograms and feeds are made from the
+    joined ``DeviceValues`` in the dispatcher thread."""
+    call, feed, bins = request.call, request.feed, request.bins
+    if feed is not None:
+        request.call = lambda v, step: feed.put(step, stats_vector(np, v.whole))
+    elif request.stats:
+        request.call = lambda v, step: call(TensorStats.from_vector(v.whole.shape, stats_vector(np, v.whole)), step)
+    elif bins:
+        request.call = lambda v, step: call(TensorHistogram.from_vector(v.whole.shape,
+                                                                        histogram_vector(np, v.whole, bins)), step)
+    request.inline = False
 
 
 def gradient_targets(graph):

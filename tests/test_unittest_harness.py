@@ -89,9 +89,9 @@ def test_oneflow_style_test_file_runs_1n1d_and_skips_multi_device_with_reasons(t
         "TestRelu::test_relu": "PASSED", "TestRelu::test_variable_3": "PASSED", "TestRelu::test_variable_5": "PASSED",
         "TestTwoDevices::test_split": "SKIPPED", "TestMixed::test_two_nodes": "SKIPPED",
         "TestMixed::test_four_devices": "SKIPPED"}, output
-    assert "needs 1 node(s) with 2 device(s) each; flowlab runs on at most 1 node(s) with 1 device(s) each" in output
+    assert "only runs when node_size is 1 and device_num is 2; this run has node_size 1 and device_num 1" in output
     assert "needs 2 node(s) with 1 device(s) each" in output
-    assert "needs 1 node(s) with 4 device(s) each" in output
+    assert "only runs when node_size is 1 and device_num is 4" in output
 
 
 def test_a_run_configured_for_two_devices_skips_the_1n1d_tests_as_oneflow_did(tmp_path):
@@ -99,7 +99,7 @@ def test_a_run_configured_for_two_devices_skips_the_1n1d_tests_as_oneflow_did(tm
     assert code == 0, output
     assert outcomes(output)["TestRelu::test_relu"] == "SKIPPED"
     assert "only runs when node_size is 1 and device_num is 1; this run has node_size 1 and device_num 2" in output
-    assert outcomes(output)["TestTwoDevices::test_split"] == "SKIPPED"     # flowlab cannot run it either
+    assert outcomes(output)["TestTwoDevices::test_split"] == "PASSED"      # flowlab runs two devices
 
 
 def test_eager_runs_are_skipped_with_the_reason(tmp_path):
@@ -137,11 +137,12 @@ def test_env_reads_oneflows_variables(monkeypatch):
 def test_the_device_limit_is_one_rule_shared_with_flow_config(monkeypatch):
     monkeypatch.setenv("ONEFLOW_TEST_DEVICE_NUM", "2")
     monkeypatch.delenv("ONEFLOW_TEST_NODE_LIST", raising=False)
+    monkeypatch.setattr(flow.config, "MAX_DEVICE_NUM", 1)
     with pytest.raises(ValueError, match=r"gpu_device_num\(2\): flowlab runs on at most 1 device"):
         flow.config.gpu_device_num(2)
     assert "flowlab runs on at most 1" in flow.unittest.skip_reason(1, 2)
 
-    monkeypatch.setattr(flow.config, "MAX_DEVICE_NUM", 2)   # what the multi-device work will change
+    monkeypatch.setattr(flow.config, "MAX_DEVICE_NUM", 2)
     flow.config.gpu_device_num(2)
     flow.config.cpu_device_num(2)
     assert flow.unittest.skip_reason(1, 2) is None

@@ -11,6 +11,7 @@ from ..ops.stats import stats_vector
 from .buffers import plan_buffers
 from .fuse import cupy_kernel_factory, fuse_elementwise
 from .prune import prune
+from .replicate import reduce_points
 
 _plan_ids = itertools.count()
 
@@ -35,9 +36,15 @@ class Plan:
     zero-argument function returning it on CuPy, where the copy is asynchronous), or the delivery's ``put(step,
     copy)``. Copies are taken before optimizer updates change variables in place. A plan with no deliveries contains no delivery code at all.
     ``check_anomaly`` adds a NaN/Inf check after every op (``config.detect_anomaly(True)``).
+
+    ``replica`` makes the plan one of several data-parallel copies (``runtime.devices.Replica``: its ``index`` and
+    a ``reducer`` shared by all, whose ``all_reduce(index, gradients)`` and ``release(index)`` the plan calls where
+    ``compiler.replicate`` says); replicas other than 0 skip the updates. Without it the plan is exactly the
+    one-device plan.
     """
 
-    def __init__(self, graph, output_tensors, backend, variables, deliveries=(), rng_seed=0, check_anomaly=False):
+    def __init__(self, graph, output_tensors, backend, variables, deliveries=(), rng_seed=0, check_anomaly=False,
+                 replica=None):
         self.graph = graph
         self.backend = backend
         self.output_tensors = list(output_tensors)
@@ -52,6 +59,7 @@ class Plan:
         if backend.is_gpu and not check_anomaly:       # anomaly checks must see every op's own output
             nodes = fuse_elementwise(nodes, visible, cupy_kernel_factory(backend.xp))
         self.nodes = nodes
+        self.replica = replica
         # Anomaly reports show an op's inputs, so under detection no op may write over them.
         self.buffer_of, buffer_specs, self._last_use = plan_buffers(nodes, {t.id for t in self.output_tensors},
                                                                     allow_inplace=not check_anomaly)
@@ -94,7 +102,14 @@ class Plan:
             delivery_lines.setdefault(d.tensor.id, []).append(f"    {guard}{line}")
         lines = [f"def run(feeds, step, emit):  # job {self.graph.name}"]
         placeholder_index = {t.id: i for i, t in enumerate(self.graph.placeholders)}
+        points = reduce_points(self.nodes) if self.replica is not None else None
+        if points is not None:
+            ns["R"], replica = self.replica.reducer, self.replica.index
         for i, node in enumerate(self.nodes):
+            if points is not None:
+                lines.extend(_replica_lines(points, i, replica))
+                if replica and id(node) in points.first_only:
+                    continue
             outs = ", ".join(f"t{t.id}" for t in node.outputs)
             target = f"{outs} = " if node.outputs else ""
             op = node.op
@@ -134,6 +149,8 @@ class Plan:
                         lines.append(f"    check(t{t.id}, n{i}, {t.id}, ({inputs}))")
             for t in node.outputs:
                 lines.extend(delivery_lines.get(t.id, ()))
+        if points is not None:
+            lines.extend(_replica_lines(points, len(self.nodes), replica))
         outs = "".join(f"host(t{t.id}), " for t in self.output_tensors)
         lines.append(f"    return ({outs})")
         source = "\n".join(lines) + "\n"
@@ -156,6 +173,19 @@ class Plan:
 
     def __str__(self):
         return self.source
+
+
+def _replica_lines(points, position, replica):
+    """The all-reduce (and, on replica 0, the release) a replica runs before node ``position``."""
+    lines = []
+    if replica == 0 and position in points.release_before:
+        lines.append(f"    R.release(0)  # updates of group {points.release_before[position]} done")
+    if position in points.reduce_before:
+        group, grads = points.reduce_before[position]
+        names = "".join(f"t{t.id}, " for t in grads)
+        target = f"{names}= " if replica == 0 and grads else ""
+        lines.append(f"    {target}R.all_reduce({replica}, ({names}))  # model gradients, group {group}")
+    return lines
 
 
 def _observers_early(nodes):
@@ -202,8 +232,9 @@ def anomaly_report(graph, node, tensor_id, value, inputs, xp):
     return "\n".join(lines)
 
 
-def compile_graph(graph, output_tensors, backend, variables, deliveries=(), rng_seed=0, check_anomaly=False) -> Plan:
-    return Plan(graph, output_tensors, backend, variables, deliveries, rng_seed, check_anomaly)
+def compile_graph(graph, output_tensors, backend, variables, deliveries=(), rng_seed=0, check_anomaly=False,
+                  replica=None) -> Plan:
+    return Plan(graph, output_tensors, backend, variables, deliveries, rng_seed, check_anomaly, replica)
 
 
 __all__ = ["Delivery", "Plan", "compile_graph", "plan_buffers", "prune"]

@@ -48,6 +48,8 @@ class Session:
     # Model I/O switches (flow.config.enable_legacy_model_io / enable_model_io_v2): settings of the session.
     legacy_model_io: bool = True
     model_io_v2: bool = False
+    # Devices jobs run on (flow.config.gpu_device_num / cpu_device_num; runtime/devices.py).
+    device_num: int = 1
 
     def declare(self, name, shape, dtype, initializer, trainable, source, provisional=False) -> Variable:
         """Return the variable ``name``, creating it on first use; a second declaration must agree.
