@@ -7,7 +7,7 @@
 As in OneFlow, the environment says which configuration this test run is: ``ONEFLOW_TEST_NODE_LIST`` (comma
 separated hosts; one node when unset) and ``ONEFLOW_TEST_DEVICE_NUM`` (devices per node; 1 when unset). A test
 marked ``skip_unless_<n>n<d>d()`` runs only in a run of that configuration, and only if flowlab can run on it
-(``flow.config.devices_supported``, the one rule to change when multi-device execution lands); otherwise it is
+(``flow.config.devices_supported``: one machine, up to ``config.MAX_DEVICE_NUM`` logical devices); otherwise it is
 skipped with the reason.
 """
 from __future__ import annotations
