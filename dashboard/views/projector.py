@@ -42,7 +42,7 @@ from bokeh.plotting import figure
 
 from flowlab.plots.figures import CATEGORICAL
 from flowlab.summary.projector import (CONFIG_FILE, MAX_SPRITE_BYTES, MAX_SPRITE_PIXELS, UnsafePath, read_file_capped,
-                                      read_projector)
+                                      read_projector, unmatched_note)
 
 from .base import View
 
@@ -420,6 +420,8 @@ class ProjectorView(View):
             note += f" (the first {n} of {total})"
         if e.kind == "exception":
             note += f"; NaN: {e.info.get('nan_count', 0)}, Inf: {e.info.get('inf_count', 0)} (drawn as 0)"
+        if unmatched_note(e):                       # OneFlow's Projector stored labels / x of any count
+            note += "; " + unmatched_note(e)
         self.note.text = html.escape(note + (sprite_error or ""))
 
     def _show_side(self, shown):

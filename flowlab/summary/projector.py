@@ -8,8 +8,9 @@ overwrite earlier ones (OneFlow's projector rewrote one file on every call)::
                                              kind "exception"
         tensors.tsv      one row per sample (the value flattened to [n, d])
         metadata.tsv     labels: one column without a header, several columns with a header row
-        sprite.png       the samples ``x`` as a square grid of images, when ``x`` holds images
-        samples.npy      ``x`` as it is, when it does not hold images
+        sprite.png       the samples ``x`` as a square grid of images, when ``x`` holds one image per point
+        samples.npy      ``x`` as it is, when it holds no images or not one per point
+        labels.npy       (``Projector``) the labels as given, when there is not one per point
         info.json        flowlab's own description: kind, tag, step, shape, sample name/type, NaN/Inf counts
         tensor.npy       (exception kind) the exact values, NaN and Inf included
 
@@ -19,6 +20,10 @@ finite/nan/inf/nan+inf and the counts) and ``tensor.npy`` keeps the values exact
 gives everything back.
 
 ``Projector`` is OneFlow's ``flow.summary.Projector``; ``write_embedding`` serves ``SummaryWriter.add_embedding``.
+OneFlow stored a projector's ``label`` and ``x`` as given, whatever their sample count (its own summary test passes
+10 of each for 100 points), so ``Projector`` does too: counts that differ from the points' go to ``labels.npy`` /
+``samples.npy`` instead of the metadata / sprite, which TensorBoard pairs with the points one to one
+(``unmatched_note`` says what was left unpaired).
 """
 from __future__ import annotations
 
@@ -60,6 +65,7 @@ class Embedding(NamedTuple):
     sprite: str | None              # path of sprite.png
     kind: str                       # "embedding" or "exception"
     info: dict                      # info.json: sample_name, sample_type, nan_count, inf_count, ...
+    labels: np.ndarray | None = None    # labels.npy: labels as given, when not one per point (else in metadata)
 
 
 # ------------------------------------------------------------------------------------------------------ checks
@@ -184,11 +190,12 @@ def ensure_config(logdir):
 
 
 def write(logdir, kind, tag, step, value, metadata=None, metadata_header=None, images=None, samples=None,
-          extra_info=None) -> str:
+          extra_info=None, labels=None) -> str:
     """Write one embedding of ``kind`` and list it in the config; returns its directory.
 
     ``value`` [n, ...] is flattened to [n, d]; ``images`` (uint8 [n, h, w, c]) become the sprite; ``samples`` (any
-    array) are kept as ``samples.npy``. Writing the same (kind, tag, step) again replaces that one entry.
+    array, any number of samples) are kept as ``samples.npy`` and ``labels`` (any array) as ``labels.npy``.
+    Writing the same (kind, tag, step) again replaces that one entry.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -198,9 +205,8 @@ def write(logdir, kind, tag, step, value, metadata=None, metadata_header=None, i
     shape, matrix = value.shape, _matrix(value, "value")
     n = len(matrix)
     rows, header = _metadata_rows(metadata, n, metadata_header) if metadata is not None else ([], None)
-    for name, array in (("x", images), ("x", samples)):
-        if array is not None and len(array) != n:
-            raise ValueError(f"{name} has {len(array)} samples but value has {n}")
+    if images is not None and len(images) != n:       # the sprite's grid is laid out for one image per point
+        raise ValueError(f"x has {len(images)} images but value has {n} samples")
 
     info = {"kind": kind, "tag": tag, "step": step, "shape": list(shape), **(extra_info or {})}
     finite = matrix
@@ -239,6 +245,11 @@ def write(logdir, kind, tag, step, value, metadata=None, metadata_header=None, i
         embedding.sprite.single_image_dim.extend([images.shape[2], images.shape[1]])     # width, height
     if samples is not None:
         np.save(os.path.join(directory, "samples.npy"), samples)
+    labels_path = os.path.join(directory, "labels.npy")
+    if labels is not None:
+        np.save(labels_path, labels)
+    elif os.path.exists(labels_path):       # from an earlier write of this step: the reader would take it as ours
+        os.remove(labels_path)
     with open(os.path.join(directory, "info.json"), "w", encoding="utf-8") as f:
         json.dump(info, f, indent=1)
 
@@ -268,6 +279,11 @@ def write_embedding(logdir, mat, metadata=None, label_img=None, step=0, tag="def
 
 # ------------------------------------------------------------------------------------------------------ OneFlow API
 
+def _count(array):
+    """The number of samples along ``array``'s first axis (a 0-d array is one sample)."""
+    return len(array) if array.ndim else 1
+
+
 class Projector:
     """OneFlow's ``flow.summary.Projector(logdir)``: embeddings and exception (anomaly) samples per step."""
 
@@ -287,7 +303,8 @@ class Projector:
     def embedding_projector(self, value=None, label=None, tag="embedding", step=0, sample_name=None,
                             sample_type=None, x=None):
         """``value`` [n, ...] points (flattened per sample), ``label`` n labels, ``x`` the n samples they stand
-        for (images make the sprite)."""
+        for (images make the sprite). ``label`` and ``x`` of another count are stored as given (``labels.npy``,
+        ``samples.npy``), as OneFlow stored them, but not paired with the points."""
         return self._write("embedding", value, label, tag, step, sample_name, sample_type, x)
 
     def exception_projector(self, value=None, tag="exception", step=0, sample_name=None, sample_type=None, x=None):
@@ -298,16 +315,25 @@ class Projector:
     def _write(self, kind, value, label, tag, step, sample_name, sample_type, x):
         if value is None:
             raise TypeError(f"{kind}_projector: value is required (an array of samples along its first axis)")
-        images = samples = None
+        value = _host(value, "value")
+        n = len(value) if value.ndim else 0             # 0: write() says a value needs a first axis
+        info = {"sample_name": sample_name, "sample_type": sample_type}
+        images = samples = labels = None
         if x is not None:
             x = as_array(x, "x")
-            images = _images(x)
+            info["x_count"] = _count(x)
+            images = _images(x) if info["x_count"] == n else None     # a sprite needs one image per point
             samples = None if images is not None else x
         if label is not None:
             label = as_array(label, "label")        # numbers or strings
-            label = label.reshape(len(label), -1) if label.ndim > 1 else label
-        info = {"sample_name": sample_name, "sample_type": sample_type}
-        return write(self.logdir, kind, tag, step, value, label, None, images, samples, info)
+            if label.dtype == object:               # np.save would need pickle, which the reader refuses
+                label = label.astype(str)
+            info["label_count"] = _count(label)
+            if info["label_count"] == n:
+                label = label.reshape(n, -1) if label.ndim > 1 else label.reshape(n)
+            else:                                   # metadata needs a row per point: kept as given instead
+                label, labels = None, label
+        return write(self.logdir, kind, tag, step, value, label, None, images, samples, info, labels)
 
     def __repr__(self):
         return f"Projector({self.logdir!r})"
@@ -410,7 +436,28 @@ def read_projector(logdir) -> list[Embedding]:
         sprite = None
         if entry.sprite.image_path:             # checked here; the view reads it with read_file_capped
             sprite = confined_path(logdir, entry.sprite.image_path, f"{what} sprite image_path")
+        labels = None
+        labels_rel = f"{directory}/labels.npy" if directory else "labels.npy"
+        if os.path.lexists(os.path.join(logdir, labels_rel)):
+            data = read_confined(logdir, labels_rel, f"{what} labels.npy", MAX_METADATA_BYTES)
+            labels = np.load(io.BytesIO(data), allow_pickle=False)
         out.append(Embedding(tag=info.get("tag", name), step=int(info.get("step", step or 0)), tensor=tensor,
                              metadata=rows, metadata_header=header, sprite=sprite,
-                             kind=info.get("kind", "embedding"), info=info))
+                             kind=info.get("kind", "embedding"), info=info, labels=labels))
     return out
+
+
+def unmatched_note(embedding: Embedding) -> str:
+    """An empty string when the embedding's labels and samples ``x`` (if any) come one per point; else a sentence
+    saying which did not and that they are not paired with the points (they are kept in ``labels.npy`` /
+    ``samples.npy``)."""
+    points = len(embedding.tensor)
+    unmatched = []
+    for key, what in (("label_count", "labels"), ("x_count", "samples x")):
+        count = embedding.info.get(key)
+        if isinstance(count, int) and not isinstance(count, bool) and count != points:
+            unmatched.append(f"{count} {what}")
+    if not unmatched:
+        return ""
+    return (f"{' and '.join(unmatched)} for {points} points: only one per point can be paired, so the points are "
+            f"shown without them")
