@@ -18,8 +18,9 @@ import urllib.request
 import numpy as np
 
 DEFAULT_URL = "https://oneflow-public.oss-cn-beijing.aliyuncs.com/datasets/mnist.npz"
-# sha256 of the Keras mnist.npz, which is the file OneFlow serves.
-DEFAULT_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"
+# OneFlow's own pin for the file at its URL (its load_mnist default). Keras's mnist.npz is another file
+# (sha256 731c5ac6...): pass that as hash_check along with Keras's URL.
+DEFAULT_SHA256 = "63d4344077849053dc3036b247fa012b2b381de53fd055a66b539dffd76cf08e"
 
 _CHUNK = 1 << 16
 _PROGRESS_INTERVAL = 0.1  # seconds; keeps the progress line to ~10 updates/s
