@@ -1,5 +1,6 @@
 """The ``flowlab`` command: ``flowlab demo`` (train the digits MLP, log summaries, show them live) and
-``flowlab serve`` (the dashboard for a logdir)."""
+``flowlab serve`` (the dashboard for a logdir); ``flowlab --version`` prints the version. Without a command it
+prints its help and exits with status 2, as argparse does for other usage errors."""
 from __future__ import annotations
 
 import argparse
@@ -103,6 +104,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="flowlab",
         description="See inside a network while it trains: OneFlow-0.x-style jobs on CuPy/NumPy.")
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"flowlab {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = sub.add_parser("demo", help="train a small model on bundled data, log summaries and show them live")
@@ -131,9 +134,9 @@ def main(argv=None):
     serve.set_defaults(run=_serve)
 
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
+    if args.command is None:                # a usage error: scripts must not take it for a successful run
+        parser.print_help(sys.stderr)
+        return 2
     if args.command == "demo" and (args.epochs <= 0 or args.batch_size <= 0):
         parser.error("--epochs and --batch-size must be positive")
     if not 0 <= args.port <= 65535:

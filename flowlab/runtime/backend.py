@@ -138,7 +138,8 @@ def _probe_cupy():
     try:
         import cupy
     except ImportError as e:
-        return None, f"CuPy is not installed ({e.name or e}); install flowlab[cuda12] or flowlab[cuda13]"
+        missing = "CuPy is not installed" if e.name in (None, "cupy") else f"CuPy needs {e.name}, which is missing"
+        return None, f"{missing}; install flowlab[cuda12] or flowlab[cuda13] to use one"
     try:
         if not cupy.cuda.is_available():
             return None, "CuPy found no CUDA device"
@@ -165,7 +166,7 @@ def select(device: str | None = None) -> Backend:
         raise DeviceError(f"FLOWLAB_DEVICE=gpu asks for a GPU, but {reason}")
     else:
         _current = NUMPY
-        log.info("flowlab: no usable GPU (%s); running on NumPy", reason)
+        log.info("flowlab: running on NumPy without a GPU, as %s.", reason)
     return _current
 
 

@@ -1,0 +1,84 @@
+"""The ``flowlab`` command's own behaviour (``--version``, no command), ``flowlab.dashboard.show`` outside and inside a
+Jupyter kernel, and the one log line that says flowlab runs on NumPy."""
+import logging
+import re
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+import flowlab
+from flowlab.errors import DeviceError
+from flowlab.runtime import backend
+
+
+def flowlab_command(*args):
+    return subprocess.run([sys.executable, "-m", "flowlab.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_version_prints_the_version():
+    done = flowlab_command("--version")
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"flowlab {flowlab.__version__}\n", "")
+
+
+def test_no_command_prints_usage_and_fails_as_argparse_does():
+    done = flowlab_command()
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("usage: flowlab [-h] [--version] COMMAND")
+    assert "demo" in done.stderr and "serve" in done.stderr
+
+
+def test_show_outside_jupyter_prints_the_url(tmp_path, capsys):
+    from flowlab.dashboard import show
+    handle = show(tmp_path)
+    try:
+        out = capsys.readouterr().out
+        assert out == f"flowlab dashboard for {tmp_path} at {handle.url}  (stop it with .stop())\n"
+        assert "IFrame" not in out and re.fullmatch(r"http://127\.0\.0\.1:\d+/", handle.url)
+        with urllib.request.urlopen(handle.url, timeout=30) as response:
+            assert response.status == 200
+    finally:
+        handle.stop()
+
+
+def test_show_in_a_jupyter_kernel_displays_an_iframe(tmp_path, capsys, monkeypatch):
+    import IPython
+    import IPython.display
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: type("Kernel", (), {"kernel": object()})())
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    from flowlab.dashboard import show
+    handle = show(tmp_path, height=500)
+    try:
+        (frame,) = shown
+        assert isinstance(frame, IPython.display.IFrame) and (frame.src, frame.height) == (handle.url, 500)
+        assert capsys.readouterr().out == ""
+    finally:
+        handle.stop()
+
+
+class Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def test_running_on_numpy_is_said_in_one_plain_sentence(monkeypatch):
+    monkeypatch.setattr(backend, "_current", backend._current)      # restored after the test
+    monkeypatch.setitem(sys.modules, "cupy", None)                  # import cupy fails, as without CuPy
+    lines = Lines()
+    logger = logging.getLogger("flowlab")           # flowlab's own logger (it does not propagate to the root)
+    logger.addHandler(lines)
+    try:
+        assert backend.select("auto") is backend.NUMPY
+    finally:
+        logger.removeHandler(lines)
+    assert lines.lines == ["flowlab: running on NumPy without a GPU, as CuPy is not installed; install "
+                           "flowlab[cuda12] or flowlab[cuda13] to use one."]
+    with pytest.raises(DeviceError, match=r"^FLOWLAB_DEVICE=gpu asks for a GPU, but CuPy is not installed; "
+                                          r"install flowlab\[cuda12\] or flowlab\[cuda13\] to use one$"):
+        backend.select("gpu")
