@@ -116,12 +116,59 @@ def check_debug_diverging(nb):
     assert float(re.search(r"final test accuracy: ([0-9.]+)", out).group(1)) > 0.9
 
 
+def check_summaries_dashboard(nb):
+    out = text_output(nb)
+    assert "Traceback" not in out
+    written = re.search(r"written by the in-job API: (\[.*\])", out).group(1)
+    assert written == "['events.out.tfevents.*', 'points_00001', 'projector_config.pbtxt', 'structure_graph.json']"
+    # flowlab's reader found every kind, from both APIs
+    oneflow = out[out.index("\noneflow_api\n"):out.index("\nsummary_writer\n")]
+    for line in ("scalars    {'accuracy': 1, 'scalar': 10}", "histograms {'histogram': 10}",
+                 "images     {'image': '16x16x2'}", "text       {'text': ['vgg16', 'resnet50', 'mask-rcnn', 'yolov3']}",
+                 "graphs     1", "projector  [('points', 1, (30, 8))]"):
+        assert line in oneflow, line
+    assert "hparams    {'dense_layers': 5.0, 'learning_rate': 0.02, 'optimizer': 'adam'}" in oneflow
+    torch = out[out.index("\nsummary_writer\n"):out.index("\nsummary_writer/curves_a\n")]
+    for line in ("scalars    {'final_loss': 1, 'train/loss': 20}", "histograms {'hidden/weight': 20}",
+                 "images     {'batch': '16x16x2', 'noise': '12x12x1'}", "text       {'notes': 'trained **20** steps'}",
+                 "hparams    {'hidden': 16.0, 'lr': 0.1}", "graphs     1", "projector  [('points', 0, (30, 8))]"):
+        assert line in torch, line
+    assert out.count("scalars    {'curves': 20}") == 2                  # add_scalars: a run per curve
+    # the dashboard was shown (an IFrame of its URL), answered, and stopped
+    frames = [o.data["text/html"] for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
+              if "text/html" in o.get("data", {})]
+    assert len(frames) == 1 and re.search(r'<iframe[^>]*src="http://127\.0\.0\.1:\d+/"', frames[0], re.S)
+    assert "the dashboard answered HTTP 200 with Bokeh in the page" in out
+    assert "stopped: the URL no longer answers" in out
+
+
+def check_checkpoints_finetuning(nb):
+    out = text_output(nb)
+    assert "Traceback" not in out
+    assert float(re.search(r"digits: .* test accuracy ([0-9.]+)", out).group(1)) > 0.9
+    assert out.count("equal to the trained values: True") == 2              # CheckPoint.save and checkpoint.save
+    assert re.search(r"warning: checkpoint '<models>/digits_checkpoint' has no values for variables "
+                     r"\['parity_head-weight', 'parity_head-bias', 'parity_head-weight-momentum', "
+                     r"'parity_head-bias-momentum'\]", out)
+    pattern = r"{}: hidden loaded from the checkpoint: (\w+); first loss ([0-9.]+), last ([0-9.]+); parity " \
+              r"accuracy ([0-9.]+)"
+    tuned = re.search(pattern.format("fine-tuned"), out).groups()
+    scratch = re.search(pattern.format("from scratch"), out).groups()
+    assert tuned[0] == "True" and scratch[0] == "False"
+    (t_first, t_last, t_accuracy), (s_first, s_last, s_accuracy) = map(float, tuned[1:]), map(float, scratch[1:])
+    assert t_last < t_first and s_last < s_first                            # both train
+    assert t_last < s_last and t_accuracy > s_accuracy > 0.6                # the trained backbone helps
+    assert t_accuracy > 0.8
+
+
 CHECKS = {
     "01_train_digits.ipynb": check_train_digits,
     "02_watch_relu.ipynb": check_watch_relu,
     "03_watch_diff.ipynb": check_watch_diff,
     "04_watch_scope.ipynb": check_watch_scope,
     "05_debug_diverging.ipynb": check_debug_diverging,
+    "06_summaries_dashboard.ipynb": check_summaries_dashboard,
+    "07_checkpoints_finetuning.ipynb": check_checkpoints_finetuning,
 }
 
 
