@@ -17,7 +17,7 @@ import numpy as np
 from bokeh.core.properties import value
 from bokeh.layouts import column, row
 from bokeh.models import (AllIndices, AllLabels, BasicTickFormatter, BasicTicker, CDSView, Checkbox,
-                          ColumnDataSource, CustomJS, CustomJSHover, DataRange1d, Div, HoverTool, Line, LinearAxis,
+                          ColumnDataSource, CustomJS, CustomJSHover, CustomJSTickFormatter, DataRange1d, Div, HoverTool, Line, LinearAxis,
                           LinearScale, Patches, Plot, Quad, Range1d, Segment, Title, UnionRenderers, VArea)
 from bokeh.plotting import figure
 from colorcet import palette as colorcet_palettes
@@ -341,6 +341,15 @@ class CardParts:
         self.scale = LinearScale()
         self.all_rows = AllIndices()
         self.selection = UnionRenderers()
+        self._steps = None
+
+    @property
+    def step_formatter(self):
+        """Tick labels of a step axis: none below step 0 (where offset ridges rise above the first step, ``-100``
+        would read as a step), thousands separated."""
+        if self._steps is None:
+            self._steps = CustomJSTickFormatter(code="return tick < 0 ? '' : tick.toLocaleString('en-US');")
+        return self._steps
 
     def source(self, data, **kwargs):
         return ColumnDataSource(data, selection_policy=self.selection, **kwargs)
@@ -348,16 +357,16 @@ class CardParts:
     def add_glyph(self, fig, source, glyph, **kwargs):
         return fig.add_glyph(source, glyph, view=CDSView(filter=self.all_rows), **kwargs)
 
-    def axis(self, label, **kwargs):
+    def axis(self, label, formatter=None, **kwargs):
         # no minor ticks: a page of cards is relaid out as a whole, and every drawn part of every card adds style
         # lookups to it (BokehJS reads each visual's colours through getComputedStyle)
-        return LinearAxis(axis_label=label, ticker=self.ticker, formatter=self.formatter,
+        return LinearAxis(axis_label=label, ticker=self.ticker, formatter=formatter or self.formatter,
                           major_label_policy=self.labels, major_label_text_font_size="8pt",
                           axis_label_text_font_size="8pt", minor_tick_line_color=None, **kwargs)
 
 
 def card_figure(title, subtitle, parts, width=WIDTH, height=HEIGHT, x_axis_label=None, y_axis_label=None,
-                y_range=None):
+                y_range=None, y_formatter=None):
     """A dashboard card that is one figure (one canvas: no DOM layout of its own for BokehJS to measure): ``title``
     (the tag) in bold over ``subtitle`` (the run) in grey, both canvas text (never parsed as HTML), and a thin frame;
     ``parts`` the view's ``CardParts``.
@@ -374,7 +383,7 @@ def card_figure(title, subtitle, parts, width=WIDTH, height=HEIGHT, x_axis_label
                border_fill_color="white", outline_line_color="#dddddd", syncable=False,
                title=Title(text=str(title), text_font_size="10pt", text_font_style="bold"))
     fig.add_layout(parts.axis(x_axis_label), "below")
-    fig.add_layout(parts.axis(y_axis_label), "left")
+    fig.add_layout(parts.axis(y_axis_label, formatter=y_formatter), "left")
     # A title added "above" sits between the figure's own title and the plot.
     # (grey in the dashboard's dark scheme too, which sets every title's colour through --bk-text-color)
     fig.add_layout(Title(text=str(subtitle), text_font_size="8pt", text_font_style="normal", text_color="#777777",
@@ -442,7 +451,8 @@ class HistogramCard:
                  height=300):
         self.parts, self.name = parts, name
         self.figure = card_figure(title, subtitle, parts, width, height, x_axis_label="value", y_axis_label="step",
-                                  y_range=DataRange1d(flipped=True, range_padding=0.02))
+                                  y_range=DataRange1d(flipped=True, range_padding=0.02),
+                                  y_formatter=parts.step_formatter)
         self.sources, self.colors = [source], colors
         # The drawn outlines are built in the page after the first paint: an undrawn glyph over the server's rows
         # gives the ranges their extent from the start (else BokehJS warns "could not set initial ranges")
