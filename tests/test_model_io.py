@@ -9,25 +9,7 @@ import flowlab as flow
 import flowlab.typing as tp
 from flowlab.errors import CheckpointError
 from flowlab.runtime import session
-
-
-def define_jobs(width=16):
-    """A train job and a predict job sharing the MLP's variables by name."""
-    def mlp(x):
-        h = flow.layers.dense(x, width, activation=flow.nn.relu, name="h")
-        return flow.layers.dense(h, 3, name="out")
-
-    @flow.global_function(type="train")
-    def train_job(x: tp.Numpy.Placeholder((8, 4)), y: tp.Numpy.Placeholder((8,), dtype=flow.int32)) -> tp.Numpy:
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, mlp(x))
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
-        return loss
-
-    @flow.global_function()
-    def predict_job(x: tp.Numpy.Placeholder((8, 4))) -> tp.Numpy:
-        return mlp(x)
-
-    return train_job, predict_job
+from test_checkpoint import assert_values_equal, batch, define_jobs, host_values
 
 
 def define_linear():
@@ -36,21 +18,6 @@ def define_linear():
     def linear(x: tp.Numpy.Placeholder((2, 4))) -> tp.Numpy:
         return flow.layers.dense(x, 3, name="lin")
     return linear
-
-
-def batch(i):
-    rng = np.random.default_rng(i)
-    return rng.standard_normal((8, 4)).astype(np.float32), rng.integers(0, 3, 8).astype(np.int32)
-
-
-def host_values():
-    return {name: np.array(v.value, copy=True) for name, v in session.default().variables.items()}
-
-
-def assert_values_equal(a, b):
-    assert a.keys() == b.keys()
-    for name in a:
-        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
 def test_checkpoint_save_loads_through_CheckPoint_and_CheckPoint_save_through_load_variables(tmp_path):
