@@ -161,6 +161,32 @@ def check_checkpoints_finetuning(nb):
     assert t_accuracy > 0.8
 
 
+def check_multi_device(nb):
+    out = text_output(nb)
+    assert "Traceback" not in out and "Warning" not in out
+    # the consistent view: 2 devices train as 1 from the same initial weights, the losses come back whole
+    runs = re.findall(r"(\d) device\(s\): 42 steps, losses per step \(100,\), mean loss first ([0-9.]+) last "
+                      r"([0-9.]+), test accuracy ([0-9.]+)", out)
+    assert [devices for devices, *_ in runs] == ["1", "2"]
+    (_, *one), (_, *two) = runs
+    assert one == two                                                # printed to 4 decimals
+    first, last, accuracy = map(float, one)
+    assert last < first / 5 and accuracy > 0.9                       # it trains
+    for what in ("losses", "final weights"):
+        assert float(re.search(rf"max abs difference of the {what}, 2 devices vs 1: (\S+)", out).group(1)) < 1e-5
+    assert float(re.search(r"largest change of a weight during training: ([0-9.]+)", out).group(1)) > 0.1
+    # the mirrored view: one piece a device in, out and in the tp.ListNumpy watch handler
+    assert "watched hidden activations, per device: [(60, 64), (40, 64)]" in out
+    assert "predictions, per device: [(60,), (40,)]" in out
+    device_accuracies = [float(a) for a in re.findall(r"device [01]: accuracy ([0-9.]+)", out)]
+    assert len(device_accuracies) == 2 and min(device_accuracies) > 0.8
+    assert re.search(r"FeedError: job mirrored_predict argument 'images': expected a list of 2 numpy.ndarray, one "
+                     r"for each of the 2 devices .* got list of length 1", out)
+    assert re.search(r"FeedError: job consistent_predict argument 'images': the consistent view splits the batch "
+                     r".* but shape \(99, 1, 8, 8\) has 99 rows", out)
+    assert "after clear_default_session, devices: 1" in out
+
+
 CHECKS = {
     "01_train_digits.ipynb": check_train_digits,
     "02_watch_relu.ipynb": check_watch_relu,
@@ -169,6 +195,7 @@ CHECKS = {
     "05_debug_diverging.ipynb": check_debug_diverging,
     "06_summaries_dashboard.ipynb": check_summaries_dashboard,
     "07_checkpoints_finetuning.ipynb": check_checkpoints_finetuning,
+    "08_multi_device.ipynb": check_multi_device,
 }
 
 
