@@ -1,6 +1,6 @@
-"""Several logical devices on one machine (flow.config.gpu_device_num / cpu_device_num): OneFlow's mirrored and
-consistent programs run as written, n devices train exactly as one device on the whole batch, feeds are split and
-results and watches joined as OneFlow did."""
+"""Several logical devices on one machine (flow.config.gpu_device_num / cpu_device_num): programs written for
+OneFlow's mirrored and consistent views run as written, n devices train exactly as one device on the whole batch,
+feeds are split and results and watches joined as OneFlow did."""
 import os
 import subprocess
 import sys
@@ -14,6 +14,9 @@ import flowlab.typing as tp
 from flowlab.errors import AnomalyError, FeedError, TraceError
 from flowlab.runtime import session
 from flowlab.watching import TensorStats
+
+from oneflow_programs import (BATCH, CONSISTENT_TWO_DEVICES, MIRRORED_TWO_DEVICES, MLP_PRETRAIN,
+                              printed_losses, write_mnist)
 
 FEATURES, HIDDEN, CLASSES = 12, 16, 5
 
@@ -98,173 +101,33 @@ def test_four_devices_train_as_one():
         np.testing.assert_allclose(four[name], one[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-# ------------------------------------------------------------------------------------- OneFlow's tutorial programs
-# OneFlow's extended_topics mirrored_strategy.py and consistent_strategy.py, only the import changed.
+# ------------------------------------------------------------------------------------- user programs
+# Two-device programs as a OneFlow 0.x user writes them (tests/oneflow_programs.py), each run as its own process.
 
-MIRRORED_TUTORIAL = '''
-import numpy as np
-import flowlab as flow
-import flowlab.typing as tp
-
-BATCH_SIZE = 100
-GPU_NUM = 2
-BATCH_SIZE_PER_GPU = int(BATCH_SIZE / GPU_NUM)
-
-
-def get_train_config():
-    config = flow.function_config()
-    config.default_data_type(flow.float)
-    config.default_logical_view(flow.scope.mirrored_view())
-    return config
-
-
-@flow.global_function(type="train", function_config=get_train_config())
-def train_job(
-    images: tp.ListNumpy.Placeholder((BATCH_SIZE_PER_GPU, 1, 28, 28), dtype=flow.float),
-    labels: tp.ListNumpy.Placeholder((BATCH_SIZE_PER_GPU,), dtype=flow.int32),
-) -> tp.ListNumpy:
-    initializer = flow.truncated_normal(0.1)
-    reshape = flow.reshape(images, [images.shape[0], -1])
-    hidden = flow.layers.dense(
-        reshape,
-        512,
-        activation=flow.nn.relu,
-        kernel_initializer=initializer,
-        name="dense1",
-    )
-    logits = flow.layers.dense(
-        hidden, 10, kernel_initializer=initializer, name="dense2"
-    )
-    loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
-
-    lr_scheduler = flow.optimizer.PiecewiseConstantScheduler([], [0.1])
-    flow.optimizer.SGD(lr_scheduler, momentum=0).minimize(loss)
-    return loss
-
-
-if __name__ == "__main__":
-    flow.config.gpu_device_num(2)  # 设置GPU数目
-    check_point = flow.train.CheckPoint()
-    check_point.init()
-    (train_images, train_labels), (test_images, test_labels) = flow.data.load_mnist(
-        BATCH_SIZE
-    )
-
-    for i, (images, labels) in enumerate(zip(train_images, train_labels)):
-        images1 = images[:BATCH_SIZE_PER_GPU]
-        images2 = images[BATCH_SIZE_PER_GPU:]
-        labels1 = labels[:BATCH_SIZE_PER_GPU]
-        labels2 = labels[BATCH_SIZE_PER_GPU:]
-
-        imgs_list = [images1, images2]
-        labels_list = [labels1, labels2]
-
-        loss = train_job(imgs_list, labels_list)
-        total_loss = np.array([*loss[0], *loss[1]])
-        if i % 20 == 0:
-            print(total_loss.mean())
-'''
-
-CONSISTENT_TUTORIAL = '''
-import numpy as np
-import flowlab as flow
-import flowlab.typing as tp
-
-BATCH_SIZE = 100
-
-
-def lenet(data, train=False):
-    initializer = flow.truncated_normal(0.1)
-    conv1 = flow.layers.conv2d(
-        data,
-        32,
-        5,
-        padding="SAME",
-        activation=flow.nn.relu,
-        kernel_initializer=initializer,
-        name="conv1",
-    )
-    pool1 = flow.nn.max_pool2d(conv1, ksize=2, strides=2, padding="SAME", name="pool1")
-    conv2 = flow.layers.conv2d(
-        pool1,
-        64,
-        5,
-        padding="SAME",
-        activation=flow.nn.relu,
-        kernel_initializer=initializer,
-        name="conv2",
-    )
-    pool2 = flow.nn.max_pool2d(conv2, ksize=2, strides=2, padding="SAME", name="pool2")
-    reshape = flow.reshape(pool2, [pool2.shape[0], -1])
-    hidden = flow.layers.dense(
-        reshape,
-        512,
-        activation=flow.nn.relu,
-        kernel_initializer=initializer,
-        name="hidden",
-    )
-    if train:
-        hidden = flow.nn.dropout(hidden, rate=0.5)
-    return flow.layers.dense(
-        hidden, 10, kernel_initializer=initializer, name="outlayer"
-    )
-
-
-@flow.global_function(type="train")
-def train_job(
-    images: tp.Numpy.Placeholder((BATCH_SIZE, 1, 28, 28), dtype=flow.float),
-    labels: tp.Numpy.Placeholder((BATCH_SIZE,), dtype=flow.int32),
-) -> tp.Numpy:
-    logits = lenet(images, train=True)
-    loss = flow.nn.sparse_softmax_cross_entropy_with_logits(
-        labels, logits, name="softmax_loss"
-    )
-    lr_scheduler = flow.optimizer.PiecewiseConstantScheduler([], [0.1])
-    flow.optimizer.SGD(lr_scheduler, momentum=0).minimize(loss)
-    return loss
-
-
-if __name__ == "__main__":
-    flow.config.gpu_device_num(2)
-    check_point = flow.train.CheckPoint()
-    check_point.init()
-    (train_images, train_labels), (test_images, test_labels) = flow.data.load_mnist(
-        BATCH_SIZE
-    )
-
-    for epoch in range(50):
-        for i, (images, labels) in enumerate(zip(train_images, train_labels)):
-            loss = train_job(images, labels)
-            if i % 20 == 0:
-                print(loss.mean())
-'''
-
-
-def run_tutorial(tmp_path, source, batches):
-    """Run a tutorial program unchanged (flowlab imported as flow) on a small mnist.npz of ``batches`` batches of
-    100, in a subprocess; one epoch (the consistent program's 50 epochs become 1 through its range)."""
-    rng = np.random.default_rng(0)
-    n = 100 * batches
-    np.savez(tmp_path / "mnist.npz", x_train=rng.integers(0, 256, (n, 28, 28), dtype=np.uint8),
-             y_train=rng.integers(0, 10, n).astype(np.uint8),
-             x_test=rng.integers(0, 256, (100, 28, 28), dtype=np.uint8),
-             y_test=rng.integers(0, 10, 100).astype(np.uint8))
-    (tmp_path / "program.py").write_text(source.replace("range(50)", "range(1)"))
+def run_program(directory, source, n_train):
+    """Run ``source`` as ``python program.py`` in ``directory`` beside a generated mnist.npz of ``n_train`` training
+    images; return the losses it printed, by step."""
+    directory.mkdir(exist_ok=True)
+    write_mnist(directory, n_train=n_train, n_test=BATCH)
+    (directory / "program.py").write_text(source)
     env = dict(os.environ, FLOWLAB_DEVICE="cpu")
-    done = subprocess.run([sys.executable, "program.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "program.py"], cwd=directory, env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr
-    return [float(line) for line in done.stdout.split()]
+    return printed_losses(done.stdout)
 
 
-def test_oneflows_mirrored_tutorial_runs_on_two_devices(tmp_path):
-    losses = run_tutorial(tmp_path, MIRRORED_TUTORIAL, batches=21)
-    assert len(losses) == 2 and all(np.isfinite(losses))
+def test_mirrored_program_on_two_devices_prints_the_one_device_programs_losses(tmp_path):
+    two = run_program(tmp_path / "two", MIRRORED_TWO_DEVICES, n_train=21 * BATCH)
+    one = run_program(tmp_path / "one", MLP_PRETRAIN, n_train=21 * BATCH)      # the same MLP on one device
+    assert sorted(two) == [0, 10, 20] and all(np.isfinite(list(two.values())))
+    assert two[20] < two[0]
+    np.testing.assert_allclose([two[s] for s in sorted(two)], [one[s] for s in sorted(two)], rtol=1e-5)
 
 
-def test_oneflows_consistent_tutorial_runs_on_two_devices(tmp_path):
-    losses = run_tutorial(tmp_path, CONSISTENT_TUTORIAL, batches=1)
-    assert len(losses) == 1 and np.isfinite(losses[0])
+def test_consistent_program_runs_on_two_devices(tmp_path):
+    losses = run_program(tmp_path, CONSISTENT_TWO_DEVICES, n_train=2 * BATCH)
+    assert list(losses) == [0] and np.isfinite(losses[0])
 
 
 def test_mirrored_returns_each_devices_piece_and_blobs_give_both():
