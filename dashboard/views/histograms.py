@@ -29,6 +29,7 @@ from bokeh.layouts import row
 from bokeh.models import DataRange1d, LinearColorMapper, RadioButtonGroup, Slider, Title
 from bokeh.palettes import Viridis256
 
+from flowlab.plots.data import StepBuckets
 from flowlab.plots.figures import HISTOGRAM_MODES, HistogramCard, card_figure, histogram_bars, nudge_next_turn
 
 from ..runs import run_colour
@@ -68,36 +69,55 @@ def ridge_columns(items, scale):
 
 class Groups:
     """At most ``max_items`` of the ``(step, buckets)`` offered, one per group of ``stride`` consecutive ones: the
-    widest of the group. ``items``: closed groups; ``latest``: the newest offered; ``open``: the widest of the group
-    still filling (``None`` when it is empty). ``take()`` is what a view must send since the last call:
-    ``("stream", new items)``, ``("replace", items)`` after groups doubled, or ``None``."""
+    widest of the group (``plots.data.StepBuckets`` with an argmax field). ``items``: closed groups; ``latest``: the
+    newest offered; ``open``: the widest of the group still filling (``None`` when none is). ``take()`` is what a view
+    must send since the last call: ``("stream", new items)``, ``("replace", items)`` after groups doubled, or
+    ``None``."""
 
     def __init__(self, max_items=MAX_STEPS):
-        self.max_items = max(2, int(max_items))
-        self.items, self.stride, self.latest = [], 1, None
-        self.open, self._filled = None, 0
-        self._new, self._doubled = 0, False
+        self.buckets = StepBuckets(max(2, int(max_items)) + 1, {"width": "max", "item": ("argmax", "width")})
+        self.latest = None
+        self._items: dict[int, tuple] = {}          # offer number -> item, for the groups' representatives
+        self._offers = 0
+        self._sent, self._stride = 0, 1
+
+    @property
+    def stride(self):
+        return self.buckets.stride
+
+    @property
+    def _closed(self):
+        b = self.buckets
+        return b.count if b.count and b.n[b.count - 1] >= b.stride else max(0, b.count - 1)
+
+    @property
+    def items(self):
+        return [self._items[int(i)] for i in self.buckets.fields["item"][:self._closed]]
+
+    @property
+    def open(self):
+        b = self.buckets
+        return self._items[int(b.fields["item"][b.count - 1])] if self._closed < b.count else None
 
     def offer(self, item):
         self.latest = item
-        if self.open is None or _width(item[1]) > _width(self.open[1]):
-            self.open = item
-        self._filled += 1
-        if self._filled < self.stride:
-            return
-        self.items.append(self.open)
-        self.open, self._filled, self._new = None, 0, self._new + 1
-        if len(self.items) > self.max_items:
-            if len(self.items) % 2:             # an odd last group becomes the first half of the open group
-                self.open, self._filled = self.items.pop(), self.stride
-            self.items = [max(pair, key=lambda it: _width(it[1])) for pair in zip(self.items[::2], self.items[1::2])]
-            self.stride *= 2
-            self._doubled = True
+        self._items[self._offers] = item
+        self.buckets.extend([item[0]], {"width": [_width(item[1])], "item": [self._offers]})
+        self._offers += 1
+        if len(self._items) > 2 * self.buckets.max_buckets:        # forget the items no group holds any more
+            kept = set(self.buckets.fields["item"][:self.buckets.count].tolist())
+            self._items = {i: it for i, it in self._items.items() if i in kept}
 
     def take(self):
-        change = (("replace", list(self.items)) if self._doubled else
-                  ("stream", self.items[-self._new:]) if self._new else None)
-        self._new, self._doubled = 0, False
+        closed = self._closed
+        if self.buckets.stride != self._stride:
+            change = ("replace", self.items)
+        elif closed > self._sent:
+            change = ("stream", self.items[self._sent:closed])
+        else:
+            change = None
+        self._sent, self._stride = closed, self.buckets.stride
+        self.buckets.take()
         return change
 
 

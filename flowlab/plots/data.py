@@ -54,7 +54,8 @@ class StepBuckets:
     one thinning of per-step summaries (a live widget's trend, a Distributions card).
 
     Each field of a row folds into its bucket by a rule: ``"sum"``, ``"min"``, ``"max"`` or ``"any"`` (a field may be
-    a vector: shape ``(k, width)``). A bucket holds ``stride`` steps once full; when a new bucket would pass
+    a vector: shape ``(k, width)``), or ``("argmax", key)``: the field's value in the row whose ``key`` field is
+    largest (the earliest such row: a bucket's representative, e.g. the index of its widest histogram). A bucket holds ``stride`` steps once full; when a new bucket would pass
     ``max_buckets``, neighbours merge pairwise by the same rules and each bucket holds twice as many steps from then on
     (a run of a million steps costs what a short one does, and its start stays visible). ``first``/``last`` are a
     bucket's first and newest step, ``n`` its steps. ``extend`` takes many rows at once, in NumPy (a bucket's rows
@@ -69,8 +70,14 @@ class StepBuckets:
         if not isinstance(max_buckets, int) or isinstance(max_buckets, bool) or max_buckets < 2:
             raise ValueError(f"StepBuckets: max_buckets must be an int of at least 2, got {max_buckets!r}")
         self.max_buckets = max_buckets
-        self.rules = {}
+        self.rules, self.argmax = {}, {}
         for name, rule in fields.items():
+            if isinstance(rule, tuple) and rule[0] == "argmax":
+                if fields.get(rule[1]) != "max":
+                    raise ValueError(f"StepBuckets: field {name!r} follows the largest {rule[1]!r}, which must be a "
+                                     f"field with rule 'max'")
+                self.argmax[name] = rule[1]
+                continue
             rule, width = (rule, None) if isinstance(rule, str) else rule
             if rule not in self._REDUCE:
                 raise ValueError(f"StepBuckets: field {name!r} has rule {rule!r}; expected one of {sorted(self._REDUCE)}")
@@ -81,6 +88,7 @@ class StepBuckets:
         self.fields = {name: np.full((cap,) if width is None else (cap, width), self._EMPTY[rule],
                                      bool if rule == "any" else np.float64)
                        for name, (rule, width) in self.rules.items()}
+        self.fields.update({name: np.full(cap, -1, np.int64) for name in self.argmax})
         self.count, self.stride = 0, 1
         self._changed = 0
 
@@ -90,7 +98,7 @@ class StepBuckets:
     def extend(self, steps, values):
         """Fold rows ``steps`` (increasing) with ``values`` ``{field: array of len(steps) rows}`` into the buckets."""
         steps = np.asarray(steps, np.int64)
-        values = {name: np.asarray(values[name]) for name in self.rules}
+        values = {name: np.asarray(values[name]) for name in (*self.rules, *self.argmax)}
         at = 0
         while at < len(steps):
             b = self.count - 1
@@ -109,6 +117,12 @@ class StepBuckets:
             new = slice(self.count, self.count + len(starts))
             self.first[new], self.last[new] = steps[starts], steps[np.minimum(starts + self.stride, at + take) - 1]
             self.n[new] = np.diff(np.append(starts, at + take))
+            for name, key in self.argmax.items():            # the earliest row holding its bucket's largest key
+                rows = values[key][at:at + take]
+                largest = np.maximum.reduceat(rows, starts - at)
+                is_max = rows == np.repeat(largest, self.n[new])
+                index = np.where(is_max, np.arange(take), take)
+                self.fields[name][new] = values[name][at:at + take][np.minimum.reduceat(index, starts - at)]
             for name, (rule, _) in self.rules.items():
                 self.fields[name][new] = self._REDUCE[rule].reduceat(values[name][at:at + take], starts - at, axis=0)
             self._changed = min(self._changed, self.count)
@@ -118,6 +132,11 @@ class StepBuckets:
     def _fold(self, b, rows, steps, values):
         self.last[b] = steps[rows.stop - 1]
         self.n[b] += rows.stop - rows.start
+        for name, key in self.argmax.items():                # before the key itself moves on
+            new = values[key][rows]
+            i = int(np.argmax(new))
+            if new[i] > self.fields[key][b]:
+                self.fields[name][b] = values[name][rows][i]
         for name, (rule, _) in self.rules.items():
             reduce = self._REDUCE[rule]
             self.fields[name][b] = reduce(self.fields[name][b], reduce.reduce(values[name][rows], axis=0))
@@ -130,6 +149,9 @@ class StepBuckets:
         last = self.count - 1
         tail = (self.first[last], self.last[last], self.n[last], {f: v[last].copy() for f, v in self.fields.items()})
         self.first[:k], self.last[:k], self.n[:k] = self.first[a], self.last[b], self.n[a] + self.n[b]
+        for name, key in self.argmax.items():                # before the keys merge
+            v, keys = self.fields[name], self.fields[key]
+            v[:k] = np.where(keys[b] > keys[a], v[b], v[a])
         for name, (rule, _) in self.rules.items():
             v = self.fields[name]
             v[:k] = self._REDUCE[rule](v[a], v[b])
@@ -140,6 +162,8 @@ class StepBuckets:
         self.count = k + odd
         for name, (rule, _) in self.rules.items():      # the freed slots are empty again
             self.fields[name][self.count:] = self._EMPTY[rule]
+        for name in self.argmax:
+            self.fields[name][self.count:] = -1
         self.stride *= 2
         self._changed = 0
 
