@@ -13,11 +13,13 @@ from .initializers import (constant_initializer, glorot_normal_initializer, glor
                            random_uniform, random_uniform_initializer, truncated_normal,
                            truncated_normal_initializer, variance_scaling_initializer, xavier_normal_initializer,
                            xavier_uniform_initializer, zeros_initializer)
-from .job import Blob, global_function
+from .blob import Blob
+from .job import global_function
 from .config import FunctionConfig, function_config
 from .ops.array import cast, concat, constant, identity, reshape, transpose
 from .ops.math import matmul
 from .ops.variables import get_variable
+from .runtime import session as _session
 from .runtime.session import clear as clear_default_session
 from .typing import FixedTensorDef, MirroredTensorDef
 from .watching import watch, watch_diff, watch_scope
@@ -27,8 +29,7 @@ optimizer = optim
 
 def sync_default_session():
     """Wait until every job call and every watch callback it started has finished."""
-    from .runtime import session
-    session.default().sync()
+    _session.default().sync()
 
 
 # One log line says which backend runs (GPU or NumPy); users can silence it through logging as usual.

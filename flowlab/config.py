@@ -1,6 +1,7 @@
 """``flow.config`` (process settings) and ``flow.function_config()`` (per job settings)."""
 from __future__ import annotations
 
+from . import optim
 from .dtypes import as_dtype, float32
 from .runtime import session
 
@@ -102,7 +103,6 @@ class _TrainConfig:
 
     def make_optimizer(self):
         """The optimizer that ``flow.losses.add_loss`` trains with (OneFlow's oldest training style)."""
-        from . import optim
         if self.lr is None:
             raise ValueError("flow.losses.add_loss needs config.train.primary_lr(lr) in the job's function_config")
         kind, conf = next(iter((self.model_update or {"naive_conf": {}}).items()))
@@ -125,6 +125,9 @@ class FunctionConfig:
         self.anomaly_detection = False
 
     def default_data_type(self, dtype):
+        """The dtype of the job's variables created without one (``flow.get_variable(dtype=None)``), as in OneFlow.
+        Placeholders keep their own dtype (``tp.Numpy.Placeholder(shape, dtype=flow.float32)``, as OneFlow's) and
+        layers make their weights in their input's dtype."""
         self.default_dtype = as_dtype(dtype, "default_data_type")
 
     def detect_anomaly(self, enabled=True):

@@ -12,48 +12,21 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-import typing
 
 import numpy as np
 
 from . import graph as g
 from . import typing as tp
-from .compiler import Delivery, compile_graph
-from .config import FunctionConfig
-from .errors import FeedError, TraceError
 from . import watching
+from .blob import return_converter
+from .compiler import compile_graph
+from .config import FunctionConfig
+from .delivery import Deliveries, resolve
+from .errors import FeedError, TraceError
+from .ops import apply
+from .ops import operators  # noqa: F401 - gives lazy tensors their Python operators (x + y) before any trace
+from .ops.array import Input
 from .runtime import backend, devices, dispatch, session
-
-
-class Blob:
-    """A job result or watched value on the host: ``.numpy()`` (or OneFlow's older ``.ndarray()``) gives the array;
-    NumPy attributes such as ``.mean()`` and ``.shape`` work directly. ``.numpy_list()`` (``.ndarray_list()``) gives
-    one array a device under the mirrored view, else ``[array]``."""
-
-    __slots__ = ("_array", "_pieces")
-
-    def __init__(self, array, pieces=None):
-        self._array = array
-        self._pieces = pieces
-
-    def numpy(self):
-        return self._array
-
-    ndarray = numpy
-
-    def numpy_list(self):
-        return [self._array] if self._pieces is None else self._pieces
-
-    ndarray_list = numpy_list
-
-    def __array__(self, dtype=None, copy=None):
-        return self._array if dtype is None else self._array.astype(dtype)
-
-    def __getattr__(self, name):
-        return getattr(self._array, name)
-
-    def __repr__(self):
-        return f"Blob({self._array!r})"
 
 
 class JobResult:
@@ -73,29 +46,6 @@ class JobResult:
         if not callable(callback):
             raise TypeError(f"async_get: callback must be callable, got {callback!r}")
         callback(self.get())
-
-
-def _return_kind(annotation):
-    """Describe the return annotation as a small tree: 'numpy' | 'list' | 'blob' | 'none' | ('callback', kind) | ..."""
-    if annotation is inspect.Signature.empty:
-        return "blob"
-    if annotation is None or annotation is type(None):
-        return "none"
-    if annotation is tp.Numpy:
-        return "numpy"
-    if annotation is tp.ListNumpy:
-        return "list"
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is tp.Callback:
-        return ("callback", _return_kind(args[0]) if args else "numpy")
-    if origin is tp.Bundle:
-        return ("bundle", _return_kind(args[0]) if args else "numpy")
-    if origin in (tuple, list):
-        return ("tuple", [_return_kind(a) for a in args])
-    if origin is dict:
-        return ("dict", _return_kind(args[1]))
-    raise TypeError(f"unsupported return annotation {annotation!r}: use tp.Numpy, tp.ListNumpy, tp.Callback[...], "
-                    "Tuple[...], Dict[str, ...] or None")
 
 
 def _flatten(value, where="the job's return value"):
@@ -122,33 +72,6 @@ def _flatten(value, where="the job's return value"):
     raise TypeError(f"{where} must be a tensor, a tuple/list/dict of tensors or None, got {type(value).__name__}")
 
 
-def _convert(value, kind):
-    """Host arrays -> what the annotation promises."""
-    if isinstance(value, devices.DeviceValues):
-        if kind == "list":
-            return value.pieces
-        if kind == "blob":
-            return Blob(value.whole, value.pieces)
-        value = value.whole
-    if kind == "numpy":
-        return value
-    if kind == "list":
-        return [value]
-    if kind == "blob":
-        return Blob(value)
-    if isinstance(kind, tuple) and kind[0] in ("bundle", "callback"):
-        return _convert_tree(value, kind[1])
-    return value
-
-
-def _convert_tree(value, kind):
-    if isinstance(value, (tuple, list)):
-        return type(value)(_convert_tree(v, kind) for v in value)
-    if isinstance(value, dict):
-        return {k: _convert_tree(v, kind) for k, v in value.items()}
-    return _convert(value, kind)
-
-
 def _signature(fn):
     """The job's signature with string annotations (``from __future__ import annotations``) evaluated."""
     try:
@@ -161,85 +84,33 @@ def _signature(fn):
 
 
 class _Compiled:
-    """One traced and compiled signature of a job, with the watch requests each plan delivery serves."""
+    """One traced and compiled signature of a job, with its watch deliveries (``flowlab.delivery``)."""
 
-    def __init__(self, graph, plan, rebuild, requests):
+    def __init__(self, graph, plan, rebuild, deliveries):
         self.graph = graph
         self.plan = plan
         self.rebuild = rebuild
-        self.requests = requests        # delivery index -> watch requests
+        self.deliveries = deliveries
         self.variables_ready = False    # once its variables have values they keep them: check on the first call only
-
-        self.delivered = []             # this call's (request, host copy, step), handed over in one piece
-
-    def emit(self, k, copy, step):
-        """Called by the plan as soon as a watched tensor is on its way to the host. A summary already on the host
-        goes to its ``watch_summary`` handler right here (see ``runtime.dispatch``); the rest waits for ``dispatch``."""
-        for request in self.requests[k]:
-            if request.inline and not callable(copy):
-                try:
-                    request.call(copy, step)
-                except BaseException as e:  # reported as the dispatcher reports its callbacks' errors
-                    dispatch.default().report(f"{request.describe} (call {step} of job {self.graph.name})", e)
-            else:
-                self.delivered.append((request, copy, step))
-
-    def dispatch(self):
-        """Hand this call's other deliveries to the dispatcher as one batch: one wake-up a call, however many
-        watches."""
-        if not self.delivered:
-            return
-        batch, self.delivered = self.delivered, []
-        dispatch.default().submit_batch(
-            [(lambda r=r, c=c, s=s: r.call(c() if callable(c) else c, s),
-              lambda r=r, s=s: f"{r.describe} (call {s} of job {self.graph.name})") for r, c, s in batch])
 
 
 class _DeviceCompiled(_Compiled):
     """One signature on several devices: a replica plan a device (``self.plan`` is device 0's, for ``job.plan()``),
-    each delivery's and output's pieces joined into ``DeviceValues`` (``runtime.devices``)."""
+    each output's pieces joined into ``DeviceValues`` (``runtime.devices``), each delivery's by ``deliveries``."""
 
-    def __init__(self, graph, replicas, rebuild, requests, view, kinds):
-        super().__init__(graph, replicas.plans[0], rebuild, requests)
+    def __init__(self, graph, replicas, rebuild, deliveries, view, kinds):
+        super().__init__(graph, replicas.plans[0], rebuild, deliveries)
         self.replicas = replicas
         self.view = view
         self.output_kinds = [kinds.get(t.id) for t in graph.outputs]
-        self.delivery_kinds = [kinds.get(r[0].target.id) for r in requests]
 
     def run(self, per_device_feeds, step):
-        n = len(per_device_feeds)
-        pieces = [[None] * n for _ in self.requests]
-
-        def emitter(r):
-            def emit(k, copy, step):
-                pieces[k][r] = copy
-            return emit
+        emitters, pieces = self.deliveries.replica_emitters(len(per_device_feeds))
         try:
-            results = self.replicas.run(per_device_feeds, step, [emitter(r) for r in range(n)])
+            results = self.replicas.run(per_device_feeds, step, emitters)
         finally:
-            self._deliver(pieces, step)
+            self.deliveries.join_replicas(pieces, step)
         return [devices.join(list(p), kind, self.view) for p, kind in zip(zip(*results), self.output_kinds)]
-
-    def _deliver(self, pieces, step):
-        for k, (copies, kind) in enumerate(zip(pieces, self.delivery_kinds)):
-            if any(c is None for c in copies):
-                continue            # not this call (every=N), or a replica failed before delivering
-            requests = [r for r in self.requests[k] if r.when is None or r.when()]
-            if requests:
-                joined = _LazyJoin(copies, kind, self.view)
-                self.delivered.extend((r, joined, step) for r in requests)
-
-
-class _LazyJoin:
-    """The joined value of one delivery, made on first use in the dispatcher thread (CuPy copies resolved there)."""
-
-    def __init__(self, copies, kind, view):
-        self._copies, self._kind, self._view, self._value = copies, kind, view, None
-
-    def __call__(self):
-        if self._value is None:
-            self._value = devices.join([c() if callable(c) else c for c in self._copies], self._kind, self._view)
-        return self._value
 
 
 class JobFunction:
@@ -252,7 +123,8 @@ class JobFunction:
         self.is_train = is_train
         self.config = config
         self.arg_names, self.arg_defs = self._arg_defs(fn)
-        self.return_kind = _return_kind(_signature(fn).return_annotation)
+        self.return_kind, self._convert = return_converter(_signature(fn).return_annotation,
+                                                           f"job function {fn.__qualname__}")
         self._compiled: dict[tuple, _Compiled] = {}
         self.step = 0                   # calls so far, over every signature: the train step of LR schedules, watches
         self._first_id = None
@@ -316,13 +188,14 @@ class JobFunction:
         return value
 
     # ------------------------------------------------------------------------------------------------ trace/compile
-    def _trace(self, shapes, devices=1):
-        graph = g.Graph(self.name, self.is_train)
+    def _trace(self, shapes, undo, devices=1):
+        """Trace the job function for these argument shapes into a graph, then declare its variables to the session
+        (``undo`` collects how to take the declarations back if compiling fails later)."""
+        graph = g.Graph(self.name, self.is_train, self.config.default_dtype)
         replay = self._first_id
         if replay is None:
             self._first_id = g.peek_unique_id()
-        from .ops import apply
-        from .ops.array import Input
+        sess = session.default()
         with g.trace_into(graph, replay):
             for d, shape in zip(self.arg_defs, shapes):
                 graph.placeholders.append(apply(Input, (), None, shape=shape, dtype=d.dtype))
@@ -332,11 +205,15 @@ class JobFunction:
             outputs, rebuild = _flatten(result, f"the return value of job {self.name}")
             graph.outputs = outputs
             if self.is_train:
+                # the forward trace succeeded; optimizers ask the session which of its variables are trainable
+                undo.append(sess.declare_all(list(graph.declarations.values()), self.name, True))
                 self._build_training(graph)
             elif graph.losses:
                 raise TraceError(f"job {self.name} calls minimize/add_loss but is a predict job; use "
                                  "@flow.global_function(type=\"train\")")
-            watching.resolve(graph, host=not backend.current().is_gpu, devices=devices)
+            resolve(graph, host=not backend.current().is_gpu, devices=devices)
+        # every variable (optimizer state included) once the whole trace has succeeded
+        undo.append(sess.declare_all(list(graph.declarations.values()), self.name, self.is_train))
         return graph, rebuild
 
     def _build_training(self, graph):
@@ -346,43 +223,29 @@ class JobFunction:
         for optimizer, loss in graph.losses:
             (optimizer or self.config.train.make_optimizer()).build(graph, loss, watched)
 
-    def _compile(self, shapes):
-        graph, rebuild = self._trace(shapes)
+    def _compile(self, shapes, undo):
+        graph, rebuild = self._trace(shapes, undo)
         sess = session.default()
-        index, deliveries, requests = {}, [], []
-        for request in graph.watches:          # one host copy serves every request on the same tensor and calls
-            delivery = Delivery(request.target, request.every, request.when, request.bins, request.put)
-            key = (request.target.id, *delivery[1:])
-            if key not in index:
-                index[key] = len(deliveries)
-                deliveries.append(delivery)
-                requests.append([])
-            requests[index[key]].append(request)
-        plan = compile_graph(graph, graph.outputs, backend.current(), sess.variables, deliveries,
+        deliveries = Deliveries(graph)
+        plan = compile_graph(graph, graph.outputs, backend.current(), sess.variables, deliveries.plan_deliveries,
                              rng_seed=[sess.seed, len(sess.jobs), sum(map(ord, self.name))],
                              check_anomaly=self.config.anomaly_detection)
-        return _Compiled(graph, plan, rebuild, requests)
+        return _Compiled(graph, plan, rebuild, deliveries)
 
-    def _compile_on_devices(self, device_shapes):
+    def _compile_on_devices(self, device_shapes, undo):
         """One replica plan a device; devices with the same feed shapes share one traced graph."""
         n, sess, be = len(device_shapes), session.default(), backend.current()
         traced = {}
         for shapes in device_shapes:
             if shapes not in traced:
-                traced[shapes] = self._trace(shapes, devices=n)
+                traced[shapes] = self._trace(shapes, undo, devices=n)
         graph, rebuild = traced[device_shapes[0]]
         view = self.config.logical_view
         kinds = devices.join_kinds(graph) if view == "consistent" else {}
-        requests, deliveries, index = [], [], {}
-        for request in graph.watches:          # the multi-device requests deliver tensors: one key a tensor
-            key = (request.target.id, request.every)
-            if key not in index:
-                index[key] = len(deliveries)
-                deliveries.append(Delivery(request.target, request.every))
-                requests.append([])
-            requests[index[key]].append(request)
+        deliveries = Deliveries(graph, view, kinds)
         if view == "consistent":
-            devices.check_joinable(graph, list(graph.outputs) + [d.tensor for d in deliveries], kinds, n)
+            devices.check_joinable(graph, list(graph.outputs) + [d.tensor for d in deliveries.plan_deliveries],
+                                   kinds, n)
         mode = devices.gradient_mode(graph, view)
         if be.is_gpu:
             mirrors = devices.gpu_mirrors(be.xp, sess.variables, n)
@@ -392,8 +255,7 @@ class JobFunction:
         plans = []
         for k, shapes in enumerate(device_shapes):
             replica_graph = traced[shapes][0]
-            # each replica's own graph: its deliveries are the same requests, in the same order
-            replica_deliveries = [Delivery(t, d.every) for t, d in zip(_delivery_targets(replica_graph), deliveries)]
+            replica_deliveries = deliveries.for_replica(replica_graph)
             replica_be = be if k == 0 or not be.is_gpu else backend.Backend("cupy", be.xp)
             compile_now = functools.partial(
                 compile_graph, replica_graph, replica_graph.outputs, replica_be, mirrors[k], replica_deliveries,
@@ -404,16 +266,39 @@ class JobFunction:
                     plans.append(compile_now())
             else:
                 plans.append(compile_now())
-        return _DeviceCompiled(graph, devices.Replicas(plans, reducer, gpu=be.is_gpu), rebuild, requests, view, kinds)
+        return _DeviceCompiled(graph, devices.Replicas(plans, reducer, gpu=be.is_gpu), rebuild, deliveries, view,
+                               kinds)
 
     def compiled(self, shapes=None):
         """The compiled signature for these argument shapes (declared shapes by default); traces on first use."""
         shapes = tuple(tuple(d.shape) for d in self.arg_defs) if shapes is None else shapes
         compiled = self._compiled.get(shapes)
         if compiled is None:
-            compiled = self._compiled[shapes] = self._compile(shapes)
+            compiled = self._compiled[shapes] = self._declaring(self._compile, shapes)
         self._last = compiled
         return compiled
+
+    @staticmethod
+    def _declaring(compile_, shapes):
+        """``compile_(shapes, undo)``; if it fails, the session's variables are as they were before."""
+        undo = []
+        try:
+            return compile_(shapes, undo)
+        except BaseException:
+            for step in reversed(undo):
+                step()
+            raise
+
+    def _ready_variables(self, compiled, stacklevel):
+        """Give the variables values on the first call of a signature; a predict job warns about variables that no
+        train job declares and no checkpoint loaded (``Session.warn_untrained``)."""
+        if compiled.variables_ready:
+            return
+        sess = session.default()
+        sess.initialize_missing()
+        if not self.is_train:
+            sess.warn_untrained(self.name, list(compiled.graph.declarations), stacklevel + 1)
+        compiled.variables_ready = True
 
     @property
     def traced(self) -> bool:
@@ -439,15 +324,13 @@ class JobFunction:
         dispatcher.raise_pending()
         with self._lock:
             compiled = self.compiled(tuple(a.shape for a in arrays))
-            if not compiled.variables_ready:
-                session.default().initialize_missing()
-                compiled.variables_ready = True
+            self._ready_variables(compiled, stacklevel=2)
             be = compiled.plan.backend
             feeds = [be.asarray(a) for a in arrays] if be.is_gpu else arrays
             try:
-                outputs = compiled.plan(feeds, self.step, compiled.emit)
+                outputs = compiled.plan(feeds, self.step, compiled.deliveries.emit)
             finally:
-                compiled.dispatch()     # what was delivered before a failure (an anomaly, say) is still shown
+                compiled.deliveries.hand_over()     # what was delivered before a failure (an anomaly) is still shown
                 if self.is_train:
                     session.default().last_train_step = self.step
                 self.step += 1          # a failed call still used its number: watch steps never repeat
@@ -464,15 +347,13 @@ class JobFunction:
             key = (n,) + tuple(tuple(a.shape for a in feeds) for feeds in per_device)
             compiled = self._compiled.get(key)
             if compiled is None:
-                compiled = self._compiled[key] = self._compile_on_devices(key[1:])
+                compiled = self._compiled[key] = self._declaring(self._compile_on_devices, key[1:])
             self._last = compiled
-            if not compiled.variables_ready:
-                session.default().initialize_missing()
-                compiled.variables_ready = True
+            self._ready_variables(compiled, stacklevel=3)
             try:
                 outputs = compiled.run(per_device, self.step)
             finally:
-                compiled.dispatch()
+                compiled.deliveries.hand_over()
                 if self.is_train:
                     session.default().last_train_step = self.step
                 self.step += 1
@@ -482,15 +363,12 @@ class JobFunction:
     def _result(self, value, ticket):
         """Jobs that hand back a value wait for their watch callbacks first; ``-> None`` jobs and handles do not."""
         kind = self.return_kind
-        if kind == "blob":
-            return None if value is None else JobResult(_convert_tree(value, "blob"), ticket)
-        if kind != "none" and not (isinstance(kind, tuple) and kind[0] == "callback"):
-            dispatch.default().wait(ticket)
-            dispatch.default().raise_pending()
+        if kind == "handle":
+            return None if value is None else JobResult(self._convert(value), ticket)
         if kind == "none":
             return None
-        if isinstance(kind, tuple) and kind[0] == "callback":
-            converted = _convert_tree(value, kind[1])
+        if kind == "callback":
+            converted = self._convert(value)
 
             def take_callback(callback):
                 if not callable(callback):
@@ -498,28 +376,14 @@ class JobFunction:
                 dispatch.default().submit(lambda: callback(converted),
                                           lambda: f"the tp.Callback of job {self.name}")
             return take_callback
-        if isinstance(kind, tuple) and kind[0] == "tuple":
-            return type(value)(_convert_tree(v, k) for v, k in zip(value, kind[1]))
-        if isinstance(kind, tuple) and kind[0] == "dict":
-            return {k: _convert_tree(v, kind[1]) for k, v in value.items()}
-        return _convert_tree(value, kind)
+        dispatch.default().wait(ticket)
+        dispatch.default().raise_pending()
+        return self._convert(value)
 
     def sync(self):
         """Every call of this job has finished when this returns (its watch callbacks: see ``Session.sync``)."""
         with self._lock:
             pass
-
-
-def _delivery_targets(graph):
-    """The tensors a multi-device graph's watches deliver, one a (tensor, every), in the order ``_compile_on_devices``
-    makes its deliveries."""
-    seen, targets = set(), []
-    for request in graph.watches:
-        key = (request.target.id, request.every)
-        if key not in seen:
-            seen.add(key)
-            targets.append(request.target)
-    return targets
 
 
 def global_function(type="predict", function_config=None):  # noqa: A002 - OneFlow's argument name

@@ -1,9 +1,10 @@
 """``flow.watch``, ``flow.watch_diff`` and ``flow.watch_scope``: deliver values and gradients of any tensor to Python.
 
-Inside a job function these only *record* requests on the graph. When the job is compiled, each request becomes a
-delivery in the plan (a host copy right after the tensor is computed); the dispatcher thread then converts the value
-as the handler's annotation asks (``tp.Numpy`` -> ndarray, ``tp.ListNumpy`` -> [ndarray], none -> ``Blob``) and calls
-it. Jobs without watches compile to exactly the plan they had before.
+Inside a job function these only *record* requests on the graph. When the job is compiled, ``flowlab.delivery``
+turns each request into a delivery in the plan (a host copy right after the tensor is computed); the dispatcher thread
+then converts the value as the handler's annotation asks (``flowlab.blob``'s rule: ``tp.Numpy`` -> ndarray,
+``tp.ListNumpy`` -> [ndarray], none -> ``Blob``) and calls it. Jobs without watches compile to exactly the plan they
+had before.
 
 A handler object with a ``watch_event(value, blob_def, kind, step)`` method (``kind`` is ``"value"`` or
 ``"gradient"``) is told which tensor it sees: live widgets use this. If it also has ``watch_summary(blob_def, kind)``
@@ -35,29 +36,9 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from . import graph as g
-from . import typing as tp
+from .blob import NO_ANNOTATION, BlobDef, converter, to_blob, to_numpy
 from .errors import TraceError
-from .ops.stats import histogram_vector, stats_rows, stats_vector, tensor_stats
-from .runtime.devices import DeviceValues
-
-
-class BlobDef:
-    """What ``watch_scope`` reports beside each value: the lazy tensor's static description."""
-
-    __slots__ = ("shape", "dtype", "logical_blob_name", "op_name")
-
-    def __init__(self, tensor):
-        self.shape = tensor.shape
-        self.dtype = tensor.dtype
-        self.logical_blob_name = tensor.logical_blob_name
-        self.op_name = tensor.op_name
-
-    @property
-    def lbn(self):
-        return self.logical_blob_name
-
-    def __repr__(self):
-        return f"BlobDef({self.logical_blob_name!r}, shape={self.shape}, dtype={self.dtype})"
+from .ops.stats import stats_rows
 
 
 class TensorStats(NamedTuple):
@@ -200,6 +181,7 @@ class WatchRequest:
     feed: StatsFeed | None = None  # statistics go to this feed (see StatsFeed), not to ``call``
     target: g.LazyTensor | None = None   # what the plan delivers (value, gradient or stats), set at compile time
     put: Callable[[int, Any], None] | None = None   # the feed's put or put_tensor for ``target``, set with it
+    optional: bool = False        # a watch_scope gradient: skipped, not an error, when the tensor has none
 
 
 # ------------------------------------------------------------------------------------------------------ handlers
@@ -219,27 +201,13 @@ def _converter(handler, api):
                         f"{len(required)}: {', '.join(p.name for p in required)}")
     if not positional and not any(p.kind == p.VAR_POSITIONAL for p in params):
         raise TypeError(f"{api}: handler {_name(handler)} must take one argument (the watched value); it takes none")
-    annotation = positional[0].annotation if positional else inspect.Parameter.empty
-    if annotation is tp.Numpy:
-        return _whole
-    if annotation is tp.ListNumpy:
-        return lambda value: value.pieces if isinstance(value, DeviceValues) else [value]
-    if annotation is inspect.Parameter.empty or annotation is TensorStats:
-        return lambda value: value if isinstance(value, TensorStats) else _blob(value)
-    raise TypeError(f"{api}: handler {_name(handler)} annotates its argument as {annotation!r}; use tp.Numpy, "
-                    "tp.ListNumpy or no annotation (a blob with .numpy())")
-
-
-def _whole(value):
-    """The host array of a value: the logical whole of a multi-device one."""
-    return value.whole if isinstance(value, DeviceValues) else value
-
-
-def _blob(value):
-    from .job import Blob
-    if isinstance(value, DeviceValues):
-        return Blob(value.whole, value.pieces)
-    return Blob(value)
+    annotation = positional[0].annotation if positional else NO_ANNOTATION
+    if annotation is TensorStats:
+        annotation = NO_ANNOTATION
+    convert = converter(annotation, f"{api}: handler {_name(handler)} annotates its argument as {annotation!r}")
+    if convert is to_blob:          # statistics (stats=True) reach an unannotated handler as they are
+        return lambda value: value if isinstance(value, TensorStats) else to_blob(value)
+    return convert
 
 
 def _name(handler):
@@ -259,7 +227,7 @@ def _handler_call(handler, api, tensor, diff):
     if hasattr(handler, "watch_event"):
         # Live panels want to know what they are shown: the tensor, value or gradient, and the call number.
         blob_def, kind = BlobDef(tensor), ("gradient" if diff else "value")
-        return lambda value, step: handler.watch_event(_whole(value), blob_def, kind, step), _name(type(handler))
+        return lambda value, step: handler.watch_event(to_numpy(value), blob_def, kind, step), _name(type(handler))
     convert = _converter(handler, api)
     return lambda value, step: handler(convert(value)), _name(handler)
 
@@ -337,7 +305,7 @@ def _scope_call(watcher, api):
             blob_def = BlobDef(tensor)
 
             def store(value, step):
-                watcher[blob_def.logical_blob_name] = {"blob": _blob(value), "blob_def": blob_def}
+                watcher[blob_def.logical_blob_name] = {"blob": to_blob(value), "blob_def": blob_def}
             return store
         return make, "dict"
     if callable(watcher):
@@ -352,7 +320,7 @@ def _scope_call(watcher, api):
 
         def make(tensor):
             blob_def = BlobDef(tensor)
-            return lambda value, step: watcher(_blob(value), blob_def)
+            return lambda value, step: watcher(to_blob(value), blob_def)
         return make, _name(watcher)
     raise TypeError(f"{api}: expected a dict, a callable (blob, blob_def) or None, got {type(watcher).__name__}")
 
@@ -380,59 +348,9 @@ def watch_scope(blob_watcher=None, diff_blob_watcher=None):
                                                   f"{tensor.logical_blob_name}", source=source))
             if diff_make is not None and tensor.dtype.kind == "f":
                 make, name = diff_make
-                request = WatchRequest(tensor, True, make(tensor), f"{api} {name} for the gradient of "
-                                       f"{tensor.logical_blob_name}", source=source)
-                request.optional = True      # scope members without a gradient are skipped, not errors
-                graph.watches.append(request)
-
-
-def resolve(graph, host, devices=1):
-    """Fix what each request delivers, once gradients exist: the tensor, its gradient, their on-device stats or
-    histogram. ``host``: the plan runs on NumPy, where a feed takes small tensors whole (``StatsFeed.batches``).
-    On several ``devices`` every request delivers the tensor itself: summaries are made from the joined whole."""
-    kept = []
-    for request in graph.watches:
-        target = request.tensor
-        if request.diff:
-            target = graph.grad_of.get(request.tensor.id)
-            if target is None:
-                if getattr(request, "optional", False):
-                    continue
-                raise TraceError(f"flow.watch_diff({request.tensor.logical_blob_name}) at {request.source}: the loss "
-                                 f"of job {graph.name!r} does not depend on this tensor through any differentiable "
-                                 "op, so it has no gradient")
-        shape, call = request.tensor.shape, request.call
-        if devices > 1:
-            _summarise_on_host(request)
-        elif request.feed is not None and host and StatsFeed.batches(target):
-            request.put = request.feed.put_tensor
-        elif request.stats:
-            target = tensor_stats(target)
-            if request.feed is not None:
-                request.put = request.feed.put
-            else:
-                request.call = lambda v, step, shape=shape, call=call: call(TensorStats.from_vector(shape, v),
-                                                                            step)
-        elif request.bins:
-            request.call = lambda v, step, shape=shape, call=call: call(TensorHistogram.from_vector(shape, v), step)
-        request.target = target
-        kept.append(request)
-    graph.watches = kept
-    return kept
-
-
-def _summarise_on_host(request):
-    """A multi-device request: the plans deliver the tensor; statistics, histograms and feeds are made from the
-    joined ``DeviceValues`` in the dispatcher thread."""
-    call, feed, bins = request.call, request.feed, request.bins
-    if feed is not None:
-        request.call = lambda v, step: feed.put(step, stats_vector(np, v.whole))
-    elif request.stats:
-        request.call = lambda v, step: call(TensorStats.from_vector(v.whole.shape, stats_vector(np, v.whole)), step)
-    elif bins:
-        request.call = lambda v, step: call(TensorHistogram.from_vector(v.whole.shape,
-                                                                        histogram_vector(np, v.whole, bins)), step)
-    request.inline = False
+                # scope members without a gradient are skipped, not errors
+                graph.watches.append(WatchRequest(tensor, True, make(tensor), f"{api} {name} for the gradient of "
+                                                  f"{tensor.logical_blob_name}", source=source, optional=True))
 
 
 def gradient_targets(graph):

@@ -7,6 +7,7 @@ node only, and is neither returned nor watched. Each op's ``c_expr`` (next to it
 """
 from __future__ import annotations
 
+from ..graph import Node
 from ..ops import Op
 
 
@@ -70,7 +71,6 @@ def chain_expression(group):
 
 def fuse_elementwise(nodes, protected_ids, make_kernel):
     """Replace each chain by one ``FusedElementwise`` node; ``make_kernel(n_inputs, expr)`` builds the kernel."""
-    from ..graph import Node
     replaced = {}
     for group in find_chains(nodes, protected_ids):
         inputs, expr, out = chain_expression(group)

@@ -1,4 +1,5 @@
-"""Turn a pruned, fused, buffer-planned node list into one straight-line Python function and run it."""
+"""Run the passes (``compiler.passes.PASSES``) over a traced graph, turn the node list they leave into one
+straight-line Python function, and run it."""
 from __future__ import annotations
 
 import functools
@@ -8,9 +9,7 @@ from typing import Any, Callable, NamedTuple
 
 from ..errors import AnomalyError
 from ..ops.stats import stats_vector
-from .buffers import plan_buffers
-from .fuse import cupy_kernel_factory, fuse_elementwise
-from .prune import prune
+from . import passes
 from .replicate import reduce_points
 
 _plan_ids = itertools.count()
@@ -49,25 +48,17 @@ class Plan:
         self.backend = backend
         self.output_tensors = list(output_tensors)
         self.deliveries = [Delivery(*d) for d in deliveries]
-        delivered = [d.tensor for d in self.deliveries]
-        roots = self.output_tensors + delivered
-        nodes = prune(graph.nodes, roots, graph.side_effects)
-        # Variable reads first, by name (as OneFlow orders them; watch_scope dicts fill in this order).
-        nodes = _observers_early(sorted((n for n in nodes if n.op.is_variable), key=lambda n: n.name) +
-                                 [n for n in nodes if not n.op.is_variable])
-        visible = {t.id for t in roots}
-        if backend.is_gpu and not check_anomaly:       # anomaly checks must see every op's own output
-            nodes = fuse_elementwise(nodes, visible, cupy_kernel_factory(backend.xp))
-        self.nodes = nodes
+        lowering = passes.run(passes.Lowering(graph, self.output_tensors, self.deliveries, backend, check_anomaly))
+        self.passes = lowering.log
+        self.nodes = lowering.nodes
+        self.snapshots = lowering.snapshots
         self.replica = replica
-        # Anomaly reports show an op's inputs, so under detection no op may write over them.
-        self.buffer_of, buffer_specs, self._last_use = plan_buffers(nodes, {t.id for t in self.output_tensors},
-                                                                    allow_inplace=not check_anomaly)
+        self.buffer_of, buffer_specs, self._last_use = lowering.buffer_of, lowering.buffer_specs, lowering.last_use
         xp = backend.xp
         self.buffers = [xp.empty(shape, dtype) for shape, dtype in buffer_specs]
         self.rng = backend.random_generator(rng_seed)
         self.check_anomaly = check_anomaly
-        self.largest_gemm = max((n.op.gemm_macs(n) for n in nodes if n.op.gemm_macs is not None), default=0)
+        self.largest_gemm = max((n.op.gemm_macs(n) for n in self.nodes if n.op.gemm_macs is not None), default=0)
         # small products run faster on one BLAS thread, above all beside a busy core (see runtime/backend.py)
         self.blas_limit = backend.blas_limit(self.largest_gemm)
         self.source, self._run = self._generate(variables)
@@ -148,10 +139,12 @@ class Plan:
                     for t in checked:
                         lines.append(f"    check(t{t.id}, n{i}, {t.id}, ({inputs}))")
             for t in node.outputs:
+                if t.id in self.snapshots:      # an update changes it in place later: return what was read
+                    lines.append(f"    s{t.id} = t{t.id}.copy()")
                 lines.extend(delivery_lines.get(t.id, ()))
         if points is not None:
             lines.extend(_replica_lines(points, len(self.nodes), replica))
-        outs = "".join(f"host(t{t.id}), " for t in self.output_tensors)
+        outs = "".join(f"host({'s' if t.id in self.snapshots else 't'}{t.id}), " for t in self.output_tensors)
         lines.append(f"    return ({outs})")
         source = "\n".join(lines) + "\n"
         filename = f"<flowlab plan {self.graph.name} #{next(_plan_ids)}>"
@@ -171,8 +164,12 @@ class Plan:
                 return self._run(feeds, step, emit)
         return self._run(feeds, step, emit)
 
+    def describe_passes(self) -> str:
+        """Which passes ran on this plan and what each did, as comment lines."""
+        return "\n".join(f"# {name}: {note or 'nothing to do'}" for name, note in self.passes)
+
     def __str__(self):
-        return self.source
+        return f"{self.describe_passes()}\n{self.source}"
 
 
 def _replica_lines(points, position, replica):
@@ -186,24 +183,6 @@ def _replica_lines(points, position, replica):
         target = f"{names}= " if replica == 0 and grads else ""
         lines.append(f"    {target}R.all_reduce({replica}, ({names}))  # model gradients, group {group}")
     return lines
-
-
-def _observers_early(nodes):
-    """Each observing node (watch statistics, see ``Op.observes``) right after the node making its input: it must
-    see this call's value before an optimizer update changes a variable in place, and the value is in cache then."""
-    observers = {}
-    for node in nodes:
-        if node.op.observes:
-            observers.setdefault(node.inputs[0].id, []).append(node)
-    if not observers:
-        return nodes
-    ordered = []
-    for node in nodes:
-        if not node.op.observes:
-            ordered.append(node)
-            for t in node.outputs:
-                ordered.extend(observers.get(t.id, ()))
-    return ordered
 
 
 def _stats(xp, a):
@@ -237,4 +216,4 @@ def compile_graph(graph, output_tensors, backend, variables, deliveries=(), rng_
     return Plan(graph, output_tensors, backend, variables, deliveries, rng_seed, check_anomaly, replica)
 
 
-__all__ = ["Delivery", "Plan", "compile_graph", "plan_buffers", "prune"]
+__all__ = ["Delivery", "Plan", "compile_graph"]

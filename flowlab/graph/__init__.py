@@ -5,7 +5,8 @@ only consume tensors that exist. Each node applies one op (an ``flowlab.ops.Op``
 makes output ``LazyTensor`` s. Names follow OneFlow: a node has an ``op_name`` and each output a *logical blob name*
 (``lbn``) ``"<op_name>/<arg>_<i>"``, e.g. ``Dense_6_matmul/out_0``; variables are ``"<name>/out"``.
 
-``print(graph)`` shows the IR, one node a line.
+``print(graph)`` shows the IR, one node a line. The graph imports no op: ``flowlab.ops.operators`` gives lazy tensors
+their Python operators.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import linecache
 import os
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -105,23 +107,8 @@ class LazyTensor:
     def __len__(self):
         return self.shape[0]
 
-    # Arithmetic operators build ops (imported late: ops depend on this module).
-    def __add__(self, other): return _math().add(self, other)
-    def __radd__(self, other): return _math().add(other, self)
-    def __sub__(self, other): return _math().subtract(self, other)
-    def __rsub__(self, other): return _math().subtract(other, self)
-    def __mul__(self, other): return _math().multiply(self, other)
-    def __rmul__(self, other): return _math().multiply(other, self)
-    def __truediv__(self, other): return _math().divide(self, other)
-    def __rtruediv__(self, other): return _math().divide(other, self)
-    def __neg__(self): return _math().negative(self)
-    def __pow__(self, exponent): return _math().pow(self, exponent)
-    def __matmul__(self, other): return _math().matmul(self, other)
-
-
-def _math():
-    from ..ops import math
-    return math
+    # Python operators (x + y, -x, x @ w) become ops: flowlab.ops.operators installs them, so this module, which
+    # every op builds on, imports no op.
 
 
 class Node:
@@ -162,16 +149,31 @@ def _short(v):
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-class Graph:
-    """A traced job: nodes in creation order, the placeholders fed per call and what the job returns."""
+@dataclass(frozen=True)
+class VariableDecl:
+    """A variable a job reads, as ``flow.get_variable`` asked for it. Tracing only records these in
+    ``Graph.declarations``; the job declares them to the session once the trace has succeeded."""
+    name: str
+    shape: tuple
+    dtype: np.dtype
+    initializer: Any
+    trainable: bool
+    source: str                 # the user's line, for messages
 
-    def __init__(self, name: str, is_train: bool = False):
+
+class Graph:
+    """A traced job: nodes in creation order, the placeholders fed per call and what the job returns.
+    ``default_dtype`` is the dtype of variables created without one (``FunctionConfig.default_data_type``)."""
+
+    def __init__(self, name: str, is_train: bool = False, default_dtype=np.float32):
         self.name = name
         self.is_train = is_train
+        self.default_dtype = np.dtype(default_dtype)
         self.nodes: list[Node] = []
         self.tensors: list[LazyTensor] = []
         self.placeholders: list[LazyTensor] = []
         self.variables: dict[str, LazyTensor] = {}   # variable name -> its read in this graph
+        self.declarations: dict[str, VariableDecl] = {}   # variable name -> what the job declares to the session
         self.losses: list[tuple[Any, LazyTensor]] = []  # (optimizer or None, loss)
         self.side_effects: list[Node] = []           # nodes kept although nothing reads them (updates, summaries)
         self.grad_of: dict[int, LazyTensor] = {}     # forward tensor id -> its total gradient (train jobs)

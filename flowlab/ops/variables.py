@@ -1,9 +1,13 @@
-"""``flow.get_variable``: a read of a session variable inside a job. Variables are global by name."""
+"""``flow.get_variable``: a read of a session variable inside a job. Variables are global by name.
+
+Tracing only records what the job declares (``graph.declarations``); the job declares it to the session once the
+trace has succeeded, so a job whose trace fails leaves the session as it was.
+"""
 from __future__ import annotations
 
 from .. import graph as g
-from ..dtypes import as_dtype, float32
-from ..runtime import session
+from ..dtypes import as_dtype
+from ..initializers import zeros_initializer
 from . import Op, apply, spec
 
 
@@ -21,7 +25,8 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
                  model_name=None, random_seed=None, distribute=None, reuse=True):
     """Declare (or reuse) the variable ``name`` and read it in the job being traced.
 
-    ``initializer`` defaults to zeros; ``dtype`` to float32. The same name in another job is the same variable.
+    ``initializer`` defaults to zeros; ``dtype`` to the job's default data type (``FunctionConfig.default_data_type``,
+    float32 unless set), as in OneFlow. The same name in another job is the same variable.
     """
     graph = g.current_graph("flow.get_variable")
     if not isinstance(name, str) or not name:
@@ -34,9 +39,8 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
     shape = tuple(int(d) for d in shape)
     if any(d <= 0 for d in shape):
         raise ValueError(f"flow.get_variable({name!r}): shape must hold positive ints, got {shape}")
-    dtype = float32 if dtype is None else as_dtype(dtype)
+    dtype = graph.default_dtype if dtype is None else as_dtype(dtype)
     if initializer is None:
-        from ..initializers import zeros_initializer
         initializer = zeros_initializer()
     if not callable(initializer):
         raise TypeError(f"flow.get_variable({name!r}): initializer must be a flowlab initializer, got {initializer!r}")
@@ -47,7 +51,8 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
             raise ValueError(f"flow.get_variable: variable {full_name!r} already has shape {existing.shape} and dtype "
                              f"{existing.dtype} in this job, asked for shape {shape} and dtype {dtype}")
         return existing
-    session.default().declare(full_name, shape, dtype, initializer, bool(trainable), g.user_source_line())
+    graph.declarations[full_name] = g.VariableDecl(full_name, shape, dtype, initializer, bool(trainable),
+                                                   g.user_source_line())
     tensor = apply(Variable, (), name, var=full_name, shape=shape, dtype=dtype)
     graph.variables[full_name] = tensor
     return tensor

@@ -5,15 +5,18 @@ name. Values live on the backend's device; ``CheckPoint`` moves them to and from
 """
 from __future__ import annotations
 
+import difflib
 import threading
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
-from . import backend
+from .. import graph
+from ..errors import ShapeError, WatchCallbackError
+from . import backend, dispatch
 
 
 @dataclass
@@ -26,6 +29,13 @@ class Variable:
     value: Any = None           # device array once initialised
     source: str = ""            # where it was first declared, for messages
     provisional: bool = False   # loaded from a checkpoint before any job declared it
+    declared_by: dict = field(default_factory=dict)   # job name -> whether it is a train job
+    fresh: bool = False         # its value came from its initializer (no checkpoint set it since)
+
+    def __setattr__(self, name, value):
+        if name == "value":     # a value set from outside (a checkpoint) is no fresh initial value
+            object.__setattr__(self, "fresh", False)
+        object.__setattr__(self, name, value)
 
     def initialize(self, seed: int):
         # One generator per variable, keyed by its name: initial values do not depend on declaration order.
@@ -35,6 +45,12 @@ class Variable:
             self.value[...] = host      # in place: anything holding the array sees the new values
         else:
             self.value = host
+        self.fresh = True
+
+    @property
+    def trained(self) -> bool:
+        """Whether some train job declares it."""
+        return any(self.declared_by.values())
 
 
 @dataclass
@@ -70,6 +86,55 @@ class Session:
                 var.initializer, var.trainable, var.source, var.provisional = initializer, trainable, source, False
             return var
 
+    def declare_all(self, declarations, job_name, is_train):
+        """Declare a traced job's variables (``graph.VariableDecl`` s): all of them, or, when one disagrees with the
+        session, none. Returns a function that undoes exactly these declarations (a job whose compilation then
+        fails calls it, leaving the session as it was)."""
+        with self.lock:
+            for d in declarations:
+                var = self.variables.get(d.name)
+                if var is not None and (var.shape != d.shape or var.dtype != d.dtype):
+                    raise ShapeError(f"variable {d.name!r} was declared with shape {var.shape} and dtype {var.dtype} "
+                                     f"(at {var.source}); job {job_name} asks for shape {d.shape} and dtype "
+                                     f"{d.dtype} (at {d.source})")
+            undo = []
+            for d in declarations:
+                var = self.variables.get(d.name)
+                if var is None:
+                    undo.append(lambda name=d.name: self.variables.pop(name, None))
+                elif var.provisional:
+                    undo.append(lambda var=var, saved=(var.initializer, var.trainable, var.source):
+                                _restore_provisional(var, saved))
+                var = self.declare(d.name, d.shape, d.dtype, d.initializer, d.trainable, d.source)
+                if job_name not in var.declared_by:
+                    var.declared_by[job_name] = is_train
+                    undo.append(lambda var=var: var.declared_by.pop(job_name, None))
+
+        def undo_all():
+            with self.lock:
+                for step in reversed(undo):
+                    step()
+        return undo_all
+
+    def warn_untrained(self, job_name, names, stacklevel=1):
+        """A predict job is about to run: warn (one ``UserWarning``) about those of its variables ``names`` that hold
+        fresh initial values which no train job declares and no checkpoint set, when the session has trained or
+        loaded variables the job may have meant (a misspelt layer name reads fresh random weights otherwise)."""
+        with self.lock:
+            fresh = [n for n in names if self.variables[n].fresh and not self.variables[n].trained]
+            meant = sorted(v.name for v in self.variables.values()
+                           if v.name not in names and (v.trained or (v.value is not None and not v.fresh)))
+        if not fresh or not meant:
+            return
+        lines = []
+        for name in fresh:
+            close = difflib.get_close_matches(name, meant, n=3, cutoff=0.6)
+            lines.append(f"  {name!r}" + (f": did you mean {', '.join(map(repr, close))}?" if close else ""))
+        warnings.warn(f"predict job {job_name} reads variable(s) that no train job declares and no checkpoint "
+                      f"loaded, so they hold fresh initial values (random weights, for a layer):\n" + "\n".join(lines)
+                      + "\nCheck the names (name= of the layer or flow.get_variable) against the train job's.",
+                      UserWarning, stacklevel=stacklevel + 1)
+
     def initialize_missing(self):
         with self.lock:
             for var in self.variables.values():
@@ -78,11 +143,15 @@ class Session:
 
     def sync(self):
         """Wait until every job call and every callback it started has finished; raise a callback's error."""
-        from . import dispatch
         for job in list(self.jobs):
             job.sync()
         dispatch.default().wait()
         dispatch.default().raise_pending()
+
+
+def _restore_provisional(var, saved):
+    var.initializer, var.trainable, var.source = saved
+    var.provisional = True
 
 
 _default = Session()
@@ -95,8 +164,6 @@ def default() -> Session:
 def clear():
     """``flow.clear_default_session()``: forget variables, jobs and compiled plans; names count from 0 again."""
     global _default
-    from .. import graph
-    from ..errors import WatchCallbackError
     try:
         _default.sync()
     except WatchCallbackError:

@@ -1,0 +1,121 @@
+"""The compiler's passes, in the order they run: ``PASSES``. Each is a small function over a ``Lowering`` (the node
+list and what earlier passes found) that returns a short note of what it did, or None when it did nothing.
+
+``describe()`` lists them; ``print(plan)`` shows which ran on that plan and what each did, then the generated code.
+"""
+from __future__ import annotations
+
+from .buffers import plan_buffers as assign_buffers
+from .fuse import cupy_kernel_factory
+from .fuse import fuse_elementwise as fuse_chains
+from .prune import prune as prune_nodes
+
+
+class Lowering:
+    """What the passes work on: ``nodes`` (in run order) and what they decide for code generation.
+
+    ``roots`` are the tensors the plan hands out (outputs, then delivered watches); ``snapshots`` the ids of
+    outputs read right after they are made, because an update later changes them in place; ``buffer_of``,
+    ``buffer_specs`` and ``last_use`` come from ``plan_buffers``; ``log`` is ``[(pass name, note)]``.
+    """
+
+    def __init__(self, graph, output_tensors, deliveries, backend, check_anomaly):
+        self.graph = graph
+        self.backend = backend
+        self.check_anomaly = check_anomaly
+        self.output_tensors = list(output_tensors)
+        self.roots = self.output_tensors + [d.tensor for d in deliveries]
+        self.nodes = list(graph.nodes)
+        self.snapshots: set[int] = set()
+        self.buffer_of: dict[int, int] = {}
+        self.buffer_specs: list = []
+        self.last_use: dict[int, int] = {}
+        self.log: list[tuple[str, str | None]] = []
+
+
+def prune(lowering):
+    """Keep the nodes that outputs, watched tensors and side effects (updates, summaries) need."""
+    before = len(lowering.nodes)
+    lowering.nodes = prune_nodes(lowering.nodes, lowering.roots, lowering.graph.side_effects)
+    return f"kept {len(lowering.nodes)} of {before} nodes"
+
+
+def order_variables(lowering):
+    """Variable reads first, by name (as OneFlow orders them; watch_scope dicts fill in this order)."""
+    nodes = lowering.nodes
+    reads = sorted((n for n in nodes if n.op.is_variable), key=lambda n: n.name)
+    lowering.nodes = reads + [n for n in nodes if not n.op.is_variable]
+    return f"{len(reads)} variable reads" if reads else None
+
+
+def observers_early(lowering):
+    """Each observing node (watch statistics, see ``Op.observes``) right after the node making its input: it must
+    see this call's value before an optimizer update changes a variable in place, and the value is in cache then."""
+    observers = {}
+    for node in lowering.nodes:
+        if node.op.observes:
+            observers.setdefault(node.inputs[0].id, []).append(node)
+    if not observers:
+        return None
+    ordered = []
+    for node in lowering.nodes:
+        if not node.op.observes:
+            ordered.append(node)
+            for t in node.outputs:
+                ordered.extend(observers.get(t.id, ()))
+    lowering.nodes = ordered
+    return f"{sum(map(len, observers.values()))} observers moved"
+
+
+def fuse_elementwise(lowering):
+    """(CuPy) chains of same-shape elementwise ops become one generated ElementwiseKernel. Not on NumPy (nothing to
+    gain) nor under anomaly detection (every op's own output is checked)."""
+    if not lowering.backend.is_gpu or lowering.check_anomaly:
+        return "skipped: " + ("anomaly detection" if lowering.backend.is_gpu else "NumPy")
+    before = len(lowering.nodes)
+    lowering.nodes = fuse_chains(lowering.nodes, {t.id for t in lowering.roots},
+                                 cupy_kernel_factory(lowering.backend.xp))
+    return f"{before - len(lowering.nodes)} nodes fused away"
+
+
+def snapshot_returned_variables(lowering):
+    """A returned tensor that shares memory with a variable an update later changes in place (the variable itself,
+    or a view of it) is copied right after it is made: the job returns the value its forward pass read, as OneFlow
+    does. Jobs that return no such tensor are untouched."""
+    base = {}                               # view tensor id -> the tensor whose memory it shares
+    for node in lowering.nodes:
+        if node.op.is_view and node.inputs:
+            for t in node.outputs:
+                base[t.id] = base.get(node.inputs[0].id, node.inputs[0].id)
+    updated = {base.get(n.inputs[0].id, n.inputs[0].id) for n in lowering.nodes if n.op.updates_variable}
+    if not updated:
+        return None
+    lowering.snapshots = {t.id for t in lowering.output_tensors if base.get(t.id, t.id) in updated}
+    return f"{len(lowering.snapshots)} outputs read before the update" if lowering.snapshots else None
+
+
+def plan_buffers(lowering):
+    """Liveness analysis: ops that can write into ``out=`` reuse preallocated buffers; elementwise ops may write in
+    place over an input that dies there (not under anomaly detection, whose reports show the inputs)."""
+    keep = {t.id for t in lowering.output_tensors}
+    lowering.buffer_of, lowering.buffer_specs, lowering.last_use = assign_buffers(
+        lowering.nodes, keep, allow_inplace=not lowering.check_anomaly)
+    return f"{len(lowering.buffer_specs)} buffers for {len(lowering.buffer_of)} tensors"
+
+
+PASSES = (prune, order_variables, observers_early, fuse_elementwise, snapshot_returned_variables, plan_buffers)
+
+
+def run(lowering):
+    """Run ``PASSES`` in order over ``lowering``, logging each one's note."""
+    for compiler_pass in PASSES:
+        lowering.log.append((compiler_pass.__name__, compiler_pass(lowering)))
+    return lowering
+
+
+def describe() -> str:
+    """The passes in order, one line each: name and the first sentence of its docstring."""
+    def first_sentence(doc):
+        text = " ".join(doc.split())
+        return text.split(". ")[0].rstrip(".") + "."
+    return "\n".join(f"{i}. {p.__name__}: {first_sentence(p.__doc__)}" for i, p in enumerate(PASSES, 1))
