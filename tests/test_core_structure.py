@@ -330,3 +330,20 @@ def test_a_predict_only_program_does_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         predict(np.ones((4, 3), np.float32))
+
+
+def test_a_predict_job_whose_weights_were_initialised_then_loaded_does_not_warn(tmp_path):
+    predict, x = _train_and_predict("encoder")
+    flow.train.CheckPoint().save(str(tmp_path / "ckpt"))
+
+    @flow.global_function()
+    def other(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+        return flow.layers.dense(x, 2, name="decoder")
+    flow.train.CheckPoint().init()                  # every variable fresh, 'decoder' included...
+    saved = {name: np.array(v.value) for name, v in flow.runtime.session.default().variables.items()}
+    flow.checkpoint.save(str(tmp_path / "all"))
+    flow.train.CheckPoint().load(str(tmp_path / "all"))   # ...then set from a checkpoint, in place
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        other(x)
+    assert set(saved) >= {"decoder-weight", "decoder-bias"}

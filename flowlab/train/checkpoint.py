@@ -277,6 +277,7 @@ def assign(var, host, be):
     arrays captured elsewhere (compiled plans) stay current. Call under the session lock."""
     if var.value is not None and var.value.shape == host.shape and var.value.dtype == host.dtype:
         var.value[...] = be.asarray(host)
+        var.fresh = False               # (set in place: no longer its initializer's value)
     else:
         var.value = be.asarray(host)
 
