@@ -11,6 +11,7 @@ import re
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -154,6 +155,12 @@ def test_stats_vector_edge_cases():
     spike = np.zeros(100)
     spike[0] = 1e307                                  # float64 squares overflow: the spread is still right
     np.testing.assert_allclose(stats_vector(np, spike)[2:4], [1e305, 1e307 * np.sqrt(99) / 100], rtol=1e-9)
+    spike[1] = np.nan                                 # ...and with a NaN beside it (the masked path), no overflow
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = stats_vector(np, spike)
+    finite = np.delete(spike, 1) / 1e307
+    np.testing.assert_allclose(got[2:], [finite.mean() * 1e307, finite.std() * 1e307, 1, 0], rtol=1e-9)
     offset = np.float32(1e4) + RNG.normal(size=4096).astype(np.float32) * 1e-2   # std small next to the mean
     np.testing.assert_allclose(stats_vector(np, offset)[3], offset.astype(np.float64).std(), rtol=1e-6)
 

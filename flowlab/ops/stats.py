@@ -121,11 +121,14 @@ def stats_vector(xp, x):
     some = count > 0
     n = xp.maximum(count, 1.0)
     x64 = x.astype(xp.float64)
-    mean = xp.where(finite, x64, 0.0).sum() / n
-    var = xp.square(xp.where(finite, x64 - mean, 0.0)).sum() / n
     lo = xp.where(finite, x64, xp.inf).min()
     hi = xp.where(finite, x64, -xp.inf).max()
-    values = [xp.where(some, v, xp.nan) for v in (lo, hi, mean, xp.sqrt(var))]
+    # deviations are measured in units of the largest magnitude when their squares could overflow (a 1e307 spike)
+    biggest = xp.maximum(-lo, hi)
+    scale = xp.where(some & (biggest > 1e150), biggest, 1.0)
+    mean = (xp.where(finite, x64 / scale, 0.0).sum() / n) * scale
+    var = xp.square(xp.where(finite, (x64 - mean) / scale, 0.0)).sum() / n
+    values = [xp.where(some, v, xp.nan) for v in (lo, hi, mean, xp.sqrt(var) * scale)]
     return xp.stack(values + [nan, inf])
 
 
