@@ -56,17 +56,23 @@ class Blob:
 class BlobDef:
     """What ``watch_scope`` reports beside each value: the lazy tensor's static description."""
 
-    __slots__ = ("shape", "dtype", "logical_blob_name", "op_name")
+    __slots__ = ("shape", "dtype", "logical_blob_name", "op_name", "_node")
 
     def __init__(self, tensor):
         self.shape = tensor.shape
         self.dtype = tensor.dtype
         self.logical_blob_name = tensor.logical_blob_name
         self.op_name = tensor.op_name
+        self._node = tensor.node
 
     @property
     def lbn(self):
         return self.logical_blob_name
+
+    @property
+    def location(self):
+        """Where the tensor was made: the user's stack down to the op's call (OneFlow's ``BlobDef.location``)."""
+        return self._node.location
 
     def __repr__(self):
         return f"BlobDef({self.logical_blob_name!r}, shape={self.shape}, dtype={self.dtype})"

@@ -31,3 +31,19 @@ def test_location_is_the_users_stack_down_to_the_ops_line():
     assert ", in train" in location and "flowlab" + "/" not in location.replace("tests/", "")
     assert seen["loss"].location.splitlines()[-1].strip() == "loss = flow.math.reduce_mean(h * h)"
     assert grad.location == location              # a gradient op points at its forward op's call
+
+
+def test_watch_scope_blob_defs_carry_the_location():
+    values = {}
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 3))) -> tp.Numpy:
+        with flow.watch_scope(values):
+            y = flow.math.relu(x)        # the line watch_scope's blob_def names
+        return y
+
+    job(np.ones((2, 3), np.float32))
+    flow.sync_default_session()
+    (entry,) = [v for name, v in values.items() if name.startswith("Relu")]
+    assert entry["blob_def"].location.splitlines()[-1].strip() == "y = flow.math.relu(x)        # the line " \
+        "watch_scope's blob_def names"

@@ -82,7 +82,7 @@ class LazyTensor:
     def location(self) -> str:
         """Where the tensor was made, as a stack of the user's frames (OneFlow's ``BlobDef.location``); a gradient's
         is that of the forward op it differentiates."""
-        return format_frames(self.node.frames) if self.node.frames else f"  {self.node.source}\n"
+        return self.node.location
 
     @property
     def lbn(self) -> str:
@@ -128,6 +128,11 @@ class Node:
     @property
     def output(self) -> LazyTensor:
         return self.outputs[0]
+
+    @property
+    def location(self) -> str:
+        """The user's frames that made this node, as ``traceback.format_list`` writes a stack."""
+        return format_frames(self.frames) if self.frames else f"  {self.source}\n"
 
     def __repr__(self):
         outs = ", ".join(f"%{t.id}:{_spec(t)}" for t in self.outputs) or "()"
