@@ -468,6 +468,8 @@ class ReduceSum(_Reduce):
 
     @staticmethod
     def forward(xp, x, axes, keepdims, out=None):
+        if xp is np:   # the ufunc method directly: np.sum's Python wrapper costs a few µs per call
+            return np.add.reduce(x, axis=axes, dtype=x.dtype, out=out, keepdims=keepdims)
         return xp.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype, out=out)   # NumPy widens small ints
 
     @staticmethod
@@ -577,11 +579,18 @@ class MatMul(Op):
 
     @staticmethod
     def forward(xp, a, b, transpose_a, transpose_b, alpha, out=None):
-        if transpose_a:
-            a = xp.swapaxes(a, -1, -2)
-        if transpose_b:
-            b = xp.swapaxes(b, -1, -2)
-        out = xp.matmul(a, b, out=out)
+        if transpose_b and not transpose_a and _swapped_gemm_pays(xp, a, b):
+            # (b @ aᵀ)ᵀ: same product, the orientation OpenBLAS runs faster for these shapes
+            product = xp.matmul(b, a.T).T
+            if out is None:
+                out = xp.empty(product.shape, product.dtype)
+            xp.copyto(out, product)
+        else:
+            if transpose_a:
+                a = a.swapaxes(-1, -2)
+            if transpose_b:
+                b = b.swapaxes(-1, -2)
+            out = xp.matmul(a, b, out=out)
         if alpha != 1.0:
             out *= alpha
         return out
@@ -600,6 +609,17 @@ class MatMul(Op):
             da = matmul(b, dy, transpose_a=True, transpose_b=True, alpha=alpha)
             db = matmul(dy, a, transpose_a=True, transpose_b=True, alpha=alpha)
         return da, db
+
+
+def _swapped_gemm_pays(xp, a, b):
+    """Whether ``a @ bᵀ`` runs faster as ``(b @ aᵀ)ᵀ`` plus a transposing copy: on NumPy's OpenBLAS for float32
+    products with few rows (m <= 100), at least twice as many columns and a long inner dimension (k >= 256), e.g. a
+    dense layer on a batch of 100: 10-15% faster there, slower for larger m, short k or float64
+    (``benchmarks/RESULTS.md``, "CPU step at the limit")."""
+    if xp is not np or a.ndim != 2 or a.dtype != np.float32:
+        return False
+    m, k = a.shape
+    return m <= 100 and b.shape[0] >= 2 * m and k >= 256
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0, name=None):

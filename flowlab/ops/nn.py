@@ -21,6 +21,9 @@ class Relu(Op):
 
     @staticmethod
     def forward(xp, x, out=None):
+        if xp is np and x.dtype.kind == "f":
+            # NumPy's clip ufunc runs this twice as fast as maximum here (NaN stays NaN, -0.0 stays -0.0)
+            return np.clip(x, 0, np.inf, out=out)
         return xp.maximum(x, x.dtype.type(0), out=out)
 
     @staticmethod
@@ -132,6 +135,11 @@ def softmax(logits, axis=None, name=None):
 
 # ------------------------------------------------------------------------------------------------------ cross entropy
 
+def _labels_in_range(labels, classes):
+    """Whether every label is a class id in ``[0, classes)`` (two reductions instead of a mask)."""
+    return labels.size == 0 or (bool(labels.min() >= 0) and bool(labels.max() < classes))
+
+
 class SparseSoftmaxCrossEntropy(Op):
     """Per-example loss ``logsumexp(logits) - logits[label]``; also outputs the softmax the gradient needs.
 
@@ -155,14 +163,18 @@ class SparseSoftmaxCrossEntropy(Op):
     @staticmethod
     def forward(xp, labels, logits, name):
         classes = logits.shape[-1]
-        valid = (labels >= 0) & (labels < classes)
-        safe = xp.where(valid, labels, 0)[..., None]
+        all_valid = _labels_in_range(labels, classes)
+        valid = True if all_valid else (labels >= 0) & (labels < classes)
+        safe = labels if all_valid else xp.where(valid, labels, 0)
         shifted = logits - logits.max(axis=-1, keepdims=True)
         exp = xp.exp(shifted)
         total = exp.sum(axis=-1, keepdims=True)
-        loss = (xp.log(total) - xp.take_along_axis(shifted, safe, axis=-1))[..., 0]
+        flat = shifted.reshape(-1, classes)
+        picked = flat[xp.arange(flat.shape[0]), safe.ravel()].reshape(labels.shape)
+        loss = xp.log(total)[..., 0]
+        loss -= picked
         exp /= total
-        if not bool(valid.all()):
+        if not all_valid:
             warnings.warn(f"{name}: labels outside [0, {classes}) were given zero loss and zero gradient",
                           RuntimeWarning, stacklevel=2)
             loss = xp.where(valid, loss, loss.dtype.type(0))
@@ -187,9 +199,14 @@ class SparseSoftmaxCrossEntropyGrad(Op):
     @staticmethod
     def forward(xp, labels, prob, dy):
         classes = prob.shape[-1]
+        if _labels_in_range(labels, classes):     # the usual case: no mask to build
+            grad = xp.ascontiguousarray(prob * dy[..., None])   # so that the reshape below is a view
+            flat = grad.reshape(-1, classes)
+            flat[xp.arange(flat.shape[0]), labels.ravel()] -= dy.ravel()
+            return grad
         valid = (labels >= 0) & (labels < classes)
         scale = (dy * valid).astype(prob.dtype)
-        grad = prob * scale[..., None]
+        grad = xp.ascontiguousarray(prob * scale[..., None])
         rows = xp.arange(labels.size)
         grad.reshape(-1, classes)[rows, xp.where(valid, labels, 0).ravel()] -= scale.ravel()
         return grad

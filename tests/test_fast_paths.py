@@ -1,0 +1,131 @@
+"""The CPU fast paths of the seed train step's kernels give the numbers of the general computation.
+
+Each fast path (``benchmarks/RESULTS.md``, "CPU step at the limit") is checked against a plain NumPy reference on
+contiguous and non-contiguous inputs, float32 and float64, and on the inputs that must take the general path.
+"""
+import numpy as np
+import pytest
+
+from flowlab.ops.math import MatMul, ReduceSum, _swapped_gemm_pays
+from flowlab.ops.nn import Relu, SparseSoftmaxCrossEntropy, SparseSoftmaxCrossEntropyGrad
+
+rng = np.random.default_rng(7)
+
+
+def _strided(shape, dtype):
+    """A non-contiguous array of ``shape``: every other column of a wider one."""
+    wide = rng.standard_normal(shape[:-1] + (2 * shape[-1],)).astype(dtype)
+    view = wide[..., ::2]
+    assert not view.flags.c_contiguous
+    return view
+
+
+# ------------------------------------------------------------------------------------------------------------ matmul
+
+@pytest.mark.parametrize("m,n,k", [(100, 512, 784), (32, 300, 256), (1, 2, 256)])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("with_out", [True, False])
+def test_swapped_matmul_equals_the_direct_product(m, n, k, layout, with_out):
+    make = (lambda s: rng.standard_normal(s).astype(np.float32)) if layout == "contiguous" else \
+        (lambda s: _strided(s, np.float32))
+    a, b = make((m, k)), make((n, k))
+    assert _swapped_gemm_pays(np, a, b)
+    out = np.full((m, n), np.nan, np.float32) if with_out else None
+    got = MatMul.forward(np, a, b, transpose_a=False, transpose_b=True, alpha=0.5, out=out)
+    reference = 0.5 * (a.astype(np.float64) @ b.astype(np.float64).T)
+    assert got.shape == (m, n) and got.dtype == np.float32 and got.flags.c_contiguous
+    if with_out:
+        assert got is out
+    np.testing.assert_allclose(got, reference, rtol=2e-5, atol=2e-5 * np.abs(reference).max())
+
+
+@pytest.mark.parametrize("a_shape,b_shape,dtype", [
+    ((100, 784), (512, 784), np.float64),   # float64 runs slower swapped
+    ((128, 784), (512, 784), np.float32),   # more rows
+    ((100, 100), (512, 100), np.float32),   # short inner dimension
+    ((100, 512), (10, 512), np.float32),    # few columns
+])
+def test_other_products_take_the_direct_path(a_shape, b_shape, dtype):
+    a = rng.standard_normal(a_shape).astype(dtype)
+    b = rng.standard_normal(b_shape).astype(dtype)
+    assert not _swapped_gemm_pays(np, a, b)
+    got = MatMul.forward(np, a, b, transpose_a=False, transpose_b=True, alpha=1.0)
+    np.testing.assert_array_equal(got, np.matmul(a, b.T))
+
+
+# --------------------------------------------------------------------------------------------- softmax cross-entropy
+
+def _reference_ce(labels, logits, dy):
+    """Loss and gradient in float64, row by row; rows with an out-of-range label give zero loss and gradient."""
+    classes = logits.shape[-1]
+    flat_logits = logits.reshape(-1, classes).astype(np.float64)
+    flat_labels, flat_dy = labels.ravel(), np.broadcast_to(dy, labels.shape).ravel().astype(np.float64)
+    loss, grad = np.zeros(len(flat_labels)), np.zeros_like(flat_logits)
+    for i, (row, label) in enumerate(zip(flat_logits, flat_labels)):
+        if 0 <= label < classes:
+            prob = np.exp(row - row.max())
+            prob /= prob.sum()
+            loss[i] = -np.log(prob[label])
+            grad[i] = flat_dy[i] * (prob - np.eye(classes)[label])
+    return loss.reshape(labels.shape), grad.reshape(logits.shape)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("label_shape", [(100,), (3, 4), ()])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "transposed"])
+@pytest.mark.parametrize("out_of_range", [False, True])
+def test_sparse_softmax_cross_entropy_fast_and_masked_paths(dtype, label_shape, layout, out_of_range):
+    shape = label_shape + (10,)
+    if layout == "transposed":   # an F-ordered array: the softmax and gradient come out F-ordered too
+        logits = 3 * np.asfortranarray(rng.standard_normal(shape).astype(dtype))
+    else:
+        logits = 3 * (rng.standard_normal(shape).astype(dtype) if layout == "contiguous" else _strided(shape, dtype))
+    labels = rng.integers(0, 10, size=label_shape).astype(np.int32)
+    if out_of_range:
+        labels.flat[0] = 10 if labels.size % 2 else -1
+    dy = rng.random(label_shape).astype(dtype) + 0.5
+    if layout == "transposed" and dy.ndim:
+        dy = np.asfortranarray(dy)
+    if out_of_range:
+        with pytest.warns(RuntimeWarning, match="outside"):
+            loss, prob = SparseSoftmaxCrossEntropy.forward(np, labels, logits, name="ce")
+    else:
+        loss, prob = SparseSoftmaxCrossEntropy.forward(np, labels, logits, name="ce")
+    grad = SparseSoftmaxCrossEntropyGrad.forward(np, labels, prob, dy)
+    want_loss, want_grad = _reference_ce(labels, logits, dy)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    assert isinstance(loss, np.ndarray) and loss.shape == label_shape and loss.dtype == dtype
+    assert grad.shape == shape and grad.dtype == dtype
+    np.testing.assert_allclose(loss, want_loss, rtol=tol, atol=tol)
+    np.testing.assert_allclose(grad, want_grad, rtol=tol, atol=tol)
+
+
+# ------------------------------------------------------------------------------------------------------ relu and sum
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_relu_equals_maximum(dtype, layout):
+    x = 5 * (rng.standard_normal((7, 9)) if layout == "contiguous" else _strided((7, 9), np.float64))
+    x = x.astype(dtype)
+    if dtype != np.int32:
+        x[0, :3] = [np.nan, np.inf, -np.inf]
+    out = np.empty(x.shape, dtype)
+    got = Relu.forward(np, x, out=out)
+    assert got is out
+    np.testing.assert_array_equal(got, np.maximum(x, 0))   # NaN in the same places
+    np.testing.assert_array_equal(Relu.forward(np, x), np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_reduce_sum_keeps_dtype_and_writes_out(dtype, keepdims):
+    x = _strided((6, 5, 4), np.float64)
+    x = (x * 3).astype(dtype)
+    want = np.sum(x, axis=(0, 2), keepdims=keepdims, dtype=dtype)
+    out = np.empty(want.shape, dtype)
+    got = ReduceSum.forward(np, x, axes=(0, 2), keepdims=keepdims, out=out)
+    assert got is out and got.dtype == dtype
+    np.testing.assert_array_equal(got, want)
+    fresh = ReduceSum.forward(np, x, axes=(0, 2), keepdims=keepdims)
+    assert fresh.dtype == dtype
+    np.testing.assert_array_equal(fresh, want)
