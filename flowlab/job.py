@@ -192,6 +192,9 @@ class JobFunction:
         """Trace the job function for these argument shapes into a graph, then declare its variables to the session
         (``undo`` collects how to take the declarations back if compiling fails later)."""
         graph = g.Graph(self.name, self.is_train, self.config.default_dtype)
+        if devices > 1 and self.config.logical_view == "consistent":
+            graph.split_batches = {d.shape[0]: s[0] for d, s in zip(self.arg_defs, shapes)
+                                   if not d.dynamic and len(s) and s[0] != d.shape[0]}
         replay = self._first_id
         if replay is None:
             self._first_id = g.peek_unique_id()

@@ -368,3 +368,35 @@ def test_two_gpus_train_as_one_with_nccl():
     finally:
         backend.use("cpu")
 
+
+
+def test_a_reshape_to_the_logical_batch_size_trains_on_two_devices_as_on_one():
+    """OneFlow's consistent view shows logical shapes: a program that writes its batch size into a reshape (as
+    flowlab's own digits example does) runs on several devices, each reshaping its share of the batch."""
+    rng = np.random.default_rng(5)
+    x = rng.random((100, 1, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 10, 100).astype(np.int32)
+
+    def run(n):
+        flow.clear_default_session()
+        flow.config.cpu_device_num(n)
+        flow.config.seed(0)
+
+        @flow.global_function(type="train")
+        def train(images: tp.Numpy.Placeholder((100, 1, 8, 8)),
+                  labels: tp.Numpy.Placeholder((100,), dtype=flow.int32)) -> tp.Numpy:
+            flat = flow.reshape(images, [100, -1])          # the logical batch size, written out
+            logits = flow.layers.dense(flat, 10, name="head")
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+            return loss
+
+        losses = [train(x, y) for _ in range(3)]
+        return losses, {k: np.array(v.value) for k, v in session.default().variables.items()}
+
+    one, two = run(1), run(2)
+    assert [l.shape for l in two[0]] == [(100,)] * 3
+    np.testing.assert_allclose(two[0], one[0], rtol=1e-5, atol=1e-6)
+    assert two[1].keys() == one[1].keys()
+    for name in one[1]:
+        np.testing.assert_allclose(two[1][name], one[1][name], rtol=1e-5, atol=1e-6, err_msg=name)

@@ -184,6 +184,9 @@ class Graph:
         self.grad_of: dict[int, LazyTensor] = {}     # forward tensor id -> its total gradient (train jobs)
         self.watches: list[Any] = []                 # watch requests recorded while tracing
         self.outputs: list[LazyTensor] = []
+        # A replica's graph under the consistent view of several devices: logical batch size -> this device's.
+        # Shapes a program writes out (flow.reshape(x, [100, -1])) are logical, as in OneFlow.
+        self.split_batches: dict[int, int] = {}
         self._local_counter = itertools.count()
 
     def add_node(self, op, inputs, attrs, name, out_specs, out_names, device_tag=None) -> list[LazyTensor]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import graph as g
 from ..errors import ShapeError
 from . import Op, apply, as_tensor, normalize_axis, same_dtype, spec
 from .math import shape_error
@@ -85,6 +86,11 @@ def reshape(x, shape, name=None):
         shape = tuple(int(d) for d in shape)
     except TypeError:
         raise TypeError(f"flow.reshape: shape must be a sequence of ints, got {shape!r}") from None
+    # On several devices under the consistent view a program writes the logical batch size; this device has its
+    # share of the batch (graph.split_batches)
+    split = g.current_graph("flow.reshape").split_batches
+    if shape and x.ndim and shape[0] in split and x.shape[0] == split[shape[0]]:
+        shape = (split[shape[0]],) + shape[1:]
     known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
     if shape.count(-1) > 1 or any(d < -1 for d in shape):
         raise shape_error("flow.reshape", f"shape may hold one -1 and no other negative entry, got {shape} "
