@@ -23,6 +23,7 @@ from .runtime import session as _session
 from .runtime.session import clear as clear_default_session
 from .typing import FixedTensorDef, MirroredTensorDef
 from .watching import watch, watch_diff, watch_scope
+from .health import HealthAlert, HealthReport, watch_health
 
 optimizer = optim
 

@@ -19,8 +19,8 @@ import numpy as np
 from .compiler import Delivery
 from .errors import TraceError
 from .ops.stats import histogram_vector, stats_vector, tensor_stats
-from .runtime import devices, dispatch
-from .watching import StatsFeed, TensorHistogram, TensorStats
+from .runtime import backend, devices, dispatch
+from .watching import StatsFeed, TensorHistogram, TensorStats, WatchRequest
 
 
 def resolve(graph, host, devices=1):
@@ -28,7 +28,7 @@ def resolve(graph, host, devices=1):
     histogram. ``host``: the plan runs on NumPy, where a feed takes small tensors whole (``StatsFeed.batches``).
     On several ``devices`` every request delivers the tensor itself: summaries are made from the joined whole."""
     kept = []
-    for request in graph.watches:
+    for request in _expanded(graph, host, devices):
         target = request.tensor
         if request.diff:
             target = graph.grad_of.get(request.tensor.id)
@@ -58,6 +58,15 @@ def resolve(graph, host, devices=1):
     return kept
 
 
+def _expanded(graph, host, devices):
+    """The graph's watch requests, a ``watch_health`` request (``flowlab.health``) replaced by those it needs."""
+    if all(isinstance(r, WatchRequest) for r in graph.watches):
+        return graph.watches
+    xp = np if host else backend.current().xp
+    return [w for r in graph.watches
+            for w in ([r] if isinstance(r, WatchRequest) else r.expand(graph, xp, devices))]
+
+
 def _summarise_on_host(request):
     """A multi-device request: the plans deliver the tensor; statistics, histograms and feeds are made from the
     joined ``DeviceValues`` in the dispatcher thread."""
@@ -80,7 +89,7 @@ def _group(watches, multi_device):
         if multi_device:
             delivery = Delivery(request.target, request.every)
         else:
-            delivery = Delivery(request.target, request.every, request.when, request.bins, request.put)
+            delivery = Delivery(request.target, request.every, request.when, request.bins, request.put, request.raw)
         key = (request.target.id, *delivery[1:])
         if key not in index:
             index[key] = len(deliveries)

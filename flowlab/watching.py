@@ -182,6 +182,7 @@ class WatchRequest:
     target: g.LazyTensor | None = None   # what the plan delivers (value, gradient or stats), set at compile time
     put: Callable[[int, Any], None] | None = None   # the feed's put or put_tensor for ``target``, set with it
     optional: bool = False        # a watch_scope gradient: skipped, not an error, when the tensor has none
+    raw: bool = False             # ``put`` gets the tensor where it lives (a CuPy array on a GPU), not a host copy
 
 
 # ------------------------------------------------------------------------------------------------------ handlers

@@ -25,6 +25,7 @@ class Delivery(NamedTuple):
     when: Callable[[], bool] | None = None
     bins: int = 0
     put: Callable[[int, Any], None] | None = None
+    raw: bool = False       # with ``put``: give it the tensor where it lives (no host copy, on CuPy too)
 
 
 class Plan:
@@ -79,7 +80,7 @@ class Plan:
                 conditions.append(f"w{k}()")
             # on the host an observer's output is a new array every call (nothing can overwrite it) and a put
             # copies what it keeps: no copy needed
-            copy = "" if (d.tensor.node.op.observes or d.put) and not self.backend.is_gpu else "deliver"
+            copy = "" if (d.tensor.node.op.observes or d.put) and not self.backend.is_gpu or d.raw else "deliver"
             if d.bins:
                 ns[f"d{k}"] = functools.partial(self.backend.host_histogram_async, bins=d.bins)
                 copy = f"d{k}"

@@ -1,0 +1,446 @@
+"""``flow.watch_health(handler, every=1, **thresholds)``: per-layer statistics of a training network and alerts
+(dead ReLUs, vanishing or exploding gradients, bad update sizes, loss spikes, NaN/Inf), delivered as a
+``HealthReport`` to ``handler`` on the watch dispatcher thread every ``every`` calls.
+
+Layers, as OneFlow names them. ``flow.layers.dense``/``conv2d`` with prefix ``<p>`` (``name``, or ``Dense_<n>`` /
+``Conv2d_<n>``) make variables ``<p>-weight``, ``<p>-bias`` and ops ``<p>_matmul``/``<p>_conv2d``, ``<p>_bias_add``,
+``<p>_activation``. So: every trainable variable belongs to the layer named by its name without the last
+``-<part>`` (a name without ``-`` is its own layer); the layer's *output* (activation) is the output of the last
+forward op named ``<layer>_<something>`` (the longest matching layer wins, so ``hidden_2_matmul`` belongs to
+``hidden_2``, not ``hidden``). A layer of variables only (used by the user's own ops) has no activation statistics.
+
+Statistics (``HealthReport.table[layer]``), all from this call's tensors:
+  activation: ``act_mean_abs``, ``act_std``, ``act_zero_fraction`` (exact zeros among all elements),
+  ``act_max_abs``, ``dead_fraction`` (units, i.e. features of a dense layer or channels of a conv layer, that are
+  exactly zero for every example and position of the batch), ``act_nan``, ``act_inf``;
+  parameters (all the layer's trainable variables as one vector): ``weight_norm`` (before this call's update),
+  ``grad_norm`` (of the gradient the optimizer uses), ``update_ratio`` (norm of this call's change of the weights /
+  ``weight_norm``), ``weight_nan``/``weight_inf``, ``grad_nan``/``grad_inf``.
+  ``HealthReport.loss`` is the mean of the loss being minimised.
+
+How it runs. ``watch_health`` only records a request. When the job compiles (``delivery.resolve``) the request turns
+into watch deliveries whose ``put`` summarises the tensor right where the plan makes it, with a few reductions, on
+the calls that deliver (other calls cost nothing): on the job thread for NumPy, as queued device kernels for CuPy.
+The update is the plain-SGD step ``lr * scale * gradient`` when the optimizer is SGD without momentum or clipping
+(free: its norm follows from the gradient's); for other optimizers the weights are copied before the update on
+delivering calls and compared with the updated ones afterwards. On several devices the statistics are computed
+from the joined whole on the host. The report is built on the dispatcher thread, after the call, when the loss
+(the last layer's output in a predict job) arrives; alerts come from the numbers alone (``health_alerts``).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from . import graph as g
+from .errors import TraceError
+from .ops.stats import stats_vector
+from .runtime import session
+from .watching import WatchRequest, _name
+
+# Threshold keyword arguments of watch_health and their defaults (see health_alerts for what each means).
+THRESHOLDS = {
+    "dead_fraction": 0.5,        # dead_relu: more than this fraction of a layer's units dead for the whole batch
+    "vanishing_ratio": 1e-3,     # vanishing_gradient: a layer's gradient norm below this times the last layer's
+    "exploding_ratio": 1e3,      # exploding_gradient: a layer's gradient norm above this times the last layer's
+    "exploding_factor": 100.0,   # exploding_gradient: the total gradient norm above this times its recent median
+    "update_ratio_low": 1e-5,    # update_ratio: update/weight norm ratio outside [low, high] (rule of thumb 1e-3)
+    "update_ratio_high": 0.5,    # (early steps of a healthy net can reach 0.1)
+    "loss_spike_factor": 3.0,    # loss_spike: loss above this times its recent median
+    "window": 20,                # how many earlier reports "recent" means
+}
+MIN_HISTORY = 3                  # earlier reports needed before time-based alerts (loss_spike, exploding) speak
+
+
+class HealthAlert(NamedTuple):
+    """Something wrong seen in a report: ``kind`` (``dead_relu``, ``vanishing_gradient``, ``exploding_gradient``,
+    ``update_ratio``, ``loss_spike``, ``nan``), the ``layer`` (None for the whole network), the ``step`` and a
+    ``message`` saying what was seen, where, and what usually causes it."""
+    kind: str
+    layer: str | None
+    step: int
+    message: str
+
+
+@dataclass
+class HealthReport:
+    """One delivery of ``watch_health``: ``table`` is ``{layer: {statistic: float}}`` with layers in forward order
+    (see the module docstring for the statistics), ``loss`` the mean loss (None in a predict job), ``first_nonfinite``
+    the first watched op, in run order, whose tensor held NaN/Inf (``{"op", "tensor", "layer", "what", "source"}``) or
+    None, ``alerts`` a list of ``HealthAlert``."""
+    step: int
+    table: dict
+    loss: float | None = None
+    first_nonfinite: dict | None = None
+    alerts: list = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+def activation_vector(xp, x, unit_axis=1):
+    """``[mean_abs, std, zero_fraction, max_abs, dead_fraction, nan, inf]`` of a layer output ``x`` (its units
+    along ``unit_axis``); NaN/Inf are left out of the moments. A float64 vector on ``x``'s device."""
+    axes = tuple(a for a in range(x.ndim) if a != unit_axis % x.ndim)
+    n = x.size
+    if xp is np and x.dtype.char in "fd" and n:
+        v = stats_vector(np, x)
+        lo, hi, mean, std, nan, inf = v.tolist()
+        if not (nan or inf):
+            if lo >= 0:                      # a ReLU/sigmoid output: |x| is x, no extra pass
+                mean_abs, unit_max = mean, np.maximum.reduce(x, axis=axes)
+                zeros = 0 if lo > 0 else n - np.count_nonzero(x > 0)     # bools count fast
+            else:
+                a = np.abs(x)
+                mean_abs = float(np.add.reduce(a.reshape(-1))) / n
+                unit_max = np.maximum.reduce(a, axis=axes)
+                zeros = np.count_nonzero(a == 0) if unit_max.min() == 0 or not (lo > 0 or hi < 0) else 0
+            dead = np.count_nonzero(unit_max == 0) / unit_max.size
+            return np.array([mean_abs, std, zeros / n, max(-lo, hi), dead, 0.0, 0.0])
+    x = x if x.dtype.kind == "f" else x.astype(xp.float64)
+    if n == 0:
+        return xp.asarray([np.nan, np.nan, np.nan, np.nan, np.nan, 0.0, 0.0])
+    v = stats_vector(xp, x)
+    finite = xp.isfinite(x)
+    a = xp.where(finite, xp.abs(x), 0).astype(xp.float64)
+    count = xp.maximum(finite.sum(dtype=xp.float64), 1.0)
+    unit_max = xp.abs(x).max(axis=axes)          # NaN stays NaN: a unit holding NaN is not dead
+    dead = (unit_max == 0).sum(dtype=xp.float64) / unit_max.size
+    zeros = (x == 0).sum(dtype=xp.float64) / n
+    return xp.stack([a.sum() / count, v[3], zeros, a.max(), dead, v[4], v[5]])
+
+
+def square_vector(xp, x):
+    """``[sum of squares of the finite elements, nan, inf]`` of ``x``, float64 on ``x``'s device: one dot product
+    when everything is finite."""
+    flat = x.reshape(-1)
+    if xp is np and x.dtype.char in "fd":
+        total = float(np.dot(flat, flat))
+        if total - total == 0:
+            return np.array([total, 0.0, 0.0])
+    x64 = flat.astype(xp.float64)
+    finite = xp.isfinite(x64)
+    nan = xp.isnan(x64).sum(dtype=xp.float64)
+    inf = x64.size - finite.sum(dtype=xp.float64) - nan
+    kept = xp.where(finite, x64, 0.0)
+    biggest = xp.abs(kept).max() if kept.size else 0.0
+    scale = xp.where(biggest > 1e150, biggest, 1.0)     # squares of 1e200 overflow float64 too
+    return xp.stack([xp.vdot(kept / scale, kept / scale) * scale * scale, nan, inf])
+
+
+def _host(v):
+    return np.asarray(v.get() if hasattr(v, "get") else v, dtype=np.float64)
+
+
+# ------------------------------------------------------------------------------------------------ layers
+
+@dataclass
+class _Param:
+    name: str                    # the variable's name
+    read: g.LazyTensor           # its read in the graph
+    update: g.Node | None        # the node updating it (train jobs)
+
+
+@dataclass
+class _Layer:
+    name: str
+    params: list
+    output: g.LazyTensor | None = None
+    unit_axis: int = 1
+    position: int = 1 << 60      # index of its first forward node: layers are listed in forward order
+
+
+def find_layers(graph):
+    """The graph's layers by the rule of the module docstring, in forward order."""
+    updates = {n.inputs[0].id: n for n in graph.nodes if n.op.updates_variable}
+    layers = {}
+    for name, read in graph.variables.items():
+        decl = graph.declarations.get(name)
+        if decl is None or not decl.trainable:
+            continue
+        layer = name.rsplit("-", 1)[0] if "-" in name else name
+        layers.setdefault(layer, _Layer(layer, [])).params.append(_Param(name, read, updates.get(read.id)))
+    by_length = sorted(layers, key=len, reverse=True)
+    for i, node in enumerate(graph.nodes):
+        if node.op.is_variable or node.op.observes or node.op.updates_variable or not node.outputs or \
+                node.name.startswith("System-AutoGrad-") or node.outputs[0].dtype.kind != "f":
+            continue
+        owner = next((layers[n] for n in by_length if node.name.startswith(n + "_")), None)
+        if owner is None:
+            continue
+        owner.output = node.outputs[0]
+        owner.position = min(owner.position, i)
+        if node.attrs.get("data_format") == "NHWC":
+            owner.unit_axis = -1
+    return sorted(layers.values(), key=lambda layer: (layer.position, layer.name))
+
+
+def _plain_sgd(update):
+    """The update node is SGD without momentum or clipping: its step is ``lr * grad_scale * gradient``."""
+    return update is not None and update.op.__name__ == "SGDUpdate" and not update.attrs.get("momentum") and \
+        not update.attrs.get("clipped")
+
+
+# ------------------------------------------------------------------------------------------------ the monitor
+
+def _check_thresholds(thresholds):
+    for key, value in thresholds.items():
+        if key not in THRESHOLDS:
+            raise TypeError(f"flow.watch_health: unknown threshold {key!r}; known: {', '.join(THRESHOLDS)}")
+        if key == "window":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"flow.watch_health: window must be a positive int, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or \
+                not math.isfinite(value):
+            raise ValueError(f"flow.watch_health: threshold {key} must be a positive number, got {value!r}")
+    return {**THRESHOLDS, **thresholds}
+
+
+def watch_health(handler, every=1, **thresholds):
+    """Deliver a ``HealthReport`` of every layer to ``handler(report)`` every ``every`` calls (see module doc)."""
+    api = "flow.watch_health"
+    graph = g.current_graph(api)
+    if not callable(handler):
+        raise TypeError(f"{api}: handler must be callable (it receives a flowlab.HealthReport), got {handler!r}")
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        raise ValueError(f"{api}: every must be a positive int, got {every!r}")
+    graph.watches.append(HealthRequest(handler, every, _check_thresholds(thresholds), g.user_source_line()))
+
+
+class HealthRequest:
+    """What ``watch_health`` records on the graph; ``expand`` turns it into watch requests once gradients exist."""
+
+    diff = False            # needs no gradient of its own (watching.gradient_targets)
+
+    def __init__(self, handler, every, thresholds, source):
+        self.handler, self.every, self.thresholds, self.source = handler, every, thresholds, source
+        self.describe = f"flow.watch_health handler {_name(handler)}"
+
+    def expand(self, graph, xp, devices=1):
+        layers = find_layers(graph)
+        if not layers:
+            raise TraceError(f"flow.watch_health at {self.source}: job {graph.name!r} has no layers (trainable "
+                             "variables such as flow.layers.dense makes) to watch")
+        return _Monitor(self, graph, layers, xp, devices).requests
+
+
+class _Monitor:
+    """Collects one call's vectors (``_arrive``) and turns them into a report when the loss arrives."""
+
+    def __init__(self, request, graph, layers, xp, devices):
+        self.request, self.layers, self.xp = request, layers, xp
+        self.host_side = devices > 1           # statistics from the joined whole, in the dispatcher
+        self.history = []
+        self.vectors = {}                      # step -> {key: vector}
+        self.copies = {}                       # variable name -> its value before the update (a delivering call)
+        self.lock = threading.Lock()
+        self.order = []                        # (key, node, layer, what) in the order the plan makes them
+        self.requests = []
+        every = request.every
+        for layer in layers:
+            if layer.output is not None:
+                self._add(("act", layer.name), layer.output, layer.name, "activation",
+                          lambda xp, x, axis=layer.unit_axis: activation_vector(xp, x, axis))
+            for p in layer.params:
+                self._add(("weight", p.name), p.read, layer.name, "weight", self._weight_function(p))
+                if p.update is not None:
+                    self._add(("grad", p.name), p.update.inputs[1], layer.name, "gradient", square_vector)
+        losses = [loss for _, loss in graph.losses]
+        outputs = [layer.output for layer in layers if layer.output is not None]
+        # the report is made when this arrives: the loss, or in a predict job the last layer's output
+        last = losses[0] if losses else outputs[-1] if outputs else layers[-1].params[0].read
+        self.expected = len(self.order)
+        self.is_train = bool(losses)
+        self.requests.append(WatchRequest(last, False, self._finish, request.describe, every=every,
+                                          source=request.source))
+        self.order.sort(key=lambda entry: _run_position(graph, entry[1]))
+
+    def _weight_function(self, p):
+        if _plain_sgd(p.update) and not self.host_side:
+            return square_vector
+        name = p.name
+
+        def weight(xp, w):                   # keep the weights before the update to measure it afterwards
+            saved = self.copies.get(name)
+            if saved is None or saved.shape != w.shape:
+                saved = self.copies[name] = xp.empty_like(w)
+            saved[...] = w
+            return square_vector(xp, w)
+        return weight
+
+    def _add(self, key, tensor, layer, what, function):
+        self.order.append((key, tensor.node, layer, what))
+        if self.host_side:
+            def call(value, step, key=key, function=function):
+                whole = value.whole
+                if key[0] == "weight":           # every update is measured from the weights themselves
+                    self.copies[key[1]] = np.array(whole)
+                    function = square_vector
+                self._arrive(step, key, function(np, whole))
+            self.requests.append(WatchRequest(tensor, False, call, self.request.describe, every=self.request.every,
+                                              source=self.request.source))
+        else:
+            xp = self.xp
+
+            def put(step, x, key=key, function=function):
+                self._arrive(step, key, function(xp, x))
+            self.requests.append(WatchRequest(tensor, False, None, self.request.describe, every=self.request.every,
+                                              source=self.request.source, put=put, raw=True))
+
+    def _arrive(self, step, key, vector):
+        with self.lock:
+            self.vectors.setdefault(step, {})[key] = vector
+
+    def _finish(self, value, step):
+        with self.lock:
+            vectors = self.vectors.pop(step, {})
+            for old in [s for s in self.vectors if s < step]:
+                del self.vectors[old]          # a call that failed half-way
+        if len(vectors) < self.expected:
+            return                             # the call failed before every tensor was made: no report
+        host = {key: _host(v) for key, v in vectors.items()}
+        loss = None
+        if self.is_train:
+            whole = getattr(value, "whole", value)
+            loss = float(np.mean(np.asarray(whole, dtype=np.float64)))
+        report = HealthReport(step, self._table(host, step), loss, self._first_nonfinite(host))
+        report.alerts = health_alerts(self.history, report, self.request.thresholds)
+        self.history.append(report)
+        del self.history[:-self.request.thresholds["window"] - 1]
+        self.request.handler(report)
+
+    def _table(self, host, step):
+        table = {}
+        variables = session.default().variables
+        for layer in self.layers:
+            row = {}
+            if ("act", layer.name) in host:
+                keys = ("act_mean_abs", "act_std", "act_zero_fraction", "act_max_abs", "dead_fraction", "act_nan",
+                        "act_inf")
+                row.update(zip(keys, host[("act", layer.name)].tolist()))
+            w2 = wn = wi = g2 = gn = gi = u2 = 0.0
+            grads = False
+            for p in layer.params:
+                sq, nan, inf = host[("weight", p.name)].tolist()
+                w2, wn, wi = w2 + sq, wn + nan, wi + inf
+                if p.update is None:
+                    continue
+                grads = True
+                gsq, nan, inf = host[("grad", p.name)].tolist()
+                g2, gn, gi = g2 + gsq, gn + nan, gi + inf
+                if _plain_sgd(p.update) and not self.host_side:
+                    scale = p.update.attrs["schedule"](step) * p.update.attrs["grad_scale"]
+                    u2 += scale * scale * gsq
+                else:
+                    u2 += float(square_vector(np, _host(_to_host(variables[p.name].value)) -
+                                              self.copies[p.name])[0])
+            row.update(weight_norm=math.sqrt(w2), weight_nan=wn, weight_inf=wi)
+            if grads:
+                row.update(grad_norm=math.sqrt(g2), grad_nan=gn, grad_inf=gi,
+                           update_ratio=math.sqrt(u2) / math.sqrt(w2) if w2 > 0 else math.nan)
+            table[layer.name] = row
+        return table
+
+    def _first_nonfinite(self, host):
+        for key, node, layer, what in self.order:
+            v = host[key]
+            nan, inf = v[-2], v[-1]
+            if nan or inf:
+                return {"op": node.name, "tensor": node.outputs[0].logical_blob_name, "layer": layer, "what": what,
+                        "source": node.source, "nan": int(nan), "inf": int(inf)}
+        return None
+
+
+def _to_host(array):
+    return array.get() if hasattr(array, "get") else array
+
+
+def _run_position(graph, node):
+    """Where a node runs: variable reads first (the compiler's order_variables), then graph order."""
+    if node.op.is_variable:
+        return (0, node.name)
+    return (1, graph.nodes.index(node))
+
+
+# ------------------------------------------------------------------------------------------------ alerts
+
+def health_alerts(history, report, thresholds=None):
+    """The alerts of ``report`` given the earlier reports ``history`` (oldest first): a pure function of the numbers.
+
+    ``nan``: some watched tensor held NaN/Inf (names the first op, in run order). ``dead_relu``: a layer's
+    ``dead_fraction`` above ``dead_fraction``. ``vanishing_gradient`` / ``exploding_gradient``: across depth, a
+    layer's ``grad_norm`` below ``vanishing_ratio`` / above ``exploding_ratio`` times the last layer's; across time,
+    the total gradient norm above ``exploding_factor`` times its median over the last ``window`` reports.
+    ``update_ratio``: a layer's update/weight ratio outside ``[update_ratio_low, update_ratio_high]``.
+    ``loss_spike``: the loss above ``loss_spike_factor`` times its median over the last ``window`` reports.
+    """
+    t = {**THRESHOLDS, **(thresholds or {})}
+    step, table, alerts = report.step, report.table, []
+    recent = history[-t["window"]:]
+    bad = report.first_nonfinite
+    if bad is not None:
+        alerts.append(HealthAlert("nan", bad["layer"], step, (
+            f"{bad['nan']} NaN and {bad['inf']} Inf in the {bad['what']} of layer {bad['layer']}: op {bad['op']} "
+            f"({bad['tensor']}, at {bad['source']}) is the first watched op that made them this step. Usually a "
+            "learning rate too high (weights diverged), a log/division of zero, or bad input data; "
+            "flow.config.detect_anomaly(True) stops at the exact op.")))
+    for layer, row in table.items():
+        dead = row.get("dead_fraction")
+        if dead is not None and dead > t["dead_fraction"]:
+            alerts.append(HealthAlert("dead_relu", layer, step, (
+                f"{dead:.0%} of the units of layer {layer} are zero for the whole batch (threshold "
+                f"{t['dead_fraction']:.0%}): dead ReLUs. Usually a large negative bias, a learning rate too high "
+                "that pushed the pre-activations below zero, or a bad initialisation.")))
+        ratio = row.get("update_ratio")
+        if ratio is not None and math.isfinite(ratio) and not \
+                t["update_ratio_low"] <= ratio <= t["update_ratio_high"]:
+            low = ratio < t["update_ratio_low"]
+            alerts.append(HealthAlert("update_ratio", layer, step, (
+                f"the update of layer {layer} is {ratio:.3g} of its weights' norm (healthy is around 1e-3; "
+                f"threshold {t['update_ratio_low' if low else 'update_ratio_high']:g}): "
+                + ("the weights barely change. Usually a learning rate far too low, or vanishing gradients."
+                   if low else "the weights are being overwritten. Usually a learning rate far too high."))))
+    grads = [(layer, row["grad_norm"]) for layer, row in table.items()
+             if math.isfinite(row.get("grad_norm", math.nan))]
+    if len(grads) >= 2 and grads[-1][1] > 0:
+        last_layer, last = grads[-1]
+        low_layer, low = min(grads[:-1], key=lambda e: e[1])
+        high_layer, high = max(grads[:-1], key=lambda e: e[1])
+        if low < t["vanishing_ratio"] * last:
+            alerts.append(HealthAlert("vanishing_gradient", low_layer, step, (
+                f"the gradient norm of layer {low_layer} is {low:.3g}, {low / last:.3g} of the last layer "
+                f"{last_layer}'s ({last:.3g}; threshold {t['vanishing_ratio']:g}): the gradient vanishes on its "
+                "way back. Usually deep stacks of saturating activations (sigmoid, tanh), or too small an "
+                "initialisation; ReLU, residual connections or normalisation help.")))
+        if high > t["exploding_ratio"] * last:
+            alerts.append(HealthAlert("exploding_gradient", high_layer, step, (
+                f"the gradient norm of layer {high_layer} is {high:.3g}, {high / last:.3g} times the last layer "
+                f"{last_layer}'s ({last:.3g}; threshold {t['exploding_ratio']:g}): the gradient grows on its way "
+                "back. Usually too large an initialisation or a learning rate too high; clip gradients.")))
+    total = _total_grad_norm(table)
+    earlier = [n for n in (_total_grad_norm(r.table) for r in recent) if n is not None and math.isfinite(n)]
+    if total is not None and len(earlier) >= MIN_HISTORY:
+        median = statistics.median(earlier)
+        if not math.isfinite(total) or total > t["exploding_factor"] * median:
+            alerts.append(HealthAlert("exploding_gradient", None, step, (
+                f"the total gradient norm is {total:.3g}, {total / median:.3g} times its median {median:.3g} over "
+                f"the last {len(earlier)} reports (threshold {t['exploding_factor']:g}x): the gradients blow up "
+                "over time. Usually a learning rate too high; lower it or clip gradients.")))
+    losses = [r.loss for r in recent if r.loss is not None and math.isfinite(r.loss)]
+    if report.loss is not None and math.isfinite(report.loss) and len(losses) >= MIN_HISTORY:
+        median = statistics.median(losses)
+        if median > 0 and report.loss > t["loss_spike_factor"] * median:
+            alerts.append(HealthAlert("loss_spike", None, step, (
+                f"the loss is {report.loss:.4g}, {report.loss / median:.3g} times its median {median:.4g} over the "
+                f"last {len(losses)} reports (threshold {t['loss_spike_factor']:g}x). Usually a learning rate too "
+                "high, a bad batch (mislabelled or unnormalised data), or the start of a divergence.")))
+    return alerts
+
+
+def _total_grad_norm(table):
+    squares = [row["grad_norm"] ** 2 for row in table.values() if "grad_norm" in row]
+    return math.sqrt(sum(squares)) if squares else None

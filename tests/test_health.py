@@ -1,0 +1,351 @@
+"""flow.watch_health: per-layer statistics checked against NumPy on the same tensors, alerts on deliberately broken
+networks (and none on a healthy one), delivery every N calls, bad input, and plans untouched without it."""
+import math
+import re
+
+import numpy as np
+import pytest
+
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.errors import WatchCallbackError
+from flowlab.health import HealthAlert, HealthReport, health_alerts
+
+BATCH, FEATURES, CLASSES = 32, 20, 5
+
+
+def data(steps, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(CLASSES, FEATURES)) * 2
+    for _ in range(steps):
+        y = rng.integers(0, CLASSES, BATCH).astype(np.int32)
+        yield (centres[y] + rng.normal(size=(BATCH, FEATURES))).astype(np.float32), y
+
+
+def train(job, steps, seed=0):
+    for x, y in data(steps, seed):
+        job(x, y)
+    flow.sync_default_session()
+
+
+def mlp(reports, depth=1, width=64, activation=flow.nn.relu, lr=0.1, optimizer=None, bias=0.0, every=1,
+        scope=None, **thresholds):
+    """A train job of ``depth`` hidden dense layers ``hidden_<i>`` and an ``output`` layer, watched for health;
+    ``scope(blob, blob_def)`` (optional) watches every tensor and gradient of the layers too."""
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)),
+            y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+        def layers():
+            h = x
+            for i in range(depth):
+                h = flow.layers.dense(h, width, activation=activation, name=f"hidden_{i}",
+                                      bias_initializer=flow.constant_initializer(bias) if i == 0 else None)
+            return flow.layers.dense(h, CLASSES, name="output")
+        if scope is None:
+            logits = layers()
+        else:
+            with flow.watch_scope(scope, scope):
+                logits = layers()
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.watch_health(reports.append, every=every, **thresholds)
+        (optimizer or flow.optimizer.SGD(lr, momentum=0)).minimize(loss)
+        return loss
+    return job
+
+
+def kinds(reports):
+    return {(a.kind, a.layer) for r in reports for a in r.alerts}
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+class Recorder:
+    """A watch_scope callable keeping every value and gradient of each tensor, in call order."""
+
+    def __init__(self):
+        self.values = {}
+
+    def __call__(self, blob, blob_def):
+        self.values.setdefault(blob_def.logical_blob_name, []).append(blob.numpy().astype(np.float64))
+
+
+def norm(*arrays):
+    return math.sqrt(sum(float(np.sum(a * a)) for a in arrays))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+def test_statistics_match_numpy_on_the_same_tensors(optimizer):
+    # plain SGD takes the update from the gradient; momentum and Adam measure it from the weights themselves
+    make = {"sgd": lambda: flow.optimizer.SGD(0.1, momentum=0), "momentum": lambda: flow.optimizer.SGD(0.1),
+            "adam": lambda: flow.optimizer.Adam(0.01)}[optimizer]
+    values, grads, reports = Recorder(), Recorder(), []
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)),
+            y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+        with flow.watch_scope(values, grads):
+            h = flow.layers.dense(x, 64, activation=flow.nn.relu, name="hidden",
+                                  bias_initializer=flow.constant_initializer(-0.5))
+            logits = flow.layers.dense(h, CLASSES, name="output")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.watch_health(reports.append)
+        make().minimize(loss)
+        return loss
+
+    steps = 4
+    train(job, steps)
+    assert [r.step for r in reports] == list(range(steps))
+    v, d = values.values, grads.values
+    for s, report in enumerate(reports[:-1]):
+        assert list(report.table) == ["hidden", "output"]
+        for layer, act in [("hidden", "hidden_activation/out_0"), ("output", "output_bias_add/out_0")]:
+            row, a = report.table[layer], v[act][s]
+            assert row["act_mean_abs"] == pytest.approx(np.abs(a).mean(), rel=1e-5)
+            assert row["act_std"] == pytest.approx(a.std(), rel=1e-4)
+            assert row["act_zero_fraction"] == pytest.approx((a == 0).mean())
+            assert row["act_max_abs"] == pytest.approx(np.abs(a).max(), rel=1e-6)
+            assert row["dead_fraction"] == pytest.approx((a == 0).all(axis=0).mean())
+            assert row["act_nan"] == row["act_inf"] == 0
+            w, b = v[f"{layer}-weight/out"], v[f"{layer}-bias/out"]
+            assert row["weight_norm"] == pytest.approx(norm(w[s], b[s]), rel=1e-5)
+            assert row["grad_norm"] == pytest.approx(norm(d[f"{layer}-weight/out"][s], d[f"{layer}-bias/out"][s]),
+                                                     rel=1e-4)
+            # the update is what the next call's weights show
+            assert row["update_ratio"] == pytest.approx(norm(w[s + 1] - w[s], b[s + 1] - b[s]) / norm(w[s], b[s]),
+                                                        rel=1e-3)
+    hidden = v["hidden_activation/out_0"][0]
+    assert 0 < reports[0].table["hidden"]["act_zero_fraction"] < 1 and (hidden == 0).all(axis=0).any(), \
+        "the -0.5 bias should leave some zeros and some dead units, so the counts are tested"
+
+
+def test_report_loss_is_the_mean_loss_of_the_call():
+    reports = []
+    job = mlp(reports)
+    losses = [float(np.mean(job(x, y))) for x, y in data(3)]
+    flow.sync_default_session()
+    assert [r.loss for r in reports] == pytest.approx(losses, rel=1e-6)
+
+
+def test_activation_statistics_of_negative_and_non_finite_values():
+    from flowlab.health import activation_vector, square_vector
+    x = np.array([[0.0, -2.0, 0.0], [0.0, 1.0, 3.0]], np.float32)
+    got = activation_vector(np, x)
+    assert got.tolist() == pytest.approx([1.0, x.std(), 0.5, 3.0, 1 / 3, 0, 0])
+    x[1, 2] = np.nan
+    x[0, 1] = np.inf
+    got = activation_vector(np, x)
+    finite = np.array([0.0, 0.0, 0.0, 1.0])
+    assert got.tolist() == pytest.approx([np.abs(finite).mean(), finite.std(), 0.5, 1.0, 1 / 3, 1, 1])
+    assert square_vector(np, x).tolist() == [1.0, 1.0, 1.0]
+    assert square_vector(np, np.array([1e30, 1e30], np.float32)).tolist() == pytest.approx([2e60, 0, 0])
+
+
+# ------------------------------------------------------------------------------------------------ alerts
+
+def test_healthy_network_gets_no_alert():
+    reports = []
+    train(mlp(reports), 40)
+    assert len(reports) == 40 and kinds(reports) == set()
+    assert reports[-1].loss < reports[0].loss / 2         # it did learn
+
+
+def test_relu_layer_with_large_negative_bias_is_dead():
+    reports = []
+    train(mlp(reports, depth=2, bias=-100.0), 3)
+    assert ("dead_relu", "hidden_0") in kinds(reports)
+    # the first dead layer in forward order is the culprit (the layers after it only see its zeros)
+    alert = next(a for a in reports[0].alerts if a.kind == "dead_relu")
+    assert alert.step == 0 and "100% of the units of layer hidden_0" in alert.message and "bias" in alert.message
+    assert reports[0].table["hidden_0"]["dead_fraction"] == 1.0
+
+
+def test_dead_relu_threshold_is_an_argument():
+    reports = []
+    train(mlp(reports, depth=2, bias=-100.0, dead_fraction=1.0), 2)     # "above" 100%: never
+    assert ("dead_relu", "hidden_0") not in kinds(reports)
+
+
+def test_deep_sigmoid_network_has_vanishing_gradients():
+    reports = []
+    train(mlp(reports, depth=20, width=32, activation=flow.math.sigmoid), 2)
+    vanishing = [a for r in reports for a in r.alerts if a.kind == "vanishing_gradient"]
+    assert vanishing and vanishing[0].layer in {f"hidden_{i}" for i in range(10)}
+    assert "sigmoid" in vanishing[0].message
+    first = reports[0].table
+    assert first["hidden_0"]["grad_norm"] < 1e-3 * first["output"]["grad_norm"]
+    relu = []
+    train(mlp(relu, depth=3, width=32), 2)                 # a shallow ReLU net does not vanish
+    assert not any(a.kind == "vanishing_gradient" for r in relu for a in r.alerts)
+
+
+def test_learning_rate_of_ten_explodes_and_names_the_first_op_with_nan():
+    reports = []
+    job = mlp(reports, depth=2, lr=10.0)
+    with np.errstate(all="ignore"):
+        train(job, 30)
+    found = {a.kind for r in reports for a in r.alerts}
+    assert "exploding_gradient" in found or "update_ratio" in found
+    nan = [a for r in reports for a in r.alerts if a.kind == "nan"]
+    assert nan, "lr 10 should reach NaN/Inf within 30 steps"
+    first = next(r for r in reports if r.first_nonfinite)
+    op = first.first_nonfinite["op"]
+    # the op named is a real node of the job, named as detect_anomaly names ops, with the user's line
+    assert op in {n.name for n in job.graph().nodes}
+    assert f"op {op} " in nan[0].message and "test_health.py" in nan[0].message
+    assert "learning rate" in nan[0].message
+
+
+def test_tiny_learning_rate_gives_update_ratio_alert():
+    reports = []
+    train(mlp(reports, lr=1e-7), 3)
+    alerts = [a for r in reports for a in r.alerts if a.kind == "update_ratio"]
+    assert {a.layer for a in alerts} == {"hidden_0", "output"}
+    assert "learning rate far too low" in alerts[0].message
+    assert reports[0].table["hidden_0"]["update_ratio"] < 1e-5
+
+
+def report(step, table, loss=None, first=None):
+    return HealthReport(step, table, loss, first)
+
+
+def test_alerts_are_a_function_of_the_numbers():
+    history = [report(s, {"a": {"grad_norm": 1.0}, "b": {"grad_norm": 1.0}}, loss=1.0) for s in range(5)]
+    assert health_alerts(history, report(5, {"a": {"grad_norm": 1.0}, "b": {"grad_norm": 1.0}}, 1.1)) == []
+    spike = health_alerts(history, report(5, {"a": {"grad_norm": 1.0}, "b": {"grad_norm": 1.0}}, 5.0))
+    assert [(a.kind, a.layer, a.step) for a in spike] == [("loss_spike", None, 5)]
+    assert "5 times its median 1" in spike[0].message
+    assert health_alerts(history, report(5, {"a": {"grad_norm": 1.0}, "b": {"grad_norm": 1.0}}, 5.0),
+                         {"loss_spike_factor": 10.0}) == []
+    assert health_alerts(history[:2], report(5, {"a": {"grad_norm": 1.0}}, 5.0)) == []   # too little history
+    grown = health_alerts(history, report(5, {"a": {"grad_norm": 500.0}, "b": {"grad_norm": 500.0}}, 1.0))
+    assert [(a.kind, a.layer) for a in grown] == [("exploding_gradient", None)]
+    deep = health_alerts([], report(0, {"a": {"grad_norm": 5e3}, "b": {"grad_norm": 1.0}}))
+    assert [(a.kind, a.layer) for a in deep] == [("exploding_gradient", "a")]
+    ratios = health_alerts([], report(0, {"a": {"update_ratio": 0.9}, "b": {"update_ratio": 1e-3}}))
+    assert [(a.kind, a.layer) for a in ratios] == [("update_ratio", "a")] and "too high" in ratios[0].message
+    nan = health_alerts([], report(3, {"a": {}}, first={"op": "a_matmul", "tensor": "a_matmul/out_0", "layer": "a",
+                                                          "what": "activation", "source": "x.py:1", "nan": 2,
+                                                          "inf": 0}))
+    assert nan == [HealthAlert("nan", "a", 3, nan[0].message)] and "op a_matmul (a_matmul/out_0, at x.py:1)" in \
+        nan[0].message
+
+
+# ------------------------------------------------------------------------------------------------ delivery
+
+def test_every_ten_delivers_every_tenth_call():
+    reports = []
+    job = mlp(reports, every=10)
+    train(job, 25)
+    assert [r.step for r in reports] == [0, 10, 20]
+    # calls that deliver nothing compute nothing: every statistic in the plan sits behind the step test
+    puts = [line for line in job.plan().source.splitlines() if re.search(r"\bp\d+\(step", line)]
+    assert puts and all(line.strip().startswith("if step % 10 == 0: p") for line in puts)
+
+
+def test_handler_error_surfaces_at_the_next_call_naming_the_handler():
+    def broken_handler(report):
+        raise RuntimeError("boom")
+
+    @flow.global_function(type="train")
+    def failing(x: tp.Numpy.Placeholder((BATCH, FEATURES)),
+                y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> None:
+        logits = flow.layers.dense(x, CLASSES, name="output")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.watch_health(broken_handler)
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+
+    batches = list(data(2))
+    failing(*batches[0])
+    with pytest.raises(WatchCallbackError, match="watch_health handler .*broken_handler.* raised RuntimeError: boom"):
+        failing(*batches[1])
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(every=0), ValueError, "every must be a positive int, got 0"),
+    (dict(every=2.5), ValueError, "every must be a positive int, got 2.5"),
+    (dict(every=True), ValueError, "every must be a positive int, got True"),
+    (dict(dead_fractoin=0.3), TypeError, "unknown threshold 'dead_fractoin'"),
+    (dict(vanishing_ratio=-1), ValueError, "threshold vanishing_ratio must be a positive number"),
+    (dict(window=0), ValueError, "window must be a positive int"),
+    (dict(handler=42), TypeError, "handler must be callable"),
+])
+def test_bad_arguments_are_named(kwargs, error, match):
+    handler = kwargs.pop("handler", print)
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)),
+            y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+        logits = flow.layers.dense(x, CLASSES, name="output")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.watch_health(handler, **kwargs)
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+
+    with pytest.raises(error, match=re.escape(match)):
+        job.compiled()
+
+
+def _without_deliveries(source):
+    return "\n".join(line for line in source.splitlines()
+                     if not re.match(r"\s+(p\d+\(step|emit\()", line) and not line.startswith("#"))
+
+
+def test_a_job_without_watch_health_compiles_to_the_same_plan():
+    def make(watched):
+        flow.clear_default_session()
+
+        @flow.global_function(type="train")
+        def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)),
+                y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+            h = flow.layers.dense(x, 64, activation=flow.nn.relu, name="hidden")
+            logits = flow.layers.dense(h, CLASSES, name="output")
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+            if watched:
+                flow.watch_health(print)
+            flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+            return loss
+        return str(job.plan())
+
+    plain, watched = make(False), make(True)
+    assert "p0(step" not in plain and "emit(" not in plain
+    assert "p0(step" in watched
+    # watch_health adds delivery lines only: no node, no buffer, no pass changes
+    assert _without_deliveries(watched) == _without_deliveries(plain)
+    assert [line for line in plain.splitlines() if line.startswith("#")] == \
+        [line for line in watched.splitlines() if line.startswith("#")]
+
+
+def test_predict_job_reports_activations_and_weights():
+    reports = []
+    train(mlp([]), 1)
+
+    @flow.global_function(type="predict")
+    def infer(x: tp.Numpy.Placeholder((BATCH, FEATURES))) -> tp.Numpy:
+        h = flow.layers.dense(x, 64, activation=flow.nn.relu, name="hidden_0")
+        logits = flow.layers.dense(h, CLASSES, name="output")
+        flow.watch_health(reports.append)
+        return logits
+
+    x, _ = next(data(1))
+    infer(x)
+    flow.sync_default_session()
+    (r,) = reports
+    assert r.loss is None and set(r.table) == {"hidden_0", "output"}
+    assert "grad_norm" not in r.table["output"] and r.table["output"]["weight_norm"] > 0
+
+
+def test_several_devices_report_statistics_of_the_whole():
+    one, two = [], []
+    for devices, reports in [(1, one), (2, two)]:
+        flow.clear_default_session()
+        flow.config.cpu_device_num(devices)
+        try:
+            train(mlp(reports), 3)
+        finally:
+            flow.config.cpu_device_num(1)
+    assert [r.step for r in two] == [0, 1, 2]
+    for a, b in zip(one, two):
+        assert list(a.table) == list(b.table)
+        for layer in a.table:
+            for stat in ("act_mean_abs", "act_max_abs", "weight_norm", "grad_norm", "update_ratio"):
+                assert b.table[layer][stat] == pytest.approx(a.table[layer][stat], rel=1e-3), (layer, stat)
