@@ -82,6 +82,19 @@ class SGDUpdate(_Update):
             w -= _scaled(grad, scale, writable)
 
 
+def _moments(g, m, v, beta1, beta2):
+    """Adam's moment updates in place (``m = beta1 m + (1 - beta1) g``, ``v = beta2 v + (1 - beta2) g²``), with
+    ``g`` used as scratch; returns the one array allocated (free for the caller)."""
+    scratch = g * g
+    scratch *= 1 - beta2
+    v *= beta2
+    v += scratch
+    m *= beta1
+    g *= 1 - beta1
+    m += g
+    return scratch
+
+
 class AdamUpdate(_Update):
     prefix, api = "AdamUpdate_", "Adam.minimize"
 
@@ -93,13 +106,7 @@ class AdamUpdate(_Update):
     def forward(xp, w, grad, m, v, *rest, beta1, beta2, epsilon, do_bias_correction, weight_decay, clipped,
                 grad_scale, schedule, lr, step, writable=False):
         g = _scaled(grad, _grad_factor(grad, rest, clipped, grad_scale), writable)
-        scratch = g * g                     # the one array this update allocates
-        scratch *= 1 - beta2
-        v *= beta2
-        v += scratch
-        m *= beta1
-        g *= 1 - beta1
-        m += g                              # g's buffer is free from here on
+        scratch = _moments(g, m, v, beta1, beta2)       # g's buffer is free from here on
         if do_bias_correction:
             lr = lr * np.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
         xp.sqrt(v, out=scratch)
@@ -187,13 +194,7 @@ class LAMBUpdate(_Update):
         g = _scaled(grad, _grad_factor(grad, rest, clipped, grad_scale), writable)
         beta1_t *= beta1
         beta2_t *= beta2
-        scratch = g * g                     # the one array this update allocates
-        scratch *= 1 - beta2
-        v *= beta2
-        v += scratch
-        m *= beta1
-        g *= 1 - beta1
-        m += g                              # g's buffer is free from here on: it becomes the Adam direction d
+        scratch = _moments(g, m, v, beta1, beta2)       # g's buffer is free from here on: it becomes the direction d
         xp.divide(v, 1 - beta2_t[0], out=scratch)
         scratch += epsilon
         xp.sqrt(scratch, out=scratch)
