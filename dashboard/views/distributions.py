@@ -59,18 +59,21 @@ class Bands:
         """Steps a bucket holds once full."""
         return self.buckets.stride
 
-    def offer(self, step, buckets):
-        """Add a step's histogram (``[k, 3]`` buckets)."""
-        b = np.asarray(buckets, np.float64).reshape(-1, 3)
-        self.offer_percentiles(step, compress_histogram(b, BPS) if b[:, 2].sum() else None)
+    def add(self, steps, histograms):
+        """Add steps' histograms (``[k, 3]`` buckets each), in one block."""
+        qs = []
+        for buckets in histograms:
+            b = np.asarray(buckets, np.float64).reshape(-1, 3)
+            qs.append(compress_histogram(b, BPS) if b[:, 2].sum() else None)
+        self.add_percentiles(steps, qs)
 
-    def offer_percentiles(self, step, q):
-        """Add a step's nine basis-point values ``q``, or None for a step with nothing finite."""
-        some = q is not None
-        q = np.asarray(q, np.float64) if some else np.zeros(len(BPS))
-        self.buckets.extend([step], {"finite": [float(some)], "lo": [q[0] if some else np.inf],
-                                     "hi": [q[-1] if some else -np.inf], "inner": q[None, 1:-1],
-                                     "empty": [not some]})
+    def add_percentiles(self, steps, qs):
+        """Add steps' nine basis-point values (``qs``: an array each, or None for a step with nothing finite), in one
+        block (``StepBuckets.extend``)."""
+        some = np.array([q is not None for q in qs], bool)
+        q = np.array([np.zeros(len(BPS)) if v is None else v for v in qs], np.float64).reshape(len(qs), len(BPS))
+        self.buckets.extend(steps, {"finite": some.astype(np.float64), "lo": np.where(some, q[:, 0], np.inf),
+                                    "hi": np.where(some, q[:, -1], -np.inf), "inner": q[:, 1:-1], "empty": ~some})
 
     def columns(self, start=0, stop=None):
         """Source columns of buckets ``start:stop``: a bucket at its first step, the last one at its newest."""
@@ -112,8 +115,7 @@ class _Card:
     def add(self, steps, values, replace):
         if replace:
             self.bands = Bands()
-        for step, buckets in zip(steps, values):
-            self.bands.offer(step, buckets)
+        self.bands.add(steps, values)
         change = self.bands.take()
         if replace or (change and change[0] == "replace"):
             self.source.data = self.bands.columns()
@@ -168,8 +170,8 @@ class _GroupCard:
             merged = merge_histograms(self._histograms[step].values())
             self._rows[step] = compress_histogram(merged, BPS) if merged[:, 2].sum() else None
         bands = Bands()
-        for step in sorted(self._rows):
-            bands.offer_percentiles(step, self._rows[step])
+        steps = sorted(self._rows)
+        bands.add_percentiles(steps, [self._rows[step] for step in steps])
         self.source.data = bands.columns()
 
 
