@@ -1,4 +1,5 @@
 """flow.train.CheckPoint: init, atomic save, checked load, optimizer state round trip."""
+import contextlib
 import json
 import os
 
@@ -107,9 +108,9 @@ def test_load_with_other_shapes_names_the_variable_and_changes_nothing(tmp_path)
     assert_values_equal(host_values(), before)              # not even the fitting variables were loaded
 
 
-def test_crash_mid_save_leaves_nothing_and_partial_checkpoint_is_rejected(tmp_path, monkeypatch):
-    train_job, _ = define_jobs()
-    train_job(*batch(0))
+@contextlib.contextmanager
+def disk_full_at_second_write(monkeypatch):
+    """``np.save`` fails as a full disk does on its second call inside the block (a save dies part-way)."""
     real_save, calls = np.save, []
 
     def failing_save(*args, **kwargs):
@@ -119,9 +120,17 @@ def test_crash_mid_save_leaves_nothing_and_partial_checkpoint_is_rejected(tmp_pa
         return real_save(*args, **kwargs)
 
     monkeypatch.setattr(np, "save", failing_save)
-    with pytest.raises(OSError, match="simulated"):
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(np, "save", real_save)
+
+
+def test_crash_mid_save_leaves_nothing_and_partial_checkpoint_is_rejected(tmp_path, monkeypatch):
+    train_job, _ = define_jobs()
+    train_job(*batch(0))
+    with pytest.raises(OSError, match="simulated"), disk_full_at_second_write(monkeypatch):
         flow.train.CheckPoint().save(tmp_path / "ckpt")
-    monkeypatch.setattr(np, "save", real_save)
     assert os.listdir(tmp_path) == []                       # neither the target nor temporary garbage
 
     partial = tmp_path / "partial"

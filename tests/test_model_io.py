@@ -9,7 +9,7 @@ import flowlab as flow
 import flowlab.typing as tp
 from flowlab.errors import CheckpointError
 from flowlab.runtime import session
-from test_checkpoint import assert_values_equal, batch, define_jobs, host_values
+from test_checkpoint import assert_values_equal, batch, define_jobs, disk_full_at_second_write, host_values
 
 
 def define_linear():
@@ -184,7 +184,7 @@ def test_checkpoint_save_of_a_var_dict_and_its_atomicity(tmp_path, monkeypatch):
     flow.checkpoint.save(tmp_path / "copy", got)             # values from get() save again
     np.testing.assert_array_equal(flow.checkpoint.get(tmp_path / "copy")["a/b c"].numpy(), arrays["a/b c"])
 
-    real_save, calls, target_seen = np.save, [], []
+    real_save, target_seen = np.save, []
 
     def spying_save(*args, **kwargs):                        # while variables are written, the target is absent
         target_seen.append(os.path.exists(tmp_path / "whole"))
@@ -193,17 +193,10 @@ def test_checkpoint_save_of_a_var_dict_and_its_atomicity(tmp_path, monkeypatch):
     monkeypatch.setattr(np, "save", spying_save)
     flow.checkpoint.save(tmp_path / "whole")
     assert target_seen == [False, False] and os.path.isfile(tmp_path / "whole" / "snapshot_done")
-
-    def failing_save(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise OSError("disk full (simulated)")
-        return real_save(*args, **kwargs)
-
-    monkeypatch.setattr(np, "save", failing_save)
-    with pytest.raises(OSError, match="simulated"):
-        flow.checkpoint.save(tmp_path / "crashed")
     monkeypatch.setattr(np, "save", real_save)
+
+    with pytest.raises(OSError, match="simulated"), disk_full_at_second_write(monkeypatch):
+        flow.checkpoint.save(tmp_path / "crashed")
     assert sorted(os.listdir(tmp_path)) == ["copy", "dict", "whole"]  # neither the target nor temporary garbage
 
 

@@ -5,15 +5,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tensorboard.plugins import base_plugin
-from tensorboard.plugins.projector import projector_plugin
-from werkzeug.test import Client
-from werkzeug.wrappers import Response
 
 from flowlab.dashboard.store import Store
 from flowlab.dashboard.views.projector import ProjectorView
 from flowlab.summary import SummaryWriter, read_projector
 from flowlab.summary.projector import Projector, unmatched_note
+from test_summary_graph_projector import tensorboard_projector
 
 SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
 
@@ -75,13 +72,7 @@ def test_matched_counts_still_make_metadata_and_sprite_and_replace_stale_labels(
 
 def test_tensorboard_serves_the_unmatched_entry(tmp_path):
     write_as_oneflow_does(tmp_path)
-    plugin = projector_plugin.ProjectorPlugin(base_plugin.TBContext(logdir=str(tmp_path), data_provider=None))
-    apps = plugin.get_plugin_apps()
-
-    def get(route, **query):
-        response = Client(apps[route], Response).get(route, query_string=query)
-        assert response.status_code == 200, response.get_data()
-        return response.get_data()
+    get = tensorboard_projector(tmp_path)
 
     assert get("/runs") == b'["."]'
     tensor = np.frombuffer(get("/tensor", run=".", name="embedding_projector:00001"), np.float32)

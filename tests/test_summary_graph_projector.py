@@ -178,19 +178,25 @@ def test_exception_projector_round_trip_keeps_nan_and_inf(tmp_path):
     assert np.isfinite(tsv).all() and tsv[1, 0] == 0 and tsv[0, 1] == 1
 
 
+def tensorboard_projector(logdir):
+    """``get(route, **query)``: the body of an HTTP 200 answer of TensorBoard's own projector plugin over ``logdir``."""
+    apps = projector_plugin.ProjectorPlugin(
+        base_plugin.TBContext(logdir=str(logdir), data_provider=None)).get_plugin_apps()
+
+    def get(route, **query):
+        response = Client(apps[route], Response).get(route, query_string=query)
+        assert response.status_code == 200, response.get_data()
+        return response.get_data()
+    return get
+
+
 def test_tensorboard_projector_plugin_serves_every_step(tmp_path):
     projector = Projector(tmp_path)
     for step in (0, 1):
         projector.embedding_projector(value=np.full((3, 2), step, np.float32), label=["a", "b", "c"],
                                       tag="emb", step=step)
     projector.exception_projector(value=np.array([[np.nan, 1.0]]), tag="emb", step=0)
-    plugin = projector_plugin.ProjectorPlugin(base_plugin.TBContext(logdir=str(tmp_path), data_provider=None))
-    apps = plugin.get_plugin_apps()
-
-    def get(route, **query):
-        response = Client(apps[route], Response).get(route, query_string=query)
-        assert response.status_code == 200, response.get_data()
-        return response.get_data()
+    get = tensorboard_projector(tmp_path)
 
     assert json.loads(get("/runs")) == ["."]
     names = [e["tensorName"] for e in json.loads(get("/info", run="."))["embeddings"]]
