@@ -31,12 +31,12 @@ from flowlab.plots.data import BOX_KEYS, box_stats, compress_histogram
 from flowlab.plots.figures import card, card_grid, plain_figure, text_div
 from flowlab.ops.stats import stats_vector
 from flowlab.summary.projector import CONFIG_FILE, read_projector
+from flowlab.summary.summary_writer import COUNT_SUFFIXES, counted_histogram
 
 from .base import View
 
 HEAT_CELLS = 200
 NAN_COLOR, POS_INF_COLOR, NEG_INF_COLOR = "#e6007e", "#ff3b00", "#0072ff"
-COUNT_TAGS = ("/nan_count", "/inf_count")
 _LEGEND = ("".join(f'<span style="background:{c};display:inline-block;width:10px;height:10px"></span> {name} '
                    for c, name in ((NAN_COLOR, "NaN"), (POS_INF_COLOR, "+Inf"), (NEG_INF_COLOR, "-Inf")))
            + "&nbsp; finite values in grey, dark = low")
@@ -324,7 +324,7 @@ class AnomaliesView(View):
                 self._update_histogram(by_key[(run, tag, "histogram")], (kind, run, tag))
 
     def _update_scalar(self, series):
-        base = next((series.tag[:-len(t)] for t in COUNT_TAGS if series.tag.endswith(t)), None)
+        base = counted_histogram(series.tag)
         if base is not None:
             self._update_counts(series, base)
             return
@@ -347,13 +347,13 @@ class AnomaliesView(View):
             if not any(v > 0 for v in self.delta(series).values):
                 return
             self._card(key)
-            self._sources[key] = [(series.run, base + t, "scalar") for t in COUNT_TAGS] + \
+            self._sources[key] = [(series.run, base + t, "scalar") for t in COUNT_SUFFIXES] + \
                                  [(series.run, base, "histogram")]
             for source in self._sources[key]:      # all from their start (the twin: on its turn or next update)
                 self._seen.pop(source, None)
         d = self._delta(key, series)
         pending = self._pending.setdefault(key, {})
-        which = COUNT_TAGS.index(series.tag[len(base):])
+        which = COUNT_SUFFIXES.index(series.tag[len(base):])
         done = []
         for step, value in zip(d.steps, d.values):
             pair = pending.setdefault(step, [None, None])

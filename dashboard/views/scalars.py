@@ -40,10 +40,10 @@ from bokeh.plotting import figure
 
 from flowlab.plots.data import downsample, group_band
 from flowlab.plots.figures import expand_in_page, nudge_next_turn
+from flowlab.summary.summary_writer import counted_histogram
 
 from ..filters import FilterError, compile_filter
 from ..runs import run_colour
-from .anomalies import COUNT_TAGS
 from .base import View
 
 LIMIT = 2000                       # points per line on display
@@ -804,7 +804,7 @@ class ScalarsView(View):
         histograms = {(s.run, s.tag) for s in self.store.series("histogram")}
         kept, twins = [], set()
         for series in self.store.series("scalar"):
-            base = next((series.tag[:-len(t)] for t in COUNT_TAGS if series.tag.endswith(t)), None)
+            base = counted_histogram(series.tag)
             if base is not None and (series.run, base) in histograms:
                 twins.add((series.run, base))
             else:

@@ -91,6 +91,15 @@ def _to_nhwc(img, dataformats, name, batch):
     return nhwc
 
 
+# The scalars add_histogram logs beside a histogram that held NaN/Inf (a histogram has no place for them): NaN, Inf.
+COUNT_SUFFIXES = ("/nan_count", "/inf_count")
+
+
+def counted_histogram(tag):
+    """The histogram tag whose NaN or Inf count the scalar ``tag`` may be (``w/nan_count`` -> ``w``), else None."""
+    return next((tag[:-len(suffix)] for suffix in COUNT_SUFFIXES if tag.endswith(suffix)), None)
+
+
 class SummaryWriter:
     """Write TensorBoard event files into ``logdir`` (default ``runs/<date>_<host>``, as torch's)."""
 
@@ -147,8 +156,8 @@ class SummaryWriter:
         self.file_writer.add_summary([value], step, wall)
         if nan or inf or tag in self._nonfinite_tags:
             self._nonfinite_tags.add(tag)
-            self.file_writer.add_scalar(f"{tag}/nan_count", float(nan), step, wall)
-            self.file_writer.add_scalar(f"{tag}/inf_count", float(inf), step, wall)
+            for suffix, count in zip(COUNT_SUFFIXES, (nan, inf)):
+                self.file_writer.add_scalar(tag + suffix, float(count), step, wall)
 
     def add_image(self, tag, img, global_step=None, walltime=None, dataformats="CHW"):
         """One image: uint8 (0..255) or float (0..1), laid out as ``dataformats`` (CHW, HWC, HW …)."""
