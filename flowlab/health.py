@@ -16,7 +16,12 @@ Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   parameters (all the layer's trainable variables as one vector): ``weight_norm`` (before this call's update),
   ``grad_norm`` (of the gradient the optimizer uses), ``update_ratio`` (norm of this call's change of the weights /
   ``weight_norm``), ``weight_nan``/``weight_inf``, ``grad_nan``/``grad_inf``.
-  ``HealthReport.loss`` is the mean of the loss being minimised.
+  ``HealthReport.loss`` is the mean of the loss being minimised. ``STATISTICS`` lists them all with a line each.
+Histograms: every ``histogram_every``-th report also carries host copies of each layer's activation, weights and
+gradient (``HealthReport.histograms``) for ``SummaryWriter.add_health`` to bucket.
+
+Where reports go: ``handler(report)``, and/or ``writer.add_health(report)`` for a ``SummaryWriter`` (the dashboard's
+Health tab draws them from the log).
 
 How it runs. ``watch_health`` only records a request. When the job compiles (``delivery.resolve``) the request turns
 into watch deliveries whose ``put`` summarises the tensor right where the plan makes it, with a few reductions, on
@@ -56,6 +61,24 @@ THRESHOLDS = {
 }
 MIN_HISTORY = 3                  # earlier reports needed before time-based alerts (loss_spike, exploding) speak
 
+# Every statistic of HealthReport.table, in the order reports list them, with what it means.
+STATISTICS = {
+    "act_mean_abs": "mean |x| of the layer's output",
+    "act_std": "standard deviation of the layer's output",
+    "act_zero_fraction": "fraction of exact zeros in the layer's output",
+    "act_max_abs": "largest |x| in the layer's output",
+    "dead_fraction": "fraction of units zero for the whole batch (dead ReLUs)",
+    "act_nan": "NaNs in the layer's output",
+    "act_inf": "Infs in the layer's output",
+    "weight_norm": "norm of the layer's weights (before this step's update)",
+    "weight_nan": "NaNs in the layer's weights",
+    "weight_inf": "Infs in the layer's weights",
+    "grad_norm": "norm of the layer's gradient",
+    "grad_nan": "NaNs in the layer's gradient",
+    "grad_inf": "Infs in the layer's gradient",
+    "update_ratio": "norm of this step's update / weight norm (healthy near 1e-3)",
+}
+
 
 class HealthAlert(NamedTuple):
     """Something wrong seen in a report: ``kind`` (``dead_relu``, ``vanishing_gradient``, ``exploding_gradient``,
@@ -72,12 +95,14 @@ class HealthReport:
     """One delivery of ``watch_health``: ``table`` is ``{layer: {statistic: float}}`` with layers in forward order
     (see the module docstring for the statistics), ``loss`` the mean loss (None in a predict job), ``first_nonfinite``
     the first watched op, in run order, whose tensor held NaN/Inf (``{"op", "tensor", "layer", "what", "source"}``) or
-    None, ``alerts`` a list of ``HealthAlert``."""
+    None, ``alerts`` a list of ``HealthAlert``, ``histograms`` None or ``{layer: {"activation" | "weight" |
+    "gradient": host array}}`` (every ``histogram_every``-th report; a layer's weights are its variables joined)."""
     step: int
     table: dict
     loss: float | None = None
     first_nonfinite: dict | None = None
     alerts: list = field(default_factory=list)
+    histograms: dict | None = None
 
 
 # ------------------------------------------------------------------------------------------------ statistics
@@ -200,15 +225,36 @@ def _check_thresholds(thresholds):
     return {**THRESHOLDS, **thresholds}
 
 
-def watch_health(handler, every=1, **thresholds):
-    """Deliver a ``HealthReport`` of every layer to ``handler(report)`` every ``every`` calls (see module doc)."""
+def watch_health(handler=None, every=1, writer=None, histogram_every=10, **thresholds):
+    """Deliver a ``HealthReport`` of every layer to ``handler(report)`` and/or ``writer.add_health(report)`` every
+    ``every`` calls; every ``histogram_every``-th report (0: none) carries the layers' histograms (see module doc)."""
     api = "flow.watch_health"
     graph = g.current_graph(api)
-    if not callable(handler):
+    if handler is None and writer is None:
+        raise TypeError(f"{api}: give a handler (it receives a flowlab.HealthReport), a writer "
+                        "(a flowlab.summary.SummaryWriter), or both")
+    if handler is not None and not callable(handler):
         raise TypeError(f"{api}: handler must be callable (it receives a flowlab.HealthReport), got {handler!r}")
+    if writer is not None and not callable(getattr(writer, "add_health", None)):
+        raise TypeError(f"{api}: writer must be a flowlab.summary.SummaryWriter (something with add_health), got "
+                        f"{type(writer).__name__}")
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
         raise ValueError(f"{api}: every must be a positive int, got {every!r}")
-    graph.watches.append(HealthRequest(handler, every, _check_thresholds(thresholds), g.user_source_line()))
+    if not isinstance(histogram_every, int) or isinstance(histogram_every, bool) or histogram_every < 0:
+        raise ValueError(f"{api}: histogram_every must be an int >= 0 (0: no histograms), got {histogram_every!r}")
+    deliver = handler if writer is None else _both(handler, writer)
+    graph.watches.append(HealthRequest(deliver, every, _check_thresholds(thresholds), g.user_source_line(),
+                                       histogram_every))
+
+
+def _both(handler, writer):
+    def deliver(report):
+        writer.add_health(report)
+        if handler is not None:
+            handler(report)
+    deliver.__qualname__ = f"{_name(handler)} and {type(writer).__name__}.add_health" if handler else \
+        f"{type(writer).__name__}.add_health"
+    return deliver
 
 
 class HealthRequest:
@@ -216,8 +262,9 @@ class HealthRequest:
 
     diff = False            # needs no gradient of its own (watching.gradient_targets)
 
-    def __init__(self, handler, every, thresholds, source):
+    def __init__(self, handler, every, thresholds, source, histogram_every=0):
         self.handler, self.every, self.thresholds, self.source = handler, every, thresholds, source
+        self.histogram_every = histogram_every
         self.describe = f"flow.watch_health handler {_name(handler)}"
 
     def expand(self, graph, xp, devices=1):
@@ -236,6 +283,8 @@ class _Monitor:
         self.host_side = devices > 1           # statistics from the joined whole, in the dispatcher
         self.history = []
         self.vectors = {}                      # step -> {key: vector}
+        self.samples = {}                      # step -> {key: host copy}, on reports that carry histograms
+        self.histogram_every = request.histogram_every * request.every
         self.copies = {}                       # variable name -> its value before the update (a delivering call)
         self.lock = threading.Lock()
         self.order = []                        # (key, node, layer, what) in the order the plan makes them
@@ -280,26 +329,31 @@ class _Monitor:
                 if key[0] == "weight":           # every update is measured from the weights themselves
                     self.copies[key[1]] = np.array(whole)
                     function = square_vector
-                self._arrive(step, key, function(np, whole))
+                self._arrive(step, key, function(np, whole), whole)
             self.requests.append(WatchRequest(tensor, False, call, self.request.describe, every=self.request.every,
                                               source=self.request.source))
         else:
             xp = self.xp
 
             def put(step, x, key=key, function=function):
-                self._arrive(step, key, function(xp, x))
+                self._arrive(step, key, function(xp, x), x)
             self.requests.append(WatchRequest(tensor, False, None, self.request.describe, every=self.request.every,
                                               source=self.request.source, put=put, raw=True))
 
-    def _arrive(self, step, key, vector):
+    def _arrive(self, step, key, vector, x):
+        sample = _to_host(x).copy() if self.histogram_every and step % self.histogram_every == 0 else None
         with self.lock:
             self.vectors.setdefault(step, {})[key] = vector
+            if sample is not None:
+                self.samples.setdefault(step, {})[key] = sample
 
     def _finish(self, value, step):
         with self.lock:
             vectors = self.vectors.pop(step, {})
-            for old in [s for s in self.vectors if s < step]:
-                del self.vectors[old]          # a call that failed half-way
+            samples = self.samples.pop(step, None)
+            for pending in (self.vectors, self.samples):
+                for old in [s for s in pending if s < step]:
+                    del pending[old]           # a call that failed half-way
         if len(vectors) < self.expected:
             return                             # the call failed before every tensor was made: no report
         host = {key: _host(v) for key, v in vectors.items()}
@@ -307,7 +361,8 @@ class _Monitor:
         if self.is_train:
             whole = getattr(value, "whole", value)
             loss = float(np.mean(np.asarray(whole, dtype=np.float64)))
-        report = HealthReport(step, self._table(host, step), loss, self._first_nonfinite(host))
+        report = HealthReport(step, self._table(host, step), loss, self._first_nonfinite(host),
+                              histograms=samples and self._histograms(samples))
         report.alerts = health_alerts(self.history, report, self.request.thresholds)
         self.history.append(report)
         del self.history[:-self.request.thresholds["window"] - 1]
@@ -344,6 +399,20 @@ class _Monitor:
                            update_ratio=math.sqrt(u2) / math.sqrt(w2) if w2 > 0 else math.nan)
             table[layer.name] = row
         return table
+
+    def _histograms(self, samples):
+        """``{layer: {"activation" | "weight" | "gradient": values}}`` from one call's host copies."""
+        out = {}
+        for layer in self.layers:
+            kinds = {}
+            if ("act", layer.name) in samples:
+                kinds["activation"] = samples[("act", layer.name)]
+            for what, tag in (("weight", "weight"), ("gradient", "grad")):
+                parts = [samples[(tag, p.name)].reshape(-1) for p in layer.params if (tag, p.name) in samples]
+                if parts:
+                    kinds[what] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            out[layer.name] = kinds
+        return out
 
     def _first_nonfinite(self, host):
         for key, node, layer, what in self.order:

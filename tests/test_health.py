@@ -47,7 +47,7 @@ def mlp(reports, depth=1, width=64, activation=flow.nn.relu, lr=0.1, optimizer=N
             with flow.watch_scope(scope, scope):
                 logits = layers()
         loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
-        flow.watch_health(reports.append, every=every, **thresholds)
+        flow.watch_health(None if reports is None else reports.append, every=every, **thresholds)
         (optimizer or flow.optimizer.SGD(lr, momentum=0)).minimize(loss)
         return loss
     return job
@@ -268,6 +268,10 @@ def test_handler_error_surfaces_at_the_next_call_naming_the_handler():
     (dict(vanishing_ratio=-1), ValueError, "threshold vanishing_ratio must be a positive number"),
     (dict(window=0), ValueError, "window must be a positive int"),
     (dict(handler=42), TypeError, "handler must be callable"),
+    (dict(handler=None), TypeError, "give a handler (it receives a flowlab.HealthReport), a writer"),
+    (dict(writer=object()), TypeError, "writer must be a flowlab.summary.SummaryWriter (something with add_health), "
+                                       "got object"),
+    (dict(histogram_every=-1), ValueError, "histogram_every must be an int >= 0 (0: no histograms), got -1"),
 ])
 def test_bad_arguments_are_named(kwargs, error, match):
     handler = kwargs.pop("handler", print)

@@ -32,7 +32,7 @@ import os
 import socket
 import time
 
-from . import encode
+from . import encode, health_log
 from .writer import EventFileWriter, check_step
 
 
@@ -114,6 +114,7 @@ class SummaryWriter:
         self._nonfinite_tags = set()    # histogram tags that have met NaN/Inf: their counts are written from then on
         self._hparams = None            # (hparam_dict, metric tags) once this run holds an hparams session
         self._session_ended = False
+        self._health_layouts = {}       # add_health tag -> (layers, statistics) of its first report
 
     def get_logdir(self):
         return self.logdir
@@ -173,6 +174,18 @@ class SummaryWriter:
 
     def add_text(self, tag, text_string, global_step=None, walltime=None):
         self.file_writer.add_summary([encode.text(tag, text_string)], _step(global_step), _walltime(walltime))
+
+    def add_health(self, report, global_step=None, walltime=None, tag="health"):
+        """A ``flowlab.HealthReport`` (from ``flow.watch_health``) as one event: its table, loss, alerts and any
+        histograms, at ``global_step`` (default the report's step). See ``health_log`` for the layout."""
+        if not hasattr(report, "table") or not hasattr(report, "alerts"):
+            raise TypeError(f"add_health: report must be a flowlab.HealthReport (what flow.watch_health delivers), "
+                            f"got {type(report).__name__}")
+        encode.check_tag(tag)
+        step = _step(report.step if global_step is None else global_step)
+        summary, layout = health_log.values(report, tag, self._health_layouts.get(tag))
+        self.file_writer.add_summary(summary, step, _walltime(walltime))
+        self._health_layouts.setdefault(tag, layout)
 
     # ------------------------------------------------------------------------------------------------ hparams
 

@@ -47,8 +47,8 @@ from . import proto
 from .record import FOOTER, HEADER, masked_crc, next_record
 
 GRAPH_TAG = "__run_graph__"       # TensorBoard's tag for a run's graph
-KINDS = frozenset({"scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "graph", "meta_graph",
-                   "run_metadata", "session_log", "log_message"})
+KINDS = frozenset({"scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "health", "graph",
+                   "meta_graph", "run_metadata", "session_log", "log_message"})
 
 
 class Datum(NamedTuple):
@@ -61,6 +61,8 @@ class Datum(NamedTuple):
       audio        list of encoded clips (bytes)
       text         str for a rank-0 tensor, else a NumPy array of str
       tensor       NumPy array (any other plugin, or none: see ``plugin``)
+      health       float64 array [layers, statistics] of a ``flow.watch_health`` report (``health_log.decode`` with
+                   ``plugin_content`` names them)
       hparams      dict of the ``HParamsPluginData`` (proto3 JSON field names; fields at defaults are absent)
       graph        serialized GraphDef bytes (tag ``GRAPH_TAG``); meta_graph: MetaGraphDef bytes (tag None)
       run_metadata serialized RunMetadata bytes
@@ -891,8 +893,8 @@ _LEGACY_DECODE = {"simple_value": float, "histo": _legacy_histogram,
                   "audio": lambda au: [au.encoded_audio_string]}
 # Tensor values: plugin -> kind (anything else is kind "tensor", the array itself), and kind -> decoder.
 _TENSOR_KINDS = {"scalars": "scalar", "histograms": "histogram", "images": "image", "audio": "audio",
-                 "text": "text", "hparams": "hparams"}
-_TENSOR_DECODE = {"histogram": lambda a: a.astype(np.float64).reshape(-1, 3),
+                 "text": "text", "hparams": "hparams", "flowlab_health": "health"}
+_TENSOR_DECODE = {"histogram": lambda a: a.astype(np.float64).reshape(-1, 3), "health": lambda a: a.astype(np.float64),
                   "image": _image_tensor, "audio": _audio_tensor, "text": _strings}
 
 
