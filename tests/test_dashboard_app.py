@@ -740,8 +740,8 @@ def test_show_serves_from_its_own_thread_while_the_caller_blocks(logdir, monkeyp
 
 
 def test_demo_trains_and_writes_every_kind_of_summary(tmp_path):
-    from flowlab.summary import (read_graphs, read_histograms, read_hparams, read_images, read_projector, read_scalars,
-                                 read_text)
+    from flowlab.summary import (read_graphs, read_health, read_histograms, read_hparams, read_images, read_projector,
+                                 read_scalars, read_text)
     start = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "flowlab.cli", "demo", "--no-serve", "--epochs", "2",
                              "--logdir", str(tmp_path)], capture_output=True, text=True, timeout=120)
@@ -762,6 +762,13 @@ def test_demo_trains_and_writes_every_kind_of_summary(tmp_path):
     assert embedding.tensor.shape[1] == 128 and len(embedding.metadata) == len(embedding.tensor)
     losses = np.asarray(read_scalars(tmp_path)[broken]["train/loss"].value)      # the second run's NaN
     assert np.isfinite(losses[0]) and not np.isfinite(losses).all()
+    health = read_health(tmp_path)                 # every step's health; the broken run's NaN shows there too
+    steps = len(scalars["train/loss"].step)
+    assert len(health[run]["health"].step) == steps and health[run]["health"].values[0].layers == ("hidden", "output")
+    assert "health/hidden/activation" in histograms
+    broken_health = health[broken]["health"].values
+    act_nan = [r.matrix[:, r.statistics.index("act_nan")].sum() for r in broken_health]
+    assert act_nan[0] == 0 and max(act_nan) > 0
     assert "RuntimeWarning" not in result.stderr
 
 

@@ -6,7 +6,8 @@ job reads the weights the train job updates.
 With a ``logdir``, training also writes TensorBoard summaries there (what ``flowlab demo`` shows live): the loss and
 learning rate per step, test accuracy per epoch, histograms of every weight and its gradient per epoch (delivered
 by ``flow.watch_scope``), a few test digits, the config as text, the train job's graph, the hparams with the
-final accuracy, and the hidden layer's activations of the test digits for the projector (labelled by digit).
+final accuracy, the hidden layer's activations of the test digits for the projector (labelled by digit), and
+every step's network health (``flow.watch_health``: per-layer statistics and alerts, for the Health tab).
 """
 # No ``from __future__ import annotations`` here: the jobs' placeholder annotations name ``batch_size``, a local of
 # ``build``, and string annotations cannot see a function's locals when the job is traced.
@@ -26,12 +27,12 @@ def _mlp(images, batch_size, hidden):
     return h, flow.layers.dense(h, 10, kernel_initializer=flow.truncated_normal(0.1), name="output")
 
 
-def build(batch_size=100, hidden=128, lr=0.1, variables=None, naive_loss=False):
+def build(batch_size=100, hidden=128, lr=0.1, variables=None, naive_loss=False, writer=None):
     """Return ``(train_job, predict_job)`` for batches of ``batch_size`` 8x8 images. ``variables``: a dict the train
     job fills after each call with ``name -> (value, gradient)`` of the model's variables. ``naive_loss``: the
     textbook cross-entropy, -sum(one_hot * log(softmax(logits))), whose softmax underflows to 0 once the logits
     grow (log(0) = -inf, then NaN): a classic bug, for the demo's Anomalies tab; the train job then takes one-hot
-    labels (float32, ``(batch_size, 10)``)."""
+    labels (float32, ``(batch_size, 10)``). ``writer``: a ``SummaryWriter`` taking the train job's health reports."""
 
     def mlp(images):
         return _mlp(images, batch_size, hidden)[1]
@@ -51,6 +52,8 @@ def build(batch_size=100, hidden=128, lr=0.1, variables=None, naive_loss=False):
         else:
             loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]), momentum=0.9).minimize(loss)
+        if writer is not None:
+            flow.watch_health(writer=writer)
         return loss
 
     @flow.global_function(type="predict")
@@ -88,11 +91,16 @@ def main(epochs=20, batch_size=100, log=print, logdir=None, hidden=128, lr=0.1, 
     if naive_loss:
         train_y = [np.eye(10, dtype=np.float32)[y] for y in train_y]
     variables = None if logdir is None else {}
-    train_job, predict_job = build(batch_size, hidden, lr, variables, naive_loss)
+    writer = None
+    if logdir is not None:
+        from flowlab.summary import SummaryWriter
+        writer = SummaryWriter(logdir)
+    train_job, predict_job = build(batch_size, hidden, lr, variables, naive_loss, writer)
     flow.train.CheckPoint().init()
     config = dict(epochs=epochs, batch_size=batch_size, hidden=hidden, lr=lr, momentum=0.9, optimizer="SGD",
                   loss="-sum(one_hot * log(softmax))" if naive_loss else "sparse_softmax_cross_entropy_with_logits")
-    writer = None if logdir is None else _start_summaries(logdir, train_job, test_x[0], config)
+    if writer is not None:
+        _start_summaries(writer, train_job, test_x[0], config)
     start, steps = time.perf_counter(), 0
     for epoch in range(1, epochs + 1):
         losses = []
@@ -126,16 +134,13 @@ def main(epochs=20, batch_size=100, log=print, logdir=None, hidden=128, lr=0.1, 
     return test_accuracy
 
 
-def _start_summaries(logdir, job, images, config):
-    """A SummaryWriter on ``logdir`` holding the job's graph, the config as text and a few digits (scaled up 4x)."""
-    from flowlab.summary import SummaryWriter
-    writer = SummaryWriter(logdir)
+def _start_summaries(writer, job, images, config):
+    """Write the job's graph, the config as text and a few digits (scaled up 4x)."""
     writer.add_graph(job)
     table = "| setting | value |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in config.items())
     writer.add_text("config", table, 0)
     digits = np.kron(images[:8], np.ones((1, 1, 4, 4), images.dtype))      # (8, 1, 32, 32), values in 0..1
     writer.add_images("test/digits", digits, 0, dataformats="NCHW")
-    return writer
 
 
 if __name__ == "__main__":

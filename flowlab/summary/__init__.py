@@ -12,12 +12,13 @@ on a background thread. On top of these, two ways to write:
 * PyTorch's ``SummaryWriter`` (``summary_writer``).
 
 Reading: ``read_scalars``, ``read_histograms``, ``read_images``, ``read_text``, ``read_tensors``, ``read_hparams``,
-``read_graphs`` (``reader``) give a logdir's data at once; ``LogdirTailer`` (``tailer``) follows it as it grows.
+``read_health``, ``read_graphs`` (``reader``) give a logdir's data at once; ``LogdirTailer`` (``tailer``) follows it
+as it grows.
 """
 from .hparams import HParam, IntegerRange, Metric, RealRange, ValueSet, hparams
 from .oneflow_api import (Graph, NoSummaryWriterError, close_summary_writer, create_summary_writer,
                           flush_summary_writer, histogram, image, pb, scalar, text)
 from .projector import Projector, read_projector, write_embedding
 from .summary_writer import SummaryWriter
-from .reader import (LogdirTailer, read_graphs, read_histograms, read_hparams, read_images, read_scalars, read_tensors,
-                     read_text)
+from .reader import (LogdirTailer, read_graphs, read_health, read_histograms, read_hparams, read_images, read_scalars,
+                     read_tensors, read_text)

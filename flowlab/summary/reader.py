@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import health_log
 from .tailer import GRAPH_TAG, KINDS, Datum, Image, LogdirTailer, tensor_to_array
 
 __all__ = ["LogdirTailer", "Datum", "Image", "KINDS", "GRAPH_TAG", "tensor_to_array", "ScalarSeries",
@@ -156,6 +157,23 @@ def read_tensors(logdir, storage_options=None) -> dict[str, dict[str, TensorSeri
     """Tensors whose plugin has no kind of its own (or no plugin), with that plugin's name and content."""
     return {run: {tag: TensorSeries(*s[:3], s[3].plugin, s[3].plugin_content) for tag, s in tags.items()}
             for run, tags in _objects(logdir, "tensor", storage_options).items()}
+
+
+def read_health(logdir, storage_options=None) -> dict[str, dict[str, Series]]:
+    """``flow.watch_health`` reports written by ``SummaryWriter.add_health``: values are ``health_log.HealthRecord``
+    (layers, statistics, matrix); a record that does not fit its tag's layout is left out."""
+    out = {}
+    for run, tags in _objects(logdir, "health", storage_options).items():
+        for tag, (step, wall, values, first) in tags.items():
+            records, keep = [], []
+            for i, value in enumerate(values):
+                try:
+                    records.append(health_log.decode(value, first.plugin_content))
+                    keep.append(i)
+                except ValueError:
+                    continue
+            out.setdefault(run, {})[tag] = Series(step[keep], wall[keep], records)
+    return out
 
 
 def read_graphs(logdir, storage_options=None) -> dict[str, list[bytes]]:
