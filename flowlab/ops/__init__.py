@@ -23,6 +23,11 @@ from ..errors import ShapeError, TraceError
 SIDE_EFFECT = "side_effect"
 
 
+def shape_error(api, message):
+    """The error ``apply`` raises for a failed shape rule, for checks made before ``apply``: op name and user line."""
+    return ShapeError(f"{api}: {message} (at {g.user_source_line()})")
+
+
 class Op:
     prefix = "Op_"          # name prefix of an unnamed node, OneFlow's ("Relu_", "Matmul_" ...)
     api = "op"              # the user-facing function, for messages

@@ -5,8 +5,7 @@ import numpy as np
 
 from .. import graph as g
 from ..errors import ShapeError
-from . import Op, apply, as_tensor, normalize_axis, same_dtype, spec
-from .math import shape_error
+from . import Op, apply, as_tensor, normalize_axis, same_dtype, shape_error, spec
 
 
 class Input(Op):

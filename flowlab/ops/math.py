@@ -5,12 +5,8 @@ import numpy as np
 
 from .. import graph as g
 from ..errors import ShapeError
-from . import Op, apply, as_tensor, normalize_axes, same_dtype, spec
-
-
-def shape_error(api, message):
-    """The error ``apply`` raises for a failed shape rule, for checks made before ``apply``: op name and user line."""
-    return ShapeError(f"{api}: {message} (at {g.user_source_line()})")
+from . import Op, apply, as_tensor, normalize_axes, same_dtype, shape_error, spec
+from .array import reshape as _reshape
 
 
 def _float_only(x):
@@ -544,11 +540,6 @@ def _reduce(op):
 reduce_sum = _reduce(ReduceSum)
 reduce_mean = _reduce(ReduceMean)
 reduce_max = _reduce(ReduceMax)
-
-
-def _reshape(x, shape):
-    from .array import reshape
-    return reshape(x, shape)
 
 
 # -------------------------------------------------------------------------------------------------------------- matmul

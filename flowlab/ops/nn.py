@@ -7,7 +7,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from . import Op, apply, as_tensor, normalize_axis, spec
-from .math import OutputGrad, multiply, negative, reduce_sum, shape_error, sum_to_shape
+from . import shape_error
+from .math import OutputGrad, multiply, negative, reduce_sum, sum_to_shape
 
 
 class Relu(Op):
