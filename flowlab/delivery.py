@@ -113,6 +113,7 @@ class Deliveries:
         self.view = view
         self.kinds = [kinds.get(d.tensor.id) for d in self.plan_deliveries] if self.multi_device else None
         self.pending = []           # this call's (request, host copy, step), handed over in one piece
+        self.after_run = list(dict.fromkeys(r.after_run for rs in self.requests for r in rs if r.after_run))
 
     def _describe(self, request, step):
         return f"{request.describe} (call {step} of job {self.job_name})"
@@ -130,13 +131,23 @@ class Deliveries:
                 self.pending.append((request, copy, step))
 
     def hand_over(self):
-        """Give this call's deliveries to the dispatcher as one batch: one wake-up a call, however many watches."""
-        if not self.pending:
-            return
+        """Give this call's deliveries to the dispatcher as one batch: one wake-up a call, however many watches.
+        Requests' ``after_run`` hooks run first, here on the job's thread; what they return goes in a trailing
+        batch (``runtime.dispatch``). The previous call's trailing batch, which ran beside this call's plan, is
+        waited for here; returns its ticket (0: none) for the job to raise its errors once the call is done."""
         batch, self.pending = self.pending, []
-        dispatch.default().submit_batch(
-            [(lambda r=r, c=c, s=s: r.call(c() if callable(c) else c, s),
-              lambda r=r, s=s: self._describe(r, s)) for r, c, s in batch])
+        calls = [(lambda r=r, c=c, s=s: r.call(c() if callable(c) else c, s),
+                  lambda r=r, s=s: self._describe(r, s)) for r, c, s in batch]
+        trailing = [call for after_run in self.after_run for call in after_run()]
+        dispatcher = dispatch.default()
+        previous = dispatcher.take_trailing()
+        if calls:
+            dispatcher.submit_batch(calls)
+        if trailing:
+            dispatcher.submit_batch(trailing, trailing=True)
+        if previous:
+            dispatcher.wait(previous)
+        return previous
 
     # ------------------------------------------------------------------------------------------ several devices
     def for_replica(self, graph):

@@ -18,7 +18,9 @@ Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   ``weight_norm``), ``weight_nan``/``weight_inf``, ``grad_nan``/``grad_inf``.
   ``HealthReport.loss`` is the mean of the loss being minimised. ``STATISTICS`` lists them all with a line each.
 Histograms: every ``histogram_every``-th report also carries host copies of each layer's activation, weights and
-gradient (``HealthReport.histograms``) for ``SummaryWriter.add_health`` to bucket.
+gradient (``HealthReport.histograms``) for ``SummaryWriter.add_health`` to bucket. By default every 100th report
+when a writer takes the reports, else none: histograms of a big layer cost milliseconds (copies and bucketing of
+every weight), which every step would turn into a large share of a small step.
 
 Where reports go: ``handler(report)``, and/or ``writer.add_health(report)`` for a ``SummaryWriter`` (the dashboard's
 Health tab draws them from the log).
@@ -45,7 +47,7 @@ import numpy as np
 from . import graph as g
 from .errors import TraceError
 from .ops.stats import stats_vector
-from .runtime import session
+from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
 # Threshold keyword arguments of watch_health and their defaults (see health_alerts for what each means).
@@ -107,25 +109,19 @@ class HealthReport:
 
 # ------------------------------------------------------------------------------------------------ statistics
 
-def activation_vector(xp, x, unit_axis=1):
+NONNEGATIVE_OPS = frozenset({"Relu", "Sigmoid", "Softmax"})   # a layer ending in one of these outputs x >= 0
+
+
+def activation_vector(xp, x, unit_axis=1, nonnegative=False):
     """``[mean_abs, std, zero_fraction, max_abs, dead_fraction, nan, inf]`` of a layer output ``x`` (its units
-    along ``unit_axis``); NaN/Inf are left out of the moments. A float64 vector on ``x``'s device."""
+    along ``unit_axis``); NaN/Inf are left out of the moments. A float64 vector on ``x``'s device. ``nonnegative``:
+    ``x`` comes from an op whose outputs are >= 0 (ReLU), so ``|x|`` is ``x`` and its minimum is not needed."""
     axes = tuple(a for a in range(x.ndim) if a != unit_axis % x.ndim)
     n = x.size
     if xp is np and x.dtype.char in "fd" and n:
-        v = stats_vector(np, x)
-        lo, hi, mean, std, nan, inf = v.tolist()
-        if not (nan or inf):
-            if lo >= 0:                      # a ReLU/sigmoid output: |x| is x, no extra pass
-                mean_abs, unit_max = mean, np.maximum.reduce(x, axis=axes)
-                zeros = 0 if lo > 0 else n - np.count_nonzero(x > 0)     # bools count fast
-            else:
-                a = np.abs(x)
-                mean_abs = float(np.add.reduce(a.reshape(-1))) / n
-                unit_max = np.maximum.reduce(a, axis=axes)
-                zeros = np.count_nonzero(a == 0) if unit_max.min() == 0 or not (lo > 0 or hi < 0) else 0
-            dead = np.count_nonzero(unit_max == 0) / unit_max.size
-            return np.array([mean_abs, std, zeros / n, max(-lo, hi), dead, 0.0, 0.0])
+        fast = _host_activation(x, axes, nonnegative)
+        if fast is not None:
+            return fast
     x = x if x.dtype.kind == "f" else x.astype(xp.float64)
     if n == 0:
         return xp.asarray([np.nan, np.nan, np.nan, np.nan, np.nan, 0.0, 0.0])
@@ -137,6 +133,60 @@ def activation_vector(xp, x, unit_axis=1):
     dead = (unit_max == 0).sum(dtype=xp.float64) / unit_max.size
     zeros = (x == 0).sum(dtype=xp.float64) / n
     return xp.stack([a.sum() / count, v[3], zeros, a.max(), dead, v[4], v[5]])
+
+
+def _host_activation(x, axes, nonnegative):
+    """The NumPy path when every element is finite (else None), in as few passes as it can: per-unit maxima (of
+    ``|x|``), the sum and sum of squares as BLAS dot products, the count of non-zeros; the minimum only when the
+    sign is not known. On a 100 x 512 ReLU output: ~35 us, against ~57 us for stats_vector plus the extras."""
+    flat = x.reshape(-1)
+    n = flat.size
+    if not nonnegative:
+        lo = float(np.minimum.reduce(flat))
+        if lo - lo != 0:
+            return None
+        nonnegative = lo >= 0
+    if nonnegative:
+        a = x
+        unit_max = np.maximum.reduce(x, axis=axes) if axes else x
+        hi = float(np.maximum.reduce(unit_max.reshape(-1)))
+        if hi - hi != 0:
+            return None
+        nonzero = np.count_nonzero(flat > 0)
+    else:
+        a = np.abs(x)
+        unit_max = np.maximum.reduce(a, axis=axes) if axes else a
+        hi = float(np.maximum.reduce(unit_max.reshape(-1)))
+        if hi - hi != 0:
+            return None
+        nonzero = np.count_nonzero(a.reshape(-1) > 0)
+    if hi * hi * n < (1e37 if x.dtype.itemsize == 4 else 1e306):
+        total, square = float(np.dot(flat, _ones(n, x.dtype))), float(np.dot(flat, flat))
+        total_abs = total if nonnegative else float(np.dot(a.reshape(-1), _ones(n, x.dtype)))
+        mean = total / n
+        var = square / n - mean * mean
+        if var < 1e-2 * mean * mean:             # E[x²] - mean² would lose the spread: the careful statistic
+            var = float(stats_vector(np, flat)[3]) ** 2
+    else:                                        # squares could overflow: the scaled statistic
+        v = stats_vector(np, flat)
+        var = float(v[3]) ** 2
+        total_abs = float(np.add.reduce(a.reshape(-1), dtype=np.float64))
+    dead = np.count_nonzero(unit_max == 0) / unit_max.size
+    return np.array([total_abs / n, math.sqrt(max(var, 0.0)), (n - nonzero) / n, hi, dead, 0.0, 0.0])
+
+
+_ONES = {}
+
+
+def _ones(n, dtype):
+    """A cached vector of ``n`` ones: a sum as a BLAS dot product is ~2x faster than ``np.add.reduce``."""
+    key = (n, dtype.char)
+    ones = _ONES.get(key)
+    if ones is None:
+        if len(_ONES) > 64:
+            _ONES.clear()
+        ones = _ONES[key] = np.ones(n, dtype)
+    return ones
 
 
 def square_vector(xp, x):
@@ -176,6 +226,7 @@ class _Layer:
     params: list
     output: g.LazyTensor | None = None
     unit_axis: int = 1
+    nonnegative: bool = False    # its output comes from an op whose outputs are >= 0 (ReLU, sigmoid, softmax)
     position: int = 1 << 60      # index of its first forward node: layers are listed in forward order
 
 
@@ -198,6 +249,7 @@ def find_layers(graph):
         if owner is None:
             continue
         owner.output = node.outputs[0]
+        owner.nonnegative = node.op.__name__ in NONNEGATIVE_OPS
         owner.position = min(owner.position, i)
         if node.attrs.get("data_format") == "NHWC":
             owner.unit_axis = -1
@@ -225,9 +277,10 @@ def _check_thresholds(thresholds):
     return {**THRESHOLDS, **thresholds}
 
 
-def watch_health(handler=None, every=1, writer=None, histogram_every=10, **thresholds):
+def watch_health(handler=None, every=1, writer=None, histogram_every=None, **thresholds):
     """Deliver a ``HealthReport`` of every layer to ``handler(report)`` and/or ``writer.add_health(report)`` every
-    ``every`` calls; every ``histogram_every``-th report (0: none) carries the layers' histograms (see module doc)."""
+    ``every`` calls; every ``histogram_every``-th report (0: none; default 100 with a writer, else 0) carries the
+    layers' histograms (see module doc)."""
     api = "flow.watch_health"
     graph = g.current_graph(api)
     if handler is None and writer is None:
@@ -240,32 +293,33 @@ def watch_health(handler=None, every=1, writer=None, histogram_every=10, **thres
                         f"{type(writer).__name__}")
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
         raise ValueError(f"{api}: every must be a positive int, got {every!r}")
+    if histogram_every is None:
+        histogram_every = 0 if writer is None else 100
     if not isinstance(histogram_every, int) or isinstance(histogram_every, bool) or histogram_every < 0:
         raise ValueError(f"{api}: histogram_every must be an int >= 0 (0: no histograms), got {histogram_every!r}")
-    deliver = handler if writer is None else _both(handler, writer)
-    graph.watches.append(HealthRequest(deliver, every, _check_thresholds(thresholds), g.user_source_line(),
+    graph.watches.append(HealthRequest(handler, writer, every, _check_thresholds(thresholds), g.user_source_line(),
                                        histogram_every))
 
 
-def _both(handler, writer):
-    def deliver(report):
-        writer.add_health(report)
-        if handler is not None:
-            handler(report)
-    deliver.__qualname__ = f"{_name(handler)} and {type(writer).__name__}.add_health" if handler else \
-        f"{type(writer).__name__}.add_health"
-    return deliver
-
-
 class HealthRequest:
-    """What ``watch_health`` records on the graph; ``expand`` turns it into watch requests once gradients exist."""
+    """What ``watch_health`` records on the graph; ``expand`` turns it into watch requests once gradients exist.
+
+    Where reports go: ``writer.add_health`` (it only encodes and queues) and a handler whose ``delivered_inline``
+    attribute is true (``HealthPanel``: it only records) are called on the job's thread as the report is made,
+    sparing a hand-off between threads each call; any other handler runs on the watch dispatcher thread like a
+    watch callback. Errors of either kind surface at the next job call, naming the handler."""
 
     diff = False            # needs no gradient of its own (watching.gradient_targets)
 
-    def __init__(self, handler, every, thresholds, source, histogram_every=0):
-        self.handler, self.every, self.thresholds, self.source = handler, every, thresholds, source
-        self.histogram_every = histogram_every
-        self.describe = f"flow.watch_health handler {_name(handler)}"
+    def __init__(self, handler, writer, every, thresholds, source, histogram_every=0):
+        self.handler, self.writer, self.every, self.thresholds = handler, writer, every, thresholds
+        self.source, self.histogram_every = source, histogram_every
+        names = ([_name(handler)] if handler is not None else []) + \
+            ([f"{type(writer).__name__}.add_health"] if writer is not None else [])
+        self.describe = f"flow.watch_health handler {' and '.join(names)}"
+        self.inline = [f for f in (writer and writer.add_health, handler)
+                       if f is not None and (f is not handler or getattr(handler, "delivered_inline", False))]
+        self.queued = handler if handler is not None and handler not in self.inline else None
 
     def expand(self, graph, xp, devices=1):
         layers = find_layers(graph)
@@ -276,7 +330,8 @@ class HealthRequest:
 
 
 class _Monitor:
-    """Collects one call's vectors (``_arrive``) and turns them into a report when the loss arrives."""
+    """Collects one call's vectors (``_arrive``) and turns them into a report: on the job's thread once the plan has
+    run (``after_run``), or on several devices in the dispatcher when the loss arrives (``_finish``)."""
 
     def __init__(self, request, graph, layers, xp, devices):
         self.request, self.layers, self.xp = request, layers, xp
@@ -284,6 +339,7 @@ class _Monitor:
         self.history = []
         self.vectors = {}                      # step -> {key: vector}
         self.samples = {}                      # step -> {key: host copy}, on reports that carry histograms
+        self.losses = {}                       # step -> the mean loss (None in a predict job)
         self.histogram_every = request.histogram_every * request.every
         self.copies = {}                       # variable name -> its value before the update (a delivering call)
         self.lock = threading.Lock()
@@ -293,19 +349,24 @@ class _Monitor:
         for layer in layers:
             if layer.output is not None:
                 self._add(("act", layer.name), layer.output, layer.name, "activation",
-                          lambda xp, x, axis=layer.unit_axis: activation_vector(xp, x, axis))
+                          lambda xp, x, axis=layer.unit_axis, positive=layer.nonnegative:
+                          activation_vector(xp, x, axis, positive))
             for p in layer.params:
                 self._add(("weight", p.name), p.read, layer.name, "weight", self._weight_function(p))
                 if p.update is not None:
                     self._add(("grad", p.name), p.update.inputs[1], layer.name, "gradient", square_vector)
         losses = [loss for _, loss in graph.losses]
         outputs = [layer.output for layer in layers if layer.output is not None]
-        # the report is made when this arrives: the loss, or in a predict job the last layer's output
+        # the call is complete when this arrives: the loss, or in a predict job the last layer's output
         last = losses[0] if losses else outputs[-1] if outputs else layers[-1].params[0].read
         self.expected = len(self.order)
         self.is_train = bool(losses)
-        self.requests.append(WatchRequest(last, False, self._finish, request.describe, every=every,
-                                          source=request.source))
+        if self.host_side:
+            self.requests.append(WatchRequest(last, False, self._finish, request.describe, every=every,
+                                              source=request.source))
+        else:
+            self.requests.append(WatchRequest(last, False, None, request.describe, every=every, source=request.source,
+                                              put=self._arrive_loss, raw=True, after_run=self._after_run))
         self.order.sort(key=lambda entry: _run_position(graph, entry[1]))
 
     def _weight_function(self, p):
@@ -347,26 +408,63 @@ class _Monitor:
             if sample is not None:
                 self.samples.setdefault(step, {})[key] = sample
 
+    def _arrive_loss(self, step, x):
+        loss = float(x.mean(dtype=np.float64)) if self.is_train else None
+        with self.lock:
+            self.losses[step] = loss
+
+    def _after_run(self):
+        """On the job's thread after the plan ran: this call's report, to the inline handlers here and to a queued
+        handler through the returned dispatcher call."""
+        with self.lock:
+            if not self.losses:
+                self.vectors.clear()            # not a delivering call, or it failed before the loss
+                self.samples.clear()
+                return []
+            step = max(self.losses)
+            loss, vectors, samples = self.losses.pop(step), self.vectors.pop(step, {}), self.samples.pop(step, None)
+            self.losses.clear(), self.vectors.clear(), self.samples.clear()
+        report = self._report(step, loss, vectors, samples)
+        if report is None:
+            return []
+        for deliver in self.request.inline:
+            try:
+                deliver(report)
+            except BaseException as e:          # raised at the next job call, as a watch callback's error
+                dispatch.default().report(f"{self.request.describe} (step {step})", e)
+        queued = self.request.queued
+        if queued is None:
+            return []
+        return [(lambda: queued(report), lambda: f"{self.request.describe} (step {step})")]
+
     def _finish(self, value, step):
+        """Several devices: the loss's joined value arrived in the dispatcher, after this call's other tensors."""
         with self.lock:
             vectors = self.vectors.pop(step, {})
             samples = self.samples.pop(step, None)
             for pending in (self.vectors, self.samples):
                 for old in [s for s in pending if s < step]:
                     del pending[old]           # a call that failed half-way
-        if len(vectors) < self.expected:
-            return                             # the call failed before every tensor was made: no report
-        host = {key: _host(v) for key, v in vectors.items()}
         loss = None
         if self.is_train:
             whole = getattr(value, "whole", value)
             loss = float(np.mean(np.asarray(whole, dtype=np.float64)))
+        report = self._report(step, loss, vectors, samples)
+        if report is not None:
+            for deliver in (*self.request.inline, self.request.queued):
+                if deliver is not None:
+                    deliver(report)
+
+    def _report(self, step, loss, vectors, samples):
+        if len(vectors) < self.expected:
+            return None                        # the call failed before every tensor was made: no report
+        host = {key: _host(v) for key, v in vectors.items()}
         report = HealthReport(step, self._table(host, step), loss, self._first_nonfinite(host),
                               histograms=samples and self._histograms(samples))
         report.alerts = health_alerts(self.history, report, self.request.thresholds)
         self.history.append(report)
         del self.history[:-self.request.thresholds["window"] - 1]
-        self.request.handler(report)
+        return report
 
     def _table(self, host, step):
         table = {}
@@ -490,8 +588,8 @@ def health_alerts(history, report, thresholds=None):
                 f"the gradient norm of layer {high_layer} is {high:.3g}, {high / last:.3g} times the last layer "
                 f"{last_layer}'s ({last:.3g}; threshold {t['exploding_ratio']:g}): the gradient grows on its way "
                 "back. Usually too large an initialisation or a learning rate too high; clip gradients.")))
-    total = _total_grad_norm(table)
-    earlier = [n for n in (_total_grad_norm(r.table) for r in recent) if n is not None and math.isfinite(n)]
+    total = _total_grad_norm(report)
+    earlier = [n for n in map(_total_grad_norm, recent) if n is not None and math.isfinite(n)]
     if total is not None and len(earlier) >= MIN_HISTORY:
         median = statistics.median(earlier)
         if not math.isfinite(total) or total > t["exploding_factor"] * median:
@@ -510,6 +608,10 @@ def health_alerts(history, report, thresholds=None):
     return alerts
 
 
-def _total_grad_norm(table):
-    squares = [row["grad_norm"] ** 2 for row in table.values() if "grad_norm" in row]
-    return math.sqrt(sum(squares)) if squares else None
+def _total_grad_norm(report):
+    """The norm of all the report's gradients (kept on the report: each later report's alerts read it again)."""
+    total = report.__dict__.get("_total_grad_norm", ())
+    if total == ():
+        squares = [row["grad_norm"] ** 2 for row in report.table.values() if "grad_norm" in row]
+        total = report.__dict__["_total_grad_norm"] = math.sqrt(sum(squares)) if squares else None
+    return total

@@ -322,8 +322,8 @@ class JobFunction:
         arrays = self._check_feeds(args, kwargs)
         dispatcher = dispatch.default()
         # Earlier calls' callbacks finish first: the queue stays bounded when handlers are slower than the job,
-        # and a handler's error is raised here, before the next step runs.
-        dispatcher.wait()
+        # and a handler's error is raised here, before the next step runs (a trailing batch: see runtime.dispatch).
+        dispatcher.settle()
         dispatcher.raise_pending()
         with self._lock:
             compiled = self.compiled(tuple(a.shape for a in arrays))
@@ -333,10 +333,13 @@ class JobFunction:
             try:
                 outputs = compiled.plan(feeds, self.step, compiled.deliveries.emit)
             finally:
-                compiled.deliveries.hand_over()     # what was delivered before a failure (an anomaly) is still shown
+                # what was delivered before a failure (an anomaly) is still shown
+                previous = compiled.deliveries.hand_over()
                 if self.is_train:
                     session.default().last_train_step = self.step
                 self.step += 1          # a failed call still used its number: watch steps never repeat
+        if previous:
+            dispatcher.raise_pending(upto=previous)     # the previous call's trailing handlers' errors
         ticket = dispatcher.ticket()
         return self._result(compiled.rebuild(list(outputs)), ticket)
 
@@ -344,7 +347,7 @@ class JobFunction:
         per_device = devices.split_feeds(self.name, self.arg_names, self.arg_defs, self._feed_values(args, kwargs), n,
                                          self._check_array)
         dispatcher = dispatch.default()
-        dispatcher.wait()
+        dispatcher.settle()
         dispatcher.raise_pending()
         with self._lock:
             key = (n,) + tuple(tuple(a.shape for a in feeds) for feeds in per_device)
@@ -356,10 +359,12 @@ class JobFunction:
             try:
                 outputs = compiled.run(per_device, self.step)
             finally:
-                compiled.deliveries.hand_over()
+                previous = compiled.deliveries.hand_over()
                 if self.is_train:
                     session.default().last_train_step = self.step
                 self.step += 1
+        if previous:
+            dispatcher.raise_pending(upto=previous)
         ticket = dispatcher.ticket()
         return self._result(compiled.rebuild(list(outputs)), ticket)
 

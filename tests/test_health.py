@@ -2,6 +2,7 @@
 networks (and none on a healthy one), delivery every N calls, bad input, and plans untouched without it."""
 import math
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -29,7 +30,7 @@ def train(job, steps, seed=0):
 
 
 def mlp(reports, depth=1, width=64, activation=flow.nn.relu, lr=0.1, optimizer=None, bias=0.0, every=1,
-        scope=None, **thresholds):
+        scope=None, handler=None, **thresholds):
     """A train job of ``depth`` hidden dense layers ``hidden_<i>`` and an ``output`` layer, watched for health;
     ``scope(blob, blob_def)`` (optional) watches every tensor and gradient of the layers too."""
     @flow.global_function(type="train")
@@ -47,7 +48,7 @@ def mlp(reports, depth=1, width=64, activation=flow.nn.relu, lr=0.1, optimizer=N
             with flow.watch_scope(scope, scope):
                 logits = layers()
         loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
-        flow.watch_health(None if reports is None else reports.append, every=every, **thresholds)
+        flow.watch_health(handler or (None if reports is None else reports.append), every=every, **thresholds)
         (optimizer or flow.optimizer.SGD(lr, momentum=0)).minimize(loss)
         return loss
     return job
@@ -258,6 +259,47 @@ def test_handler_error_surfaces_at_the_next_call_naming_the_handler():
     failing(*batches[0])
     with pytest.raises(WatchCallbackError, match="watch_health handler .*broken_handler.* raised RuntimeError: boom"):
         failing(*batches[1])
+
+
+def test_reports_overlap_the_next_call_and_are_delivered_by_its_end():
+    """A handler of the user's runs on the dispatcher while the next call computes (a trailing batch): a call does
+    not wait for its own report, the next one hands it over before it returns, and sync delivers the last."""
+    gate, seen = threading.Event(), []
+
+    def slow(report):
+        gate.wait(10)
+        seen.append(report.step)
+
+    job = mlp(None, handler=slow)
+    (x0, y0), (x1, y1) = data(2)
+    assert job(x0, y0).shape == (BATCH,)       # returns a value, without waiting for report 0 (blocked in slow)
+    assert seen == []
+    gate.set()
+    job(x1, y1)
+    assert seen[:1] == [0]                     # report 0 was waited for once call 1's plan had run
+    flow.sync_default_session()
+    assert seen == [0, 1]
+
+
+def test_a_slow_handler_error_still_surfaces_in_the_next_call():
+    gate = threading.Event()
+
+    def late_failure(report):
+        gate.wait(10)
+        raise ValueError(f"bad report {report.step}")
+
+    job = mlp(None, handler=late_failure)
+    (x0, y0), (x1, y1), (x2, y2) = data(3)
+    job(x0, y0)
+    threading.Timer(0.05, gate.set).start()    # fails while call 1 runs: call 1 raises it, naming the handler
+    with pytest.raises(WatchCallbackError, match=r"handler .*late_failure \(step 0\) raised ValueError: bad "
+                                                 r"report 0"):
+        job(x1, y1)
+    with pytest.raises(WatchCallbackError, match="bad report 1"):
+        flow.sync_default_session()
+    job(x2, y2)                                # the job still runs after its handler's errors
+    with pytest.raises(WatchCallbackError, match="bad report 2"):
+        flow.sync_default_session()
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

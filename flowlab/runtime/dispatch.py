@@ -10,6 +10,11 @@ the call hands its deliveries over as one batch when the plan has run, so the th
 first; a ``-> None`` job returns at once and its callbacks overlap the caller's next work, until the next job call
 (which waits for them, keeping the queue bounded) or ``flow.sync_default_session()``. An error raised by a callback
 is kept and raised there.
+
+A *trailing* batch (``watch_health`` reports for a handler of the user's) runs while the next call computes: no call
+waits for its own trailing batch, the next call starts without waiting for it (``settle``) and waits for it only
+once its plan has run (``Deliveries.hand_over``), raising its errors there. So reports overlap the next step on a
+second core, at most one call's trailing batch is ever pending, and a handler's error still surfaces in the next call.
 """
 from __future__ import annotations
 
@@ -26,7 +31,9 @@ class Dispatcher:
         self._cond = threading.Condition()
         self._submitted = 0
         self._done = 0
-        self._errors: list[WatchCallbackError] = []
+        self._errors: list[tuple[int, WatchCallbackError]] = []     # (ticket of the batch that raised, error)
+        self._trailing = 0          # ticket of the newest trailing batch
+        self._running = 0           # ticket of the batch the thread is running
         self._thread = None
 
     def _ensure_thread(self):
@@ -38,12 +45,15 @@ class Dispatcher:
         """Queue ``call()``; ``describe()`` names what it serves if it raises. Returns the ticket to wait for."""
         return self.submit_batch([(call, describe)])
 
-    def submit_batch(self, calls):
-        """Queue ``[(call, describe), ...]`` to run in order as one item (one wake-up of the thread)."""
+    def submit_batch(self, calls, trailing=False):
+        """Queue ``[(call, describe), ...]`` to run in order as one item (one wake-up of the thread); ``trailing``:
+        see the module docstring."""
         with self._cond:
             self._ensure_thread()
             self._queue.append(calls)
             self._submitted += 1
+            if trailing:
+                self._trailing = self._submitted
             self._cond.notify_all()
             return self._submitted
 
@@ -53,6 +63,7 @@ class Dispatcher:
                 while not self._queue:
                     self._cond.wait()
                 calls = self._queue.popleft()
+                self._running = self._done + 1
             for call, describe in calls:
                 try:
                     call()
@@ -67,11 +78,24 @@ class Dispatcher:
         error = WatchCallbackError(f"{what} raised {type(exception).__name__}: {exception}")
         error.__cause__ = exception
         with self._cond:
-            self._errors.append(error)
+            # raised from a batch: that batch's ticket; from a job's own thread: the work queued so far
+            ticket = self._running if threading.current_thread() is self._thread else self._submitted
+            self._errors.append((ticket, error))
 
     def ticket(self):
+        """The ticket of everything queued so far but a trailing batch that is the newest."""
         with self._cond:
-            return self._submitted
+            return self._submitted - (self._trailing == self._submitted and self._submitted > 0)
+
+    def take_trailing(self):
+        """The ticket of the newest trailing batch not taken yet (0: none), for its caller to wait for."""
+        with self._cond:
+            ticket, self._trailing = self._trailing, 0
+            return ticket
+
+    def settle(self):
+        """Before a job call: wait for every callback queued so far but the newest batch when it is trailing."""
+        self.wait(self.ticket())
 
     def wait(self, ticket=None):
         """Block until every callback queued up to ``ticket`` (default: all so far) has run."""
@@ -82,12 +106,14 @@ class Dispatcher:
             while self._done < target:
                 self._cond.wait()
 
-    def raise_pending(self):
-        """Raise the first error a callback raised since the last call (the others are chained as context)."""
+    def raise_pending(self, upto=None):
+        """Raise the first error a callback raised since the last call (the others are chained as context); with
+        ``upto``, only errors of batches up to that ticket."""
         if not self._errors:
             return
         with self._cond:
-            errors, self._errors = self._errors, []
+            errors = [e for t, e in self._errors if upto is None or t <= upto]
+            self._errors = [(t, e) for t, e in self._errors if upto is not None and t > upto]
         if errors:
             first = errors[0]
             if len(errors) > 1:
