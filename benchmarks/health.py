@@ -1,86 +1,129 @@
 #!/usr/bin/env python
-"""Cost of ``flow.watch_health`` on the seed MLP train step (784-512-10, batch 100, fp32, SGD lr 0.1 momentum 0,
-as in ``train_step.py``): the unwatched step against ``watch_health(every=1)`` and ``watch_health(every=10)``.
+"""Cost of ``flow.watch_health`` on a train step: the unwatched step against ``watch_health(every=1)`` and
+``watch_health(every=10)`` (a plain callback handler), and ``watch_health(writer=SummaryWriter)`` (every step's report
+written to an event file, histograms every 100th), on two networks:
 
-The three jobs share one session and its variables. Each of R rounds times a block of N steps of every job (the
-order rotates from round to round, 0.2 s idle and one untimed step before each block); the report gives the median
-ms/step and the ratios against the targets (<= 1.10x with every=1, <= 1.05x with every=10 on the CPU).
+- ``mlp``: the seed MLP (784-512-10, batch 100, fp32, SGD lr 0.1 momentum 0, as in ``train_step.py``);
+- ``conv``: a small conv net (1x28x28 -> conv 5x5 16 ReLU -> pool 2 -> conv 5x5 32 ReLU -> pool 2 -> dense 10,
+  batch 32, SGD).
 
-    python benchmarks/health.py                    # ~1 minute on 2 cores
-    python benchmarks/health.py --rounds 40 --steps 50
+The jobs of a network share one session and its variables. Each of R rounds times a block of N steps of every job
+(the order rotates from round to round, 0.2 s idle and one untimed step before each block); the report gives the
+median ms/step and the ratios against the targets (<= 1.10x with every=1, <= 1.05x with every=10 on the CPU; the
+writer has no target of its own: it is what the dashboard's Health tab costs).
+
+    python benchmarks/health.py                      # both networks, ~2 minutes on 2 cores
+    python benchmarks/health.py --net mlp --rounds 40 --steps 50
 """
 
 # No `from __future__ import annotations`: flowlab reads the job's placeholder annotations at runtime.
 import argparse
+import os
 import statistics
+import tempfile
 import time
 
 import numpy as np
 
-IN, HIDDEN, CLASSES, BATCH, LR = 784, 512, 10, 100, 0.1
 TARGETS = {"every=1": 1.10, "every=10": 1.05}
+NETS = {
+    "mlp": dict(batch=100, shape=(784,), describe="seed MLP 784-512-10, batch 100, SGD"),
+    "conv": dict(batch=32, shape=(1, 28, 28), describe="conv net 1x28x28 c5x16 p2 c5x32 p2 d10, batch 32, SGD"),
+}
 
 
-def make_job(flow, every):
+def model(flow, net, images):
+    if net == "mlp":
+        hidden = flow.layers.dense(images, 512, activation=flow.nn.relu, kernel_initializer=flow.truncated_normal(0.1),
+                                   name="hidden")
+        return flow.layers.dense(hidden, 10, kernel_initializer=flow.truncated_normal(0.1), name="output")
+    x = images
+    for i, channels in enumerate((16, 32)):
+        x = flow.layers.conv2d(x, channels, 5, padding="SAME", activation=flow.nn.relu,
+                               kernel_initializer=flow.truncated_normal(0.1), name=f"conv{i}")
+        x = flow.nn.max_pool2d(x, ksize=2, strides=2, padding="SAME", data_format="NCHW", name=f"pool{i}")
+    x = flow.reshape(x, [x.shape[0], -1])
+    return flow.layers.dense(x, 10, kernel_initializer=flow.truncated_normal(0.1), name="output")
+
+
+def make_job(flow, net, watch, logdir):
     import flowlab.typing as tp
-    reports = []
+    spec = NETS[net]
+    reports, writer = [], None
+    if watch == "writer":
+        from flowlab.summary import SummaryWriter
+        writer = SummaryWriter(os.path.join(logdir, net))
 
     @flow.global_function(type="train")
-    def train_job(images: tp.Numpy.Placeholder((BATCH, IN)),
-                  labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
-        hidden = flow.layers.dense(images, HIDDEN, activation=flow.nn.relu,
-                                   kernel_initializer=flow.truncated_normal(0.1), name="hidden")
-        logits = flow.layers.dense(hidden, CLASSES, kernel_initializer=flow.truncated_normal(0.1), name="output")
+    def train_job(images: tp.Numpy.Placeholder((spec["batch"], *spec["shape"])),
+                  labels: tp.Numpy.Placeholder((spec["batch"],), dtype=flow.int32)) -> tp.Numpy:
+        logits = model(flow, net, images)
         loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
-        if every:
-            flow.watch_health(reports.append, every=every)
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [LR]), momentum=0).minimize(loss)
+        if watch == "writer":
+            flow.watch_health(writer=writer)
+        elif watch:
+            flow.watch_health(reports.append, every=watch)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
         return loss
 
     train_job.compiled()
-    return train_job, reports
+    return train_job, reports, writer
+
+
+def measure(flow, net, rounds, steps, logdir):
+    spec = NETS[net]
+    rng = np.random.default_rng(0)
+    images = rng.random((spec["batch"], *spec["shape"]), dtype=np.float32)
+    labels = rng.integers(0, 10, spec["batch"]).astype(np.int32)
+    watches = {"unwatched": 0, "every=1": 1, "every=10": 10, "writer": "writer"}
+    jobs = {name: make_job(flow, net, watch, logdir) for name, watch in watches.items()}
+    for job, _, _ in jobs.values():        # warm-up (the first call initialises variables)
+        for _ in range(5):
+            job(images, labels)
+    flow.sync_default_session()
+    times = {name: [] for name in jobs}
+    names = list(jobs)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            job = jobs[name][0]
+            time.sleep(0.2)
+            job(images, labels)
+            start = time.perf_counter()
+            for _ in range(steps):
+                job(images, labels)
+            flow.sync_default_session()
+            times[name].append((time.perf_counter() - start) / steps * 1e3)
+    for _, _, writer in jobs.values():
+        if writer is not None:
+            writer.close()
+    base = statistics.median(times["unwatched"])
+    print(f"{spec['describe']}; {rounds} rounds x {steps} steps, medians")
+    print(f"  unwatched                 {base:.3f} ms/step")
+    ok = True
+    for name in ("every=1", "every=10", "writer"):
+        median = statistics.median(times[name])
+        ratio = median / base
+        target = TARGETS.get(name)
+        verdict = "" if target is None else f"  (target <= {target:.2f}x: {'PASS' if ratio <= target else 'MISS'})"
+        ok &= target is None or ratio <= target
+        label = "watch_health(writer=...)" if name == "writer" else f"watch_health({name})"
+        print(f"  {label:25s} {median:.3f} ms/step  {ratio:.3f}x{verdict}")
+    return ok
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--net", choices=["mlp", "conv", "all"], default="all")
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--steps", type=int, default=40)
     args = parser.parse_args()
 
     import flowlab as flow
-    rng = np.random.default_rng(0)
-    images = rng.random((BATCH, IN), dtype=np.float32)
-    labels = rng.integers(0, CLASSES, BATCH).astype(np.int32)
-    jobs = {"unwatched": make_job(flow, 0), "every=1": make_job(flow, 1), "every=10": make_job(flow, 10)}
-    for job, _ in jobs.values():           # warm-up (first call initialises variables)
-        for _ in range(5):
-            job(images, labels)
-    flow.sync_default_session()
-
-    times = {name: [] for name in jobs}
-    names = list(jobs)
-    for r in range(args.rounds):
-        for name in names[r % 3:] + names[:r % 3]:
-            job = jobs[name][0]
-            time.sleep(0.2)
-            job(images, labels)
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                job(images, labels)
-            flow.sync_default_session()
-            times[name].append((time.perf_counter() - start) / args.steps * 1e3)
-
-    base = statistics.median(times["unwatched"])
-    print(f"seed MLP {IN}-{HIDDEN}-{CLASSES}, batch {BATCH}, SGD; {args.rounds} rounds x {args.steps} steps, medians")
-    print(f"  unwatched        {base:.3f} ms/step")
     ok = True
-    for name in ("every=1", "every=10"):
-        median = statistics.median(times[name])
-        ratio = median / base
-        ok &= ratio <= TARGETS[name]
-        print(f"  watch_health({name:8s}) {median:.3f} ms/step  {ratio:.3f}x  (target <= {TARGETS[name]:.2f}x)")
-    reports = jobs["every=10"][1]
-    print(f"  (every=10 delivered {len(reports)} reports; every=1 {len(jobs['every=1'][1])})")
+    with tempfile.TemporaryDirectory() as logdir:
+        for net in (["mlp", "conv"] if args.net == "all" else [args.net]):
+            flow.clear_default_session()
+            ok &= measure(flow, net, args.rounds, args.steps, logdir)
     return 0 if ok else 1
 
 
