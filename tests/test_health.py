@@ -119,6 +119,38 @@ def test_statistics_match_numpy_on_the_same_tensors(optimizer):
         "the -0.5 bias should leave some zeros and some dead units, so the counts are tested"
 
 
+def test_conv_layers_count_channels_as_units_and_a_dead_conv_layer_is_named():
+    """A conv layer's units are its channels (NCHW axis 1): statistics against NumPy on the same tensors, and a conv
+    layer pushed below zero by its bias is reported dead, by name."""
+    values, reports = Recorder(), []
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((8, 1, 12, 12)), y: tp.Numpy.Placeholder((8,), dtype=flow.int32)) -> tp.Numpy:
+        with flow.watch_scope(values):
+            h = flow.layers.conv2d(x, 6, 3, padding="SAME", activation=flow.nn.relu, name="features",
+                                   bias_initializer=flow.constant_initializer(-0.3))
+            dead = flow.layers.conv2d(h, 4, 3, padding="SAME", activation=flow.nn.relu, name="dead_conv",
+                                      bias_initializer=flow.constant_initializer(-100.0))
+            logits = flow.layers.dense(flow.reshape(dead, [8, -1]), CLASSES, name="output")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.watch_health(reports.append)
+        flow.optimizer.SGD(0.01, momentum=0).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        job(rng.normal(size=(8, 1, 12, 12)).astype(np.float32), rng.integers(0, CLASSES, 8).astype(np.int32))
+    flow.sync_default_session()
+    assert list(reports[0].table) == ["features", "dead_conv", "output"]
+    a = values.values["features_activation/out_0"][0]
+    row = reports[0].table["features"]
+    assert row["act_mean_abs"] == pytest.approx(np.abs(a).mean(), rel=1e-5)
+    assert row["act_zero_fraction"] == pytest.approx((a == 0).mean())
+    assert row["dead_fraction"] == pytest.approx((a == 0).all(axis=(0, 2, 3)).mean())
+    assert reports[0].table["dead_conv"]["dead_fraction"] == 1.0
+    assert ("dead_relu", "dead_conv") in kinds(reports) and ("dead_relu", "features") not in kinds(reports)
+
+
 def test_report_loss_is_the_mean_loss_of_the_call():
     reports = []
     job = mlp(reports)
