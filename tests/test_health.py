@@ -10,7 +10,7 @@ import pytest
 import flowlab as flow
 import flowlab.typing as tp
 from flowlab.errors import WatchCallbackError
-from flowlab.health import HealthAlert, HealthReport, health_alerts
+from flowlab.health import HealthAlert, HealthReport, activation_vector, health_alerts
 
 BATCH, FEATURES, CLASSES = 32, 20, 5
 
@@ -149,6 +149,13 @@ def test_conv_layers_count_channels_as_units_and_a_dead_conv_layer_is_named():
     assert row["dead_fraction"] == pytest.approx((a == 0).all(axis=(0, 2, 3)).mean())
     assert reports[0].table["dead_conv"]["dead_fraction"] == 1.0
     assert ("dead_relu", "dead_conv") in kinds(reports) and ("dead_relu", "features") not in kinds(reports)
+    # channels, not rows or columns: channel 1 is zero everywhere, column 0 of every channel too
+    x = np.abs(np.random.default_rng(0).normal(size=(2, 3, 4, 5))).astype(np.float32) + 0.1
+    x[:, 1] = 0
+    x[..., 0] = 0
+    for nonnegative in (True, False):
+        assert activation_vector(np, x, 1, nonnegative)[4] == pytest.approx(1 / 3)
+        assert activation_vector(np, x.transpose(0, 2, 3, 1), -1, nonnegative)[4] == pytest.approx(1 / 3)   # NHWC
 
 
 def test_report_loss_is_the_mean_loss_of_the_call():
