@@ -769,6 +769,8 @@ def test_demo_trains_and_writes_every_kind_of_summary(tmp_path):
     broken_health = health[broken]["health"].values
     act_nan = [r.matrix[:, r.statistics.index("act_nan")].sum() for r in broken_health]
     assert act_nan[0] == 0 and max(act_nan) > 0
+    alerts = read_text(tmp_path)[broken]["health/alerts"].values     # the first op with NaN, at the model's line
+    assert any(kind == "nan" and "digits_mlp.py:" in message for rows in alerts for kind, _, message in rows)
     assert "RuntimeWarning" not in result.stderr
 
 

@@ -24,14 +24,20 @@ import numpy as np
 from ..errors import TraceError
 
 _FLOWLAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_EXAMPLES_DIR = os.path.join(_FLOWLAB_DIR, "examples")
+
+
+def _internal(filename):
+    """A file of flowlab's own machinery; its bundled examples are user code (a demo's NaN names its model's line)."""
+    path = os.path.abspath(filename)
+    return path.startswith(_FLOWLAB_DIR + os.sep) and not path.startswith(_EXAMPLES_DIR + os.sep)
 
 
 def user_source_line() -> str:
     """``file:line`` of the innermost stack frame outside flowlab: where the user called the op."""
     frame = sys._getframe(1)
     while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(_FLOWLAB_DIR + os.sep):
+        if not _internal(frame.f_code.co_filename):
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>"
@@ -43,7 +49,7 @@ def user_frames() -> tuple:
     frames = []
     frame = sys._getframe(1)
     while frame is not None:
-        if not os.path.abspath(frame.f_code.co_filename).startswith(_FLOWLAB_DIR + os.sep):
+        if not _internal(frame.f_code.co_filename):
             frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
         frame = frame.f_back
     return tuple(reversed(frames))
