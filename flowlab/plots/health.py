@@ -10,12 +10,20 @@ Figures, each fed from a ``HealthGrid``:
   largest value its steps saw (a spike is never averaged away), on a log scale for norms and magnitudes and a linear
   one for fractions and counts; a cell whose layer held NaN/Inf in those steps is outlined in red; a cell with no
   value (a layer without that statistic) is grey. Hover reads the layer, steps and min/mean/max. A tap selects a
-  cell (``source.selected.indices``); ``HealthHeatmap.layer_at`` maps it back to its layer.
+  cell (``source.selected.indices``); ``HealthHeatmap.layer_at`` maps it back to its layer. A cell reaches to where
+  the next bucket starts (reports every ``n`` steps leave no gaps). Updated again, only the buckets that changed
+  are sent (see ``update``).
+- ``Divergence``: two runs' statistic compared per layer and step span, drawn by a ``HealthHeatmap`` (the
+  dashboard's side-by-side runs).
+- ``trend_overlay_figure``: one layer's trend of several runs on one figure, each in its colour.
 - ``trend_columns(grid, layer, statistic)``: one layer's statistic over steps as ``Trend`` columns, drawn by
   ``figures.trend_figure`` (min…max envelope, mean line, red bands over NaN/Inf).
 - ``alert_columns``: the alert table's columns, newest first.
+- ``heatmap_svg``: a heatmap as static SVG, for a saved notebook's copy of ``widgets.HealthPanel``.
 """
 from __future__ import annotations
+
+import html
 
 import numpy as np
 from bokeh.models import (BasicTickFormatter, BasicTicker, ColorBar, ColumnDataSource, CustomJSTickFormatter, FixedTicker,
@@ -23,16 +31,20 @@ from bokeh.models import (BasicTickFormatter, BasicTicker, ColorBar, ColumnDataS
 from bokeh.palettes import Viridis256
 
 from .data import StepBuckets, Trend
-from .figures import ALARM, _figure
+from .figures import ALARM, _figure, _live_figure, draw_bands
 
 # Statistics whose values are fractions or counts get a linear colour scale; norms and magnitudes span decades (log).
 LINEAR = frozenset({"act_zero_fraction", "dead_fraction", "act_nan", "act_inf", "weight_nan", "weight_inf",
                     "grad_nan", "grad_inf"})
 NONFINITE = frozenset({"act_nan", "act_inf", "weight_nan", "weight_inf", "grad_nan", "grad_inf"})
 NO_VALUE = "#d9d9d9"
+ZERO = "#e377c2"                # a zero on a log scale (below every colour of the palette)
 ROW_HEIGHT = 18                 # pixels a layer's row takes in a heatmap
 HEATMAP_COLUMNS = ("left", "right", "bottom", "top", "value", "lo", "mean", "hi", "layer", "first", "last",
-                   "nonfinite", "outline")
+                   "nonfinite", "outline", "linear_value")
+# ``value`` is what the log colour mapper reads and is never <= 0 (NaN instead); the linear mapper reads
+# ``linear_value``. BokehJS clones a renderer's selection/nonselection/decimated glyphs once, with the mapper it
+# first had, and they keep mapping ``value`` after a switch: a log mapper must never see a zero there.
 
 
 class HealthGrid:
@@ -119,48 +131,196 @@ class HealthHeatmap:
                                                     code="return names[Math.floor(tick)] || ''")
         fig.ygrid.visible = False
         fig.xgrid.visible = False
-        self.linear = LinearColorMapper(palette=Viridis256, nan_color=NO_VALUE)
-        self.log = LogColorMapper(palette=Viridis256, nan_color=NO_VALUE)
+        # ranges set from the data on every update (a mapper left to scan an empty source warns in BokehJS); on the
+        # log scale a zero is drawn below the range, in ZERO (a dead layer's zero gradient is not "no value")
+        self.linear = LinearColorMapper(palette=Viridis256, nan_color=NO_VALUE, low=0, high=1)
+        self.log = LogColorMapper(palette=Viridis256, nan_color=NO_VALUE, low=1e-3, high=1, low_color=ZERO)
         self.glyph = Quad(left="left", right="right", bottom="bottom", top="top", line_color="outline",
                           line_width=1.5, fill_color={"field": "value", "transform": self.log})
         renderer = fig.add_glyph(self.source, self.glyph)
-        self.bar = ColorBar(color_mapper=self.log, width=8, padding=2, label_standoff=4, major_label_text_font_size="7pt",
-                            ticker=LogTicker(), formatter=BasicTickFormatter(precision=1, power_limit_low=-2,
-                                                                              power_limit_high=3))
-        fig.add_layout(self.bar, "right")
+        # one colour bar per scale, shown in turn (BokehJS keeps a bar's first scale when its mapper is replaced)
+        self.bars = {linear: ColorBar(color_mapper=mapper, width=8, padding=2, label_standoff=4,
+                                      major_label_text_font_size="8pt", visible=not linear,
+                                      ticker=BasicTicker() if linear else LogTicker(),
+                                      formatter=BasicTickFormatter(precision=1, power_limit_low=-2, power_limit_high=3))
+                     for linear, mapper in ((False, self.log), (True, self.linear))}
+        for bar in self.bars.values():
+            fig.add_layout(bar, "right")
         fig.add_tools(HoverTool(renderers=[renderer], tooltips=[
             ("layer", "@layer"), ("steps", "@first{0,0} … @last{0,0}"), ("min … max", "@lo{0.000e} … @hi{0.000e}"),
             ("mean", "@mean{0.000e}"), ("NaN/Inf", "@nonfinite{0,0}")]), TapTool(renderers=[renderer]))
         self.figure = fig
         self.statistic = None
+        self._drawn, self._count = None, 0      # what the source holds: (grid, statistic, scale, stride), buckets
+        self._linear = None
 
-    def update(self, grid, statistic):
-        """Show ``statistic`` of ``grid``."""
+    def update(self, grid, statistic, linear=None, title=None):
+        """Show ``statistic`` of ``grid`` (``linear``: its colour scale; by default linear for fractions and counts,
+        log otherwise). Rows go bucket by bucket, so when the same statistic of the same grid is shown again and its
+        buckets have not merged since, only its newest drawn bucket (which may have taken more steps) and the new
+        ones are sent, patched and streamed: a live run costs a few rows an update. ``grid`` may be anything with
+        ``layers`` and ``cells`` (a ``Divergence``); without ``buckets`` it is sent whole. ``title``: the figure's
+        (default the statistic), to which "(pink: 0)" is added when a log scale draws zeros."""
+        linear = statistic in LINEAR if linear is None else bool(linear)
         c = grid.cells(statistic)
-        n_layers, n_buckets = c["hi"].shape
-        rows = np.repeat(np.arange(n_layers), n_buckets)
-        first = np.tile(c["first"], n_layers).astype(np.float64)
-        last = np.tile(c["last"], n_layers).astype(np.float64)
-        bad = c["nonfinite"].reshape(-1)
-        hi = c["hi"].reshape(-1)
-        linear = statistic in LINEAR
-        value = hi if linear else np.where(hi > 0, hi, np.nan)       # log: zero has no colour of its own
-        self.source.data = {
-            "left": first, "right": last + 1, "bottom": rows.astype(np.float64), "top": rows + 1.0, "value": value,
-            "lo": c["lo"].reshape(-1), "mean": c["mean"].reshape(-1), "hi": hi,
-            "layer": [grid.layers[i] for i in rows], "first": first, "last": last, "nonfinite": bad,
-            "outline": np.where(bad > 0, ALARM, None).tolist()}
-        if statistic != self.statistic:
+        n_buckets = c["hi"].shape[1]
+        buckets = getattr(grid, "buckets", None)
+        drawn = (grid, statistic, linear, None if buckets is None else buckets.stride)
+        if buckets is not None and drawn == self._drawn and n_buckets >= self._count > 0:
+            start, sent = self._count - 1, self._count
+            columns = self._columns(grid.layers, c, linear, start)
+            n = len(grid.layers) * (sent - start)
+            self.source.patch({k: [(slice(start * len(grid.layers), sent * len(grid.layers)), v[:n])]
+                               for k, v in columns.items()})
+            if n_buckets > sent:
+                self.source.stream({k: v[n:] for k, v in columns.items()})
+        else:
+            self.source.data = self._columns(grid.layers, c, linear, 0)
+        self._drawn, self._count = drawn, n_buckets
+        if (statistic, linear) != (self.statistic, self._linear):
             mapper = self.linear if linear else self.log
-            self.glyph.fill_color = {"field": "value", "transform": mapper}
-            self.bar.color_mapper = mapper
-            self.bar.ticker = BasicTicker() if linear else LogTicker()
-            self.figure.title.text = statistic
-            self.statistic = statistic
+            self.glyph.fill_color = {"field": "linear_value" if linear else "value", "transform": mapper}
+            for scale, bar in self.bars.items():
+                bar.visible = scale == linear
+            self.statistic, self._linear = statistic, linear
+        self._set_range(c["hi"], linear, title or statistic)
+
+    def _set_range(self, hi, linear, title):
+        """Fit the shown scale to the finite values (positive ones on the log scale); say when zeros are drawn."""
+        values = hi[np.isfinite(hi)]
+        zeros = not linear and bool((values == 0).any())
+        if not linear:
+            values = values[values > 0]
+        low, high = (float(values.min()), float(values.max())) if values.size else (1e-3 if not linear else 0.0, 1.0)
+        if high <= low:                          # one value: a span around it
+            low, high = (low / 2, high * 2) if not linear else (low - 0.5, high + 0.5)
+        mapper = self.linear if linear else self.log
+        if (mapper.low, mapper.high) != (low, high):
+            mapper.update(low=low, high=high)
+        title += "  (pink: 0)" if zeros else ""
+        if self.figure.title.text != title:
+            self.figure.title.text = title
+
+    @staticmethod
+    def _columns(layers, c, linear, start):
+        """Source columns of buckets ``start:``, bucket by bucket (each bucket's layers top to bottom)."""
+        n_layers = len(layers)
+        hi = c["hi"][:, start:].T.reshape(-1)
+        n = hi.size // n_layers
+        rows = np.tile(np.arange(n_layers), n)
+        steps = c["first"][start:].astype(np.float64)
+        # a cell reaches to the next bucket's first step (no gaps between reports every n steps), the last one a step
+        ends = np.append(c["first"][start + 1:], c["last"][-1] + 1 if len(c["last"]) else []).astype(np.float64)
+        first = np.repeat(steps, n_layers)
+        bad = c["nonfinite"][:, start:].T.reshape(-1)
+        return {"left": first, "right": np.repeat(ends, n_layers), "bottom": rows.astype(np.float64),
+                "top": rows + 1.0, "value": np.where(hi > 0, hi, np.where(hi == 0, 1e-300, np.nan)), "linear_value": hi,
+                "lo": c["lo"][:, start:].T.reshape(-1), "mean": c["mean"][:, start:].T.reshape(-1), "hi": hi,
+                "layer": [layers[i] for i in rows], "first": first,
+                "last": np.repeat(c["last"][start:].astype(np.float64), n_layers), "nonfinite": bad,
+                "outline": np.where(bad > 0, ALARM, None).tolist()}
 
     def layer_at(self, index):
         """The layer of the cell at ``index`` of ``source`` (a tap's ``selected.indices[0]``)."""
         return self.source.data["layer"][index]
+
+
+def color_scale(statistic):
+    """``(colour mapper, ticker)`` that colour ``statistic`` as ``HealthHeatmap`` does: Viridis, on a linear scale for
+    fractions and counts (``LINEAR``), a log one for norms and magnitudes. Feed the mapper ``scale_values``."""
+    if statistic in LINEAR:
+        return LinearColorMapper(palette=Viridis256, nan_color=NO_VALUE), BasicTicker()
+    return LogColorMapper(palette=Viridis256, nan_color=NO_VALUE), LogTicker()
+
+
+def scale_values(statistic, values):
+    """``values`` of ``statistic`` as its ``color_scale`` takes them: on a log scale zero has no colour of its own
+    (NaN: drawn as no value)."""
+    values = np.asarray(values, np.float64)
+    return values if statistic in LINEAR else np.where(values > 0, values, np.nan)
+
+
+class Divergence:
+    """How far two runs' ``statistic`` lie apart, per layer and step span: drawn by a ``HealthHeatmap`` like a grid
+    (``update(divergence, statistic, linear=True)``).
+
+    A cell is |log10 a − log10 b| (decades) for a statistic on a log scale, |a − b| for fractions and counts, of the
+    two runs' largest values there (what their heatmaps colour: a spike in one run shows), outlined when either run
+    held NaN/Inf. Values at or below ``floor`` count as ``floor`` on a log scale, so a dead layer's zero gradient
+    against a live one shows as far apart, not as no value. Layers: ``a``'s, then those only ``b`` has; a layer or
+    a statistic only one run has, or steps only one run reached, have no value. Columns are the spans between
+    consecutive bucket starts of either grid: each lies in one bucket of each run (a bucket reaching to where its
+    next one starts), so two runs' buckets need not line up and nothing is interpolated. Read the grids under
+    whatever lock guards them: this copies what it needs."""
+
+    def __init__(self, a, b, statistic, floor=1e-12):
+        self.layers = tuple(a.layers) + tuple(layer for layer in b.layers if layer not in a.layers)
+        self.statistics = (statistic,)
+        ca, cb = (g.cells(statistic) if statistic in g.statistics and len(g) else None for g in (a, b))
+        starts = np.union1d(*(c["first"] if c is not None else np.zeros(0, np.int64) for c in (ca, cb)))
+        log = statistic not in LINEAR
+        per_run = [self._spread(g, c, starts, log, floor) for g, c in ((a, ca), (b, cb))]
+        with np.errstate(invalid="ignore"):
+            value = np.abs(per_run[0][0] - per_run[1][0])
+        ends = [c["last"][-1] for c in (ca, cb) if c is not None]
+        self._cells = {"lo": value, "hi": value, "mean": value, "nonfinite": per_run[0][1] + per_run[1][1],
+                       "first": starts,
+                       "last": np.append(starts[1:] - 1, max(ends)) if len(starts) else starts.copy()}
+
+    def _spread(self, grid, c, starts, log, floor):
+        """A run's largest value and NaN/Inf count at each span starting at ``starts``, on ``self.layers`` rows."""
+        value = np.full((len(self.layers), len(starts)), np.nan)
+        bad = np.zeros_like(value)
+        if c is None or not len(starts):
+            return value, bad
+        index = np.searchsorted(c["first"], starts, side="right") - 1       # the bucket each span lies in
+        inside = (index >= 0) & (starts <= c["last"][-1])
+        rows = [self.layers.index(layer) for layer in grid.layers]
+        hi = c["hi"][:, np.maximum(index, 0)]
+        if log:
+            hi = np.log10(np.maximum(hi, floor))
+        value[rows] = np.where(inside, hi, np.nan)
+        bad[rows] = np.where(inside, c["nonfinite"][:, np.maximum(index, 0)], 0.0)
+        return value, bad
+
+    def __len__(self):
+        return len(self._cells["first"])
+
+    def cells(self, statistic=None):
+        """As ``HealthGrid.cells``: ``lo``, ``mean`` and ``hi`` are all the divergence."""
+        return self._cells
+
+
+def trend_overlay_figure(sources, y_label="value"):
+    """One layer's trend (``HealthGrid.trend_columns``) of several runs on one figure, each in its colour: its
+    min…max envelope faint behind its mean line, and red bands the plot's height over steps that held NaN/Inf
+    (``draw_bands``). ``sources``: ``(source, colour)`` pairs; each source has the ``trend_source`` columns and a
+    ``run`` column, which the hover names."""
+    fig = _live_figure(x_axis_label="step", y_axis_label=y_label)
+    drawn = []
+    for source, colour in sources:
+        draw_bands(fig, source, [("min", "max", colour, 0.18)], ("mean", colour), ("step", "end", "mark"), tooltips=[
+            ("run", "@run"), ("step", "@step{0,0}"), ("mean", "@mean{%0.4g}"), ("min … max", "@min{%0.4g} … @max{%0.4g}"),
+            ("NaN/Inf", "@nonfinite{0,0}")])
+        drawn += fig.y_range.renderers          # (draw_bands sets the range to follow its own renderers)
+    fig.y_range.renderers = drawn
+    return fig
+
+
+def alert_groups(alerts):
+    """Columns of ``alerts`` (``(kind, layer, step, message)`` rows) grouped by kind and layer, the group seen last
+    first: ``step`` (its newest step), ``steps`` ("first … last"), ``count``, ``kind``, ``layer`` and the newest
+    ``message``. An alert that fires every step is one row, not thousands."""
+    groups = {}
+    for kind, layer, step, message in alerts:
+        key = (str(kind), str(layer or ""))
+        first, last, count, newest = groups.get(key, (step, step, 0, message))
+        groups[key] = (min(first, step), max(last, step), count + 1, message if step >= last else newest)
+    rows = sorted(groups.items(), key=lambda item: -item[1][1])
+    return {"step": [int(g[1]) for _, g in rows],
+            "steps": [f"{g[0]:,}" if g[0] == g[1] else f"{g[0]:,} … {g[1]:,}" for _, g in rows],
+            "count": [g[2] for _, g in rows], "kind": [k for (k, _), _ in rows], "layer": [ly for (_, ly), _ in rows],
+            "message": [str(g[3]) for _, g in rows]}
 
 
 def alert_columns(alerts):
@@ -169,3 +329,54 @@ def alert_columns(alerts):
     rows = sorted(alerts, key=lambda a: -int(a[2]))
     return {"step": [int(a[2]) for a in rows], "kind": [str(a[0]) for a in rows],
             "layer": [str(a[1] or "") for a in rows], "message": [str(a[3]) for a in rows]}
+
+
+def heatmap_svg(grid, statistic, width=900):
+    """``HealthHeatmap`` of ``statistic`` as one self-contained ``<svg>`` (no script; names escaped), for what a saved
+    notebook shows without a kernel (``plots.static`` has no colour mappers): the same cells, colours (Viridis over
+    the largest value, log or linear as ``LINEAR`` says), grey for no value and red outlines over NaN/Inf. A row's
+    neighbouring cells of one colour are drawn as one rectangle, which keeps long runs small."""
+    c = grid.cells(statistic)
+    hi, bad = c["hi"], c["nonfinite"]
+    n_layers, n_buckets = hi.shape
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = hi if statistic in LINEAR else np.where(hi > 0, np.log10(hi), np.nan)
+    finite = value[np.isfinite(value)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    shade = np.where(np.isfinite(value), np.clip((value - low) / ((high - low) or 1.0) * 255, 0, 255), -1)
+    shade = np.round(shade).astype(int)
+    left, top, right = 100.0, 20.0, 10.0
+    height = top + ROW_HEIGHT * n_layers + 30
+    x0 = float(c["first"][0]) if n_buckets else 0.0
+    x1 = float(c["last"][-1] + 1) if n_buckets else 1.0
+    px = (width - left - right) / max(x1 - x0, 1.0)
+    x = lambda step: f"{left + (step - x0) * px:.1f}"        # noqa: E731
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height:.0f}" width="100%" '
+             f'style="max-width:{width}px;height:auto;display:block" font-family="helvetica,arial,sans-serif" '
+             'font-size="10">',
+             f'<text x="{left}" y="13" font-size="12" font-weight="bold">{html.escape(statistic)}</text>']
+    for i, layer in enumerate(grid.layers):
+        y = top + i * ROW_HEIGHT
+        parts.append(f'<text x="{left - 4}" y="{y + ROW_HEIGHT / 2 + 3.5:.1f}" text-anchor="end">'
+                     f'{html.escape(layer)}</text>')
+        start = 0
+        for j in range(1, n_buckets + 1):                    # one rectangle per run of equal shades
+            if j < n_buckets and shade[i, j] == shade[i, start]:
+                continue
+            color = NO_VALUE if shade[i, start] < 0 else Viridis256[shade[i, start]]
+            parts.append(f'<rect x="{x(c["first"][start])}" y="{y:.1f}" height="{ROW_HEIGHT}" '
+                         f'width="{(c["last"][j - 1] + 1 - c["first"][start]) * px:.1f}" fill="{color}"/>')
+            start = j
+        for j in np.flatnonzero(bad[i] > 0):
+            parts.append(f'<rect x="{x(c["first"][j])}" y="{y + 0.75:.1f}" height="{ROW_HEIGHT - 1.5}" '
+                         f'width="{(c["last"][j] + 1 - c["first"][j]) * px:.1f}" fill="none" stroke="{ALARM}" '
+                         'stroke-width="1.5"/>')
+    bottom = top + ROW_HEIGHT * n_layers
+    scale = "log" if statistic not in LINEAR else "linear"
+    lo_text, hi_text = (f"{10 ** low:.3g}", f"{10 ** high:.3g}") if scale == "log" else (f"{low:.3g}", f"{high:.3g}")
+    parts += [f'<text x="{left}" y="{bottom + 13:.0f}">{int(x0)}</text>',
+              f'<text x="{width - right}" y="{bottom + 13:.0f}" text-anchor="end">{int(x1 - 1)}</text>',
+              f'<text x="{(left + width - right) / 2:.0f}" y="{bottom + 13:.0f}" text-anchor="middle">step</text>',
+              f'<text x="{width - right}" y="13" text-anchor="end" fill="#555">colour: {lo_text} (dark) … '
+              f'{hi_text} (yellow), {scale} scale; grey: no value</text>', "</svg>"]
+    return "".join(parts)
