@@ -8,13 +8,19 @@ one per ``(run, tag, kind)``. What a series keeps, so that memory stays bounded 
   doubling and are handed to sessions as zero-copy slices. Past ``max_points`` a series is downsampled once to half
   of it by ``flowlab.plots.data.downsample`` over its whole step range (each bucket's first, last, min and max point
   and its first NaN/+Inf/-Inf), so coverage stays even and no spike or NaN is ever dropped.
+- **health** (``flow.watch_health`` reports, ``SummaryWriter.add_health``): every report folded at ingestion into
+  the series' ``grid``, a ``flowlab.plots.health.HealthGrid`` (a fixed number of step buckets keeping each cell's
+  min, max, sum and NaN/Inf counts: a whole run, with no spike or NaN hidden), plus a bounded sample of the reports
+  themselves (decoded matrices) as for the kinds below. A record that does not decode (``health_log.decode``) is
+  counted in ``status()["health_skipped"]`` and left out. A restart purge rebuilds the grid from the kept sample.
 - **other kinds** (histograms, images, text, tensors, ...): a bounded sample, ``samples[kind]`` per series (as
   TensorBoard's ``--samples_per_plugin``): every ``stride``-th item, the stride doubling when the sample overflows
   (an even spread over the whole run), plus the newest item of every poll, so the latest value is always there
   (those extras have a budget of ``samples[kind]`` more before they are dropped).
 
 A series only grows, except when a restart purge drops its tail or a downsampling/thinning replaces it; either bumps
-its ``epoch``. A session remembers ``(epoch, length)`` per series it shows, so ``Store.read`` hands it only the new
+its ``epoch`` (a health series' grid changes with each new report: sessions follow it by its ``last_step``, and
+redraw it whole after an epoch change). A session remembers ``(epoch, length)`` per series it shows, so ``Store.read`` hands it only the new
 items, or everything, flagged ``reset``, after an epoch change: views stream deltas and never resend a whole series
 per poll.
 
@@ -30,14 +36,18 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from flowlab.plots.data import downsample
+from flowlab.plots.health import HealthGrid
+from flowlab.summary import health_log
 from flowlab.summary.tailer import LogdirTailer
 
 # Kinds the store keeps (graph/hparams/text/images are few per run; scalars and histograms are the bulk).
-KEPT = ("scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "graph")
+KEPT = ("scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "graph", "health")
 
 # Items kept per series and kind (TensorBoard keeps 10 images, 10 audio clips, 500 histograms, 10 tensors per series;
-# text is a tensor plugin that asks for 100). Graphs and hparams: a few per run, all kept.
-DEFAULT_SAMPLES = {"histogram": 500, "image": 10, "audio": 10, "text": 100, "tensor": 10, "graph": 10, "hparams": 100}
+# text is a tensor plugin that asks for 100). Graphs and hparams: a few per run, all kept. Health reports: their grid
+# keeps the whole run; the sample is what a restart purge rebuilds it from.
+DEFAULT_SAMPLES = {"histogram": 500, "image": 10, "audio": 10, "text": 100, "tensor": 10, "graph": 10, "hparams": 100,
+                   "health": 200}
 MAX_POINTS = 4_000_000          # exact scalar points per series before it is downsampled (96 MB at 24 B a point)
 RELOAD_INTERVAL = 0.25          # seconds between polls of a logdir that is quick to poll
 POLL_SHARE = 0.2                # ...and at most this share of a core on one that is not (1,000 runs: ~0.1 s a poll)
@@ -101,10 +111,11 @@ class Series:
     """One ``(run, tag, kind)`` stream of ``(step, wall_time, value)`` items (see the module doc for what is kept).
 
     ``steps``, ``wall_times``, ``values``: NumPy arrays for scalars, lists otherwise (snapshots; sessions follow a
-    series with ``Store.read``)."""
+    series with ``Store.read``). ``grid``: a health series' ``HealthGrid`` (None for other kinds, and before a
+    health series' first report); read it under the store's ``lock``."""
 
     __slots__ = ("run", "tag", "kind", "plugin", "epoch", "limit", "_columns", "_items", "_stride", "_offered",
-                 "_pending", "_extras")
+                 "_pending", "_extras", "grid")
 
     def __init__(self, run, tag, kind, plugin="", limit=MAX_POINTS):
         self.run, self.tag, self.kind, self.plugin = run, tag, kind, plugin
@@ -115,6 +126,7 @@ class Series:
         self._stride, self._offered = 1, 0
         self._pending = None                # the newest item of this poll when it fell between strides
         self._extras = 0                    # items kept off the stride (earlier polls' newest)
+        self.grid = None
 
     @property
     def key(self):
@@ -165,12 +177,15 @@ class Series:
         self._thin()
 
     def end_poll(self):
-        """Keep this poll's newest item even when it fell between strides: the latest value is always shown."""
-        if self._pending is not None:
-            self._items.append(self._pending)
-            self._pending = None
-            self._extras += 1
-            self._thin()
+        """Keep this poll's newest item even when it fell between strides: the latest value is always shown. True
+        when it was kept here."""
+        if self._pending is None:
+            return False
+        self._items.append(self._pending)
+        self._pending = None
+        self._extras += 1
+        self._thin()
+        return True
 
     def _thin(self):
         """Past ``limit`` items on the stride, double it; past ``2 * limit`` in all, drop the earlier polls' newest
@@ -244,6 +259,8 @@ class Store:
         self._last_update = None
         self._last_error = None
         self._tail_stats = self._tailer.stats()   # refreshed by the poll thread: readers never touch the tailer
+        self._health_layouts: dict[bytes, tuple] = {}     # a health tag's metadata content -> (layers, statistics)
+        self._health_skipped = 0
         self._exists = False
         self._stop = threading.Event()
         self._thread = None
@@ -287,9 +304,12 @@ class Store:
         except Exception as e:  # a store that dies stops the dashboard: report the failure and keep polling
             self._last_error = f"{type(e).__name__}: {e}"
         with self.lock:
+            kept = False
             for series in touched:          # after every batch: one newest item per series and poll
                 if series.kind != "scalar":
-                    series.end_poll()
+                    kept |= series.end_poll()
+            if kept:
+                self.version += 1           # else a view would not see a finished run's last item
         return stored
 
     def _store(self, items, touched) -> int:
@@ -299,11 +319,18 @@ class Store:
         with self.lock:
             added = False
             chunks: dict[Series, list] = {}            # scalars of this poll, per series, until a purge
+            reports: dict[Series, list] = {}           # health reports of this poll, per series, until a purge
             for d in items:
                 if d.kind == "purge":
                     self._flush(chunks)
+                    self._fold(reports)
                     self._purge(d)
                     continue
+                if d.kind == "health":
+                    layout = self._health_layout(d)
+                    if layout is None:
+                        self._health_skipped += 1
+                        continue
                 key = (d.run, d.tag, d.kind)
                 series = self._series.get(key)
                 if series is None:
@@ -314,9 +341,17 @@ class Store:
                     chunks.setdefault(series, []).append((np.atleast_1d(d.step), np.atleast_1d(d.wall_time),
                                                           np.atleast_1d(d.value)))
                 else:
+                    if d.kind == "health":
+                        if series.grid is None:
+                            series.grid = HealthGrid(*layout)
+                        elif (series.grid.layers, series.grid.statistics) != layout:   # (a tag keeps its first)
+                            self._health_skipped += 1
+                            continue
+                        reports.setdefault(series, []).append((int(d.step), d.value))
                     series.add(d.step, d.wall_time, d.value)
                 touched.add(series)
             self._flush(chunks)
+            self._fold(reports)
             if added:
                 self._index()
             self.version += 1
@@ -344,11 +379,41 @@ class Store:
             series.extend(steps, walls, values)
         chunks.clear()
 
+    def _health_layout(self, d):
+        """``(layers, statistics)`` of a health record, or None when it does not decode (``health_log.decode``,
+        run once per tag layout: a record of a known one only has its shape checked)."""
+        layout = self._health_layouts.get(d.plugin_content)
+        if layout is None:
+            try:
+                record = health_log.decode(d.value, d.plugin_content)
+            except ValueError:
+                return None
+            layout = self._health_layouts[d.plugin_content] = (record.layers, record.statistics)
+        return layout if np.shape(d.value) == (len(layout[0]), len(layout[1])) else None
+
+    @staticmethod
+    def _fold(reports):
+        """Fold each health series' reports of this poll into its grid, as one block in step order."""
+        for series, rows in reports.items():
+            rows.sort(key=lambda row: row[0])
+            series.grid.extend([step for step, _ in rows], np.stack([matrix for _, matrix in rows]))
+        reports.clear()
+
     def _purge(self, d):
         tags = None if d.value is None else set(d.value)
         for series in self._series.values():
             if series.run == d.run and (tags is None or series.tag in tags):
-                series.purge_from(d.step)
+                purged = series.purge_from(d.step)
+                grid = series.grid
+                if grid is not None and grid.last_step is not None and grid.last_step >= d.step:
+                    # the grid cannot drop steps: make it again from the reports kept before the restart
+                    series.grid = HealthGrid(grid.layers, grid.statistics, grid.buckets.max_buckets)
+                    steps, _, matrices = series.slice()
+                    if steps:
+                        order = np.argsort(steps, kind="stable")
+                        series.grid.extend(np.asarray(steps)[order], np.stack(matrices)[order])
+                    if not purged:
+                        series.epoch += 1
 
     # ------------------------------------------------------------------------------------------------- reading
     def series(self, kind=None) -> list[Series]:
@@ -377,4 +442,5 @@ class Store:
             "last_update": self._last_update,
             "store_error": self._last_error,
             "series": len(self._series),
+            "health_skipped": self._health_skipped,
         }
