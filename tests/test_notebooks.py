@@ -187,6 +187,25 @@ def check_multi_device(nb):
     assert "after clear_default_session, devices: 1" in out
 
 
+def check_network_health(nb):
+    out = text_output(nb)
+    assert "Traceback" not in out and "failed to refresh" not in out
+    assert widget_views(nb) == 5                                   # a HealthPanel per case
+    _, dead, deep, diverging, frozen, healthy = cell_texts(nb)
+    alerted = lambda text, kind: re.search(rf"^alert {kind}: (.*) \(\d+ in all\)$", text, re.M)   # noqa: E731
+    assert alerted(dead, "dead_relu").group(1).startswith("hidden_0")      # the first dead layer, forward order
+    assert re.fullmatch(r"hidden_\d", alerted(deep, "vanishing_gradient").group(1))   # among the first ten
+    assert alerted(diverging, "nan") and (alerted(diverging, "exploding_gradient") or
+                                          alerted(diverging, "update_ratio"))
+    # the nan alert names the first op that made NaN/Inf and the notebook line that created it
+    assert re.search(r"op hidden_\d_\w+ \(hidden_\d_\w+/out_0, at \S*ipykernel\S*:\d+\)", diverging)
+    assert "loss: first" in diverging and diverging.split("loss: first")[1].split("\n")[0].endswith("last nan")
+    assert alerted(frozen, "update_ratio").group(1).split(", ") == ["hidden_0", "hidden_1", "output"]
+    assert "no alerts" in healthy and "alert " not in healthy
+    first, last = map(float, re.search(r"loss: first ([\d.]+), last ([\d.]+)", healthy).groups())
+    assert last < first / 10                                        # it learns
+
+
 CHECKS = {
     "01_train_digits.ipynb": check_train_digits,
     "02_watch_relu.ipynb": check_watch_relu,
@@ -196,6 +215,7 @@ CHECKS = {
     "06_summaries_dashboard.ipynb": check_summaries_dashboard,
     "07_checkpoints_finetuning.ipynb": check_checkpoints_finetuning,
     "08_multi_device.ipynb": check_multi_device,
+    "09_network_health.ipynb": check_network_health,
 }
 
 

@@ -1,0 +1,445 @@
+"""``HealthPanel``: a live notebook view of a network's health, the handler of ``flow.watch_health``.
+
+What it shows (every figure from ``flowlab.plots.health``, the plot layer the dashboard's Health tab uses too): a
+statistic selector, a ``HealthHeatmap`` of layers × steps for that statistic, the trend of one layer's statistic
+(the layer clicked in the heatmap; before any click, the first layer with an alert, else the first layer) and the
+alert list, newest first, with a count per kind.
+
+Where the work happens: ``panel(report)`` only records: under a short data lock it keeps the report's table and
+alerts and pokes the refresh thread (``_live``), which folds the tables in bulk into a ``HealthGrid`` (the run's
+steps in at most ``max_steps`` buckets, losing no extreme; one report at a time would cost the job ~100 µs a step)
+and sends at most ``refresh_hz`` updates a second, each holding only the grid's buckets that changed. Being that
+cheap (a few µs), it says so (``delivered_inline``) and ``flow.watch_health`` calls it on the job's thread as each
+report is made, sparing a hand-off to the dispatcher thread; its errors still surface at the next job call.
+
+The page sends nothing back to the kernel (see ``live``), so the statistic selector and the click on a layer act in
+the page: the panel sends every statistic of every bucket (one ``cells`` source, a row per bucket and layer, bucket
+by bucket so that new steps append rows), and a small script (``_PAGE_JS``) fills the heatmap and the trend from it
+for the statistic and layer chosen there, again whenever new rows arrive. The choice survives the document being
+rebuilt at the end of a cell (it is kept in the page under the panel's key). The static copy a saved notebook keeps
+shows the panel's own choice: ``statistic`` (default ``grad_norm``) and the default layer.
+
+Outside a notebook (or with ``mode="terminal"``) it prints an alert's line the first time its kind fires for its
+layer (a broken net repeats the same alerts every step) and, at most every ``TERMINAL_TABLE_PERIOD`` seconds, one
+line with the statistic of each layer and the alerts counted so far.
+"""
+from __future__ import annotations
+
+import html
+import sys
+import threading
+import time
+import uuid
+import weakref
+from collections import Counter, deque
+
+import numpy as np
+from bokeh.layouts import column, row
+from bokeh.models import ColumnDataSource, CustomJS, Div, Select
+
+from ..health import STATISTICS, HealthReport
+from ..plots import heading, trend_figure
+from ..plots.figures import ALARM
+from ..plots.health import LINEAR, HealthGrid, HealthHeatmap, alert_columns, heatmap_svg, trend_source
+from ..summary import health_log
+from ._live import DEFAULT_HZ, LiveView, Refresher, check_hz, resolve_mode
+from .live import LiveDocument
+
+WAITING = '<span style="color:#777">HealthPanel: waiting for the first health report…</span>'
+DEFAULT_STATISTIC = "grad_norm"
+FOLD_EVERY = 256               # reports kept before they are folded into the grid (bounded without a refresher)
+ALERTS_KEPT = 500              # the newest alerts kept for the list (counts per kind cover every alert)
+ALERTS_SHOWN = 100             # ... and listed in the page
+ALERTS_SAVED = 20              # ... and in the static copy a saved notebook keeps
+ALERTS_WIDTH = 460             # px of the alert list beside the trend
+PAD = "padding:0 8px 3px 0"   # an alert table cell's
+TERMINAL_TABLE_PERIOD = 5.0    # seconds between per-layer lines in a terminal
+
+# Fills the heatmap and the trend from the cells for the statistic and layer chosen in the page. One script, called
+# on document_ready (``event`` "ready"), a new statistic ("select"), a tap in the heatmap ("tap") and new data.
+_PAGE_JS = """
+const chosen = (globalThis.__flowlab_health_choice ??= new Map());
+const choice = chosen.get(key) ?? {};
+chosen.set(key, choice);
+if (event === "ready") {
+  if (choice.statistic && choice.statistic !== select.value && select.options.includes(choice.statistic))
+    select.value = choice.statistic;        // the choice made before the document was rebuilt
+} else if (event === "select") {
+  choice.statistic = select.value;
+} else if (event === "tap") {
+  const picked = heat.selected.indices;
+  if (picked.length === 0) return;
+  choice.layer = names.indexOf(heat.data.layer[picked[0]]);
+  heat.selected.indices = [];               // no dimmed cells: the trend's title says which layer is shown
+}
+const stat = select.value, d = cells.data, n = d.row.length;
+const linear = linear_statistics.includes(stat);
+const hi = d["hi|" + stat], lo = d["lo|" + stat], mean = d["mean|" + stat];
+const step = meta.data.step.length ? meta.data.step[0] : null;
+const mapper = linear ? linear_mapper : log_mapper;
+heat.data = {
+  left: d.first, right: d.right, bottom: d.row, top: Array.from(d.row, (r) => r + 1),
+  value: Array.from(hi, (v) => v > 0 ? v : v === 0 ? 1e-300 : NaN), linear_value: hi, lo, mean, hi,   // see
+  layer: Array.from(d.row, (r) => names[r]), first: d.first, last: d.last, nonfinite: d.nonfinite,   // plots.health
+  outline: Array.from(d.nonfinite, (b) => b > 0 ? alarm : null)};
+// the scale fits the finite values (positive ones on the log scale, where a zero is drawn pink), as in Python
+let low = Infinity, high = -Infinity, zeros = false;
+for (const v of hi) {
+  if (!Number.isFinite(v)) continue;
+  if (!linear && v <= 0) { zeros ||= v === 0; continue; }
+  low = Math.min(low, v); high = Math.max(high, v);
+}
+if (low > high) [low, high] = [linear ? 0 : 1e-3, 1];
+else if (high <= low) [low, high] = linear ? [low - 0.5, high + 0.5] : [low / 2, high * 2];
+if (mapper.low !== low || mapper.high !== high) { mapper.low = low; mapper.high = high; }
+if (glyph.fill_color.transform !== mapper)
+  glyph.fill_color = {field: linear ? "linear_value" : "value", transform: mapper};
+log_bar.visible = !linear;
+linear_bar.visible = linear;
+heat_figure.title.text = `${stat}: ${meanings[stat] ?? ""}` + (step === null ? "" : `  (to step ${step})`) +
+  (zeros ? "  (pink: 0)" : "");
+const layer = choice.layer ?? (meta.data.default_layer.length ? meta.data.default_layer[0] : 0);
+const rows = [];
+for (let i = 0; i < n; i++) if (d.row[i] === layer) rows.push(i);
+const pick = (column) => Float64Array.from(rows, (i) => column[i]);
+const m = pick(mean);
+trend.data = {step: pick(d.first), end: pick(d.end), mean: m, lower: m, upper: m, min: pick(lo), max: pick(hi),
+              nonfinite: pick(d.nonfinite), mark: Float64Array.from(rows, (i) => d.nonfinite[i] > 0 ? 1 : NaN)};
+trend_figure.title.text = `layer ${names[layer]}: ${stat}` +
+  (choice.layer === undefined ? "  (click a row of the heatmap for another layer)" : "");
+trend_axis.axis_label = stat;
+"""
+
+
+def _default_statistic(statistics, wanted):
+    return wanted if wanted in statistics else DEFAULT_STATISTIC if DEFAULT_STATISTIC in statistics \
+        else statistics[0]
+
+
+class _HealthDocument(LiveDocument):
+    """A ``LiveDocument`` whose static copy is the panel's own (the heatmap's colour mapping, the selector and the
+    colour bar have no static rendering): ``static`` (held weakly) returns that layout."""
+
+    def __init__(self, root, static, **kwargs):
+        self._static = weakref.WeakMethod(static)
+        super().__init__(root, **kwargs)
+
+    def static_html(self):
+        static = self._static()
+        layout = static() if static is not None else None
+        if layout is None:
+            return super().static_html()
+        from ..plots.static import to_html
+        try:
+            return to_html(layout)
+        except Exception as e:          # a fallback must never break the live widget
+            return f"<pre>{html.escape(self._name)} (no static rendering: {html.escape(str(e))})</pre>"
+
+
+class HealthPanel(LiveView):
+    """Live per-layer health of a training network: pass it to ``flow.watch_health(panel)`` (with
+    ``writer=SummaryWriter(...)`` to log the same reports for the dashboard) and ``display(panel)``.
+
+    The first report fixes the layers and statistics; a report of other layers (another job) is an error. The
+    heatmap keeps the whole run in at most ``max_steps`` columns of consecutive steps. ``statistic`` is the one shown
+    first (default ``grad_norm``); the page's selector switches it and a click on a heatmap row shows that layer's
+    trend. ``refresh()`` pushes what is pending now; ``close()`` does so and stops the refresh thread. Outside
+    Jupyter (or with ``mode="terminal"``) it prints alert lines and a per-layer line instead.
+    """
+
+    delivered_inline = True     # see the module docstring
+
+    def __init__(self, refresh_hz=DEFAULT_HZ, max_steps=400, mode=None, file=None, statistic=None):
+        self.mode = resolve_mode(mode, "HealthPanel")
+        self.refresh_hz = check_hz(refresh_hz, "HealthPanel")
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 2:
+            raise ValueError(f"HealthPanel: max_steps must be an int of at least 2, got {max_steps!r}")
+        if statistic is not None and statistic not in STATISTICS:
+            raise ValueError(f"HealthPanel: unknown statistic {statistic!r}; known: {', '.join(STATISTICS)}")
+        self.max_steps, self._wanted_statistic, self._file = max_steps, statistic, file
+        self._grid = None                      # HealthGrid, made by the first report (read it as ``grid``)
+        self._pending = []                     # (step, table) of reports not yet folded into the grid
+        self.statistic = None                  # the statistic shown first (and in the static copy)
+        self.step = None                       # the latest report's step
+        self.alerts = deque(maxlen=ALERTS_KEPT)    # the newest HealthAlerts, oldest first
+        self.counts = Counter()                # alerts per kind, over the whole run
+        self._latest = None                    # the latest report's table (terminal lines)
+        self._new_alerts = []                  # alerts of a (kind, layer) not seen before, not yet printed (terminal)
+        self._seen = set()                     # (kind, layer) of every alert so far
+        self._alerts_changed = False
+        self._data_lock = threading.Lock()    # the grid, pending tables and alerts; held briefly
+        self._ui_lock = threading.RLock()     # Bokeh models and the live document
+        self._key = uuid.uuid4().hex           # the page keeps the statistic and layer chosen under it
+        self._cells = None                     # the page's data, once the layout is built
+        self._printed_at = self._printed_step = None     # the last per-layer line (terminal)
+        period = 1.0 / self.refresh_hz if self.mode == "notebook" else max(1.0, 1.0 / self.refresh_hz)
+        self._refresher = Refresher(self.refresh, period, "flowlab-health-panel")
+        if self.mode == "notebook":
+            self._root = column(heading(WAITING), sizing_mode="stretch_width")
+            self.widget = _HealthDocument(self._root, self._static_layout, before_settle=self._before_settle,
+                                          name="HealthPanel")
+
+    # ---------------------------------------------------------------------------------------------- reports
+
+    def __call__(self, report):
+        """The ``watch_health`` handler: keep ``report``'s table for the next fold and its alerts (cheap: the job's
+        thread waits on it)."""
+        if not isinstance(report, HealthReport):
+            raise TypeError(f"HealthPanel: expected a flowlab.HealthReport (pass the panel to flow.watch_health), "
+                            f"got {type(report).__name__}: {report!r:.80}")
+        layers = tuple(report.table)
+        with self._data_lock:
+            if self._grid is None:
+                self._grid = HealthGrid(layers, health_log.columns(report.table), self.max_steps)
+                self.statistic = _default_statistic(self._grid.statistics, self._wanted_statistic)
+            elif layers != self._grid.layers:
+                raise ValueError(f"HealthPanel: this panel shows the layers {list(self._grid.layers)}; a report of "
+                                 f"layers {list(layers)} came (another job?): use one panel per job")
+            self._pending.append((report.step, report.table))
+            if len(self._pending) >= FOLD_EVERY:
+                self._fold()
+            self.step, self._latest = report.step, report.table
+            if report.alerts:
+                self.alerts.extend(report.alerts)
+                self.counts.update(a.kind for a in report.alerts)
+                self._alerts_changed = True
+                for a in report.alerts:
+                    if (a.kind, a.layer) not in self._seen:
+                        self._seen.add((a.kind, a.layer))
+                        self._new_alerts.append(a)
+        self._refresher.poke()
+
+    def _fold(self):
+        """Fold the pending tables into the grid at once (under the data lock)."""
+        pending, self._pending = self._pending, []
+        last = self._grid.last_step if self._grid.last_step is not None else -1
+        steps, tables = [], []
+        for step, table in pending:
+            if step > last:                 # in step order: a re-run's earlier steps are left out, as the grid does
+                steps.append(step)
+                tables.append(table)
+                last = step
+        if steps:
+            stats = self._grid.statistics
+            self._grid.extend(steps, np.array([[[row.get(s, np.nan) for s in stats] for row in table.values()]
+                                                for table in tables], np.float64))
+
+    # ------------------------------------------------------------------------------------------------ reading
+
+    @property
+    def grid(self):
+        """The run's ``HealthGrid`` (None before the first report), every report so far folded in."""
+        with self._data_lock:
+            if self._pending:
+                self._fold()
+            return self._grid
+
+    def default_layer(self):
+        """The layer whose trend shows before a click: the first layer (in forward order) with an alert, else the
+        first layer; None before the first report."""
+        with self._data_lock:
+            return None if self._grid is None else self._default_layer()
+
+    def _default_layer(self):
+        alerted = {a.layer for a in self.alerts}
+        return next((layer for layer in self._grid.layers if layer in alerted), self._grid.layers[0])
+
+    def cells_columns(self, start=0):
+        """The ``cells`` source's rows of buckets ``start…`` (a row per bucket and layer, bucket by bucket): ``row``
+        (the layer's index), ``first``, ``last``, ``end`` (one past ``last``: the trend's) and ``right`` (where the
+        next bucket starts: the heatmap cell's edge, as ``HealthHeatmap`` draws it) steps, ``nonfinite`` and, for
+        every statistic ``s``, ``lo|s``, ``mean|s``, ``hi|s``: what ``HealthGrid.cells`` gives, for the page to
+        switch between."""
+        grid = self._grid
+        n_layers, out = len(grid.layers), {}
+        for s in grid.statistics:
+            c = grid.cells(s)
+            if not out:
+                buckets = len(c["first"]) - start
+                out["row"] = np.tile(np.arange(n_layers, dtype=np.float64), buckets)
+                out["first"] = np.repeat(c["first"][start:], n_layers).astype(np.float64)
+                out["last"] = np.repeat(c["last"][start:], n_layers).astype(np.float64)
+                out["end"] = out["last"] + 1.0
+                right = np.append(c["first"][start + 1:], c["last"][-1] + 1 if len(c["last"]) else [])
+                out["right"] = np.repeat(right, n_layers).astype(np.float64)
+                out["nonfinite"] = c["nonfinite"][:, start:].T.reshape(-1)
+            for part in ("lo", "mean", "hi"):
+                out[f"{part}|{s}"] = c[part][:, start:].T.reshape(-1)
+        return out
+
+    # ------------------------------------------------------------------------------------------------ display
+
+    def refresh(self):
+        """Push every pending update now (the refresh thread calls this too)."""
+        with self._ui_lock:
+            with self._data_lock:      # a consistent snapshot of what changed, then let reports go on
+                if self._grid is None:
+                    return
+                self._fold()
+                at = self._grid.buckets.take()
+                # from the bucket before the first changed one: its right edge is where the next one starts
+                start = None if at is None else max(at - 1, 0)
+                cells = None if at is None or self.mode == "terminal" else self.cells_columns(start)
+                alerts_changed, self._alerts_changed = self._alerts_changed, False
+                alerts = list(self.alerts) if alerts_changed else None
+                counts = dict(self.counts)
+                new_alerts, self._new_alerts = self._new_alerts, []
+                step, latest = self.step, self._latest
+            if at is None and not alerts_changed:
+                return
+            if self.mode == "terminal":
+                self._print(new_alerts, step, latest, counts)
+            else:
+                self._show(start, cells, alerts, counts, step)
+
+    def _show(self, start, cells, alerts, counts, step):
+        live, built = self.widget, self._cells is None
+        if built:
+            self._build()
+        if cells is not None:
+            live.splice(self._cells, start * len(self._grid.layers), cells)
+        default = self._grid.layers.index(self.default_layer())
+        live.splice(self._meta, 0, {"step": [step], "default_layer": [default]})
+        if alerts is not None:
+            live.set(self._alerts_div, text=self._alerts_html(alerts, counts))
+        if built:                      # the page gets the whole document
+            self._fill_models()
+            live.publish()
+        else:
+            live.push()
+
+    def _build(self):
+        """The layout, once the first report fixed the layers (``_show`` fills it through the live document)."""
+        grid = self._grid                # its layers and statistics: fixed
+        names = list(grid.layers)
+        columns = ["row", "first", "last", "end", "right", "nonfinite"] + \
+            [f"{part}|{s}" for s in grid.statistics for part in ("lo", "mean", "hi")]
+        # names: what tests and page scripts find the models by
+        self._cells = ColumnDataSource({c: [] for c in columns}, name="health-cells")
+        self._meta = ColumnDataSource({"step": [], "default_layer": []}, name="health-meta")
+        self.heatmap = HealthHeatmap(names)
+        fig = self.heatmap.figure
+        fig.name, self.heatmap.source.name = "health-heatmap", "health-heat"
+        self._trend_source = trend_source()
+        self._trend_source.name = "health-trend"
+        self.trend = trend_figure(self._trend_source, y_label=self.statistic)
+        self.trend.name = "health-trend-figure"
+        self.trend.title.text_font_size = "9pt"
+        self.select = Select(value=self.statistic, options=list(grid.statistics), width=190, name="health-statistic",
+                             stylesheets=[":host { margin-top: 4px; }"])
+        self._alerts_div = Div(text="", width=ALERTS_WIDTH, height=self.trend.height, name="health-alerts",
+                               styles={"overflow-y": "auto", "font-size": "9pt"}, disable_math=True)
+        args = dict(key=self._key, cells=self._cells, meta=self._meta, heat=self.heatmap.source,
+                    glyph=self.heatmap.glyph, log_bar=self.heatmap.bars[False], linear_bar=self.heatmap.bars[True],
+                    linear_mapper=self.heatmap.linear, log_mapper=self.heatmap.log,
+                    heat_figure=fig, trend=self._trend_source, trend_figure=self.trend,
+                    trend_axis=self.trend.yaxis[0], select=self.select, names=names, alarm=ALARM,
+                    meanings={s: STATISTICS.get(s, "") for s in grid.statistics},
+                    linear_statistics=sorted(LINEAR))
+        script = lambda event: CustomJS(args=dict(args, event=event), code=_PAGE_JS)     # noqa: E731
+        self.select.js_on_change("value", script("select"))
+        self.heatmap.source.selected.js_on_change("indices", script("tap"))
+        self._cells.js_on_change("data", script("data"))
+        self._meta.js_on_change("data", script("data"))
+        self.widget._document.js_on_event("document_ready", script("ready"))
+        title = f'<b>HealthPanel</b> &nbsp;<span style="color:#777">{len(names)} layers · statistic</span>'
+        self._root.children = [
+            row(Div(text=title, width=200, disable_math=True, stylesheets=[":host { margin-top: 10px; }"]),
+                self.select), fig,
+            row(self.trend, self._alerts_div, sizing_mode="stretch_width")]
+
+    def _fill_models(self):
+        """Write the panel's own choice (``statistic``, the default layer) into the heatmap and trend models, which
+        only the page's script changes otherwise: the snapshot then draws before the script runs."""
+        stat = self.statistic
+        with self._data_lock:
+            layer, step = self._default_layer(), self.step
+            self.heatmap.update(self._grid, stat)
+            self._trend_source.data = self._grid.trend_columns(layer, stat)
+        self.heatmap.figure.title.text = f"{stat}: {STATISTICS.get(stat, '')}  (to step {step})"
+        self.trend.title.text = f"layer {layer}: {stat}"
+
+    def _before_settle(self):
+        """The end of a cell: flush, then refresh the models the snapshot carries."""
+        self.refresh()
+        with self._ui_lock:
+            if self._cells is not None:
+                self._fill_models()
+
+    @staticmethod
+    def _alerts_html(alerts, counts, shown=ALERTS_SHOWN):
+        if not counts:
+            return '<div style="color:#2a7d2a"><b>No alerts</b> so far.</div>'
+        total = sum(counts.values())
+        summary = " · ".join(f"{html.escape(kind)} <b>{n}</b>" for kind, n in sorted(counts.items()))
+        columns = alert_columns(alerts)
+        rows = []
+        for step, kind, layer, message in list(zip(columns["step"], columns["kind"], columns["layer"],
+                                                   columns["message"]))[:shown]:
+            rows.append(f'<tr style="vertical-align:top"><td style="color:#777;{PAD}">{step}</td>'
+                        f'<td style="color:{ALARM};white-space:nowrap;{PAD}"><b>{html.escape(kind)}</b></td>'
+                        f'<td style="white-space:nowrap;{PAD}">{html.escape(layer) or "—"}</td>'
+                        f'<td style="padding-bottom:3px">{html.escape(message)}</td></tr>')
+        hidden = total - min(len(rows), total)
+        more = f'<div style="color:#777">… and {hidden} older alerts</div>' if hidden else ""
+        return (f'<div><b>{total} alert{"s" if total != 1 else ""}</b>: {summary}</div>'
+                '<table style="border-collapse:collapse;font-size:8.5pt">'
+                f'<tr style="color:#777;text-align:left"><th style="{PAD}">step</th><th style="{PAD}">kind</th>'
+                f'<th style="{PAD}">layer</th><th>message</th></tr>'
+                + "".join(rows) + "</table>" + more)
+
+    def _static_layout(self):
+        """What a saved notebook shows: the heatmap as SVG, the default layer's trend and the alert list."""
+        with self._ui_lock:
+            if self._cells is None:
+                return None
+            with self._data_lock:
+                layer = self._default_layer()
+                svg = heatmap_svg(self._grid, self.statistic)
+                source = ColumnDataSource(self._grid.trend_columns(layer, self.statistic))
+                alerts = self._alerts_html(list(self.alerts), self.counts, ALERTS_SAVED)
+            trend = trend_figure(source, y_label=self.statistic)
+            trend.title.text = f"layer {layer}: {self.statistic}"
+            trend.title.text_font_size = "9pt"
+            heading_html = (f"<b>HealthPanel</b> &nbsp;<span style=\"color:#777\">{len(self._grid.layers)} layers · "
+                            f"statistic {html.escape(self.statistic)}</span>")
+            return column(heading(heading_html), Div(text=svg, sizing_mode="stretch_width"),
+                          row(trend, Div(text=alerts, width=ALERTS_WIDTH, styles={
+                              "font-size": "9pt", "max-height": f"{trend.height}px", "overflow-y": "auto"}),
+                              sizing_mode="stretch_width"), sizing_mode="stretch_width")
+
+    # ------------------------------------------------------------------------------------------------ terminal
+
+    def _print(self, new_alerts, step, latest, counts):
+        out = self._file or sys.stdout
+        for a in new_alerts:
+            print(f"[step {a.step}] {a.kind} {a.layer or '(network)'}: {a.message}", file=out)
+        now = time.monotonic()
+        if latest is not None and step != self._printed_step and \
+                (self._printed_at is None or now - self._printed_at >= TERMINAL_TABLE_PERIOD):
+            print(self._table_line(step, latest, counts), file=out)
+            self._printed_at, self._printed_step = now, step
+        out.flush()
+
+    def _table_line(self, step, table, counts):
+        stat = self.statistic
+        parts = [f"{layer} {row[stat]:.3g}" if stat in row else f"{layer} —" for layer, row in table.items()]
+        alerts = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "none"
+        return f"[step {step}] {stat}: " + "  ".join(parts) + f" | alerts so far: {alerts}"
+
+    def close(self):
+        """Push what is pending and stop refreshing; in a terminal, print the final per-layer line."""
+        super().close()
+        if self.mode == "terminal":
+            with self._data_lock:
+                step, latest, counts = self.step, self._latest, dict(self.counts)
+            if latest is not None and step != self._printed_step:
+                print(self._table_line(step, latest, counts), file=self._file or sys.stdout, flush=True)
+                self._printed_step = step
+
+    def __repr__(self):
+        with self._data_lock:
+            if self._grid is None:
+                return "HealthPanel(waiting for the first report)"
+            return (f"HealthPanel({self.mode}, step={self.step}, layers={list(self._grid.layers)}, "
+                    f"alerts={dict(self.counts)})")

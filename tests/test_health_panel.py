@@ -1,0 +1,357 @@
+"""``flowlab.widgets.HealthPanel``: reports of deliberately broken nets reach its grid and alert list, what it sends a
+page (through a recording comm, applied as live.js applies it), its terminal lines and bad input; then in real
+JupyterLab in headless Chromium: a cell trains a net with a dead ReLU layer under ``flow.watch_health(panel)`` and
+the test reads what the page draws, switches the statistic and clicks a layer's row."""
+import io
+import json
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.health import HealthAlert, HealthReport
+from flowlab.plots.health import heatmap_svg
+from flowlab.widgets import HealthPanel
+from test_widgets import Page, sent  # noqa: F401 - sent is a fixture
+
+BATCH, FEATURES, CLASSES = 32, 12, 4
+
+
+def batches(steps, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(CLASSES, FEATURES)) * 2
+    for _ in range(steps):
+        y = rng.integers(0, CLASSES, BATCH).astype(np.int32)
+        yield (centres[y] + rng.normal(size=(BATCH, FEATURES))).astype(np.float32), y
+
+
+def health_job(handler, depth=2, bias=0.0, lr=0.1, activation=flow.nn.relu):
+    """A train job of ``depth`` dense layers ``hidden_<i>`` (the first with bias ``bias``) and ``output``."""
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)),
+            y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+        h = x
+        for i in range(depth):
+            h = flow.layers.dense(h, 16, activation=activation, name=f"hidden_{i}",
+                                  bias_initializer=flow.constant_initializer(bias) if i == 0 else None)
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, flow.layers.dense(h, CLASSES, name="output"))
+        flow.watch_health(handler)
+        flow.optimizer.SGD(lr, momentum=0).minimize(loss)
+        return loss
+    return job
+
+
+def train(job, steps):
+    for x, y in batches(steps):
+        job(x, y)
+    flow.sync_default_session()
+
+
+class Both:
+    """A handler giving each report to the panel and keeping it."""
+
+    def __init__(self, panel):
+        self.panel, self.reports = panel, []
+
+    def __call__(self, report):
+        self.reports.append(report)
+        self.panel(report)
+
+
+# ------------------------------------------------------------------------------------------------ data side
+
+def test_a_dead_relu_nets_reports_reach_the_grid_and_the_alert_list():
+    panel = HealthPanel(mode="terminal", file=io.StringIO())
+    handler = Both(panel)
+    train(health_job(handler, bias=-100.0), 6)
+    reports = handler.reports
+    grid = panel.grid
+    assert grid.layers == ("hidden_0", "hidden_1", "output")
+    assert panel.statistic == "grad_norm" and "dead_fraction" in grid.statistics and panel.step == 5
+    # the trend columns are the reports' numbers, one step a column in a short run
+    for layer in grid.layers:
+        for stat in ("dead_fraction", "grad_norm", "weight_norm", "act_mean_abs"):
+            trend = grid.trend_columns(layer, stat)
+            assert trend["step"].tolist() == list(range(6))
+            np.testing.assert_array_equal(trend["mean"], [r.table[layer][stat] for r in reports])
+            np.testing.assert_array_equal(trend["max"], trend["mean"])
+    assert grid.trend_columns("hidden_0", "dead_fraction")["mean"].tolist() == [1.0] * 6
+    # every alert of every report is kept and counted; hidden_0 is the default layer (first with an alert)
+    alerts = [a for r in reports for a in r.alerts]
+    assert list(panel.alerts) == alerts and ("dead_relu", "hidden_0") in {(a.kind, a.layer) for a in alerts}
+    assert panel.counts["dead_relu"] == sum(a.kind == "dead_relu" for a in alerts) >= 6
+    assert panel.default_layer() == "hidden_0"
+    page_html = HealthPanel._alerts_html(list(panel.alerts), panel.counts)
+    assert re.search(r"dead_relu <b>\d+</b>", page_html)
+    newest = [int(s) for s in re.findall(r'<td style="color:#777;[^"]*">(\d+)</td>', page_html)]
+    assert newest == sorted(newest, reverse=True) and newest[0] == 5
+
+
+def test_a_healthy_net_has_no_alert_and_the_first_layer_is_the_default():
+    panel = HealthPanel(mode="terminal", file=io.StringIO())
+    train(health_job(panel), 5)
+    assert not panel.alerts and not panel.counts and panel.default_layer() == "hidden_0"
+    assert "No alerts" in HealthPanel._alerts_html([], panel.counts)
+
+
+def report(step, table, alerts=()):
+    return HealthReport(step, table, 1.0, None, list(alerts))
+
+
+def test_the_default_layer_is_the_first_in_forward_order_with_an_alert():
+    panel = HealthPanel(mode="terminal", file=io.StringIO())
+    table = {"a": {"grad_norm": 1.0}, "b": {"grad_norm": 1.0}, "c": {"grad_norm": 1.0}}
+    panel(report(0, table))
+    assert panel.default_layer() == "a"
+    panel(report(1, table, [HealthAlert("update_ratio", "c", 1, "c"), HealthAlert("loss_spike", None, 1, "all")]))
+    assert panel.default_layer() == "c"
+    panel(report(2, table, [HealthAlert("dead_relu", "b", 2, "b")]))
+    assert panel.default_layer() == "b"
+
+
+def test_alert_list_is_escaped_newest_first_with_a_count_per_kind():
+    evil = "<img src=x onerror=alert(1)>"
+    alerts = [HealthAlert("nan", "a", 1, f"first {evil}"), HealthAlert("dead_relu", evil, 3, "second"),
+              HealthAlert("nan", None, 2, "third")]
+    text = HealthPanel._alerts_html(alerts, {"nan": 2, "dead_relu": 1})
+    assert evil not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert text.index("second") < text.index("third") < text.index("first")
+    assert "3 alerts" in text and "dead_relu <b>1</b>" in text and "nan <b>2</b>" in text
+
+
+def test_terminal_prints_each_new_alert_once_and_a_per_layer_line():
+    out = io.StringIO()
+    panel = HealthPanel(mode="terminal", file=out)
+    table = {"h": {"grad_norm": 0.5, "dead_fraction": 1.0}, "out": {"grad_norm": 2.0, "dead_fraction": 0.0}}
+    for step in range(30):
+        panel(report(step, table, [HealthAlert("dead_relu", "h", step, "dead units in h")]))
+    panel.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[step 0] dead_relu h: dead units in h"           # once, not once a step
+    assert sum("dead_relu h:" in line for line in lines) == 1
+    assert lines[-1] == "[step 29] grad_norm: h 0.5  out 2 | alerts so far: dead_relu 30"
+    assert 2 <= len(lines) <= 4                       # the table at most every few seconds, and at the close
+
+
+def test_bad_input_is_named():
+    panel = HealthPanel(mode="terminal", file=io.StringIO())
+    with pytest.raises(TypeError, match=r"HealthPanel: expected a flowlab.HealthReport .* got dict"):
+        panel({"h": {"grad_norm": 1.0}})
+    with pytest.raises(TypeError, match="got int"):
+        panel(3)
+    panel(report(0, {"h": {"grad_norm": 1.0}}))
+    with pytest.raises(ValueError, match=r"layers \['h'\]; a report of layers \['other'\]"):
+        panel(report(1, {"other": {"grad_norm": 1.0}}))
+    for kwargs, match in [(dict(refresh_hz=0), "refresh_hz"), (dict(refresh_hz=50), "refresh_hz"),
+                          (dict(refresh_hz=True), "refresh_hz"), (dict(max_steps=1), "max_steps"),
+                          (dict(max_steps=2.5), "max_steps"), (dict(mode="browser"), "mode"),
+                          (dict(statistic="grad"), "unknown statistic 'grad'")]:
+        with pytest.raises(ValueError, match=match):
+            HealthPanel(**kwargs)
+    assert HealthPanel().mode == "terminal"           # no Jupyter kernel under pytest
+
+
+def test_a_handler_error_from_the_panel_reaches_the_next_call():
+    panel = HealthPanel(mode="terminal", file=io.StringIO())
+    panel(report(0, {"elsewhere": {"grad_norm": 1.0}}))   # the panel now shows another job's layers
+    job = health_job(panel)
+    x, y = next(batches(1))
+    with pytest.raises(flow.errors.WatchCallbackError, match=r"handler HealthPanel.* a report of layers \['hidden_0'"):
+        job(x, y)      # a job that returns a value has run its callbacks
+        job(x, y)
+
+
+def test_notebook_mode_sends_every_statistic_and_only_new_buckets(sent):    # noqa: F811
+    panel = HealthPanel(mode="notebook", statistic="dead_fraction")
+    panel._refresher.stop()                           # only the refresh() calls below flush
+    train(health_job(panel, bias=-100.0), 4)
+    panel.refresh()
+    page = Page(panel.widget, sent).update()
+    cells = page.model(panel._cells).data
+    layers, stats = panel.grid.layers, panel.grid.statistics
+    assert len(cells["row"]) == 4 * len(layers)       # a row per step and layer, bucket by bucket
+    for i, layer in enumerate(layers):
+        rows = np.flatnonzero(np.asarray(cells["row"]) == i)
+        for stat in stats:
+            np.testing.assert_array_equal(cells[f"mean|{stat}"][rows], panel.grid.trend_columns(layer, stat)["mean"])
+    # the snapshot draws the panel's own choice before the page's script runs
+    assert page.model(panel.select).value == "dead_fraction"
+    heat = page.model(panel.heatmap.source).data
+    assert sorted(set(heat["layer"])) == sorted(layers) and len(heat["layer"]) == 4 * len(layers)
+    assert page.model(panel._trend_source).data["mean"].tolist() == [1.0] * 4        # hidden_0 is dead
+    assert "dead_relu" in page.model(panel._alerts_div).text
+    before = len(sent.of(panel.widget))
+    panel.refresh()                                   # nothing new: nothing sent
+    assert len(sent.of(panel.widget)) == before
+    panel(report(4, {layer: {s: 0.5 for s in stats} for layer in layers}))
+    panel.refresh()
+    (method, data, buffers), = sent.of(panel.widget)[before:]
+    (_, at, columns), = [d for d in data["content"]["data"] if d[0] == panel._cells.id]
+    # the new step, and the bucket before it (its right edge moved to where the new one starts)
+    assert at == 3 * len(layers) and len(buffers[columns["row"]["buffer"]]) == 8 * 2 * len(layers)
+    page.update()
+    assert page.model(panel._cells).data["row"].shape == (5 * len(layers),)
+    assert page.model(panel._cells).data["mean|dead_fraction"][-1] == 0.5
+    # the saved notebook's copy: the heatmap as SVG, the trend, the alerts
+    static = panel.widget.static_html()
+    assert static.count("<svg") >= 2 and "dead_relu" in static and "<script" not in static
+    panel.close()
+
+
+def test_static_heatmap_escapes_names_and_marks_missing_and_nonfinite_cells():
+    from flowlab.plots.health import HealthGrid
+    grid = HealthGrid(["<b>x</b>", "y"], ["grad_norm", "grad_nan"], 10)
+    grid.extend([0, 1, 2], [[[1.0, 0], [math.nan, 0]], [[10.0, 0], [1.0, 0]], [[100.0, 3], [1.0, 0]]])
+    svg = heatmap_svg(grid, "grad_norm")
+    assert "<b>x</b>" not in svg and "&lt;b&gt;x&lt;/b&gt;" in svg
+    assert 'fill="#d9d9d9"' in svg                     # y at step 0: no value
+    assert svg.count('stroke="') == 1                  # x held NaN/Inf at step 2
+    assert "log scale" in svg and "linear scale" in heatmap_svg(grid, "grad_nan")
+
+
+# ------------------------------------------------------------------------------------------------ in JupyterLab
+
+NOTEBOOK = ["""\
+import json, time
+import numpy as np
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.widgets import HealthPanel
+
+panel = HealthPanel()
+display(panel)
+rng = np.random.default_rng(0)
+centres = rng.normal(size=(4, 12)) * 2
+
+@flow.global_function(type="train")
+def job(x: tp.Numpy.Placeholder((32, 12)), y: tp.Numpy.Placeholder((32,), dtype=flow.int32)) -> tp.Numpy:
+    h = flow.layers.dense(x, 16, activation=flow.nn.relu, name="hidden_0",
+                          bias_initializer=flow.constant_initializer(-100.0))     # dead from the start
+    h = flow.layers.dense(h, 16, activation=flow.nn.relu, name="hidden_1")
+    loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, flow.layers.dense(h, 4, name="output"))
+    flow.watch_health(panel)
+    flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+    return loss
+
+def train(steps):
+    for _ in range(steps):
+        y = rng.integers(0, 4, 32).astype(np.int32)
+        job((centres[y] + rng.normal(size=(32, 12))).astype(np.float32), y)
+        time.sleep(0.03)          # a few refreshes reach the page while the cell runs
+
+train(40)
+""", """\
+def trends():
+    print(json.dumps({s: {layer: {k: v.tolist() for k, v in panel.grid.trend_columns(layer, s).items()}
+                          for layer in panel.grid.layers} for s in panel.grid.statistics}))
+trends()
+""", """\
+train(3)
+trends()
+"""]
+
+# What the page's HealthPanel holds, read from its Bokeh models (None before it is drawn).
+STATE_JS = """() => {
+    // the document on screen (a re-rendered output leaves its old document behind, detached)
+    const doc = (window.Bokeh ? Bokeh.documents : []).find((d) => d.get_model_by_name("health-cells") &&
+        Bokeh.index.find_one(d.get_model_by_name("health-heatmap"))?.el.isConnected);
+    if (!doc) return null;
+    const m = (name) => doc.get_model_by_name(name), heat = m("health-heat").data, trend = m("health-trend").data;
+    const view = Bokeh.index.find_one(m("health-heatmap"));
+    const box = view.el.getBoundingClientRect(), frame = view.frame;
+    const row = (i) => ({x: box.left + frame.bbox.left + frame.bbox.width / 2,
+                         y: box.top + frame.y_scale.compute(i + 0.5)});
+    return {rows: [...new Set(Array.from(heat.bottom ?? []))].sort(), cells: heat.layer.length,
+            layers: [...new Set(heat.layer)], value: Array.from(heat.linear_value),
+            title: m("health-heatmap").title.text,
+            trendTitle: m("health-trend-figure").title.text, statistic: m("health-statistic").value,
+            trend: {step: Array.from(trend.step), mean: Array.from(trend.mean), max: Array.from(trend.max)},
+            cellsRows: m("health-cells").data.row.length, alerts: m("health-alerts").text,
+            rowAt: [row(0), row(1), row(2)], idle: Bokeh.index.roots.every((v) => v.is_idle)};
+}"""
+
+
+def printed_trends(nb, cell):
+    return json.loads(nb.text(nb.output_area(cell)).split("]:", 1)[-1].strip())
+
+
+def same(page_values, kernel_values):
+    return np.testing.assert_array_equal(np.asarray(page_values, np.float64), np.asarray(kernel_values, np.float64))
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_health_panel_in_jupyterlab_draws_switches_statistic_and_shows_a_tapped_layers_trend(jupyter_server,
+                                                                                                 chromium):
+    for module in ("playwright.sync_api", "jupyterlab", "anywidget", "nbformat"):
+        pytest.importorskip(module)
+    from jupyter_page import NotebookPage, write_notebook
+    from test_widgets_browser import SHOTS
+    write_notebook(jupyter_server.root_dir / "health.ipynb", NOTEBOOK)
+    with NotebookPage(chromium, jupyter_server, "health.ipynb", "lab") as nb:
+        warnings = []
+        nb.page.on("console", lambda m: warnings.append(m.text) if m.type == "warning" else None)
+        for cell in (0, 1):
+            nb.run_cell(cell)
+            nb.wait_idle()
+        nb.page.wait_for_function(f"() => {{ const s = ({STATE_JS})(); return s && s.idle && s.cellsRows === 120; }}",
+                                  polling=100)
+        kernel = printed_trends(nb, 1)
+        state = nb.page.evaluate(STATE_JS)
+        # one row per layer, a cell per step and layer, the panel's default statistic
+        assert state["rows"] == [0, 1, 2] and state["cells"] == 3 * 40
+        assert state["layers"] == ["hidden_0", "hidden_1", "output"]
+        assert state["statistic"] == "grad_norm" and state["title"].startswith("grad_norm: norm of the layer")
+        assert "dead_relu" in state["alerts"] and "hidden_0" in state["alerts"]
+        text = nb.text(nb.output_area(0))
+        assert re.search(r"dead_relu \d+", text) and "100% of the units of layer hidden_0" in text
+        # before any click: the first layer with an alert, hidden_0, whose gradient is zero (dead)
+        assert state["trendTitle"].startswith("layer hidden_0: grad_norm")
+        same(state["trend"]["mean"], kernel["grad_norm"]["hidden_0"]["mean"])
+        canvases = [c for c in nb.canvases(nb.output_area(0)) if c["drawn"] and c["visible"]]
+        assert len(canvases) >= 2
+        before = {c["fingerprint"] for c in canvases}
+
+        # switching the statistic redraws the heatmap with that statistic's numbers
+        nb.page.locator(".flowlab-live select").first.select_option("dead_fraction")
+        nb.page.wait_for_function(f"() => ({STATE_JS})().title.startsWith('dead_fraction')", polling=50)
+        state = nb.page.evaluate(STATE_JS)
+        dead = [kernel["dead_fraction"][layer]["max"] for layer in ("hidden_0", "hidden_1", "output")]
+        same(state["value"], np.array(dead).T.reshape(-1))          # bucket by bucket, a cell per layer
+        same(state["trend"]["mean"], kernel["dead_fraction"]["hidden_0"]["mean"])
+        nb.page.wait_for_function(IDLE, polling=50)
+        after = {c["fingerprint"] for c in nb.canvases(nb.output_area(0)) if c["drawn"] and c["visible"]}
+        assert after != before, "switching the statistic did not redraw"
+
+        # clicking the output layer's row shows its trend
+        click = state["rowAt"][2]
+        nb.page.mouse.click(click["x"], click["y"])
+        nb.page.wait_for_function(f"() => ({STATE_JS})().trendTitle.startsWith('layer output')", polling=50)
+        state = nb.page.evaluate(STATE_JS)
+        assert state["trendTitle"] == "layer output: dead_fraction"
+        same(state["trend"]["step"], kernel["dead_fraction"]["output"]["step"])
+        same(state["trend"]["max"], kernel["dead_fraction"]["output"]["max"])
+        nb.page.locator(".flowlab-live select").first.select_option("weight_norm")
+        nb.page.wait_for_function(f"() => ({STATE_JS})().trendTitle === 'layer output: weight_norm'", polling=50)
+        same(nb.page.evaluate(STATE_JS)["trend"]["mean"], kernel["weight_norm"]["output"]["mean"])
+        nb.page.mouse.move(5, 5)                      # no tooltip over the picture
+        nb.page.evaluate("() => document.activeElement?.blur()")
+        nb.page.wait_for_function(IDLE, polling=50)
+        nb.screenshot(SHOTS / "health-panel.png", nb.output_area(0))
+
+        # a cell that trains on: the document is rebuilt at its end, the choice made in the page stays
+        nb.run_cell(2)
+        nb.wait_idle()
+        nb.page.wait_for_function(f"() => {{ const s = ({STATE_JS})(); return s && s.idle && s.cellsRows === 129; }}",
+                                  polling=100)
+        state = nb.page.evaluate(STATE_JS)
+        assert state["statistic"] == "weight_norm" and state["trendTitle"] == "layer output: weight_norm"
+        same(state["trend"]["mean"], printed_trends(nb, 2)["weight_norm"]["output"]["mean"])
+        assert nb.output_errors() == [] and nb.errors() == []
+        assert [w for w in warnings if "bokeh" in w.lower()] == [], warnings
+
+
+IDLE = "() => Bokeh.index.roots.every((v) => v.is_idle)"
