@@ -18,7 +18,8 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Deb
 pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
 
 SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
-TABS = ("scalars", "histograms", "distributions", "images", "text", "anomalies", "hparams", "projector", "graph")
+TABS = ("scalars", "histograms", "distributions", "images", "text", "anomalies", "health", "hparams", "projector",
+        "graph")
 TBX_RUNS = [f"lr={lr:g},seed={seed}" for lr in (0.1, 0.03, 0.01, 0.003, 0.001) for seed in range(4)]
 
 # What the open tab shows: its plots that are drawn (visible, with rows to draw) and the text of its visible Divs.
@@ -80,7 +81,7 @@ def _tensorboardx_logdir(root):
 # tab -> does it draw something in this logdir (False: its one-line empty message is right)
 EXPECTED = {
     "demo": dict.fromkeys(TABS, True),
-    "tbx20": {**dict.fromkeys(TABS, True), "anomalies": False, "graph": False},
+    "tbx20": {**dict.fromkeys(TABS, True), "anomalies": False, "health": False, "graph": False},
 }
 
 

@@ -9,6 +9,7 @@ from .distributions import DistributionsView
 from .images import ImagesView
 from .text import TextView
 from .anomalies import AnomaliesView
+from .health import HealthView
 from .hparams import HParamsView
 from .projector import ProjectorView
 from .graph import GraphView
@@ -20,6 +21,7 @@ VIEWS = [
     ("images", ImagesView),
     ("text", TextView),
     ("anomalies", AnomaliesView),
+    ("health", HealthView),
     ("hparams", HParamsView),
     ("projector", ProjectorView),
     ("graph", GraphView),
