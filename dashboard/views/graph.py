@@ -16,8 +16,16 @@ Labels are the shortest name suffixes that no other box shares (hover shows the 
 font so that each box can be sized to its label. grandalf's Sugiyama layout (the layered layout of Graphviz's dot)
 places the boxes top to bottom without overlaps; edges are its routed polylines, with arrowheads.
 
+Health (``flow.watch_health`` reports logged by ``SummaryWriter.add_health``): when the shown graph's run has them,
+each box of a layer (``layers_of``: the rule of ``flowlab.health.find_layers``) is drawn over in its layer's state at
+the latest report (``layer_states``: NaN/Inf, an alert, healthy; a legend beside the categories') or, chosen in a
+menu, in one statistic's colour (the heatmap's scale, ``flowlab.plots.health.color_scale``; a colour bar above the
+graph); hover shows the layer's latest statistics, and tapping an op of a layer opens the Health tab on it
+(``?tab=health&run=...&layer=...``, in the page; a scope's box still expands). New reports only resend the boxes'
+health columns. Without reports the tab is as it was.
+
 Everything from a log reaches the browser as data-source text: tooltip fields (escaped by Bokeh), canvas text and
-CheckboxGroup labels (text nodes); the note is escaped.
+CheckboxGroup labels (text nodes); the notes are escaped.
 """
 from __future__ import annotations
 
@@ -30,15 +38,18 @@ from collections import Counter
 from itertools import chain
 from typing import NamedTuple
 
+import numpy as np
 from bokeh.core.properties import value
 from bokeh.layouts import column, row
-from bokeh.models import (Arrow, BoxZoomTool, CheckboxGroup, ColumnDataSource, CustomJS, Div, HoverTool, Range1d,
-                          Select, TapTool, VeeHead)
+from bokeh.models import (Arrow, BasicTickFormatter, BoxZoomTool, CDSView, CheckboxGroup, ColorBar, ColumnDataSource,
+                          CustomJS, CustomJSFilter, Div, HoverTool, Legend, LegendItem, Range1d, Rect, Select, TapTool,
+                          VeeHead)
 from bokeh.plotting import figure
 from grandalf.graphs import Edge, Vertex, graph_core
 from grandalf.layouts import SugiyamaLayout
 
-from flowlab.plots.figures import CATEGORICAL
+from flowlab.plots.figures import ALARM, CATEGORICAL
+from flowlab.plots.health import LINEAR, NONFINITE, color_scale, scale_values
 from flowlab.summary import proto
 
 from .base import View
@@ -405,6 +416,121 @@ def graph_data(nodes: list, show_variables=True, show_training=False, expanded=(
     return Drawing(node_data, edge_data, heads, bounds, scopes, note)
 
 
+# ------------------------------------------------------------------------------------------------------ health
+
+# A layer's state at its latest report (the legend's order) and its colour: NaN/Inf in its tensors (or a "nan" alert
+# naming it), another alert naming it, neither. Boxes of a layer are filled with a stronger tint than the category
+# tints and outlined thicker, so they read apart from the category colours of the other boxes.
+HEALTH_COLORS = {"NaN/Inf": ALARM, "alert": "#e69f00", "healthy": "#009e73"}
+HEALTH_TINTS = {state: _tint(colour, 0.45) for state, colour in HEALTH_COLORS.items()}
+BY_HEALTH = "health"                # the colour menu's first choice: by state; the others are statistics
+STATISTIC_ALPHA = 0.5               # a statistic's colour over the box: Viridis' dark end stays under readable labels
+HEALTH_COLUMNS = ("layer", "h_fill", "h_line", "h_fill_alpha", "h_line_alpha", "h_value", "h_status", "h_activation",
+                  "h_weights", "h_gradient")
+# The hover's rows of a layer's statistics: a statistic goes in the row its name starts with, named without that
+# start, else in the row GROUP_OF names (the activation's by default).
+STATISTIC_ROWS = (("h_activation", "act_"), ("h_weights", "weight_"), ("h_gradient", "grad_"))
+GROUP_OF = {"dead_fraction": "h_activation", "update_ratio": "h_weights"}
+# Boxes of a layer hover with the health rows, the others without (a tooltip cannot leave out rows that are empty).
+BASE_TOOLTIPS = [("name", "@name"), ("op", "@op"), ("outputs", "@outputs"), ("source", "@source")]
+HEALTH_TOOLTIPS = BASE_TOOLTIPS + [("layer", "@layer"), ("health", "@h_status"), ("activation", "@h_activation"),
+                                   ("weights", "@h_weights"), ("gradient", "@h_gradient")]
+
+
+class LayerHealth(NamedTuple):
+    """A run's latest health report, as the Graph tab colours it."""
+    step: int
+    layers: tuple
+    statistics: tuple
+    matrix: np.ndarray      # [layers, statistics]
+    alerts: dict            # layer -> the kinds of the alerts naming it at ``step``
+
+
+def layers_of(names, layers) -> list[str]:
+    """Each node name's layer, "" for none: the longest of ``layers`` that the name equals or starts with followed by
+    ``_`` or ``-`` (``flowlab.health.find_layers``: ``hidden_matmul`` and ``hidden-weight`` are ``hidden``'s,
+    ``hidden_2_matmul`` is ``hidden_2``'s). Names are compared with scopes joined by ``-``, as flowlab names nodes
+    (a GraphDef joins them by ``/``: ``mlp/hidden/weight`` is ``mlp-hidden``'s)."""
+    ordered = sorted(((layer.replace("/", "-"), layer) for layer in layers), key=lambda pair: -len(pair[0]))
+    out = []
+    for name in names:
+        key = name.replace("/", "-")
+        out.append(next((layer for joined, layer in ordered
+                         if key == joined or key.startswith((joined + "_", joined + "-"))), ""))
+    return out
+
+
+def layer_states(health: LayerHealth) -> dict:
+    """``{layer: state}`` (a key of ``HEALTH_COLORS``) at the report's step."""
+    counts = [j for j, s in enumerate(health.statistics) if s in NONFINITE]
+    out = {}
+    for i, layer in enumerate(health.layers):
+        kinds = health.alerts.get(layer, ())
+        nonfinite = bool(counts) and np.nansum(health.matrix[i, counts]) > 0
+        out[layer] = "NaN/Inf" if nonfinite or "nan" in kinds else "alert" if kinds else "healthy"
+    return out
+
+
+def _statistic_row(statistic):
+    """``(hover row, name in it)`` of a statistic (``STATISTIC_ROWS``)."""
+    for key, start in STATISTIC_ROWS:
+        if statistic.startswith(start):
+            return key, statistic.removeprefix(start)
+    return GROUP_OF.get(statistic, "h_activation"), statistic
+
+
+def _number(v) -> str:
+    return f"{v:.3g}" if np.isfinite(v) else "–" if np.isnan(v) else str(v)
+
+
+def _value_range(values, log):
+    """``(low, high)`` of a colour scale over ``values``' finite ones: set, not scanned by the page (which warns
+    when it finds none), and never empty."""
+    finite = values[np.isfinite(values)]
+    low, high = (float(finite.min()), float(finite.max())) if len(finite) else (1.0, 10.0)
+    if low == high:
+        return (low / 10 ** 0.5, high * 10 ** 0.5) if log else (low - 0.5, high + 0.5)
+    return low, high
+
+
+def health_columns(names, health: LayerHealth | None, color_by=BY_HEALTH) -> dict:
+    """The boxes' ``HEALTH_COLUMNS`` for boxes named ``names``: each box of a layer coloured by its state, or by the
+    statistic ``color_by`` (``h_value``, for ``color_scale``), with its layer's latest statistics as text; boxes of
+    no layer (all of them when ``health`` is None) are left undrawn."""
+    n = len(names)
+    columns = {"layer": [""] * n, "h_fill": ["#ffffff"] * n, "h_line": ["#ffffff"] * n,
+               "h_fill_alpha": np.zeros(n), "h_line_alpha": np.zeros(n), "h_value": np.full(n, np.nan),
+               "h_status": [""] * n, **{key: [""] * n for key, _ in STATISTIC_ROWS}}
+    if health is None:
+        return columns
+    row_of = {layer: i for i, layer in enumerate(health.layers)}
+    states = layer_states(health)
+    by_statistic = color_by in health.statistics
+    values = scale_values(color_by, health.matrix[:, health.statistics.index(color_by)]) if by_statistic else None
+    texts = {}
+    for layer, i in row_of.items():
+        rows = {key: [] for key, _ in STATISTIC_ROWS}
+        for j, statistic in enumerate(health.statistics):
+            key, name = _statistic_row(statistic)
+            rows[key].append(f"{name} {_number(health.matrix[i, j])}")
+        kinds = health.alerts.get(layer, ())
+        status = states[layer] + (f" ({', '.join(kinds)})" if kinds else "")
+        texts[layer] = {"h_status": f"{status} at step {health.step}", **{k: " · ".join(v) for k, v in rows.items()}}
+    for k, layer in enumerate(layers_of(names, health.layers)):
+        if not layer:
+            continue
+        state = states[layer]
+        columns["layer"][k] = layer
+        columns["h_fill"][k], columns["h_line"][k] = HEALTH_TINTS[state], HEALTH_COLORS[state]
+        columns["h_fill_alpha"][k] = STATISTIC_ALPHA if by_statistic else 1.0
+        columns["h_line_alpha"][k] = 1.0
+        if by_statistic:
+            columns["h_value"][k] = values[row_of[layer]]
+        for key, text in texts[layer].items():
+            columns[key][k] = text
+    return columns
+
+
 # ------------------------------------------------------------------------------------------------------ the view
 
 # Labels keep to their boxes at any zoom: the font follows the zoom (box sizes are in data units, text in pixels).
@@ -414,6 +540,19 @@ const scale = Math.min(fig.frame_width / (fig.x_range.end - fig.x_range.start),
 if (!(scale > 0 && Number.isFinite(scale))) return;
 labels.glyph.text_font_size = {value: `${(font * scale).toFixed(2)}px`};
 labels.visible = font * scale >= 4;
+"""
+# The rows of the boxes of a layer, and of the others.
+LAYER_ROWS_JS = "return source.data.layer.map((layer) => layer !== '')"
+OTHER_ROWS_JS = "return source.data.layer.map((layer) => layer === '')"
+# Tapping an op of a layer opens the Health tab on that layer, keeping the rest of the page's URL state.
+HEALTH_TAP_JS = """
+const i = source.selected.indices[0];
+if (i == null || source.data.kind[i] !== "op" || !source.data.layer[i]) return;
+const url = new URL(window.location.href);
+url.searchParams.set("tab", "health");
+url.searchParams.set("run", JSON.parse(select.value)[0]);
+url.searchParams.set("layer", source.data.layer[i]);
+window.location.assign(url.toString());
 """
 
 
@@ -429,6 +568,9 @@ class GraphView(View):
         self.expanded: set[str] = set()             # name scopes shown op by op
         self._seps = "/"                            # the shown graph's scope separators
         self.shown = None
+        self._health: dict[tuple, tuple] = {}       # (run, tag) -> (step, layers, statistics, matrix) of the latest
+        self._alerts: dict[tuple, tuple] = {}       # (run, health tag) -> (step, rows) of the latest alerts
+        self._painted = None                        # what the boxes' health columns show (``_health_now``)
 
         self.select = Select(title="Graph", options=[], width=360)
         self.variables = CheckboxGroup(labels=["show variables"], active=[0])
@@ -439,9 +581,13 @@ class GraphView(View):
         self.training.on_change("active", lambda attr, old, new: self._draw())
         self.scopes.on_change("active", lambda attr, old, new: self._scopes_changed())
 
+        self.color_by = Select(title="Colour layers by", options=[], value=BY_HEALTH, width=200, visible=False,
+                               name="graph-color-by")
+        self.color_by.on_change("value", lambda attr, old, new: self._paint_health())
+
         self.nodes_source = ColumnDataSource({k: [] for k in ("x", "y", "w", "h", "label", "name", "kind", "count",
                                                                "op", "category", "color", "tint", "outputs",
-                                                               "source")})
+                                                               "source") + HEALTH_COLUMNS})
         self.edges_source = ColumnDataSource({k: [] for k in ("xs", "ys", "start", "end")})
         self.heads_source = ColumnDataSource({k: [] for k in ("x0", "y0", "x1", "y1")})
         self.figure = figure(frame_width=MIN_FRAME[0], frame_height=MIN_FRAME[1], x_range=Range1d(0, 1),
@@ -453,13 +599,27 @@ class GraphView(View):
         boxes = self.figure.rect(x="x", y="y", width="w", height="h", source=self.nodes_source, fill_color="tint",
                                  line_color="color", line_width=1.5, legend_field="category",
                                  nonselection_fill_alpha=1.0, nonselection_line_alpha=1.0, name="graph-boxes")
+        # Layer boxes drawn over in their health, under the labels, and the other boxes again, unseen, for their
+        # own hover. Each takes its rows in the page, as the data comes (a filter set from here could name rows of
+        # the last graph while the page holds the next one's).
+        self.health_glyph = Rect(x="x", y="y", width="w", height="h", fill_color="h_fill", line_color="h_line",
+                                 fill_alpha="h_fill_alpha", line_alpha="h_line_alpha", line_width=3)
+        self.health_boxes = self.figure.add_glyph(self.nodes_source, self.health_glyph,
+                                                  nonselection_glyph=self.health_glyph, visible=False,
+                                                  view=CDSView(filter=CustomJSFilter(code=LAYER_ROWS_JS)),
+                                                  name="graph-health")
+        self.plain_boxes = self.figure.add_glyph(self.nodes_source, Rect(x="x", y="y", width="w", height="h",
+                                                                         fill_alpha=0, line_alpha=0),
+                                                 view=CDSView(filter=CustomJSFilter(code=OTHER_ROWS_JS)))
         self.labels = self.figure.text(x="x", y="y", text="label", source=self.nodes_source, text_align="center",
                                        text_baseline="middle", text_font=value("monospace"), text_color="#222222",
                                        text_font_size=f"{FONT_PX}px", nonselection_text_alpha=1.0, name="graph-labels")
         self.figure.add_tools(BoxZoomTool(match_aspect=True), TapTool(renderers=[boxes]),
-                              HoverTool(renderers=[boxes], tooltips=[("name", "@name"), ("op", "@op"),
-                                                                     ("outputs", "@outputs"), ("source", "@source")]))
+                              HoverTool(renderers=[self.plain_boxes], tooltips=BASE_TOOLTIPS),
+                              HoverTool(renderers=[self.health_boxes], tooltips=HEALTH_TOOLTIPS))
         self.nodes_source.selected.on_change("indices", lambda attr, old, new: self._tapped(new))
+        self.nodes_source.selected.js_on_change("indices", CustomJS(args=dict(source=self.nodes_source,
+                                                                              select=self.select), code=HEALTH_TAP_JS))
         zoom = CustomJS(args=dict(fig=self.figure, labels=self.labels, font=FONT_PX), code=ZOOM_JS)
         for r in (self.figure.x_range, self.figure.y_range):
             r.js_on_change("start", zoom)
@@ -469,14 +629,39 @@ class GraphView(View):
         legend.glyph_height = legend.glyph_width = 14
         legend.spacing, legend.padding, legend.margin = 0, 4, 4
         self.figure.add_layout(legend, "right")
+        # Outside the frame, so that neither covers a box: the states' legend beside the categories' one, or the
+        # chosen statistic's colour bar above the graph. The legend's swatches are glyphs of one row that draw
+        # nothing (NaN) in the plot.
+        items = []
+        for state, colour in HEALTH_COLORS.items():
+            swatch = self.figure.add_glyph(ColumnDataSource({"x": [np.nan], "y": [np.nan]}), Rect(
+                x="x", y="y", width=1, height=1, fill_color=HEALTH_TINTS[state], line_color=colour, line_width=3))
+            items.append(LegendItem(label=state, renderers=[swatch]))
+        self.health_legend = Legend(items=items, title="layer health", title_text_font_size="8pt",
+                                    title_text_font_style="bold", label_text_font_size="8pt", glyph_height=14,
+                                    glyph_width=14, spacing=0, padding=4, margin=4, visible=False,
+                                    name="graph-health-legend")
+        self.figure.add_layout(self.health_legend, "right")
+        # One colour bar per kind of scale: BokehJS keeps a colour bar's first scale when its mapper is replaced.
+        self.color_bars = {}
+        for linear, example in ((True, "act_zero_fraction"), (False, "weight_norm")):
+            mapper, ticker = color_scale(example)
+            mapper.update(low=1, high=10)               # a mapper with no data to scan warns, even unseen
+            self.color_bars[linear] = ColorBar(
+                color_mapper=mapper, ticker=ticker, orientation="horizontal", width=260, height=10, padding=4,
+                margin=2, title_text_font_size="8pt", title_text_font_style="bold", major_label_text_font_size="7pt",
+                label_standoff=4, formatter=BasicTickFormatter(precision=1, power_limit_low=-2, power_limit_high=3),
+                visible=False, name=f"graph-color-bar-{'linear' if linear else 'log'}")
+            self.figure.add_layout(self.color_bars[linear], "above")
         self.figure.axis.visible = False
         self.figure.grid.visible = False
         self.figure.outline_line_color = None
         self.note = Div(text="No graph in this logdir yet.", name="graph-note")
+        self.health_note = Div(text="", visible=False, name="graph-health-note")
         self.scopes_row = row(Div(text="Expanded name scopes (tap a scope's box to expand it):"), self.scopes,
                               visible=False)
-        self.controls = row(self.select, column(self.variables, self.training), visible=False)
-        self._layout = column(self.controls, self.note, self.scopes_row, self.figure)
+        self.controls = row(self.select, column(self.variables, self.training), self.color_by, visible=False)
+        self._layout = column(self.controls, self.note, self.health_note, self.scopes_row, self.figure)
 
     def layout(self):
         return self._layout
@@ -501,7 +686,9 @@ class GraphView(View):
         for run in changed:
             self._versions[run] = self._versions.get(run, 0) + 1
         self._sync_select()         # also when only the run list's choice changed
+        self._follow_health()
         self._draw()
+        self._paint_health()
 
     @staticmethod
     def _read_structure(path):
@@ -553,6 +740,97 @@ class GraphView(View):
             self.expanded = expanded
             self._draw()
 
+    # ---------------------------------------------------------------------------------------------- health
+    def _follow_health(self):
+        """Keep each health series' latest report and each health tag's latest alerts (only what is new is read)."""
+        for series in self.store.series("health"):
+            d = self.delta(series)
+            key = (series.run, series.tag)
+            if d.reset:
+                self._health.pop(key, None)
+            grid = series.grid
+            if d.values and grid is not None:
+                self._health[key] = (int(d.steps[-1]), grid.layers, grid.statistics, np.asarray(d.values[-1]))
+        wanted = {(run, f"{tag}/alerts") for run, tag in self._health}
+        for series in self.store.series("text"):
+            if (series.run, series.tag) in wanted:
+                d = self.delta(series)
+                key = (series.run, series.tag.removesuffix("/alerts"))
+                if d.reset:
+                    self._alerts.pop(key, None)
+                if d.values:
+                    self._alerts[key] = (int(d.steps[-1]), d.values[-1])
+
+    def _health_now(self, names):
+        """``(what the boxes should show, LayerHealth or None)`` for the shown graph's boxes ``names``: the latest
+        report of its run's health tag whose layers own the most boxes (a run may log several jobs' reports)."""
+        choice = self._choices.get(self.select.value)
+        best = None
+        if choice is not None and len(names):
+            for (run, tag), (step, layers, statistics, matrix) in sorted(self._health.items()):
+                if run == choice[0]:
+                    owned = sum(1 for layer in layers_of(names, layers) if layer)
+                    if owned and (best is None or owned > best[0]):
+                        best = (owned, run, tag, step, layers, statistics, matrix)
+        if best is None:
+            return None, None
+        _, run, tag, step, layers, statistics, matrix = best
+        alerts = {}
+        alert_step, rows = self._alerts.get((run, tag), (None, None))
+        rows = np.asarray(rows, dtype=object)
+        if alert_step == step and rows.ndim == 2 and rows.shape[1] >= 2:     # (kind, layer, message) rows
+            for kind, layer in rows[:, :2]:
+                alerts.setdefault(str(layer), []).append(str(kind))
+        alerts = {layer: tuple(kinds) for layer, kinds in alerts.items()}
+        color_by = self.color_by.value if self.color_by.value in statistics else BY_HEALTH
+        painted = (self.shown, tag, step, matrix.tobytes(), sorted(alerts.items()), color_by)
+        return painted, LayerHealth(step, layers, statistics, matrix, alerts)
+
+    def _paint_health(self):
+        """Bring the boxes' health up to date: only their health columns are sent, and only when they changed."""
+        names = self.nodes_source.data["name"]
+        painted, health = self._health_now(names)
+        if painted != self._painted:
+            self._painted = painted
+            self.nodes_source.data.update(self._health_columns(names, health))
+
+    def _health_columns(self, names, health):
+        """``health_columns`` of the boxes ``names``, with the menu, legend, colour bar, hover and note to match."""
+        shown = health is not None
+        self.color_by.visible = self.health_boxes.visible = self.health_note.visible = shown
+        if not shown:
+            self.health_legend.visible = False
+            for bar in self.color_bars.values():
+                bar.visible = False
+            return health_columns(names, None)
+        options = [(BY_HEALTH, "health (alerts, NaN/Inf)")] + [(s, s) for s in health.statistics]
+        if self.color_by.options != options:
+            self.color_by.options = options
+        if self.color_by.value not in health.statistics:
+            self.color_by.value = BY_HEALTH
+        statistic = self.color_by.value if self.color_by.value in health.statistics else None
+        linear = statistic in LINEAR
+        self.health_legend.visible = statistic is None
+        for kind, bar in self.color_bars.items():
+            bar.visible = statistic is not None and kind == linear
+        columns = health_columns(names, health, statistic or BY_HEALTH)
+        if statistic is None:
+            self.health_glyph.update(fill_color="h_fill", line_color="h_line")
+        else:
+            bar = self.color_bars[linear]
+            low, high = _value_range(columns["h_value"], log=not linear)
+            bar.color_mapper.update(low=low, high=high)
+            bar.title = statistic
+            colour = {"field": "h_value", "transform": bar.color_mapper}
+            self.health_glyph.update(fill_color=colour, line_color=colour)
+        state_of = layer_states(health)
+        states = Counter(state_of[layer] for layer in set(columns["layer"]) - {""})
+        counts = ", ".join(f"{states[state]} {state}" for state in HEALTH_COLORS if states[state])
+        self.health_note.text = html.escape(
+            f"Layers coloured by {statistic or 'their health'} at step {health.step} ({counts}). "
+            f"Tap an op of a layer to open its trend in the Health tab.")
+        return columns
+
     # ---------------------------------------------------------------------------------------------- drawing
     def _draw(self):
         choice = self._choices.get(self.select.value)
@@ -591,13 +869,16 @@ class GraphView(View):
         self.figure.visible = drawing is not None
         if drawing is None:
             self.scopes_row.visible = False
+            self._painted = None
+            self._health_columns([], None)              # hides the health menu, legend and note
             for source in (self.nodes_source, self.edges_source, self.heads_source):
                 source.data = {k: [] for k in source.data}
             return
         self.scopes.labels = drawing.scopes
         self.scopes.active = [i for i, s in enumerate(drawing.scopes) if s in self.expanded]
         self.scopes_row.visible = bool(drawing.scopes)
-        self.nodes_source.data = drawing.nodes
+        self._painted, health = self._health_now(drawing.nodes["name"])
+        self.nodes_source.data = drawing.nodes | self._health_columns(drawing.nodes["name"], health)
         self.edges_source.data = drawing.edges
         self.heads_source.data = drawing.heads
         # The frame fits the graph at zoom 1 when it can, else shrinks it down to MIN_SCALE and shows its top.
