@@ -17,8 +17,9 @@ tag                         value                                               
                             ``gradient``, on reports that carry them
 ==========================  =======================================================  ==========================
 
-TensorBoard (and our tailer) keep the first metadata of a tag, so the layer and statistic names are fixed per tag:
-a writer refuses a later report of the same tag with other layers (a second job writes under another ``tag``). A
+TensorBoard (and our tailer) keep the first metadata of a tag, so the layer and statistic names are fixed per tag and
+written with a writer's first report of it only: a writer refuses a later report of the same tag with other layers
+(a second job writes under another ``tag``). A
 reader takes a record's names from the tag's metadata and checks the matrix's shape against them (``decode``).
 """
 from __future__ import annotations
@@ -63,14 +64,17 @@ def values(report, tag, layout=None):
     """The ``Summary.Value``s of ``report`` (see the module docstring). ``layout``: the ``(layers, statistics)`` this
     tag was first written with (its metadata), or None for a first report."""
     layers = tuple(report.table)
-    if layout is None:
+    first = layout is None
+    if first:
         layout = (layers, columns(report.table))
     elif layers != layout[0]:
         raise ValueError(f"add_health: tag {tag!r} already holds reports of layers {list(layout[0])}, this report has "
                          f"{list(layers)}; write another job's reports under another tag (tag=...)")
-    out = [encode.tensor(tag, matrix(report.table, layout[1]), PLUGIN, content(*layout))]
+    # the metadata (the names) goes with a tag's first report only: readers keep the first they see, as TensorBoard
+    out = [encode.tensor(tag, matrix(report.table, layout[1]), PLUGIN, content(*layout) if first else b"",
+                         metadata=first)]
     if report.loss is not None:
-        out.append(encode.scalar(f"{tag}/loss", report.loss))
+        out.append(encode.scalar(f"{tag}/loss", report.loss, metadata=first))
     if report.alerts:
         out.append(encode.text(f"{tag}/alerts", [[a.kind, a.layer or "", a.message] for a in report.alerts]))
     for layer, kinds in (report.histograms or {}).items():
