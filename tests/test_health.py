@@ -30,7 +30,7 @@ def train(job, steps, seed=0):
 
 
 def mlp(reports, depth=1, width=64, activation=flow.nn.relu, lr=0.1, optimizer=None, bias=0.0, every=1,
-        scope=None, handler=None, **thresholds):
+        scope=None, handler=None, diff_scope=None, **thresholds):
     """A train job of ``depth`` hidden dense layers ``hidden_<i>`` and an ``output`` layer, watched for health;
     ``scope(blob, blob_def)`` (optional) watches every tensor and gradient of the layers too."""
     @flow.global_function(type="train")
@@ -45,7 +45,7 @@ def mlp(reports, depth=1, width=64, activation=flow.nn.relu, lr=0.1, optimizer=N
         if scope is None:
             logits = layers()
         else:
-            with flow.watch_scope(scope, scope):
+            with flow.watch_scope(scope, diff_scope or scope):
                 logits = layers()
         loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
         flow.watch_health(handler or (None if reports is None else reports.append), every=every, **thresholds)

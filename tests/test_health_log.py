@@ -8,7 +8,7 @@ from tensorboard.util import tensor_util
 from flowlab.health import HealthAlert, HealthReport
 from flowlab.summary import SummaryWriter, health_log
 from flowlab.summary.tailer import LogdirTailer
-from test_health import mlp, train
+from test_health import Recorder, mlp, train
 
 
 def accumulate(path):
@@ -18,9 +18,9 @@ def accumulate(path):
 
 
 def test_reports_written_by_watch_health_read_back_in_tensorboard(tmp_path):
-    reports = []
+    reports, values, grads = [], Recorder(), Recorder()
     with SummaryWriter(tmp_path / "run") as writer:
-        train(mlp(reports, bias=-100.0, every=2, writer=writer, histogram_every=3), 12)
+        train(mlp(reports, bias=-100.0, every=2, writer=writer, histogram_every=3, scope=values, diff_scope=grads), 12)
     acc = accumulate(tmp_path / "run")
     records = acc.Tensors("health")
     assert [r.step for r in records] == [r.step for r in reports] == list(range(0, 12, 2))
@@ -41,15 +41,25 @@ def test_reports_written_by_watch_health_read_back_in_tensorboard(tmp_path):
     rows = tensor_util.make_ndarray(acc.Tensors("health/alerts")[0].tensor_proto)
     assert [row[0].decode() for row in rows] == [a.kind for a in alerted[min(alerted)]]
     assert any(row[0] == b"dead_relu" and row[1] == b"hidden_0" for row in rows)
-    # histograms on every third report: counts add up to the tensors' sizes
+    # histograms on every third report, of the tensors themselves (NumPy's 30 equal buckets over min..max)
     with_histograms = [r for r in reports if r.histograms]
     assert [r.step for r in with_histograms] == [0, 6]
-    activation = acc.Tensors("health/output/activation")
-    assert [e.step for e in activation] == [0, 6]
-    buckets = tensor_util.make_ndarray(activation[0].tensor_proto)
-    assert buckets[:, 2].sum() == with_histograms[0].histograms["output"]["activation"].size
-    weights = tensor_util.make_ndarray(acc.Tensors("health/hidden_0/weight")[1].tensor_proto)
-    assert weights[:, 2].sum() == with_histograms[1].histograms["hidden_0"]["weight"].size   # weight and bias
+    for tag, what, name, diff in [("health/output/activation", "activation", "output_bias_add/out_0", False),
+                                  ("health/hidden_0/weight", "weight", "hidden_0-weight/out", False),
+                                  ("health/hidden_0/gradient", "gradient", "hidden_0-weight/out", True)]:
+        events = acc.Tensors(tag)
+        assert [e.step for e in events] == [0, 6]
+        for event, report in zip(events, with_histograms):
+            buckets = tensor_util.make_ndarray(event.tensor_proto)
+            np.testing.assert_array_equal(buckets, report.histograms[tag.split("/")[1]][what])
+            tensor = (grads if diff else values).values[name][report.step]
+            assert buckets[:, 2].sum() == tensor.size
+            if tensor.min() == tensor.max():                      # (the dead layer's zero gradient) as TensorBoard
+                assert (buckets[:, :2] == tensor.min()).all() and buckets[-1, 2] == tensor.size
+                continue
+            counts, edges = np.histogram(tensor, bins=30)
+            np.testing.assert_allclose(buckets[:, 0], edges[:-1], rtol=1e-6, atol=1e-12)
+            assert np.abs(buckets[:, 2] - counts).sum() <= 2      # a value on an edge may fall on either side
 
 
 def test_our_tailer_reads_the_records(tmp_path):

@@ -288,8 +288,17 @@ def histogram_buckets(values, bins=DEFAULT_BUCKETS, name="values") -> np.ndarray
 
 def histogram(tag, values, bins=DEFAULT_BUCKETS, *, metadata=True, name="values"):
     """A histogram of the finite ``values`` (see ``histogram_buckets``)."""
+    return histogram_of_buckets(tag, histogram_buckets(values, bins, name), metadata=metadata)
+
+
+def histogram_of_buckets(tag, buckets, *, metadata=True):
+    """A histogram from buckets counted already: ``[k, 3]`` rows of (left edge, right edge, count)."""
+    buckets = np.asarray(buckets, np.float64)
+    if buckets.ndim != 2 or buckets.shape[1] != 3 or not 1 <= len(buckets) <= MAX_BUCKETS:
+        raise ValueError(f"buckets must be [k, 3] rows (left, right, count) with 1 <= k <= {MAX_BUCKETS}, "
+                         f"got shape {buckets.shape}")
     out = proto.Summary.Value(tag=check_tag(tag))
-    out.tensor.CopyFrom(tensor_proto(histogram_buckets(values, bins, name)))
+    out.tensor.CopyFrom(tensor_proto(buckets))
     if metadata:
         out.metadata.CopyFrom(_HISTOGRAM_METADATA)
     return out

@@ -14,7 +14,7 @@ tag                         value                                               
 ``<tag>/alerts``            text ``[n, 3]`` rows (kind, layer or "", message), only  a table in the Text tab
                             at steps with alerts
 ``<tag>/<layer>/<what>``    histograms of the layer's ``activation``, ``weight`` and   Histograms/Distributions
-                            ``gradient``, on reports that carry them
+                            ``gradient`` (its kernel's), on reports that carry them
 ==========================  =======================================================  ==========================
 
 TensorBoard (and our tailer) keep the first metadata of a tag, so the layer and statistic names are fixed per tag and
@@ -78,8 +78,8 @@ def values(report, tag, layout=None):
     if report.alerts:
         out.append(encode.text(f"{tag}/alerts", [[a.kind, a.layer or "", a.message] for a in report.alerts]))
     for layer, kinds in (report.histograms or {}).items():
-        for what, array in kinds.items():
-            out.append(encode.histogram(f"{tag}/{layer}/{what}", array))
+        for what, buckets in kinds.items():
+            out.append(encode.histogram_of_buckets(f"{tag}/{layer}/{what}", buckets))
     return out, layout
 
 
