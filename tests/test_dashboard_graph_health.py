@@ -25,6 +25,7 @@ from flowlab.dashboard.views.graph import (CATEGORY_COLORS, CATEGORY_TINTS, HEAL
                                            nodes_from_graph_def)
 from flowlab.health import STATISTICS, HealthAlert, HealthReport
 from flowlab.summary import SummaryWriter, proto
+from test_health import data
 
 SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
 BATCH, FEATURES, CLASSES, STEPS = 32, 20, 5, 12
@@ -52,11 +53,8 @@ def train(logdir, watch=True, steps=STEPS):
             return loss
 
         writer.add_graph(job)
-        rng = np.random.default_rng(0)
-        centres = rng.normal(size=(CLASSES, FEATURES)) * 2
-        for _ in range(steps):
-            y = rng.integers(0, CLASSES, BATCH).astype(np.int32)
-            job((centres[y] + rng.normal(size=(BATCH, FEATURES))).astype(np.float32), y)
+        for x, y in data(steps, 0, BATCH, FEATURES, CLASSES):
+            job(x, y)
         flow.sync_default_session()
     return reports
 

@@ -19,6 +19,7 @@ from flowlab.health import STATISTICS
 from flowlab.summary import SummaryWriter, health_log
 from flowlab.summary.tailer import Datum
 from jupyter_page import CHROMIUM
+from test_health import data
 
 SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
 BATCH, FEATURES, CLASSES = 32, 20, 5
@@ -41,11 +42,8 @@ def train(logdir, run, bias, steps=STEPS, reports=None):
             flow.watch_health(None if reports is None else reports.append, writer=writer, histogram_every=10)
             flow.optimizer.SGD(0.05, momentum=0).minimize(loss)
             return loss
-        rng = np.random.default_rng(0)
-        centres = rng.normal(size=(CLASSES, FEATURES)) * 2
-        for _ in range(steps):
-            y = rng.integers(0, CLASSES, BATCH).astype(np.int32)
-            job((centres[y] + rng.normal(size=(BATCH, FEATURES))).astype(np.float32), y)
+        for x, y in data(steps, 0, BATCH, FEATURES, CLASSES):
+            job(x, y)
         flow.sync_default_session()
 
 

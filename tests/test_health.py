@@ -15,12 +15,13 @@ from flowlab.health import HealthAlert, HealthReport, activation_vector, health_
 BATCH, FEATURES, CLASSES = 32, 20, 5
 
 
-def data(steps, seed=0):
+def data(steps, seed=0, batch=BATCH, features=FEATURES, classes=CLASSES):
+    """``steps`` batches ``(x, labels)`` of ``classes`` separable clusters (the health tests' data)."""
     rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(CLASSES, FEATURES)) * 2
+    centres = rng.normal(size=(classes, features)) * 2
     for _ in range(steps):
-        y = rng.integers(0, CLASSES, BATCH).astype(np.int32)
-        yield (centres[y] + rng.normal(size=(BATCH, FEATURES))).astype(np.float32), y
+        y = rng.integers(0, classes, batch).astype(np.int32)
+        yield (centres[y] + rng.normal(size=(batch, features))).astype(np.float32), y
 
 
 def train(job, steps, seed=0):

@@ -16,17 +16,14 @@ import flowlab.typing as tp
 from flowlab.health import HealthAlert, HealthReport
 from flowlab.plots.health import heatmap_svg
 from flowlab.widgets import HealthPanel
+from test_health import data
 from test_widgets import Page, sent  # noqa: F401 - sent is a fixture
 
 BATCH, FEATURES, CLASSES = 32, 12, 4
 
 
 def batches(steps, seed=0):
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(size=(CLASSES, FEATURES)) * 2
-    for _ in range(steps):
-        y = rng.integers(0, CLASSES, BATCH).astype(np.int32)
-        yield (centres[y] + rng.normal(size=(BATCH, FEATURES))).astype(np.float32), y
+    return data(steps, seed, BATCH, FEATURES, CLASSES)
 
 
 def health_job(handler, depth=2, bias=0.0, lr=0.1, activation=flow.nn.relu):
