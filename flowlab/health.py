@@ -392,6 +392,7 @@ class _Monitor:
         # the call is complete when this arrives: the loss, or in a predict job the last layer's output
         last = losses[0] if losses else outputs[-1] if outputs else layers[-1].params[0].read
         self.expected = len(self.order)
+        self.relu_layers = {layer.name for layer in layers if layer.nonnegative}
         self.is_train = bool(losses)
         if self.host_side:
             self.requests.append(WatchRequest(last, False, self._finish, request.describe, every=every,
@@ -494,7 +495,7 @@ class _Monitor:
         host = {key: _host(v) for key, v in vectors.items()}
         report = HealthReport(step, self._table(host, step), loss, self._first_nonfinite(host),
                               histograms=samples and self._histograms(samples))
-        report.alerts = health_alerts(self.history, report, self.request.thresholds)
+        report.alerts = health_alerts(self.history, report, self.request.thresholds, self.relu_layers)
         self.history.append(report)
         del self.history[:-self.request.thresholds["window"] - 1]
         return report
@@ -565,11 +566,12 @@ def _run_position(graph, node):
 
 # ------------------------------------------------------------------------------------------------ alerts
 
-def health_alerts(history, report, thresholds=None):
-    """The alerts of ``report`` given the earlier reports ``history`` (oldest first): a pure function of the numbers.
+def health_alerts(history, report, thresholds=None, relu_layers=None):
+    """The alerts of ``report`` given the earlier reports ``history`` (oldest first): a pure function of the numbers
+    (and of ``relu_layers``, the layers whose output op is ReLU-like; None: every layer).
 
-    ``nan``: some watched tensor held NaN/Inf (names the first op, in run order). ``dead_relu``: a layer's
-    ``dead_fraction`` above ``dead_fraction``. ``vanishing_gradient`` / ``exploding_gradient``: across depth, a
+    ``nan``: some watched tensor held NaN/Inf (names the first op, in run order). ``dead_relu``: a layer of
+    ``relu_layers`` whose ``dead_fraction`` is above ``dead_fraction`` (a linear layer fed zeros is not dead ReLUs). ``vanishing_gradient`` / ``exploding_gradient``: across depth, a
     layer's ``grad_norm`` below ``vanishing_ratio`` / above ``exploding_ratio`` times the last layer's; across time,
     the total gradient norm above ``exploding_factor`` times its median over the last ``window`` reports.
     ``update_ratio``: a layer's update/weight ratio outside ``[update_ratio_low, update_ratio_high]``.
@@ -587,7 +589,7 @@ def health_alerts(history, report, thresholds=None):
             "flow.config.detect_anomaly(True) stops at the exact op.")))
     for layer, row in table.items():
         dead = row.get("dead_fraction")
-        if dead is not None and dead > t["dead_fraction"]:
+        if dead is not None and dead > t["dead_fraction"] and (relu_layers is None or layer in relu_layers):
             alerts.append(HealthAlert("dead_relu", layer, step, (
                 f"{dead:.0%} of the units of layer {layer} are zero for the whole batch (threshold "
                 f"{t['dead_fraction']:.0%}): dead ReLUs. Usually a large negative bias, a learning rate too high "
@@ -596,11 +598,13 @@ def health_alerts(history, report, thresholds=None):
         if ratio is not None and math.isfinite(ratio) and not \
                 t["update_ratio_low"] <= ratio <= t["update_ratio_high"]:
             low = ratio < t["update_ratio_low"]
+            why = ("the weights are being overwritten. Usually a learning rate far too high." if not low else
+                   "its gradient is exactly zero: nothing reaches it from the loss. Usually dead ReLUs in or after "
+                   "this layer, or a path the loss does not depend on." if row.get("grad_norm") == 0 else
+                   "the weights barely change. Usually a learning rate far too low, or vanishing gradients.")
             alerts.append(HealthAlert("update_ratio", layer, step, (
                 f"the update of layer {layer} is {ratio:.3g} of its weights' norm (healthy is around 1e-3; "
-                f"threshold {t['update_ratio_low' if low else 'update_ratio_high']:g}): "
-                + ("the weights barely change. Usually a learning rate far too low, or vanishing gradients."
-                   if low else "the weights are being overwritten. Usually a learning rate far too high."))))
+                f"threshold {t['update_ratio_low' if low else 'update_ratio_high']:g}): {why}")))
     grads = [(layer, row["grad_norm"]) for layer, row in table.items()
              if math.isfinite(row.get("grad_norm", math.nan))]
     if len(grads) >= 2 and grads[-1][1] > 0:
@@ -608,11 +612,13 @@ def health_alerts(history, report, thresholds=None):
         low_layer, low = min(grads[:-1], key=lambda e: e[1])
         high_layer, high = max(grads[:-1], key=lambda e: e[1])
         if low < t["vanishing_ratio"] * last:
+            why = ("no gradient reaches it at all. Usually dead ReLUs in or after this layer (see dead_relu), or a "
+                   "path the loss does not depend on." if low == 0 else
+                   "the gradient vanishes on its way back. Usually deep stacks of saturating activations (sigmoid, "
+                   "tanh), or too small an initialisation; ReLU, residual connections or normalisation help.")
             alerts.append(HealthAlert("vanishing_gradient", low_layer, step, (
                 f"the gradient norm of layer {low_layer} is {low:.3g}, {low / last:.3g} of the last layer "
-                f"{last_layer}'s ({last:.3g}; threshold {t['vanishing_ratio']:g}): the gradient vanishes on its "
-                "way back. Usually deep stacks of saturating activations (sigmoid, tanh), or too small an "
-                "initialisation; ReLU, residual connections or normalisation help.")))
+                f"{last_layer}'s ({last:.3g}; threshold {t['vanishing_ratio']:g}): {why}")))
         if high > t["exploding_ratio"] * last:
             alerts.append(HealthAlert("exploding_gradient", high_layer, step, (
                 f"the gradient norm of layer {high_layer} is {high:.3g}, {high / last:.3g} times the last layer "

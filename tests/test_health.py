@@ -198,6 +198,13 @@ def test_relu_layer_with_large_negative_bias_is_dead():
     alert = next(a for a in reports[0].alerts if a.kind == "dead_relu")
     assert alert.step == 0 and "100% of the units of layer hidden_0" in alert.message and "bias" in alert.message
     assert reports[0].table["hidden_0"]["dead_fraction"] == 1.0
+    # the linear output layer fed only zeros has dead units too, but no ReLU: no dead_relu for it
+    assert reports[0].table["output"]["dead_fraction"] == 1.0 and ("dead_relu", "output") not in kinds(reports)
+    # the dead layer's weights do not move because no gradient reaches them, not because of the learning rate
+    ratio = next(a for a in reports[1].alerts if a.kind == "update_ratio" and a.layer == "hidden_0")
+    assert "gradient is exactly zero" in ratio.message and "learning rate" not in ratio.message
+    vanishing = next(a for a in reports[1].alerts if a.kind == "vanishing_gradient")
+    assert "no gradient reaches it" in vanishing.message and "sigmoid" not in vanishing.message
 
 
 def test_dead_relu_threshold_is_an_argument():
