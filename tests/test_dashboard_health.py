@@ -15,6 +15,7 @@ import flowlab.typing as tp
 from flowlab.dashboard.runs import RunSelection
 from flowlab.dashboard.store import Store
 from flowlab.dashboard.views.health import HealthView
+from flowlab.dashboard.views.status import status_html
 from flowlab.health import STATISTICS
 from flowlab.summary import SummaryWriter, health_log
 from flowlab.summary.tailer import Datum
@@ -131,6 +132,7 @@ def test_a_million_steps_keep_the_nan_step_and_the_spike_in_bounded_memory():
     (series,) = store.series("health")
     grid = series.grid
     assert store.status()["health_skipped"] == 1
+    assert "1 health reports skipped" in status_html(dict(store.status(), logdir="L", last_update=None))  # said
     assert len(series) <= 2 * store.samples["health"] and len(grid) <= 400        # bounded
     cells = grid.cells("grad_norm")
     assert cells["first"][0] == 0 and cells["last"][-1] == n - 1                  # the whole run

@@ -23,6 +23,9 @@ def status_html(status: dict) -> str:
              "last update " + (time.strftime("%H:%M:%S", time.localtime(last)) if last else "never")]
     if status["records_skipped"]:
         parts[4] = f'<span style="color:#c00">{parts[4]}</span>'
+    if status.get("health_skipped"):            # health reports that do not fit their tag's layers
+        parts.insert(5, f'<span style="color:#c00">{status["health_skipped"]:,} health reports skipped '
+                        f'(layers unlike the tag\'s first)</span>')
     problems = [f"{path}: {why}" for path, why in status["errors"].items()]
     if status["store_error"]:
         problems.insert(0, status["store_error"])
@@ -53,7 +56,7 @@ class StatusLine:
         except RuntimeError:        # the poll thread changed the tailer's tables mid-copy: try again next tick
             return
         state = (status["exists"], status["runs"], status["files"], bool(status["records_skipped"]),
-                 len(status["errors"]), status["store_error"])
+                 bool(status.get("health_skipped")), len(status["errors"]), status["store_error"])
         now = time.monotonic()
         if text != self.div.text and (state != self._state or now - self._shown_at >= self.every):
             self.div.text = text

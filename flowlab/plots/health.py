@@ -123,7 +123,8 @@ class HealthHeatmap:
         sizing = {"sizing_mode": "stretch_width", "min_width": 300} if width is None else {"width": width}
         n = len(self.layers)
         fig = _figure(title, height=ROW_HEIGHT * n + 70, x_axis_label="step", **sizing)
-        fig.min_border_left = 90
+        # room for the longest layer name at 8pt (~6 px a character), within reason
+        fig.min_border_left = min(220, max(50, 6 * max(map(len, self.layers), default=0) + 14))
         fig.y_range = Range1d(n, 0)                      # the first layer on top
         fig.yaxis.ticker = FixedTicker(ticks=[i + 0.5 for i in range(n)])
         # layer names come from logs: a formatter returns text, which the canvas draws as text (never HTML)
