@@ -1,6 +1,6 @@
-"""``flow.watch_health(handler, every=1, **thresholds)``: per-layer statistics of a training network and alerts
-(dead ReLUs, vanishing or exploding gradients, bad update sizes, loss spikes, NaN/Inf), delivered as a
-``HealthReport`` to ``handler`` on the watch dispatcher thread every ``every`` calls.
+"""``flow.watch_health(handler=None, every=1, writer=None, histogram_every=None, **thresholds)``: per-layer
+statistics of a training network and alerts (dead ReLUs, vanishing or exploding gradients, bad update sizes, loss
+spikes, NaN/Inf), delivered as a ``HealthReport`` to ``handler`` and/or ``writer.add_health`` every ``every`` calls.
 
 Layers, as OneFlow names them. ``flow.layers.dense``/``conv2d`` with prefix ``<p>`` (``name``, or ``Dense_<n>`` /
 ``Conv2d_<n>``) make variables ``<p>-weight``, ``<p>-bias`` and ops ``<p>_matmul``/``<p>_conv2d``, ``<p>_bias_add``,
@@ -30,9 +30,10 @@ into watch deliveries whose ``put`` summarises the tensor right where the plan m
 the calls that deliver (other calls cost nothing): on the job thread for NumPy, as queued device kernels for CuPy.
 The update is the plain-SGD step ``lr * scale * gradient`` when the optimizer is SGD without momentum or clipping
 (free: its norm follows from the gradient's); for other optimizers the weights are copied before the update on
-delivering calls and compared with the updated ones afterwards. On several devices the statistics are computed
-from the joined whole on the host. The report is built on the dispatcher thread, after the call, when the loss
-(the last layer's output in a predict job) arrives; alerts come from the numbers alone (``health_alerts``).
+delivering calls and compared with the updated ones afterwards. The report (alerts come from the numbers alone:
+``health_alerts``) is built on the job's thread once the plan has run (``after_run``), and delivered as
+``HealthRequest`` says. On several devices the statistics are computed from the joined whole on the host, and the
+report is built in the dispatcher when the loss (the last layer's output in a predict job) arrives.
 """
 from __future__ import annotations
 
@@ -331,8 +332,9 @@ class HealthRequest:
 
     Where reports go: ``writer.add_health`` (it only encodes and queues) and a handler whose ``delivered_inline``
     attribute is true (``HealthPanel``: it only records) are called on the job's thread as the report is made,
-    sparing a hand-off between threads each call; any other handler runs on the watch dispatcher thread like a
-    watch callback. Errors of either kind surface at the next job call, naming the handler."""
+    sparing a hand-off between threads each call; any other handler runs on the watch dispatcher thread in a
+    trailing batch, beside the next call (``runtime.dispatch``). Errors of either kind surface at the next job call,
+    naming the handler."""
 
     diff = False            # needs no gradient of its own (watching.gradient_targets)
 
