@@ -132,6 +132,11 @@ class Series:
     def key(self):
         return self.run, self.tag, self.kind
 
+    @property
+    def offered(self):
+        """Items this series has been given, kept or not (other kinds than scalars keep an even sample of them)."""
+        return self._offered
+
     def __len__(self):
         return self._columns.n if self._columns is not None else len(self._items)
 

@@ -58,8 +58,8 @@ def logdir(tmp_path_factory):
     return root, reports
 
 
-def view_of(root):
-    store = Store(root)
+def view_of(root, samples=None):
+    store = Store(root, samples=samples)
     store.poll()
     runs = RunSelection(store)
     runs.update()
@@ -94,6 +94,17 @@ def test_the_divergence_of_a_dead_layer_is_high_and_its_alerts_name_it(logdir):
     assert alerts["step"] == sorted(alerts["step"], reverse=True)                 # newest first
     assert "dead_relu ×" in view.sides["B"].counts.text and view.sides["A"].counts.text.endswith("no alerts.")
     assert view.sides["B"].table.visible and not view.sides["A"].table.visible
+    assert "sample" not in view.sides["B"].counts.text                          # every alert step kept
+
+
+def test_alert_counts_say_when_they_are_of_a_sample(logdir):
+    """A long run's alert steps are kept as an even sample: the counts say they are of a sample, and of how many."""
+    store, view = view_of(logdir[0], samples={"text": 8})
+    view.run_a.value = "dead_relu"
+    (text,) = [s for s in store.series("text") if s.run == "dead_relu"]
+    assert len(text) < text.offered
+    counts = view.sides["A"].counts.text
+    assert f"in the {len(text):,} of {text.offered:,} steps with alerts kept: an even sample" in counts
 
 
 def test_a_million_steps_keep_the_nan_step_and_the_spike_in_bounded_memory():

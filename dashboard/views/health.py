@@ -343,8 +343,10 @@ class HealthView(View):
         counts: dict[str, int] = {}
         for kind, *_ in side.alerts:
             counts[kind] = counts.get(kind, 0) + 1
+        sampled = text.offered - len(text)         # the store keeps an even sample of a long run's alert steps
         side.counts.text = f"<b>{html.escape(series.run)}</b>: " + (", ".join(
-            f"{html.escape(kind)} × {n:,}" for kind, n in sorted(counts.items())) if counts else "no alerts.")
+            f"{html.escape(kind)} × {n:,}" for kind, n in sorted(counts.items())) if counts else "no alerts.") + (
+            f" (in the {len(text):,} of {text.offered:,} steps with alerts kept: an even sample)" if sampled > 0 else "")
         side.table.visible = bool(side.alerts)
 
     def _series_of(self, key):
