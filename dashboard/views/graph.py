@@ -49,7 +49,7 @@ from grandalf.graphs import Edge, Vertex, graph_core
 from grandalf.layouts import SugiyamaLayout
 
 from flowlab.plots.figures import ALARM, CATEGORICAL
-from flowlab.plots.health import LINEAR, NONFINITE, color_scale, scale_values
+from flowlab.plots.health import LINEAR, NONFINITE, color_scale, scale_values, value_range
 from flowlab.summary import proto
 
 from .base import View
@@ -483,16 +483,6 @@ def _number(v) -> str:
     return f"{v:.3g}" if np.isfinite(v) else "–" if np.isnan(v) else str(v)
 
 
-def _value_range(values, log):
-    """``(low, high)`` of a colour scale over ``values``' finite ones: set, not scanned by the page (which warns
-    when it finds none), and never empty."""
-    finite = values[np.isfinite(values)]
-    low, high = (float(finite.min()), float(finite.max())) if len(finite) else (1.0, 10.0)
-    if low == high:
-        return (low / 10 ** 0.5, high * 10 ** 0.5) if log else (low - 0.5, high + 0.5)
-    return low, high
-
-
 def health_columns(names, health: LayerHealth | None, color_by=BY_HEALTH) -> dict:
     """The boxes' ``HEALTH_COLUMNS`` for boxes named ``names``: each box of a layer coloured by its state, or by the
     statistic ``color_by`` (``h_value``, for ``color_scale``), with its layer's latest statistics as text; boxes of
@@ -644,9 +634,8 @@ class GraphView(View):
         self.figure.add_layout(self.health_legend, "right")
         # One colour bar per kind of scale: BokehJS keeps a colour bar's first scale when its mapper is replaced.
         self.color_bars = {}
-        for linear, example in ((True, "act_zero_fraction"), (False, "weight_norm")):
-            mapper, ticker = color_scale(example)
-            mapper.update(low=1, high=10)               # a mapper with no data to scan warns, even unseen
+        for linear in (True, False):
+            mapper, ticker = color_scale(linear)
             self.color_bars[linear] = ColorBar(
                 color_mapper=mapper, ticker=ticker, orientation="horizontal", width=260, height=10, padding=4,
                 margin=2, title_text_font_size="8pt", title_text_font_style="bold", major_label_text_font_size="7pt",
@@ -818,7 +807,7 @@ class GraphView(View):
             self.health_glyph.update(fill_color="h_fill", line_color="h_line")
         else:
             bar = self.color_bars[linear]
-            low, high = _value_range(columns["h_value"], log=not linear)
+            low, high = value_range(columns["h_value"], linear)
             bar.color_mapper.update(low=low, high=high)
             bar.title = statistic
             colour = {"field": "h_value", "transform": bar.color_mapper}

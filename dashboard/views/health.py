@@ -35,8 +35,8 @@ from bokeh.models import (ColumnDataSource, DataRange1d, DataTable, Div, HTMLTem
                           StringFormatter, TableColumn)
 
 from flowlab.health import STATISTICS
-from flowlab.plots.figures import histogram_bars, histogram_columns, plain_figure
-from flowlab.plots.health import LINEAR, Divergence, HealthHeatmap, alert_groups, trend_overlay_figure, trend_source
+from flowlab.plots.figures import histogram_bars, histogram_columns, plain_figure, trend_source
+from flowlab.plots.health import LINEAR, Divergence, HealthHeatmap, alert_groups, trend_overlay_figure
 from flowlab.summary.health_log import HISTOGRAM_KINDS
 
 from ..runs import run_colour

@@ -30,7 +30,7 @@ from bokeh.models import (BasicTickFormatter, BasicTicker, ColorBar, ColumnDataS
                           HoverTool, LinearColorMapper, LogColorMapper, LogTicker, Quad, Range1d, TapTool)
 from bokeh.palettes import Viridis256
 
-from .data import StepBuckets, Trend
+from .data import StepBuckets
 from .figures import ALARM, _figure, _live_figure, draw_bands
 
 # Statistics whose values are fractions or counts get a linear colour scale; norms and magnitudes span decades (log).
@@ -109,10 +109,6 @@ class HealthGrid:
                 "mark": np.where(c["nonfinite"][i] > 0, 1.0, np.nan)}
 
 
-def trend_source():
-    return ColumnDataSource({c: [] for c in Trend.COLUMNS + ("mark",)})
-
-
 class HealthHeatmap:
     """A layers × steps heatmap of one statistic (see the module docstring). ``update(grid, statistic)`` refills it
     (the caller runs it where it may touch the document); ``figure`` is the Bokeh figure."""
@@ -132,19 +128,17 @@ class HealthHeatmap:
                                                     code="return names[Math.floor(tick)] || ''")
         fig.ygrid.visible = False
         fig.xgrid.visible = False
-        # ranges set from the data on every update (a mapper left to scan an empty source warns in BokehJS); on the
-        # log scale a zero is drawn below the range, in ZERO (a dead layer's zero gradient is not "no value")
-        self.linear = LinearColorMapper(palette=Viridis256, nan_color=NO_VALUE, low=0, high=1)
-        self.log = LogColorMapper(palette=Viridis256, nan_color=NO_VALUE, low=1e-3, high=1, low_color=ZERO)
+        # ranges set from the data on every update (``value_range``); on the log scale a zero is drawn below the
+        # range, in ZERO (a dead layer's zero gradient is not "no value")
+        (self.linear, linear_ticker), (self.log, log_ticker) = color_scale(True), color_scale(False)
         self.glyph = Quad(left="left", right="right", bottom="bottom", top="top", line_color="outline",
                           line_width=1.5, fill_color={"field": "value", "transform": self.log})
         renderer = fig.add_glyph(self.source, self.glyph)
         # one colour bar per scale, shown in turn (BokehJS keeps a bar's first scale when its mapper is replaced)
         self.bars = {linear: ColorBar(color_mapper=mapper, width=8, padding=2, label_standoff=4,
-                                      major_label_text_font_size="8pt", visible=not linear,
-                                      ticker=BasicTicker() if linear else LogTicker(),
+                                      major_label_text_font_size="8pt", visible=not linear, ticker=ticker,
                                       formatter=BasicTickFormatter(precision=1, power_limit_low=-2, power_limit_high=3))
-                     for linear, mapper in ((False, self.log), (True, self.linear))}
+                     for linear, mapper, ticker in ((False, self.log, log_ticker), (True, self.linear, linear_ticker))}
         for bar in self.bars.values():
             fig.add_layout(bar, "right")
         fig.add_tools(HoverTool(renderers=[renderer], tooltips=[
@@ -187,14 +181,9 @@ class HealthHeatmap:
         self._set_range(c["hi"], linear, title or statistic)
 
     def _set_range(self, hi, linear, title):
-        """Fit the shown scale to the finite values (positive ones on the log scale); say when zeros are drawn."""
-        values = hi[np.isfinite(hi)]
-        zeros = not linear and bool((values == 0).any())
-        if not linear:
-            values = values[values > 0]
-        low, high = (float(values.min()), float(values.max())) if values.size else (1e-3 if not linear else 0.0, 1.0)
-        if high <= low:                          # one value: a span around it
-            low, high = (low / 2, high * 2) if not linear else (low - 0.5, high + 0.5)
+        """Fit the shown scale to the values (``value_range``); say when zeros are drawn."""
+        zeros = not linear and bool((hi == 0).any())
+        low, high = value_range(hi, linear)
         mapper = self.linear if linear else self.log
         if (mapper.low, mapper.high) != (low, high):
             mapper.update(low=low, high=high)
@@ -215,7 +204,7 @@ class HealthHeatmap:
         first = np.repeat(steps, n_layers)
         bad = c["nonfinite"][:, start:].T.reshape(-1)
         return {"left": first, "right": np.repeat(ends, n_layers), "bottom": rows.astype(np.float64),
-                "top": rows + 1.0, "value": np.where(hi > 0, hi, np.where(hi == 0, 1e-300, np.nan)), "linear_value": hi,
+                "top": rows + 1.0, "value": _log_values(hi), "linear_value": hi,
                 "lo": c["lo"][:, start:].T.reshape(-1), "mean": c["mean"][:, start:].T.reshape(-1), "hi": hi,
                 "layer": [layers[i] for i in rows], "first": first,
                 "last": np.repeat(c["last"][start:].astype(np.float64), n_layers), "nonfinite": bad,
@@ -226,12 +215,36 @@ class HealthHeatmap:
         return self.source.data["layer"][index]
 
 
-def color_scale(statistic):
-    """``(colour mapper, ticker)`` that colour ``statistic`` as ``HealthHeatmap`` does: Viridis, on a linear scale for
-    fractions and counts (``LINEAR``), a log one for norms and magnitudes. Feed the mapper ``scale_values``."""
-    if statistic in LINEAR:
-        return LinearColorMapper(palette=Viridis256, nan_color=NO_VALUE), BasicTicker()
-    return LogColorMapper(palette=Viridis256, nan_color=NO_VALUE), LogTicker()
+def color_scale(linear):
+    """``(colour mapper, ticker)`` of the health colours: Viridis on a linear scale (fractions and counts: ``LINEAR``)
+    or a log one (norms and magnitudes), NaN drawn as no value, a value below the range (``_log_values``' zero) in
+    ZERO. Its range starts as a placeholder: set it from the data with ``value_range`` (a mapper left to scan an
+    empty source warns in BokehJS)."""
+    if linear:
+        return LinearColorMapper(palette=Viridis256, nan_color=NO_VALUE, low=0, high=1), BasicTicker()
+    return LogColorMapper(palette=Viridis256, nan_color=NO_VALUE, low=1e-3, high=1, low_color=ZERO), LogTicker()
+
+
+def value_range(values, linear):
+    """``(low, high)`` of a colour scale over ``values``' finite ones (positive ones on a log scale): never empty,
+    a span around a single value, a placeholder when there is none."""
+    values = np.asarray(values, np.float64)
+    keep = np.isfinite(values) if linear else np.isfinite(values) & (values > _ZERO_STAND_IN)
+    values = values[keep]
+    if not values.size:
+        return (0.0, 1.0) if linear else (1e-3, 1.0)
+    low, high = float(values.min()), float(values.max())
+    if high <= low:
+        return (low - 0.5, high + 0.5) if linear else (low / 2, high * 2)
+    return low, high
+
+
+_ZERO_STAND_IN = 1e-300          # a zero on a log scale: below any range, so drawn in the mapper's low colour
+
+
+def _log_values(values):
+    """``values`` for a log mapper: zero as ``_ZERO_STAND_IN``, other values <= 0 as NaN (no value)."""
+    return np.where(values > 0, values, np.where(values == 0, _ZERO_STAND_IN, np.nan))
 
 
 def scale_values(statistic, values):

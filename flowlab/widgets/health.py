@@ -38,9 +38,9 @@ from bokeh.layouts import column, row
 from bokeh.models import ColumnDataSource, CustomJS, Div, Select
 
 from ..health import STATISTICS, HealthReport
-from ..plots import heading, trend_figure
+from ..plots import heading, trend_figure, trend_source
 from ..plots.figures import ALARM
-from ..plots.health import LINEAR, HealthGrid, HealthHeatmap, alert_columns, heatmap_svg, trend_source
+from ..plots.health import LINEAR, HealthGrid, HealthHeatmap, alert_columns, heatmap_svg
 from ..summary import health_log
 from ._live import DEFAULT_HZ, LiveView, Refresher, check_hz, resolve_mode
 from .live import LiveDocument
