@@ -220,8 +220,8 @@ def test_sgd_scales_a_dying_gradient_in_place():
         return loss
 
     job(np.ones((8, 4), np.float32))
-    source = job.plan().source
-    assert "writable=True" in source and "d-weight-SGDUpdate" in source
+    bias_update = next(line for line in job.plan().source.splitlines() if "d-bias-SGDUpdate (SGDUpdate)" in line)
+    assert "writable=True" in bias_update       # (the kernel's update is folded into its gradient product)
 
 
 def test_demand_and_histogram_deliveries():
@@ -282,3 +282,128 @@ def test_plans_of_small_products_run_blas_on_one_thread():
     g[matmul] = spy
     small(np.ones((100, 64), np.float32))
     assert inside["threads"] == 1 and libraries[0].num_threads == before
+
+
+# ------------------------------------------------------------------------------- plain SGD folded into its product
+
+def _train(body, x, steps=3, momentum=0.0, dtype=np.float32, fold=True, monkeypatch=None, anomaly=False,
+           **minimize):
+    """Run a train job ``steps`` times from fixed weights; returns (initial variables, final variables, plan
+    source). ``fold=False`` compiles it as a NumPy without ``runtime.blas`` would (the unfolded reference)."""
+    from flowlab.runtime import blas, session
+    flow.clear_default_session()
+    if not fold:
+        monkeypatch.setattr(blas, "available", lambda dtype: False)
+    config = flow.FunctionConfig()
+    config.default_data_type(flow.double if dtype == np.float64 else flow.float)
+    config.detect_anomaly(anomaly)
+
+    @flow.global_function(type="train", function_config=config)
+    def job(x_: tp.Numpy.Placeholder(x.shape, dtype=flow.double if dtype == np.float64 else flow.float)
+            ) -> tp.Numpy:
+        loss = body(x_)
+        flow.optimizer.SGD(0.05, momentum=momentum, **minimize).minimize(loss)
+        return loss
+
+    source = job.plan().source
+    session.default().initialize_missing()
+    initial = {name: v.value.copy() for name, v in session.default().variables.items()}
+    for _ in range(steps):
+        job(x.astype(dtype))
+    if not fold:
+        monkeypatch.undo()
+    return initial, {name: v.value.copy() for name, v in session.default().variables.items()}, source
+
+
+def _init(shape):
+    return flow.random_normal_initializer(stddev=0.5, seed=sum(shape))
+
+
+FOLD_CASES = {
+    "dense": (lambda x: flow.math.reduce_sum(flow.math.square(flow.layers.dense(
+        x, 5, kernel_initializer=_init((5, 6)), name="d")), axis=1), (8, 6)),
+    "x@w": (lambda x: flow.math.reduce_sum(flow.math.tanh(flow.matmul(
+        x, flow.get_variable("w", (6, 5), initializer=_init((6, 5))))), axis=1), (8, 6)),
+    "w@x": (lambda x: flow.math.reduce_sum(flow.math.square(flow.matmul(
+        flow.get_variable("w", (5, 8), initializer=_init((5, 8))), x)), axis=0), (8, 6)),
+    "wT@x alpha": (lambda x: flow.math.reduce_sum(flow.math.square(flow.matmul(
+        flow.get_variable("w", (8, 5), initializer=_init((8, 5))), x, transpose_a=True, alpha=0.5)), axis=0),
+        (8, 6)),
+    "x@wT alpha": (lambda x: flow.math.reduce_sum(flow.math.square(flow.matmul(
+        x, flow.get_variable("w", (5, 6), initializer=_init((5, 6))), transpose_b=True, alpha=2.0)), axis=1),
+        (8, 6)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", FOLD_CASES)
+def test_plain_sgd_folds_into_the_gradient_product_and_trains_the_same(case, dtype, monkeypatch):
+    body, shape = FOLD_CASES[case]
+    x = np.random.default_rng(3).normal(size=shape)
+    initial, folded, source = _train(body, x, dtype=dtype)
+    _, reference, reference_source = _train(body, x, dtype=dtype, fold=False, monkeypatch=monkeypatch)
+    assert "(SGDGemmUpdate)" in source and "(SGDGemmUpdate)" not in reference_source
+    weight = next(name for name in folded if name.endswith("w") or name.endswith("weight"))
+    assert folded[weight].dtype == dtype
+    assert not np.allclose(folded[weight], initial[weight])                          # it did train
+    for name in reference:
+        np.testing.assert_allclose(folded[name], reference[name], rtol=1e-5 if dtype == np.float32 else 1e-12,
+                                   atol=1e-6 if dtype == np.float32 else 1e-13, err_msg=name)
+
+
+def _dense_loss(x):
+    return flow.math.reduce_sum(flow.math.square(flow.layers.dense(x, 5, kernel_initializer=_init((5, 6)),
+                                                                   name="d")), axis=1)
+
+
+def test_sgd_is_not_folded_where_the_gradient_is_seen_or_transformed():
+    x = np.random.default_rng(4).normal(size=(8, 6))
+    *_, momentum = _train(_dense_loss, x, steps=1, momentum=0.9)
+    *_, clipped = _train(_dense_loss, x, steps=1,
+                        grad_clipping=flow.optimizer.grad_clipping.by_global_norm(1.0))
+    seen = []
+
+    def watched(x_):
+        loss = _dense_loss(x_)
+        flow.watch_diff(flow.get_variable("d-weight", (5, 6)), lambda g: seen.append(g.copy()))
+        return loss
+    *_, diffed = _train(watched, x, steps=1)
+    for source in (momentum, clipped, diffed):
+        assert "(SGDGemmUpdate)" not in source and "d-weight-SGDUpdate (SGDUpdate)" in source
+    assert len(seen) == 1 and seen[0].shape == (5, 6)
+    *_, checked = _train(_dense_loss, x, steps=1, anomaly=True)
+    assert "(SGDGemmUpdate)" not in checked
+
+
+def test_a_product_reading_a_variable_that_an_earlier_update_changes_is_not_folded(monkeypatch):
+    """loss = sum((w1 @ w2) ** 2): w1's gradient reads w2 and w2's reads w1. Whichever update runs first changes a
+    variable the other's product reads, so that product must run where autodiff put it, before the update."""
+    def tied(x_):
+        w1 = flow.get_variable("w1", (4, 3), initializer=_init((4, 3)))
+        w2 = flow.get_variable("w2", (3, 5), initializer=_init((3, 5)))
+        return flow.math.reduce_sum(flow.math.square(flow.matmul(w1, w2)) * flow.math.reduce_mean(x_))
+
+    x = np.ones((2, 2))
+    _, folded, source = _train(tied, x)
+    _, reference, _ = _train(tied, x, fold=False, monkeypatch=monkeypatch)
+    assert source.count("(SGDGemmUpdate)") == 1             # the first update's product still reads the old values
+    for name in reference:
+        np.testing.assert_allclose(folded[name], reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_gemm_accumulate_matches_numpy_for_every_layout():
+    from flowlab.runtime import blas
+    if not blas.available(np.float32):
+        pytest.skip("NumPy here is not linked against OpenBLAS")
+    rng = np.random.default_rng(5)
+    for dtype in (np.float32, np.float64):
+        for ta in (False, True):
+            for tb in (False, True):
+                a = rng.normal(size=(7, 9)[::-1] if ta else (7, 9)).astype(dtype)
+                b = rng.normal(size=(9, 4)[::-1] if tb else (9, 4)).astype(dtype)
+                for a_view in (a, np.asfortranarray(a), np.repeat(a, 2, axis=1)[:, ::2]):   # C, F, strided
+                    c = rng.normal(size=(7, 4)).astype(dtype)
+                    want = c + -0.3 * ((a_view.T if ta else a_view) @ (b.T if tb else b))
+                    blas.gemm_accumulate(c, a_view, b, -0.3, ta, tb)
+                    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-6)
+    assert not blas.available(np.float16)

@@ -6,6 +6,7 @@ list and what earlier passes found) that returns a short note of what it did, or
 from __future__ import annotations
 
 from .buffers import plan_buffers as assign_buffers
+from .fold_update import fold_sgd_into_gemm as fold_updates
 from .fuse import cupy_kernel_factory
 from .fuse import fuse_elementwise as fuse_chains
 from .prune import prune as prune_nodes
@@ -16,13 +17,15 @@ class Lowering:
 
     ``roots`` are the tensors the plan hands out (outputs, then delivered watches); ``snapshots`` the ids of
     outputs read right after they are made, because an update later changes them in place; ``buffer_of``,
-    ``buffer_specs`` and ``last_use`` come from ``plan_buffers``; ``log`` is ``[(pass name, note)]``.
+    ``buffer_specs`` and ``last_use`` come from ``plan_buffers``; ``log`` is ``[(pass name, note)]``;
+    ``replicated``: the plan is one of several data-parallel replicas (its gradients are all-reduced).
     """
 
-    def __init__(self, graph, output_tensors, deliveries, backend, check_anomaly):
+    def __init__(self, graph, output_tensors, deliveries, backend, check_anomaly, replicated=False):
         self.graph = graph
         self.backend = backend
         self.check_anomaly = check_anomaly
+        self.replicated = replicated
         self.output_tensors = list(output_tensors)
         self.roots = self.output_tensors + [d.tensor for d in deliveries]
         self.nodes = list(graph.nodes)
@@ -78,6 +81,17 @@ def fuse_elementwise(lowering):
     return f"{before - len(lowering.nodes)} nodes fused away"
 
 
+def fold_sgd_into_gemm(lowering):
+    """(NumPy) a plain SGD update whose gradient is a matrix product read by nothing else runs as one BLAS product
+    accumulating into the variable (``compiler.fold_update``). Not under anomaly detection (the gradient's own check
+    names its op) nor on replicas (gradients are all-reduced before the update)."""
+    if lowering.backend.is_gpu or lowering.check_anomaly or lowering.replicated:
+        return "skipped: " + ("CuPy" if lowering.backend.is_gpu else
+                              "anomaly detection" if lowering.check_anomaly else "replicas")
+    lowering.nodes, folded = fold_updates(lowering.nodes, {t.id for t in lowering.roots})
+    return f"{folded} updates folded into their gradient products" if folded else None
+
+
 def snapshot_returned_variables(lowering):
     """A returned tensor that shares memory with a variable an update later changes in place (the variable itself,
     or a view of it) is copied right after it is made: the job returns the value its forward pass read, as OneFlow
@@ -103,7 +117,8 @@ def plan_buffers(lowering):
     return f"{len(lowering.buffer_specs)} buffers for {len(lowering.buffer_of)} tensors"
 
 
-PASSES = (prune, order_variables, observers_early, fuse_elementwise, snapshot_returned_variables, plan_buffers)
+PASSES = (prune, order_variables, observers_early, fuse_elementwise, fold_sgd_into_gemm, snapshot_returned_variables,
+          plan_buffers)
 
 
 def run(lowering):

@@ -49,7 +49,8 @@ class Plan:
         self.backend = backend
         self.output_tensors = list(output_tensors)
         self.deliveries = [Delivery(*d) for d in deliveries]
-        lowering = passes.run(passes.Lowering(graph, self.output_tensors, self.deliveries, backend, check_anomaly))
+        lowering = passes.run(passes.Lowering(graph, self.output_tensors, self.deliveries, backend, check_anomaly,
+                                                   replicated=replica is not None))
         self.passes = lowering.log
         self.nodes = lowering.nodes
         self.snapshots = lowering.snapshots

@@ -21,7 +21,7 @@ from ..initializers import constant_initializer, zeros_initializer
 from ..ops import Op, apply, spec
 from ..ops.array import constant
 from ..ops.variables import get_variable
-from ..runtime import session
+from ..runtime import blas, session
 from .schedulers import as_scheduler
 
 
@@ -80,6 +80,24 @@ class SGDUpdate(_Update):
             w += m
         else:
             w -= _scaled(grad, scale, writable)
+
+
+class SGDGemmUpdate(_Update):
+    """Plain SGD on a variable whose gradient is one matrix product read by nothing else: ``w -= lr * grad_scale *
+    alpha * op(a) @ op(b)`` as one BLAS call that accumulates into ``w`` (``runtime.blas``), instead of writing,
+    scaling and re-reading the gradient. Made by the compiler's ``fold_sgd_into_gemm`` pass from a ``MatMul`` and
+    its ``SGDUpdate``, never traced."""
+    prefix, api = "SGDUpdate_", "SGD.minimize"
+    donates = ()
+
+    @staticmethod
+    def gemm_macs(node):
+        w, a = node.inputs[:2]
+        return w.size * a.shape[0 if node.attrs["transpose_a"] else 1]
+
+    @staticmethod
+    def forward(xp, w, a, b, transpose_a, transpose_b, alpha, grad_scale, schedule, lr):
+        blas.gemm_accumulate(w, a, b, -(alpha * grad_scale * lr), transpose_a, transpose_b)
 
 
 def _moments(g, m, v, beta1, beta2):

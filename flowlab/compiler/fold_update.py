@@ -1,0 +1,65 @@
+"""Fold a plain SGD update into the matrix product that makes its gradient (NumPy only).
+
+A dense layer's kernel gradient is ``dyᵀ @ x``; plain SGD then scales it and subtracts it from the kernel, two more
+passes over a kernel-sized tensor. When that gradient is read by the update alone (not watched, returned, clipped or
+all-reduced), one BLAS call ``w += -lr * dyᵀ @ x`` does all three (``optim.SGDGemmUpdate``, ``runtime.blas``).
+"""
+from __future__ import annotations
+
+from ..graph import Node
+from ..ops.math import MatMul
+from ..optim.optimizers import SGDGemmUpdate, SGDUpdate
+from ..runtime import blas
+
+
+def _base_ids(nodes):
+    """tensor id -> id of the tensor whose memory it shares (views)."""
+    base = {}
+    for node in nodes:
+        if node.op.is_view and node.inputs:
+            for t in node.outputs:
+                base[t.id] = base.get(node.inputs[0].id, node.inputs[0].id)
+    return base
+
+
+def _foldable(update, product, nodes, position_of, readers, protected_ids, base):
+    grad = update.inputs[1]
+    if update.op is not SGDUpdate or update.attrs["momentum"] or update.attrs["clipped"]:
+        return False
+    if product is None or product.op is not MatMul or grad.id in protected_ids or len(readers[grad.id]) != 1:
+        return False
+    w, (a, b) = update.inputs[0], product.inputs
+    if w.ndim != 2 or a.ndim != 2 or not blas.available(w.dtype):
+        return False
+    operands = {base.get(a.id, a.id), base.get(b.id, b.id)}
+    if base.get(w.id, w.id) in operands:
+        return False
+    # the product moves down to the update: no update in between may change what it reads
+    return not any(n.op.updates_variable and base.get(n.inputs[0].id, n.inputs[0].id) in operands
+                   for n in nodes[position_of[id(product)] + 1:position_of[id(update)]])
+
+
+def fold_sgd_into_gemm(nodes, protected_ids):
+    """The node list with each foldable ``MatMul`` + ``SGDUpdate`` pair replaced by one ``SGDGemmUpdate`` where the
+    update was; returns ``(nodes, number folded)``."""
+    producer = {t.id: n for n in nodes for t in n.outputs}
+    readers = {}
+    for node in nodes:
+        for t in node.inputs:
+            readers.setdefault(t.id, []).append(node)
+    base = _base_ids(nodes)
+    position_of = {id(n): i for i, n in enumerate(nodes)}
+    replaced, dropped = {}, set()
+    for node in nodes:
+        if not node.op.updates_variable:
+            continue
+        product = producer.get(node.inputs[1].id)
+        if not _foldable(node, product, nodes, position_of, readers, protected_ids, base):
+            continue
+        attrs = {k: product.attrs[k] for k in ("transpose_a", "transpose_b", "alpha")}
+        attrs.update(grad_scale=node.attrs["grad_scale"], schedule=node.attrs["schedule"])
+        fused = Node(SGDGemmUpdate, f"{product.name}+{node.name}", (node.inputs[0],) + product.inputs, attrs,
+                     node.source, node.device_tag, node.frames)
+        replaced[id(node)] = fused
+        dropped.add(id(product))
+    return [replaced.get(id(n), n) for n in nodes if id(n) not in dropped], len(replaced)
