@@ -86,12 +86,19 @@ def _signature(fn):
 class _Compiled:
     """One traced and compiled signature of a job, with its watch deliveries (``flowlab.delivery``)."""
 
-    def __init__(self, graph, plan, rebuild, deliveries):
+    def __init__(self, graph, plan, rebuild, deliveries, quiet_plan=None):
         self.graph = graph
         self.plan = plan
         self.rebuild = rebuild
         self.deliveries = deliveries
+        self.quiet_plan = quiet_plan    # the plan without watch deliveries, for calls on which none is due
         self.variables_ready = False    # once its variables have values they keep them: check on the first call only
+
+    def plan_for(self, step):
+        """The plan call ``step`` runs: the quiet plan when there is one and no delivery is due."""
+        if self.quiet_plan is None or self.plan.due(step):
+            return self.plan
+        return self.quiet_plan
 
 
 class _DeviceCompiled(_Compiled):
@@ -233,7 +240,15 @@ class JobFunction:
         plan = compile_graph(graph, graph.outputs, backend.current(), sess.variables, deliveries.plan_deliveries,
                              rng_seed=[sess.seed, len(sess.jobs), sum(map(ord, self.name))],
                              check_anomaly=self.config.anomaly_detection)
-        return _Compiled(graph, plan, rebuild, deliveries)
+        quiet = None
+        if deliveries.plan_deliveries and not plan.always_due:
+            # watches that skip calls (every > 1) may keep the passes from work they would do without them (a
+            # watched gradient is not folded into its update): such calls run the plan compiled without them
+            quiet = compile_graph(graph, graph.outputs, plan.backend, sess.variables, (), rng=plan.rng,
+                                  check_anomaly=self.config.anomaly_detection)
+            if [n.name for n in quiet.nodes] == [n.name for n in plan.nodes]:
+                quiet = None            # the same work: one plan (and one set of buffers) is enough
+        return _Compiled(graph, plan, rebuild, deliveries, quiet)
 
     def _compile_on_devices(self, device_shapes, undo):
         """One replica plan a device; devices with the same feed shapes share one traced graph."""
@@ -331,7 +346,7 @@ class JobFunction:
             be = compiled.plan.backend
             feeds = [be.asarray(a) for a in arrays] if be.is_gpu else arrays
             try:
-                outputs = compiled.plan(feeds, self.step, compiled.deliveries.emit)
+                outputs = compiled.plan_for(self.step)(feeds, self.step, compiled.deliveries.emit)
             finally:
                 # what was delivered before a failure (an anomaly) is still shown
                 previous = compiled.deliveries.hand_over()

@@ -407,3 +407,67 @@ def test_gemm_accumulate_matches_numpy_for_every_layout():
                     blas.gemm_accumulate(c, a_view, b, -0.3, ta, tb)
                     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-6)
     assert not blas.available(np.float16)
+
+
+# ----------------------------------------------------------- calls on which no watch is due run the plan without them
+
+def test_calls_no_watch_is_due_on_run_the_plan_compiled_without_watches():
+    """watch_diff(every=3) on a kernel keeps its gradient visible, so the delivering plan cannot fold that update;
+    the other calls run the plan compiled without the watch, which does. Training is the same either way."""
+    from flowlab.runtime import session
+    x = np.random.default_rng(6).normal(size=(8, 6)).astype(np.float32)
+    seen = []
+
+    def build(watched):
+        flow.clear_default_session()
+
+        @flow.global_function(type="train")
+        def job(x_: tp.Numpy.Placeholder((8, 6))) -> tp.Numpy:
+            loss = _dense_loss(x_)
+            if watched:
+                flow.watch_diff(flow.get_variable("d-weight", (5, 6)), lambda g: seen.append(g.copy()), every=3)
+            flow.optimizer.SGD(0.05, momentum=0).minimize(loss)
+            return loss
+        return job
+
+    job = build(True)
+    compiled = job.compiled()
+    assert compiled.quiet_plan is not None
+    assert [compiled.plan_for(step) is compiled.plan for step in range(4)] == [True, False, False, True]
+    assert "(SGDGemmUpdate)" not in compiled.plan.source and "(SGDGemmUpdate)" in compiled.quiet_plan.source
+    assert "emit(" not in compiled.quiet_plan.source
+    for _ in range(7):
+        job(x)
+    flow.sync_default_session()
+    watched = session.default().variables["d-weight"].value.copy()
+    assert len(seen) == 3                                           # calls 0, 3, 6
+
+    job = build(False)
+    for _ in range(7):
+        job(x)
+    np.testing.assert_allclose(watched, session.default().variables["d-weight"].value, rtol=1e-5, atol=1e-6)
+
+
+def test_a_watch_due_every_call_keeps_one_plan_and_the_two_plans_share_one_random_stream():
+    def make(every):
+        flow.clear_default_session()
+
+        @flow.global_function(type="train")
+        def job(x_: tp.Numpy.Placeholder((8, 6))) -> tp.Numpy:
+            h = flow.nn.dropout(flow.layers.dense(x_, 5, kernel_initializer=_init((5, 6)), name="d"), rate=0.5)
+            if every:
+                flow.watch_diff(flow.get_variable("d-weight", (5, 6)), lambda g: None, every=every)
+            flow.optimizer.SGD(0.05, momentum=0).minimize(flow.math.reduce_sum(h, axis=1))
+            return h
+        return job
+
+    x = np.ones((8, 6), np.float32)
+    assert make(1).compiled().quiet_plan is None
+    alternating = make(2)
+    assert alternating.compiled().quiet_plan is not None
+    masks = [alternating(x) != 0 for _ in range(4)]
+    plain = make(0)
+    assert plain.compiled().quiet_plan is None
+    # the same dropout masks call by call: had each plan its own generator, calls 0 and 1 would draw the same
+    np.testing.assert_array_equal(masks, [plain(x) != 0 for _ in range(4)])
+    assert not np.array_equal(masks[0], masks[1])

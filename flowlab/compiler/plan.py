@@ -37,6 +37,9 @@ class Plan:
     copy)``. Copies are taken before optimizer updates change variables in place. A plan with no deliveries contains no delivery code at all.
     ``check_anomaly`` adds a NaN/Inf check after every op (``config.detect_anomaly(True)``).
 
+    ``rng_seed`` seeds the plan's random generator; ``rng`` instead shares another plan's (a job's two plans, see
+    ``due``, draw from one stream).
+
     ``replica`` makes the plan one of several data-parallel copies (``runtime.devices.Replica``: its ``index`` and
     a ``reducer`` shared by all, whose ``all_reduce(index, gradients)`` and ``release(index)`` the plan calls where
     ``compiler.replicate`` says); replicas other than 0 skip the updates. Without it the plan is exactly the
@@ -44,7 +47,7 @@ class Plan:
     """
 
     def __init__(self, graph, output_tensors, backend, variables, deliveries=(), rng_seed=0, check_anomaly=False,
-                 replica=None):
+                 replica=None, rng=None):
         self.graph = graph
         self.backend = backend
         self.output_tensors = list(output_tensors)
@@ -58,7 +61,9 @@ class Plan:
         self.buffer_of, buffer_specs, self._last_use = lowering.buffer_of, lowering.buffer_specs, lowering.last_use
         xp = backend.xp
         self.buffers = [xp.empty(shape, dtype) for shape, dtype in buffer_specs]
-        self.rng = backend.random_generator(rng_seed)
+        self.rng = rng if rng is not None else backend.random_generator(rng_seed)
+        self._schedule = [(d.every, d.when) for d in self.deliveries]
+        self.always_due = any(every == 1 and when is None for every, when in self._schedule)
         self.check_anomaly = check_anomaly
         self.largest_gemm = max((n.op.gemm_macs(n) for n in self.nodes if n.op.gemm_macs is not None), default=0)
         # small products run faster on one BLAS thread, above all beside a busy core (see runtime/backend.py)
@@ -166,6 +171,11 @@ class Plan:
                 return self._run(feeds, step, emit)
         return self._run(feeds, step, emit)
 
+    def due(self, step) -> bool:
+        """Whether some delivery may happen on call ``step``. A job whose watches all skip calls (``every > 1``,
+        demand) runs a plan compiled without them on the other calls (``job._Compiled.plan_for``)."""
+        return any(step % every == 0 and (when is None or when()) for every, when in self._schedule)
+
     def describe_passes(self) -> str:
         """Which passes ran on this plan and what each did, as comment lines."""
         return "\n".join(f"# {name}: {note or 'nothing to do'}" for name, note in self.passes)
@@ -214,8 +224,8 @@ def anomaly_report(graph, node, tensor_id, value, inputs, xp):
 
 
 def compile_graph(graph, output_tensors, backend, variables, deliveries=(), rng_seed=0, check_anomaly=False,
-                  replica=None) -> Plan:
-    return Plan(graph, output_tensors, backend, variables, deliveries, rng_seed, check_anomaly, replica)
+                  replica=None, rng=None) -> Plan:
+    return Plan(graph, output_tensors, backend, variables, deliveries, rng_seed, check_anomaly, replica, rng)
 
 
 __all__ = ["Delivery", "Plan", "compile_graph"]
