@@ -391,7 +391,7 @@ def test_a_product_reading_a_variable_that_an_earlier_update_changes_is_not_fold
         np.testing.assert_allclose(folded[name], reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-def test_gemm_accumulate_matches_numpy_for_every_layout():
+def test_blas_updates_match_numpy_for_every_layout():
     from flowlab.runtime import blas
     if not blas.available(np.float32):
         pytest.skip("NumPy here is not linked against OpenBLAS")
@@ -406,6 +406,13 @@ def test_gemm_accumulate_matches_numpy_for_every_layout():
                     want = c + -0.3 * ((a_view.T if ta else a_view) @ (b.T if tb else b))
                     blas.gemm_accumulate(c, a_view, b, -0.3, ta, tb)
                     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-6)
+        x, y = rng.normal(size=5000).astype(dtype), rng.normal(size=5000).astype(dtype)
+        got = y.copy()
+        blas.axpy(got, x, -0.25)
+        np.testing.assert_allclose(got, y - 0.25 * x, rtol=1e-6)
+        got = y.copy()
+        blas.axpby(got, x, -0.25, 0.9)
+        np.testing.assert_allclose(got, 0.9 * y - 0.25 * x, rtol=1e-5, atol=1e-6)
     assert not blas.available(np.float16)
 
 

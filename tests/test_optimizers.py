@@ -142,9 +142,36 @@ CASES = {
 }
 
 
+def sgd_rule(momentum):
+    def step(name, w, g, lr, t, s):
+        if not momentum:
+            return w - lr * g
+        s["momentum"] = momentum * s.get("momentum", 0.0) - lr * g
+        return w + s["momentum"]
+    return step
+
+
+SGD_CASES = {
+    "SGD": (lambda: flow.optimizer.SGD(schedule(0.1), momentum=0), sgd_rule(0), 0.1, None),
+    "SGD-momentum": (lambda: flow.optimizer.SGD(schedule(0.1), momentum=0.8), sgd_rule(0.8), 0.1, None),
+    "SGD-momentum-clipped": (lambda: flow.optimizer.SGD(schedule(0.1), momentum=0.8, grad_clipping=clip(0.5)),
+                             sgd_rule(0.8), 0.1, 0.5),
+}
+
+
+@pytest.mark.parametrize("blas_from", [1, None], ids=["blas-pass", "numpy-passes"])
+@pytest.mark.parametrize("case", SGD_CASES)
+def test_sgd_matches_numpy_in_its_blas_pass_and_in_numpys(case, blas_from, monkeypatch):
+    """SGD's one-pass BLAS update (``runtime.blas.axpy``/``axpby``, tensors of BLAS_PASS_FROM elements or more: here
+    every tensor, or none) and NumPy's passes train alike."""
+    from flowlab.optim import optimizers
+    monkeypatch.setattr(optimizers, "BLAS_PASS_FROM", blas_from or 1 << 62)
+    test_training_matches_numpy_transcription_of_oneflow_kernel(case, SGD_CASES)
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_training_matches_numpy_transcription_of_oneflow_kernel(case):
-    make_optimizer, rule, lr, clip_norm = CASES[case]
+def test_training_matches_numpy_transcription_of_oneflow_kernel(case, cases=CASES):
+    make_optimizer, rule, lr, clip_norm = cases[case]
     train = build_job(make_optimizer)
     flow.train.CheckPoint().init()
     start, data = params(), batches(STEPS)

@@ -67,12 +67,30 @@ def _ratio_or_one(xp, numerator, denominator, w_norm, g_norm):
     return xp.where(both, numerator / xp.where(both, denominator, 1), 1)
 
 
+BLAS_PASS_FROM = 4096      # elements: below, a BLAS call through ctypes costs more than NumPy's two passes
+
+
+def _blas_pass(xp, w, grad):
+    """Whether an SGD step on ``w`` can read ``grad`` once through BLAS (``runtime.blas``): NumPy arrays, large
+    enough, contiguous, of one dtype BLAS takes."""
+    return xp is np and w.size >= BLAS_PASS_FROM and w.flags.c_contiguous and grad.flags.c_contiguous and \
+        grad.dtype == w.dtype and blas.available(w.dtype)
+
+
 class SGDUpdate(_Update):
     prefix, api = "SGDUpdate_", "SGD.minimize"
 
     @staticmethod
     def forward(xp, w, grad, *rest, momentum, clipped, grad_scale, schedule, lr, writable=False):
         scale = (rest[0] * grad_scale if clipped else grad_scale) * lr      # one pass over the gradient
+        if _blas_pass(xp, w, grad):
+            if momentum:
+                m = rest[-1]
+                blas.axpby(m, grad, -float(scale), momentum)                # m = momentum m - scale g
+                w += m
+            else:
+                blas.axpy(w, grad, -float(scale))                           # w -= scale g, one pass
+            return
         if momentum:
             m = rest[-1]
             m *= momentum
