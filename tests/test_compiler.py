@@ -478,3 +478,14 @@ def test_a_watch_due_every_call_keeps_one_plan_and_the_two_plans_share_one_rando
     # the same dropout masks call by call: had each plan its own generator, calls 0 and 1 would draw the same
     np.testing.assert_array_equal(masks, [plain(x) != 0 for _ in range(4)])
     assert not np.array_equal(masks[0], masks[1])
+
+
+def test_the_folded_update_of_a_non_contiguous_variable_takes_numpys_passes():
+    from flowlab.optim.optimizers import SGDGemmUpdate
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(size=(6, 4)).astype(np.float32), rng.normal(size=(6, 5)).astype(np.float32)
+    for w in (rng.normal(size=(4, 5)).astype(np.float32), np.asfortranarray(rng.normal(size=(4, 5)), np.float32)):
+        want = w - 0.5 * 0.1 * 2.0 * (a.T @ b)
+        SGDGemmUpdate.forward(np, w, a, b, transpose_a=True, transpose_b=False, alpha=2.0, grad_scale=0.5,
+                              schedule=None, lr=0.1)
+        np.testing.assert_allclose(w, want, rtol=1e-5, atol=1e-6)

@@ -8,13 +8,19 @@ writes it, so ``relu(x)`` where nothing else reads ``x`` runs in place.
 from __future__ import annotations
 
 
-def plan_buffers(nodes, keep_ids=frozenset(), allow_inplace=True):
-    """Return ``({tensor_id: buffer_index}, [(shape, dtype), ...], {tensor_id: index of its last reader})``."""
-    base = {}                                    # tensor id -> id of the tensor whose memory it may share
+def view_bases(nodes):
+    """``{tensor id: id of the tensor whose memory it may share}`` for the outputs of views (chains followed)."""
+    base = {}
     for node in nodes:
         if node.op.is_view and node.inputs:
             for t in node.outputs:
                 base[t.id] = base.get(node.inputs[0].id, node.inputs[0].id)
+    return base
+
+
+def plan_buffers(nodes, keep_ids=frozenset(), allow_inplace=True):
+    """Return ``({tensor_id: buffer_index}, [(shape, dtype), ...], {tensor_id: index of its last reader})``."""
+    base = view_bases(nodes)
     last_use = {}
     for step, node in enumerate(nodes):
         for t in node.inputs:

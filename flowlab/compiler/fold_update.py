@@ -10,16 +10,7 @@ from ..graph import Node
 from ..ops.math import MatMul
 from ..optim.optimizers import SGDGemmUpdate, SGDUpdate
 from ..runtime import blas
-
-
-def _base_ids(nodes):
-    """tensor id -> id of the tensor whose memory it shares (views)."""
-    base = {}
-    for node in nodes:
-        if node.op.is_view and node.inputs:
-            for t in node.outputs:
-                base[t.id] = base.get(node.inputs[0].id, node.inputs[0].id)
-    return base
+from .buffers import view_bases
 
 
 def _foldable(update, product, nodes, position_of, readers, protected_ids, base):
@@ -47,7 +38,7 @@ def fold_sgd_into_gemm(nodes, protected_ids):
     for node in nodes:
         for t in node.inputs:
             readers.setdefault(t.id, []).append(node)
-    base = _base_ids(nodes)
+    base = view_bases(nodes)
     position_of = {id(n): i for i, n in enumerate(nodes)}
     replaced, dropped = {}, set()
     for node in nodes:

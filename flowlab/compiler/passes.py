@@ -6,6 +6,7 @@ list and what earlier passes found) that returns a short note of what it did, or
 from __future__ import annotations
 
 from .buffers import plan_buffers as assign_buffers
+from .buffers import view_bases
 from .fold_update import fold_sgd_into_gemm as fold_updates
 from .fuse import cupy_kernel_factory
 from .fuse import fuse_elementwise as fuse_chains
@@ -96,11 +97,7 @@ def snapshot_returned_variables(lowering):
     """A returned tensor that shares memory with a variable an update later changes in place (the variable itself,
     or a view of it) is copied right after it is made: the job returns the value its forward pass read, as OneFlow
     does. Jobs that return no such tensor are untouched."""
-    base = {}                               # view tensor id -> the tensor whose memory it shares
-    for node in lowering.nodes:
-        if node.op.is_view and node.inputs:
-            for t in node.outputs:
-                base[t.id] = base.get(node.inputs[0].id, node.inputs[0].id)
+    base = view_bases(lowering.nodes)
     updated = {base.get(n.inputs[0].id, n.inputs[0].id) for n in lowering.nodes if n.op.updates_variable}
     if not updated:
         return None

@@ -115,7 +115,11 @@ class SGDGemmUpdate(_Update):
 
     @staticmethod
     def forward(xp, w, a, b, transpose_a, transpose_b, alpha, grad_scale, schedule, lr):
-        blas.gemm_accumulate(w, a, b, -(alpha * grad_scale * lr), transpose_a, transpose_b)
+        scale = alpha * grad_scale * lr
+        if w.flags.c_contiguous:
+            blas.gemm_accumulate(w, a, b, -scale, transpose_a, transpose_b)
+        else:                           # (variables are contiguous; a view set from outside would not be)
+            w -= scale * ((a.T if transpose_a else a) @ (b.T if transpose_b else b))
 
 
 def _moments(g, m, v, beta1, beta2):

@@ -91,12 +91,16 @@ def _agrees(routines):
     return True
 
 
-def available(dtype) -> bool:
-    """Whether these routines can run for NumPy arrays of ``dtype`` (float32, float64)."""
+def _bound():
     global _routines
     if _routines is None:
         _routines = _load()
-    return np.dtype(dtype) in _routines
+    return _routines
+
+
+def available(dtype) -> bool:
+    """Whether these routines can run for NumPy arrays of ``dtype`` (float32, float64)."""
+    return np.dtype(dtype) in _bound()
 
 
 def _operand(array, transpose):
@@ -111,7 +115,7 @@ def _operand(array, transpose):
 
 def gemm_accumulate(c, a, b, alpha, transpose_a=False, transpose_b=False):
     """``c += alpha * op(a) @ op(b)`` in place; ``op`` transposes where asked; all 2-D."""
-    _gemm(_routines[c.dtype]["gemm"], c, a, b, alpha, transpose_a, transpose_b)
+    _gemm(_bound()[c.dtype]["gemm"], c, a, b, alpha, transpose_a, transpose_b)
 
 
 def _gemm(routine, c, a, b, alpha, transpose_a, transpose_b):
@@ -125,9 +129,9 @@ def _gemm(routine, c, a, b, alpha, transpose_a, transpose_b):
 
 def axpy(y, x, alpha):
     """``y += alpha * x`` in place, one pass; ``x`` and ``y`` contiguous, of one size."""
-    _routines[y.dtype]["axpy"](y.size, alpha, x.ctypes.data, 1, y.ctypes.data, 1)
+    _bound()[y.dtype]["axpy"](y.size, alpha, x.ctypes.data, 1, y.ctypes.data, 1)
 
 
 def axpby(y, x, alpha, beta):
     """``y = alpha * x + beta * y`` in place, one pass; ``x`` and ``y`` contiguous, of one size."""
-    _routines[y.dtype]["axpby"](y.size, alpha, x.ctypes.data, 1, beta, y.ctypes.data, 1)
+    _bound()[y.dtype]["axpby"](y.size, alpha, x.ctypes.data, 1, beta, y.ctypes.data, 1)
