@@ -319,9 +319,13 @@ def _init(shape):
     return flow.random_normal_initializer(stddev=0.5, seed=sum(shape))
 
 
+def _dense_loss(x):
+    return flow.math.reduce_sum(flow.math.square(flow.layers.dense(x, 5, kernel_initializer=_init((5, 6)),
+                                                                   name="d")), axis=1)
+
+
 FOLD_CASES = {
-    "dense": (lambda x: flow.math.reduce_sum(flow.math.square(flow.layers.dense(
-        x, 5, kernel_initializer=_init((5, 6)), name="d")), axis=1), (8, 6)),
+    "dense": (_dense_loss, (8, 6)),
     "x@w": (lambda x: flow.math.reduce_sum(flow.math.tanh(flow.matmul(
         x, flow.get_variable("w", (6, 5), initializer=_init((6, 5))))), axis=1), (8, 6)),
     "w@x": (lambda x: flow.math.reduce_sum(flow.math.square(flow.matmul(
@@ -349,11 +353,6 @@ def test_plain_sgd_folds_into_the_gradient_product_and_trains_the_same(case, dty
     for name in reference:
         np.testing.assert_allclose(folded[name], reference[name], rtol=1e-5 if dtype == np.float32 else 1e-12,
                                    atol=1e-6 if dtype == np.float32 else 1e-13, err_msg=name)
-
-
-def _dense_loss(x):
-    return flow.math.reduce_sum(flow.math.square(flow.layers.dense(x, 5, kernel_initializer=_init((5, 6)),
-                                                                   name="d")), axis=1)
 
 
 def test_sgd_is_not_folded_where_the_gradient_is_seen_or_transformed():

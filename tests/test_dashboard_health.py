@@ -221,6 +221,12 @@ def click_row(page, figure, row):
     page.mouse.click(x, y)
 
 
+def divergence_of(page, layer):
+    """The divergence heatmap's cell values of ``layer``, as the page holds them."""
+    return page.evaluate(f"""() => {{ const d = {model('health-divergence')}.data;
+        return d.layer.map((l, i) => [l, d.hi[i]]).filter(([l]) => l === {layer!r}).map(([, v]) => v); }}""")
+
+
 def test_two_runs_side_by_side_in_the_page(served, chromium):
     url, log = served
     warnings = []
@@ -230,8 +236,7 @@ def test_two_runs_side_by_side_in_the_page(served, chromium):
         assert layers_of(page, "health-heatmap:A") == LAYERS and layers_of(page, "health-heatmap:B") == LAYERS
         ticks = page.evaluate(f"() => {model('health-heatmap-figure:A')}.left[0].ticker.ticks")
         assert ticks == [0.5, 1.5, 2.5]                                        # one labelled row per layer
-        divergence = page.evaluate(f"""() => {{ const d = {model('health-divergence')}.data;
-            return d.layer.map((l, i) => [l, d.hi[i]]).filter(([l]) => l === "hidden_0").map(([, v]) => v); }}""")
+        divergence = divergence_of(page, "hidden_0")
         assert len(divergence) > 0 and min(divergence) >= 0.9
         alerts = page.evaluate(f"() => {{ const d = {model('health-alerts:B')}.data; "
                                f"return d.kind.map((k, i) => [k, d.layer[i]]); }}")
@@ -242,8 +247,7 @@ def test_two_runs_side_by_side_in_the_page(served, chromium):
         page.evaluate(f"() => {{ {model('health-statistic')}.value = 'act_zero_fraction'; }}")
         page.wait_for_function(f"() => {model('health-divergence-figure')}.title.text.includes('act_zero_fraction')",
                                polling=100, timeout=20000)
-        zeros = page.evaluate(f"""() => {{ const d = {model('health-divergence')}.data;
-            return d.layer.map((l, i) => [l, d.hi[i]]).filter(([l]) => l === "hidden_0").map(([, v]) => v); }}""")
+        zeros = divergence_of(page, "hidden_0")
         assert min(zeros) >= 0.45
         assert "stat=act_zero_fraction" in page.url
         assert warnings == [] and errors == [], (warnings + errors)[:5]
