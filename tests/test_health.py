@@ -159,6 +159,41 @@ def test_conv_layers_count_channels_as_units_and_a_dead_conv_layer_is_named():
         assert activation_vector(np, x.transpose(0, 2, 3, 1), -1, nonnegative)[4] == pytest.approx(1 / 3)   # NHWC
 
 
+def _reference_activation(x, unit_axis):
+    """activation_vector's numbers as their definitions say, in float64."""
+    x = x.astype(np.float64)
+    axes = tuple(a for a in range(x.ndim) if a != unit_axis % x.ndim)
+    return [np.abs(x).mean(), x.std(), (x == 0).mean(), np.abs(x).max(), (x == 0).all(axis=axes).mean(), 0, 0]
+
+
+@pytest.mark.parametrize("layout", ["dense", "nchw", "nhwc", "nhwc-view", "vector"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("relu", [True, False])
+def test_activation_statistics_against_their_definitions(layout, dtype, relu):
+    """Every layout the host path takes (per-unit sums through products with ones where the layout has them, else
+    per-unit maxima) against the definitions; units 1 and 3 are zero for the whole batch."""
+    rng = np.random.default_rng(7)
+    shape, unit_axis = {"dense": ((16, 6), 1), "nchw": ((4, 6, 3, 5), 1), "nhwc": ((4, 3, 5, 6), -1),
+                        "nhwc-view": ((4, 3, 5, 6), -1), "vector": ((6,), 0)}[layout]
+    x = rng.normal(size=shape).astype(dtype)
+    if relu:
+        x = np.maximum(x, 0)
+    units = np.moveaxis(x, unit_axis, 0)
+    units[[1, 3]] = 0
+    if layout == "nhwc-view":            # the same numbers through a strided view: no product, maxima
+        x = np.ascontiguousarray(np.moveaxis(x, -1, 1)).transpose(0, 2, 3, 1)
+    got = activation_vector(np, x, unit_axis, relu)
+    assert got.tolist() == pytest.approx(_reference_activation(x, unit_axis), rel=1e-5, abs=1e-7)
+    if layout != "vector":
+        from flowlab.ops.stats import host_unit_sums
+        sums = host_unit_sums(np.abs(x), unit_axis)
+        axes = tuple(a for a in range(x.ndim) if a != unit_axis % x.ndim)
+        if layout == "nhwc-view":
+            assert sums is None
+        else:
+            assert sums == pytest.approx(np.abs(x).astype(np.float64).sum(axis=axes), rel=1e-5)
+
+
 def test_report_loss_is_the_mean_loss_of_the_call():
     reports = []
     job = mlp(reports)
