@@ -120,16 +120,25 @@ def page_css(scheme=None):
             + "html,body{background-color:var(--flowlab-paper,#ffffff);color:var(--flowlab-ink,#000000)}")
 
 
+# BokehJS paints a colour bar's labels and title through an axis of its own that is not in the page, so no CSS
+# variable reaches them: the theme colours them, light in the dark scheme and, where the browser decides, a grey
+# that reads on both backgrounds (~4:1 against white and against the dark plot).
+COLOR_BAR_INK = {"dark": DARK["--bk-major-label-text-color"], None: "#808080"}
+
+
 def scheme_theme(scheme=None):
     """The document ``Theme`` for ``scheme``: stylesheets that set the colours of each Bokeh widget (and tab bar)
-    and legend, and make a ``Div``'s own text colour readable; nothing for "light"."""
+    and legend, make a ``Div``'s own text colour readable, and colour bars' ink (``COLOR_BAR_INK``); nothing for
+    "light"."""
     if scheme == "light":
         return Theme(json={})
     widgets = _in_scheme(scheme, _rule(":host", DARK_WIDGETS) + _DARK_WIDGET_RULES)
     text = _in_scheme(scheme, _rule(":host", _DARK_TEXT))
     legend = _in_scheme(scheme, _DARK_LEGEND)
+    ink = COLOR_BAR_INK[scheme]
     return Theme(json={"attrs": {"Widget": {"stylesheets": [widgets]}, "Tabs": {"stylesheets": [widgets]},
-                                 "Markup": {"stylesheets": [text]}, "Legend": {"stylesheets": [legend]}}})
+                                 "Markup": {"stylesheets": [text]}, "Legend": {"stylesheets": [legend]},
+                                 "ColorBar": {"major_label_text_color": ink, "title_text_color": ink}}})
 
 
 _THEMES = {scheme: scheme_theme(scheme) for scheme in (None, *SCHEMES)}

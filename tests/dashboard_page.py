@@ -71,3 +71,13 @@ def drawn_is(runs):
 def as_js(value):
     """A JavaScript string literal of ``JSON.stringify(value)``."""
     return json.dumps(json.dumps(value, separators=(",", ":")))
+
+
+def luminance(css):
+    """Relative luminance (0 black … 1 white) of a CSS colour: ``#rrggbb`` or ``rgb(a)(r, g, b[, a])``."""
+    if css.startswith("#"):
+        rgb = [int(css[i:i + 2], 16) for i in (1, 3, 5)]
+    else:
+        rgb = [float(v) for v in re.findall(r"[\d.]+", css)[:3]]
+    linear = [(c / 255) / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dashboard_page import flowlab_serve, open_dashboard
+from dashboard_page import flowlab_serve, luminance, open_dashboard
 from jupyter_page import CHROMIUM
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Debian's chromium at {CHROMIUM}")
@@ -44,16 +44,6 @@ LOOK_JS = """() => {
     plot: [box.left, box.top], frame: [frame.x0, frame.y0, frame.x1, frame.y1],
   };
 }"""
-
-
-def luminance(css):
-    """Relative luminance (0 black … 1 white) of a CSS colour: ``#rrggbb`` or ``rgb(a)(r, g, b[, a])``."""
-    if css.startswith("#"):
-        rgb = [int(css[i:i + 2], 16) for i in (1, 3, 5)]
-    else:
-        rgb = [float(v) for v in re.findall(r"[\d.]+", css)[:3]]
-    linear = [(c / 255) / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
-    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
 
 
 def canvas_pixels(page, look):

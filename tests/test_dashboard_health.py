@@ -243,6 +243,13 @@ def test_two_runs_side_by_side_in_the_page(served, chromium):
         assert ["dead_relu", "hidden_0"] in alerts
         counts = page.evaluate(f"() => {model('health-alert-counts:B')}.text")
         assert "dead_relu ×" in counts
+        # every alert group is in view without scrolling the table, and a three-layer heatmap leaves its colour
+        # bar the height of several labels
+        page.wait_for_function(f"""() => {{ const v = Bokeh.index.find_one({model('health-alert-table:B')});
+            const port = v && v.el.shadowRoot.querySelector('.slick-viewport');
+            return port && port.clientHeight > 0 && port.scrollHeight <= port.clientHeight + 1; }}""",
+                               polling=100, timeout=20000)
+        assert page.evaluate(f"() => Bokeh.index.find_one({model('health-heatmap-figure:A')}).frame.bbox.height") >= 90
         # the statistic chosen in the page: act_zero_fraction's divergence is high for the dead layer too
         page.evaluate(f"() => {{ {model('health-statistic')}.value = 'act_zero_fraction'; }}")
         page.wait_for_function(f"() => {model('health-divergence-figure')}.title.text.includes('act_zero_fraction')",
@@ -287,6 +294,13 @@ def test_tapping_a_layer_draws_both_trends_and_histograms(served, chromium, sche
                 "health-hist-figure:gradient"} <= set(shown)
         assert page.evaluate(f"() => {model('health-step')}.value") == 30   # the newest step both logged
         assert "layer=hidden_1" in page.url
+        # the colour bars' labels, painted by an axis no CSS reaches, are light on the dark plot and dark enough
+        # on the white one (the light page here is the browser's choice: the grey that reads on both)
+        from dashboard_page import luminance
+        inks = page.evaluate("""() => [...Bokeh.index.all_views()].filter((v) => v.model.constructor.__name__ ===
+            "ColorBar" && v.model.visible).map((v) => v._axis_view.visuals.major_label_text.get_text_color())""")
+        assert len(inks) >= 3 and all((luminance(c) > 0.45) if scheme == "dark" else (luminance(c) < 0.25)
+                                      for c in inks), inks
         page.mouse.move(5, 1000)                                              # (no hover in the picture)
         page.wait_for_function(IDLE_JS, polling=100, timeout=30000)
         page.wait_for_timeout(500)

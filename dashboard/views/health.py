@@ -49,7 +49,13 @@ HOW_TO = ("No health reports in the shown runs: call flow.watch_health(writer=Su
           "function to log them.")
 ALERT_COLUMNS = (("steps", 90), ("count", 55), ("kind", 120), ("layer", 100), ("message", 760))
 ROW_HEIGHT = 46                 # px: three lines of a wrapped message
-TABLE_HEIGHT = 3 * ROW_HEIGHT + 30
+TABLE_ROWS = 6                  # alert groups shown before the table scrolls (a group is one kind on one layer)
+
+
+def table_height(rows):
+    """The alert table's height for ``rows`` groups: all of them up to ``TABLE_ROWS``, plus the header."""
+    return max(1, min(rows, TABLE_ROWS)) * ROW_HEIGHT + 30
+
 # an alert's message wraps in its cell; ``<%- %>`` escapes what came from the log
 WRAPPED = '<div style="white-space:normal;line-height:1.25;font-size:11px"><%- value %></div>'
 
@@ -74,7 +80,7 @@ class _Side:
         self.alert_source = ColumnDataSource(alert_groups([]), name=f"health-alerts:{name}")
         columns = [TableColumn(field=f, title=f, width=w, formatter=HTMLTemplateFormatter(template=WRAPPED)
                                if f == "message" else StringFormatter()) for f, w in ALERT_COLUMNS]
-        self.table = DataTable(source=self.alert_source, columns=columns, index_position=None, height=TABLE_HEIGHT,
+        self.table = DataTable(source=self.alert_source, columns=columns, index_position=None, height=table_height(1),
                                row_height=ROW_HEIGHT,
                                width=sum(w for _, w in ALERT_COLUMNS) + 20, autosize_mode="none", reorderable=False,
                                visible=False, name=f"health-alert-table:{name}")
@@ -339,7 +345,11 @@ class HealthView(View):
         for step, value in zip(d.steps, d.values):
             rows = np.asarray(value, dtype=object).reshape(-1, 3) if np.size(value) % 3 == 0 else np.zeros((0, 3))
             side.alerts += [(str(kind), str(layer), int(step), str(message)) for kind, layer, message in rows]
-        side.alert_source.data = alert_groups(side.alerts)
+        groups = alert_groups(side.alerts)
+        side.alert_source.data = groups
+        height = table_height(len(groups["kind"]))
+        if side.table.height != height:
+            side.table.height = height
         counts: dict[str, int] = {}
         for kind, *_ in side.alerts:
             counts[kind] = counts.get(kind, 0) + 1

@@ -40,6 +40,7 @@ NONFINITE = frozenset({"act_nan", "act_inf", "weight_nan", "weight_inf", "grad_n
 NO_VALUE = "#d9d9d9"
 ZERO = "#e377c2"                # a zero on a log scale (below every colour of the palette)
 ROW_HEIGHT = 18                 # pixels a layer's row takes in a heatmap
+MIN_ROWS_HEIGHT = 96            # pixels the rows take at least: room for a readable colour bar beside few layers
 HEATMAP_COLUMNS = ("left", "right", "bottom", "top", "value", "lo", "mean", "hi", "layer", "first", "last",
                    "nonfinite", "outline", "linear_value")
 # ``value`` is what the log colour mapper reads and is never <= 0 (NaN instead); the linear mapper reads
@@ -118,7 +119,7 @@ class HealthHeatmap:
         self.source = ColumnDataSource({c: [] for c in HEATMAP_COLUMNS})
         sizing = {"sizing_mode": "stretch_width", "min_width": 300} if width is None else {"width": width}
         n = len(self.layers)
-        fig = _figure(title, height=ROW_HEIGHT * n + 70, x_axis_label="step", **sizing)
+        fig = _figure(title, height=max(ROW_HEIGHT * n, MIN_ROWS_HEIGHT) + 70, x_axis_label="step", **sizing)
         # room for the longest layer name at 8pt (~6 px a character), within reason
         fig.min_border_left = min(220, max(50, 6 * max(map(len, self.layers), default=0) + 14))
         fig.y_range = Range1d(n, 0)                      # the first layer on top
