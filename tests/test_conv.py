@@ -238,6 +238,21 @@ def test_max_pool_gradient_goes_to_the_first_maximum_on_ties():
     np.testing.assert_array_equal(f(x)[0, 0], expected)
 
 
+def test_max_pool_of_a_nan_window_is_nan_and_passes_no_gradient():
+    @flow.global_function()
+    def f(x: tp.Numpy.Placeholder((1, 1, 4, 4), dtype=flow.float64)) -> tp.Numpy:
+        y = flow.nn.max_pool2d(x, 2, 2, "VALID")
+        return y, gradients([y], [x], [flow.constant(np.arange(1.0, 5.0).reshape(1, 1, 2, 2))])[0]
+
+    x = np.arange(16.0).reshape(1, 1, 4, 4)
+    x[0, 0, 0, 1] = np.nan
+    y, dx = f(x)
+    assert np.isnan(y[0, 0, 0, 0]) and y[0, 0].ravel()[1:].tolist() == [7.0, 13.0, 15.0]
+    expected = np.zeros((4, 4))
+    expected[1, 3], expected[3, 1], expected[3, 3] = 2, 3, 4
+    np.testing.assert_array_equal(dx[0, 0], expected)
+
+
 def test_layers_conv2d_input_gradient():
     def layer(x):
         return flow.layers.conv2d(x, 4, (3, 2), strides=(1, 2), padding="SAME", dilation_rate=(2, 1), groups=2,
