@@ -245,7 +245,7 @@ class JobFunction:
             # watches that skip calls (every > 1) may keep the passes from work they would do without them (a
             # watched gradient is not folded into its update): such calls run the plan compiled without them
             quiet = compile_graph(graph, graph.outputs, plan.backend, sess.variables, (), rng=plan.rng,
-                                  check_anomaly=self.config.anomaly_detection)
+                                  check_anomaly=self.config.anomaly_detection, buffers_from=plan)
             if [n.name for n in quiet.nodes] == [n.name for n in plan.nodes]:
                 quiet = None            # the same work: one plan (and one set of buffers) is enough
         return _Compiled(graph, plan, rebuild, deliveries, quiet)

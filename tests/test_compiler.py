@@ -442,6 +442,10 @@ def test_calls_no_watch_is_due_on_run_the_plan_compiled_without_watches():
     assert [compiled.plan_for(step) is compiled.plan for step in range(4)] == [True, False, False, True]
     assert "(SGDGemmUpdate)" not in compiled.plan.source and "(SGDGemmUpdate)" in compiled.quiet_plan.source
     assert "emit(" not in compiled.quiet_plan.source
+    # one set of scratch memory: every buffer of the quiet plan is one of the delivering plan's of its shape
+    shared = {id(b) for b in compiled.plan.buffers}
+    assert compiled.quiet_plan.buffers and all(id(b) in shared for b in compiled.quiet_plan.buffers)
+    assert len({id(b) for b in compiled.quiet_plan.buffers}) == len(compiled.quiet_plan.buffers)
     for _ in range(7):
         job(x)
     flow.sync_default_session()

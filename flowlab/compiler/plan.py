@@ -7,6 +7,8 @@ import itertools
 import linecache
 from typing import Any, Callable, NamedTuple
 
+import numpy as np
+
 from ..errors import AnomalyError
 from ..ops.stats import stats_vector
 from . import passes
@@ -38,7 +40,10 @@ class Plan:
     ``check_anomaly`` adds a NaN/Inf check after every op (``config.detect_anomaly(True)``).
 
     ``rng_seed`` seeds the plan's random generator; ``rng`` instead shares another plan's (a job's two plans, see
-    ``due``, draw from one stream).
+    ``due``, draw from one stream). ``buffers_from``: another plan that never runs at the same time as this one,
+    whose scratch buffers this one reuses where shape and dtype match (a buffer holds nothing from one call to the
+    next: outputs and deliveries are copied or consumed before the call returns), so a job's two plans take one set
+    of memory, and caches stay warm when calls alternate between them.
 
     ``replica`` makes the plan one of several data-parallel copies (``runtime.devices.Replica``: its ``index`` and
     a ``reducer`` shared by all, whose ``all_reduce(index, gradients)`` and ``release(index)`` the plan calls where
@@ -47,7 +52,7 @@ class Plan:
     """
 
     def __init__(self, graph, output_tensors, backend, variables, deliveries=(), rng_seed=0, check_anomaly=False,
-                 replica=None, rng=None):
+                 replica=None, rng=None, buffers_from=None):
         self.graph = graph
         self.backend = backend
         self.output_tensors = list(output_tensors)
@@ -60,7 +65,7 @@ class Plan:
         self.replica = replica
         self.buffer_of, buffer_specs, self._last_use = lowering.buffer_of, lowering.buffer_specs, lowering.last_use
         xp = backend.xp
-        self.buffers = [xp.empty(shape, dtype) for shape, dtype in buffer_specs]
+        self.buffers = _scratch(xp, buffer_specs, buffers_from)
         self.rng = rng if rng is not None else backend.random_generator(rng_seed)
         self._schedule = [(d.every, d.when) for d in self.deliveries]
         self.always_due = any(every == 1 and when is None for every, when in self._schedule)
@@ -184,6 +189,18 @@ class Plan:
         return f"{self.describe_passes()}\n{self.source}"
 
 
+def _scratch(xp, specs, donor):
+    """One array per buffer spec: ``donor``'s buffers where shape and dtype match (each used once), new ones else."""
+    spare = {}
+    for buffer in (donor.buffers if donor is not None else ()):
+        spare.setdefault((tuple(buffer.shape), np.dtype(buffer.dtype)), []).append(buffer)
+    scratch = []
+    for shape, dtype in specs:
+        reusable = spare.get((tuple(shape), np.dtype(dtype)))
+        scratch.append(reusable.pop() if reusable else xp.empty(shape, dtype))
+    return scratch
+
+
 def _replica_lines(points, position, replica):
     """The all-reduce (and, on replica 0, the release) a replica runs before node ``position``."""
     lines = []
@@ -224,8 +241,9 @@ def anomaly_report(graph, node, tensor_id, value, inputs, xp):
 
 
 def compile_graph(graph, output_tensors, backend, variables, deliveries=(), rng_seed=0, check_anomaly=False,
-                  replica=None, rng=None) -> Plan:
-    return Plan(graph, output_tensors, backend, variables, deliveries, rng_seed, check_anomaly, replica, rng)
+                  replica=None, rng=None, buffers_from=None) -> Plan:
+    return Plan(graph, output_tensors, backend, variables, deliveries, rng_seed, check_anomaly, replica, rng,
+                buffers_from)
 
 
 __all__ = ["Delivery", "Plan", "compile_graph"]
