@@ -118,16 +118,24 @@ def _check_fits(x, in_hw, kernel, strides, dilations, padding, argument):
 
 # ------------------------------------------------------------------------------------------------------ array helpers
 
-def _pad(xp, x, pads, value=0):
+def _hw_axes(data_format):
+    return (2, 3) if data_format == "NCHW" else (1, 2)
+
+
+def _pad(xp, x, pads, data_format="NHWC", value=0):
+    """``x`` padded by ``pads`` on its height and width axes, in its own layout."""
     if not any(p for pair in pads for p in pair):
         return x
-    return xp.pad(x, ((0, 0),) + tuple(pads) + ((0, 0),), constant_values=value)
+    widths = [(0, 0)] * 4
+    h, w = _hw_axes(data_format)
+    widths[h], widths[w] = pads
+    return xp.pad(x, widths, constant_values=value)
 
 
-def _windows(xp, x, kernel, strides, dilations, pads, out_hw, value=0):
+def _windows(xp, x, kernel, strides, dilations, pads, out_hw):
     """A read-only ``(N, Ho, Wo, kh, kw, C)`` view of the padded NHWC ``x``: element ``[n, r, c, i, j]`` is the input
     under kernel position ``(i, j)`` of output pixel ``(r, c)``."""
-    x = _pad(xp, x, pads, value)
+    x = _pad(xp, x, pads)
     sn, sh, sw, sc = x.strides
     return xp.lib.stride_tricks.as_strided(
         x, (x.shape[0],) + tuple(out_hw) + tuple(kernel) + (x.shape[3],),
@@ -312,21 +320,6 @@ def _pool_geometry(in_shape, ksize, strides, padding, data_format):
     return nhwc, pads, out_hw
 
 
-def _hw_axes(data_format):
-    return (2, 3) if data_format == "NCHW" else (1, 2)
-
-
-def _pad_in_layout(xp, x, pads, data_format, value):
-    """``x`` padded on its height and width axes, in its own layout (pooling needs no NHWC: it reads whole
-    windows of one channel, not runs of channels)."""
-    if not any(p for pair in pads for p in pair):
-        return x
-    widths = [(0, 0)] * 4
-    h, w = _hw_axes(data_format)
-    widths[h], widths[w] = pads
-    return xp.pad(x, widths, constant_values=value)
-
-
 def _window_slice(data_format, rows, cols):
     """The index of one kernel position's elements (``rows``, ``cols`` of ``_positions``) in ``data_format``."""
     everything = slice(None)
@@ -347,7 +340,7 @@ def _max_windows(xp, x, ksize, strides, padding, data_format):
     running maximum over the kernel positions, each a strided slice (a reduction over the small window axes of a
     6-D view is ~5x slower)."""
     _, pads, out_hw = _pool_geometry(x.shape, ksize, strides, padding, data_format)
-    x = _pad_in_layout(xp, x, pads, data_format, -np.inf)
+    x = _pad(xp, x, pads, data_format, -np.inf)     # pooling reads windows of one channel: no NHWC needed
     windows = [_window_slice(data_format, rows, cols) for _, rows, cols in _positions(ksize, strides, (1, 1), out_hw)]
     y = None
     for where in windows:
