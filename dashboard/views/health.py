@@ -50,14 +50,13 @@ HOW_TO = ("No health reports in the shown runs: call flow.watch_health(writer=Su
 ALERT_COLUMNS = (("steps", 90), ("count", 55), ("kind", 120), ("layer", 100), ("message", 760))
 ROW_HEIGHT = 46                 # px: three lines of a wrapped message
 TABLE_ROWS = 6                  # alert groups shown before the table scrolls (a group is one kind on one layer)
+# an alert's message wraps in its cell; ``<%- %>`` escapes what came from the log
+WRAPPED = '<div style="white-space:normal;line-height:1.25;font-size:11px"><%- value %></div>'
 
 
 def table_height(rows):
     """The alert table's height for ``rows`` groups: all of them up to ``TABLE_ROWS``, plus the header."""
     return max(1, min(rows, TABLE_ROWS)) * ROW_HEIGHT + 30
-
-# an alert's message wraps in its cell; ``<%- %>`` escapes what came from the log
-WRAPPED = '<div style="white-space:normal;line-height:1.25;font-size:11px"><%- value %></div>'
 
 
 def _set_options(select, options):
