@@ -39,10 +39,9 @@ class VariableValue:
         sess = session.default()
         sess.sync()
         with sess.lock:
-            value = self._variable.value
-            if value is None:
+            if self._variable.value is None:
                 raise CheckpointError(f"variable {self.name!r} has no value yet (its session was cleared?)")
-            return np.array(backend.current().to_host(value), copy=True)
+            return self._variable.numpy()
 
     def __repr__(self):
         return f"VariableValue({self.name!r}, shape={self.shape}, dtype={self.dtype})"

@@ -2,7 +2,10 @@ import os
 
 import pytest
 
-os.environ.setdefault("FLOWLAB_DEVICE", "cpu")   # tests run on NumPy; GPU tests opt in with @pytest.mark.gpu
+# Tests run on NumPy; GPU tests opt in with @pytest.mark.gpu. ``FLOWLAB_DEVICE=gpu pytest`` runs the whole suite on
+# CuPy instead (issue 13): every test then starts on the GPU, whatever the test before it switched to, except tests
+# marked numpy_backend (NumPy-only paths), which start on NumPy whatever FLOWLAB_DEVICE says.
+DEVICE = os.environ.setdefault("FLOWLAB_DEVICE", "cpu")
 
 
 def _cuda_works():
@@ -22,10 +25,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def fresh_session():
-    """Each test starts with no variables and names counted from 0, as a new process would."""
+def fresh_session(request):
+    """Each test starts with no variables and names counted from 0, as a new process would, on the backend
+    FLOWLAB_DEVICE names (on NumPy if the test is marked numpy_backend)."""
     import flowlab as flow
+    from flowlab.runtime import backend
     flow.clear_default_session()
+    device = "cpu" if request.node.get_closest_marker("numpy_backend") else DEVICE
+    if device in ("cpu", "gpu") and backend.current().name != ("cupy" if device == "gpu" else "numpy"):
+        backend.use(device)
     yield
     flow.clear_default_session()
 

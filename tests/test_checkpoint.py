@@ -37,7 +37,7 @@ def batch(i):
 
 
 def host_values():
-    return {name: np.array(v.value, copy=True) for name, v in session.default().variables.items()}
+    return {name: v.numpy() for name, v in session.default().variables.items()}
 
 
 def assert_values_equal(a, b):
@@ -165,7 +165,7 @@ def test_momentum_round_trip_continues_training_identically(tmp_path):
         train_job(*batch(i))
     flow.train.CheckPoint().save(tmp_path / "ckpt")
     momentum = session.default().variables["h-weight-momentum"]
-    assert np.abs(momentum.value).max() > 0                 # the state that must survive is really there
+    assert np.abs(momentum.numpy()).max() > 0               # the state that must survive is really there
     detour = [train_job(*batch(100 + i)) for i in range(2)]
     assert not np.array_equal(detour[0], uninterrupted[3])
 
@@ -236,7 +236,7 @@ def test_variables_loaded_before_their_job_is_defined_still_train(tmp_path):
     train_job(*batch(1))
     variables = session.default().variables
     assert variables["h-weight"].trainable and not variables["h-weight"].provisional
-    assert not np.array_equal(variables["h-weight"].value, loaded["h-weight"])   # it trained from loaded values
+    assert not np.array_equal(variables["h-weight"].numpy(), loaded["h-weight"])   # it trained from loaded values
 
 
 def _npy_header(shape, dtype="<f4"):

@@ -295,13 +295,13 @@ def test_layers_conv2d_gradients_in_a_training_job():
     y = predict(x)   # initialises the variables the train job shares by name
     variables = session.default().variables
     assert variables["c1-weight"].shape == (4, 3, 3, 3) and variables["c1-bias"].shape == (4,)
-    before = [np.array(variables[name].value, np.float64) for name in ("c1-weight", "c1-bias")]
+    before = [variables[name].numpy().astype(np.float64) for name in ("c1-weight", "c1-bias")]
     np.testing.assert_allclose(y, ref_output(*before), rtol=1e-5, atol=1e-6)
     loss = train(x)   # the first momentum step is a plain SGD step: w -= lr * grad
     np.testing.assert_allclose(loss, ref_loss(*before), rtol=1e-5)
     rng, eps = np.random.default_rng(0), 1e-6
     for i, name in enumerate(("c1-weight", "c1-bias")):
-        grad = (before[i] - np.array(variables[name].value, np.float64)).reshape(-1) / lr
+        grad = (before[i] - variables[name].numpy().astype(np.float64)).reshape(-1) / lr
         for p in rng.choice(grad.size, min(grad.size, 20), replace=False):
             plus, minus = [v.copy() for v in before], [v.copy() for v in before]
             plus[i].reshape(-1)[p] += eps

@@ -143,7 +143,7 @@ def test_minimize_scales_model_gradients_by_loss_size():
         return loss
 
     train(np.array([1, 2, 3, 6], np.float32))
-    w = flow.runtime.session.default().variables["w"].value
+    w = flow.runtime.session.default().variables["w"].numpy()
     np.testing.assert_allclose(w, [1.0 - 3.0])
 
 
@@ -193,7 +193,7 @@ def _one_step(optimizer, grad_target):
 
     job(grad_target)
     job(grad_target)
-    return flow.runtime.session.default().variables["w"].value.copy()
+    return flow.runtime.session.default().variables["w"].numpy()
 
 
 def test_update_rules_match_numpy_references():
@@ -254,7 +254,7 @@ def test_old_style_config_and_add_loss_trains_with_plain_sgd():
 
     job(np.array([1.0, 3.0], np.float32)).get()
     # grad of w_i is x_i, scaled by 1/2 (two loss elements); lr 0.5; no momentum.
-    np.testing.assert_allclose(flow.runtime.session.default().variables["w"].value, [0.75, 0.25])
+    np.testing.assert_allclose(flow.runtime.session.default().variables["w"].numpy(), [0.75, 0.25])
 
 
 # ------------------------------------------------------------------------------------------------------------ errors
@@ -371,7 +371,8 @@ def test_float64_train_job():
 
     x = np.arange(8, dtype=np.float64).reshape(4, 2)
     assert job(x).dtype == np.float64
-    np.testing.assert_allclose(flow.runtime.session.default().variables["w64"].value, 1 - 0.5 * x.mean(0, keepdims=True))
+    np.testing.assert_allclose(flow.runtime.session.default().variables["w64"].numpy(),
+                               1 - 0.5 * x.mean(0, keepdims=True))
 
 
 def test_string_annotations_naming_locals_get_a_clear_error():

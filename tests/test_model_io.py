@@ -56,7 +56,7 @@ def test_get_all_variables_are_the_session_variables_and_follow_training():
     before_any_call = flow.get_all_variables()               # jobs defined, none called: declared and initialised
     assert set(before_any_call) == set(session.default().variables) >= {"h-weight", "h-bias", "out-weight"}
     for name, value in before_any_call.items():
-        np.testing.assert_array_equal(value.numpy(), session.default().variables[name].value, err_msg=name)
+        np.testing.assert_array_equal(value.numpy(), session.default().variables[name].numpy(), err_msg=name)
         assert value.shape == session.default().variables[name].shape
 
     first = before_any_call["out-weight"].numpy()
@@ -65,7 +65,7 @@ def test_get_all_variables_are_the_session_variables_and_follow_training():
     assert not np.array_equal(first, after)                  # numpy() reads the value now, not a stale copy
     np.testing.assert_array_equal(before_any_call["out-weight"].numpy(), after)
     after[...] = 0                                           # a copy: changing it leaves the variable alone
-    assert np.any(session.default().variables["out-weight"].value != 0)
+    assert np.any(session.default().variables["out-weight"].numpy() != 0)
 
 
 def test_load_variables_from_numpy_then_predict_uses_the_loaded_weights():
@@ -114,7 +114,7 @@ def test_load_variables_rejects_what_does_not_fit_and_changes_nothing():
 
     with pytest.warns(UserWarning, match="skipped 'nope'"):  # OneFlow's default: unknown names are skipped
         flow.load_variables({"lin-bias": good_bias, "nope": good_bias})
-    np.testing.assert_array_equal(session.default().variables["lin-bias"].value, good_bias)
+    np.testing.assert_array_equal(session.default().variables["lin-bias"].numpy(), good_bias)
 
     with pytest.raises(TypeError, match="value_dict must be a dict"):
         flow.load_variables([("lin-bias", good_bias)])

@@ -18,6 +18,10 @@ from flowlab.watching import TensorStats
 from oneflow_programs import (BATCH, CONSISTENT_TWO_DEVICES, MIRRORED_TWO_DEVICES, MLP_PRETRAIN,
                               printed_losses, write_mnist)
 
+# These tests run the NumPy backend's devices (threads): on CuPy, cpu_device_num(n) means n GPUs, as gpu_device_num
+# does (flowlab.config). The NCCL test at the end switches to the GPU itself.
+pytestmark = pytest.mark.numpy_backend
+
 FEATURES, HIDDEN, CLASSES = 12, 16, 5
 
 
@@ -67,7 +71,7 @@ def train(devices, view, optimizer, reduce=None, steps=5, batch=8):
         if view == "mirrored":
             x, y = np.split(x, devices), np.split(y, devices)
         losses.append(job(x, y))
-    return losses, {name: v.value.copy() for name, v in session.default().variables.items()}
+    return losses, {name: v.numpy() for name, v in session.default().variables.items()}
 
 
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
@@ -364,7 +368,7 @@ def test_two_gpus_train_as_one_with_nccl():
         _, one = train(1, "consistent", "adam")
         _, two = train(2, "consistent", "adam")
         for name in one:
-            np.testing.assert_allclose(cupy.asnumpy(two[name]), cupy.asnumpy(one[name]), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(two[name], one[name], rtol=1e-5, atol=1e-6)
     finally:
         backend.use("cpu")
 
@@ -392,7 +396,7 @@ def test_a_reshape_to_the_logical_batch_size_trains_on_two_devices_as_on_one():
             return loss
 
         losses = [train(x, y) for _ in range(3)]
-        return losses, {k: np.array(v.value) for k, v in session.default().variables.items()}
+        return losses, {k: v.numpy() for k, v in session.default().variables.items()}
 
     one, two = run(1), run(2)
     assert [l.shape for l in two[0]] == [(100,)] * 3

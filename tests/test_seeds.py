@@ -3,12 +3,16 @@
 Each program is run as its own process, as a user would run it: the seeds' code as published, with
 ``import oneflow as flow`` -> ``import flowlab as flow``.
 """
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 RELU_JOB_FIXED_TENSOR_DEF = """
 import numpy as np
@@ -193,8 +197,11 @@ if __name__ == "__main__":
 
 
 def _run(program, cwd):
+    # the parent's environment (packages it finds through PYTHONPATH), flowlab from this checkout, on NumPy
+    env = dict(os.environ, FLOWLAB_DEVICE="cpu",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(program)], cwd=cwd, capture_output=True,
-                            text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "FLOWLAB_DEVICE": "cpu"})
+                            text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -167,7 +167,9 @@ print("done")
 
 
 def run_program(program, cwd, device="cpu"):
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "FLOWLAB_DEVICE": device, "PYTHONPATH": str(REPO)}
+    # the parent's environment (packages it finds through PYTHONPATH), flowlab from this checkout
+    env = dict(os.environ, FLOWLAB_DEVICE=device,
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(program)], cwd=cwd, capture_output=True,
                             text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr

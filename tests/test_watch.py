@@ -233,12 +233,12 @@ def test_handler_error_reaches_the_user_naming_the_tensor_and_variables_stay_who
     with pytest.raises(WatchCallbackError, match=r"flow.watch handler .*broken for the value of Mul_\d+/out_0 "
                                                  r"\(call 0 of job job\) raised ValueError: boom"):
         flow.sync_default_session()
-    w = flow.runtime.session.default().variables["w"].value
+    w = flow.runtime.session.default().variables["w"].numpy()
     np.testing.assert_allclose(w, 0.75)   # the step's update was applied in full: 1 - 1.0 * 1/4
     job(x)
     with pytest.raises(WatchCallbackError):
         job(x)   # the previous call's error surfaces at the next call, before it runs
-    np.testing.assert_allclose(flow.runtime.session.default().variables["w"].value, 0.5)
+    np.testing.assert_allclose(flow.runtime.session.default().variables["w"].numpy(), 0.5)
 
 
 def test_bad_watches_are_clear_errors():

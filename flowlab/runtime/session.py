@@ -47,6 +47,12 @@ class Variable:
             self.value = host
         self.fresh = True
 
+    def numpy(self) -> np.ndarray:
+        """A host copy of the value (a NumPy array on either backend) that no later call changes."""
+        if self.value is None:
+            raise ValueError(f"variable {self.name!r} has no value yet")
+        return backend.current().to_host_copy(self.value)
+
     @property
     def trained(self) -> bool:
         """Whether some train job declares it."""
