@@ -53,6 +53,29 @@ def test_other_products_take_the_direct_path(a_shape, b_shape, dtype):
     np.testing.assert_array_equal(got, np.matmul(a, b.T))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m, k, n", [(100, 784, 512), (1, 7, 5), (6, 1, 4), (5, 3, 1), (300, 64, 10)])
+@pytest.mark.parametrize("ta, tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_matmul_on_cupy_through_cublas_equals_numpy(dtype, m, k, n, ta, tb):
+    """runtime.cublas.gemm (what a CUDA graph can capture) in every layout MatMul hands it, vectors included;
+    strided operands and batches take cupy.matmul."""
+    import cupy
+    from flowlab.runtime import cublas
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+    want = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+    got = MatMul.forward(cupy, cupy.asarray(a), cupy.asarray(b), transpose_a=ta, transpose_b=tb, alpha=0.5)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(cupy.asnumpy(got), 0.5 * want, rtol=tol, atol=tol)
+    out = cupy.empty((m, n), dtype)
+    assert cublas.gemm(cupy, cupy.asarray(a.T if ta else a), cupy.asarray(b.T if tb else b), out) is out
+    np.testing.assert_allclose(cupy.asnumpy(out), want, rtol=tol, atol=tol)
+    strided = cupy.asarray(np.repeat(a.T if ta else a, 2, axis=-1))[:, ::2]      # (m, k), every other column
+    done = cublas.gemm(cupy, strided, cupy.asarray(b.T if tb else b), out)
+    assert done is None if not (strided.flags.c_contiguous or strided.flags.f_contiguous) else done is out
+
+
 # --------------------------------------------------------------------------------------------- softmax cross-entropy
 
 def _reference_ce(labels, logits, dy):
@@ -100,6 +123,37 @@ def test_sparse_softmax_cross_entropy_fast_and_masked_paths(dtype, label_shape, 
     np.testing.assert_allclose(grad, want_grad, rtol=tol, atol=tol)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("label_shape", [(100,), (3, 4), ()])
+@pytest.mark.parametrize("labels_dtype", [np.int32, np.int64])
+def test_sparse_softmax_cross_entropy_cupy_kernels(dtype, label_shape, labels_dtype):
+    """CuPy's one-kernel forward and gradient: the reference's numbers, out-of-range labels (negative, = classes,
+    far) masked in the kernel with no host synchronisation, NaN and Inf logits as the NumPy path has them."""
+    import cupy
+    shape = label_shape + (10,)
+    logits = 3 * rng.standard_normal(shape).astype(dtype)
+    labels = rng.integers(0, 10, size=label_shape).astype(labels_dtype)
+    if labels.size > 3:
+        labels.flat[:3] = [-1, 10, 1 << 20]
+        logits.reshape(-1, 10)[3, 2] = np.nan
+        logits.reshape(-1, 10)[4, 5] = np.inf
+    dy = rng.random(label_shape).astype(dtype) + 0.5
+    loss, prob = SparseSoftmaxCrossEntropy.forward(cupy, cupy.asarray(labels), cupy.asarray(logits), name="ce")
+    grad = SparseSoftmaxCrossEntropyGrad.forward(cupy, cupy.asarray(labels), prob, cupy.asarray(dy))
+    ref_loss, ref_grad = _reference_ce(labels, logits, dy)
+    if labels.size > 3:     # the NaN row is NaN, the Inf row NaN (inf - inf), as on NumPy; masked rows are 0
+        with pytest.warns(RuntimeWarning, match="outside"):
+            want_loss, want_prob = SparseSoftmaxCrossEntropy.forward(np, labels, logits, name="ce")
+        ref_loss.flat[3:5] = want_loss.flat[3:5]
+        ref_grad.reshape(-1, 10)[3:5] = SparseSoftmaxCrossEntropyGrad.forward(np, labels, want_prob, dy).reshape(
+            -1, 10)[3:5]
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    assert loss.shape == label_shape and loss.dtype == dtype and grad.shape == shape and grad.dtype == dtype
+    np.testing.assert_allclose(cupy.asnumpy(loss), ref_loss, rtol=tol, atol=tol)
+    np.testing.assert_allclose(cupy.asnumpy(grad), ref_grad, rtol=tol, atol=tol)
+
+
 # ------------------------------------------------------------------------------------------------------ relu and sum
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
@@ -114,6 +168,22 @@ def test_relu_equals_maximum(dtype, layout):
     assert got is out
     np.testing.assert_array_equal(got, np.maximum(x, 0))   # NaN in the same places
     np.testing.assert_array_equal(Relu.forward(np, x), np.maximum(x, 0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, axes", [((300, 70), (0,)), ((4, 5, 6), (0, 1)), ((4, 5, 6), (0,)), ((0, 3), (0,)),
+                                         ((5, 4), (1,)), ((3, 4, 5), (0, 2))])
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("with_out", [False, True])
+def test_reduce_sum_on_cupy_over_leading_axes_is_a_product_with_ones(dtype, shape, axes, keepdims, with_out):
+    import cupy
+    x = rng.standard_normal(shape).astype(dtype)
+    want = np.sum(x.astype(np.float64), axis=axes, keepdims=keepdims)
+    out = cupy.empty(want.shape, dtype) if with_out else None
+    got = ReduceSum.forward(cupy, cupy.asarray(x), axes=axes, keepdims=keepdims, out=out)
+    assert got.shape == want.shape and got.dtype == dtype and (out is None or got is out)
+    np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int8])

@@ -5,6 +5,7 @@ import numpy as np
 
 from .. import graph as g
 from ..errors import ShapeError
+from ..runtime import cublas
 from . import Op, apply, as_tensor, normalize_axes, same_dtype, shape_error, spec
 from .array import reshape as _reshape
 
@@ -335,7 +336,8 @@ class Sign(_Unary):
 
 class Sigmoid(_FloatUnary):
     prefix, api = "Sigmoid_", "flow.math.sigmoid"
-    c_expr = "((T)1 / ((T)1 + exp(-{0})))"
+    # exp of the non-positive side only: exp(-x) overflows for x < -709 in float64 (0 instead of a tiny value)
+    c_expr = "({0} >= (T)0 ? (T)1 / ((T)1 + exp(-{0})) : exp({0}) / ((T)1 + exp({0})))"
 
     @staticmethod
     def forward(xp, x, out=None):
@@ -466,12 +468,39 @@ class ReduceSum(_Reduce):
     def forward(xp, x, axes, keepdims, out=None):
         if xp is np:   # the ufunc method directly: np.sum's Python wrapper costs a few µs per call
             return np.add.reduce(x, axis=axes, dtype=x.dtype, out=out, keepdims=keepdims)
+        lead = len(axes)
+        if 0 < lead < x.ndim and axes == tuple(range(lead)) and x.dtype in (np.float32, np.float64) \
+                and x.flags.c_contiguous and (out is None or out.flags.c_contiguous):
+            return _cupy_leading_sum(xp, x, lead, keepdims, out)
         return xp.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype, out=out)   # NumPy widens small ints
 
     @staticmethod
     def vjp(node, dy):
         x, = node.inputs
         return (broadcast_to(_reshape(dy, _keep_shape(x.shape, node.attrs["axes"])), x.shape),)
+
+
+_device_ones = {}     # (device, size, dtype char) -> ones, for sums over leading axes as products
+
+
+def _cupy_leading_sum(cupy, x, lead, keepdims, out):
+    """Sum of a C-contiguous CuPy array over its first ``lead`` axes (a bias gradient) as ``ones @ x``: cuBLAS
+    reads the rows coalesced, where CuPy's axis reduction walks the columns with strides (many times slower on
+    a 4096 x 4096 gradient). ``target`` is C-contiguous: its reshape is a view."""
+    rows = x.reshape(-1, int(np.prod(x.shape[lead:])))
+    key = (x.device.id, rows.shape[0], x.dtype.char)
+    ones = _device_ones.get(key)
+    if ones is None:
+        ones = cupy.ones(rows.shape[0], x.dtype)
+        if not cupy.cuda.get_current_stream().is_capturing():   # a CUDA graph's memory is the graph's own
+            if len(_device_ones) > 64:
+                _device_ones.clear()
+            _device_ones[key] = ones
+    shape = (1,) * lead + x.shape[lead:] if keepdims else x.shape[lead:]
+    target = out if out is not None else cupy.empty(shape, x.dtype)
+    if cublas.gemm(cupy, ones.reshape(1, -1), rows, target.reshape(1, rows.shape[1])) is None:
+        cupy.matmul(ones, rows, out=target.reshape(rows.shape[1]))
+    return target
 
 
 class ReduceMean(_Reduce):
@@ -570,6 +599,13 @@ class MatMul(Op):
 
     @staticmethod
     def forward(xp, a, b, transpose_a, transpose_b, alpha, out=None):
+        if xp is not np and a.ndim == 2:    # cuBLAS directly: capturable in a CUDA graph, less host time
+            a2, b2 = (a.T if transpose_a else a), (b.T if transpose_b else b)
+            target = out if out is not None else xp.empty((a2.shape[0], b2.shape[1]), a.dtype)
+            if cublas.gemm(xp, a2, b2, target) is not None:
+                if alpha != 1.0:
+                    target *= alpha
+                return target
         if transpose_b and not transpose_a and _swapped_gemm_pays(xp, a, b):
             # (b @ aᵀ)ᵀ: same product, the orientation OpenBLAS runs faster for these shapes
             product = xp.matmul(b, a.T).T

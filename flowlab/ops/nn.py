@@ -141,11 +141,52 @@ def _labels_in_range(labels, classes):
     return labels.size == 0 or (bool(labels.min() >= 0) and bool(labels.max() < classes))
 
 
+# On CuPy each of the two ops is one kernel that masks out-of-range labels itself: asking whether any label is out
+# of range would cost a host synchronisation a call (and make the step impossible to capture as a CUDA graph), so
+# the GPU gives such rows zero loss and gradient without the NumPy backend's warning. One thread a row for the
+# forward (class counts are small next to batch sizes), one an element for the gradient; the arithmetic is the
+# NumPy path's, operation for operation.
+_CE_FORWARD = """
+const ptrdiff_t row = (ptrdiff_t)i * classes;
+T top = logits[row];
+for (int c = 1; c < classes; ++c) { const T v = logits[row + c]; top = (v > top || v != v) ? v : top; }
+T total = 0;
+for (int c = 0; c < classes; ++c) { const T e = exp(logits[row + c] - top); prob[row + c] = e; total += e; }
+for (int c = 0; c < classes; ++c) prob[row + c] /= total;
+loss = (label >= 0 && label < classes) ? log(total) - (logits[row + label] - top) : (T)0;
+"""
+_CE_GRAD = """
+const ptrdiff_t row = i / classes;
+const int c = (int)(i - row * classes);
+const L label = labels[row];
+grad = (label >= 0 && label < classes) ? prob * dy[row] - (c == label ? dy[row] : (T)0) : (T)0;
+"""
+_cupy_ce = {}
+
+
+def _cupy_ce_kernels(cupy):
+    if not _cupy_ce:
+        _cupy_ce["forward"] = cupy.ElementwiseKernel("raw T logits, L label, int32 classes", "T loss, raw T prob",
+                                                     _CE_FORWARD, "flowlab_sparse_softmax_ce")
+        _cupy_ce["grad"] = cupy.ElementwiseKernel("raw L labels, T prob, raw T dy, int32 classes", "T grad",
+                                                  _CE_GRAD, "flowlab_sparse_softmax_ce_grad")
+    return _cupy_ce
+
+
+def _on_cupy_kernel(xp, array):
+    return xp is not np and array.dtype in (np.float32, np.float64)
+
+
+def _contiguous(xp, array):
+    """``array`` C-contiguous (``ascontiguousarray`` would also make a 0-d array 1-d)."""
+    return array if array.flags.c_contiguous else xp.ascontiguousarray(array)
+
+
 class SparseSoftmaxCrossEntropy(Op):
     """Per-example loss ``logsumexp(logits) - logits[label]``; also outputs the softmax the gradient needs.
 
     A label outside ``[0, classes)`` contributes zero loss and zero gradient (OneFlow's seed programs feed such
-    labels); flowlab warns once per op when it sees one.
+    labels); on NumPy flowlab warns once per op when it sees one (on CuPy see ``_CE_FORWARD``).
     """
     prefix, api = "SparseSoftmaxCrossEntropy_", "flow.nn.sparse_softmax_cross_entropy_with_logits"
     outputs = ("out", "prob")
@@ -164,6 +205,11 @@ class SparseSoftmaxCrossEntropy(Op):
     @staticmethod
     def forward(xp, labels, logits, name):
         classes = logits.shape[-1]
+        if _on_cupy_kernel(xp, logits):
+            logits = _contiguous(xp, logits)
+            loss, prob = xp.empty(labels.shape, logits.dtype), xp.empty_like(logits)
+            _cupy_ce_kernels(xp)["forward"](logits, _contiguous(xp, labels), classes, loss, prob)
+            return loss, prob
         all_valid = _labels_in_range(labels, classes)
         valid = True if all_valid else (labels >= 0) & (labels < classes)
         safe = labels if all_valid else xp.where(valid, labels, 0)
@@ -200,6 +246,9 @@ class SparseSoftmaxCrossEntropyGrad(Op):
     @staticmethod
     def forward(xp, labels, prob, dy):
         classes = prob.shape[-1]
+        if _on_cupy_kernel(xp, prob):
+            return _cupy_ce_kernels(xp)["grad"](_contiguous(xp, labels), _contiguous(xp, prob), _contiguous(xp, dy),
+                                                classes)
         if _labels_in_range(labels, classes):     # the usual case: no mask to build
             grad = xp.ascontiguousarray(prob * dy[..., None])   # so that the reshape below is a view
             flat = grad.reshape(-1, classes)
