@@ -343,10 +343,8 @@ class JobFunction:
         with self._lock:
             compiled = self.compiled(tuple(a.shape for a in arrays))
             self._ready_variables(compiled, stacklevel=2)
-            be = compiled.plan.backend
-            feeds = [be.asarray(a) for a in arrays] if be.is_gpu else arrays
-            try:
-                outputs = compiled.plan_for(self.step)(feeds, self.step, compiled.deliveries.emit)
+            try:   # host arrays: on CuPy the plan copies them to the device (into a CUDA graph's inputs)
+                outputs = compiled.plan_for(self.step)(arrays, self.step, compiled.deliveries.emit)
             finally:
                 # what was delivered before a failure (an anomaly) is still shown
                 previous = compiled.deliveries.hand_over()

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import AnomalyError
 from ..ops.stats import stats_vector
+from ..runtime import cuda_graph
 from . import passes
 from .replicate import reduce_points
 
@@ -73,7 +74,13 @@ class Plan:
         self.largest_gemm = max((n.op.gemm_macs(n) for n in self.nodes if n.op.gemm_macs is not None), default=0)
         # small products run faster on one BLAS thread, above all beside a busy core (see runtime/backend.py)
         self.blas_limit = backend.blas_limit(self.largest_gemm)
-        self.source, self._run = self._generate(variables)
+        self._hooks, self._variables_read = [], []
+        self.source, self._run, self._run_device = self._generate(variables)
+        reason = self._not_replayable()
+        self.replay = None if reason else cuda_graph.GraphReplay(
+            backend.xp, self._hooks, self._variables_read, [(d.every, d.when) for d in self.deliveries])
+        self._device_ns["G"] = self.replay
+        self._graph_note = reason
 
     @property
     def num_buffers(self):
@@ -83,7 +90,7 @@ class Plan:
         xp = self.backend.xp
         ns = {"xp": xp, "B": self.buffers, "RNG": self.rng, "host": self.backend.to_host_copy,
               "deliver": self.backend.host_copy_async, "check": self._check}
-        delivery_lines = {}
+        delivery_lines, graph_lines = {}, {}
         for k, d in enumerate(self.deliveries):
             conditions = [f"step % {d.every} == 0"] if d.every > 1 else []
             if d.when is not None:
@@ -103,6 +110,9 @@ class Plan:
             else:
                 line = f"emit({k}, {value}, step)"
             delivery_lines.setdefault(d.tensor.id, []).append(f"    {guard}{line}")
+            # the CUDA graph's copy: every delivery, unguarded (the replay decides per call which ones to emit)
+            stage = f"G.stage_histogram(t{d.tensor.id}, {d.bins})" if d.bins else f"G.stage(t{d.tensor.id})"
+            graph_lines.setdefault(d.tensor.id, []).append(f"    emit({k}, {stage}, step)")
         lines = [f"def run(feeds, step, emit):  # job {self.graph.name}"]
         placeholder_index = {t.id: i for i, t in enumerate(self.graph.placeholders)}
         points = reduce_points(self.nodes) if self.replica is not None else None
@@ -124,6 +134,7 @@ class Plan:
                     lines.append(f"    check(t{node.outputs[0].id}, n{i}, {node.outputs[0].id}, ())")
             elif op.is_variable:
                 ns[f"v{i}"] = variables[node.attrs["var"]]
+                self._variables_read.append(ns[f"v{i}"])
                 lines.append(f"    {outs} = v{i}.value{comment}")
             elif op.__name__ == "Constant":
                 ns[f"c{i}"] = self.backend.asarray(node.attrs["value"])
@@ -141,6 +152,7 @@ class Plan:
                     args.append("writable=True")     # its scratch inputs die here: it may overwrite them
                 if hasattr(op, "host_args"):
                     ns[f"h{i}"] = functools.partial(op.host_args, node)
+                    self._hooks.append(ns[f"h{i}"])
                     args.append(f"**h{i}(step)")
                 lines.append(f"    {target}k{i}({', '.join(args)}){comment}")
                 if self.check_anomaly:
@@ -153,16 +165,34 @@ class Plan:
             for t in node.outputs:
                 if t.id in self.snapshots:      # an update changes it in place later: return what was read
                     lines.append(f"    s{t.id} = t{t.id}.copy()")
-                lines.extend(delivery_lines.get(t.id, ()))
+                if t.id in delivery_lines:
+                    lines.append(t.id)          # its deliveries: the eager plan's or the graph's, below
         if points is not None:
             lines.extend(_replica_lines(points, len(self.nodes), replica))
         outs = "".join(f"host({'s' if t.id in self.snapshots else 't'}{t.id}), " for t in self.output_tensors)
         lines.append(f"    return ({outs})")
-        source = "\n".join(lines) + "\n"
-        filename = f"<flowlab plan {self.graph.name} #{next(_plan_ids)}>"
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # readable tracebacks
-        exec(compile(source, filename, "exec"), ns)
-        return source, ns["run"]
+        source, run = _compile(lines, delivery_lines, ns, f"{self.graph.name} #{next(_plan_ids)}")
+        # the plan as a CUDA graph captures it: outputs left where they are, every delivery staged (G: its replay)
+        self._device_ns = dict(ns, host=_on_device, G=None)
+        _, run_device = _compile(lines, graph_lines, self._device_ns, f"{self.graph.name} #{next(_plan_ids)} graph")
+        return source, run, run_device
+
+    def _not_replayable(self):
+        """Why this plan cannot be replayed as a CUDA graph (``runtime.cuda_graph``), or None."""
+        if not self.backend.is_gpu:
+            return "not on CuPy"
+        if not cuda_graph.enabled():
+            return "FLOWLAB_CUDA_GRAPHS=0"
+        if self.check_anomaly or self.replica is not None:
+            return "anomaly detection or several devices: runs eagerly"
+        if any(d.put is not None or d.raw for d in self.deliveries):
+            return "watch statistics taken on the host: runs eagerly"
+        for node in self.nodes:
+            if getattr(node.op, "random", False):
+                return f"{node.name} draws random numbers: runs eagerly"
+            if node.op.side_effect and not node.op.updates_variable:
+                return f"{node.name} works on the host: runs eagerly"
+        return None
 
     def _check(self, value, node, tensor_id, inputs):
         xp = self.backend.xp
@@ -171,10 +201,18 @@ class Plan:
         raise AnomalyError(anomaly_report(self.graph, node, tensor_id, value, inputs, xp))
 
     def __call__(self, feeds, step=0, emit=None):
+        """``feeds``: host or device arrays."""
+        if self.backend.is_gpu:
+            if self.replay is not None:
+                return self.replay(self._run_eager, self._run_device, feeds, step, emit)
+            return self._run_eager(feeds, step, emit)
         if self.blas_limit is not None:
             with self.blas_limit:
                 return self._run(feeds, step, emit)
         return self._run(feeds, step, emit)
+
+    def _run_eager(self, feeds, step, emit):
+        return self._run([self.backend.asarray(f) for f in feeds], step, emit)
 
     def due(self, step) -> bool:
         """Whether some delivery may happen on call ``step``. A job whose watches all skip calls (``every > 1``,
@@ -182,11 +220,28 @@ class Plan:
         return any(step % every == 0 and (when is None or when()) for every, when in self._schedule)
 
     def describe_passes(self) -> str:
-        """Which passes ran on this plan and what each did, as comment lines."""
-        return "\n".join(f"# {name}: {note or 'nothing to do'}" for name, note in self.passes)
+        """Which passes ran on this plan and what each did, as comment lines; on CuPy, how it runs."""
+        lines = [f"# {name}: {note or 'nothing to do'}" for name, note in self.passes]
+        if self.backend.is_gpu:
+            lines.append(f"# cuda_graph: {self.replay.state if self.replay is not None else self._graph_note}")
+        return "\n".join(lines)
 
     def __str__(self):
         return f"{self.describe_passes()}\n{self.source}"
+
+
+def _on_device(array):
+    return array
+
+
+def _compile(lines, deliveries, ns, name):
+    """The plan's function from its lines, a tensor id standing for that tensor's ``deliveries``."""
+    source = "\n".join(line for entry in lines
+                       for line in (deliveries[entry] if isinstance(entry, int) else (entry,))) + "\n"
+    filename = f"<flowlab plan {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # readable tracebacks
+    exec(compile(source, filename, "exec"), ns)
+    return source, ns["run"]
 
 
 def _scratch(xp, specs, donor):

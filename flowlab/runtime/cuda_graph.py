@@ -1,0 +1,157 @@
+"""A plan replayed as one CUDA graph (CuPy): one launch a call instead of one per kernel.
+
+On a GPU a small step is bound by the host: the seed MLP's ~60 kernels cost ~1.5 ms of Python and launch overhead
+for ~0.12 ms of GPU work (``benchmarks/gpu_steady.py``). A plan that runs the same kernels on the same memory every
+call is captured once and then replayed with a single launch.
+
+- Call 1 runs eagerly (kernels compile, cuBLAS picks its algorithms, caches fill); call 2 captures the plan on a
+  side stream and launches the graph; later calls copy their feeds into the graph's input buffers, launch it and
+  copy the outputs to the host.
+- Memory: what the plan allocates while being captured comes from a memory pool of the graph's own, kept as long as
+  the graph, so no other array can ever be given memory that a replay writes. Variables are read and updated where
+  they live; scratch buffers and constants belong to the plan.
+- What a capture freezes is checked on every call: the ops' host arguments (``Op.host_args``: a learning rate of
+  a schedule, Adam's step) and which array each variable holds (a checkpoint load may replace it). A change means a
+  new capture; a plan that needs three captures within ``UNSTABLE_CALLS`` calls runs eagerly from then on.
+- A plan that cannot be captured (an op that reads device values on the host, which a capture forbids) runs
+  eagerly, and says why in ``print(plan)``.
+
+``FLOWLAB_CUDA_GRAPHS=0`` turns replay off (every call eager).
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+
+import numpy as np
+
+log = logging.getLogger("flowlab")
+
+UNSTABLE_CALLS = 50     # three captures within this many calls: the plan changes too often to replay
+
+
+def enabled() -> bool:
+    return os.environ.get("FLOWLAB_CUDA_GRAPHS", "1") != "0"
+
+
+class GraphReplay:
+    """Runs one plan: ``replay(run_eager, run_device, feeds, step, emit)``. ``hooks`` are the plan's host-argument
+    functions (``step -> dict``), ``variables`` the session variables it reads, ``schedule`` its deliveries' ``(every,
+    when)``.
+
+    Deliveries: the graph copies every watched tensor (or its histogram) into a pinned host buffer of its own, in
+    stream order right where the tensor is made (before an update or a later op can change it); after a launch each
+    delivery due on this call is emitted as a function that waits for the graph and copies its buffer out. The next
+    call waits for those functions before it launches (``dispatch.settle``), so a buffer is never overwritten before
+    it was read.
+    """
+
+    def __init__(self, cupy, hooks, variables, schedule=()):
+        self.cupy = cupy
+        self.hooks = hooks
+        self.variables = variables
+        self.schedule = schedule
+        self._staged = []                             # (delivery index, pinned buffer) the graph fills
+        self.calls = 0
+        self.captures = collections.deque(maxlen=3)   # call numbers of the latest captures
+        self.off_reason = None                        # why this plan runs eagerly from now on
+        self._graph = self._pool = self._outputs = None
+        self._inputs = None                           # the graph's feed buffers
+        self._frozen = None                           # (host arguments, variable arrays) the graph was captured with
+
+    @property
+    def state(self) -> str:
+        """One line for ``print(plan)``."""
+        if self.off_reason:
+            return f"eager: {self.off_reason}"
+        if self._graph is None:
+            return "replayed as one CUDA graph from its second call"
+        return f"replayed as one CUDA graph (captured {len(self.captures)} time(s))"
+
+    def __call__(self, run_eager, run_device, feeds, step, emit):
+        self.calls += 1
+        if self.off_reason is not None or self.calls == 1:
+            return run_eager(feeds, step, emit)
+        try:
+            frozen = ([h(step) for h in self.hooks], [v.value for v in self.variables])
+            stale = self._graph is None or frozen[0] != self._frozen[0] or \
+                any(a is not b for a, b in zip(frozen[1], self._frozen[1]))
+        except Exception as e:          # host arguments that cannot be compared (arrays): do not replay
+            return self._give_up(f"host arguments not comparable ({type(e).__name__})", run_eager, feeds, step, emit)
+        self._load(feeds)
+        if stale:
+            if len(self.captures) == 3 and self.calls - self.captures[0] < UNSTABLE_CALLS:
+                return self._give_up(f"captured 3 times in {self.calls - self.captures[0]} calls (host arguments "
+                                     "or variables change from call to call)", run_eager, feeds, step, emit)
+            try:
+                self._capture(run_device, step)
+            except Exception as e:      # an op that synchronises with the host, or anything else capture forbids
+                return self._give_up(f"cannot be captured ({type(e).__name__}: {str(e)[:160]})", run_eager,
+                                     feeds, step, emit)
+            self._frozen = frozen
+            self.captures.append(self.calls)
+        stream = self.cupy.cuda.get_current_stream()
+        self._graph.launch(stream=stream)
+        if self._staged:
+            self._emit_due(emit, step, stream.record())
+        return tuple(out.get() for out in self._outputs)
+
+    def _emit_due(self, emit, step, launched):
+        for k, pinned in self._staged:
+            every, when = self.schedule[k]
+            if step % every == 0 and (when is None or when()):
+                emit(k, lambda pinned=pinned: (launched.synchronize(), pinned.copy())[1], step)
+
+    def stage(self, array):
+        """(While capturing) copy ``array`` to a new pinned buffer in stream order; returns the buffer."""
+        import cupyx
+        cupy = self.cupy
+        source = array if array.flags.c_contiguous else cupy.ascontiguousarray(array)
+        pinned = cupyx.empty_pinned(array.shape, array.dtype)
+        # the runtime's copy itself: ndarray.get would also record events for CuPy's pinned pool to watch
+        cupy.cuda.runtime.memcpyAsync(pinned.ctypes.data, source.data.ptr, source.nbytes,
+                                      cupy.cuda.runtime.memcpyDeviceToHost, cupy.cuda.get_current_stream().ptr)
+        return pinned
+
+    def stage_histogram(self, array, bins):
+        from ..ops.stats import histogram_vector
+        return self.stage(histogram_vector(self.cupy, array, bins))
+
+    def _load(self, feeds):
+        """Copy this call's feeds into the graph's input buffers (stream-ordered after the previous replay)."""
+        cupy = self.cupy
+        if self._inputs is None:
+            self._inputs = [cupy.empty(np.shape(f), f.dtype) for f in feeds]
+        for buffer, feed in zip(self._inputs, feeds):
+            if isinstance(feed, np.ndarray):      # (np.ascontiguousarray would make a 0-d feed 1-d)
+                buffer.set(feed if feed.flags.c_contiguous else np.ascontiguousarray(feed))
+            else:
+                cupy.copyto(buffer, feed)
+
+    def _capture(self, run_device, step):
+        cupy = self.cupy
+        self._graph = self._pool = self._outputs = None      # the old graph's memory goes with it
+        self._staged = []
+        # Nothing captured runs before the launch on the current stream, which orders it after the feeds' copies.
+        pool, stream = cupy.cuda.MemoryPool(), cupy.cuda.Stream(non_blocking=True)
+        with cupy.cuda.using_allocator(pool.malloc), stream:
+            stream.begin_capture()
+            staged = []
+            try:
+                outputs = run_device(self._inputs, step, lambda k, pinned, step: staged.append((k, pinned)))
+            except BaseException:
+                try:
+                    stream.end_capture()
+                except Exception:       # the capture was invalidated by what failed: nothing to keep
+                    pass
+                raise
+            graph = stream.end_capture()
+        self._graph, self._pool, self._outputs, self._staged = graph, pool, outputs, staged
+
+    def _give_up(self, reason, run_eager, feeds, step, emit):
+        self.off_reason = reason
+        self._graph = self._pool = self._outputs = self._inputs = None
+        self._staged = []
+        log.debug("flowlab: a plan runs eagerly: %s", reason)
+        return run_eager(feeds, step, emit)

@@ -1,0 +1,182 @@
+"""CUDA graph replay of plans on CuPy (``flowlab.runtime.cuda_graph``): a replayed job trains exactly as the same job
+run eagerly, what a capture freezes is re-checked every call, and plans that cannot be replayed run eagerly and say
+why. On NumPy only the switch and the plan's note are checked."""
+import numpy as np
+import pytest
+
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.ops import nn
+from flowlab.runtime import backend, session
+
+BATCH, IN, HIDDEN, CLASSES = 16, 12, 8, 4
+rng = np.random.default_rng(11)
+DATA = [(rng.standard_normal((BATCH, IN)).astype(np.float32), rng.integers(0, CLASSES, BATCH).astype(np.int32))
+        for _ in range(6)]
+
+
+def mlp_job(optimizer=None, dropout=False, watch=None):
+    @flow.global_function(type="train")
+    def train(x: tp.Numpy.Placeholder((BATCH, IN)), y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+        h = flow.layers.dense(x, HIDDEN, activation=flow.nn.relu, name="h")
+        if dropout:
+            h = flow.nn.dropout(h, rate=0.5)
+        if watch is not None:
+            flow.watch(h, watch)
+        logits = flow.layers.dense(h, CLASSES, name="out")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        (optimizer or flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9)
+         ).minimize(loss)
+        return loss
+    return train
+
+
+def train(make_job, graphs, monkeypatch, calls=len(DATA), between=None):
+    """Losses and final variables of ``calls`` calls from the same start, with CUDA graphs on or off."""
+    monkeypatch.setenv("FLOWLAB_CUDA_GRAPHS", "1" if graphs else "0")
+    flow.clear_default_session()
+    job = make_job()
+    losses = []
+    for i, (x, y) in enumerate(DATA[:calls]):
+        if between is not None:
+            between(i)
+        losses.append(job(x, y))
+    values = {name: v.numpy() for name, v in session.default().variables.items()}
+    return job, np.array(losses), values
+
+
+def graph_state(job):
+    """The plan's ``# cuda_graph: ...`` line (shown whole when an assertion on it fails)."""
+    return next(line for line in job.plan().describe_passes().splitlines() if line.startswith("# cuda_graph"))
+
+
+def assert_same_training(a, b):
+    (_, losses_a, values_a), (_, losses_b, values_b) = a, b
+    np.testing.assert_allclose(losses_a, losses_b, rtol=1e-6, atol=1e-7)
+    assert values_a.keys() == values_b.keys()
+    for name in values_a:
+        np.testing.assert_allclose(values_a[name], values_b[name], rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+@pytest.mark.numpy_backend
+def test_on_numpy_plans_say_nothing_of_graphs():
+    assert backend.current().name == "numpy"
+    job = mlp_job()
+    job(*DATA[0])
+    assert job.plan().replay is None and "cuda_graph" not in str(job.plan())
+
+
+@pytest.fixture
+def gpu():
+    backend.use("gpu")
+    yield
+    backend.use("cpu")
+
+
+@pytest.mark.gpu
+def test_a_replayed_job_trains_exactly_as_the_eager_one(gpu, monkeypatch):
+    replayed = train(mlp_job, True, monkeypatch)
+    assert "replayed as one CUDA graph (captured 1 time(s))" in graph_state(replayed[0])
+    eager = train(mlp_job, False, monkeypatch)
+    assert "FLOWLAB_CUDA_GRAPHS=0" in graph_state(eager[0])
+    assert_same_training(replayed, eager)
+    assert not np.allclose(replayed[1][0], replayed[1][-1])      # it did train
+
+
+@pytest.mark.gpu
+def test_a_learning_rate_that_changes_is_captured_again_and_used(gpu, monkeypatch):
+    def job():
+        return mlp_job(flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([3], [0.1, 0.01])))
+    replayed = train(job, True, monkeypatch)
+    assert "captured 2 time(s)" in graph_state(replayed[0])
+    assert_same_training(replayed, train(job, False, monkeypatch))
+
+
+@pytest.mark.gpu
+def test_host_arguments_that_change_every_call_end_replay(gpu, monkeypatch):
+    def job():   # Adam's bias correction takes the step from the host
+        return mlp_job(flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [0.01])))
+    replayed = train(job, True, monkeypatch)
+    assert "eager: captured 3 times in 3 calls" in graph_state(replayed[0])
+    assert_same_training(replayed, train(job, False, monkeypatch))
+
+
+@pytest.mark.gpu
+def test_variables_replaced_between_calls_are_read_from_their_new_arrays(gpu, monkeypatch):
+    def load(i):           # a new array for a variable (as a checkpoint load of another shape's array would be)
+        if i == 4:
+            variable = session.default().variables["h-weight"]
+            variable.value = backend.current().asarray(np.full(variable.shape, 0.05, np.float32))
+    replayed = train(mlp_job, True, monkeypatch, between=load)
+    assert "captured 2 time(s)" in graph_state(replayed[0])
+    assert_same_training(replayed, train(mlp_job, False, monkeypatch, between=load))
+
+
+@pytest.mark.gpu
+def test_watched_tensors_reach_their_handlers_from_the_replayed_graph_on_the_calls_due(gpu, monkeypatch):
+    def run(graphs):
+        seen = {"every": [], "diff": []}
+
+        def keep(v: tp.Numpy):
+            seen["every"].append(v)
+
+        def keep_diff(v: tp.Numpy):
+            seen["diff"].append(v)
+
+        def job():
+            @flow.global_function(type="train")
+            def train(x: tp.Numpy.Placeholder((BATCH, IN)),
+                      y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+                h = flow.layers.dense(x, HIDDEN, activation=flow.nn.relu, name="h")
+                flow.watch(h, keep)
+                logits = flow.layers.dense(h, CLASSES, name="out")
+                flow.watch_diff(logits, keep_diff)
+                loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+                flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+                return loss
+            return train
+        result = train(job, graphs, monkeypatch)
+        return result, seen
+    (replayed, seen), (eager, want) = run(True), run(False)
+    assert "replayed as one CUDA graph (captured 1 time(s))" in graph_state(replayed[0])
+    assert_same_training(replayed, eager)
+    for kind in ("every", "diff"):
+        assert len(seen[kind]) == len(want[kind]) == len(DATA)
+        for got, expected in zip(seen[kind], want[kind]):
+            np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(seen["every"][0], seen["every"][-1])     # each call's own values, not one buffer
+
+
+@pytest.mark.gpu
+def test_plans_that_cannot_be_replayed_run_eagerly_and_say_why(gpu, monkeypatch):
+    job, _, _ = train(lambda: mlp_job(dropout=True), True, monkeypatch, calls=3)
+    assert "draws random numbers: runs eagerly" in graph_state(job)
+    reports = []
+
+    def health_job():
+        @flow.global_function(type="train")
+        def train_job(x: tp.Numpy.Placeholder((BATCH, IN)),
+                      y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+            logits = flow.layers.dense(flow.layers.dense(x, HIDDEN, activation=flow.nn.relu, name="h"), CLASSES,
+                                       name="out")
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+            flow.watch_health(reports.append)
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+            return loss
+        return train_job
+    job, _, _ = train(health_job, True, monkeypatch, calls=3)
+    flow.sync_default_session()
+    assert "watch statistics taken on the host: runs eagerly" in graph_state(job) and len(reports) == 3
+
+
+@pytest.mark.gpu
+def test_an_op_that_reads_the_device_on_the_host_cannot_be_captured_and_runs_eagerly(gpu, monkeypatch):
+    cross_entropy = nn.SparseSoftmaxCrossEntropy.forward
+
+    def syncing(xp, labels, logits, **kw):
+        float(logits.sum())              # a host synchronisation: forbidden while a stream is captured
+        return cross_entropy(xp, labels, logits, **kw)
+    monkeypatch.setattr(nn.SparseSoftmaxCrossEntropy, "forward", staticmethod(syncing))
+    replayed = train(mlp_job, True, monkeypatch)
+    assert "eager: cannot be captured" in graph_state(replayed[0])
+    assert_same_training(replayed, train(mlp_job, False, monkeypatch))
