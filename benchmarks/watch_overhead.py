@@ -26,6 +26,10 @@ disturbed. Reported: median ms/step, (2)/(1) against the target
     python benchmarks/watch_overhead.py                   # about 1.5 minutes on 2 cores
     python benchmarks/watch_overhead.py --rounds 10 --steps 10
     python benchmarks/watch_overhead.py --profile         # then profile (1)-(3): cProfile, per-thread CPU
+    python benchmarks/watch_overhead.py --device gpu      # flowlab on CuPy, PyTorch on CUDA (target <= 1.05x)
+
+On the GPU both feed host batches each step (PyTorch from pinned memory, non-blocking), PyTorch's hooks copy to the
+host with ``.cpu()`` as its users write them, and every block ends with both libraries' devices synchronised.
 """
 
 # No `from __future__ import annotations`: flowlab reads the job's placeholder annotations at runtime.
@@ -47,7 +51,7 @@ from machine import blas_info, cpu_model
 
 IN, CLASSES, LR = 784, 10, 0.1
 BATCH, HIDDEN = 100, 512
-TARGET = 1.10          # (2) flowlab with watch / (1) flowlab without, median ms/step, must not exceed this
+TARGETS = {"cpu": 1.10, "gpu": 1.05}   # (2) flowlab with watch / (1) flowlab without, median ms/step, at most
 TOLERANCE = 1e-5       # relative agreement required by the one-step check
 KINDS = ("hidden-weight", "hidden-bias", "output-weight", "output-bias")   # generic names; per-variant prefixes
 
@@ -97,6 +101,8 @@ class FlowlabVariant:
             if variant == "watch":
                 flow.watch(hidden, keep_hidden)
                 flow.watch_diff(logits, keep_logits_grad)
+            elif variant == "health":                   # benchmarks/gpu_steady.py's: every layer, every step
+                flow.watch_health(lambda report: seen.__setitem__("report", report), every=1)
             loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
             flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [LR]), momentum=0).minimize(loss)
             return loss
@@ -143,13 +149,14 @@ class TorchVariant:
     """PyTorch eager, as a PyTorch user writes the step; with ``hooks`` the hidden activation (forward hook on the
     ReLU) and the logits' gradient (``logits.register_hook``) are copied to NumPy each step."""
 
-    def __init__(self, torch, hooks):
+    def __init__(self, torch, hooks, device="cpu"):
         self.torch = torch
         self.F = torch.nn.functional
         nn = torch.nn
         self.name = "torch-hooks" if hooks else "torch-plain"
         self.hooks = hooks
-        self.model = nn.Sequential(nn.Linear(IN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES))
+        self.device = torch.device(device)
+        self.model = nn.Sequential(nn.Linear(IN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES)).to(self.device)
         self.layers = {"hidden": self.model[0], "output": self.model[2]}
         self.opt = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=0)
         self.seen = {}
@@ -157,10 +164,10 @@ class TorchVariant:
             seen = self.seen
 
             def keep_hidden(module, inputs, output):
-                seen["hidden"] = output.detach().numpy().copy()
+                seen["hidden"] = output.detach().cpu().numpy().copy()
 
             def keep_logits_grad(g):
-                seen["logits_grad"] = g.detach().numpy().copy()
+                seen["logits_grad"] = g.detach().cpu().numpy().copy()
             self.model[1].register_forward_hook(keep_hidden)
             self._keep_logits_grad = keep_logits_grad
 
@@ -169,7 +176,7 @@ class TorchVariant:
         return getattr(self.layers[layer], what)
 
     def get_weights(self):
-        return {k: self._param(k).detach().numpy().copy() for k in KINDS}
+        return {k: self._param(k).detach().cpu().numpy().copy() for k in KINDS}
 
     def set_weights(self, weights):
         with self.torch.no_grad():
@@ -179,12 +186,17 @@ class TorchVariant:
     def set_batch(self, x, y):
         self.x = self.torch.from_numpy(x)
         self.y = self.torch.from_numpy(y.astype(np.int64))   # cross_entropy wants int64 class ids
+        if self.device.type == "cuda":           # like flowlab, each step feeds host data
+            self.x, self.y = self.x.pin_memory(), self.y.pin_memory()
 
     def step(self):
-        logits = self.model(self.x)
+        x, y = self.x, self.y
+        if self.device.type == "cuda":
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        logits = self.model(x)
         if self.hooks:
             logits.register_hook(self._keep_logits_grad)      # a new tensor each step: hook it each step
-        loss = self.F.cross_entropy(logits, self.y)
+        loss = self.F.cross_entropy(logits, y)
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -247,6 +259,7 @@ def verify(impls, x, y):
 # ------------------------------------------------------------------------------------------------------------ timing
 
 GAP_S = 0.3     # idle before each block, so the other library's spinning worker threads (OpenBLAS/OpenMP) go to sleep
+SYNC = [lambda: None]   # waits for the devices' queued work (main sets it for --device gpu)
 RETRIES = 4
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -276,10 +289,12 @@ def time_block(impl, steps):
     for a CPU)."""
     time.sleep(GAP_S)
     impl.step()                                          # untimed: wakes this library's threads, warms caches
+    SYNC[0]()
     before = _cpu_counters()
     t0 = time.perf_counter()
     for _ in range(steps):
         impl.step()                                      # flowlab's jobs return values: they waited for callbacks
+    SYNC[0]()
     wall = time.perf_counter() - t0
     after = _cpu_counters()
     if before is None or after is None:
@@ -407,15 +422,29 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=30, help="timed rounds (default 30)")
     ap.add_argument("--steps", type=int, default=20, help="steps per timed block (default 20)")
     ap.add_argument("--profile", action="store_true", help="afterwards, profile flowlab plain, watch and scope (cProfile; CPU time per thread)")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.steps < 1:
         ap.error("--rounds and --steps must be positive")
 
-    os.environ["FLOWLAB_DEVICE"] = "cpu"        # before flowlab picks its backend
+    os.environ["FLOWLAB_DEVICE"] = args.device  # before flowlab picks its backend
     import torch
     import flowlab as flow
     from flowlab.runtime import backend
-    backend.use("cpu")
+    try:
+        backend.use(args.device)
+    except Exception as e:                       # DeviceError: no CuPy or no working CUDA device
+        sys.exit(f"--device {args.device}: {e}")
+    torch_device = "cuda" if args.device == "gpu" else "cpu"
+    if args.device == "gpu":
+        import cupy
+        global GAP_S
+        GAP_S = 0.05                             # no CPU thread pools to let settle between blocks
+
+        def sync():
+            cupy.cuda.Device().synchronize()
+            torch.cuda.synchronize()
+        SYNC[0] = sync
 
     blas_name, blas_threads = blas_info()
     print("flowlab watch-overhead benchmark")
@@ -429,11 +458,13 @@ def main(argv=None):
     if blas_threads and blas_threads != torch.get_num_threads():
         torch.set_num_threads(blas_threads)
         print(f"  torch.set_num_threads({blas_threads}) to match NumPy's BLAS")
+    if args.device == "gpu":
+        print(f"  gpu       {torch.cuda.get_device_name()}; cupy {cupy.__version__}, torch CUDA {torch.version.cuda}")
     print(f"  model     {IN}-{HIDDEN}-{CLASSES}, batch {BATCH}, fp32, SGD lr {LR} momentum 0; "
           f"{args.rounds} rounds x {args.steps} steps each")
 
     impls = [FlowlabVariant(flow, "plain"), FlowlabVariant(flow, "watch"), FlowlabVariant(flow, "scope"),
-             TorchVariant(torch, hooks=False), TorchVariant(torch, hooks=True)]
+             TorchVariant(torch, False, torch_device), TorchVariant(torch, True, torch_device)]
     rng = np.random.default_rng(1234)
     x = rng.random((BATCH, IN), dtype=np.float32)
     y = rng.integers(0, CLASSES, size=BATCH, dtype=np.int32)
@@ -473,7 +504,7 @@ def main(argv=None):
     def paired(a, b):   # median over rounds of the same-round ratio: a check on the ratio of medians
         return statistics.median(x / y for x, y in zip(samples[a], samples[b]))
 
-    ratios = [("(2)/(1) flowlab watch / flowlab plain", "flowlab-watch", "flowlab-plain", TARGET),
+    ratios = [("(2)/(1) flowlab watch / flowlab plain", "flowlab-watch", "flowlab-plain", TARGETS[args.device]),
               ("(3)/(1) flowlab scope / flowlab plain", "flowlab-scope", "flowlab-plain", None),
               ("(5)/(4) torch hooks / torch plain", "torch-hooks", "torch-plain", None),
               ("(2)/(5) flowlab watch / torch hooks", "flowlab-watch", "torch-hooks", None)]
