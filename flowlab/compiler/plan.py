@@ -46,6 +46,9 @@ class Plan:
     next: outputs and deliveries are copied or consumed before the call returns), so a job's two plans take one set
     of memory, and caches stay warm when calls alternate between them.
 
+    On CuPy the plan is replayed as one CUDA graph from its second call where it can be (``runtime.cuda_graph``;
+    ``replay`` is that ``GraphReplay`` or None, and ``print(plan)`` says which and why).
+
     ``replica`` makes the plan one of several data-parallel copies (``runtime.devices.Replica``: its ``index`` and
     a ``reducer`` shared by all, whose ``all_reduce(index, gradients)`` and ``release(index)`` the plan calls where
     ``compiler.replicate`` says); replicas other than 0 skip the updates. Without it the plan is exactly the
@@ -79,7 +82,8 @@ class Plan:
         reason = self._not_replayable()
         self.replay = None if reason else cuda_graph.GraphReplay(
             backend.xp, self._hooks, self._variables_read, [(d.every, d.when) for d in self.deliveries])
-        self._device_ns["G"] = self.replay
+        if self.replay is not None:
+            self._device_ns["G"] = self.replay
         self._graph_note = reason
 
     @property
@@ -172,6 +176,8 @@ class Plan:
         outs = "".join(f"host({'s' if t.id in self.snapshots else 't'}{t.id}), " for t in self.output_tensors)
         lines.append(f"    return ({outs})")
         source, run = _compile(lines, delivery_lines, ns, f"{self.graph.name} #{next(_plan_ids)}")
+        if not self.backend.is_gpu:
+            return source, run, None
         # the plan as a CUDA graph captures it: outputs left where they are, every delivery staged (G: its replay)
         self._device_ns = dict(ns, host=_on_device, G=None)
         _, run_device = _compile(lines, graph_lines, self._device_ns, f"{self.graph.name} #{next(_plan_ids)} graph")
