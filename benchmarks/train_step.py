@@ -105,10 +105,13 @@ class TorchStep:
     """PyTorch eager: what a PyTorch user writes for the same model and update."""
     name = "torch"
 
-    def __init__(self, torch, batch, hidden, device):
+    def __init__(self, torch, batch, hidden, device, pinned=True):
         self.torch = torch
         self.F = torch.nn.functional
         self.device = torch.device(device)
+        self.pinned = pinned                     # on CUDA: batches fed from pinned memory (DataLoader(pin_memory=True))
+        if not pinned:
+            self.name = "torch-pageable"
         nn = torch.nn
         self.model = nn.Sequential(nn.Linear(IN, hidden), nn.ReLU(), nn.Linear(hidden, CLASSES)).to(self.device)
         self.layers = {"hidden": self.model[0], "output": self.model[2]}
@@ -129,7 +132,7 @@ class TorchStep:
     def set_batch(self, x, y):
         self.x = self.torch.from_numpy(x)
         self.y = self.torch.from_numpy(y.astype(np.int64))   # cross_entropy wants int64 class ids
-        if self.device.type == "cuda":           # like flowlab, each step feeds host data
+        if self.device.type == "cuda" and self.pinned:   # like flowlab, each step feeds host data
             self.x, self.y = self.x.pin_memory(), self.y.pin_memory()
 
     def step(self):
@@ -288,6 +291,8 @@ def run_case(case, args, flow, torch, device):
     impls = [FlowlabStep(flow, batch, hidden), TorchStep(torch, batch, hidden, torch_device)]
     if device == "cpu":
         impls.append(NumpyStep(batch, hidden))
+    else:   # flowlab's jobs take NumPy arrays as they come (pageable): PyTorch fed the same way, for comparison
+        impls.append(TorchStep(torch, batch, hidden, torch_device, pinned=False))
 
     rng = np.random.default_rng(1234)
     x = rng.random((batch, IN), dtype=np.float32)
@@ -333,6 +338,9 @@ def run_case(case, args, flow, torch, device):
         q = statistics.quantiles(v, n=4) if len(v) >= 2 else [v[0]] * 3
         print(f"  {n:8s} median {med[n]:9.3f} ms/step   (p25 {q[0]:.3f}, p75 {q[2]:.3f}, min {min(v):.3f})")
     rows = []
+    if "torch-pageable" in med:
+        print(f"  flowlab / torch fed from pageable memory = {med['flowlab'] / med['torch-pageable']:.3f}   "
+              "(no target)")
     for peer in (n for n in ("torch", "numpy") if n in med):
         ratio = med["flowlab"] / med[peer]
         target = TARGETS[device][case][peer]

@@ -172,6 +172,21 @@ def test_relu_equals_maximum(dtype, layout):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("with_out", [False, True])
+def test_relu_grad_on_cupy_is_numpys_product_in_one_kernel(dtype, with_out):
+    import cupy
+    from flowlab.ops.nn import ReluGrad
+    y = np.maximum(rng.standard_normal((50, 30)), 0).astype(dtype)
+    dy = rng.standard_normal((50, 30)).astype(dtype)
+    dy[0, :4], y[0, :4] = [np.nan, np.inf, np.nan, -np.inf], [0, 0, 1, 2]      # NaN where y is 0 stays NaN
+    out = cupy.empty(y.shape, dtype) if with_out else None
+    got = ReluGrad.forward(cupy, cupy.asarray(y), cupy.asarray(dy), out=out)
+    assert out is None or got is out
+    np.testing.assert_array_equal(cupy.asnumpy(got), ReluGrad.forward(np, y, dy))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape, axes", [((300, 70), (0,)), ((4, 5, 6), (0, 1)), ((4, 5, 6), (0,)), ((0, 3), (0,)),
                                          ((5, 4), (1,)), ((3, 4, 5), (0, 2))])
 @pytest.mark.parametrize("keepdims", [False, True])

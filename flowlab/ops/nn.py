@@ -38,7 +38,20 @@ class ReluGrad(OutputGrad):
 
     @staticmethod
     def forward(xp, y, dy, out=None):
+        if xp is not np and y.dtype == dy.dtype and y.dtype.kind == "f":     # one pass instead of two (mask, product)
+            return _relu_grad_kernel(xp)(y, dy) if out is None else _relu_grad_kernel(xp)(y, dy, out)
         return xp.multiply(dy, y > 0, out=out)
+
+
+_cupy_relu_grad = []
+
+
+def _relu_grad_kernel(cupy):
+    """``dy * (y > 0)`` as NumPy computes it (a NaN or Inf gradient where y <= 0 still gives NaN), in one kernel."""
+    if not _cupy_relu_grad:
+        _cupy_relu_grad.append(cupy.ElementwiseKernel("T y, T dy", "T dx", "dx = dy * (T)(y > (T)0)",
+                                                      "flowlab_relu_grad"))
+    return _cupy_relu_grad[0]
 
 
 def relu(x, name=None):
