@@ -180,3 +180,70 @@ def test_an_op_that_reads_the_device_on_the_host_cannot_be_captured_and_runs_eag
     replayed = train(mlp_job, True, monkeypatch)
     assert "eager: cannot be captured" in graph_state(replayed[0])
     assert_same_training(replayed, train(mlp_job, False, monkeypatch))
+
+
+class _StandInCupy:
+    """Just enough of CuPy's API for GraphReplay's bookkeeping on the host: captures and launches are counted,
+    nothing runs (what runs on a GPU is checked by the tests above)."""
+
+    def __init__(self):
+        self.launches, self.captures = 0, 0
+        outer = self
+
+        class Stream:
+            def __init__(self, non_blocking=False):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def begin_capture(self):
+                outer.captures += 1
+
+            def end_capture(self):
+                return type("Graph", (), {"launch": lambda graph, stream=None: outer.launched()})()
+
+            def record(self):
+                return type("Event", (), {"synchronize": lambda event: None})()
+
+        self.cuda = type("cuda", (), {"Stream": Stream, "get_current_stream": staticmethod(lambda: Stream()),
+                                      "MemoryPool": lambda: type("Pool", (), {"malloc": None})(),
+                                      "using_allocator": staticmethod(lambda malloc: Stream())})
+
+    def launched(self):
+        self.launches += 1
+
+    @staticmethod
+    def empty(shape, dtype):
+        return type("Buffer", (), {"set": lambda buffer, array: None})()
+
+
+def test_replay_bookkeeping_captures_again_on_changes_and_gives_up_when_they_never_stop():
+    from flowlab.runtime.cuda_graph import GraphReplay
+    cupy, lr = _StandInCupy(), {"value": 0.1}
+    variable = type("Variable", (), {"value": object()})()
+    out = type("Out", (), {"get": lambda self: "host copy"})()
+    emitted = []
+    replay = GraphReplay(cupy, [lambda step: {"lr": lr["value"]}], [variable], schedule=[(2, None)])
+
+    def run_device(feeds, step, emit):
+        emit(0, "pinned buffer", step)
+        return (out,)
+
+    def call(step):
+        return replay(lambda feeds, step, emit: ("eager",), run_device, [np.zeros(3)], step,
+                      lambda k, copy, step: emitted.append((k, step)))
+    assert call(0) == ("eager",) and cupy.captures == 0               # call 1: eager
+    assert [call(s) for s in (1, 2, 3)] == [("host copy",)] * 3 and (cupy.captures, cupy.launches) == (1, 3)
+    assert emitted == [(0, 2)]                                         # every=2: only step 2's delivery
+    lr["value"] = 0.01                                                 # a schedule moves on: one new capture
+    call(4)
+    variable.value = object()                                          # a checkpoint load: another
+    call(5)
+    assert (cupy.captures, cupy.launches) == (3, 5) and "captured 3 time(s)" in replay.state
+    lr["value"] = 0.001                                                # a third change within 50 calls: eager
+    assert call(6) == ("eager",) and replay.state.startswith("eager: captured 3 times in 5 calls")
+    assert call(7) == ("eager",) and cupy.captures == 3

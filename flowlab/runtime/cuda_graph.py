@@ -55,6 +55,7 @@ class GraphReplay:
         self._staged = []                             # (delivery index, pinned buffer) the graph fills
         self.calls = 0
         self.captures = collections.deque(maxlen=3)   # call numbers of the latest captures
+        self.captured = 0                             # captures in all
         self.off_reason = None                        # why this plan runs eagerly from now on
         self._graph = self._pool = self._outputs = None
         self._inputs = None                           # the graph's feed buffers
@@ -67,7 +68,7 @@ class GraphReplay:
             return f"eager: {self.off_reason}"
         if self._graph is None:
             return "replayed as one CUDA graph from its second call"
-        return f"replayed as one CUDA graph (captured {len(self.captures)} time(s))"
+        return f"replayed as one CUDA graph (captured {self.captured} time(s))"
 
     def __call__(self, run_eager, run_device, feeds, step, emit):
         self.calls += 1
@@ -91,6 +92,7 @@ class GraphReplay:
                                      feeds, step, emit)
             self._frozen = frozen
             self.captures.append(self.calls)
+            self.captured += 1
         stream = self.cupy.cuda.get_current_stream()
         self._graph.launch(stream=stream)
         if self._staged:
