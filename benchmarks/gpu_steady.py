@@ -32,7 +32,7 @@ LARGE = (4096, 4096)     # batch, hidden
 SYNCS = ("Synchronize", "cudaMemcpy ", "cudaMemcpy2D ", "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "cudaFree", "cuMemFree")
 
 
-def count_pool_requests(cupy, impl, steps):
+def count_pool_requests(impl, steps):
     """(pool requests, cudaMalloc calls, bytes asked) per step, from a MemoryHook around ``steps`` steps."""
     from cupy.cuda import memory_hook
 
@@ -125,7 +125,7 @@ def main(argv=None):
     print("\nmemory-pool requests per step (after warm-up)")
     print(f"  {'variant':8s} {'requests':>9s} {'cudaMalloc':>10s} {'bytes asked':>12s}")
     for name, impl in impls.items():
-        requests, mallocs, nbytes = count_pool_requests(cupy, impl, args.steps)
+        requests, mallocs, nbytes = count_pool_requests(impl, args.steps)
         print(f"  {name:8s} {requests:9.2f} {mallocs:10.2f} {nbytes:12.0f}")
 
     print("\nCUDA calls per step (torch.profiler / CUPTI)")
@@ -139,7 +139,8 @@ def main(argv=None):
 
     # issue 13's cuBLAS-bound case next to PyTorch's: where the GPU time goes
     from train_step import FlowlabStep, TorchStep
-    print(f"\nbatch {LARGE[0]} x hidden {LARGE[1]}: {args.steps // 5} steps each")
+    large_steps = max(args.steps // 5, 2)
+    print(f"\nbatch {LARGE[0]} x hidden {LARGE[1]}: {large_steps} steps each")
     x = rng.random((LARGE[0], IN), dtype=np.float32)
     y = rng.integers(0, CLASSES, LARGE[0]).astype(np.int32)
     for impl in (FlowlabStep(flow, *LARGE), TorchStep(torch, *LARGE, "cuda")):
@@ -147,7 +148,7 @@ def main(argv=None):
         for _ in range(3):
             impl.step()
         try:
-            report(impl.name, *trace(torch, impl, max(args.steps // 5, 2)))
+            report(impl.name, *trace(torch, impl, large_steps))
         except Exception as e:
             print(f"  {impl.name}: no trace ({type(e).__name__}: {e})")
     return 0

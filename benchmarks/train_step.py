@@ -139,11 +139,14 @@ class TorchStep:
         x, y = self.x, self.y
         if self.device.type == "cuda":
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-        loss = self.F.cross_entropy(self.model(x), y)
+        loss = self.F.cross_entropy(self.logits(x), y)
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return loss.detach()
+
+    def logits(self, x):
+        return self.model(x)
 
     @staticmethod
     def loss_value(out):

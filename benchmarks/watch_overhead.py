@@ -48,6 +48,7 @@ import time
 import numpy as np
 
 from machine import blas_info, cpu_model
+from train_step import TorchStep
 
 IN, CLASSES, LR = 784, 10, 0.1
 BATCH, HIDDEN = 100, 512
@@ -145,69 +146,31 @@ class FlowlabVariant:
 
 # --------------------------------------------------------------------------------------------------------- torch
 
-class TorchVariant:
-    """PyTorch eager, as a PyTorch user writes the step; with ``hooks`` the hidden activation (forward hook on the
-    ReLU) and the logits' gradient (``logits.register_hook``) are copied to NumPy each step."""
+class TorchVariant(TorchStep):
+    """PyTorch eager as ``train_step.py`` times it; with ``hooks`` the hidden activation (forward hook on the ReLU)
+    and the logits' gradient (``logits.register_hook``) are copied to NumPy each step."""
 
     def __init__(self, torch, hooks, device="cpu"):
-        self.torch = torch
-        self.F = torch.nn.functional
-        nn = torch.nn
+        super().__init__(torch, BATCH, HIDDEN, device)
         self.name = "torch-hooks" if hooks else "torch-plain"
         self.hooks = hooks
-        self.device = torch.device(device)
-        self.model = nn.Sequential(nn.Linear(IN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES)).to(self.device)
-        self.layers = {"hidden": self.model[0], "output": self.model[2]}
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=0)
         self.seen = {}
         if hooks:
-            seen = self.seen
-
             def keep_hidden(module, inputs, output):
-                seen["hidden"] = output.detach().cpu().numpy().copy()
-
-            def keep_logits_grad(g):
-                seen["logits_grad"] = g.detach().cpu().numpy().copy()
+                self.seen["hidden"] = output.detach().cpu().numpy().copy()
             self.model[1].register_forward_hook(keep_hidden)
-            self._keep_logits_grad = keep_logits_grad
 
-    def _param(self, kind):
-        layer, what = kind.split("-")
-        return getattr(self.layers[layer], what)
+    def _keep_logits_grad(self, g):
+        self.seen["logits_grad"] = g.detach().cpu().numpy().copy()
 
-    def get_weights(self):
-        return {k: self._param(k).detach().cpu().numpy().copy() for k in KINDS}
-
-    def set_weights(self, weights):
-        with self.torch.no_grad():
-            for k in KINDS:
-                self._param(k).copy_(self.torch.from_numpy(weights[k]))
-
-    def set_batch(self, x, y):
-        self.x = self.torch.from_numpy(x)
-        self.y = self.torch.from_numpy(y.astype(np.int64))   # cross_entropy wants int64 class ids
-        if self.device.type == "cuda":           # like flowlab, each step feeds host data
-            self.x, self.y = self.x.pin_memory(), self.y.pin_memory()
-
-    def step(self):
-        x, y = self.x, self.y
-        if self.device.type == "cuda":
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+    def logits(self, x):
         logits = self.model(x)
         if self.hooks:
             logits.register_hook(self._keep_logits_grad)      # a new tensor each step: hook it each step
-        loss = self.F.cross_entropy(logits, y)
-        loss.backward()
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return loss.detach()
+        return logits
 
     def watched(self):
         return self.seen.get("hidden"), self.seen.get("logits_grad")
-
-    @staticmethod
-    def loss_value(out):
-        return float(out.item())
 
 
 # ------------------------------------------------------------------------------------------------------ the check

@@ -39,19 +39,9 @@ class ReluGrad(OutputGrad):
     @staticmethod
     def forward(xp, y, dy, out=None):
         if xp is not np and y.dtype == dy.dtype and y.dtype.kind == "f":     # one pass instead of two (mask, product)
-            return _relu_grad_kernel(xp)(y, dy) if out is None else _relu_grad_kernel(xp)(y, dy, out)
+            kernel = _cupy_kernel(xp, "relu_grad")
+            return kernel(y, dy) if out is None else kernel(y, dy, out)
         return xp.multiply(dy, y > 0, out=out)
-
-
-_cupy_relu_grad = []
-
-
-def _relu_grad_kernel(cupy):
-    """``dy * (y > 0)`` as NumPy computes it (a NaN or Inf gradient where y <= 0 still gives NaN), in one kernel."""
-    if not _cupy_relu_grad:
-        _cupy_relu_grad.append(cupy.ElementwiseKernel("T y, T dy", "T dx", "dx = dy * (T)(y > (T)0)",
-                                                      "flowlab_relu_grad"))
-    return _cupy_relu_grad[0]
 
 
 def relu(x, name=None):
@@ -174,16 +164,22 @@ const int c = (int)(i - row * classes);
 const L label = labels[row];
 grad = (label >= 0 && label < classes) ? prob * dy[row] - (c == label ? dy[row] : (T)0) : (T)0;
 """
-_cupy_ce = {}
+# This module's CuPy kernels: name -> (inputs, outputs, body), built on first use by ``_cupy_kernel``.
+_CUPY_KERNELS = {
+    # dy * (y > 0) as NumPy computes it (a NaN or Inf gradient where y <= 0 still gives NaN), in one pass
+    "relu_grad": ("T y, T dy", "T dx", "dx = dy * (T)(y > (T)0)"),
+    "sparse_softmax_ce": ("raw T logits, L label, int32 classes", "T loss, raw T prob", _CE_FORWARD),
+    "sparse_softmax_ce_grad": ("raw L labels, T prob, raw T dy, int32 classes", "T grad", _CE_GRAD),
+}
+_cupy_kernels = {}
 
 
-def _cupy_ce_kernels(cupy):
-    if not _cupy_ce:
-        _cupy_ce["forward"] = cupy.ElementwiseKernel("raw T logits, L label, int32 classes", "T loss, raw T prob",
-                                                     _CE_FORWARD, "flowlab_sparse_softmax_ce")
-        _cupy_ce["grad"] = cupy.ElementwiseKernel("raw L labels, T prob, raw T dy, int32 classes", "T grad",
-                                                  _CE_GRAD, "flowlab_sparse_softmax_ce_grad")
-    return _cupy_ce
+def _cupy_kernel(cupy, name):
+    kernel = _cupy_kernels.get(name)
+    if kernel is None:
+        inputs, outputs, body = _CUPY_KERNELS[name]
+        kernel = _cupy_kernels[name] = cupy.ElementwiseKernel(inputs, outputs, body, f"flowlab_{name}")
+    return kernel
 
 
 def _on_cupy_kernel(xp, array):
@@ -221,7 +217,7 @@ class SparseSoftmaxCrossEntropy(Op):
         if _on_cupy_kernel(xp, logits):
             logits = _contiguous(xp, logits)
             loss, prob = xp.empty(labels.shape, logits.dtype), xp.empty_like(logits)
-            _cupy_ce_kernels(xp)["forward"](logits, _contiguous(xp, labels), classes, loss, prob)
+            _cupy_kernel(xp, "sparse_softmax_ce")(logits, _contiguous(xp, labels), classes, loss, prob)
             return loss, prob
         all_valid = _labels_in_range(labels, classes)
         valid = True if all_valid else (labels >= 0) & (labels < classes)
@@ -260,8 +256,8 @@ class SparseSoftmaxCrossEntropyGrad(Op):
     def forward(xp, labels, prob, dy):
         classes = prob.shape[-1]
         if _on_cupy_kernel(xp, prob):
-            return _cupy_ce_kernels(xp)["grad"](_contiguous(xp, labels), _contiguous(xp, prob), _contiguous(xp, dy),
-                                                classes)
+            return _cupy_kernel(xp, "sparse_softmax_ce_grad")(_contiguous(xp, labels), _contiguous(xp, prob),
+                                                              _contiguous(xp, dy), classes)
         if _labels_in_range(labels, classes):     # the usual case: no mask to build
             grad = xp.ascontiguousarray(prob * dy[..., None])   # so that the reshape below is a view
             flat = grad.reshape(-1, classes)

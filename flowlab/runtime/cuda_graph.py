@@ -131,10 +131,14 @@ class GraphReplay:
             else:
                 cupy.copyto(buffer, feed)
 
+    def _drop(self):
+        """Let the graph go, and its memory and pinned buffers with it."""
+        self._graph = self._pool = self._outputs = None
+        self._staged = []
+
     def _capture(self, run_device, step):
         cupy = self.cupy
-        self._graph = self._pool = self._outputs = None      # the old graph's memory goes with it
-        self._staged = []
+        self._drop()
         # Nothing captured runs before the launch on the current stream, which orders it after the feeds' copies.
         pool, stream = cupy.cuda.MemoryPool(), cupy.cuda.Stream(non_blocking=True)
         with cupy.cuda.using_allocator(pool.malloc), stream:
@@ -153,7 +157,7 @@ class GraphReplay:
 
     def _give_up(self, reason, run_eager, feeds, step, emit):
         self.off_reason = reason
-        self._graph = self._pool = self._outputs = self._inputs = None
-        self._staged = []
+        self._drop()
+        self._inputs = None
         log.debug("flowlab: a plan runs eagerly: %s", reason)
         return run_eager(feeds, step, emit)
