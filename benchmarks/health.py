@@ -101,6 +101,11 @@ def measure(flow, net, rounds, steps, logdir, targets):
     print(f"{spec['describe']}; {rounds} rounds x {steps} steps, medians")
     print(f"  unwatched                 {base:.3f} ms/step")
     ok = True
+    for name, (job, _, _) in jobs.items():      # on a GPU: whether each plan was replayed as a CUDA graph
+        notes = [line for plan in (job.compiled().plan, job.compiled().quiet_plan) if plan is not None
+                 for line in plan.describe_passes().splitlines() if line.startswith("# cuda_graph")]
+        if notes:
+            print(f"  {name}: {'; '.join(notes)}")
     for name in ("every=1", "every=10", "writer"):
         median = statistics.median(times[name])
         ratio = median / base

@@ -50,7 +50,7 @@ def resolve(graph, host, devices=1):
             else:
                 request.call = lambda v, step, shape=shape, call=call: call(TensorStats.from_vector(shape, v),
                                                                             step)
-        elif request.bins:
+        elif request.bins and request.put is None:
             request.call = lambda v, step, shape=shape, call=call: call(TensorHistogram.from_vector(shape, v), step)
         request.target = target
         kept.append(request)
@@ -89,7 +89,7 @@ def _group(watches, multi_device):
         if multi_device:
             delivery = Delivery(request.target, request.every)
         else:
-            delivery = Delivery(request.target, request.every, request.when, request.bins, request.put, request.raw)
+            delivery = Delivery(request.target, request.every, request.when, request.bins, request.put)
         key = (request.target.id, *delivery[1:])
         if key not in index:
             index[key] = len(deliveries)

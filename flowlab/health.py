@@ -48,7 +48,9 @@ import numpy as np
 
 from . import graph as g
 from .errors import TraceError
-from .ops.stats import histogram_vector, host_sum, host_unit_sums, stats_vector
+from .ops import apply
+from .ops.stats import (ActivationStats, MeanStat, SquareStats, activation_vector, histogram_vector, mean_vector,
+                        square_vector)
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
@@ -124,91 +126,15 @@ class HealthReport:
 NONNEGATIVE_OPS = frozenset({"Relu", "Sigmoid", "Softmax"})   # a layer ending in one of these outputs x >= 0
 
 
-def activation_vector(xp, x, unit_axis=1, nonnegative=False):
-    """``[mean_abs, std, zero_fraction, max_abs, dead_fraction, nan, inf]`` of a layer output ``x`` (its units
-    along ``unit_axis``); NaN/Inf are left out of the moments. A float64 vector on ``x``'s device. ``nonnegative``:
-    ``x`` comes from an op whose outputs are >= 0 (ReLU), so ``|x|`` is ``x`` and its minimum is not needed."""
-    axes = tuple(a for a in range(x.ndim) if a != unit_axis % x.ndim)
-    n = x.size
-    if xp is np and x.dtype.char in "fd" and n:
-        fast = _host_activation(x, unit_axis, axes, nonnegative)
-        if fast is not None:
-            return fast
-    x = x if x.dtype.kind == "f" else x.astype(xp.float64)
-    if n == 0:
-        return xp.asarray([np.nan, np.nan, np.nan, np.nan, np.nan, 0.0, 0.0])
-    v = stats_vector(xp, x)
-    finite = xp.isfinite(x)
-    a = xp.where(finite, xp.abs(x), 0).astype(xp.float64)
-    count = xp.maximum(finite.sum(dtype=xp.float64), 1.0)
-    unit_max = xp.abs(x).max(axis=axes)          # NaN stays NaN: a unit holding NaN is not dead
-    dead = (unit_max == 0).sum(dtype=xp.float64) / unit_max.size
-    zeros = (x == 0).sum(dtype=xp.float64) / n
-    return xp.stack([a.sum() / count, v[3], zeros, a.max(), dead, v[4], v[5]])
+HISTOGRAM_BINS = 30
 
 
-def _host_activation(x, unit_axis, axes, nonnegative):
-    """The NumPy path when every element is finite (else None), in as few passes as it can: the largest ``|x|``
-    (NaN propagates through it, an Inf shows), the count of non-zeros, per-unit sums of ``|x|``
-    (``ops.stats.host_unit_sums``; a unit is dead exactly when its sum is 0, as ``|x|`` cannot cancel, and they add
-    up to the total) and the sum of squares (a dot product); the minimum only when the sign is not known. A 100 x
-    512 ReLU output: ~35 us (45 us with per-unit maxima); a 32 x 16 x 28 x 28 one: ~190 us (235 us)."""
-    flat = x.reshape(-1)
-    n = flat.size
-    if not nonnegative:
-        lo = float(np.minimum.reduce(flat))
-        if lo - lo != 0:
-            return None
-        nonnegative = lo >= 0
-    a = x if nonnegative else np.abs(x)
-    a_flat = a.reshape(-1)
-    hi = float(np.maximum.reduce(a_flat))
-    if hi - hi != 0:
-        return None
-    nonzero = np.count_nonzero(a_flat > 0)
-    if hi * hi * n < (1e37 if x.dtype.itemsize == 4 else 1e306):      # no sum or square can overflow
-        units = host_unit_sums(a, unit_axis)
-        if units is None:                        # a layout without the product: per-unit maxima
-            units = np.maximum.reduce(a, axis=axes) if axes else a
-            total_abs = float(host_sum(a_flat))
-        else:
-            total_abs = float(host_sum(units))
-        total = total_abs if nonnegative else float(host_sum(flat))
-        mean = total / n
-        var = float(np.dot(flat, flat)) / n - mean * mean
-        if var < 1e-2 * mean * mean:             # E[x²] - mean² would lose the spread: the careful statistic
-            var = float(stats_vector(np, flat)[3]) ** 2
-    else:                                        # squares could overflow: the scaled statistic
-        var = float(stats_vector(np, flat)[3]) ** 2
-        total_abs = float(np.add.reduce(a_flat, dtype=np.float64))
-        units = np.maximum.reduce(a, axis=axes) if axes else a
-    dead = np.count_nonzero(units == 0) / units.size
-    return np.array([total_abs / n, math.sqrt(max(var, 0.0)), (n - nonzero) / n, hi, dead, 0.0, 0.0])
-
-
-def square_vector(xp, x):
-    """``[sum of squares of the finite elements, nan, inf]`` of ``x``, float64 on ``x``'s device: one dot product
-    when everything is finite."""
-    flat = x.reshape(-1)
-    if xp is np and x.dtype.char in "fd":
-        total = float(np.dot(flat, flat))
-        if total - total == 0:
-            return np.array([total, 0.0, 0.0])
-    x64 = flat.astype(xp.float64)
-    finite = xp.isfinite(x64)
-    nan = xp.isnan(x64).sum(dtype=xp.float64)
-    inf = x64.size - finite.sum(dtype=xp.float64) - nan
-    kept = xp.where(finite, x64, 0.0)
-    biggest = xp.abs(kept).max() if kept.size else 0.0
-    scale = xp.where(biggest > 1e150, biggest, 1.0)     # squares of 1e200 overflow float64 too
-    return xp.stack([xp.vdot(kept / scale, kept / scale) * scale * scale, nan, inf])
-
-
-def histogram_buckets(xp, x, bins=30):
-    """``[bins, 3]`` float64 host rows (left edge, right edge, count) of the finite elements of ``x``, counted where
-    ``x`` lives (all equal: every edge at the value and every count in the last bucket, as TensorBoard does)."""
-    v = _host(histogram_vector(xp, x, bins))
+def histogram_buckets(v):
+    """``[bins, 3]`` float64 host rows (left edge, right edge, count) from a ``histogram_vector`` (all equal: every
+    edge at the value and every count in the last bucket, as TensorBoard does)."""
+    v = _host(v)
     lo, hi, counts = v[0], v[1], v[2:]
+    bins = counts.size
     out = np.zeros((bins, 3))
     if lo != lo:                     # no finite element
         return out
@@ -223,7 +149,19 @@ def histogram_buckets(xp, x, bins=30):
 
 
 def _host(v):
+    """A delivered vector on the host: a CuPy copy's waiting function is called, a device array copied."""
+    v = v() if callable(v) else v
     return np.asarray(v.get() if hasattr(v, "get") else v, dtype=np.float64)
+
+
+class _Kept:
+    """A variable's value before this call's update (``SquareStats`` saves it there), to measure the update."""
+    array = None
+
+    def save(self, xp, w):
+        if self.array is None or self.array.shape != w.shape:
+            self.array = xp.empty_like(w)
+        self.array[...] = w
 
 
 # ------------------------------------------------------------------------------------------------ layers
@@ -353,15 +291,21 @@ class HealthRequest:
 
 class _Monitor:
     """Collects one call's vectors (``_arrive``) and turns them into a report: on the job's thread once the plan has
-    run (``after_run``), or on several devices in the dispatcher when the loss arrives (``_finish``)."""
+    run (``after_run``), or on several devices in the dispatcher when the loss arrives (``_finish``).
+
+    On one device every statistic is an observing op of the plan (``ops.stats``: ``ActivationStats``,
+    ``SquareStats``, ``MeanStat``), added to the graph here, whose small vector the plan delivers to ``_arrive``
+    (a host array, or on CuPy a function that waits for its copy); histograms are plan deliveries of ``bins``. So on
+    a GPU the statistics are part of the CUDA graph a plan is replayed as. On several devices the tensors themselves
+    are delivered and summarised on the host from the joined whole."""
 
     def __init__(self, request, graph, layers, xp, devices):
-        self.request, self.layers, self.xp = request, layers, xp
+        self.request, self.layers, self.xp, self.graph = request, layers, xp, graph
         self.host_side = devices > 1           # statistics from the joined whole, in the dispatcher
         self.history = []
         self.vectors = {}                      # step -> {key: vector}
-        self.samples = {}                      # step -> {key: histogram buckets}, on reports that carry them
-        self.losses = {}                       # step -> the mean loss (None in a predict job)
+        self.samples = {}                      # step -> {key: histogram vector}, on reports that carry them
+        self.losses = {}                       # step -> the loss's mean vector (delivered in predict jobs too)
         self.histogram_every = request.histogram_every * request.every
         # what the histograms show: each layer's output, its kernel and the kernel's gradient
         self.kernels = {layer.name: _kernel(layer).name for layer in layers}
@@ -370,23 +314,24 @@ class _Monitor:
             for layer in layers:
                 kernel = self.kernels[layer.name]
                 self.histogram_keys.update({("act", layer.name), ("weight", kernel), ("grad", kernel)})
-        self.copies = {}                       # variable name -> its value before the update (a delivering call)
-        # the variables whose update follows from the gradient's norm (the plain-SGD step; see _table)
+        # the variables whose update follows from the gradient's norm (the plain-SGD step; see _table); the others'
+        # values before the update are kept on delivering calls
         self.plain_sgd = {p.name for layer in layers for p in layer.params
                           if _plain_sgd(p.update) and not self.host_side}
+        self.kept = {p.name: _Kept() for layer in layers for p in layer.params
+                     if p.update is not None and p.name not in self.plain_sgd}
         self.lock = threading.Lock()
         self.order = []                        # (key, node, layer, what) in the order the plan makes them
         self.requests = []
-        every = request.every
+        self._names = {node.name for node in graph.nodes}
         for layer in layers:
             if layer.output is not None:
-                self._add(("act", layer.name), layer.output, layer.name, "activation",
-                          lambda xp, x, axis=layer.unit_axis, positive=layer.nonnegative:
-                          activation_vector(xp, x, axis, positive))
+                self._add(("act", layer.name), layer.output, layer.name, "activation", ActivationStats,
+                          unit_axis=layer.unit_axis, nonnegative=layer.nonnegative)
             for p in layer.params:
-                self._add(("weight", p.name), p.read, layer.name, "weight", self._weight_function(p))
+                self._add(("weight", p.name), p.read, layer.name, "weight", SquareStats, keep=self.kept.get(p.name))
                 if p.update is not None:
-                    self._add(("grad", p.name), p.update.inputs[1], layer.name, "gradient", square_vector)
+                    self._add(("grad", p.name), p.update.inputs[1], layer.name, "gradient", SquareStats)
         losses = [loss for _, loss in graph.losses]
         outputs = [layer.output for layer in layers if layer.output is not None]
         # the call is complete when this arrives: the loss, or in a predict job the last layer's output
@@ -395,60 +340,55 @@ class _Monitor:
         self.relu_layers = {layer.name for layer in layers if layer.nonnegative}
         self.is_train = bool(losses)
         if self.host_side:
-            self.requests.append(WatchRequest(last, False, self._finish, request.describe, every=every,
-                                              source=request.source))
+            self.requests.append(self._request(last, call=self._finish))
         else:
-            self.requests.append(WatchRequest(last, False, None, request.describe, every=every, source=request.source,
-                                              put=self._arrive_loss, raw=True, after_run=self._after_run))
+            self.requests.append(self._request(self._observe(MeanStat, last, "loss"), put=self._arrive_loss,
+                                               after_run=self._after_run))
         self.order.sort(key=lambda entry: _run_position(graph, entry[1]))
 
-    def _weight_function(self, p):
-        if p.name in self.plain_sgd:
-            return square_vector
-        name = p.name
+    def _request(self, tensor, call=None, **options):
+        return WatchRequest(tensor, False, call, self.request.describe, every=self.request.every,
+                            source=self.request.source, **options)
 
-        def weight(xp, w):                   # keep the weights before the update to measure it afterwards
-            saved = self.copies.get(name)
-            if saved is None or saved.shape != w.shape:
-                saved = self.copies[name] = xp.empty_like(w)
-            saved[...] = w
-            return square_vector(xp, w)
-        return weight
+    def _observe(self, op, tensor, what, **attrs):
+        """A statistics node reading ``tensor``, named after what it watches (unique in the graph)."""
+        name = f"System-Health-{what}"
+        if name in self._names:
+            name = self.graph.local_name(name + "_")
+        self._names.add(name)
+        return apply(op, (tensor,), name, **attrs)
 
-    def _add(self, key, tensor, layer, what, function):
+    def _add(self, key, tensor, layer, what, op, **attrs):
         self.order.append((key, tensor.node, layer, what))
         if self.host_side:
-            def call(value, step, key=key, function=function):
+            def call(value, step, key=key):
                 whole = value.whole
-                if key[0] == "weight":           # every update is measured from the weights themselves
-                    self.copies[key[1]] = np.array(whole)
-                    function = square_vector
-                self._arrive(step, key, function(np, whole), whole)
-            self.requests.append(WatchRequest(tensor, False, call, self.request.describe, every=self.request.every,
-                                              source=self.request.source))
-        else:
-            xp = self.xp
+                if key[1] in self.kept and key[0] == "weight":      # every update is measured from the weights
+                    self.kept[key[1]].save(np, whole)
+                vector = square_vector(np, whole) if op is SquareStats else op.forward(np, whole, **attrs)
+                self._arrive(key, step, vector)
+                if key in self.histogram_keys and step % self.histogram_every == 0:
+                    self._arrive_sample(key, step, histogram_vector(np, whole, HISTOGRAM_BINS))
+            self.requests.append(self._request(tensor, call=call))
+            return
+        stat = self._observe(op, tensor, f"{what}-{key[1]}", **attrs)
+        self.requests.append(self._request(stat, put=functools.partial(self._arrive, key)))
+        if key in self.histogram_keys:
+            self.requests.append(WatchRequest(tensor, False, None, self.request.describe, every=self.histogram_every,
+                                              source=self.request.source, bins=HISTOGRAM_BINS,
+                                              put=functools.partial(self._arrive_sample, key)))
 
-            def put(step, x, key=key, function=function):
-                self._arrive(step, key, function(xp, x), x)
-            self.requests.append(WatchRequest(tensor, False, None, self.request.describe, every=self.request.every,
-                                              source=self.request.source, put=put, raw=True))
-
-    def _arrive(self, step, key, vector, x):
-        sample = histogram_buckets(self.xp, x) if key in self.histogram_keys and step % self.histogram_every == 0 \
-            else None
+    def _arrive(self, key, step, vector):
         with self.lock:
             self.vectors.setdefault(step, {})[key] = vector
-            if sample is not None:
-                self.samples.setdefault(step, {})[key] = sample
 
-    def _arrive_loss(self, step, x):
-        loss = None
-        if self.is_train:
-            loss = float(np.add.reduce(x, axis=None, dtype=np.float64)) / x.size if isinstance(x, np.ndarray) \
-                else float(x.mean(dtype=np.float64))
+    def _arrive_sample(self, key, step, vector):
         with self.lock:
-            self.losses[step] = loss
+            self.samples.setdefault(step, {})[key] = vector
+
+    def _arrive_loss(self, step, vector):
+        with self.lock:
+            self.losses[step] = vector
 
     def _after_run(self):
         """On the job's thread after the plan ran: this call's report, to the inline handlers here and to a queued
@@ -461,7 +401,7 @@ class _Monitor:
             step = max(self.losses)
             loss, vectors, samples = self.losses.pop(step), self.vectors.pop(step, {}), self.samples.pop(step, None)
             self.losses.clear(), self.vectors.clear(), self.samples.clear()
-        report = self._report(step, loss, vectors, samples)
+        report = self._report(step, float(_host(loss)[0]) if self.is_train else None, vectors, samples)
         if report is None:
             return []
         for deliver in self.request.inline:
@@ -484,8 +424,7 @@ class _Monitor:
                     del pending[old]           # a call that failed half-way
         loss = None
         if self.is_train:
-            whole = getattr(value, "whole", value)
-            loss = float(np.mean(np.asarray(whole, dtype=np.float64)))
+            loss = float(mean_vector(np, np.asarray(getattr(value, "whole", value), dtype=np.float64))[0])
         report = self._report(step, loss, vectors, samples)
         if report is not None:
             for deliver in (*self.request.inline, self.request.queued):
@@ -496,7 +435,7 @@ class _Monitor:
         if len(vectors) < self.expected:
             return None                        # the call failed before every tensor was made: no report
         # plain floats: the table, the alerts and the search for NaN read each number once or twice
-        host = {key: (v if isinstance(v, np.ndarray) else _host(v)).tolist() for key, v in vectors.items()}
+        host = {key: _host(v).tolist() for key, v in vectors.items()}
         report = HealthReport(step, self._table(host, step), loss, self._first_nonfinite(host),
                               histograms=samples and self._histograms(samples))
         report.alerts = health_alerts(self.history, report, self.request.thresholds, self.relu_layers)
@@ -527,8 +466,8 @@ class _Monitor:
                 else:                           # the copy lives where the weights do, or on the host (devices > 1)
                     now = variables[p.name].value
                     xp = np if self.host_side else self.xp
-                    u2 += float(_host(square_vector(xp, (_host(now) if self.host_side else now) -
-                                                    self.copies[p.name]))[0])
+                    before = self.kept[p.name].array
+                    u2 += float(_host(square_vector(xp, (_host(now) if self.host_side else now) - before))[0])
             row.update(weight_norm=math.sqrt(w2), weight_nan=wn, weight_inf=wi)
             if grads:
                 row.update(grad_norm=math.sqrt(g2), grad_nan=gn, grad_inf=gi,
@@ -537,12 +476,13 @@ class _Monitor:
         return table
 
     def _histograms(self, samples):
-        """``{layer: {"activation" | "weight" | "gradient": buckets}}`` from one call's histograms."""
+        """``{layer: {"activation" | "weight" | "gradient": buckets}}`` from one call's histogram vectors."""
         out = {}
         for layer in self.layers:
             kernel = self.kernels[layer.name]
-            kinds = {what: samples[key] for what, key in (("activation", ("act", layer.name)),
-                                                          ("weight", ("weight", kernel)), ("gradient", ("grad", kernel)))
+            kinds = {what: histogram_buckets(samples[key])
+                     for what, key in (("activation", ("act", layer.name)), ("weight", ("weight", kernel)),
+                                       ("gradient", ("grad", kernel)))
                      if key in samples}
             out[layer.name] = kinds
         return out

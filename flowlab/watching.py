@@ -182,7 +182,6 @@ class WatchRequest:
     target: g.LazyTensor | None = None   # what the plan delivers (value, gradient or stats), set at compile time
     put: Callable[[int, Any], None] | None = None   # the feed's put or put_tensor for ``target``, set with it
     optional: bool = False        # a watch_scope gradient: skipped, not an error, when the tensor has none
-    raw: bool = False             # ``put`` gets the tensor where it lives (a CuPy array on a GPU), not a host copy
     after_run: Callable[[], list] | None = None   # run on the job's thread once the plan has run (ran or failed);
     #                               returns ``[(call, describe), ...]`` for the dispatcher (watch_health's reports)
 

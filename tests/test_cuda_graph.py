@@ -151,22 +151,42 @@ def test_watched_tensors_reach_their_handlers_from_the_replayed_graph_on_the_cal
 def test_plans_that_cannot_be_replayed_run_eagerly_and_say_why(gpu, monkeypatch):
     job, _, _ = train(lambda: mlp_job(dropout=True), True, monkeypatch, calls=3)
     assert "draws random numbers: runs eagerly" in graph_state(job)
-    reports = []
 
-    def health_job():
-        @flow.global_function(type="train")
-        def train_job(x: tp.Numpy.Placeholder((BATCH, IN)),
-                      y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
-            logits = flow.layers.dense(flow.layers.dense(x, HIDDEN, activation=flow.nn.relu, name="h"), CLASSES,
-                                       name="out")
-            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
-            flow.watch_health(reports.append)
-            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
-            return loss
-        return train_job
-    job, _, _ = train(health_job, True, monkeypatch, calls=3)
-    flow.sync_default_session()
-    assert "watch statistics taken on the host: runs eagerly" in graph_state(job) and len(reports) == 3
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("momentum", [0, 0.9])
+def test_watch_health_is_replayed_and_reports_what_the_eager_plan_reports(gpu, monkeypatch, momentum):
+    def run(graphs):
+        reports = []
+
+        def health_job():
+            @flow.global_function(type="train")
+            def train_job(x: tp.Numpy.Placeholder((BATCH, IN)),
+                          y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+                logits = flow.layers.dense(flow.layers.dense(x, HIDDEN, activation=flow.nn.relu, name="h"), CLASSES,
+                                           name="out")
+                loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+                flow.watch_health(reports.append, histogram_every=2)
+                flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=momentum
+                                   ).minimize(loss)
+                return loss
+            return train_job
+        trained = train(health_job, graphs, monkeypatch)
+        flow.sync_default_session()
+        return trained, reports
+    (replayed, got), (eager, want) = run(True), run(False)
+    assert "replayed as one CUDA graph (captured 1 time(s))" in graph_state(replayed[0])
+    assert_same_training(replayed, eager)
+    assert [r.step for r in got] == [r.step for r in want] == list(range(len(DATA)))
+    for a, b in zip(got, want):
+        assert a.table.keys() == b.table.keys() and a.loss == pytest.approx(b.loss, rel=1e-6)
+        for layer in a.table:
+            assert a.table[layer] == pytest.approx(b.table[layer], rel=1e-5, abs=1e-9), (a.step, layer)
+        assert (a.histograms is None) == (b.histograms is None) == (a.step % 2 != 0)
+        for layer, kinds in (a.histograms or {}).items():
+            for what, buckets in kinds.items():
+                np.testing.assert_allclose(buckets, b.histograms[layer][what], rtol=1e-6, atol=1e-9)
+    assert got[0].table["h"] != got[-1].table["h"]          # each call's own numbers, not one buffer's
 
 
 @pytest.mark.gpu
@@ -213,8 +233,12 @@ class _StandInCupy:
                                       "MemoryPool": lambda: type("Pool", (), {"malloc": None})(),
                                       "using_allocator": staticmethod(lambda malloc: Stream())})
 
+    on_launch = None
+
     def launched(self):
         self.launches += 1
+        if self.on_launch is not None:
+            self.on_launch()
 
     @staticmethod
     def empty(shape, dtype):
@@ -226,19 +250,26 @@ def test_replay_bookkeeping_captures_again_on_changes_and_gives_up_when_they_nev
     cupy, lr = _StandInCupy(), {"value": 0.1}
     variable = type("Variable", (), {"value": object()})()
     out = type("Out", (), {"get": lambda self: "host copy"})()
-    emitted = []
-    replay = GraphReplay(cupy, [lambda step: {"lr": lr["value"]}], [variable], schedule=[(2, None)])
+    emitted, put = [], []
+    replay = GraphReplay(cupy, [lambda step: {"lr": lr["value"]}], [variable],
+                         schedule=[(2, None, None), (1, None, lambda step, copy: put.append((step, copy)))])
+    pinned = [np.zeros(1), np.zeros(1)]               # what the graph's copies fill: the launch's number
+    cupy.on_launch = lambda: [p.fill(cupy.launches) for p in pinned]
 
     def run_device(feeds, step, emit):
-        emit(0, "pinned buffer", step)
+        emit(0, pinned[0], step)
+        emit(1, pinned[1], step)
         return (out,)
 
     def call(step):
         return replay(lambda feeds, step, emit: ("eager",), run_device, [np.zeros(3)], step,
-                      lambda k, copy, step: emitted.append((k, step)))
+                      lambda k, copy, step: emitted.append((k, step, copy)))
     assert call(0) == ("eager",) and cupy.captures == 0               # call 1: eager
     assert [call(s) for s in (1, 2, 3)] == [("host copy",)] * 3 and (cupy.captures, cupy.launches) == (1, 3)
-    assert emitted == [(0, 2)]                                         # every=2: only step 2's delivery
+    assert [(k, step) for k, step, _ in emitted] == [(0, 2)]          # every=2: only step 2's delivery
+    assert emitted[0][2]() == [2]
+    # a put delivery gets every call's copy; each launch takes what the last one handed on before overwriting it
+    assert [step for step, _ in put] == [1, 2, 3] and [copy()[0] for _, copy in put] == [1, 2, 3]
     lr["value"] = 0.01                                                 # a schedule moves on: one new capture
     call(4)
     variable.value = object()                                          # a checkpoint load: another

@@ -438,9 +438,14 @@ def test_a_job_without_watch_health_compiles_to_the_same_plan():
     plain, watched = make(False), make(True)
     assert "p0(step" not in plain and "emit(" not in plain
     assert "p0(step" in watched
-    # watch_health adds delivery lines and no node; it reads the kernels' gradients, so their plain SGD updates are
-    # not folded into the gradient products as they are without it (on NumPy: CuPy folds no update either way)
-    assert node_names(watched) == node_names(plain)
+    # watch_health adds its statistics nodes and their delivery lines, nothing else; it reads the kernels'
+    # gradients, so their plain SGD updates are not folded into the gradient products as they are without it (on
+    # NumPy: CuPy folds no update either way)
+    health = [name for name in node_names(watched) if name.startswith("System-Health-")]
+    assert [name for name in node_names(watched) if name not in health] == node_names(plain)
+    assert health == sorted(["System-Health-loss"] + [f"System-Health-activation-{layer}" for layer in ("hidden", "output")]
+                            + [f"System-Health-{what}-{layer}-{part}" for what in ("weight", "gradient")
+                               for layer in ("hidden", "output") for part in ("weight", "bias")])
     if backend.current().is_gpu:
         assert "# fold_sgd_into_gemm: skipped: CuPy" in plain and "# fold_sgd_into_gemm: skipped: CuPy" in watched
     else:

@@ -21,14 +21,14 @@ _plan_ids = itertools.count()
 class Delivery(NamedTuple):
     """A watched tensor the plan hands to the host: on calls whose step is a multiple of ``every`` and, with
     ``when``, on which ``when()`` is true; its histogram of ``bins`` bins (computed on the device) instead of it when
-    ``bins > 0``; to ``put(step, value)`` (a ``StatsFeed``'s) instead of ``emit`` when given: on the host ``value``
-    is the tensor itself, which ``put`` must copy if it keeps it."""
+    ``bins > 0``; to ``put(step, value)`` (a ``StatsFeed``'s, ``watch_health``'s) instead of ``emit`` when given: on
+    the host ``value`` is the tensor itself, which ``put`` must copy if it keeps it; on CuPy a function that waits
+    for the copy and returns it."""
     tensor: Any
     every: int = 1
     when: Callable[[], bool] | None = None
     bins: int = 0
     put: Callable[[int, Any], None] | None = None
-    raw: bool = False       # with ``put``: give it the tensor where it lives (no host copy, on CuPy too)
 
 
 class Plan:
@@ -81,7 +81,7 @@ class Plan:
         self.source, self._run, self._run_device = self._generate(variables)
         reason = self._not_replayable()
         self.replay = None if reason else cuda_graph.GraphReplay(
-            backend.xp, self._hooks, self._variables_read, [(d.every, d.when) for d in self.deliveries])
+            backend.xp, self._hooks, self._variables_read, [(d.every, d.when, d.put) for d in self.deliveries])
         if self.replay is not None:
             self._device_ns["G"] = self.replay
         self._graph_note = reason
@@ -95,6 +95,7 @@ class Plan:
         ns = {"xp": xp, "B": self.buffers, "RNG": self.rng, "host": self.backend.to_host_copy,
               "deliver": self.backend.host_copy_async, "check": self._check}
         delivery_lines, graph_lines = {}, {}
+        guards = {}             # tensor id -> the guards of its deliveries
         for k, d in enumerate(self.deliveries):
             conditions = [f"step % {d.every} == 0"] if d.every > 1 else []
             if d.when is not None:
@@ -102,11 +103,12 @@ class Plan:
                 conditions.append(f"w{k}()")
             # on the host an observer's output is a new array every call (nothing can overwrite it) and a put
             # copies what it keeps: no copy needed
-            copy = "" if (d.tensor.node.op.observes or d.put) and not self.backend.is_gpu or d.raw else "deliver"
+            copy = "" if (d.tensor.node.op.observes or d.put) and not self.backend.is_gpu else "deliver"
             if d.bins:
                 ns[f"d{k}"] = functools.partial(self.backend.host_histogram_async, bins=d.bins)
                 copy = f"d{k}"
             guard = f"if {' and '.join(conditions)}: " if conditions else ""
+            guards.setdefault(d.tensor.id, set()).add(guard)
             value = f"{copy}(t{d.tensor.id})" if copy else f"t{d.tensor.id}"
             if d.put is not None:
                 ns[f"p{k}"] = d.put
@@ -118,6 +120,7 @@ class Plan:
             stage = f"G.stage_histogram(t{d.tensor.id}, {d.bins})" if d.bins else f"G.stage(t{d.tensor.id})"
             graph_lines.setdefault(d.tensor.id, []).append(f"    emit({k}, {stage}, step)")
         lines = [f"def run(feeds, step, emit):  # job {self.graph.name}"]
+        read = {t.id for node in self.nodes for t in node.inputs} | {t.id for t in self.output_tensors}
         placeholder_index = {t.id: i for i, t in enumerate(self.graph.placeholders)}
         points = reduce_points(self.nodes) if self.replica is not None else None
         if points is not None:
@@ -158,7 +161,17 @@ class Plan:
                     ns[f"h{i}"] = functools.partial(op.host_args, node)
                     self._hooks.append(ns[f"h{i}"])
                     args.append(f"**h{i}(step)")
-                lines.append(f"    {target}k{i}({', '.join(args)}){comment}")
+                line = f"    {target}k{i}({', '.join(args)}){comment}"
+                made = node.outputs[0].id if node.outputs else None
+                guard = guards.get(made, ())
+                if op.observes and len(guard) == 1 and made not in read and not self.check_anomaly and \
+                        next(iter(guard)):
+                    # statistics only its deliveries read: computed on the calls they deliver (the CUDA graph's
+                    # copy computes them always; its replay decides per call which ones to emit)
+                    delivery_lines[("op", made)] = [f"    {next(iter(guard))}{line.strip()}"]
+                    graph_lines[("op", made)] = [line]
+                    line = ("op", made)
+                lines.append(line)
                 if self.check_anomaly:
                     ns[f"n{i}"] = node
                     checked = [t for t in node.outputs if t.dtype.kind == "f"] or \
@@ -191,8 +204,6 @@ class Plan:
             return "FLOWLAB_CUDA_GRAPHS=0"
         if self.check_anomaly or self.replica is not None:
             return "anomaly detection or several devices: runs eagerly"
-        if any(d.put is not None or d.raw for d in self.deliveries):
-            return "watch statistics taken on the host: runs eagerly"
         for node in self.nodes:
             if getattr(node.op, "random", False):
                 return f"{node.name} draws random numbers: runs eagerly"
@@ -243,7 +254,7 @@ def _on_device(array):
 def _compile(lines, deliveries, ns, name):
     """The plan's function from its lines, a tensor id standing for that tensor's ``deliveries``."""
     source = "\n".join(line for entry in lines
-                       for line in (deliveries[entry] if isinstance(entry, int) else (entry,))) + "\n"
+                       for line in (deliveries[entry] if not isinstance(entry, str) else (entry,))) + "\n"
     filename = f"<flowlab plan {name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # readable tracebacks
     exec(compile(source, filename, "exec"), ns)

@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ..errors import ShapeError
+from ..runtime import cublas
 from . import Op, apply, as_tensor, spec
 
 
@@ -170,6 +171,16 @@ def _columns(xp, x, kernel, groups, strides, dilations, pads, out_hw):
     return win.transpose(5, 0, 1, 2, 3, 4, 6).reshape(groups, win.shape[0] * out_hw[0] * out_hw[1], -1)
 
 
+def _grouped_matmul(xp, a, b):
+    """``a @ b`` of ``(groups, m, k)`` and ``(groups, k, n)``. One group on CuPy goes to cuBLAS directly
+    (``runtime.cublas``), so that a CUDA graph can capture the convolution; else ``xp.matmul``."""
+    if xp is not np and a.shape[0] == 1:
+        out = xp.empty((1, a.shape[1], b.shape[2]), a.dtype)
+        if cublas.gemm(xp, a[0], b[0], out[0]) is not None:
+            return out
+    return xp.matmul(a, b)
+
+
 def _dy_rows(dy, groups):
     """NHWC ``dy`` as ``(groups, N*Ho*Wo, O/groups)``, rows ordered like ``_columns``."""
     return dy.reshape(-1, groups, dy.shape[3] // groups).transpose(1, 0, 2)
@@ -220,7 +231,7 @@ class Conv2d(Op):
         x, w = _nhwc(xp, x, data_format), _nhwc(xp, w, data_format)
         n, o = x.shape[0], w.shape[0]
         cols = _columns(xp, x, kernel, groups, strides, dilations, pads, out_hw)
-        y = xp.matmul(cols, w.reshape(groups, o // groups, -1).transpose(0, 2, 1))   # (groups, N*Ho*Wo, O/groups)
+        y = _grouped_matmul(xp, cols, w.reshape(groups, o // groups, -1).transpose(0, 2, 1))  # (groups, N*Ho*Wo, O/g)
         y = y.reshape((groups, n) + out_hw + (o // groups,)).transpose(1, 2, 3, 0, 4).reshape((n,) + out_hw + (o,))
         return _out(xp, y, data_format)
 
@@ -249,7 +260,7 @@ class ConvInputGrad(Op):
         dy, w = _nhwc(xp, dy, data_format), _nhwc(xp, w, data_format)
         o, cg = w.shape[0], w.shape[3]
         in_shape = _nhwc_shape(input_shape, data_format)
-        dcols = xp.matmul(_dy_rows(dy, groups), w.reshape(groups, o // groups, -1))  # (groups, N*Ho*Wo, kh*kw*Cg)
+        dcols = _grouped_matmul(xp, _dy_rows(dy, groups), w.reshape(groups, o // groups, -1))  # (g, N*Ho*Wo, kh*kw*Cg)
         dcols = dcols.reshape((groups, in_shape[0]) + out_hw + (kernel[0] * kernel[1], cg))
 
         def part(index):   # (N, Ho, Wo, C); a view when groups == 1
@@ -277,7 +288,7 @@ class ConvFilterGrad(Op):
         x, dy = _nhwc(xp, x, data_format), _nhwc(xp, dy, data_format)
         cols = _columns(xp, x, kernel, groups, strides, dilations, pads, out_hw)
         # (groups, kh*kw*Cg, O/groups): BLAS is much faster with the long N*Ho*Wo axis inner in both operands
-        dw = xp.matmul(cols.transpose(0, 2, 1), _dy_rows(dy, groups)).transpose(0, 2, 1)
+        dw = _grouped_matmul(xp, cols.transpose(0, 2, 1), _dy_rows(dy, groups)).transpose(0, 2, 1)
         return _out(xp, dw.reshape(_nhwc_shape(filter_shape, data_format)), data_format)
 
 

@@ -182,10 +182,301 @@ def histogram_vector(xp, x, bins):
     width = xp.where(hi > lo, hi - lo, 1.0)
     index = xp.clip(((xp.where(finite, x64, lo) - lo) * (bins / width)).astype(xp.int64), 0, bins - 1)
     index = xp.where(finite, index, bins)
-    counts = xp.bincount(index, minlength=bins + 1)[:bins].astype(xp.float64)
+    # scatter_add, not bincount: bincount reads the largest index on the host, which a CUDA graph capture forbids
+    import cupyx
+    counts = xp.zeros(bins + 1, xp.float64)
+    cupyx.scatter_add(counts, index, 1.0)
+    counts = counts[:bins]
     some = finite.any()
     edges = xp.stack([xp.where(some, lo, xp.nan), xp.where(some, hi, xp.nan)])
     return xp.concatenate([edges, counts])
+
+
+# ------------------------------------------------------------------------------------ a network's health (watch_health)
+
+def activation_vector(xp, x, unit_axis=1, nonnegative=False):
+    """``[mean_abs, std, zero_fraction, max_abs, dead_fraction, nan, inf]`` of a layer output ``x`` (its units
+    along ``unit_axis``); NaN/Inf are left out of the moments. A float64 vector on ``x``'s device. ``nonnegative``:
+    ``x`` comes from an op whose outputs are >= 0 (ReLU), so ``|x|`` is ``x`` and its minimum is not needed."""
+    axes = tuple(a for a in range(x.ndim) if a != unit_axis % x.ndim)
+    n = x.size
+    if xp is not np and x.dtype == np.float32 and n:
+        return _cupy_activation(xp, x, unit_axis)
+    if xp is np and x.dtype.char in "fd" and n:
+        fast = _host_activation(x, unit_axis, axes, nonnegative)
+        if fast is not None:
+            return fast
+    x = x if x.dtype.kind == "f" else x.astype(xp.float64)
+    if n == 0:
+        return xp.asarray([np.nan, np.nan, np.nan, np.nan, np.nan, 0.0, 0.0])
+    v = stats_vector(xp, x)
+    finite = xp.isfinite(x)
+    a = xp.where(finite, xp.abs(x), 0).astype(xp.float64)
+    count = xp.maximum(finite.sum(dtype=xp.float64), 1.0)
+    unit_max = xp.abs(x).max(axis=axes)          # NaN stays NaN: a unit holding NaN is not dead
+    dead = (unit_max == 0).sum(dtype=xp.float64) / unit_max.size
+    zeros = (x == 0).sum(dtype=xp.float64) / n
+    return xp.stack([a.sum() / count, v[3], zeros, a.max(), dead, v[4], v[5]])
+
+
+def _host_activation(x, unit_axis, axes, nonnegative):
+    """The NumPy path when every element is finite (else None), in as few passes as it can: the largest ``|x|``
+    (NaN propagates through it, an Inf shows), the count of non-zeros, per-unit sums of ``|x|``
+    (``ops.stats.host_unit_sums``; a unit is dead exactly when its sum is 0, as ``|x|`` cannot cancel, and they add
+    up to the total) and the sum of squares (a dot product); the minimum only when the sign is not known. A 100 x
+    512 ReLU output: ~35 us (45 us with per-unit maxima); a 32 x 16 x 28 x 28 one: ~190 us (235 us)."""
+    flat = x.reshape(-1)
+    n = flat.size
+    if not nonnegative:
+        lo = float(np.minimum.reduce(flat))
+        if lo - lo != 0:
+            return None
+        nonnegative = lo >= 0
+    a = x if nonnegative else np.abs(x)
+    a_flat = a.reshape(-1)
+    hi = float(np.maximum.reduce(a_flat))
+    if hi - hi != 0:
+        return None
+    nonzero = np.count_nonzero(a_flat > 0)
+    if hi * hi * n < (1e37 if x.dtype.itemsize == 4 else 1e306):      # no sum or square can overflow
+        units = host_unit_sums(a, unit_axis)
+        if units is None:                        # a layout without the product: per-unit maxima
+            units = np.maximum.reduce(a, axis=axes) if axes else a
+            total_abs = float(host_sum(a_flat))
+        else:
+            total_abs = float(host_sum(units))
+        total = total_abs if nonnegative else float(host_sum(flat))
+        mean = total / n
+        var = float(np.dot(flat, flat)) / n - mean * mean
+        if var < 1e-2 * mean * mean:             # E[x²] - mean² would lose the spread: the careful statistic
+            var = float(stats_vector(np, flat)[3]) ** 2
+    else:                                        # squares could overflow: the scaled statistic
+        var = float(stats_vector(np, flat)[3]) ** 2
+        total_abs = float(np.add.reduce(a_flat, dtype=np.float64))
+        units = np.maximum.reduce(a, axis=axes) if axes else a
+    dead = np.count_nonzero(units == 0) / units.size
+    return np.array([total_abs / n, math.sqrt(max(var, 0.0)), (n - nonzero) / n, hi, dead, 0.0, 0.0])
+
+
+def square_vector(xp, x):
+    """``[sum of squares of the finite elements, nan, inf]`` of ``x``, float64 on ``x``'s device: one dot product
+    when everything is finite."""
+    flat = x.reshape(-1)
+    if xp is not np and x.dtype == np.float32 and x.size:
+        return _cupy_squares(xp, flat)
+    if xp is np and x.dtype.char in "fd":
+        total = float(np.dot(flat, flat))
+        if total - total == 0:
+            return np.array([total, 0.0, 0.0])
+    x64 = flat.astype(xp.float64)
+    finite = xp.isfinite(x64)
+    nan = xp.isnan(x64).sum(dtype=xp.float64)
+    inf = x64.size - finite.sum(dtype=xp.float64) - nan
+    kept = xp.where(finite, x64, 0.0)
+    biggest = xp.abs(kept).max() if kept.size else 0.0
+    scale = xp.where(biggest > 1e150, biggest, 1.0)     # squares of 1e200 overflow float64 too
+    return xp.stack([xp.vdot(kept / scale, kept / scale) * scale * scale, nan, inf])
+
+
+def mean_vector(xp, x):
+    """``[mean]`` of all of ``x`` (NaN and Inf included: a NaN loss must show), float64 on ``x``'s device."""
+    if xp is np:
+        return np.array([float(np.add.reduce(x.reshape(-1), dtype=np.float64)) / max(x.size, 1)])
+    return x.mean(dtype=xp.float64).reshape(1)
+
+
+# One pass over a float32 tensor on the GPU, in one kernel (the masked NumPy-style form above is ~15 kernels): every
+# thread sums its elements in float64, blocks combine with atomics in ``acc`` (zeroed by the caller), and the last
+# block to finish turns the totals into the statistics. So a CUDA graph replays one memset and one kernel a tensor.
+# acc (uint64): [0] sum |x|, [1] sum x, [2] sum x^2 (float64 bits), [3] max |x| (float64 bits: ordered as integers
+# for x >= 0), [4] zeros, [5] NaN, [6] Inf, [7] blocks done; then one uint32 a unit: set when the unit holds a
+# non-zero (NaN and Inf count as non-zero: such a unit is not dead).
+_STATS_KERNELS = r"""
+#define BLOCK 256
+__device__ double nan_v() { return __longlong_as_double(0x7ff8000000000000LL); }
+__device__ double warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ double warp_max(double v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_down_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ unsigned long long warp_count(unsigned long long v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    return v;
+}
+// sums[k] over the block into thread 0's sums[k] (k < K); kinds: 0 sum, 1 max
+template <int K> __device__ void block_reduce(double* v, const int* kinds) {
+    __shared__ double shared[K][BLOCK / 32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int k = 0; k < K; k++) {
+        v[k] = kinds[k] ? warp_max(v[k]) : warp_sum(v[k]);
+        if (lane == 0) shared[k][warp] = v[k];
+    }
+    __syncthreads();
+    if (warp == 0) {
+        for (int k = 0; k < K; k++) {
+            double w = lane < BLOCK / 32 ? shared[k][lane] : 0.0;
+            v[k] = kinds[k] ? warp_max(w) : warp_sum(w);
+        }
+    }
+    __syncthreads();
+}
+__device__ bool last_block(unsigned long long* done) {
+    __shared__ bool last;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(done, 1ULL) == gridDim.x - 1;
+    }
+    __syncthreads();
+    return last;
+}
+__device__ double total(unsigned long long* acc, int k) {   // another block's atomics, read through L2
+    return __longlong_as_double((long long)atomicAdd(acc + k, 0ULL));
+}
+
+extern "C" __global__ void flowlab_activation_stats(const float* x, long long n, long long inner, long long units,
+                                                    unsigned long long* acc, double* out) {
+    unsigned int* seen = (unsigned int*)(acc + 8);
+    double v[7] = {0, 0, 0, 0, 0, 0, 0};      // sum |x|, sum x, sum x^2, max |x|, zeros, NaN, Inf
+    for (long long i = blockIdx.x * (long long)BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) {
+        double e = (double)x[i];
+        if (e != 0) {
+            unsigned int* unit = seen + (i / inner) % units;
+            if (!*unit) *unit = 1;
+        }
+        if (isnan(e)) { v[5] += 1; continue; }
+        if (isinf(e)) { v[6] += 1; continue; }
+        double a = fabs(e);
+        v[0] += a; v[1] += e; v[2] += e * e; v[3] = fmax(v[3], a); v[4] += (e == 0);
+    }
+    const int kinds[7] = {0, 0, 0, 1, 0, 0, 0};
+    block_reduce<7>(v, kinds);
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < 3; k++) atomicAdd((double*)(acc + k), v[k]);
+        atomicMax(acc + 3, (unsigned long long)__double_as_longlong(v[3]));
+        for (int k = 4; k < 7; k++) atomicAdd(acc + k, (unsigned long long)v[k]);
+    }
+    if (!last_block(acc + 7)) return;
+    double dead[1] = {0};
+    for (long long u = threadIdx.x; u < units; u += BLOCK) dead[0] += atomicAdd(seen + u, 0u) == 0;
+    const int sum[1] = {0};
+    block_reduce<1>(dead, sum);
+    if (threadIdx.x != 0) return;
+    double nans = (double)atomicAdd(acc + 5, 0ULL), infs = (double)atomicAdd(acc + 6, 0ULL);
+    double count = (double)n - nans - infs, c = count > 0 ? count : 1.0;
+    double mean = total(acc, 1) / c, var = total(acc, 2) / c - mean * mean;
+    out[0] = total(acc, 0) / c;
+    out[1] = count > 0 ? sqrt(var > 0 ? var : 0.0) : nan_v();
+    out[2] = (double)atomicAdd(acc + 4, 0ULL) / (double)n;
+    out[3] = total(acc, 3);
+    out[4] = dead[0] / (double)units;
+    out[5] = nans;
+    out[6] = infs;
+}
+
+extern "C" __global__ void flowlab_square_stats(const float* x, long long n, unsigned long long* acc, double* out) {
+    double v[3] = {0, 0, 0};                 // sum x^2 of the finite elements, NaN, Inf
+    for (long long i = blockIdx.x * (long long)BLOCK + threadIdx.x; i < n; i += (long long)gridDim.x * BLOCK) {
+        double e = (double)x[i];
+        if (isnan(e)) v[1] += 1;
+        else if (isinf(e)) v[2] += 1;
+        else v[0] += e * e;
+    }
+    const int kinds[3] = {0, 0, 0};
+    block_reduce<3>(v, kinds);
+    if (threadIdx.x == 0) {
+        atomicAdd((double*)acc, v[0]);
+        atomicAdd(acc + 1, (unsigned long long)v[1]);
+        atomicAdd(acc + 2, (unsigned long long)v[2]);
+    }
+    if (!last_block(acc + 7)) return;
+    if (threadIdx.x == 0) {
+        out[0] = total(acc, 0);
+        out[1] = (double)atomicAdd(acc + 1, 0ULL);
+        out[2] = (double)atomicAdd(acc + 2, 0ULL);
+    }
+}
+"""
+_stats_module = None
+
+
+def _stats_kernel(cupy, name):
+    global _stats_module
+    if _stats_module is None:
+        _stats_module = cupy.RawModule(code=_STATS_KERNELS)
+    return _stats_module.get_function(name)
+
+
+def _grid(n):
+    """Blocks for ``n`` elements: ~4 elements a thread, at most 1,024 blocks (a few per SM)."""
+    return max(1, min(1024, -(-n // (256 * 4))))
+
+
+def _cupy_activation(cupy, x, unit_axis):
+    axis = unit_axis % x.ndim
+    x = x if x.flags.c_contiguous else cupy.ascontiguousarray(x)
+    units, inner = x.shape[axis], math.prod(x.shape[axis + 1:])
+    acc = cupy.zeros(8 + (units + 1) // 2, cupy.uint64)
+    out = cupy.empty(7, cupy.float64)
+    n = x.size
+    _stats_kernel(cupy, "flowlab_activation_stats")((_grid(n),), (256,), (
+        x, np.int64(n), np.int64(inner), np.int64(units), acc, out))
+    return out
+
+
+def _cupy_squares(cupy, x):
+    x = x if x.flags.c_contiguous else cupy.ascontiguousarray(x)
+    acc = cupy.zeros(8, cupy.uint64)
+    out = cupy.empty(3, cupy.float64)
+    _stats_kernel(cupy, "flowlab_square_stats")((_grid(x.size),), (256,), (x, np.int64(x.size), acc, out))
+    return out
+
+
+class ActivationStats(Op):
+    """``activation_vector`` of a layer's output as a graph op (``watch_health``): 7 numbers on the device."""
+    prefix, api = "System-Health-Activation_", "flow.watch_health"
+    observes = True
+
+    @staticmethod
+    def infer(x, unit_axis, nonnegative):
+        return spec((7,), np.float64)
+
+    @staticmethod
+    def forward(xp, x, unit_axis, nonnegative):
+        return activation_vector(xp, x, unit_axis, nonnegative)
+
+
+class SquareStats(Op):
+    """``square_vector`` of a weight or gradient (``watch_health``). With ``keep`` (an object with ``save(xp,
+    array)``), the array is also saved there before an optimizer update changes it, to measure the update after."""
+    prefix, api = "System-Health-Squares_", "flow.watch_health"
+    observes = True
+
+    @staticmethod
+    def infer(x, keep=None):
+        return spec((3,), np.float64)
+
+    @staticmethod
+    def forward(xp, x, keep=None):
+        if keep is not None:
+            keep.save(xp, x)
+        return square_vector(xp, x)
+
+
+class MeanStat(Op):
+    """``mean_vector`` of the loss (``watch_health``)."""
+    prefix, api = "System-Health-Mean_", "flow.watch_health"
+    observes = True
+
+    @staticmethod
+    def infer(x):
+        return spec((1,), np.float64)
+
+    @staticmethod
+    def forward(xp, x):
+        return mean_vector(xp, x)
 
 
 class TensorStats(Op):

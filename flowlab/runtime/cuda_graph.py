@@ -35,16 +35,31 @@ def enabled() -> bool:
     return os.environ.get("FLOWLAB_CUDA_GRAPHS", "1") != "0"
 
 
+class HostCopy:
+    """A delivery of one replay: calling it waits for the launch and returns a host copy of the pinned buffer (the
+    same array on every call)."""
+    __slots__ = ("_launched", "_pinned", "_value")
+
+    def __init__(self, launched, pinned):
+        self._launched, self._pinned, self._value = launched, pinned, None
+
+    def __call__(self):
+        if self._value is None:
+            self._launched.synchronize()
+            self._value, self._pinned = self._pinned.copy(), None
+        return self._value
+
+
 class GraphReplay:
     """Runs one plan: ``replay(run_eager, run_device, feeds, step, emit)``. ``hooks`` are the plan's host-argument
     functions (``step -> dict``), ``variables`` the session variables it reads, ``schedule`` its deliveries' ``(every,
-    when)``.
+    when, put)``.
 
-    Deliveries: the graph copies every watched tensor (or its histogram) into a pinned host buffer of its own, in
-    stream order right where the tensor is made (before an update or a later op can change it); after a launch each
-    delivery due on this call is emitted as a function that waits for the graph and copies its buffer out. The next
-    call waits for those functions before it launches (``dispatch.settle``), so a buffer is never overwritten before
-    it was read.
+    Deliveries: the graph copies every watched tensor (or its histogram, or its statistics) into a pinned host buffer
+    of its own, in stream order right where the tensor is made (before an update or a later op can change it); after
+    a launch each delivery due on this call is handed on (to its ``put``, else to ``emit``) as a ``HostCopy``, a
+    function that waits for the graph and returns the buffer's contents. Before the next launch overwrites the
+    buffers, every copy not yet taken is taken (by then the graph has long finished: the call's outputs were read).
     """
 
     def __init__(self, cupy, hooks, variables, schedule=()):
@@ -53,6 +68,7 @@ class GraphReplay:
         self.variables = variables
         self.schedule = schedule
         self._staged = []                             # (delivery index, pinned buffer) the graph fills
+        self._handed = []                             # the HostCopy objects the last launch handed on
         self.calls = 0
         self.captures = collections.deque(maxlen=3)   # call numbers of the latest captures
         self.captured = 0                             # captures in all
@@ -94,16 +110,24 @@ class GraphReplay:
             self.captures.append(self.calls)
             self.captured += 1
         stream = self.cupy.cuda.get_current_stream()
+        for copy in self._handed:           # what the last launch handed on, before this one overwrites it
+            copy()
         self._graph.launch(stream=stream)
         if self._staged:
             self._emit_due(emit, step, stream.record())
         return tuple(out.get() for out in self._outputs)
 
     def _emit_due(self, emit, step, launched):
+        handed = self._handed = []
         for k, pinned in self._staged:
-            every, when = self.schedule[k]
+            every, when, put = self.schedule[k]
             if step % every == 0 and (when is None or when()):
-                emit(k, lambda pinned=pinned: (launched.synchronize(), pinned.copy())[1], step)
+                copy = HostCopy(launched, pinned)
+                handed.append(copy)
+                if put is not None:
+                    put(step, copy)
+                else:
+                    emit(k, copy, step)
 
     def stage(self, array):
         """(While capturing) copy ``array`` to a new pinned buffer in stream order; returns the buffer."""
@@ -133,8 +157,10 @@ class GraphReplay:
 
     def _drop(self):
         """Let the graph go, and its memory and pinned buffers with it."""
+        for copy in self._handed:
+            copy()
         self._graph = self._pool = self._outputs = None
-        self._staged = []
+        self._staged, self._handed = [], []
 
     def _capture(self, run_device, step):
         cupy = self.cupy
