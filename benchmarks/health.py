@@ -117,18 +117,44 @@ def measure(flow, net, rounds, steps, logdir, targets):
     return ok
 
 
+def profile(flow, net, steps):
+    """cProfile of ``steps`` steps of the every=1 job, the 30 functions with the most time of their own."""
+    import cProfile
+    import pstats
+    spec = NETS[net]
+    rng = np.random.default_rng(0)
+    images = rng.random((spec["batch"], *spec["shape"]), dtype=np.float32)
+    labels = rng.integers(0, 10, spec["batch"]).astype(np.int32)
+    job = make_job(flow, net, 1, None)[0]
+    for _ in range(20):
+        job(images, labels)
+    flow.sync_default_session()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        job(images, labels)
+    flow.sync_default_session()
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--net", choices=["mlp", "conv", "all"], default="all")
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="instead: profile STEPS steps of watch_health(every=1) and print where the time goes")
     args = parser.parse_args()
 
     os.environ["FLOWLAB_DEVICE"] = args.device  # before flowlab picks its backend
     import flowlab as flow
     from flowlab.runtime import backend
     print(f"flowlab on {backend.use(args.device).name}")
+    if args.profile:
+        return profile(flow, "mlp" if args.net == "all" else args.net, args.profile)
     ok = True
     with tempfile.TemporaryDirectory() as logdir:
         for net in (["mlp", "conv"] if args.net == "all" else [args.net]):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import threading
 
 import numpy as np
 
@@ -37,17 +38,19 @@ def enabled() -> bool:
 
 class HostCopy:
     """A delivery of one replay: calling it waits for the launch and returns a host copy of the pinned buffer (the
-    same array on every call)."""
-    __slots__ = ("_launched", "_pinned", "_value")
+    same array on every call). Thread-safe: a live view's thread may take it while the job's thread does."""
+    __slots__ = ("_launched", "_pinned", "_value", "_lock")
 
     def __init__(self, launched, pinned):
         self._launched, self._pinned, self._value = launched, pinned, None
+        self._lock = threading.Lock()
 
     def __call__(self):
-        if self._value is None:
-            self._launched.synchronize()
-            self._value, self._pinned = self._pinned.copy(), None
-        return self._value
+        with self._lock:
+            if self._value is None:
+                self._launched.synchronize()
+                self._value, self._pinned = self._pinned.copy(), None
+            return self._value
 
 
 class GraphReplay:
