@@ -49,8 +49,8 @@ import numpy as np
 from . import graph as g
 from .errors import TraceError
 from .ops import apply
-from .ops.stats import (ActivationStats, MeanStat, SquareStats, activation_vector, histogram_vector, mean_vector,
-                        square_vector)
+from .ops.stats import (ActivationStats, MeanStat, Scratch, SquareStats, activation_vector, histogram_vector,
+                        mean_vector, square_vector)
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
@@ -327,11 +327,13 @@ class _Monitor:
         for layer in layers:
             if layer.output is not None:
                 self._add(("act", layer.name), layer.output, layer.name, "activation", ActivationStats,
-                          unit_axis=layer.unit_axis, nonnegative=layer.nonnegative)
+                          unit_axis=layer.unit_axis, nonnegative=layer.nonnegative, scratch=Scratch())
             for p in layer.params:
-                self._add(("weight", p.name), p.read, layer.name, "weight", SquareStats, keep=self.kept.get(p.name))
+                self._add(("weight", p.name), p.read, layer.name, "weight", SquareStats, scratch=Scratch(),
+                          keep=self.kept.get(p.name))
                 if p.update is not None:
-                    self._add(("grad", p.name), p.update.inputs[1], layer.name, "gradient", SquareStats)
+                    self._add(("grad", p.name), p.update.inputs[1], layer.name, "gradient", SquareStats,
+                              scratch=Scratch())
         losses = [loss for _, loss in graph.losses]
         outputs = [layer.output for layer in layers if layer.output is not None]
         # the call is complete when this arrives: the loss, or in a predict job the last layer's output
@@ -365,7 +367,8 @@ class _Monitor:
                 whole = value.whole
                 if key[1] in self.kept and key[0] == "weight":      # every update is measured from the weights
                     self.kept[key[1]].save(np, whole)
-                vector = square_vector(np, whole) if op is SquareStats else op.forward(np, whole, **attrs)
+                vector = square_vector(np, whole) if op is SquareStats else activation_vector(
+                    np, whole, attrs["unit_axis"], attrs["nonnegative"])
                 self._arrive(key, step, vector)
                 if key in self.histogram_keys and step % self.histogram_every == 0:
                     self._arrive_sample(key, step, histogram_vector(np, whole, HISTOGRAM_BINS))
@@ -392,7 +395,8 @@ class _Monitor:
 
     def _after_run(self):
         """On the job's thread after the plan ran: this call's report, to the inline handlers here and to a queued
-        handler through the returned dispatcher call."""
+        handler through the returned dispatcher call. On a GPU the whole report is made in the dispatcher, beside
+        the next call: the job's thread is what keeps the device busy there, while on the host it is the device."""
         with self.lock:
             if not self.losses:
                 self.vectors.clear()            # not a delivering call, or it failed before the loss
@@ -401,9 +405,18 @@ class _Monitor:
             step = max(self.losses)
             loss, vectors, samples = self.losses.pop(step), self.vectors.pop(step, {}), self.samples.pop(step, None)
             self.losses.clear(), self.vectors.clear(), self.samples.clear()
+        describe = lambda: f"{self.request.describe} (step {step})"       # noqa: E731
+        if self.xp is not np:
+            return [(lambda: self._deliver(step, loss, vectors, samples, queue=False), describe)]
+        queued = self._deliver(step, loss, vectors, samples, queue=True)
+        return [] if queued is None else [(queued, describe)]
+
+    def _deliver(self, step, loss, vectors, samples, queue):
+        """Make the report and give it to the inline handlers; the queued handler's call is returned when
+        ``queue``, else made here (in the dispatcher, whose caller reports its error)."""
         report = self._report(step, float(_host(loss)[0]) if self.is_train else None, vectors, samples)
         if report is None:
-            return []
+            return None
         for deliver in self.request.inline:
             try:
                 deliver(report)
@@ -411,8 +424,11 @@ class _Monitor:
                 dispatch.default().report(f"{self.request.describe} (step {step})", e)
         queued = self.request.queued
         if queued is None:
-            return []
-        return [(lambda: queued(report), lambda: f"{self.request.describe} (step {step})")]
+            return None
+        if queue:
+            return lambda: queued(report)
+        queued(report)
+        return None
 
     def _finish(self, value, step):
         """Several devices: the loss's joined value arrived in the dispatcher, after this call's other tensors."""

@@ -214,3 +214,28 @@ def test_reduce_sum_keeps_dtype_and_writes_out(dtype, keepdims):
     fresh = ReduceSum.forward(np, x, axes=(0, 2), keepdims=keepdims)
     assert fresh.dtype == dtype
     np.testing.assert_array_equal(fresh, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape, unit_axis", [((100, 512), 1), ((32, 16, 28, 28), 1), ((4, 3, 5, 6), -1), ((7,), 0),
+                                              ((3, 1000, 1000), 1)])
+def test_health_statistics_kernels_on_cupy_match_numpy_and_leave_their_scratch_zeroed(shape, unit_axis):
+    """``watch_health``'s one-kernel statistics (float32 on CuPy) against the float64 host path, three calls on one
+    ``Scratch`` (the kernel zeroes its accumulators for the next call): NaN, Inf, zeros and dead units included."""
+    import cupy
+    from flowlab.ops.stats import Scratch, activation_vector, square_vector
+    activation, squares = Scratch(), Scratch()
+    for call in range(3):
+        x = np.maximum(rng.standard_normal(shape), 0).astype(np.float32) * (call + 1)
+        units = np.moveaxis(x, unit_axis, 0)
+        units[1 % units.shape[0]] = 0                 # a dead unit
+        if call == 1:
+            x.reshape(-1)[[0, -1]] = np.nan, np.inf
+        if call == 2:
+            x.reshape(-1)[:] = np.nan                 # nothing finite
+        want = activation_vector(np, x.astype(np.float64), unit_axis)
+        got = cupy.asnumpy(activation_vector(cupy, cupy.asarray(x), unit_axis, scratch=activation))
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12, err_msg=f"call {call}")
+        got = cupy.asnumpy(square_vector(cupy, cupy.asarray(x), scratch=squares))
+        np.testing.assert_allclose(got, square_vector(np, x.astype(np.float64)), rtol=1e-9, err_msg=f"call {call}")
+    assert not activation.array.any() and not squares.array.any()

@@ -117,7 +117,9 @@ class Plan:
                 line = f"emit({k}, {value}, step)"
             delivery_lines.setdefault(d.tensor.id, []).append(f"    {guard}{line}")
             # the CUDA graph's copy: every delivery, unguarded (the replay decides per call which ones to emit)
-            stage = f"G.stage_histogram(t{d.tensor.id}, {d.bins})" if d.bins else f"G.stage(t{d.tensor.id})"
+            # (statistics and histograms are small vectors made for the host alone: copied out in one block)
+            stage = f"G.stage_histogram(t{d.tensor.id}, {d.bins})" if d.bins else \
+                f"G.stage_small(t{d.tensor.id})" if d.tensor.node.op.observes else f"G.stage(t{d.tensor.id})"
             graph_lines.setdefault(d.tensor.id, []).append(f"    emit({k}, {stage}, step)")
         lines = [f"def run(feeds, step, emit):  # job {self.graph.name}"]
         read = {t.id for node in self.nodes for t in node.inputs} | {t.id for t in self.output_tensors}

@@ -194,14 +194,15 @@ def histogram_vector(xp, x, bins):
 
 # ------------------------------------------------------------------------------------ a network's health (watch_health)
 
-def activation_vector(xp, x, unit_axis=1, nonnegative=False):
+def activation_vector(xp, x, unit_axis=1, nonnegative=False, scratch=None):
     """``[mean_abs, std, zero_fraction, max_abs, dead_fraction, nan, inf]`` of a layer output ``x`` (its units
     along ``unit_axis``); NaN/Inf are left out of the moments. A float64 vector on ``x``'s device. ``nonnegative``:
-    ``x`` comes from an op whose outputs are >= 0 (ReLU), so ``|x|`` is ``x`` and its minimum is not needed."""
+    ``x`` comes from an op whose outputs are >= 0 (ReLU), so ``|x|`` is ``x`` and its minimum is not needed.
+    ``scratch``: a ``Scratch`` the GPU kernel may keep its accumulators in from call to call."""
     axes = tuple(a for a in range(x.ndim) if a != unit_axis % x.ndim)
     n = x.size
     if xp is not np and x.dtype == np.float32 and n:
-        return _cupy_activation(xp, x, unit_axis)
+        return _cupy_activation(xp, x, unit_axis, scratch)
     if xp is np and x.dtype.char in "fd" and n:
         fast = _host_activation(x, unit_axis, axes, nonnegative)
         if fast is not None:
@@ -258,12 +259,12 @@ def _host_activation(x, unit_axis, axes, nonnegative):
     return np.array([total_abs / n, math.sqrt(max(var, 0.0)), (n - nonzero) / n, hi, dead, 0.0, 0.0])
 
 
-def square_vector(xp, x):
+def square_vector(xp, x, scratch=None):
     """``[sum of squares of the finite elements, nan, inf]`` of ``x``, float64 on ``x``'s device: one dot product
-    when everything is finite."""
+    when everything is finite (``scratch``: as ``activation_vector``'s)."""
     flat = x.reshape(-1)
     if xp is not np and x.dtype == np.float32 and x.size:
-        return _cupy_squares(xp, flat)
+        return _cupy_squares(xp, flat, scratch)
     if xp is np and x.dtype.char in "fd":
         total = float(np.dot(flat, flat))
         if total - total == 0:
@@ -286,8 +287,9 @@ def mean_vector(xp, x):
 
 
 # One pass over a float32 tensor on the GPU, in one kernel (the masked NumPy-style form above is ~15 kernels): every
-# thread sums its elements in float64, blocks combine with atomics in ``acc`` (zeroed by the caller), and the last
-# block to finish turns the totals into the statistics. So a CUDA graph replays one memset and one kernel a tensor.
+# thread sums its elements in float64, blocks combine with atomics in ``acc``, and the last block to finish turns the
+# totals into the statistics and zeroes ``acc`` again. So with a ``Scratch`` kept from call to call a CUDA graph
+# replays one kernel a tensor, and no memset.
 # acc (uint64): [0] sum |x|, [1] sum x, [2] sum x^2 (float64 bits), [3] max |x| (float64 bits: ordered as integers
 # for x >= 0), [4] zeros, [5] NaN, [6] Inf, [7] blocks done; then one uint32 a unit: set when the unit holds a
 # non-zero (NaN and Inf count as non-zero: such a unit is not dead).
@@ -360,7 +362,10 @@ extern "C" __global__ void flowlab_activation_stats(const float* x, long long n,
     }
     if (!last_block(acc + 7)) return;
     double dead[1] = {0};
-    for (long long u = threadIdx.x; u < units; u += BLOCK) dead[0] += atomicAdd(seen + u, 0u) == 0;
+    for (long long u = threadIdx.x; u < units; u += BLOCK) {
+        dead[0] += atomicAdd(seen + u, 0u) == 0;
+        seen[u] = 0;
+    }
     const int sum[1] = {0};
     block_reduce<1>(dead, sum);
     if (threadIdx.x != 0) return;
@@ -374,6 +379,7 @@ extern "C" __global__ void flowlab_activation_stats(const float* x, long long n,
     out[4] = dead[0] / (double)units;
     out[5] = nans;
     out[6] = infs;
+    for (int k = 0; k < 8; k++) acc[k] = 0;
 }
 
 extern "C" __global__ void flowlab_square_stats(const float* x, long long n, unsigned long long* acc, double* out) {
@@ -396,6 +402,7 @@ extern "C" __global__ void flowlab_square_stats(const float* x, long long n, uns
         out[0] = total(acc, 0);
         out[1] = (double)atomicAdd(acc + 1, 0ULL);
         out[2] = (double)atomicAdd(acc + 2, 0ULL);
+        for (int k = 0; k < 8; k++) acc[k] = 0;
     }
 }
 """
@@ -414,11 +421,31 @@ def _grid(n):
     return max(1, min(1024, -(-n // (256 * 4))))
 
 
-def _cupy_activation(cupy, x, unit_axis):
+class Scratch:
+    """Where a statistics op's GPU kernel keeps its accumulators between calls (one a graph node): the kernel leaves
+    them zeroed, so no call needs a memset."""
+    array = None
+
+    def zeros(self, cupy, size):
+        """``size`` uint64 zeros: the kept ones, else new ones (kept unless a CUDA graph is being captured: memory
+        allocated then belongs to the graph)."""
+        if self.array is not None and self.array.size == size:
+            return self.array
+        array = cupy.zeros(size, cupy.uint64)
+        if not cupy.cuda.get_current_stream().is_capturing():
+            self.array = array
+        return array
+
+
+def _accumulators(cupy, scratch, size):
+    return cupy.zeros(size, cupy.uint64) if scratch is None else scratch.zeros(cupy, size)
+
+
+def _cupy_activation(cupy, x, unit_axis, scratch):
     axis = unit_axis % x.ndim
     x = x if x.flags.c_contiguous else cupy.ascontiguousarray(x)
     units, inner = x.shape[axis], math.prod(x.shape[axis + 1:])
-    acc = cupy.zeros(8 + (units + 1) // 2, cupy.uint64)
+    acc = _accumulators(cupy, scratch, 8 + (units + 1) // 2)
     out = cupy.empty(7, cupy.float64)
     n = x.size
     _stats_kernel(cupy, "flowlab_activation_stats")((_grid(n),), (256,), (
@@ -426,9 +453,9 @@ def _cupy_activation(cupy, x, unit_axis):
     return out
 
 
-def _cupy_squares(cupy, x):
+def _cupy_squares(cupy, x, scratch):
     x = x if x.flags.c_contiguous else cupy.ascontiguousarray(x)
-    acc = cupy.zeros(8, cupy.uint64)
+    acc = _accumulators(cupy, scratch, 8)
     out = cupy.empty(3, cupy.float64)
     _stats_kernel(cupy, "flowlab_square_stats")((_grid(x.size),), (256,), (x, np.int64(x.size), acc, out))
     return out
@@ -440,12 +467,12 @@ class ActivationStats(Op):
     observes = True
 
     @staticmethod
-    def infer(x, unit_axis, nonnegative):
+    def infer(x, unit_axis, nonnegative, scratch):
         return spec((7,), np.float64)
 
     @staticmethod
-    def forward(xp, x, unit_axis, nonnegative):
-        return activation_vector(xp, x, unit_axis, nonnegative)
+    def forward(xp, x, unit_axis, nonnegative, scratch):
+        return activation_vector(xp, x, unit_axis, nonnegative, scratch)
 
 
 class SquareStats(Op):
@@ -455,14 +482,14 @@ class SquareStats(Op):
     observes = True
 
     @staticmethod
-    def infer(x, keep=None):
+    def infer(x, scratch, keep=None):
         return spec((3,), np.float64)
 
     @staticmethod
-    def forward(xp, x, keep=None):
+    def forward(xp, x, scratch, keep=None):
         if keep is not None:
             keep.save(xp, x)
-        return square_vector(xp, x)
+        return square_vector(xp, x, scratch)
 
 
 class MeanStat(Op):

@@ -21,6 +21,7 @@ call is captured once and then replayed with a single launch.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import threading
@@ -53,6 +54,12 @@ class HostCopy:
             return self._value
 
 
+def _part(landing, offset, shape):
+    """One small vector of a launch's landing block (a view of the block's host copy, which nothing overwrites)."""
+    size = int(np.prod(shape))
+    return landing()[offset:offset + size].reshape(shape)
+
+
 class GraphReplay:
     """Runs one plan: ``replay(run_eager, run_device, feeds, step, emit)``. ``hooks`` are the plan's host-argument
     functions (``step -> dict``), ``variables`` the session variables it reads, ``schedule`` its deliveries' ``(every,
@@ -70,7 +77,9 @@ class GraphReplay:
         self.hooks = hooks
         self.variables = variables
         self.schedule = schedule
-        self._staged = []                             # (delivery index, pinned buffer) the graph fills
+        self._staged = []                             # (delivery index, pinned buffer or (offset, shape) in
+        #                                               the landing block) the graph fills
+        self._small, self._landing = [], None         # stage_small's vectors while capturing; their pinned block
         self._handed = []                             # the HostCopy objects the last launch handed on
         self.calls = 0
         self.captures = collections.deque(maxlen=3)   # call numbers of the latest captures
@@ -122,11 +131,18 @@ class GraphReplay:
 
     def _emit_due(self, emit, step, launched):
         handed = self._handed = []
+        landing = None
         for k, pinned in self._staged:
             every, when, put = self.schedule[k]
             if step % every == 0 and (when is None or when()):
-                copy = HostCopy(launched, pinned)
-                handed.append(copy)
+                if isinstance(pinned, tuple):       # a part of the block of small vectors
+                    if landing is None:
+                        landing = HostCopy(launched, self._landing)
+                        handed.append(landing)
+                    copy = functools.partial(_part, landing, *pinned)
+                else:
+                    copy = HostCopy(launched, pinned)
+                    handed.append(copy)
                 if put is not None:
                     put(step, copy)
                 else:
@@ -134,6 +150,19 @@ class GraphReplay:
 
     def stage(self, array):
         """(While capturing) copy ``array`` to a new pinned buffer in stream order; returns the buffer."""
+        return self._copy_out(array)
+
+    def stage_small(self, array):
+        """(While capturing) a small float64 vector made for the host alone (statistics, a histogram), which nothing
+        changes later in the plan: copied with the others of its kind at the end of the capture
+        (``_land_small``); returns its ``(offset, shape)`` in that block."""
+        if array.dtype != np.float64:
+            return self.stage(array)
+        offset = sum(a.size for a in self._small)
+        self._small.append(array)           # (kept alive until joined: its memory cannot be given to another)
+        return offset, array.shape
+
+    def _copy_out(self, array):
         import cupyx
         cupy = self.cupy
         source = array if array.flags.c_contiguous else cupy.ascontiguousarray(array)
@@ -145,7 +174,7 @@ class GraphReplay:
 
     def stage_histogram(self, array, bins):
         from ..ops.stats import histogram_vector
-        return self.stage(histogram_vector(self.cupy, array, bins))
+        return self.stage_small(histogram_vector(self.cupy, array, bins))
 
     def _load(self, feeds):
         """Copy this call's feeds into the graph's input buffers (stream-ordered after the previous replay)."""
@@ -162,7 +191,7 @@ class GraphReplay:
         """Let the graph go, and its memory and pinned buffers with it."""
         for copy in self._handed:
             copy()
-        self._graph = self._pool = self._outputs = None
+        self._graph = self._pool = self._outputs = self._landing = None
         self._staged, self._handed = [], []
 
     def _capture(self, run_device, step):
@@ -172,9 +201,10 @@ class GraphReplay:
         pool, stream = cupy.cuda.MemoryPool(), cupy.cuda.Stream(non_blocking=True)
         with cupy.cuda.using_allocator(pool.malloc), stream:
             stream.begin_capture()
-            staged = []
+            staged, self._small = [], []
             try:
                 outputs = run_device(self._inputs, step, lambda k, pinned, step: staged.append((k, pinned)))
+                landing = self._land_small()
             except BaseException:
                 try:
                     stream.end_capture()
@@ -182,7 +212,17 @@ class GraphReplay:
                     pass
                 raise
             graph = stream.end_capture()
-        self._graph, self._pool, self._outputs, self._staged = graph, pool, outputs, staged
+        self._graph, self._pool, self._outputs, self._staged, self._landing = graph, pool, outputs, staged, landing
+        self._small = []
+
+    def _land_small(self):
+        """(At the end of a capture) the small vectors ``stage_small`` kept, joined on the device and copied to one
+        pinned block: one kernel and one copy however many there are."""
+        if not self._small:
+            return None
+        cupy = self.cupy
+        block = cupy.concatenate([a.reshape(-1) for a in self._small])
+        return self._copy_out(block)
 
     def _give_up(self, reason, run_eager, feeds, step, emit):
         self.off_reason = reason

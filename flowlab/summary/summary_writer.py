@@ -32,6 +32,7 @@ import os
 import socket
 import time
 
+from ..runtime import dispatch
 from . import encode, health_log
 from .writer import EventFileWriter, check_step
 
@@ -253,6 +254,7 @@ class SummaryWriter:
         return self._children[name]
 
     def flush(self):
+        dispatch.default().wait()        # what watches (watch_health) still had on their way to this writer
         self.file_writer.flush()
         for child in self._children.values():
             child.flush()
@@ -261,6 +263,7 @@ class SummaryWriter:
         self._close("SUCCESS")
 
     def _close(self, status):
+        dispatch.default().wait()
         if self._hparams is not None and not self._session_ended:
             self._session_ended = True
             self.file_writer.add_summary([encode.hparams_session_end(status)])
