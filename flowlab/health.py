@@ -405,11 +405,25 @@ class _Monitor:
             step = max(self.losses)
             loss, vectors, samples = self.losses.pop(step), self.vectors.pop(step, {}), self.samples.pop(step, None)
             self.losses.clear(), self.vectors.clear(), self.samples.clear()
+        if len(vectors) == self.expected:
+            vectors.update(self._updates())
         describe = lambda: f"{self.request.describe} (step {step})"       # noqa: E731
         if self.xp is not np:
             return [(lambda: self._deliver(step, loss, vectors, samples, queue=False), describe)]
         queued = self._deliver(step, loss, vectors, samples, queue=True)
         return [] if queued is None else [(queued, describe)]
+
+    def _updates(self):
+        """``{("update", name): [sum of squares of this call's change]}`` of the variables whose update is measured
+        from their kept values: taken now, before the next call changes them (one host copy for all on a GPU)."""
+        if not self.kept:
+            return {}
+        variables, xp = session.default().variables, self.xp
+        names = list(self.kept)
+        squares = [square_vector(xp, variables[name].value - self.kept[name].array)[:1] for name in names]
+        if xp is not np:
+            squares = list(xp.concatenate(squares).get().reshape(-1, 1))
+        return {("update", name): v for name, v in zip(names, squares)}
 
     def _deliver(self, step, loss, vectors, samples, queue):
         """Make the report and give it to the inline handlers; the queued handler's call is returned when
@@ -479,11 +493,11 @@ class _Monitor:
                     attrs = p.update.attrs
                     scale = attrs["schedule"](step) * attrs["grad_scale"]
                     u2 += scale * scale * gsq
-                else:                           # the copy lives where the weights do, or on the host (devices > 1)
-                    now = variables[p.name].value
-                    xp = np if self.host_side else self.xp
-                    before = self.kept[p.name].array
-                    u2 += float(_host(square_vector(xp, (_host(now) if self.host_side else now) - before))[0])
+                elif self.host_side:            # the kept copy is the joined whole, on the host
+                    now = _host(variables[p.name].value)
+                    u2 += float(square_vector(np, now - self.kept[p.name].array)[0])
+                else:
+                    u2 += host[("update", p.name)][0]
             row.update(weight_norm=math.sqrt(w2), weight_nan=wn, weight_inf=wi)
             if grads:
                 row.update(grad_norm=math.sqrt(g2), grad_nan=gn, grad_inf=gi,

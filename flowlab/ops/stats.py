@@ -182,10 +182,10 @@ def histogram_vector(xp, x, bins):
     width = xp.where(hi > lo, hi - lo, 1.0)
     index = xp.clip(((xp.where(finite, x64, lo) - lo) * (bins / width)).astype(xp.int64), 0, bins - 1)
     index = xp.where(finite, index, bins)
-    # scatter_add, not bincount: bincount reads the largest index on the host, which a CUDA graph capture forbids
-    import cupyx
+    # a kernel of atomic adds, not bincount: bincount reads the largest index on the host, which a CUDA graph
+    # capture forbids
     counts = xp.zeros(bins + 1, xp.float64)
-    cupyx.scatter_add(counts, index, 1.0)
+    _stats_kernel(xp, "count")(index, counts)
     counts = counts[:bins]
     some = finite.any()
     edges = xp.stack([xp.where(some, lo, xp.nan), xp.where(some, hi, xp.nan)])
@@ -406,14 +406,22 @@ extern "C" __global__ void flowlab_square_stats(const float* x, long long n, uns
     }
 }
 """
-_stats_module = None
+_stats_kernels = {}
 
 
 def _stats_kernel(cupy, name):
-    global _stats_module
-    if _stats_module is None:
-        _stats_module = cupy.RawModule(code=_STATS_KERNELS)
-    return _stats_module.get_function(name)
+    """One of this module's CuPy kernels, compiled on first use."""
+    kernel = _stats_kernels.get(name)
+    if kernel is None:
+        if name == "count":             # counts[i] += 1 for every i
+            kernel = cupy.ElementwiseKernel("int64 i", "raw float64 counts", "atomicAdd(&counts[i], 1.0)",
+                                            "flowlab_count", no_return=True)
+        else:
+            module = _stats_kernels.get("module") or _stats_kernels.setdefault(
+                "module", cupy.RawModule(code=_STATS_KERNELS))
+            kernel = module.get_function(name)
+        _stats_kernels[name] = kernel
+    return kernel
 
 
 def _grid(n):

@@ -72,6 +72,8 @@ class GraphReplay:
     buffers, every copy not yet taken is taken (by then the graph has long finished: the call's outputs were read).
     """
 
+    BLOCK = 1024            # float64 elements of a pinned block of small vectors
+
     def __init__(self, cupy, hooks, variables, schedule=()):
         self.cupy = cupy
         self.hooks = hooks
@@ -79,7 +81,7 @@ class GraphReplay:
         self.schedule = schedule
         self._staged = []                             # (delivery index, pinned buffer or (offset, shape) in
         #                                               the landing block) the graph fills
-        self._small, self._landing = [], None         # stage_small's vectors while capturing; their pinned block
+        self._blocks, self._filled = [], 0            # stage_small's pinned blocks, and how full the last one is
         self._handed = []                             # the HostCopy objects the last launch handed on
         self.calls = 0
         self.captures = collections.deque(maxlen=3)   # call numbers of the latest captures
@@ -131,15 +133,17 @@ class GraphReplay:
 
     def _emit_due(self, emit, step, launched):
         handed = self._handed = []
-        landing = None
+        blocks = {}                             # block index -> its HostCopy, for small vectors
         for k, pinned in self._staged:
             every, when, put = self.schedule[k]
             if step % every == 0 and (when is None or when()):
-                if isinstance(pinned, tuple):       # a part of the block of small vectors
+                if isinstance(pinned, tuple):       # a part of a block of small vectors
+                    block, offset, shape = pinned
+                    landing = blocks.get(block)
                     if landing is None:
-                        landing = HostCopy(launched, self._landing)
+                        landing = blocks[block] = HostCopy(launched, self._blocks[block])
                         handed.append(landing)
-                    copy = functools.partial(_part, landing, *pinned)
+                    copy = functools.partial(_part, landing, offset, shape)
                 else:
                     copy = HostCopy(launched, pinned)
                     handed.append(copy)
@@ -153,20 +157,26 @@ class GraphReplay:
         return self._copy_out(array)
 
     def stage_small(self, array):
-        """(While capturing) a small float64 vector made for the host alone (statistics, a histogram), which nothing
-        changes later in the plan: copied with the others of its kind at the end of the capture
-        (``_land_small``); returns its ``(offset, shape)`` in that block."""
-        if array.dtype != np.float64:
+        """(While capturing) copy a small float64 vector made for the host (statistics, a histogram) into a pinned
+        block shared with others of its kind, so that a launch's are taken with one host copy a block; returns its
+        ``(block, offset, shape)``."""
+        if array.dtype != np.float64 or array.size > self.BLOCK:
             return self.stage(array)
-        offset = sum(a.size for a in self._small)
-        self._small.append(array)           # (kept alive until joined: its memory cannot be given to another)
-        return offset, array.shape
+        import cupyx
+        blocks = self._blocks
+        if not blocks or self._filled + array.size > self.BLOCK:
+            blocks.append(cupyx.empty_pinned(self.BLOCK, np.float64))
+            self._filled = 0
+        offset, self._filled = self._filled, self._filled + array.size
+        self._copy_out(array, blocks[-1][offset:self._filled])
+        return len(blocks) - 1, offset, array.shape
 
-    def _copy_out(self, array):
+    def _copy_out(self, array, pinned=None):
         import cupyx
         cupy = self.cupy
         source = array if array.flags.c_contiguous else cupy.ascontiguousarray(array)
-        pinned = cupyx.empty_pinned(array.shape, array.dtype)
+        if pinned is None:
+            pinned = cupyx.empty_pinned(array.shape, array.dtype)
         # the runtime's copy itself: ndarray.get would also record events for CuPy's pinned pool to watch
         cupy.cuda.runtime.memcpyAsync(pinned.ctypes.data, source.data.ptr, source.nbytes,
                                       cupy.cuda.runtime.memcpyDeviceToHost, cupy.cuda.get_current_stream().ptr)
@@ -191,8 +201,8 @@ class GraphReplay:
         """Let the graph go, and its memory and pinned buffers with it."""
         for copy in self._handed:
             copy()
-        self._graph = self._pool = self._outputs = self._landing = None
-        self._staged, self._handed = [], []
+        self._graph = self._pool = self._outputs = None
+        self._staged, self._handed, self._blocks = [], [], []
 
     def _capture(self, run_device, step):
         cupy = self.cupy
@@ -201,10 +211,9 @@ class GraphReplay:
         pool, stream = cupy.cuda.MemoryPool(), cupy.cuda.Stream(non_blocking=True)
         with cupy.cuda.using_allocator(pool.malloc), stream:
             stream.begin_capture()
-            staged, self._small = [], []
+            staged = []
             try:
                 outputs = run_device(self._inputs, step, lambda k, pinned, step: staged.append((k, pinned)))
-                landing = self._land_small()
             except BaseException:
                 try:
                     stream.end_capture()
@@ -212,17 +221,7 @@ class GraphReplay:
                     pass
                 raise
             graph = stream.end_capture()
-        self._graph, self._pool, self._outputs, self._staged, self._landing = graph, pool, outputs, staged, landing
-        self._small = []
-
-    def _land_small(self):
-        """(At the end of a capture) the small vectors ``stage_small`` kept, joined on the device and copied to one
-        pinned block: one kernel and one copy however many there are."""
-        if not self._small:
-            return None
-        cupy = self.cupy
-        block = cupy.concatenate([a.reshape(-1) for a in self._small])
-        return self._copy_out(block)
+        self._graph, self._pool, self._outputs, self._staged = graph, pool, outputs, staged
 
     def _give_up(self, reason, run_eager, feeds, step, emit):
         self.off_reason = reason
