@@ -413,8 +413,8 @@ def _stats_kernel(cupy, name):
     """One of this module's CuPy kernels, compiled on first use."""
     kernel = _stats_kernels.get(name)
     if kernel is None:
-        if name == "count":             # counts[index] += 1 for every index
-            kernel = cupy.ElementwiseKernel("int64 index", "raw float64 counts", "atomicAdd(&counts[index], 1.0)",
+        if name == "count":             # counts[bucket] += 1 for every bucket
+            kernel = cupy.ElementwiseKernel("int64 bucket", "raw float64 counts", "atomicAdd(&counts[bucket], 1.0)",
                                             "flowlab_count", no_return=True)
         else:
             module = _stats_kernels.get("module") or _stats_kernels.setdefault(
