@@ -49,8 +49,8 @@ import numpy as np
 from . import graph as g
 from .errors import TraceError
 from .ops import apply
-from .ops.stats import (ActivationStats, MeanStat, Scratch, SquareStats, activation_vector, histogram_vector,
-                        mean_vector, square_vector)
+from .ops.stats import (ActivationStats, MeanStat, Results, Scratch, SquareStats, activation_vector,
+                        histogram_vector, mean_vector, square_vector)
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
@@ -321,6 +321,7 @@ class _Monitor:
         self.kept = {p.name: _Kept() for layer in layers for p in layer.params
                      if p.update is not None and p.name not in self.plain_sgd}
         self.lock = threading.Lock()
+        self.results = Results()               # (GPU) the device buffer all statistics are written into
         self.order = []                        # (key, node, layer, what) in the order the plan makes them
         self.requests = []
         self._names = {node.name for node in graph.nodes}
@@ -344,8 +345,8 @@ class _Monitor:
         if self.host_side:
             self.requests.append(self._request(last, call=self._finish))
         else:
-            self.requests.append(self._request(self._observe(MeanStat, last, "loss"), put=self._arrive_loss,
-                                               after_run=self._after_run))
+            self.requests.append(self._request(self._observe(MeanStat, last, "loss", into=self.results.reserve(1)),
+                                               put=self._arrive_loss, after_run=self._after_run))
         self.order.sort(key=lambda entry: _run_position(graph, entry[1]))
 
     def _request(self, tensor, call=None, **options):
@@ -374,7 +375,8 @@ class _Monitor:
                     self._arrive_sample(key, step, histogram_vector(np, whole, HISTOGRAM_BINS))
             self.requests.append(self._request(tensor, call=call))
             return
-        stat = self._observe(op, tensor, f"{what}-{key[1]}", **attrs)
+        into = self.results.reserve(7 if op is ActivationStats else 3)
+        stat = self._observe(op, tensor, f"{what}-{key[1]}", into=into, **attrs)
         self.requests.append(self._request(stat, put=functools.partial(self._arrive, key)))
         if key in self.histogram_keys:
             self.requests.append(WatchRequest(tensor, False, None, self.request.describe, every=self.histogram_every,

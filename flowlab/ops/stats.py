@@ -194,15 +194,16 @@ def histogram_vector(xp, x, bins):
 
 # ------------------------------------------------------------------------------------ a network's health (watch_health)
 
-def activation_vector(xp, x, unit_axis=1, nonnegative=False, scratch=None):
+def activation_vector(xp, x, unit_axis=1, nonnegative=False, scratch=None, out=None):
     """``[mean_abs, std, zero_fraction, max_abs, dead_fraction, nan, inf]`` of a layer output ``x`` (its units
     along ``unit_axis``); NaN/Inf are left out of the moments. A float64 vector on ``x``'s device. ``nonnegative``:
     ``x`` comes from an op whose outputs are >= 0 (ReLU), so ``|x|`` is ``x`` and its minimum is not needed.
-    ``scratch``: a ``Scratch`` the GPU kernel may keep its accumulators in from call to call."""
+    ``scratch``: a ``Scratch`` the GPU kernel may keep its accumulators in from call to call; ``out``: a float64
+    device vector of 7 for the GPU kernel to write into."""
     axes = tuple(a for a in range(x.ndim) if a != unit_axis % x.ndim)
     n = x.size
     if xp is not np and x.dtype == np.float32 and n:
-        return _cupy_activation(xp, x, unit_axis, scratch)
+        return _cupy_activation(xp, x, unit_axis, scratch, out)
     if xp is np and x.dtype.char in "fd" and n:
         fast = _host_activation(x, unit_axis, axes, nonnegative)
         if fast is not None:
@@ -259,12 +260,12 @@ def _host_activation(x, unit_axis, axes, nonnegative):
     return np.array([total_abs / n, math.sqrt(max(var, 0.0)), (n - nonzero) / n, hi, dead, 0.0, 0.0])
 
 
-def square_vector(xp, x, scratch=None):
+def square_vector(xp, x, scratch=None, out=None):
     """``[sum of squares of the finite elements, nan, inf]`` of ``x``, float64 on ``x``'s device: one dot product
-    when everything is finite (``scratch``: as ``activation_vector``'s)."""
+    when everything is finite (``scratch``, ``out``: as ``activation_vector``'s)."""
     flat = x.reshape(-1)
     if xp is not np and x.dtype == np.float32 and x.size:
-        return _cupy_squares(xp, flat, scratch)
+        return _cupy_squares(xp, flat, scratch, out)
     if xp is np and x.dtype.char in "fd":
         total = float(np.dot(flat, flat))
         if total - total == 0:
@@ -279,10 +280,14 @@ def square_vector(xp, x, scratch=None):
     return xp.stack([xp.vdot(kept / scale, kept / scale) * scale * scale, nan, inf])
 
 
-def mean_vector(xp, x):
-    """``[mean]`` of all of ``x`` (NaN and Inf included: a NaN loss must show), float64 on ``x``'s device."""
+def mean_vector(xp, x, out=None):
+    """``[mean]`` of all of ``x`` (NaN and Inf included: a NaN loss must show), float64 on ``x``'s device (on the
+    GPU into ``out`` when given)."""
     if xp is np:
         return np.array([float(np.add.reduce(x.reshape(-1), dtype=np.float64)) / max(x.size, 1)])
+    if out is not None:
+        x.mean(dtype=xp.float64, out=out.reshape(()))
+        return out
     return x.mean(dtype=xp.float64).reshape(1)
 
 
@@ -449,22 +454,56 @@ def _accumulators(cupy, scratch, size):
     return cupy.zeros(size, cupy.uint64) if scratch is None else scratch.zeros(cupy, size)
 
 
-def _cupy_activation(cupy, x, unit_axis, scratch):
+class Results:
+    """One device buffer that the statistics ops of a ``watch_health`` write their vectors into, each at an offset
+    reserved when the job is traced, so that a CUDA graph copies them all to the host with one copy
+    (``runtime.cuda_graph``'s ``stage_small``)."""
+
+    def __init__(self):
+        self.size, self.array = 0, None
+
+    def reserve(self, n):
+        offset, self.size = self.size, self.size + n
+        return (self, offset)
+
+    def view(self, cupy, offset, n):
+        """The slice of an op's vector; None (the op makes a vector of its own) while a CUDA graph is captured
+        before the buffer was made: memory allocated then belongs to the graph."""
+        if self.array is None:
+            if cupy.cuda.get_current_stream().is_capturing():
+                return None
+            self.array = cupy.empty(self.size, cupy.float64)
+        return self.array[offset:offset + n]
+
+
+def _slot(xp, into, n):
+    return None if into is None or xp is np else into[0].view(xp, into[1], n)
+
+
+def _written(xp, vector, out):
+    """``vector`` in ``out`` when ``out`` is given (a path that made its own)."""
+    if out is None or vector is out:
+        return vector
+    out[...] = xp.asarray(vector, dtype=xp.float64)
+    return out
+
+
+def _cupy_activation(cupy, x, unit_axis, scratch, out):
     axis = unit_axis % x.ndim
     x = x if x.flags.c_contiguous else cupy.ascontiguousarray(x)
     units, inner = x.shape[axis], math.prod(x.shape[axis + 1:])
     acc = _accumulators(cupy, scratch, 8 + (units + 1) // 2)
-    out = cupy.empty(7, cupy.float64)
+    out = cupy.empty(7, cupy.float64) if out is None else out
     n = x.size
     _stats_kernel(cupy, "flowlab_activation_stats")((_grid(n),), (256,), (
         x, np.int64(n), np.int64(inner), np.int64(units), acc, out))
     return out
 
 
-def _cupy_squares(cupy, x, scratch):
+def _cupy_squares(cupy, x, scratch, out):
     x = x if x.flags.c_contiguous else cupy.ascontiguousarray(x)
     acc = _accumulators(cupy, scratch, 8)
-    out = cupy.empty(3, cupy.float64)
+    out = cupy.empty(3, cupy.float64) if out is None else out
     _stats_kernel(cupy, "flowlab_square_stats")((_grid(x.size),), (256,), (x, np.int64(x.size), acc, out))
     return out
 
@@ -475,12 +514,13 @@ class ActivationStats(Op):
     observes = True
 
     @staticmethod
-    def infer(x, unit_axis, nonnegative, scratch):
+    def infer(x, unit_axis, nonnegative, scratch, into=None):
         return spec((7,), np.float64)
 
     @staticmethod
-    def forward(xp, x, unit_axis, nonnegative, scratch):
-        return activation_vector(xp, x, unit_axis, nonnegative, scratch)
+    def forward(xp, x, unit_axis, nonnegative, scratch, into=None):
+        out = _slot(xp, into, 7)
+        return _written(xp, activation_vector(xp, x, unit_axis, nonnegative, scratch, out), out)
 
 
 class SquareStats(Op):
@@ -490,14 +530,15 @@ class SquareStats(Op):
     observes = True
 
     @staticmethod
-    def infer(x, scratch, keep=None):
+    def infer(x, scratch, keep=None, into=None):
         return spec((3,), np.float64)
 
     @staticmethod
-    def forward(xp, x, scratch, keep=None):
+    def forward(xp, x, scratch, keep=None, into=None):
         if keep is not None:
             keep.save(xp, x)
-        return square_vector(xp, x, scratch)
+        out = _slot(xp, into, 3)
+        return _written(xp, square_vector(xp, x, scratch, out), out)
 
 
 class MeanStat(Op):
@@ -506,12 +547,13 @@ class MeanStat(Op):
     observes = True
 
     @staticmethod
-    def infer(x):
+    def infer(x, into=None):
         return spec((1,), np.float64)
 
     @staticmethod
-    def forward(xp, x):
-        return mean_vector(xp, x)
+    def forward(xp, x, into=None):
+        out = _slot(xp, into, 1)
+        return _written(xp, mean_vector(xp, x, out), out)
 
 
 class TensorStats(Op):

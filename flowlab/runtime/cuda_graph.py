@@ -72,8 +72,6 @@ class GraphReplay:
     buffers, every copy not yet taken is taken (by then the graph has long finished: the call's outputs were read).
     """
 
-    BLOCK = 1024            # float64 elements of a pinned block of small vectors
-
     def __init__(self, cupy, hooks, variables, schedule=()):
         self.cupy = cupy
         self.hooks = hooks
@@ -81,7 +79,7 @@ class GraphReplay:
         self.schedule = schedule
         self._staged = []                             # (delivery index, pinned buffer or (offset, shape) in
         #                                               the landing block) the graph fills
-        self._blocks, self._filled = [], 0            # stage_small's pinned blocks, and how full the last one is
+        self._small, self._blocks = [], []            # stage_small's vectors while capturing; their pinned blocks
         self._handed = []                             # the HostCopy objects the last launch handed on
         self.calls = 0
         self.captures = collections.deque(maxlen=3)   # call numbers of the latest captures
@@ -137,7 +135,7 @@ class GraphReplay:
         for k, pinned in self._staged:
             every, when, put = self.schedule[k]
             if step % every == 0 and (when is None or when()):
-                if isinstance(pinned, tuple):       # a part of a block of small vectors
+                if isinstance(pinned, list):        # a part of a block of small vectors
                     block, offset, shape = pinned
                     landing = blocks.get(block)
                     if landing is None:
@@ -157,26 +155,39 @@ class GraphReplay:
         return self._copy_out(array)
 
     def stage_small(self, array):
-        """(While capturing) copy a small float64 vector made for the host (statistics, a histogram) into a pinned
-        block shared with others of its kind, so that a launch's are taken with one host copy a block; returns its
-        ``(block, offset, shape)``."""
-        if array.dtype != np.float64 or array.size > self.BLOCK:
+        """(While capturing) a small float64 vector made for the host alone (statistics, a histogram) that nothing
+        changes later in the plan: copied out at the end of the capture (``_land_small``), with one copy for all the
+        vectors that share one allocation (``ops.stats.Results``); returns its slot ``[block, offset, shape]``,
+        filled then."""
+        if array.dtype != np.float64 or array.ndim != 1 or not array.flags.c_contiguous:
             return self.stage(array)
-        import cupyx
-        blocks = self._blocks
-        if not blocks or self._filled + array.size > self.BLOCK:
-            blocks.append(cupyx.empty_pinned(self.BLOCK, np.float64))
-            self._filled = 0
-        offset, self._filled = self._filled, self._filled + array.size
-        self._copy_out(array, blocks[-1][offset:self._filled])
-        return len(blocks) - 1, offset, array.shape
+        slot = [None, None, array.shape]
+        self._small.append((array, slot))    # (kept alive until copied: its memory cannot be given to another)
+        return slot
 
-    def _copy_out(self, array, pinned=None):
+    def _land_small(self):
+        """Copy ``stage_small``'s vectors to pinned blocks: one copy an allocation, spanning its vectors."""
+        import cupyx
+        cupy = self.cupy
+        groups = {}
+        for array, slot in self._small:
+            groups.setdefault(id(array.data.mem), []).append((array, slot))
+        for members in groups.values():
+            start = min(array.data.ptr for array, _ in members)
+            end = max(array.data.ptr + array.nbytes for array, _ in members)
+            block = cupyx.empty_pinned((end - start) // 8, np.float64)
+            cupy.cuda.runtime.memcpyAsync(block.ctypes.data, start, end - start, cupy.cuda.runtime.memcpyDeviceToHost,
+                                          cupy.cuda.get_current_stream().ptr)
+            self._blocks.append(block)
+            for array, slot in members:
+                slot[0], slot[1] = len(self._blocks) - 1, (array.data.ptr - start) // 8
+        self._small = []
+
+    def _copy_out(self, array):
         import cupyx
         cupy = self.cupy
         source = array if array.flags.c_contiguous else cupy.ascontiguousarray(array)
-        if pinned is None:
-            pinned = cupyx.empty_pinned(array.shape, array.dtype)
+        pinned = cupyx.empty_pinned(array.shape, array.dtype)
         # the runtime's copy itself: ndarray.get would also record events for CuPy's pinned pool to watch
         cupy.cuda.runtime.memcpyAsync(pinned.ctypes.data, source.data.ptr, source.nbytes,
                                       cupy.cuda.runtime.memcpyDeviceToHost, cupy.cuda.get_current_stream().ptr)
@@ -211,10 +222,12 @@ class GraphReplay:
         pool, stream = cupy.cuda.MemoryPool(), cupy.cuda.Stream(non_blocking=True)
         with cupy.cuda.using_allocator(pool.malloc), stream:
             stream.begin_capture()
-            staged = []
+            staged, self._small = [], []
             try:
                 outputs = run_device(self._inputs, step, lambda k, pinned, step: staged.append((k, pinned)))
+                self._land_small()
             except BaseException:
+                self._small = []
                 try:
                     stream.end_capture()
                 except Exception:       # the capture was invalidated by what failed: nothing to keep
