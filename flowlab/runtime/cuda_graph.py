@@ -167,6 +167,8 @@ class GraphReplay:
 
     def _land_small(self):
         """Copy ``stage_small``'s vectors to pinned blocks: one copy an allocation, spanning its vectors."""
+        if not self._small:
+            return
         import cupyx
         cupy = self.cupy
         groups = {}
