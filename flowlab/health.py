@@ -26,14 +26,18 @@ Where reports go: ``handler(report)``, and/or ``writer.add_health(report)`` for 
 Health tab draws them from the log).
 
 How it runs. ``watch_health`` only records a request. When the job compiles (``delivery.resolve``) the request turns
-into watch deliveries whose ``put`` summarises the tensor right where the plan makes it, with a few reductions, on
-the calls that deliver (other calls cost nothing): on the job thread for NumPy, as queued device kernels for CuPy.
-The update is the plain-SGD step ``lr * scale * gradient`` when the optimizer is SGD without momentum or clipping
-(free: its norm follows from the gradient's); for other optimizers the weights are copied before the update on
-delivering calls and compared with the updated ones afterwards. The report (alerts come from the numbers alone:
-``health_alerts``) is built on the job's thread once the plan has run (``after_run``), and delivered as
-``HealthRequest`` says. On several devices the statistics are computed from the joined whole on the host, and the
-report is built in the dispatcher when the loss (the last layer's output in a predict job) arrives.
+into statistics ops of the graph (``ops.stats``: ``ActivationStats``, ``SquareStats``, ``MeanStat``, observing ops
+that run right after the tensor they read) whose small vectors the plan delivers to the monitor's ``put`` on the
+calls that deliver (a job whose reports skip calls runs a plan without them on the others), plus histogram
+deliveries. On NumPy they are a few reductions on the job's thread; on CuPy one fused kernel a float32 tensor,
+writing into one device buffer, so the statistics are part of the CUDA graph a plan is replayed as and reach the host
+with one copy. The update is the plain-SGD step ``lr * scale * gradient`` when the optimizer is SGD without momentum
+or clipping (free: its norm follows from the gradient's); for other optimizers the weights are kept before the update
+(``SquareStats``' ``keep``) and the change measured right after the call. The report (alerts come from the numbers
+alone: ``health_alerts``) is built once the plan has run (``after_run``): on NumPy on the job's thread, on a GPU in
+the dispatcher beside the next call; it is delivered as ``HealthRequest`` says. On several devices the tensors are
+delivered and summarised from the joined whole on the host, and the report is built in the dispatcher when the loss
+(the last layer's output in a predict job) arrives.
 """
 from __future__ import annotations
 
@@ -264,10 +268,10 @@ class HealthRequest:
     """What ``watch_health`` records on the graph; ``expand`` turns it into watch requests once gradients exist.
 
     Where reports go: ``writer.add_health`` (it only encodes and queues) and a handler whose ``delivered_inline``
-    attribute is true (``HealthPanel``: it only records) are called on the job's thread as the report is made,
-    sparing a hand-off between threads each call; any other handler runs on the watch dispatcher thread in a
-    trailing batch, beside the next call (``runtime.dispatch``). Errors of either kind surface at the next job call,
-    naming the handler."""
+    attribute is true (``HealthPanel``: it only records) are called where the report is made (on NumPy the job's
+    thread, sparing a hand-off between threads each call); any other handler runs on the watch dispatcher thread in
+    a trailing batch, beside the next call (``runtime.dispatch``). Errors of either kind surface at the next job
+    call, naming the handler."""
 
     diff = False            # needs no gradient of its own (watching.gradient_targets)
 

@@ -1,6 +1,10 @@
 """CUDA graph replay of plans on CuPy (``flowlab.runtime.cuda_graph``): a replayed job trains exactly as the same job
 run eagerly, what a capture freezes is re-checked every call, and plans that cannot be replayed run eagerly and say
 why. On NumPy only the switch and the plan's note are checked."""
+import ctypes
+import sys
+import types
+
 import numpy as np
 import pytest
 
@@ -229,9 +233,14 @@ class _StandInCupy:
             def record(self):
                 return type("Event", (), {"synchronize": lambda event: None})()
 
+        self.copies = []        # (destination, source, bytes) of every copy captured: each launch makes them
         self.cuda = type("cuda", (), {"Stream": Stream, "get_current_stream": staticmethod(lambda: Stream()),
                                       "MemoryPool": lambda: type("Pool", (), {"malloc": None})(),
                                       "using_allocator": staticmethod(lambda malloc: Stream())})
+        self.cuda.runtime = types.SimpleNamespace(memcpyDeviceToHost=2,
+                                                  memcpyAsync=lambda dst, src, n, kind, stream: self.copies.append(
+                                                      (dst, src, n)))
+        Stream.ptr = 0
 
     on_launch = None
 
@@ -239,6 +248,8 @@ class _StandInCupy:
         self.launches += 1
         if self.on_launch is not None:
             self.on_launch()
+        for dst, src, n in self.copies:
+            ctypes.memmove(dst, src, n)
 
     @staticmethod
     def empty(shape, dtype):
@@ -278,3 +289,47 @@ def test_replay_bookkeeping_captures_again_on_changes_and_gives_up_when_they_nev
     lr["value"] = 0.001                                                # a third change within 50 calls: eager
     assert call(6) == ("eager",) and replay.state.startswith("eager: captured 3 times in 5 calls")
     assert call(7) == ("eager",) and cupy.captures == 3
+
+
+class _HostBacked:
+    """A stand-in device vector: a NumPy view whose memory the stand-in's copies read (``data.ptr``), in the
+    allocation ``data.mem``."""
+
+    def __init__(self, array, allocation):
+        self.dtype, self.ndim, self.size, self.nbytes, self.flags = (array.dtype, array.ndim, array.size,
+                                                                     array.nbytes, array.flags)
+        self.data = types.SimpleNamespace(ptr=array.ctypes.data, mem=allocation)
+
+
+def test_small_vectors_of_one_allocation_are_copied_out_together_and_each_delivery_gets_its_calls_values(
+        monkeypatch):
+    """``stage_small`` (statistics and histograms in a CUDA graph): the vectors of one allocation (``Results``)
+    leave in one copy, a vector of its own in another; each delivery gets its own slice of its own call, on its
+    calls, even when taken after later launches."""
+    from flowlab.runtime.cuda_graph import GraphReplay
+    monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.zeros(
+        shape, dtype)))
+    cupy = _StandInCupy()
+    results, fresh = np.zeros(10), np.zeros(4)       # what the graph's kernels write: the launch's number
+    cupy.on_launch = lambda: (results.fill(cupy.launches), fresh.fill(-cupy.launches))
+    got = {"a": [], "b": [], "c": []}
+    replay = GraphReplay(cupy, [], [], schedule=[(1, None, lambda step, copy: got["a"].append((step, copy))),
+                                                 (2, None, lambda step, copy: got["b"].append((step, copy))),
+                                                 (1, None, None)])
+    out = type("Out", (), {"get": lambda self: "loss"})()
+
+    def run_device(feeds, step, emit):
+        emit(0, replay.stage_small(_HostBacked(results[0:3], "results")), step)
+        emit(1, replay.stage_small(_HostBacked(results[5:10], "results")), step)
+        emit(2, replay.stage_small(_HostBacked(fresh, "fresh")), step)
+        return (out,)
+
+    def emit(k, copy, step):
+        got["c"].append((step, copy))
+    for step in range(5):
+        replay(lambda feeds, step, emit: ("eager",), run_device, [np.zeros(1)], step, emit)
+    assert sorted(n for _, _, n in cupy.copies) == [4 * 8, 10 * 8]     # two copies: one an allocation
+    # launches 1..4 ran steps 1..4 (step 0 was eager); every copy is taken after all of them
+    assert [(step, copy().tolist()) for step, copy in got["a"]] == [(s, [s] * 3) for s in (1, 2, 3, 4)]
+    assert [(step, copy().tolist()) for step, copy in got["b"]] == [(s, [s] * 5) for s in (2, 4)]
+    assert [(step, copy().tolist()) for step, copy in got["c"]] == [(s, [-s] * 4) for s in (1, 2, 3, 4)]

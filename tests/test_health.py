@@ -324,6 +324,8 @@ def test_every_ten_delivers_every_tenth_call():
     # calls that deliver nothing compute nothing: every statistic in the plan sits behind the step test
     puts = [line for line in job.plan().source.splitlines() if re.search(r"\bp\d+\(step", line)]
     assert puts and all(line.strip().startswith("if step % 10 == 0: p") for line in puts)
+    statistics = [line for line in job.plan().source.splitlines() if "# System-Health-" in line]
+    assert statistics and all(line.strip().startswith("if step % 10 == 0: t") for line in statistics)
 
 
 def test_handler_error_surfaces_at_the_next_call_naming_the_handler():

@@ -165,12 +165,12 @@ class Plan:
                     args.append(f"**h{i}(step)")
                 line = f"    {target}k{i}({', '.join(args)}){comment}"
                 made = node.outputs[0].id if node.outputs else None
-                guard = guards.get(made, ())
-                if op.observes and len(guard) == 1 and made not in read and not self.check_anomaly and \
-                        next(iter(guard)):
+                only = guards.get(made, set())
+                guard = next(iter(only)) if len(only) == 1 else ""
+                if op.observes and guard and made not in read and not self.check_anomaly:
                     # statistics only its deliveries read: computed on the calls they deliver (the CUDA graph's
                     # copy computes them always; its replay decides per call which ones to emit)
-                    delivery_lines[("op", made)] = [f"    {next(iter(guard))}{line.strip()}"]
+                    delivery_lines[("op", made)] = [f"    {guard}{line.strip()}"]
                     graph_lines[("op", made)] = [line]
                     line = ("op", made)
                 lines.append(line)
@@ -254,7 +254,8 @@ def _on_device(array):
 
 
 def _compile(lines, deliveries, ns, name):
-    """The plan's function from its lines, a tensor id standing for that tensor's ``deliveries``."""
+    """The plan's function from its lines; an entry that is not a line (a tensor id, ``("op", id)``) stands for
+    its lines in ``deliveries``."""
     source = "\n".join(line for entry in lines
                        for line in (deliveries[entry] if not isinstance(entry, str) else (entry,))) + "\n"
     filename = f"<flowlab plan {name}>"

@@ -13,6 +13,8 @@ call is captured once and then replayed with a single launch.
 - What a capture freezes is checked on every call: the ops' host arguments (``Op.host_args``: a learning rate of
   a schedule, Adam's step) and which array each variable holds (a checkpoint load may replace it). A change means a
   new capture; a plan that needs three captures within ``UNSTABLE_CALLS`` calls runs eagerly from then on.
+- Watch deliveries are copied to pinned host memory inside the graph (see ``GraphReplay``); watch statistics (small
+  float64 vectors: ``watch(stats=True)``, live panels, ``watch_health``) are copied out together at the graph's end.
 - A plan that cannot be captured (an op that reads device values on the host, which a capture forbids) runs
   eagerly, and says why in ``print(plan)``.
 
@@ -54,10 +56,9 @@ class HostCopy:
             return self._value
 
 
-def _part(landing, offset, shape):
-    """One small vector of a launch's landing block (a view of the block's host copy, which nothing overwrites)."""
-    size = int(np.prod(shape))
-    return landing()[offset:offset + size].reshape(shape)
+def _part(landing, offset, size):
+    """One small vector of a launch's block (a view of the block's host copy, which nothing overwrites)."""
+    return landing()[offset:offset + size]
 
 
 class GraphReplay:
@@ -136,12 +137,12 @@ class GraphReplay:
             every, when, put = self.schedule[k]
             if step % every == 0 and (when is None or when()):
                 if isinstance(pinned, list):        # a part of a block of small vectors
-                    block, offset, shape = pinned
+                    block, offset, size = pinned
                     landing = blocks.get(block)
                     if landing is None:
                         landing = blocks[block] = HostCopy(launched, self._blocks[block])
                         handed.append(landing)
-                    copy = functools.partial(_part, landing, offset, shape)
+                    copy = functools.partial(_part, landing, offset, size)
                 else:
                     copy = HostCopy(launched, pinned)
                     handed.append(copy)
@@ -157,11 +158,11 @@ class GraphReplay:
     def stage_small(self, array):
         """(While capturing) a small float64 vector made for the host alone (statistics, a histogram) that nothing
         changes later in the plan: copied out at the end of the capture (``_land_small``), with one copy for all the
-        vectors that share one allocation (``ops.stats.Results``); returns its slot ``[block, offset, shape]``,
+        vectors that share one allocation (``ops.stats.Results``); returns its slot ``[block, offset, size]``,
         filled then."""
         if array.dtype != np.float64 or array.ndim != 1 or not array.flags.c_contiguous:
             return self.stage(array)
-        slot = [None, None, array.shape]
+        slot = [None, None, array.size]
         self._small.append((array, slot))    # (kept alive until copied: its memory cannot be given to another)
         return slot
 
