@@ -471,7 +471,7 @@ class _Monitor:
         if len(vectors) < self.expected:
             return None                        # the call failed before every tensor was made: no report
         # plain floats: the table, the alerts and the search for NaN read each number once or twice
-        host = {key: _host(v).tolist() for key, v in vectors.items()}
+        host = {key: (v if type(v) is np.ndarray else _host(v)).tolist() for key, v in vectors.items()}
         report = HealthReport(step, self._table(host, step), loss, self._first_nonfinite(host),
                               histograms=samples and self._histograms(samples))
         report.alerts = health_alerts(self.history, report, self.request.thresholds, self.relu_layers)
