@@ -445,9 +445,10 @@ def test_a_job_without_watch_health_compiles_to_the_same_plan():
     # NumPy: CuPy folds no update either way)
     health = [name for name in node_names(watched) if name.startswith("System-Health-")]
     assert [name for name in node_names(watched) if name not in health] == node_names(plain)
-    assert health == sorted(["System-Health-loss"] + [f"System-Health-activation-{layer}" for layer in ("hidden", "output")]
+    layers = ("hidden", "output")
+    assert health == sorted(["System-Health-loss"] + [f"System-Health-activation-{layer}" for layer in layers]
                             + [f"System-Health-{what}-{layer}-{part}" for what in ("weight", "gradient")
-                               for layer in ("hidden", "output") for part in ("weight", "bias")])
+                               for layer in layers for part in ("weight", "bias")])
     if backend.current().is_gpu:
         assert "# fold_sgd_into_gemm: skipped: CuPy" in plain and "# fold_sgd_into_gemm: skipped: CuPy" in watched
     else:

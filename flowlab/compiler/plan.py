@@ -37,7 +37,8 @@ class Plan:
     ``deliveries`` is a list of ``Delivery``: right after such a tensor is computed (on the calls it names) the plan
     calls ``emit(k, copy, step)`` with ``k`` its index and ``copy`` a host copy of the tensor or of its histogram (a
     zero-argument function returning it on CuPy, where the copy is asynchronous), or the delivery's ``put(step,
-    copy)``. Copies are taken before optimizer updates change variables in place. A plan with no deliveries contains no delivery code at all.
+    copy)``. Copies are taken before optimizer updates change variables in place. A plan with no deliveries contains
+    no delivery code at all.
     ``check_anomaly`` adds a NaN/Inf check after every op (``config.detect_anomaly(True)``).
 
     ``rng_seed`` seeds the plan's random generator; ``rng`` instead shares another plan's (a job's two plans, see
