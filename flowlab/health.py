@@ -548,9 +548,9 @@ def health_alerts(history, report, thresholds=None, relu_layers=None):
 
     ``nan``: some watched tensor held NaN/Inf (names the first op, in run order). ``dead_relu``: a layer of
     ``relu_layers`` whose ``dead_fraction`` is above ``dead_fraction`` (a linear layer fed zeros is not dead ReLUs).
-    ``vanishing_gradient`` / ``exploding_gradient``: across depth, a
-    layer's ``grad_norm`` below ``vanishing_ratio`` / above ``exploding_ratio`` times the last layer's; across time,
-    the total gradient norm above ``exploding_factor`` times its median over the last ``window`` reports.
+    ``vanishing_gradient`` / ``exploding_gradient``: across depth, a layer's ``grad_norm`` below ``vanishing_ratio``
+    / above ``exploding_ratio`` times the last layer's; across time, the total gradient norm above
+    ``exploding_factor`` times its median over the last ``window`` reports.
     ``update_ratio``: a layer's update/weight ratio outside ``[update_ratio_low, update_ratio_high]``.
     ``loss_spike``: the loss above ``loss_spike_factor`` times its median over the last ``window`` reports.
     """
