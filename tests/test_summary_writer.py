@@ -124,6 +124,28 @@ def test_flush_makes_data_readable_at_once(tmp_path):
     w.close()
 
 
+@pytest.mark.parametrize("finish", ["flush", "close"])
+def test_flush_and_close_wait_for_watch_handlers_still_writing(tmp_path, finish):
+    """A ``-> None`` job returns before its watch handlers have run (on the dispatcher thread); what they write to a
+    writer is in the file once the writer is flushed or closed right after the last call."""
+    import flowlab as flow
+    import flowlab.typing as tp
+    flow.clear_default_session()
+    w = SummaryWriter(tmp_path, flush_secs=1000)
+
+    def slow_writer(value: tp.Numpy):
+        time.sleep(0.05)
+        w.add_scalar("watched", float(value.sum()), 0)
+
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((3,))) -> None:
+        flow.watch(x * 2, slow_writer)
+    job(np.ones(3, np.float32))
+    getattr(w, finish)()
+    assert [float(v) for _, _, v in series(accumulate(tmp_path), "watched")] == [6.0]
+    w.close()
+
+
 def test_background_thread_flushes_every_flush_secs(tmp_path):
     w = SummaryWriter(tmp_path, flush_secs=0.1)
     w.add_scalar("loss", 1.0, 0)
