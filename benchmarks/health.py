@@ -141,7 +141,8 @@ def profile(flow, net, steps):
 
 def diagnose(flow, net, rounds, steps):
     """Where watch_health's cost comes from: the same jobs measured as usual, with ``_Monitor._report`` made a
-    no-op (statistics computed and delivered, no report), and with ``sys.setswitchinterval(1e-4)``."""
+    no-op (statistics computed and delivered, no report), with ``sys.setswitchinterval(1e-4)``, and (on a GPU) with
+    the report made on the job's thread (``health.REPORT_BESIDE_NEXT_CALL_ON_GPU``)."""
     import sys
     from flowlab import health
     spec = NETS[net]
@@ -151,9 +152,10 @@ def diagnose(flow, net, rounds, steps):
     jobs = {name: make_job(flow, net, watch, None)[0] for name, watch in
             {"unwatched": 0, "every=1": 1, "every=10": 10}.items()}
     report = health._Monitor._report
-    for variant in ("as usual", "no report", "switch 0.1 ms", "as usual"):
+    for variant in ("as usual", "no report", "switch 0.1 ms", "report inline", "as usual"):
         health._Monitor._report = (lambda self, *a: None) if variant == "no report" else report
         sys.setswitchinterval(1e-4 if variant.startswith("switch") else 5e-3)
+        health.REPORT_BESIDE_NEXT_CALL_ON_GPU = variant != "report inline"
         times = {name: [] for name in jobs}
         for r in range(rounds):
             for name, job in jobs.items():
@@ -171,6 +173,7 @@ def diagnose(flow, net, rounds, steps):
             f"{name} {statistics.median(times[name]):.3f} ms ({statistics.median(times[name]) / base:.2f}x)"
             for name in ("every=1", "every=10")))
     health._Monitor._report = report
+    health.REPORT_BESIDE_NEXT_CALL_ON_GPU = True
     return 0
 
 

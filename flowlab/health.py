@@ -70,6 +70,9 @@ THRESHOLDS = {
     "window": 20,                # how many earlier reports "recent" means
 }
 MIN_HISTORY = 3                  # earlier reports needed before time-based alerts (loss_spike, exploding) speak
+# On a GPU the report is made in the dispatcher beside the next call (False: on the job's thread, as on the CPU);
+# ``benchmarks/health.py --diagnose`` measures both.
+REPORT_BESIDE_NEXT_CALL_ON_GPU = True
 
 # Every statistic of HealthReport.table, in the order reports list them, with what it means (the first seven are
 # activation_vector's, in its order).
@@ -414,7 +417,7 @@ class _Monitor:
         if len(vectors) == self.expected:
             vectors.update(self._updates())
         describe = lambda: f"{self.request.describe} (step {step})"       # noqa: E731
-        if self.xp is not np:
+        if self.xp is not np and REPORT_BESIDE_NEXT_CALL_ON_GPU:
             return [(lambda: self._deliver(step, loss, vectors, samples, queue=False), describe)]
         queued = self._deliver(step, loss, vectors, samples, queue=True)
         return [] if queued is None else [(queued, describe)]
