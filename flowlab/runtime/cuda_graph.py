@@ -66,9 +66,9 @@ class GraphReplay:
     functions (``step -> dict``), ``variables`` the session variables it reads, ``schedule`` its deliveries' ``(every,
     when, put)``.
 
-    Deliveries: the graph copies every watched tensor (or its histogram, or its statistics) into a pinned host buffer
-    of its own, in stream order right where the tensor is made (before an update or a later op can change it); after
-    a launch each delivery due on this call is handed on (to its ``put``, else to ``emit``) as a ``HostCopy``, a
+    Deliveries: the graph copies every watched tensor into a pinned host buffer of its own, in stream order right
+    where the tensor is made (before an update or a later op can change it), and small vectors made for the host
+    (statistics, histograms) together at its end (``stage_small``); after a launch each delivery due on this call is handed on (to its ``put``, else to ``emit``) as a ``HostCopy``, a
     function that waits for the graph and returns the buffer's contents. Before the next launch overwrites the
     buffers, every copy not yet taken is taken (by then the graph has long finished: the call's outputs were read).
     """
@@ -78,8 +78,7 @@ class GraphReplay:
         self.hooks = hooks
         self.variables = variables
         self.schedule = schedule
-        self._staged = []                             # (delivery index, pinned buffer or (offset, shape) in
-        #                                               the landing block) the graph fills
+        self._staged = []                             # (delivery index, pinned buffer or stage_small's slot)
         self._small, self._blocks = [], []            # stage_small's vectors while capturing; their pinned blocks
         self._handed = []                             # the HostCopy objects the last launch handed on
         self.calls = 0
@@ -153,7 +152,11 @@ class GraphReplay:
 
     def stage(self, array):
         """(While capturing) copy ``array`` to a new pinned buffer in stream order; returns the buffer."""
-        return self._copy_out(array)
+        import cupyx
+        source = array if array.flags.c_contiguous else self.cupy.ascontiguousarray(array)
+        pinned = cupyx.empty_pinned(array.shape, array.dtype)
+        self._copy_to_host(pinned, source.data.ptr, source.nbytes)
+        return pinned
 
     def stage_small(self, array):
         """(While capturing) a small float64 vector made for the host alone (statistics, a histogram) that nothing
@@ -171,7 +174,6 @@ class GraphReplay:
         if not self._small:
             return
         import cupyx
-        cupy = self.cupy
         groups = {}
         for array, slot in self._small:
             groups.setdefault(id(array.data.mem), []).append((array, slot))
@@ -179,22 +181,17 @@ class GraphReplay:
             start = min(array.data.ptr for array, _ in members)
             end = max(array.data.ptr + array.nbytes for array, _ in members)
             block = cupyx.empty_pinned((end - start) // 8, np.float64)
-            cupy.cuda.runtime.memcpyAsync(block.ctypes.data, start, end - start, cupy.cuda.runtime.memcpyDeviceToHost,
-                                          cupy.cuda.get_current_stream().ptr)
+            self._copy_to_host(block, start, end - start)
             self._blocks.append(block)
             for array, slot in members:
                 slot[0], slot[1] = len(self._blocks) - 1, (array.data.ptr - start) // 8
         self._small = []
 
-    def _copy_out(self, array):
-        import cupyx
-        cupy = self.cupy
-        source = array if array.flags.c_contiguous else cupy.ascontiguousarray(array)
-        pinned = cupyx.empty_pinned(array.shape, array.dtype)
+    def _copy_to_host(self, pinned, device_pointer, nbytes):
         # the runtime's copy itself: ndarray.get would also record events for CuPy's pinned pool to watch
-        cupy.cuda.runtime.memcpyAsync(pinned.ctypes.data, source.data.ptr, source.nbytes,
-                                      cupy.cuda.runtime.memcpyDeviceToHost, cupy.cuda.get_current_stream().ptr)
-        return pinned
+        runtime = self.cupy.cuda.runtime
+        runtime.memcpyAsync(pinned.ctypes.data, device_pointer, nbytes, runtime.memcpyDeviceToHost,
+                            self.cupy.cuda.get_current_stream().ptr)
 
     def stage_histogram(self, array, bins):
         from ..ops.stats import histogram_vector
