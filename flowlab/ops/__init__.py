@@ -23,6 +23,17 @@ from ..errors import ShapeError, TraceError
 SIDE_EFFECT = "side_effect"
 
 
+_cupy_elementwise = {}     # name -> compiled kernel
+
+
+def cupy_elementwise(cupy, name, inputs, outputs, body, **options):
+    """The CuPy ``ElementwiseKernel`` ``flowlab_<name>`` of an op's own kernel, compiled on first use."""
+    kernel = _cupy_elementwise.get(name)
+    if kernel is None:
+        kernel = _cupy_elementwise[name] = cupy.ElementwiseKernel(inputs, outputs, body, f"flowlab_{name}", **options)
+    return kernel
+
+
 def shape_error(api, message):
     """The error ``apply`` raises for a failed shape rule, for checks made before ``apply``: op name and user line."""
     return ShapeError(f"{api}: {message} (at {g.user_source_line()})")

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from . import Op, apply, as_tensor, normalize_axis, spec
-from . import shape_error
+from . import cupy_elementwise, shape_error
 from .math import OutputGrad, multiply, negative, reduce_sum, sum_to_shape
 
 
@@ -164,22 +164,17 @@ const int c = (int)(i - row * classes);
 const L label = labels[row];
 grad = (label >= 0 && label < classes) ? prob * dy[row] - (c == label ? dy[row] : (T)0) : (T)0;
 """
-# This module's CuPy kernels: name -> (inputs, outputs, body), built on first use by ``_cupy_kernel``.
+# This module's CuPy kernels: name -> (inputs, outputs, body), built on first use (``ops.cupy_elementwise``).
 _CUPY_KERNELS = {
     # dy * (y > 0) as NumPy computes it (a NaN or Inf gradient where y <= 0 still gives NaN), in one pass
     "relu_grad": ("T y, T dy", "T dx", "dx = dy * (T)(y > (T)0)"),
     "sparse_softmax_ce": ("raw T logits, L label, int32 classes", "T loss, raw T prob", _CE_FORWARD),
     "sparse_softmax_ce_grad": ("raw L labels, T prob, raw T dy, int32 classes", "T grad", _CE_GRAD),
 }
-_cupy_kernels = {}
 
 
 def _cupy_kernel(cupy, name):
-    kernel = _cupy_kernels.get(name)
-    if kernel is None:
-        inputs, outputs, body = _CUPY_KERNELS[name]
-        kernel = _cupy_kernels[name] = cupy.ElementwiseKernel(inputs, outputs, body, f"flowlab_{name}")
-    return kernel
+    return cupy_elementwise(cupy, name, *_CUPY_KERNELS[name])
 
 
 def _on_cupy_kernel(xp, array):

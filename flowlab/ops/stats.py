@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from . import Op, apply, as_tensor, spec
+from . import Op, apply, as_tensor, cupy_elementwise, spec
 
 def _floating(xp, x):
     """``x`` flattened, in a float type wide enough to sum without overflow (float16 and integers widen)."""
@@ -188,7 +188,8 @@ def histogram_vector(xp, x, bins):
     # a kernel of atomic adds, not bincount: bincount reads the largest index on the host, which a CUDA graph
     # capture forbids
     counts = xp.zeros(bins + 1, xp.float64)
-    _stats_kernel(xp, "count")(index, counts)
+    cupy_elementwise(xp, "count", "int64 bucket", "raw float64 counts", "atomicAdd(&counts[bucket], 1.0)",
+                     no_return=True)(index, counts)
     counts = counts[:bins]
     some = finite.any()
     edges = xp.stack([xp.where(some, lo, xp.nan), xp.where(some, hi, xp.nan)])
@@ -312,11 +313,7 @@ __device__ double warp_max(double v) {
     for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_down_sync(0xffffffffu, v, o));
     return v;
 }
-__device__ unsigned long long warp_count(unsigned long long v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    return v;
-}
-// sums[k] over the block into thread 0's sums[k] (k < K); kinds: 0 sum, 1 max
+// v[k] over the block into thread 0's v[k] (k < K); kinds: 0 sum, 1 max
 template <int K> __device__ void block_reduce(double* v, const int* kinds) {
     __shared__ double shared[K][BLOCK / 32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -418,17 +415,12 @@ _stats_kernels = {}
 
 
 def _stats_kernel(cupy, name):
-    """One of this module's CuPy kernels, compiled on first use."""
+    """A kernel of ``_STATS_KERNELS``, compiled on first use."""
     kernel = _stats_kernels.get(name)
     if kernel is None:
-        if name == "count":             # counts[bucket] += 1 for every bucket
-            kernel = cupy.ElementwiseKernel("int64 bucket", "raw float64 counts", "atomicAdd(&counts[bucket], 1.0)",
-                                            "flowlab_count", no_return=True)
-        else:
-            module = _stats_kernels.get("module") or _stats_kernels.setdefault(
-                "module", cupy.RawModule(code=_STATS_KERNELS))
-            kernel = module.get_function(name)
-        _stats_kernels[name] = kernel
+        module = _stats_kernels.get("module") or _stats_kernels.setdefault("module",
+                                                                           cupy.RawModule(code=_STATS_KERNELS))
+        kernel = _stats_kernels[name] = module.get_function(name)
     return kernel
 
 
