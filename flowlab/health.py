@@ -372,12 +372,8 @@ class _Monitor:
         self.order.append((key, tensor.node, layer, what))
         if self.host_side:
             def call(value, step, key=key):
-                whole = value.whole
-                if key[1] in self.kept and key[0] == "weight":      # every update is measured from the weights
-                    self.kept[key[1]].save(np, whole)
-                vector = square_vector(np, whole) if op is SquareStats else activation_vector(
-                    np, whole, attrs["unit_axis"], attrs["nonnegative"])
-                self._arrive(key, step, vector)
+                whole = value.whole     # the op's own computation (and keep), on the joined whole
+                self._arrive(key, step, op.forward(np, whole, **attrs))
                 if key in self.histogram_keys and step % self.histogram_every == 0:
                     self._arrive_sample(key, step, histogram_vector(np, whole, HISTOGRAM_BINS))
             self.requests.append(self._request(tensor, call=call))
