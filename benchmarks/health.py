@@ -71,11 +71,16 @@ def make_job(flow, net, watch, logdir):
     return train_job, reports, writer
 
 
+def data(net):
+    """One batch of the network's inputs and labels (the same every run)."""
+    spec, rng = NETS[net], np.random.default_rng(0)
+    return (rng.random((spec["batch"], *spec["shape"]), dtype=np.float32),
+            rng.integers(0, 10, spec["batch"]).astype(np.int32))
+
+
 def measure(flow, net, rounds, steps, logdir, targets):
     spec = NETS[net]
-    rng = np.random.default_rng(0)
-    images = rng.random((spec["batch"], *spec["shape"]), dtype=np.float32)
-    labels = rng.integers(0, 10, spec["batch"]).astype(np.int32)
+    images, labels = data(net)
     watches = {"unwatched": 0, "every=1": 1, "every=10": 10, "writer": "writer"}
     jobs = {name: make_job(flow, net, watch, logdir) for name, watch in watches.items()}
     for job, _, _ in jobs.values():        # warm-up (the first call initialises variables)
@@ -121,10 +126,7 @@ def profile(flow, net, steps):
     """cProfile of ``steps`` steps of the every=1 job, the 30 functions with the most time of their own."""
     import cProfile
     import pstats
-    spec = NETS[net]
-    rng = np.random.default_rng(0)
-    images = rng.random((spec["batch"], *spec["shape"]), dtype=np.float32)
-    labels = rng.integers(0, 10, spec["batch"]).astype(np.int32)
+    images, labels = data(net)
     job = make_job(flow, net, 1, None)[0]
     for _ in range(20):
         job(images, labels)
@@ -145,10 +147,7 @@ def diagnose(flow, net, rounds, steps):
     the report made on the job's thread (``health.REPORT_BESIDE_NEXT_CALL_ON_GPU``)."""
     import sys
     from flowlab import health
-    spec = NETS[net]
-    rng = np.random.default_rng(0)
-    images = rng.random((spec["batch"], *spec["shape"]), dtype=np.float32)
-    labels = rng.integers(0, 10, spec["batch"]).astype(np.int32)
+    images, labels = data(net)
     jobs = {name: make_job(flow, net, watch, None)[0] for name, watch in
             {"unwatched": 0, "every=1": 1, "every=10": 10}.items()}
     report = health._Monitor._report
