@@ -14,7 +14,7 @@ import pytest
 import flowlab as flow
 import flowlab.typing as tp
 from flowlab.health import HealthAlert, HealthReport
-from flowlab.plots.health import heatmap_svg
+from flowlab.plots.health import AlertGroups, alert_groups, heatmap_svg
 from flowlab.widgets import HealthPanel
 from test_health import data
 from test_widgets import Page, sent  # noqa: F401 - sent is a fixture
@@ -82,17 +82,21 @@ def test_a_dead_relu_nets_reports_reach_the_grid_and_the_alert_list():
     assert list(panel.alerts) == alerts and ("dead_relu", "hidden_0") in {(a.kind, a.layer) for a in alerts}
     assert panel.counts["dead_relu"] == sum(a.kind == "dead_relu" for a in alerts) >= 6
     assert panel.default_layer() == "hidden_0"
-    page_html = HealthPanel._alerts_html(list(panel.alerts), panel.counts)
+    # the list: one row a kind on a layer (its steps, how often), not one an alert
+    groups = panel.alert_groups.columns()
+    assert sorted(zip(groups["kind"], groups["layer"])) == sorted({(a.kind, a.layer or "") for a in alerts})
+    dead = list(zip(groups["kind"], groups["layer"])).index(("dead_relu", "hidden_0"))
+    assert groups["steps"][dead] == "0 … 5" and groups["count"][dead] == 6
+    page_html = HealthPanel._alerts_html(groups, panel.counts)
     assert re.search(r"dead_relu <b>\d+</b>", page_html)
-    newest = [int(s) for s in re.findall(r'<td style="color:#777;[^"]*">(\d+)</td>', page_html)]
-    assert newest == sorted(newest, reverse=True) and newest[0] == 5
+    assert page_html.count("<tr") == 1 + len(groups["kind"]) and page_html.count("0 … 5") == len(groups["kind"])
 
 
 def test_a_healthy_net_has_no_alert_and_the_first_layer_is_the_default():
     panel = HealthPanel(mode="terminal", file=io.StringIO())
     train(health_job(panel), 5)
     assert not panel.alerts and not panel.counts and panel.default_layer() == "hidden_0"
-    assert "No alerts" in HealthPanel._alerts_html([], panel.counts)
+    assert "No alerts" in HealthPanel._alerts_html(panel.alert_groups.columns(), panel.counts)
 
 
 def report(step, table, alerts=()):
@@ -114,10 +118,25 @@ def test_alert_list_is_escaped_newest_first_with_a_count_per_kind():
     evil = "<img src=x onerror=alert(1)>"
     alerts = [HealthAlert("nan", "a", 1, f"first {evil}"), HealthAlert("dead_relu", evil, 3, "second"),
               HealthAlert("nan", None, 2, "third")]
-    text = HealthPanel._alerts_html(alerts, {"nan": 2, "dead_relu": 1})
+    text = HealthPanel._alerts_html(alert_groups(alerts), {"nan": 2, "dead_relu": 1})
     assert evil not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
     assert text.index("second") < text.index("third") < text.index("first")
     assert "3 alerts" in text and "dead_relu <b>1</b>" in text and "nan <b>2</b>" in text
+
+
+def test_alert_groups_keep_a_row_a_kind_on_a_layer_however_the_alerts_arrive():
+    alerts = [HealthAlert("dead_relu", "h", s, f"dead at {s}") for s in (3, 1, 7, 5)] + \
+        [HealthAlert("loss_spike", None, 6, "spike"), HealthAlert("dead_relu", "out", 2, "out dead")]
+    groups = AlertGroups()
+    for a in alerts:                       # one at a time, as reports come, with steps out of order
+        groups.add([a])
+    assert groups.columns() == alert_groups(alerts) == {
+        "step": [7, 6, 2], "steps": ["1 … 7", "6", "2"], "count": [4, 1, 1],
+        "kind": ["dead_relu", "loss_spike", "dead_relu"], "layer": ["h", "", "out"],
+        "message": ["dead at 7", "spike", "out dead"]}
+    assert len(groups) == 3 and groups.layers() == {"h", "", "out"}
+    groups.add([HealthAlert("dead_relu", "h", 10_000, "later")])
+    assert groups.columns()["steps"][0] == "1 … 10,000" and groups.columns()["message"][0] == "later"
 
 
 def test_terminal_prints_each_new_alert_once_and_a_per_layer_line():
@@ -208,6 +227,12 @@ def test_static_heatmap_escapes_names_and_marks_missing_and_nonfinite_cells():
     assert 'fill="#d9d9d9"' in svg                     # y at step 0: no value
     assert svg.count('stroke="') == 1                  # x held NaN/Inf at step 2
     assert "log scale" in svg and "linear scale" in heatmap_svg(grid, "grad_nan")
+    assert "pink" not in svg and 'fill="#e377c2"' not in svg
+    # a zero norm (a dead layer's gradient) is a value: pink, as the live heatmap draws it, not grey
+    grid.extend([3], [[[10.0, 0], [0.0, 0]]])
+    svg = heatmap_svg(grid, "grad_norm")
+    assert svg.count('fill="#e377c2"') == 1 and "pink: 0" in svg and svg.count('fill="#d9d9d9"') == 1
+    assert 'fill="#e377c2"' not in heatmap_svg(grid, "grad_nan")      # on a linear scale 0 is the darkest colour
 
 
 # ------------------------------------------------------------------------------------------------ in JupyterLab

@@ -18,7 +18,7 @@ Figures, each fed from a ``HealthGrid``:
 - ``trend_overlay_figure``: one layer's trend of several runs on one figure, each in its colour.
 - ``trend_columns(grid, layer, statistic)``: one layer's statistic over steps as ``Trend`` columns, drawn by
   ``figures.trend_figure`` (min…max envelope, mean line, red bands over NaN/Inf).
-- ``alert_columns``: the alert table's columns, newest first.
+- ``AlertGroups`` / ``alert_groups``: alerts grouped by kind and layer (one row each), the newest group first.
 - ``heatmap_svg``: a heatmap as static SVG, for a saved notebook's copy of ``widgets.HealthPanel``.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ from __future__ import annotations
 import html
 
 import numpy as np
-from bokeh.models import (BasicTickFormatter, BasicTicker, ColorBar, ColumnDataSource, CustomJSTickFormatter, FixedTicker,
-                          HoverTool, LinearColorMapper, LogColorMapper, LogTicker, Quad, Range1d, TapTool)
+from bokeh.models import (BasicTickFormatter, BasicTicker, ColorBar, ColumnDataSource, CustomJSTickFormatter, DataRange1d,
+                          FixedTicker, HoverTool, LinearColorMapper, LogColorMapper, LogTicker, Quad, Range1d, TapTool)
 from bokeh.palettes import Viridis256
 
 from .data import StepBuckets
@@ -119,7 +119,9 @@ class HealthHeatmap:
         self.source = ColumnDataSource({c: [] for c in HEATMAP_COLUMNS})
         sizing = {"sizing_mode": "stretch_width", "min_width": 300} if width is None else {"width": width}
         n = len(self.layers)
-        fig = _figure(title, height=max(ROW_HEIGHT * n, MIN_ROWS_HEIGHT) + 70, x_axis_label="step", **sizing)
+        # the cells reach the plot's edges (no padding: blank steps before 0 read as missing data)
+        fig = _figure(title, height=max(ROW_HEIGHT * n, MIN_ROWS_HEIGHT) + 70, x_axis_label="step",
+                      x_range=DataRange1d(range_padding=0), **sizing)
         # room for the longest layer name at 8pt (~6 px a character), within reason
         fig.min_border_left = min(220, max(50, 6 * max(map(len, self.layers), default=0) + 14))
         fig.y_range = Range1d(n, 0)                      # the first layer on top
@@ -322,34 +324,51 @@ def trend_overlay_figure(sources, y_label="value"):
     return fig
 
 
+class AlertGroups:
+    """Alerts grouped by kind and layer as they arrive: a group's first and last step, its count and its newest
+    message. It holds one entry a (kind, layer) however long the run, so a broken net that raises the same alerts
+    every step stays a few rows. ``columns()``: the groups, the one seen last first: ``step`` (its newest step),
+    ``steps`` ("first … last"), ``count``, ``kind``, ``layer`` (empty for the whole network) and ``message``."""
+
+    def __init__(self, alerts=()):
+        self._groups = {}               # (kind, layer) -> [first, last, count, newest message]
+        self.add(alerts)
+
+    def add(self, alerts):
+        """Take ``alerts`` (``HealthAlert``s, or any ``(kind, layer, step, message)`` rows) into their groups."""
+        for kind, layer, step, message in alerts:
+            step = int(step)
+            group = self._groups.setdefault((str(kind), str(layer or "")), [step, step, 0, message])
+            if step >= group[1]:
+                group[1], group[3] = step, message
+            group[0] = min(group[0], step)
+            group[2] += 1
+
+    def __len__(self):
+        return len(self._groups)
+
+    def layers(self):
+        """The layers some alert named."""
+        return {layer for _, layer in self._groups}
+
+    def columns(self):
+        rows = sorted(self._groups.items(), key=lambda item: -item[1][1])
+        return {"step": [g[1] for _, g in rows],
+                "steps": [f"{g[0]:,}" if g[0] == g[1] else f"{g[0]:,} … {g[1]:,}" for _, g in rows],
+                "count": [g[2] for _, g in rows], "kind": [k for (k, _), _ in rows], "layer": [ly for (_, ly), _ in rows],
+                "message": [str(g[3]) for _, g in rows]}
+
+
 def alert_groups(alerts):
-    """Columns of ``alerts`` (``(kind, layer, step, message)`` rows) grouped by kind and layer, the group seen last
-    first: ``step`` (its newest step), ``steps`` ("first … last"), ``count``, ``kind``, ``layer`` and the newest
-    ``message``. An alert that fires every step is one row, not thousands."""
-    groups = {}
-    for kind, layer, step, message in alerts:
-        key = (str(kind), str(layer or ""))
-        first, last, count, newest = groups.get(key, (step, step, 0, message))
-        groups[key] = (min(first, step), max(last, step), count + 1, message if step >= last else newest)
-    rows = sorted(groups.items(), key=lambda item: -item[1][1])
-    return {"step": [int(g[1]) for _, g in rows],
-            "steps": [f"{g[0]:,}" if g[0] == g[1] else f"{g[0]:,} … {g[1]:,}" for _, g in rows],
-            "count": [g[2] for _, g in rows], "kind": [k for (k, _), _ in rows], "layer": [ly for (_, ly), _ in rows],
-            "message": [str(g[3]) for _, g in rows]}
-
-
-def alert_columns(alerts):
-    """Columns ``step``, ``kind``, ``layer``, ``message`` of ``alerts`` (``HealthAlert``s, or any ``(kind, layer,
-    step, message)`` rows), newest first."""
-    rows = sorted(alerts, key=lambda a: -int(a[2]))
-    return {"step": [int(a[2]) for a in rows], "kind": [str(a[0]) for a in rows],
-            "layer": [str(a[1] or "") for a in rows], "message": [str(a[3]) for a in rows]}
+    """``AlertGroups(alerts).columns()``: the alert table's columns, one row a kind on a layer, newest first."""
+    return AlertGroups(alerts).columns()
 
 
 def heatmap_svg(grid, statistic, width=900):
     """``HealthHeatmap`` of ``statistic`` as one self-contained ``<svg>`` (no script; names escaped), for what a saved
     notebook shows without a kernel (``plots.static`` has no colour mappers): the same cells, colours (Viridis over
-    the largest value, log or linear as ``LINEAR`` says), grey for no value and red outlines over NaN/Inf. A row's
+    the largest value, log or linear as ``LINEAR`` says), pink for a zero on a log scale, grey for no value and red
+    outlines over NaN/Inf. A row's
     neighbouring cells of one colour are drawn as one rectangle, which keeps long runs small."""
     c = grid.cells(statistic)
     hi, bad = c["hi"], c["nonfinite"]
@@ -358,7 +377,9 @@ def heatmap_svg(grid, statistic, width=900):
         value = hi if statistic in LINEAR else np.where(hi > 0, np.log10(hi), np.nan)
     finite = value[np.isfinite(value)]
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    shade = np.where(np.isfinite(value), np.clip((value - low) / ((high - low) or 1.0) * 255, 0, 255), -1)
+    zero = (hi == 0) if statistic not in LINEAR else np.zeros(hi.shape, bool)     # below every colour of the log
+    shade = np.where(np.isfinite(value), np.clip((value - low) / ((high - low) or 1.0) * 255, 0, 255),
+                     np.where(zero, -2, -1))
     shade = np.round(shade).astype(int)
     left, top, right = 100.0, 20.0, 10.0
     height = top + ROW_HEIGHT * n_layers + 30
@@ -378,9 +399,10 @@ def heatmap_svg(grid, statistic, width=900):
         for j in range(1, n_buckets + 1):                    # one rectangle per run of equal shades
             if j < n_buckets and shade[i, j] == shade[i, start]:
                 continue
-            color = NO_VALUE if shade[i, start] < 0 else Viridis256[shade[i, start]]
+            color = {-1: NO_VALUE, -2: ZERO}.get(shade[i, start]) or Viridis256[shade[i, start]]
             parts.append(f'<rect x="{x(c["first"][start])}" y="{y:.1f}" height="{ROW_HEIGHT}" '
-                         f'width="{(c["last"][j - 1] + 1 - c["first"][start]) * px:.1f}" fill="{color}"/>')
+                         f'width="{(c["last"][j - 1] + 1 - c["first"][start]) * px:.1f}" fill="{color}" '
+                         'shape-rendering="crispEdges"/>')          # no hairline seams between neighbours
             start = j
         for j in np.flatnonzero(bad[i] > 0):
             parts.append(f'<rect x="{x(c["first"][j])}" y="{y + 0.75:.1f}" height="{ROW_HEIGHT - 1.5}" '
@@ -393,5 +415,5 @@ def heatmap_svg(grid, statistic, width=900):
               f'<text x="{width - right}" y="{bottom + 13:.0f}" text-anchor="end">{int(x1 - 1)}</text>',
               f'<text x="{(left + width - right) / 2:.0f}" y="{bottom + 13:.0f}" text-anchor="middle">step</text>',
               f'<text x="{width - right}" y="13" text-anchor="end" fill="#555">colour: {lo_text} (dark) … '
-              f'{hi_text} (yellow), {scale} scale; grey: no value</text>', "</svg>"]
+              f'{hi_text} (yellow), {scale} scale;{" pink: 0;" if zero.any() else ""} grey: no value</text>', "</svg>"]
     return "".join(parts)

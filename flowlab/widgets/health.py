@@ -3,7 +3,8 @@
 What it shows (every figure from ``flowlab.plots.health``, the plot layer the dashboard's Health tab uses too): a
 statistic selector, a ``HealthHeatmap`` of layers × steps for that statistic, the trend of one layer's statistic
 (the layer clicked in the heatmap; before any click, the first layer with an alert, else the first layer) and the
-alert list, newest first, with a count per kind.
+alert list: a count per kind, then one row a kind on a layer (its steps, how often, the newest message), the
+latest first.
 
 Where the work happens: ``panel(report)`` only records: under a short data lock it keeps the report's table and
 alerts and pokes the refresh thread (``_live``), which folds the tables in bulk into a ``HealthGrid`` (the run's
@@ -40,7 +41,7 @@ from bokeh.models import ColumnDataSource, CustomJS, Div, Select
 from ..health import STATISTICS, HealthReport
 from ..plots import heading, trend_figure, trend_source
 from ..plots.figures import ALARM
-from ..plots.health import LINEAR, HealthGrid, HealthHeatmap, alert_columns, heatmap_svg
+from ..plots.health import LINEAR, AlertGroups, HealthGrid, HealthHeatmap, heatmap_svg
 from ..summary import health_log
 from ._live import DEFAULT_HZ, LiveView, Refresher, check_hz, resolve_mode
 from .live import LiveDocument
@@ -48,8 +49,8 @@ from .live import LiveDocument
 WAITING = '<span style="color:#777">HealthPanel: waiting for the first health report…</span>'
 DEFAULT_STATISTIC = "grad_norm"
 FOLD_EVERY = 256               # reports kept before they are folded into the grid (bounded without a refresher)
-ALERTS_KEPT = 500              # the newest alerts kept for the list (counts per kind cover every alert)
-ALERTS_SHOWN = 100             # ... and listed in the page
+ALERTS_KEPT = 500              # the newest alerts kept as ``alerts`` (the counts and the list cover every alert)
+ALERTS_SHOWN = 100             # rows (a kind on a layer) listed in the page
 ALERTS_SAVED = 20              # ... and in the static copy a saved notebook keeps
 ALERTS_WIDTH = 460             # px of the alert list beside the trend
 PAD = "padding:0 8px 3px 0"   # an alert table cell's
@@ -163,6 +164,7 @@ class HealthPanel(LiveView):
         self.step = None                       # the latest report's step
         self.alerts = deque(maxlen=ALERTS_KEPT)    # the newest HealthAlerts, oldest first
         self.counts = Counter()                # alerts per kind, over the whole run
+        self.alert_groups = AlertGroups()      # every alert so far, one row a kind on a layer: the page's list
         self._latest = None                    # the latest report's table (terminal lines)
         self._new_alerts = []                  # alerts of a (kind, layer) not seen before, not yet printed (terminal)
         self._seen = set()                     # (kind, layer) of every alert so far
@@ -202,6 +204,7 @@ class HealthPanel(LiveView):
             if report.alerts:
                 self.alerts.extend(report.alerts)
                 self.counts.update(a.kind for a in report.alerts)
+                self.alert_groups.add(report.alerts)
                 self._alerts_changed = True
                 for a in report.alerts:
                     if (a.kind, a.layer) not in self._seen:
@@ -241,7 +244,7 @@ class HealthPanel(LiveView):
             return None if self._grid is None else self._default_layer()
 
     def _default_layer(self):
-        alerted = {a.layer for a in self.alerts}
+        alerted = self.alert_groups.layers()
         return next((layer for layer in self._grid.layers if layer in alerted), self._grid.layers[0])
 
     def cells_columns(self, start=0):
@@ -281,7 +284,7 @@ class HealthPanel(LiveView):
                 start = None if at is None else max(at - 1, 0)
                 cells = None if at is None or self.mode == "terminal" else self.cells_columns(start)
                 alerts_changed, self._alerts_changed = self._alerts_changed, False
-                alerts = list(self.alerts) if alerts_changed else None
+                alerts = self.alert_groups.columns() if alerts_changed else None
                 counts = dict(self.counts)
                 new_alerts, self._new_alerts = self._new_alerts, []
                 step, latest = self.step, self._latest
@@ -367,25 +370,27 @@ class HealthPanel(LiveView):
                 self._fill_models()
 
     @staticmethod
-    def _alerts_html(alerts, counts, shown=ALERTS_SHOWN):
+    def _alerts_html(groups, counts, shown=ALERTS_SHOWN):
+        """The alert list: the count per kind, then the first ``shown`` rows of ``groups`` (``AlertGroups.columns()``:
+        one row a kind on a layer, the latest first), everything escaped."""
         if not counts:
             return '<div style="color:#2a7d2a"><b>No alerts</b> so far.</div>'
         total = sum(counts.values())
-        summary = " · ".join(f"{html.escape(kind)} <b>{n}</b>" for kind, n in sorted(counts.items()))
-        columns = alert_columns(alerts)
+        summary = " · ".join(f"{html.escape(kind)} <b>{n:,}</b>" for kind, n in sorted(counts.items()))
         rows = []
-        for step, kind, layer, message in list(zip(columns["step"], columns["kind"], columns["layer"],
-                                                   columns["message"]))[:shown]:
-            rows.append(f'<tr style="vertical-align:top"><td style="color:#777;{PAD}">{step}</td>'
+        for steps, count, kind, layer, message in list(zip(groups["steps"], groups["count"], groups["kind"],
+                                                           groups["layer"], groups["message"]))[:shown]:
+            rows.append(f'<tr style="vertical-align:top"><td style="color:#777;white-space:nowrap;{PAD}">{steps}</td>'
+                        f'<td style="color:#777;text-align:right;{PAD}">{count:,}</td>'
                         f'<td style="color:{ALARM};white-space:nowrap;{PAD}"><b>{html.escape(kind)}</b></td>'
                         f'<td style="white-space:nowrap;{PAD}">{html.escape(layer) or "—"}</td>'
                         f'<td style="padding-bottom:3px">{html.escape(message)}</td></tr>')
-        hidden = total - min(len(rows), total)
-        more = f'<div style="color:#777">… and {hidden} older alerts</div>' if hidden else ""
-        return (f'<div><b>{total} alert{"s" if total != 1 else ""}</b>: {summary}</div>'
+        hidden = len(groups["kind"]) - len(rows)
+        more = f'<div style="color:#777">… and {hidden} more (kind, layer) rows</div>' if hidden > 0 else ""
+        return (f'<div><b>{total:,} alert{"s" if total != 1 else ""}</b>: {summary}</div>'
                 '<table style="border-collapse:collapse;font-size:8.5pt">'
-                f'<tr style="color:#777;text-align:left"><th style="{PAD}">step</th><th style="{PAD}">kind</th>'
-                f'<th style="{PAD}">layer</th><th>message</th></tr>'
+                f'<tr style="color:#777;text-align:left"><th style="{PAD}">steps</th><th style="{PAD}">times</th>'
+                f'<th style="{PAD}">kind</th><th style="{PAD}">layer</th><th>message (the latest)</th></tr>'
                 + "".join(rows) + "</table>" + more)
 
     def _static_layout(self):
@@ -397,7 +402,7 @@ class HealthPanel(LiveView):
                 layer = self._default_layer()
                 svg = heatmap_svg(self._grid, self.statistic)
                 source = ColumnDataSource(self._grid.trend_columns(layer, self.statistic))
-                alerts = self._alerts_html(list(self.alerts), self.counts, ALERTS_SAVED)
+                alerts = self._alerts_html(self.alert_groups.columns(), self.counts, ALERTS_SAVED)
             trend = trend_figure(source, y_label=self.statistic)
             trend.title.text = f"layer {layer}: {self.statistic}"
             trend.title.text_font_size = "9pt"
