@@ -15,6 +15,7 @@ writer has no target of its own: it is what the dashboard's Health tab costs).
     python benchmarks/health.py                      # both networks, ~2 minutes on 2 cores
     python benchmarks/health.py --net mlp --rounds 40 --steps 50
     python benchmarks/health.py --device gpu         # on CuPy (target <= 1.05x for both)
+    python benchmarks/health.py --per-call --net mlp # where every=10's cost lands in its ten-call cycle
 """
 
 # No `from __future__ import annotations`: flowlab reads the job's placeholder annotations at runtime.
@@ -141,6 +142,39 @@ def profile(flow, net, steps):
     return 0
 
 
+def per_call(flow, net, rounds, steps):
+    """What each call of a ten-call cycle costs over the unwatched step (median µs by ``step % 10``): for
+    ``every=10`` it splits the delivering call's cost from what it leaves the calls after it. Blocks start at a
+    different phase each round (after untimed calls), so no phase is always the first call after the idle gap."""
+    images, labels = data(net)
+    jobs = {name: make_job(flow, net, watch, None)[0] for name, watch in
+            {"unwatched": 0, "every=1": 1, "every=10": 10}.items()}
+    for job in jobs.values():
+        for _ in range(20):
+            job(images, labels)
+    flow.sync_default_session()
+    times = {name: [[] for _ in range(10)] for name in jobs}
+    for r in range(rounds):
+        for name, job in jobs.items():
+            time.sleep(0.03)
+            for _ in range(3 + r % 10):
+                job(images, labels)
+            for _ in range(steps):
+                phase = job.step % 10
+                start = time.perf_counter()
+                job(images, labels)
+                times[name][phase].append((time.perf_counter() - start) * 1e6)
+    flow.sync_default_session()
+    base = statistics.median([t for phase in times["unwatched"] for t in phase])
+    print(f"{NETS[net]['describe']}; {rounds} rounds x {steps} calls; unwatched {base:.0f} µs/call (median)")
+    print("µs over it, by step % 10, and the cycle's mean over the unwatched call:")
+    for name in ("every=1", "every=10"):
+        medians = [statistics.median(t) for t in times[name]]
+        print(f"  {name:9s} " + " ".join(f"{m - base:+5.0f}" for m in medians) +
+              f"   {statistics.mean(medians) / base:.3f}x")
+    return 0
+
+
 def diagnose(flow, net, rounds, steps):
     """Where watch_health's cost comes from: the same jobs measured as usual, with ``_Monitor._report`` made a
     no-op (statistics computed and delivered, no report), with ``sys.setswitchinterval(1e-4)``, and (on a GPU) with
@@ -187,6 +221,9 @@ def main():
     parser.add_argument("--diagnose", action="store_true",
                         help="instead: the step with reports made as usual, with reports not made at all (what the "
                              "statistics and their delivery cost), and with a 0.1 ms GIL switch interval")
+    parser.add_argument("--per-call", action="store_true",
+                        help="instead: median cost of each call of a ten-call cycle over the unwatched call (where "
+                             "every=10's cost lands)")
     args = parser.parse_args()
 
     os.environ["FLOWLAB_DEVICE"] = args.device  # before flowlab picks its backend
@@ -195,6 +232,8 @@ def main():
     print(f"flowlab on {backend.use(args.device).name}")
     if args.profile:
         return profile(flow, "mlp" if args.net == "all" else args.net, args.profile)
+    if args.per_call:
+        return per_call(flow, "mlp" if args.net == "all" else args.net, args.rounds, args.steps)
     if args.diagnose:
         return diagnose(flow, "mlp" if args.net == "all" else args.net, args.rounds, args.steps)
     ok = True
