@@ -366,6 +366,29 @@ def test_reports_overlap_the_next_call_and_are_delivered_by_its_end():
     assert seen == [0, 1]
 
 
+@pytest.mark.numpy_backend      # on a GPU every report is made on the dispatcher thread, beside the next call
+def test_a_handler_marked_delivered_inline_is_called_on_the_jobs_thread_within_the_call():
+    """A handler of the user's that only records can say so (``delivered_inline = True``, as ``HealthPanel`` does):
+    it is called where the report is made, on the job's thread before the call returns, without a hand-off to the
+    dispatcher thread; its error still surfaces, naming it, and the job goes on."""
+    calls = []
+
+    def record(report):
+        calls.append((report.step, threading.current_thread()))
+        if report.step == 1:
+            raise ValueError("inline boom")
+
+    record.delivered_inline = True
+    job = mlp(None, handler=record)
+    (x0, y0), (x1, y1), (x2, y2) = data(3)
+    job(x0, y0)
+    assert calls == [(0, threading.current_thread())]
+    with pytest.raises(WatchCallbackError, match=r"handler .*record \(step 1\) raised ValueError: inline boom"):
+        job(x1, y1)
+    job(x2, y2)
+    assert [step for step, _ in calls] == [0, 1, 2]
+
+
 def test_a_slow_handler_error_still_surfaces_in_the_next_call():
     gate = threading.Event()
 
