@@ -8,6 +8,7 @@ Each timed block runs the loop for ``--seconds`` in one of three ways:
     panel           a second job (its own variables) with ``flow.watch(hidden, panel)`` and
                     ``flow.watch_diff(logits, panel)``: a WatchPanel fed every step
     panel+progress  the same, and ``progress.update(loss=...)`` every step (the README's pair of widgets)
+    health          a third job with ``flow.watch_health(health)``: a ``HealthPanel`` fed a report every step
 
 in two settings, each in a fresh kernel:
 
@@ -52,14 +53,14 @@ import json, os, time
 import numpy as np
 import flowlab as flow
 import flowlab.typing as tp
-from flowlab.widgets import TrainingProgress, WatchPanel
+from flowlab.widgets import HealthPanel, TrainingProgress, WatchPanel
 
 panel = WatchPanel()
 progress = TrainingProgress()
-display(panel, progress)
+health = HealthPanel()
+display(panel, progress, health)
 
-def make(watched):
-    suffix = "watched" if watched else "plain"
+def make(suffix):
 
     @flow.global_function(type="train")
     def job(images: tp.Numpy.Placeholder((100, 1, 8, 8)),
@@ -68,19 +69,21 @@ def make(watched):
         hidden = flow.layers.dense(x, 128, activation=flow.nn.relu, name="hidden_" + suffix)
         logits = flow.layers.dense(hidden, 10, name="output_" + suffix)
         loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
-        if watched:
+        if suffix == "watched":
             flow.watch(hidden, panel)
             flow.watch_diff(logits, panel)
+        elif suffix == "health":
+            flow.watch_health(health)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
         return loss
     return job
 
-jobs = {"plain": make(False), "watched": make(True)}
-KINDS = ("plain", "panel", "panel+progress")
+jobs = {"plain": make("plain"), "watched": make("watched"), "health": make("health")}
+KINDS = ("plain", "panel", "panel+progress", "health")
 (train_x, train_y), _ = flow.data.load_digits(100, 100)
 
 def block(kind, seconds=None, steps=None):
-    job, i, t0 = jobs["plain" if kind == "plain" else "watched"], 0, time.perf_counter()
+    job, i, t0 = jobs[{"panel": "watched", "panel+progress": "watched"}.get(kind, kind)], 0, time.perf_counter()
     while (time.perf_counter() - t0 < seconds) if steps is None else i < steps:
         loss = float(job(train_x[i % len(train_x)], train_y[i % len(train_y)]).mean())
         if kind == "panel+progress":
@@ -90,16 +93,16 @@ def block(kind, seconds=None, steps=None):
     return i / (time.perf_counter() - t0)
 
 def sent():
-    return panel.widget._seq + progress.widget._seq
+    return panel.widget._seq + progress.widget._seq + health.widget._seq
 """
 
-KINDS = ("plain", "panel", "panel+progress")
+KINDS = ("plain", "panel", "panel+progress", "health")
 
 RUN = """\
 [block(kind, 0.5) for kind in KINDS]                  # compile both jobs, warm up
 results = []
 for r in range({rounds}):
-    for kind in KINDS[r % 3:] + KINDS[:r % 3]:
+    for kind in KINDS[r % len(KINDS):] + KINDS[:r % len(KINDS)]:
         time.sleep(0.3)                                # let the page finish drawing the last block
         start, before, cpu = time.time(), sent(), sum(os.times()[:2])
         rate = block(kind, {seconds})
@@ -242,10 +245,13 @@ def percentile(rs, q):
 def run_instructions(steps=(100, 400)):
     """Instructions per step of each kind under callgrind, from two run lengths (their difference cancels set-up)."""
     import subprocess
-    script = ("import sys\nexec(sys.argv[1])\npanel._refresher.stop(); progress._refresher.stop()\n"
+    script = ("import sys\nexec(sys.argv[1])\n"
+              "panel._refresher.stop(); progress._refresher.stop(); health._refresher.stop()\n"
               "block(sys.argv[2], steps=20); block(sys.argv[2], steps=int(sys.argv[3]))\n")
-    setup = SETUP.replace("display(panel, progress)", "").replace("WatchPanel()", "WatchPanel(mode='notebook')") \
-        .replace("TrainingProgress()", "TrainingProgress(mode='notebook')")
+    setup = SETUP.replace("display(panel, progress, health)", "") \
+        .replace("WatchPanel()", "WatchPanel(mode='notebook')") \
+        .replace("TrainingProgress()", "TrainingProgress(mode='notebook')") \
+        .replace("HealthPanel()", "HealthPanel(mode='notebook')")
     counts = {}
     with tempfile.TemporaryDirectory() as tmp:
         for kind in KINDS:
