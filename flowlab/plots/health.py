@@ -314,6 +314,7 @@ def trend_overlay_figure(sources, y_label="value"):
     (``draw_bands``). ``sources``: ``(source, colour)`` pairs; each source has the ``trend_source`` columns and a
     ``run`` column, which the hover names."""
     fig = _live_figure(x_axis_label="step", y_axis_label=y_label)
+    fig.min_border_right = 16           # the last step's tick label is centred on the right edge: room for its half
     drawn = []
     for source, colour in sources:
         draw_bands(fig, source, [("min", "max", colour, 0.18)], ("mean", colour), ("step", "end", "mark"), tooltips=[
