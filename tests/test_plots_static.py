@@ -441,3 +441,25 @@ def test_an_auto_range_takes_every_renderer_of_the_figure_as_bokehjs_does():
     assert data_range(fig, "y", "marks") == (0.0, 1.0)
     fig.y_range.renderers = [fig.renderers[0]]
     assert data_range(fig, "y") == pytest.approx((95.0, 205.0))
+
+
+def test_compact_step_labels_are_the_same_in_bokehjs_and_in_the_static_copy(chromium):
+    """A step axis past 100,000 reads "0, 20k, 40k" live (``figures.compact_ticks``, not BokehJS's "2.000e+4") and
+    the same in a saved notebook's copy (``plots.static``), which draws a formatter tagged so as its own labels."""
+    from flowlab.plots.figures import _COMPACT_TICKS_JS, compact_ticks
+    from flowlab.plots.static import _labels
+    cases = [[0, 20_000, 40_000, 60_000, 80_000, 100_000], [0, 200_000, 400_000, 600_000, 800_000, 1_000_000],
+             [0, 5, 10, 15, 20], [0, 2.5, 5, 7.5], [-0.5, 0, 0.5, 1], [100_000, 150_000, 200_000], [0, 0.001, 0.002],
+             [1_000_000, 1_000_500, 1_001_000], [0, 2e9, 4e9]]
+    page = chromium.new_page()
+    try:
+        live = page.evaluate(f"""(cases) => cases.map((ticks) => ticks.map((tick, index) =>
+            (function (tick, index, ticks) {{ {_COMPACT_TICKS_JS} }})(tick, index, ticks)))""", cases)
+    finally:
+        page.close()
+    assert live == [_labels(ticks, ticks[1] - ticks[0]) for ticks in cases]
+    assert live[0] == ["0", "20k", "40k", "60k", "80k", "100k"] and live[1][-1] == "1M"
+    fig = trend_figure(trend_source(), y_label="loss")
+    assert fig.xaxis[0].formatter.tags == compact_ticks().tags
+    svg, = svgs(to_html(fig))                     # drawn, not refused as an unknown formatter
+    assert svg is not None

@@ -39,7 +39,7 @@ from bokeh.models import (Button, CDSView, ColumnDataSource, CrosshairTool, Cust
 from bokeh.plotting import figure
 
 from flowlab.plots.data import downsample, group_band
-from flowlab.plots.figures import expand_in_page, nudge_next_turn
+from flowlab.plots.figures import compact_ticks, expand_in_page, nudge_next_turn
 from flowlab.summary.summary_writer import counted_histogram
 
 from ..filters import FilterError, compile_filter
@@ -532,6 +532,7 @@ class _Card:
         fig.xaxis.ticker.desired_num_ticks = 5
         if axis == "step" and not log_x:
             fig.xaxis.ticker.min_interval = 1                       # no ticks between steps
+            fig.xaxis.formatter = compact_ticks()                   # 200k, not 2.000e+5
         elif axis == "relative":
             fig.xaxis.formatter = CustomJSTickFormatter(code=_DURATION_JS)
         elif axis == "wall":

@@ -23,13 +23,12 @@ from bokeh.plotting import figure
 from colorcet import palette as colorcet_palettes
 
 from .data import Trend, tensor_summary
+from .static import COMPACT_TICKS
 
 WIDTH, HEIGHT = 320, 200        # a dashboard card's figure
 LIVE_HEIGHT = 170               # a live widget's figure: this high, as wide as the cell
 STATS_WIDTH = 190
 VALUE, BAND, ENVELOPE, ALARM = "#4c78a8", "#f58518", "#9ecae9", "#d62728"
-
-
 
 # Categories (runs, classes) get colours that each look different from all the others: colorcet's Glasbey palette,
 # which starts with Category10's ten (ΔE > 27 between any two of the first 20; Category20's pale twins are ~10).
@@ -44,6 +43,32 @@ LIGHT_CANVAS = {"--bk-background-fill-color": "#ffffff", "--bk-border-fill-color
                 "--bk-minor-tick-line-color": "#000000", "--bk-major-label-text-color": "#444444",
                 "--bk-axis-label-text-color": "#444444", "--bk-text-color": "#444444",
                 "--bk-label-text-color": "#444444"}
+
+
+# Tick labels of a long step axis as plots.static writes them ("0, 20k, 40k", "0.5M"), not BokehJS's default, which
+# turns every label of an axis reaching 100,000 into e-notation ("2.000e+4"). ``tags`` tell plots.static which
+# labels these are.
+_COMPACT_TICKS_JS = """
+const big = Math.max(...ticks.map(Math.abs));
+const step = ticks.length > 1 ? Math.abs(ticks[1] - ticks[0]) : 1;
+const trim = (s) => { s = s.includes(".") ? s.replace(/0+$/, "").replace(/\\.$/, "") : s; return s === "-0" ? "0" : s; };
+const decimals = (step) => {        // that write multiples of step exactly (2.5: one)
+  const d = Math.max(0, -Math.floor(Math.log10(step) + 1e-9)), scaled = step * 10 ** d;
+  return d + (Math.abs(Math.round(scaled) - scaled) > 1e-6 * scaled ? 1 : 0);
+};
+if (big >= 1e4 && big < 1e15) {
+  const k = Math.min(Math.floor(Math.log10(big) / 3), 4);
+  return trim((tick / 1000 ** k).toFixed(decimals(step / 1000 ** k))) + (tick ? "kMGT"[k - 1] : "");
+}
+if (big >= 1e-3) return trim(tick.toFixed(decimals(step)));
+return tick.toPrecision(3);
+"""
+
+
+def compact_ticks():
+    """A tick formatter for step axes: thousands as k/M/G/T with the decimals the tick spacing needs (see
+    ``_COMPACT_TICKS_JS``), drawn the same by ``plots.static``."""
+    return CustomJSTickFormatter(code=_COMPACT_TICKS_JS, tags=[COMPACT_TICKS])
 
 
 def _figure(title="", width=WIDTH, height=HEIGHT, **kwargs):
@@ -172,6 +197,7 @@ def trend_figure(source, y_label="value"):
     """A ``Trend`` over steps (``draw_bands``): the mean as a line, mean ± std as a band, the min…max envelope faint
     behind, and a red band the plot's height over every step that held NaN/Inf. Hover reads a bucket's numbers."""
     fig = _live_figure(x_axis_label="step", y_axis_label=y_label)
+    fig.xaxis.formatter = compact_ticks()
     draw_bands(fig, source, [("min", "max", ENVELOPE, 0.35), ("lower", "upper", BAND, 0.3)], ("mean", BAND),
                ("step", "end", "mark"), tooltips=[
                    ("step", "@step{0,0}"), ("mean", "@mean{%0.4g}"), ("mean ± std", "@lower{%0.4g} … @upper{%0.4g}"),
@@ -531,6 +557,7 @@ def distribution_card(title, subtitle, source, columns, parts, labels=None, colo
     ``labels`` (default: the column names). A ``card_figure`` titled ``title`` over ``subtitle``, with the view's
     ``parts``."""
     fig = card_figure(title, subtitle, parts, width, height, x_axis_label="step")
+    fig.xaxis.formatter = compact_ticks()
     labels = list(columns) if labels is None else list(labels)
     bands = [(columns[k], columns[-1 - k], color, 0.2) for k in range(len(columns) // 2)]
     tooltips = [("step", "@step{0,0}")] + [(label, f"@{c}{{%0.4g}}") for label, c in zip(labels[::-1],

@@ -397,6 +397,10 @@ def _trim(text):
     return "0" if text == "-0" else text
 
 
+# The tag of a tick formatter whose labels are ``_labels``' (``figures.compact_ticks``: the same rule in BokehJS).
+COMPACT_TICKS = "compact ticks"
+
+
 def _compact(value):
     """A number as a short label: "0.5", "1e-05", "250", "2.5k", "10M"."""
     size = abs(value)
@@ -404,6 +408,13 @@ def _compact(value):
         k = min(int(math.log10(size) // 3), 4)
         return f"{_trim(f'{value / 1000 ** k:.6g}')}{'kMGT'[k - 1]}"
     return f"{value:.6g}" if value else "0"
+
+
+def _decimals(step):
+    """The decimals that write multiples of ``step`` exactly (one more than its leading digit's for 2.5, 0.25)."""
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    scaled = step * 10 ** decimals
+    return decimals + (abs(round(scaled) - scaled) > 1e-6 * scaled)
 
 
 def _labels(ticks, step):
@@ -414,10 +425,10 @@ def _labels(ticks, step):
     big = max((abs(t) for t in ticks), default=0.0)
     if 1e4 <= big < 1e15:
         k = min(int(math.log10(big) // 3), 4)
-        decimals = max(0, -math.floor(math.log10(step / 1000 ** k) + 1e-9))
+        decimals = _decimals(step / 1000 ** k)
         return [_trim(f"{t / 1000 ** k:.{decimals}f}") + ("kMGT"[k - 1] if t else "") for t in ticks]
     if 1e-3 <= big < 1e4:
-        decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+        decimals = _decimals(step)
         return [_trim(f"{t:.{decimals}f}") for t in ticks]
     for digits in range(1, 17):    # e-notation: the fewest digits that tell the ticks apart and match them
         labels = [f"{t:.{digits}g}" for t in ticks]
@@ -647,7 +658,7 @@ def _check_plot(plot):
             log = _is_log(plot, dim, None)
             kinds = (LogAxis, LogTicker, LogTickFormatter) if log else (LinearAxis, BasicTicker, BasicTickFormatter)
             for model, kind in zip((axis, axis.ticker, axis.formatter), kinds):
-                if type(model) is not kind:
+                if type(model) is not kind and not (kind is BasicTickFormatter and COMPACT_TICKS in model.tags):
                     raise TypeError(f"static rendering does not support {type(model).__name__} on a "
                                     f"{'log' if log else 'linear'} scale")
             if (axis.x_range_name if dim == 0 else axis.y_range_name) != "default" or len(axes) > 1:
