@@ -192,6 +192,8 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
             url_state.bind(arguments, getattr(view, "url_state", list)())
             built[name] = view
             stale.add(name)
+            if view.fill_before_shown:
+                fill(name, view)
         except Exception as e:
             log.exception("dashboard view %s failed to build", name)
             child = _broken(name, e)
@@ -206,14 +208,15 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
             stale.update(built)
         open_tab(tabs.active)
         for name in sorted(built):
-            view = built[name]
-            if not (name in stale or view.reads_files):
-                continue
-            stale.discard(name)
-            try:
-                view.update()
-            except Exception:
-                log.exception("dashboard view %s failed to update", name)
+            if name in stale or built[name].reads_files:
+                fill(name, built[name])
+
+    def fill(name, view):
+        stale.discard(name)
+        try:
+            view.update()
+        except Exception:
+            log.exception("dashboard view %s failed to update", name)
 
     def runs_changed():
         stale.update(built)

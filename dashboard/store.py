@@ -49,6 +49,9 @@ KEPT = ("scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "g
 DEFAULT_SAMPLES = {"histogram": 500, "image": 10, "audio": 10, "text": 100, "tensor": 10, "graph": 10, "hparams": 100,
                    "health": 200}
 MAX_POINTS = 4_000_000          # exact scalar points per series before it is downsampled (96 MB at 24 B a point)
+# step buckets of a run's health reports: the columns of its Health-tab heatmap, a third of the page wide (~2 px
+# each; more only cost the page drawing time), and the points of its trends; extremes and NaN/Inf survive merging
+HEALTH_BUCKETS = 200
 RELOAD_INTERVAL = 0.25          # seconds between polls of a logdir that is quick to poll
 POLL_SHARE = 0.2                # ...and at most this share of a core on one that is not (1,000 runs: ~0.1 s a poll)
 POLL_BYTES = 1 << 20            # bytes decoded and stored at a time (bounds a big logdir's first poll)
@@ -348,7 +351,7 @@ class Store:
                 else:
                     if d.kind == "health":
                         if series.grid is None:
-                            series.grid = HealthGrid(*layout)
+                            series.grid = HealthGrid(*layout, HEALTH_BUCKETS)
                         elif (series.grid.layers, series.grid.statistics) != layout:   # (a tag keeps its first)
                             self._health_skipped += 1
                             continue

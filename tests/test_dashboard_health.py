@@ -13,7 +13,7 @@ import pytest
 import flowlab as flow
 import flowlab.typing as tp
 from flowlab.dashboard.runs import RunSelection
-from flowlab.dashboard.store import Store
+from flowlab.dashboard.store import HEALTH_BUCKETS, Store
 from flowlab.dashboard.views.health import HealthView
 from flowlab.dashboard.views.status import status_html
 from flowlab.health import STATISTICS
@@ -86,7 +86,7 @@ def test_the_divergence_of_a_dead_layer_is_high_and_its_alerts_name_it(logdir):
     for stat in ("dead_fraction", "act_zero_fraction"):
         view.statistic.value = stat
         data = view.divergence.source.data
-        layer, hi = np.array(data["layer"]), np.array(data["hi"])
+        layer, hi = np.array(LAYERS)[np.asarray(data["bottom"], int)], np.array(data["hi"])
         assert view.divergence.layers == tuple(LAYERS)
         assert np.nanmin(hi[layer == "hidden_0"]) >= 0.45, stat      # dead from the first step to the last
     alerts = view.sides["B"].alert_source.data
@@ -144,7 +144,7 @@ def test_a_million_steps_keep_the_nan_step_and_the_spike_in_bounded_memory():
     grid = series.grid
     assert store.status()["health_skipped"] == 1
     assert "1 health reports skipped" in status_html(dict(store.status(), logdir="L", last_update=None))  # said
-    assert len(series) <= 2 * store.samples["health"] and len(grid) <= 400        # bounded
+    assert len(series) <= 2 * store.samples["health"] and len(grid) <= HEALTH_BUCKETS  # bounded
     cells = grid.cells("grad_norm")
     assert cells["first"][0] == 0 and cells["last"][-1] == n - 1                  # the whole run
     spike = int(np.nanargmax(cells["hi"][0]))
@@ -200,15 +200,25 @@ def model(name):
     return f"Bokeh.documents[0].get_model_by_name({name!r})"
 
 
+# A heatmap's cells name their layer by row (``bottom``); the names are its y axis formatter's.
+CELL_LAYERS_JS = """(source) => { const d = Bokeh.documents[0], s = d.get_model_by_name(source);
+    if (!s) return null;
+    const figure = d.get_model_by_name(source.replace("health-heatmap:", "health-heatmap-figure:")
+                                             .replace("health-divergence", "health-divergence-figure"));
+    const args = figure.left[0].formatter.args, names = args instanceof Map ? args.get("names") : args.names;
+    return Array.from(s.data.bottom, (r) => names[r]); }"""
+
+
 def layers_of(page, source):
-    return page.evaluate(f"() => {{ const s = {model(source)}; return s ? [...new Set(s.data.layer)] : null; }}")
+    cells = page.evaluate(CELL_LAYERS_JS, source)
+    return None if cells is None else list(dict.fromkeys(cells))
 
 
 def open_health(chromium, url, query, warnings, **options):
     from dashboard_page import open_dashboard
     page, errors = open_dashboard(chromium, f"{url}?tab=health{query}", warnings=warnings,
                                   viewport={"width": 1600, "height": 1100}, **options)
-    page.wait_for_function(f"() => {model('health-heatmap:A')} != null && {model('health-heatmap:A')}.data.layer"
+    page.wait_for_function(f"() => {model('health-heatmap:A')} != null && {model('health-heatmap:A')}.data.bottom"
                            f".length > 0", polling=100, timeout=30000)
     return page, errors
 
@@ -223,8 +233,9 @@ def click_row(page, figure, row):
 
 def divergence_of(page, layer):
     """The divergence heatmap's cell values of ``layer``, as the page holds them."""
-    return page.evaluate(f"""() => {{ const d = {model('health-divergence')}.data;
-        return d.layer.map((l, i) => [l, d.hi[i]]).filter(([l]) => l === {layer!r}).map(([, v]) => v); }}""")
+    names, hi = page.evaluate(CELL_LAYERS_JS, "health-divergence"), page.evaluate(
+        f"() => Array.from({model('health-divergence')}.data.hi)")
+    return [v for name, v in zip(names, hi) if name == layer]
 
 
 def test_two_runs_side_by_side_in_the_page(served, chromium):
@@ -328,6 +339,33 @@ def test_a_link_opens_a_run_and_a_layer_and_unknown_values_are_ignored(served, c
                               f"{model('health-statistic')}.value]")
         assert state == ["dead_relu", "hidden_0", "grad_norm"]                # the defaults
         assert warnings == [] and errors == [], (warnings + errors)[:5]
+    finally:
+        page.close()
+
+
+def test_the_tab_reaches_the_page_whole_with_its_data_in_one_message(served, chromium):
+    """Opened from another tab, the Health tab is filled before it joins the page (``View.fill_before_shown``): its
+    heatmaps, their data and the divergence arrive in one message, which the page lays out once (a patch per change
+    made the page lay out three heatmaps over and over: 3 s on a 24-layer, 100k-step log, benchmarks/data_path.py)."""
+    from dashboard_page import open_dashboard
+    url, _ = served
+    frames = []
+    page, errors = open_dashboard(chromium, url, viewport={"width": 1600, "height": 1100})
+    try:
+        tabs_js = """() => { const tabs = [...Bokeh.documents[0].all_models].find((m) => m.name === "tabs");
+            tabs.active = tabs.tabs.findIndex((p) => p.title === "Health"); }"""
+        cdp = page.context.new_cdp_session(page)        # the frames of the socket the page already has open
+        cdp.send("Network.enable")
+        cdp.on("Network.webSocketFrameReceived", lambda e: frames.append(e["response"]["payloadData"]))
+        page.evaluate(tabs_js)
+        page.wait_for_function(f"() => {model('health-divergence')} != null && "
+                               f"{model('health-divergence')}.data.bottom.length > 0 && "
+                               "Bokeh.index.roots.every((v) => v.is_idle)", polling=50, timeout=30000)
+        names = ("health-heatmap:A", "health-heatmap:B", "health-divergence", "health-trend")
+        carrying = [i for i, f in enumerate(frames) if any(f'"{n}"' in f for n in names)]
+        assert carrying, "no message carried the tab's models"
+        assert all(f'"{n}"' in frames[carrying[0]] for n in names), [frames[i][:200] for i in carrying]
+        assert errors == [], errors[:5]
     finally:
         page.close()
 

@@ -197,7 +197,8 @@ def test_notebook_mode_sends_every_statistic_and_only_new_buckets(sent):    # no
     # the snapshot draws the panel's own choice before the page's script runs
     assert page.model(panel.select).value == "dead_fraction"
     heat = page.model(panel.heatmap.source).data
-    assert sorted(set(heat["layer"])) == sorted(layers) and len(heat["layer"]) == 4 * len(layers)
+    assert sorted(set(heat["bottom"])) == list(range(len(layers))) and len(heat["bottom"]) == 4 * len(layers)
+    assert panel.heatmap.layer_at(len(layers) - 1) == layers[-1]        # a cell's row names its layer
     assert page.model(panel._trend_source).data["mean"].tolist() == [1.0] * 4        # hidden_0 is dead
     assert "dead_relu" in page.model(panel._alerts_div).text
     before = len(sent.of(panel.widget))
@@ -287,8 +288,9 @@ STATE_JS = """() => {
     const box = view.el.getBoundingClientRect(), frame = view.frame;
     const row = (i) => ({x: box.left + frame.bbox.left + frame.bbox.width / 2,
                          y: box.top + frame.y_scale.compute(i + 0.5)});
-    return {rows: [...new Set(Array.from(heat.bottom ?? []))].sort(), cells: heat.layer.length,
-            layers: [...new Set(heat.layer)], value: Array.from(heat.linear_value),
+    const names = view.model.left[0].formatter.args, rowNames = names instanceof Map ? names.get("names") : names.names;
+    return {rows: [...new Set(Array.from(heat.bottom ?? []))].sort(), cells: heat.bottom.length,
+            layers: [...new Set(Array.from(heat.bottom, (r) => rowNames[r]))], value: Array.from(heat.linear_value),
             title: m("health-heatmap").title.text,
             trendTitle: m("health-trend-figure").title.text, statistic: m("health-statistic").value,
             trend: {step: Array.from(trend.step), mean: Array.from(trend.mean), max: Array.from(trend.max)},
@@ -377,3 +379,15 @@ def test_health_panel_in_jupyterlab_draws_switches_statistic_and_shows_a_tapped_
 
 
 IDLE = "() => Bokeh.index.roots.every((v) => v.is_idle)"
+
+
+def test_a_colour_scale_over_equal_counts_or_fractions_starts_at_zero():
+    """All-zero NaN counts are the darkest colour (not the middle of a scale around 0), all-dead layers the
+    brightest; a log scale and mixed values keep their fitted range."""
+    from flowlab.plots.health import value_range
+    assert value_range([0.0, 0.0, np.nan], linear=True) == (0.0, 1.0)
+    assert value_range([1.0, 1.0], linear=True) == (0.0, 1.0)
+    assert value_range([3.0, 3.0], linear=True) == (0.0, 3.0)
+    assert value_range([0.2, 0.7], linear=True) == (0.2, 0.7)
+    assert value_range([-1.0, -1.0], linear=True) == (-1.5, -0.5)
+    assert value_range([2.0, 2.0], linear=False) == (1.0, 4.0)

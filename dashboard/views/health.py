@@ -91,6 +91,7 @@ class _Side:
 class HealthView(View):
     """See the module doc."""
     title = "Health"
+    fill_before_shown = True        # its figures (three heatmaps, a trend, histograms) reach the page in one message
 
     def __init__(self, store):
         super().__init__(store)
@@ -117,16 +118,7 @@ class HealthView(View):
         self.hist_sources = {(what, name): ColumnDataSource({"left": [], "right": [], "top": [], "top_log": [],
                                                             "run": []}, name=f"health-hist:{what}:{name}")
                              for what in HISTOGRAM_KINDS for name in self.sides}
-        self.hist_figures, self.hist_renderers = {}, {}
-        for what in HISTOGRAM_KINDS:
-            fig = plain_figure(what, height=190, sizing_mode="stretch_width", min_width=220, x_axis_label="value",
-                               y_axis_label="count")
-            fig.name = f"health-hist-figure:{what}"
-            for name in self.sides:
-                self.hist_renderers[what, name] = histogram_bars(fig, self.hist_sources[what, name], alpha=0.45,
-                                                                 tooltips=[("run", "@run")])
-            fig.y_range.start = 0
-            self.hist_figures[what] = fig
+        self.hist_figures, self.hist_renderers = {}, {}     # made when some run first has histograms of a kind
         self.hist_row = row(Div(text=""), sizing_mode="stretch_width")
         self._histograms: dict[tuple, dict] = {}     # histogram series key -> {step: buckets}
         self._hist_drawn, self._follow_newest = None, True
@@ -416,6 +408,7 @@ class HealthView(View):
                 if not kept:
                     source.data = {k: [] for k in source.data}
                     continue
+                self._hist_figure(what)
                 at = self._nearest(sorted(kept), chosen)
                 buckets = np.asarray(kept[at], np.float64).reshape(-1, 3)
                 columns = histogram_columns({"left": buckets[:, 0], "right": buckets[:, 1], "top": buckets[:, 2]})
@@ -435,6 +428,20 @@ class HealthView(View):
         # the slider shows the step; say it where there is no slider, and where a run shows another step
         self.step_note.text = html.escape("; ".join(([f"histograms at step {chosen:,}"] if len(common) < 2 else [])
                                                     + [f"nearest for {note}" for note in notes]))
+
+    def _hist_figure(self, what):
+        """The figure of ``what`` histograms, both runs' bars on it (made once: a tab opened on a log without
+        histograms does not pay for three figures)."""
+        if what not in self.hist_figures:
+            fig = plain_figure(what, height=190, sizing_mode="stretch_width", min_width=220, x_axis_label="value",
+                               y_axis_label="count")
+            fig.name = f"health-hist-figure:{what}"
+            for name in self.sides:
+                self.hist_renderers[what, name] = histogram_bars(fig, self.hist_sources[what, name], alpha=0.45,
+                                                                 tooltips=[("run", "@run")])
+            fig.y_range.start = 0
+            self.hist_figures[what] = fig
+        return self.hist_figures[what]
 
     @staticmethod
     def _nearest(steps, step):

@@ -26,12 +26,12 @@ from __future__ import annotations
 import html
 
 import numpy as np
-from bokeh.models import (BasicTickFormatter, BasicTicker, ColorBar, ColumnDataSource, CustomJSTickFormatter, DataRange1d,
-                          FixedTicker, HoverTool, LinearColorMapper, LogColorMapper, LogTicker, Quad, Range1d, TapTool)
+from bokeh.models import (BasicTickFormatter, BasicTicker, ColorBar, ColumnDataSource, CustomJSHover,
+                          CustomJSTickFormatter, DataRange1d, FixedTicker, HoverTool, LinearColorMapper, LogColorMapper, LogTicker, Quad, Range1d, TapTool)
 from bokeh.palettes import Viridis256
 
 from .data import StepBuckets
-from .figures import ALARM, _figure, _live_figure, draw_bands
+from .figures import ALARM, _figure, _live_figure, compact_ticks, draw_bands
 
 # Statistics whose values are fractions or counts get a linear colour scale; norms and magnitudes span decades (log).
 LINEAR = frozenset({"act_zero_fraction", "dead_fraction", "act_nan", "act_inf", "weight_nan", "weight_inf",
@@ -41,8 +41,15 @@ NO_VALUE = "#d9d9d9"
 ZERO = "#e377c2"                # a zero on a log scale (below every colour of the palette)
 ROW_HEIGHT = 18                 # pixels a layer's row takes in a heatmap
 MIN_ROWS_HEIGHT = 96            # pixels the rows take at least: room for a readable colour bar beside few layers
-HEATMAP_COLUMNS = ("left", "right", "bottom", "top", "value", "lo", "mean", "hi", "layer", "first", "last",
-                   "nonfinite", "outline", "linear_value")
+# Numbers only (sent as binary buffers): a cell's layer is its row, ``bottom``, whose name hover and taps look up.
+# ``right`` is a cell's own edge (what hover and taps hit); it is painted out to ``right_fill``, its right
+# neighbour's far edge, and that neighbour, drawn after it, paints over the overlap: its antialiased left edge then
+# blends with the cell's colour, where cells a pixel or two wide would otherwise let the background through seams
+# between them, a grid of lines over the heatmap (stroking every cell in its own colour also hides them, at ~0.2 s a
+# redraw of three 24-layer heatmaps in the page). Rows keep their faint seams: they part the layers.
+HEATMAP_COLUMNS = ("left", "right", "right_fill", "bottom", "top", "value", "lo", "mean", "hi", "first", "last",
+                   "nonfinite", "linear_value")
+ALARM_COLUMNS = ("left", "right", "bottom", "top")     # the red outlines: the cells that held NaN/Inf, only
 # ``value`` is what the log colour mapper reads and is never <= 0 (NaN instead); the linear mapper reads
 # ``linear_value``. BokehJS clones a renderer's selection/nonselection/decimated glyphs once, with the mapper it
 # first had, and they keep mapping ``value`` after a switch: a log mapper must never see a zero there.
@@ -131,12 +138,20 @@ class HealthHeatmap:
                                                     code="return names[Math.floor(tick)] || ''")
         fig.ygrid.visible = False
         fig.xgrid.visible = False
+        fig.xaxis.formatter = compact_ticks()
         # ranges set from the data on every update (``value_range``); on the log scale a zero is drawn below the
         # range, in ZERO (a dead layer's zero gradient is not "no value")
         (self.linear, linear_ticker), (self.log, log_ticker) = color_scale(True), color_scale(False)
-        self.glyph = Quad(left="left", right="right", bottom="bottom", top="top", line_color="outline",
-                          line_width=1.5, fill_color={"field": "value", "transform": self.log})
-        renderer = fig.add_glyph(self.source, self.glyph)
+        # painted cells (see HEATMAP_COLUMNS), and the same cells unpainted at their own edges for hover and taps
+        self.glyph = Quad(left="left", right="right_fill", bottom="bottom", top="top", line_color=None,
+                          fill_color={"field": "value", "transform": self.log})
+        fig.add_glyph(self.source, self.glyph)
+        renderer = fig.add_glyph(self.source, Quad(left="left", right="right", bottom="bottom", top="top",
+                                                   fill_alpha=0, line_alpha=0))
+        # NaN/Inf outlines drawn from a source of their own: few cells, and no stroke for all the others
+        self.alarms = ColumnDataSource({c: [] for c in ALARM_COLUMNS})
+        fig.add_glyph(self.alarms, Quad(left="left", right="right", bottom="bottom", top="top", fill_color=None,
+                                        line_color=ALARM, line_width=1.5))
         # one colour bar per scale, shown in turn (BokehJS keeps a bar's first scale when its mapper is replaced)
         self.bars = {linear: ColorBar(color_mapper=mapper, width=8, padding=2, label_standoff=4,
                                       major_label_text_font_size="8pt", visible=not linear, ticker=ticker,
@@ -144,9 +159,12 @@ class HealthHeatmap:
                      for linear, mapper, ticker in ((False, self.log, log_ticker), (True, self.linear, linear_ticker))}
         for bar in self.bars.values():
             fig.add_layout(bar, "right")
-        fig.add_tools(HoverTool(renderers=[renderer], tooltips=[
-            ("layer", "@layer"), ("steps", "@first{0,0} … @last{0,0}"), ("min … max", "@lo{0.000e} … @hi{0.000e}"),
-            ("mean", "@mean{0.000e}"), ("NaN/Inf", "@nonfinite{0,0}")]), TapTool(renderers=[renderer]))
+        # (hover escapes what a formatter returns: a layer name is text)
+        layer_name = CustomJSHover(args={"names": list(self.layers)}, code="return names[Math.round(value)] ?? ''")
+        fig.add_tools(HoverTool(renderers=[renderer], formatters={"@bottom": layer_name}, tooltips=[
+            ("layer", "@bottom{custom}"), ("steps", "@first{0,0} … @last{0,0}"),
+            ("min … max", "@lo{0.000e} … @hi{0.000e}"), ("mean", "@mean{0.000e}"), ("NaN/Inf", "@nonfinite{0,0}")]),
+            TapTool(renderers=[renderer]))
         self.figure = fig
         self.statistic = None
         self._drawn, self._count = None, 0      # what the source holds: (grid, statistic, scale, stride), buckets
@@ -175,6 +193,9 @@ class HealthHeatmap:
         else:
             self.source.data = self._columns(grid.layers, c, linear, 0)
         self._drawn, self._count = drawn, n_buckets
+        alarms = self._alarm_columns(c)
+        if any(not np.array_equal(alarms[k], self.alarms.data[k]) for k in ALARM_COLUMNS):
+            self.alarms.data = alarms
         if (statistic, linear) != (self.statistic, self._linear):
             mapper = self.linear if linear else self.log
             self.glyph.fill_color = {"field": "linear_value" if linear else "value", "transform": mapper}
@@ -206,16 +227,23 @@ class HealthHeatmap:
         ends = np.append(c["first"][start + 1:], c["last"][-1] + 1 if len(c["last"]) else []).astype(np.float64)
         first = np.repeat(steps, n_layers)
         bad = c["nonfinite"][:, start:].T.reshape(-1)
-        return {"left": first, "right": np.repeat(ends, n_layers), "bottom": rows.astype(np.float64),
-                "top": rows + 1.0, "value": _log_values(hi), "linear_value": hi,
+        fill_ends = np.append(ends[1:], ends[-1:])              # the next bucket's end (the last: its own)
+        return {"left": first, "right": np.repeat(ends, n_layers), "right_fill": np.repeat(fill_ends, n_layers),
+                "bottom": rows.astype(np.float64), "top": rows + 1.0, "value": _log_values(hi), "linear_value": hi,
                 "lo": c["lo"][:, start:].T.reshape(-1), "mean": c["mean"][:, start:].T.reshape(-1), "hi": hi,
-                "layer": [layers[i] for i in rows], "first": first,
-                "last": np.repeat(c["last"][start:].astype(np.float64), n_layers), "nonfinite": bad,
-                "outline": np.where(bad > 0, ALARM, None).tolist()}
+                "first": first, "last": np.repeat(c["last"][start:].astype(np.float64), n_layers), "nonfinite": bad}
+
+    @staticmethod
+    def _alarm_columns(c):
+        """``ALARM_COLUMNS`` of the cells whose layer held NaN/Inf (a cell spans its bucket, as in ``_columns``)."""
+        layer, bucket = np.nonzero(c["nonfinite"] > 0)
+        right = np.append(c["first"][1:], c["last"][-1] + 1 if len(c["last"]) else []).astype(np.float64)
+        return {"left": c["first"][bucket].astype(np.float64), "right": right[bucket],
+                "bottom": layer.astype(np.float64), "top": layer + 1.0}
 
     def layer_at(self, index):
         """The layer of the cell at ``index`` of ``source`` (a tap's ``selected.indices[0]``)."""
-        return self.source.data["layer"][index]
+        return self.layers[int(self.source.data["bottom"][index])]
 
 
 def color_scale(linear):
@@ -238,6 +266,8 @@ def value_range(values, linear):
         return (0.0, 1.0) if linear else (1e-3, 1.0)
     low, high = float(values.min()), float(values.max())
     if high <= low:
+        if linear and low >= 0:         # counts and fractions all alike: 0 the darkest colour, a value the brightest
+            return 0.0, (high or 1.0)
         return (low - 0.5, high + 0.5) if linear else (low / 2, high * 2)
     return low, high
 
@@ -314,6 +344,7 @@ def trend_overlay_figure(sources, y_label="value"):
     (``draw_bands``). ``sources``: ``(source, colour)`` pairs; each source has the ``trend_source`` columns and a
     ``run`` column, which the hover names."""
     fig = _live_figure(x_axis_label="step", y_axis_label=y_label)
+    fig.xaxis.formatter = compact_ticks()
     fig.min_border_right = 16           # the last step's tick label is centred on the right edge: room for its half
     drawn = []
     for source, colour in sources:

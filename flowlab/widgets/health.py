@@ -70,7 +70,7 @@ if (event === "ready") {
 } else if (event === "tap") {
   const picked = heat.selected.indices;
   if (picked.length === 0) return;
-  choice.layer = names.indexOf(heat.data.layer[picked[0]]);
+  choice.layer = heat.data.bottom[picked[0]];   // a cell's row is its layer
   heat.selected.indices = [];               // no dimmed cells: the trend's title says which layer is shown
 }
 const stat = select.value, d = cells.data, n = d.row.length;
@@ -78,11 +78,16 @@ const linear = linear_statistics.includes(stat);
 const hi = d["hi|" + stat], lo = d["lo|" + stat], mean = d["mean|" + stat];
 const step = meta.data.step.length ? meta.data.step[0] : null;
 const mapper = linear ? linear_mapper : log_mapper;
-heat.data = {
-  left: d.first, right: d.right, bottom: d.row, top: Array.from(d.row, (r) => r + 1),
-  value: Array.from(hi, (v) => v > 0 ? v : v === 0 ? 1e-300 : NaN), linear_value: hi, lo, mean, hi,   // see
-  layer: Array.from(d.row, (r) => names[r]), first: d.first, last: d.last, nonfinite: d.nonfinite,   // plots.health
-  outline: Array.from(d.nonfinite, (b) => b > 0 ? alarm : null)};
+const layers = names.length;
+heat.data = {                               // the columns of plots.health's HealthHeatmap (see HEATMAP_COLUMNS)
+  left: d.first, right: d.right, right_fill: Array.from(d.right, (r, i) => i + layers < n ? d.right[i + layers] : r),
+  bottom: d.row, top: Array.from(d.row, (r) => r + 1),
+  value: Array.from(hi, (v) => v > 0 ? v : v === 0 ? 1e-300 : NaN), linear_value: hi, lo, mean, hi,
+  first: d.first, last: d.last, nonfinite: d.nonfinite};
+const bad = [];
+for (let i = 0; i < n; i++) if (d.nonfinite[i] > 0) bad.push(i);
+alarms.data = {left: bad.map((i) => d.first[i]), right: bad.map((i) => d.right[i]), bottom: bad.map((i) => d.row[i]),
+               top: bad.map((i) => d.row[i] + 1)};
 // the scale fits the finite values (positive ones on the log scale, where a zero is drawn pink), as in Python
 let low = Infinity, high = -Infinity, zeros = false;
 for (const v of hi) {
@@ -91,7 +96,7 @@ for (const v of hi) {
   low = Math.min(low, v); high = Math.max(high, v);
 }
 if (low > high) [low, high] = [linear ? 0 : 1e-3, 1];
-else if (high <= low) [low, high] = linear ? [low - 0.5, high + 0.5] : [low / 2, high * 2];
+else if (high <= low) [low, high] = !linear ? [low / 2, high * 2] : low >= 0 ? [0, high || 1] : [low - 0.5, high + 0.5];
 if (mapper.low !== low || mapper.high !== high) { mapper.low = low; mapper.high = high; }
 if (glyph.fill_color.transform !== mapper)
   glyph.fill_color = {field: linear ? "linear_value" : "value", transform: mapper};
@@ -333,10 +338,11 @@ class HealthPanel(LiveView):
         self._alerts_div = Div(text="", width=ALERTS_WIDTH, height=self.trend.height, name="health-alerts",
                                styles={"overflow-y": "auto", "font-size": "9pt"}, disable_math=True)
         args = dict(key=self._key, cells=self._cells, meta=self._meta, heat=self.heatmap.source,
+                    alarms=self.heatmap.alarms,
                     glyph=self.heatmap.glyph, log_bar=self.heatmap.bars[False], linear_bar=self.heatmap.bars[True],
                     linear_mapper=self.heatmap.linear, log_mapper=self.heatmap.log,
                     heat_figure=fig, trend=self._trend_source, trend_figure=self.trend,
-                    trend_axis=self.trend.yaxis[0], select=self.select, names=names, alarm=ALARM,
+                    trend_axis=self.trend.yaxis[0], select=self.select, names=names,
                     meanings={s: STATISTICS.get(s, "") for s in grid.statistics},
                     linear_statistics=sorted(LINEAR))
         script = lambda event: CustomJS(args=dict(args, event=event), code=_PAGE_JS)     # noqa: E731
