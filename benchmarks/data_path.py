@@ -30,6 +30,12 @@ temp dir (records framed directly: ``flowlab.summary.record.frame`` around hand-
                 for every kind. TensorBoard: anchors only (5 s server reload, >= 30 s browser refresh).
     sigint      server started, a page opened the Histograms tab (TensorBoard: its page open), SIGINT -> exit, and
                 what the server wrote to stderr after the signal. Target <= 1 s, no warnings.
+    health      2 runs x 24 layers x 100,000 watch_health reports (the statistics matrix of every layer, the loss,
+                alerts every 1,000 steps), the second run with a gradient-norm spike at one step and NaN at another.
+                flowlab: page rendered, then select the Health tab -> both runs' heatmaps and their divergence
+                filled and every root view idle; at full zoom-out, do run B's cells hold the spike value and mark
+                the NaN step? Then another statistic chosen -> the three heatmaps redrawn with it. Target <= 1 s
+                each and yes. No TensorBoard peer: it has no view of per-layer health.
     reader      8 MiB of random bytes as a *tfevents* file; 100k scalar records with every 100th damaged (one byte
                 flipped). flowlab's dashboard store (``Store(logdir).poll()``: the tailer's columnar polls, as ``flowlab serve``
                 reads) vs TensorBoard's ``EventAccumulator.Reload()``,
@@ -219,13 +225,13 @@ TWO_FRAMES_JS = "() => new Promise((r) => requestAnimationFrame(() => requestAni
 CHROMIUM = "/usr/bin/chromium"
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-ROWS = ("first_page", "histograms", "million", "memory", "training", "latency", "sigint", "reader")
+ROWS = ("first_page", "histograms", "million", "health", "memory", "training", "latency", "sigint", "reader")
 FULL = dict(runs=1000, run_scalars=100, hist_runs=5, hist_tags=8, hist_steps=100, million=1_000_000,
             img_tags=20, img_steps=100, mem_hist_tags=20, mem_hist_steps=5000, block_s=10.0, latency_samples=20,
-            garbage_mib=8, damaged=100_000, wait_s=120.0, rounds=3)
+            garbage_mib=8, damaged=100_000, health_layers=24, health_steps=100_000, wait_s=120.0, rounds=3)
 QUICK = dict(runs=50, run_scalars=100, hist_runs=5, hist_tags=8, hist_steps=20, million=100_000,
              img_tags=4, img_steps=25, mem_hist_tags=4, mem_hist_steps=200, block_s=3.0, latency_samples=4,
-             garbage_mib=1, damaged=10_000, wait_s=45.0, rounds=1)
+             garbage_mib=1, damaged=10_000, health_layers=6, health_steps=5_000, wait_s=45.0, rounds=1)
 SPIKE = 1000.0
 HIST_EVERY = 50            # the training loop logs weight histograms every this many steps
 PY = sys.executable
@@ -399,6 +405,46 @@ def write_histogram_runs(logdir, runs, tags, steps, variants=40):
                 f.tagged.add(tag)
                 f.raw(step, wall + step, cache[key])
         f.close()
+
+
+HEALTH_SPIKE = 1.0e6        # run B's gradient norm of one layer at one step (the rest are ~0.01-10)
+
+
+def write_health_runs(logdir, layers, steps):
+    """Runs ``A`` and ``B`` of ``watch_health`` reports as ``SummaryWriter.add_health`` writes them (the statistics
+    matrix under ``health``, the loss, alert rows every 1,000 steps). Run B's layer 3 has a gradient norm of
+    ``HEALTH_SPIKE`` at 60% of the steps and 7 NaN gradient elements (``grad_nan``) at 80%. Returns
+    ``(spike step, NaN step)``."""
+    from flowlab.health import STATISTICS
+    from flowlab.summary import encode, health_log, proto
+    names = [f"layer_{i:02d}" for i in range(layers)]
+    stats = list(STATISTICS)
+    content = health_log.content(names, stats)
+    rng = np.random.default_rng(3)
+    spike_step, nan_step = int(steps * 0.6), int(steps * 0.8)
+    grad, nan = stats.index("grad_norm"), stats.index("grad_nan")
+    counts = [stats.index(c) for c in ("act_nan", "act_inf", "weight_nan", "weight_inf", "grad_nan", "grad_inf")]
+    fractions = [stats.index(c) for c in ("act_zero_fraction", "dead_fraction")]
+    for run in ("A", "B"):
+        out = EventFile(logdir / run)
+        base = rng.uniform(0.01, 10.0, size=(layers, len(stats)))
+        for step in range(steps):
+            m = base * (1.0 + 0.05 * np.sin(step / 500.0 + np.arange(layers)[:, None]))
+            m[:, counts] = 0.0
+            m[:, fractions] /= 10.0
+            if run == "B" and step == spike_step:
+                m[3, grad] = HEALTH_SPIKE
+            if run == "B" and step == nan_step:
+                m[3, nan] = 7.0
+            values = [encode.tensor("health", m, health_log.PLUGIN, content if step == 0 else b"",
+                                    metadata=step == 0),
+                      encode.scalar("health/loss", float(2.0 / (1.0 + step / 1000.0)), metadata=step == 0)]
+            if step % 1000 == 0:
+                values.append(encode.text("health/alerts", [["update_ratio", names[0], f"small updates at {step}"]],
+                                          metadata=step == 0))
+            out.raw(step, 1.7e9 + step, proto.Summary(value=values).SerializeToString())
+        out.close()
+    return spike_step, nan_step
 
 
 def write_image_run(logdir, tags, steps, size=128, variants=50):
@@ -803,6 +849,91 @@ def row_histograms(ctx, row):
     row.flowlab = f"{fmt_s(median(ok))} ({fmt_list(fl)})" if ok else f"TIMEOUT > {cfg['wait_s']:.0f} s"
     row.tensorboard = f"page {fmt_s(median(tb))} (goto -> cards)" if tb else "TIMEOUT"
     row.verdict = verdict_of(median(ok) if ok and None not in fl else None, 1.0, timed_out=True)
+
+
+# The Health tab's heatmaps, by model name: run A's and B's cells, the divergence of B from A.
+HEALTH_FILLED_JS = """(names) => {
+    if (!window.Bokeh || Bokeh.documents.length === 0) return false;
+    const all = [...Bokeh.documents[0].all_models];
+    return names.every((n) => { const m = all.find((x) => x.name === n);
+                                 return m && m.data.hi && m.data.hi.length > 0; })
+        && Bokeh.index.roots.every((v) => v.is_idle);
+}"""
+HEALTH_STATISTIC_JS = """(stat) => {
+    const select = [...Bokeh.documents[0].all_models].find((m) => m.name === "health-statistic");
+    if (!select || !select.options.includes(stat)) return false;
+    select.value = stat;
+    return true;
+}"""
+# Every heatmap (A, B, the divergence) redrawn for ``stat`` and the page idle.
+HEALTH_REDRAWN_JS = """(stat) => {
+    const all = [...Bokeh.documents[0].all_models];
+    return ["health-heatmap-figure:A", "health-heatmap-figure:B", "health-divergence-figure"].every((n) => {
+        const f = all.find((x) => x.name === n);
+        return f && f.title.text.includes(stat); }) && Bokeh.index.roots.every((v) => v.is_idle);
+}"""
+# At full zoom-out: the largest value run B's heatmap holds, and the steps of the cells marked as holding NaN/Inf.
+HEALTH_SPIKE_NAN_JS = """() => {
+    const m = [...Bokeh.documents[0].all_models].find((x) => x.name === "health-heatmap:B");
+    const d = m.data, marked = [];
+    let hi = -Infinity;
+    for (let i = 0; i < d.hi.length; i++) {
+        if (d.hi[i] > hi) hi = d.hi[i];
+        if (d.nonfinite[i] > 0) marked.push([d.first[i], d.last[i]]);
+    }
+    return {hi, marked, cells: d.hi.length};
+}"""
+
+
+def row_health(ctx, row):
+    cfg, tmp, br = ctx.cfg, ctx.tmp, ctx.browser
+    logdir = tmp / "health"
+    t0 = time.perf_counter()
+    spike_step, nan_step = write_health_runs(logdir, cfg["health_layers"], cfg["health_steps"])
+    row.note(f"wrote 2 runs x {cfg['health_layers']} layers x {cfg['health_steps']:,} reports in "
+             f"{time.perf_counter() - t0:.0f} s ({logdir_mb(logdir):.0f} MB)")
+    tab, both, seen = [], [], []
+    server = None
+    try:
+        server = Flowlab(logdir, tmp / "health-fl.log", cfg["wait_s"])
+        for rnd in range(ctx.rounds):
+            page = br.page()
+            try:
+                flowlab_page_ready(page, server.url, cfg["wait_s"])
+                start = time.perf_counter()
+                if not ask(page, SELECT_TAB_JS, 10, "Health"):
+                    raise RuntimeError("no Health tab")
+                wait(page, HEALTH_FILLED_JS, cfg["wait_s"], ["health-heatmap:A", "health-heatmap:B",
+                                                             "health-divergence"])
+                tab.append(time.perf_counter() - start)
+                found = ask(page, HEALTH_SPIKE_NAN_JS, 10)         # grad_norm, the statistic shown first
+                nan_shown = any(a <= nan_step <= b for a, b in found["marked"])
+                seen.append(found["hi"] == HEALTH_SPIKE and nan_shown)
+                start = time.perf_counter()
+                if not ask(page, HEALTH_STATISTIC_JS, 10, "act_max_abs"):
+                    raise RuntimeError("act_max_abs is not offered as a statistic")
+                wait(page, HEALTH_REDRAWN_JS, cfg["wait_s"], "act_max_abs")
+                both.append(time.perf_counter() - start)
+                row.note(f"round {rnd + 1}: Health tab (A, B, divergence) filled {tab[-1]:.2f} s after selecting "
+                         f"it; run B's {found['cells']} cells: largest {found['hi']:.4g} (spike {HEALTH_SPIKE:g}), "
+                         f"NaN step {nan_step} marked: {nan_shown}; another statistic redrawn in {both[-1]:.2f} s")
+            except Timeout as e:
+                row.note(f"round {rnd + 1}: TIMEOUT ({e})")
+                tab.append(None)
+                break
+            finally:
+                br.close(page)
+    finally:
+        if server is not None:
+            server.stop()
+    ok_tab, ok_both = [x for x in tab if x is not None], [x for x in both if x is not None]
+    row.flowlab = (f"tab {fmt_s(median(ok_tab))}, statistic {fmt_s(median(ok_both))}; spike and NaN "
+                   f"{'shown' if seen and all(seen) else 'MISSING'}") if ok_tab else "TIMEOUT"
+    row.tensorboard = "(no per-layer health view)"
+    if None in tab or not ok_both:
+        row.verdict = "TIMEOUT"
+    else:
+        row.verdict = "PASS" if median(ok_tab) <= 1.0 and median(ok_both) <= 1.0 and all(seen) else "MISS"
 
 
 def row_million(ctx, row):
@@ -1249,6 +1380,7 @@ CASES = {
     "first_page": ("first page, 1,000 runs x 100 scalars", "<= 2 s", row_first_page),
     "histograms": ("Histograms tab filled, 5 runs x 8 tags x 100 steps", "<= 1 s", row_histograms),
     "million": ("1 run x 1M points: load; spike and NaN at full zoom-out", "<= 2 s; yes", row_million),
+    "health": ("Health tab, 2 runs x 24 layers x 100k reports; spike, NaN", "<= 1 s; yes", row_health),
     "memory": ("server RSS, 2,000 128x128 images / 20 tags x 5,000 hist steps", "<= TensorBoard's", row_memory),
     "training": ("training steps/s, page open (Scalars; Histograms) vs none", ">= 0.9x", row_training),
     "latency": ("write -> visible, every kind, p95", "<= 0.5 s", row_latency),
