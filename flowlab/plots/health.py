@@ -27,7 +27,8 @@ import html
 
 import numpy as np
 from bokeh.models import (BasicTickFormatter, BasicTicker, ColorBar, ColumnDataSource, CustomJSHover,
-                          CustomJSTickFormatter, DataRange1d, FixedTicker, HoverTool, LinearColorMapper, LogColorMapper, LogTicker, Quad, Range1d, TapTool)
+                          CustomJSTickFormatter, DataRange1d, FixedTicker, HoverTool, LinearColorMapper,
+                          LogColorMapper, LogTicker, Quad, Range1d, TapTool)
 from bokeh.palettes import Viridis256
 
 from .data import StepBuckets
@@ -223,8 +224,7 @@ class HealthHeatmap:
         n = hi.size // n_layers
         rows = np.tile(np.arange(n_layers), n)
         steps = c["first"][start:].astype(np.float64)
-        # a cell reaches to the next bucket's first step (no gaps between reports every n steps), the last one a step
-        ends = np.append(c["first"][start + 1:], c["last"][-1] + 1 if len(c["last"]) else []).astype(np.float64)
+        ends = _bucket_ends(c)[start:]
         first = np.repeat(steps, n_layers)
         bad = c["nonfinite"][:, start:].T.reshape(-1)
         fill_ends = np.append(ends[1:], ends[-1:])              # the next bucket's end (the last: its own)
@@ -237,13 +237,18 @@ class HealthHeatmap:
     def _alarm_columns(c):
         """``ALARM_COLUMNS`` of the cells whose layer held NaN/Inf (a cell spans its bucket, as in ``_columns``)."""
         layer, bucket = np.nonzero(c["nonfinite"] > 0)
-        right = np.append(c["first"][1:], c["last"][-1] + 1 if len(c["last"]) else []).astype(np.float64)
-        return {"left": c["first"][bucket].astype(np.float64), "right": right[bucket],
+        return {"left": c["first"][bucket].astype(np.float64), "right": _bucket_ends(c)[bucket],
                 "bottom": layer.astype(np.float64), "top": layer + 1.0}
 
     def layer_at(self, index):
         """The layer of the cell at ``index`` of ``source`` (a tap's ``selected.indices[0]``)."""
         return self.layers[int(self.source.data["bottom"][index])]
+
+
+def _bucket_ends(c):
+    """Where each bucket's cells end: the next bucket's first step (no gaps between reports every n steps), the
+    last one a step after its last."""
+    return np.append(c["first"][1:], c["last"][-1] + 1 if len(c["last"]) else []).astype(np.float64)
 
 
 def color_scale(linear):
