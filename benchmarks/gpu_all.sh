@@ -46,6 +46,7 @@ for s in $STAGES; do
             stage train_step 90 python3 benchmarks/train_step.py --device gpu --rounds 10
             stage watch_overhead 60 python3 benchmarks/watch_overhead.py --device gpu --rounds 12 --steps 50
             stage health 90 python3 benchmarks/health.py --device gpu --rounds 6 --steps 20
+            stage health_per_call 60 python3 benchmarks/health.py --device gpu --per-call --net mlp --rounds 15 --steps 20
             stage gpu_steady 60 python3 benchmarks/gpu_steady.py --steps 50 ;;
         tests) stage tests 200 env FLOWLAB_DEVICE=gpu $PYTEST -n 12 $CORE ;;
         *) echo "unknown stage $s"; exit 2 ;;
