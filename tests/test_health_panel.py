@@ -128,8 +128,8 @@ def test_alert_groups_keep_a_row_a_kind_on_a_layer_however_the_alerts_arrive():
     alerts = [HealthAlert("dead_relu", "h", s, f"dead at {s}") for s in (3, 1, 7, 5)] + \
         [HealthAlert("loss_spike", None, 6, "spike"), HealthAlert("dead_relu", "out", 2, "out dead")]
     groups = AlertGroups()
-    for a in alerts:                       # one at a time, as reports come, with steps out of order
-        groups.add([a])
+    started = [first for a in alerts for first in groups.add([a])]   # one at a time, as reports come, out of order
+    assert started == [alerts[0], alerts[4], alerts[5]]       # each group's first alert, once
     assert groups.columns() == alert_groups(alerts) == {
         "step": [7, 6, 2], "steps": ["1 … 7", "6", "2"], "count": [4, 1, 1],
         "kind": ["dead_relu", "loss_spike", "dead_relu"], "layer": ["h", "", "out"],

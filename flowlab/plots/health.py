@@ -372,14 +372,21 @@ class AlertGroups:
         self.add(alerts)
 
     def add(self, alerts):
-        """Take ``alerts`` (``HealthAlert``s, or any ``(kind, layer, step, message)`` rows) into their groups."""
-        for kind, layer, step, message in alerts:
+        """Take ``alerts`` (``HealthAlert``s, or any ``(kind, layer, step, message)`` rows) into their groups;
+        returns those that started a group (a kind on a layer not seen before)."""
+        first = []
+        for alert in alerts:
+            kind, layer, step, message = alert
             step = int(step)
-            group = self._groups.setdefault((str(kind), str(layer or "")), [step, step, 0, message])
+            key = (str(kind), str(layer or ""))
+            if key not in self._groups:
+                first.append(alert)
+            group = self._groups.setdefault(key, [step, step, 0, message])
             if step >= group[1]:
                 group[1], group[3] = step, message
             group[0] = min(group[0], step)
             group[2] += 1
+        return first
 
     def __len__(self):
         return len(self._groups)

@@ -172,7 +172,6 @@ class HealthPanel(LiveView):
         self.alert_groups = AlertGroups()      # every alert so far, one row a kind on a layer: the page's list
         self._latest = None                    # the latest report's table (terminal lines)
         self._new_alerts = []                  # alerts of a (kind, layer) not seen before, not yet printed (terminal)
-        self._seen = set()                     # (kind, layer) of every alert so far
         self._alerts_changed = False
         self._data_lock = threading.Lock()    # the grid, pending tables and alerts; held briefly
         self._ui_lock = threading.RLock()     # Bokeh models and the live document
@@ -209,12 +208,8 @@ class HealthPanel(LiveView):
             if report.alerts:
                 self.alerts.extend(report.alerts)
                 self.counts.update(a.kind for a in report.alerts)
-                self.alert_groups.add(report.alerts)
+                self._new_alerts += self.alert_groups.add(report.alerts)
                 self._alerts_changed = True
-                for a in report.alerts:
-                    if (a.kind, a.layer) not in self._seen:
-                        self._seen.add((a.kind, a.layer))
-                        self._new_alerts.append(a)
         self._refresher.poke()
 
     def _fold(self):
