@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from dashboard_page import flowlab_serve, open_dashboard
+from flowlab.plots.static import _compact, _log_ticks
 from jupyter_page import CHROMIUM
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
@@ -196,6 +197,14 @@ def test_axis_and_log_toggles_rebuild_every_card(dashboard):
     log_y.click()
     every_card('fig.y_scale.constructor.__name__ === "LogScale"')
     page.screenshot(path=str(SHOTS / "scalars-wall-log.png"), full_page=True)
+    # the loss falls over a decade and a half: 1-2-5 multiples labelled along all of it, as the static copy's rule
+    axis = page.evaluate("""() => {
+        const fig = Bokeh.documents[0].get_model_by_name("card:loss").children[0], axis = fig.left[0];
+        const {start, end} = fig.y_range, major = axis.ticker.get_ticks(start, end, fig.y_range, NaN).major;
+        return {start, end, major, labels: axis.formatter.doFormat(major, {loc: 0})}; }""")
+    ticks, _ = _log_ticks(axis["start"], axis["end"], 5)
+    assert axis["major"] == pytest.approx(list(ticks)) and axis["labels"] == [_compact(t) for t in ticks]
+    assert len(ticks) >= 3 and ticks[0] < 3 * axis["start"], axis
     log_y.click()
     every_card('fig.y_scale.constructor.__name__ === "LinearScale"')
     page.locator(".bk-btn", has_text="Step").first.click()

@@ -443,6 +443,46 @@ def test_an_auto_range_takes_every_renderer_of_the_figure_as_bokehjs_does():
     assert data_range(fig, "y") == pytest.approx((95.0, 205.0))
 
 
+def test_log_and_colour_bar_ticks_and_their_labels_are_the_same_in_bokehjs_and_in_the_static_copy(chromium):
+    """Over a decade or two a log axis reads "0.05, 0.1, 0.2, 0.5, 1" (BokehJS's LogTicker put "1" and "0.5" alone
+    there, and 1…9 crowded at the top of a colour bar), over many decades every k-th power of ten; a colour bar on a
+    linear scale about five 1-2-5 steps; each label is short ("700", "10k", "1e-5", not "7.0e+2"). ``figures``'
+    BokehJS code and ``plots.static``'s rule give the same ticks and labels."""
+    from flowlab.plots.figures import _SCALE_TICKS_JS, _VALUE_LABELS_JS, scale_ticker, value_labels
+    from flowlab.plots.static import _compact, _linear_ticks, _log_ticks
+    ranges = [(0.5, 10.0, True), (0.035, 1.2, True), (0.1, 2e6, True), (1e-8, 1e3, True), (0.02, 30.0, True),
+              (2.6, 250.0, True), (30.0, 50.0, True), (1.0, 1000.0, True), (3e-7, 4e-6, True), (7.0, 7.5, True),
+              (0.0, 1.0, False), (0.0, 12.0, False), (-3.0, 17.0, False), (1.1e-5, 1.3e-5, False),
+              (0.0, 2.5e6, False)]
+    values = [0, 0.3, 0.1 + 0.2, 35, 700, 1000, 1234.5, 1e4, 2.5e4, 999_999.9999999, 1e6, 2e9, 1e-5, 2.5e-7,
+              1.125e-5, 0.05, 0.001, 0.00123456789, -0.5, -2e4, 5e15]
+    page = chromium.new_page()
+    try:
+        live_ticks = page.evaluate(f"""(ranges) => ranges.map(([start, end, log]) =>
+            (function (cb_data, log) {{ {_SCALE_TICKS_JS} }})({{start, end}}, log))""", ranges)
+        live_labels = page.evaluate(f"""(values) => values.map((tick) =>
+            (function (tick) {{ {_VALUE_LABELS_JS} }})(tick))""", values)
+    finally:
+        page.close()
+    for (lo, hi, log), live in zip(ranges, live_ticks):
+        ticks, _ = _log_ticks(lo, hi, 5) if log else _linear_ticks(lo, hi, 5)
+        assert live == pytest.approx(list(ticks), rel=1e-12, abs=1e-300), (lo, hi, log)
+    assert live_labels == [_compact(v) for v in values]
+    expected = {0: [0.5, 1, 2, 5, 10], 1: [0.05, 0.1, 0.2, 0.5, 1], 2: [1, 100, 1e4, 1e6], 3: [1e-6, 1e-3, 1, 1e3],
+                5: [5, 10, 50, 100], 6: [30, 35, 40, 45, 50], 10: [0, 0.2, 0.4, 0.6, 0.8, 1]}
+    for i, ticks in expected.items():
+        assert live_ticks[i] == pytest.approx(ticks), ranges[i]
+    assert live_labels == ["0", "0.3", "0.3", "35", "700", "1000", "1234.5", "10k", "25k", "1M", "1M", "2G", "1e-5",
+                           "2.5e-7", "1.125e-5", "0.05", "0.001", "0.00123457", "-0.5", "-20k", "5e+15"]
+    # a figure with them is drawn by the static copy with the same rule
+    fig = plain_figure(y_axis_type="log")
+    fig.line(x=[0.0, 1.0, 2.0], y=[1.2, 0.3, 0.035])
+    fig.yaxis.ticker, fig.yaxis.formatter = scale_ticker(), value_labels()
+    svg, = svgs(to_html(fig))
+    y_labels = [t for _, _, t in sorted(tick_labels(svg, "y"), key=lambda e: e[1])]
+    assert set(y_labels) <= {"0.05", "0.1", "0.2", "0.5", "1"} and {"0.05", "1"} <= set(y_labels)
+
+
 def test_compact_step_labels_are_the_same_in_bokehjs_and_in_the_static_copy(chromium):
     """A step axis past 100,000 reads "0, 20k, 40k" live (``figures.compact_ticks``, not BokehJS's "2.000e+4") and
     the same in a saved notebook's copy (``plots.static``), which draws a formatter tagged so as its own labels."""

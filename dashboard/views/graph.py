@@ -48,8 +48,8 @@ from bokeh.plotting import figure
 from grandalf.graphs import Edge, Vertex, graph_core
 from grandalf.layouts import SugiyamaLayout
 
-from flowlab.plots.figures import ALARM, CATEGORICAL
-from flowlab.plots.health import LINEAR, NONFINITE, color_scale, scale_labels, scale_values, value_range
+from flowlab.plots.figures import ALARM, CATEGORICAL, value_labels
+from flowlab.plots.health import LINEAR, NONFINITE, color_scale, scale_values, value_range
 from flowlab.summary import proto
 
 from .base import View
@@ -639,7 +639,7 @@ class GraphView(View):
             self.color_bars[linear] = ColorBar(
                 color_mapper=mapper, ticker=ticker, orientation="horizontal", width=260, height=10, padding=4,
                 margin=2, title_text_font_size="8pt", title_text_font_style="bold", major_label_text_font_size="7pt",
-                label_standoff=4, formatter=scale_labels(),
+                label_standoff=4, formatter=value_labels(),
                 visible=False, name=f"graph-color-bar-{'linear' if linear else 'log'}")
             self.figure.add_layout(self.color_bars[linear], "above")
         self.figure.axis.visible = False

@@ -39,7 +39,7 @@ from bokeh.models import (Button, CDSView, ColumnDataSource, CrosshairTool, Cust
 from bokeh.plotting import figure
 
 from flowlab.plots.data import downsample, group_band
-from flowlab.plots.figures import compact_ticks, expand_in_page, nudge_next_turn
+from flowlab.plots.figures import compact_ticks, expand_in_page, nudge_next_turn, scale_ticker, value_labels
 from flowlab.summary.summary_writer import counted_histogram
 
 from ..filters import FilterError, compile_filter
@@ -537,6 +537,13 @@ class _Card:
             fig.xaxis.formatter = CustomJSTickFormatter(code=_DURATION_JS)
         elif axis == "wall":
             fig.xaxis.formatter = wall_format()
+        # log axes: every decade or its 1-2-5 multiples labelled (BokehJS's own: "1" and "0.5" over 1.5 decades)
+        if log_y:
+            fig.yaxis.ticker, fig.yaxis.formatter = scale_ticker(), value_labels()
+        if log_x and axis != "wall":
+            fig.xaxis.ticker = scale_ticker()
+            if axis == "step":
+                fig.xaxis.formatter = value_labels()
         self.axis = axis
         view = CDSView(filter=IndexFilter(visible_rows))
         raw = fig.multi_line("xs", "ys", source=self.source, view=view, line_color="colour", line_alpha=0.25)

@@ -17,13 +17,14 @@ import numpy as np
 from bokeh.core.properties import value
 from bokeh.layouts import column, row
 from bokeh.models import (AllIndices, AllLabels, BasicTickFormatter, BasicTicker, CDSView, Checkbox,
-                          ColumnDataSource, CustomJS, CustomJSHover, CustomJSTickFormatter, DataRange1d, Div, HoverTool, Line, LinearAxis,
-                          LinearScale, Patches, Plot, Quad, Range1d, Segment, Title, UnionRenderers, VArea)
+                          ColumnDataSource, CustomJS, CustomJSHover, CustomJSTicker, CustomJSTickFormatter,
+                          DataRange1d, Div, HoverTool, Line, LinearAxis, LinearScale, Patches, Plot, Quad, Range1d,
+                          Segment, Title, UnionRenderers, VArea)
 from bokeh.plotting import figure
 from colorcet import palette as colorcet_palettes
 
 from .data import Trend, tensor_summary
-from .static import COMPACT_TICKS
+from .static import COMPACT_TICKS, SCALE_TICKS, VALUE_LABELS
 
 WIDTH, HEIGHT = 320, 200        # a dashboard card's figure
 LIVE_HEIGHT = 170               # a live widget's figure: this high, as wide as the cell
@@ -69,6 +70,64 @@ def compact_ticks():
     """A tick formatter for step axes: thousands as k/M/G/T with the decimals the tick spacing needs (see
     ``_COMPACT_TICKS_JS``), drawn the same by ``plots.static``."""
     return CustomJSTickFormatter(code=_COMPACT_TICKS_JS, tags=[COMPACT_TICKS])
+
+
+# Ticks of a log axis or a colour bar and a label for each: plots.static's rules (``_log_ticks`` with n = 5,
+# ``_linear_ticks``, ``_compact``) in BokehJS, so a saved copy draws them the same (``tags``). BokehJS's LogTicker
+# puts linear ticks on a range of less than two decades (a loss from 1.2 down to 0.04 got "1" and "0.5" alone; a
+# colour bar over a decade or two 1…9, crowded at its top), and BasicTickFormatter wrote "7.0e+2" for 700.
+_SCALE_TICKS_JS = """
+const lo = Math.min(cb_data.start, cb_data.end), hi = Math.max(cb_data.start, cb_data.end);
+if (!(isFinite(lo) && isFinite(hi))) return [];
+if (!(hi > lo)) return [lo];
+if (log && lo > 0) {
+  const first = Math.ceil(Math.log10(lo) - 1e-9), last = Math.floor(Math.log10(hi) + 1e-9);
+  if (last - first >= 2) {                  // three powers of ten or more: those, every k-th when many
+    const stride = Math.max(1, Math.ceil((last - first + 1) / 5)), ticks = [];
+    for (let d = first + (((-first) % stride) + stride) % stride; d <= last; d += stride) ticks.push(10 ** d);
+    return ticks;
+  }
+  for (const mantissas of [[1, 2, 5], [1, 5]]) {      // a decade or two: 1-2-5 multiples of its powers (1-5: fewer)
+    const ticks = [];
+    for (let d = first - 1; d <= last; d++)
+      for (const m of mantissas) {
+        const t = m * 10 ** d;
+        if (t >= lo * (1 - 1e-9) && t <= hi * (1 + 1e-9)) ticks.push(t);
+      }
+    if (ticks.length >= 3 && (ticks.length <= 5 || mantissas.length == 2)) return ticks;
+  }
+}
+// linear, and a log range too narrow for three of those: multiples of the 1-2-5 step nearest a fifth of the span
+const ideal = (hi - lo) / 5, magnitude = 10 ** Math.floor(Math.log10(ideal));
+let step = magnitude;
+for (const m of [2, 5, 10])
+  if (Math.abs(Math.log(m * magnitude / ideal)) < Math.abs(Math.log(step / ideal))) step = m * magnitude;
+const ticks = [];
+for (let k = Math.ceil(lo / step - 1e-9); k <= Math.floor(hi / step + 1e-9); k++) ticks.push(k * step);
+return ticks;
+"""
+_VALUE_LABELS_JS = """
+const value = Number(tick.toPrecision(12)), size = Math.abs(value);     // k * step's rounding noise gone
+const trim = (s) => { s = s.includes(".") ? s.replace(/0+$/, "").replace(/\\.$/, "") : s; return s === "-0" ? "0" : s; };
+if (value === 0) return "0";
+if (size >= 1e4 && size < 1e15) {
+  const k = Math.min(Math.floor(Math.log10(size) / 3 + 1e-9), 4);
+  return trim((value / 1000 ** k).toPrecision(6)) + "kMGT"[k - 1];
+}
+if (size >= 1e-3 && size < 1e4) return trim(value.toPrecision(6));
+const [mantissa, exponent] = value.toExponential(5).split("e");
+return trim(mantissa) + "e" + exponent;
+"""
+
+
+def scale_ticker(log=True):
+    """Ticks of a log axis (``log``) or of a colour bar on either scale: see ``_SCALE_TICKS_JS``."""
+    return CustomJSTicker(args={"log": bool(log)}, major_code=_SCALE_TICKS_JS, tags=[SCALE_TICKS])
+
+
+def value_labels():
+    """A label for each tick by its value: "0.05", "700", "10k", "1e-5" (see ``_VALUE_LABELS_JS``)."""
+    return CustomJSTickFormatter(code=_VALUE_LABELS_JS, tags=[VALUE_LABELS])
 
 
 def _figure(title="", width=WIDTH, height=HEIGHT, **kwargs):
@@ -139,6 +198,7 @@ def histogram_view(source, log=False):
     histogram_bars(linear, source)
     linear.y_range.start = 0
     logarithmic = _live_figure(y_axis_label="count (log)", y_axis_type="log", x_range=linear.x_range)
+    logarithmic.yaxis.ticker, logarithmic.yaxis.formatter = scale_ticker(), value_labels()
     histogram_bars(logarithmic, source, log=True)
     linear.visible, logarithmic.visible = not log, log
     toggle = Checkbox(label="log count", active=log, margin=(0, 8, 0, 8))

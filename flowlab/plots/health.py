@@ -26,13 +26,12 @@ from __future__ import annotations
 import html
 
 import numpy as np
-from bokeh.models import (ColorBar, ColumnDataSource, CustomJSHover, CustomJSTicker, CustomJSTickFormatter,
-                          DataRange1d, FixedTicker, HoverTool, LinearColorMapper, LogColorMapper, Quad, Range1d,
-                          TapTool)
+from bokeh.models import (ColorBar, ColumnDataSource, CustomJSHover, CustomJSTickFormatter, DataRange1d, FixedTicker,
+                          HoverTool, LinearColorMapper, LogColorMapper, Quad, Range1d, TapTool)
 from bokeh.palettes import Viridis256
 
 from .data import StepBuckets
-from .figures import ALARM, _figure, _live_figure, compact_ticks, draw_bands
+from .figures import ALARM, _figure, _live_figure, compact_ticks, draw_bands, scale_ticker, value_labels
 
 # Statistics whose values are fractions or counts get a linear colour scale; norms and magnitudes span decades (log).
 LINEAR = frozenset({"act_zero_fraction", "dead_fraction", "act_nan", "act_inf", "weight_nan", "weight_inf",
@@ -156,7 +155,7 @@ class HealthHeatmap:
         # one colour bar per scale, shown in turn (BokehJS keeps a bar's first scale when its mapper is replaced)
         self.bars = {linear: ColorBar(color_mapper=mapper, width=8, padding=2, label_standoff=4,
                                       major_label_text_font_size="8pt", visible=not linear, ticker=ticker,
-                                      formatter=scale_labels())
+                                      formatter=value_labels())
                      for linear, mapper, ticker in ((False, self.log, log_ticker), (True, self.linear, linear_ticker))}
         for bar in self.bars.values():
             fig.add_layout(bar, "right")
@@ -251,65 +250,12 @@ def _bucket_ends(c):
     return np.append(c["first"][1:], c["last"][-1] + 1 if len(c["last"]) else []).astype(np.float64)
 
 
-# A colour bar's ticks and labels. BokehJS's LogTicker puts 1…9 of a decade, crowded towards its top, on a range of a
-# decade or two, and BasicTickFormatter writes "7.0e+2" for 700 once a tick passes its power limit; these give a
-# handful, "0.5, 1, 2, 5, 10", "5, 10, 50, 100" or "1, 100, 10k, 1M" (``cb_data``: the mapper's low and
-# high; ``log``: the scale's kind).
-_SCALE_TICKS_JS = """
-const lo = Math.min(cb_data.start, cb_data.end), hi = Math.max(cb_data.start, cb_data.end);
-if (!(isFinite(lo) && isFinite(hi))) return [];
-if (!(hi > lo)) return [lo];
-if (log && lo > 0) {
-  const first = Math.ceil(Math.log10(lo) - 1e-9), last = Math.floor(Math.log10(hi) + 1e-9);
-  if (last - first >= 2) {                  // three powers of ten or more: those, every k-th when many
-    const stride = Math.ceil((last - first + 1) / 5), ticks = [];
-    for (let d = first + (((-first) % stride) + stride) % stride; d <= last; d += stride) ticks.push(10 ** d);
-    return ticks;
-  }
-  for (const mantissas of [[1, 2, 5], [1, 5]]) {    // a decade or two: 1-2-5 multiples of its powers (1-5: fewer)
-    const ticks = [];
-    for (let d = first - 1; d <= last; d++)
-      for (const m of mantissas) {
-        const t = m * 10 ** d;
-        if (t >= lo * (1 - 1e-9) && t <= hi * (1 + 1e-9)) ticks.push(t);
-      }
-    if (ticks.length >= 3 && (ticks.length <= 5 || mantissas.length == 2)) return ticks;
-  }
-}
-// linear, and a log range too narrow for three of those: multiples of the 1-2-5 step nearest a quarter of the span
-const ideal = (hi - lo) / 4, magnitude = 10 ** Math.floor(Math.log10(ideal));
-let step = magnitude;
-for (const m of [2, 5, 10])
-  if (Math.abs(Math.log(m * magnitude / ideal)) < Math.abs(Math.log(step / ideal))) step = m * magnitude;
-const ticks = [];
-for (let k = Math.ceil(lo / step - 1e-9); k <= Math.floor(hi / step + 1e-9); k++) ticks.push(k * step);
-return ticks;
-"""
-# Each tick as a short label of its own: "0.05", "35", "700", "10k", "2.5M", "1e-5".
-_SCALE_LABELS_JS = """
-const value = Number(tick.toPrecision(12)), size = Math.abs(value);     // k * step's rounding noise gone
-const trim = (s) => s.includes(".") ? s.replace(/0+$/, "").replace(/\\.$/, "") : s;
-if (value === 0) return "0";
-if (size >= 1e4 && size < 1e15) {
-  const k = Math.min(Math.floor(Math.log10(size) / 3 + 1e-9), 4);
-  return trim((value / 1000 ** k).toPrecision(3)) + "kMGT"[k - 1];
-}
-if (size >= 1e-3 && size < 1e4) return trim(value.toPrecision(4));
-return value.toExponential(2).replace(/\\.?0+e/, "e");
-"""
-
-
-def scale_labels():
-    """The tick formatter of a health colour bar (``_SCALE_LABELS_JS``)."""
-    return CustomJSTickFormatter(code=_SCALE_LABELS_JS)
-
-
 def color_scale(linear):
     """``(colour mapper, ticker)`` of the health colours: Viridis on a linear scale (fractions and counts: ``LINEAR``)
     or a log one (norms and magnitudes), NaN drawn as no value, a value below the range (``_log_values``' zero) in
     ZERO. Its range starts as a placeholder: set it from the data with ``value_range`` (a mapper left to scan an
-    empty source warns in BokehJS). A colour bar of it takes the ticker and ``scale_labels()``."""
-    ticker = CustomJSTicker(args={"log": not linear}, major_code=_SCALE_TICKS_JS)
+    empty source warns in BokehJS). A colour bar of it takes the ticker and ``figures.value_labels()``."""
+    ticker = scale_ticker(log=not linear)
     if linear:
         return LinearColorMapper(palette=Viridis256, nan_color=NO_VALUE, low=0, high=1), ticker
     return LogColorMapper(palette=Viridis256, nan_color=NO_VALUE, low=1e-3, high=1, low_color=ZERO), ticker

@@ -379,15 +379,19 @@ def _linear_ticks(lo, hi, n):
 
 
 def _log_ticks(lo, hi, n):
-    """``(ticks, None)``: powers of ten in ``[lo, hi]`` (every k-th decade when there are many), or, over less than
-    two decades, 1-2-5 multiples of them, or failing that linear ticks ``(ticks, step)``."""
+    """``(ticks, None)``: the powers of ten in ``[lo, hi]`` when there are three or more (every k-th when more than
+    ``n``), else their 1-2-5 multiples (1-5 when more than ``n``) when three or more; failing that linear ticks
+    ``(ticks, step)``. ``figures.scale_ticker`` is the same rule in BokehJS, with ``n`` = 5. (BokehJS's own LogTicker
+    puts linear ticks on a range of less than two decades: a loss from 1.2 down to 0.04 got "1" and "0.5" alone.)"""
     first, last = math.ceil(math.log10(lo) - 1e-9), math.floor(math.log10(hi) + 1e-9)
-    if last > first:
+    if last - first >= 2:
         stride = max(1, math.ceil((last - first + 1) / n))
         return 10.0 ** np.arange(first + (-first) % stride, last + 1, stride), None
-    ticks = [m * 10.0 ** d for d in range(first - 1, last + 1) for m in (1, 2, 5) if lo <= m * 10.0 ** d <= hi]
-    if len(ticks) >= 2:
-        return np.array(ticks), None
+    for mantissas in ((1, 2, 5), (1, 5)):
+        ticks = [m * 10.0 ** d for d in range(first - 1, last + 1) for m in mantissas
+                 if lo * (1 - 1e-9) <= m * 10.0 ** d <= hi * (1 + 1e-9)]
+        if len(ticks) >= 3 and (len(ticks) <= n or len(mantissas) == 2):
+            return np.array(ticks), None
     return _linear_ticks(lo, hi, n)
 
 
@@ -399,15 +403,25 @@ def _trim(text):
 
 # The tag of a tick formatter whose labels are ``_labels``' (``figures.compact_ticks``: the same rule in BokehJS).
 COMPACT_TICKS = "compact ticks"
+# The tags of a ticker whose ticks are ``_log_ticks``' on a log scale (``figures.scale_ticker``) and of a formatter
+# whose labels are ``_compact``'s (``figures.value_labels``): the same rules in BokehJS.
+SCALE_TICKS, VALUE_LABELS = "scale ticks", "value labels"
 
 
 def _compact(value):
-    """A number as a short label: "0.5", "1e-05", "250", "2.5k", "10M"."""
+    """A number as a short label of its own: "0.05", "250", "2.5k", "10M", "1e-5" (``figures.value_labels`` is the
+    same in BokehJS)."""
+    value = float(f"{value:.12g}")                # k * step's rounding noise gone
     size = abs(value)
+    if not value:
+        return "0"
     if 1e4 <= size < 1e15:
-        k = min(int(math.log10(size) // 3), 4)
+        k = min(int(math.log10(size) / 3 + 1e-9), 4)
         return f"{_trim(f'{value / 1000 ** k:.6g}')}{'kMGT'[k - 1]}"
-    return f"{value:.6g}" if value else "0"
+    if 1e-3 <= size < 1e4:
+        return _trim(f"{value:.6g}")
+    mantissa, exponent = f"{value:.5e}".split("e")
+    return f"{_trim(mantissa)}e{int(exponent):+d}"
 
 
 def _decimals(step):
@@ -647,6 +661,10 @@ def _px(size, default):
         return default
 
 
+# Models drawn as the kind named here (their BokehJS code follows this module's rule, see the tags above).
+_SAME_AS = {BasicTickFormatter: COMPACT_TICKS, LogTicker: SCALE_TICKS, LogTickFormatter: VALUE_LABELS}
+
+
 def _check_plot(plot):
     """Raise ``TypeError`` for anything of ``plot`` this module would not draw as BokehJS does."""
     for side in ("above", "right"):
@@ -658,7 +676,7 @@ def _check_plot(plot):
             log = _is_log(plot, dim, None)
             kinds = (LogAxis, LogTicker, LogTickFormatter) if log else (LinearAxis, BasicTicker, BasicTickFormatter)
             for model, kind in zip((axis, axis.ticker, axis.formatter), kinds):
-                if type(model) is not kind and not (kind is BasicTickFormatter and COMPACT_TICKS in model.tags):
+                if type(model) is not kind and _SAME_AS.get(kind) not in model.tags:
                     raise TypeError(f"static rendering does not support {type(model).__name__} on a "
                                     f"{'log' if log else 'linear'} scale")
             if (axis.x_range_name if dim == 0 else axis.y_range_name) != "default" or len(axes) > 1:
