@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dashboard_page import flowlab_serve, open_dashboard
-from flowlab.plots.static import _compact, _log_ticks
+from flowlab.plots.static import log_ticks, value_label
 from jupyter_page import CHROMIUM
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
@@ -202,8 +202,8 @@ def test_axis_and_log_toggles_rebuild_every_card(dashboard):
         const fig = Bokeh.documents[0].get_model_by_name("card:loss").children[0], axis = fig.left[0];
         const {start, end} = fig.y_range, major = axis.ticker.get_ticks(start, end, fig.y_range, NaN).major;
         return {start, end, major, labels: axis.formatter.doFormat(major, {loc: 0})}; }""")
-    ticks, _ = _log_ticks(axis["start"], axis["end"], 5)
-    assert axis["major"] == pytest.approx(list(ticks)) and axis["labels"] == [_compact(t) for t in ticks]
+    ticks, _ = log_ticks(axis["start"], axis["end"], 5)
+    assert axis["major"] == pytest.approx(list(ticks)) and axis["labels"] == [value_label(t) for t in ticks]
     assert len(ticks) >= 3 and ticks[0] < 3 * axis["start"], axis
     log_y.click()
     every_card('fig.y_scale.constructor.__name__ === "LinearScale"')

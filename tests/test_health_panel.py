@@ -236,6 +236,30 @@ def test_static_heatmap_escapes_names_and_marks_missing_and_nonfinite_cells():
     assert 'fill="#e377c2"' not in heatmap_svg(grid, "grad_nan")      # on a linear scale 0 is the darkest colour
 
 
+
+def test_static_heatmap_of_sparse_reports_has_no_gaps_and_labels_its_scale_and_steps():
+    """Reports every 50 steps: each cell reaches the next bucket's first step (white stripes between them before);
+    the colour bar and the step axis are labelled by plots.static's rules, as the live figure's BokehJS code is."""
+    import re
+    from flowlab.plots.health import HealthGrid
+    grid = HealthGrid(["a", "b"], ["grad_norm", "dead_fraction"], 100)
+    steps = list(range(0, 20_000, 50))
+    grid.extend(steps, [[[10.0 ** (1 + 2 * (s % 7 == 0)), 0.0], [1.0, 1.0]] for s in steps])
+    svg = heatmap_svg(grid, "grad_norm")
+    texts = re.findall(r">([^<>]+)</text>", svg)
+    rects = [tuple(float(v) for v in m) for m in re.findall(
+        r'<rect x="([\d.]+)" y="([\d.]+)" height="([\d.]+)" width="([\d.]+)" fill="#[0-9A-Fa-f]{6}" '
+        r'shape-rendering', svg)]
+    row = sorted((x, w) for x, y, _, w in rects if y == min(r[1] for r in rects))
+    assert len(row) > 10 and row[0][0] == 100.0
+    for (x, w), (next_x, _) in zip(row, row[1:]):
+        assert x + w >= next_x, (x, w, next_x)             # no gap between a cell and the next
+    assert abs(row[-1][0] + row[-1][1] - (900 - 56)) <= 1   # the last one ends at the plot's right edge
+    assert {"10", "100", "1000"} <= set(texts) and {"0", "2k", "10k", "18k"} <= set(texts)
+    assert "log scale; grey: no value" in texts
+    linear = re.findall(r">([^<>]+)</text>", heatmap_svg(grid, "dead_fraction"))
+    assert {"0", "0.2", "0.4", "0.6", "0.8", "1"} <= set(linear) and "linear scale; grey: no value" in linear
+
 # ------------------------------------------------------------------------------------------------ in JupyterLab
 
 NOTEBOOK = ["""\

@@ -449,7 +449,7 @@ def test_log_and_colour_bar_ticks_and_their_labels_are_the_same_in_bokehjs_and_i
     linear scale about five 1-2-5 steps; each label is short ("700", "10k", "1e-5", not "7.0e+2"). ``figures``'
     BokehJS code and ``plots.static``'s rule give the same ticks and labels."""
     from flowlab.plots.figures import _SCALE_TICKS_JS, _VALUE_LABELS_JS, scale_ticker, value_labels
-    from flowlab.plots.static import _compact, _linear_ticks, _log_ticks
+    from flowlab.plots.static import linear_ticks, log_ticks, value_label
     ranges = [(0.5, 10.0, True), (0.035, 1.2, True), (0.1, 2e6, True), (1e-8, 1e3, True), (0.02, 30.0, True),
               (2.6, 250.0, True), (30.0, 50.0, True), (1.0, 1000.0, True), (3e-7, 4e-6, True), (7.0, 7.5, True),
               (0.0, 1.0, False), (0.0, 12.0, False), (-3.0, 17.0, False), (1.1e-5, 1.3e-5, False),
@@ -465,9 +465,9 @@ def test_log_and_colour_bar_ticks_and_their_labels_are_the_same_in_bokehjs_and_i
     finally:
         page.close()
     for (lo, hi, log), live in zip(ranges, live_ticks):
-        ticks, _ = _log_ticks(lo, hi, 5) if log else _linear_ticks(lo, hi, 5)
+        ticks, _ = log_ticks(lo, hi, 5) if log else linear_ticks(lo, hi, 5)
         assert live == pytest.approx(list(ticks), rel=1e-12, abs=1e-300), (lo, hi, log)
-    assert live_labels == [_compact(v) for v in values]
+    assert live_labels == [value_label(v) for v in values]
     expected = {0: [0.5, 1, 2, 5, 10], 1: [0.05, 0.1, 0.2, 0.5, 1], 2: [1, 100, 1e4, 1e6], 3: [1e-6, 1e-3, 1, 1e3],
                 5: [5, 10, 50, 100], 6: [30, 35, 40, 45, 50], 10: [0, 0.2, 0.4, 0.6, 0.8, 1]}
     for i, ticks in expected.items():
@@ -487,7 +487,7 @@ def test_compact_step_labels_are_the_same_in_bokehjs_and_in_the_static_copy(chro
     """A step axis past 100,000 reads "0, 20k, 40k" live (``figures.compact_ticks``, not BokehJS's "2.000e+4") and
     the same in a saved notebook's copy (``plots.static``), which draws a formatter tagged so as its own labels."""
     from flowlab.plots.figures import _COMPACT_TICKS_JS, compact_ticks
-    from flowlab.plots.static import _labels
+    from flowlab.plots.static import tick_texts
     cases = [[0, 20_000, 40_000, 60_000, 80_000, 100_000], [0, 200_000, 400_000, 600_000, 800_000, 1_000_000],
              [0, 5, 10, 15, 20], [0, 2.5, 5, 7.5], [-0.5, 0, 0.5, 1], [100_000, 150_000, 200_000], [0, 0.001, 0.002],
              [1_000_000, 1_000_500, 1_001_000], [0, 2e9, 4e9]]
@@ -497,7 +497,7 @@ def test_compact_step_labels_are_the_same_in_bokehjs_and_in_the_static_copy(chro
             (function (tick, index, ticks) {{ {_COMPACT_TICKS_JS} }})(tick, index, ticks)))""", cases)
     finally:
         page.close()
-    assert live == [_labels(ticks, ticks[1] - ticks[0]) for ticks in cases]
+    assert live == [tick_texts(ticks, ticks[1] - ticks[0]) for ticks in cases]
     assert live[0] == ["0", "20k", "40k", "60k", "80k", "100k"] and live[1][-1] == "1M"
     fig = trend_figure(trend_source(), y_label="loss")
     assert fig.xaxis[0].formatter.tags == compact_ticks().tags

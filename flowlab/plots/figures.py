@@ -46,13 +46,21 @@ LIGHT_CANVAS = {"--bk-background-fill-color": "#ffffff", "--bk-border-fill-color
                 "--bk-label-text-color": "#444444"}
 
 
+# A number's text without trailing zeros (plots.static's ``_trim``), for the tick formatters below.
+_TRIM_JS = """
+const trim = (s) => {
+  s = s.includes(".") ? s.replace(/0+$/, "").replace(/\\.$/, "") : s;
+  return s === "-0" ? "0" : s;
+};
+"""
+
+
 # Tick labels of a long step axis as plots.static writes them ("0, 20k, 40k", "0.5M"), not BokehJS's default, which
 # turns every label of an axis reaching 100,000 into e-notation ("2.000e+4"). ``tags`` tell plots.static which
 # labels these are.
-_COMPACT_TICKS_JS = """
+_COMPACT_TICKS_JS = _TRIM_JS + """
 const big = Math.max(...ticks.map(Math.abs));
 const step = ticks.length > 1 ? Math.abs(ticks[1] - ticks[0]) : 1;
-const trim = (s) => { s = s.includes(".") ? s.replace(/0+$/, "").replace(/\\.$/, "") : s; return s === "-0" ? "0" : s; };
 const decimals = (step) => {        // that write multiples of step exactly (2.5: one)
   const d = Math.max(0, -Math.floor(Math.log10(step) + 1e-9)), scaled = step * 10 ** d;
   return d + (Math.abs(Math.round(scaled) - scaled) > 1e-6 * scaled ? 1 : 0);
@@ -72,8 +80,8 @@ def compact_ticks():
     return CustomJSTickFormatter(code=_COMPACT_TICKS_JS, tags=[COMPACT_TICKS])
 
 
-# Ticks of a log axis or a colour bar and a label for each: plots.static's rules (``_log_ticks`` with n = 5,
-# ``_linear_ticks``, ``_compact``) in BokehJS, so a saved copy draws them the same (``tags``). BokehJS's LogTicker
+# Ticks of a log axis or a colour bar and a label for each: plots.static's rules (``log_ticks`` with n = 5,
+# ``linear_ticks``, ``value_label``) in BokehJS, so a saved copy draws them the same (``tags``). BokehJS's LogTicker
 # puts linear ticks on a range of less than two decades (a loss from 1.2 down to 0.04 got "1" and "0.5" alone; a
 # colour bar over a decade or two 1…9, crowded at its top), and BasicTickFormatter wrote "7.0e+2" for 700.
 _SCALE_TICKS_JS = """
@@ -106,9 +114,8 @@ const ticks = [];
 for (let k = Math.ceil(lo / step - 1e-9); k <= Math.floor(hi / step + 1e-9); k++) ticks.push(k * step);
 return ticks;
 """
-_VALUE_LABELS_JS = """
+_VALUE_LABELS_JS = _TRIM_JS + """
 const value = Number(tick.toPrecision(12)), size = Math.abs(value);     // k * step's rounding noise gone
-const trim = (s) => { s = s.includes(".") ? s.replace(/0+$/, "").replace(/\\.$/, "") : s; return s === "-0" ? "0" : s; };
 if (value === 0) return "0";
 if (size >= 1e4 && size < 1e15) {
   const k = Math.min(Math.floor(Math.log10(size) / 3 + 1e-9), 4);

@@ -24,6 +24,7 @@ Figures, each fed from a ``HealthGrid``:
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 from bokeh.models import (ColorBar, ColumnDataSource, CustomJSHover, CustomJSTickFormatter, DataRange1d, FixedTicker,
@@ -32,6 +33,7 @@ from bokeh.palettes import Viridis256
 
 from .data import StepBuckets
 from .figures import ALARM, _figure, _live_figure, compact_ticks, draw_bands, scale_ticker, value_labels
+from .static import linear_ticks, log_ticks, tick_texts
 
 # Statistics whose values are fractions or counts get a linear colour scale; norms and magnitudes span decades (log).
 LINEAR = frozenset({"act_zero_fraction", "dead_fraction", "act_nan", "act_inf", "weight_nan", "weight_inf",
@@ -410,25 +412,31 @@ def alert_groups(alerts):
 
 def heatmap_svg(grid, statistic, width=900):
     """``HealthHeatmap`` of ``statistic`` as one self-contained ``<svg>`` (no script; names escaped), for what a saved
-    notebook shows without a kernel (``plots.static`` has no colour mappers): the same cells, colours (Viridis over
-    the largest value, log or linear as ``LINEAR`` says), pink for a zero on a log scale, grey for no value and red
-    outlines over NaN/Inf. A row's
-    neighbouring cells of one colour are drawn as one rectangle, which keeps long runs small."""
+    notebook shows without a kernel (``plots.static`` has no colour mappers): the same cells, scale (``value_range``)
+    and colours (Viridis, log or linear as ``LINEAR`` says; pink for a zero on a log scale, grey for no value, red
+    outlines over NaN/Inf), step ticks and a colour bar labelled by ``plots.static``'s rules, which the live figure's
+    BokehJS code follows. A row's neighbouring cells of one colour are drawn as one rectangle, which keeps long runs
+    small."""
     c = grid.cells(statistic)
     hi, bad = c["hi"], c["nonfinite"]
     n_layers, n_buckets = hi.shape
+    linear = statistic in LINEAR
+    low, high = value_range(hi, linear)
+    to_unit = (lambda v: (v - low) / (high - low)) if linear else \
+        (lambda v: (np.log10(v) - math.log10(low)) / (math.log10(high) - math.log10(low)))
     with np.errstate(invalid="ignore", divide="ignore"):
-        value = hi if statistic in LINEAR else np.where(hi > 0, np.log10(hi), np.nan)
-    finite = value[np.isfinite(value)]
-    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    zero = (hi == 0) if statistic not in LINEAR else np.zeros(hi.shape, bool)     # below every colour of the log
-    shade = np.where(np.isfinite(value), np.clip((value - low) / ((high - low) or 1.0) * 255, 0, 255),
-                     np.where(zero, -2, -1))
+        unit = to_unit(hi)
+    zero = (hi == 0) if not linear else np.zeros(hi.shape, bool)     # below every colour of the log scale
+    shade = np.where(np.isfinite(unit), np.clip(unit * 255, 0, 255), np.where(zero, -2, -1))
     shade = np.round(shade).astype(int)
-    left, top, right = 100.0, 20.0, 10.0
-    height = top + ROW_HEIGHT * n_layers + 30
+    rows_height = max(ROW_HEIGHT * n_layers, MIN_ROWS_HEIGHT)
+    row_height = rows_height / max(n_layers, 1)
+    left, top, right = 100.0, 20.0, 56.0
+    bottom = top + rows_height
+    height = bottom + 34
+    ends = _bucket_ends(c)          # a cell reaches the next bucket's first step, as the live one does
     x0 = float(c["first"][0]) if n_buckets else 0.0
-    x1 = float(c["last"][-1] + 1) if n_buckets else 1.0
+    x1 = float(ends[-1]) if n_buckets else 1.0
     px = (width - left - right) / max(x1 - x0, 1.0)
     x = lambda step: f"{left + (step - x0) * px:.1f}"        # noqa: E731
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height:.0f}" width="100%" '
@@ -436,28 +444,45 @@ def heatmap_svg(grid, statistic, width=900):
              'font-size="10">',
              f'<text x="{left}" y="13" font-size="12" font-weight="bold">{html.escape(statistic)}</text>']
     for i, layer in enumerate(grid.layers):
-        y = top + i * ROW_HEIGHT
-        parts.append(f'<text x="{left - 4}" y="{y + ROW_HEIGHT / 2 + 3.5:.1f}" text-anchor="end">'
+        y = top + i * row_height
+        parts.append(f'<text x="{left - 4}" y="{y + row_height / 2 + 3.5:.1f}" text-anchor="end">'
                      f'{html.escape(layer)}</text>')
         start = 0
         for j in range(1, n_buckets + 1):                    # one rectangle per run of equal shades
             if j < n_buckets and shade[i, j] == shade[i, start]:
                 continue
             color = {-1: NO_VALUE, -2: ZERO}.get(shade[i, start]) or Viridis256[shade[i, start]]
-            parts.append(f'<rect x="{x(c["first"][start])}" y="{y:.1f}" height="{ROW_HEIGHT}" '
-                         f'width="{(c["last"][j - 1] + 1 - c["first"][start]) * px:.1f}" fill="{color}" '
-                         'shape-rendering="crispEdges"/>')          # no hairline seams between neighbours
+            parts.append(f'<rect x="{x(c["first"][start])}" y="{y:.1f}" height="{row_height:.1f}" '
+                         f'width="{(ends[j - 1] - c["first"][start]) * px + 0.5:.1f}" fill="{color}" '
+                         'shape-rendering="crispEdges"/>')          # under the next one: no hairline seams
             start = j
         for j in np.flatnonzero(bad[i] > 0):
-            parts.append(f'<rect x="{x(c["first"][j])}" y="{y + 0.75:.1f}" height="{ROW_HEIGHT - 1.5}" '
-                         f'width="{(c["last"][j] + 1 - c["first"][j]) * px:.1f}" fill="none" stroke="{ALARM}" '
+            parts.append(f'<rect x="{x(c["first"][j])}" y="{y + 0.75:.1f}" height="{row_height - 1.5:.1f}" '
+                         f'width="{(ends[j] - c["first"][j]) * px:.1f}" fill="none" stroke="{ALARM}" '
                          'stroke-width="1.5"/>')
-    bottom = top + ROW_HEIGHT * n_layers
-    scale = "log" if statistic not in LINEAR else "linear"
-    lo_text, hi_text = (f"{10 ** low:.3g}", f"{10 ** high:.3g}") if scale == "log" else (f"{low:.3g}", f"{high:.3g}")
-    parts += [f'<text x="{left}" y="{bottom + 13:.0f}">{int(x0)}</text>',
-              f'<text x="{width - right}" y="{bottom + 13:.0f}" text-anchor="end">{int(x1 - 1)}</text>',
-              f'<text x="{(left + width - right) / 2:.0f}" y="{bottom + 13:.0f}" text-anchor="middle">step</text>',
-              f'<text x="{width - right}" y="13" text-anchor="end" fill="#555">colour: {lo_text} (dark) … '
-              f'{hi_text} (yellow), {scale} scale;{" pink: 0;" if zero.any() else ""} grey: no value</text>', "</svg>"]
+    # step ticks (compact labels, as the live axis's) and the colour bar (a column of Viridis cells, no gradient: a
+    # gradient's id is looked up in the whole page, where another output may hide it)
+    ticks, step = linear_ticks(x0, x1 - 1, max(2, int((width - left - right) // 90)))
+    if step < 1:
+        ticks, step = np.arange(math.ceil(x0), math.floor(x1 - 1) + 1, dtype=np.float64), 1.0
+    for tick, label in zip(ticks, tick_texts(ticks, step)):
+        parts += [f'<rect x="{x(tick)}" y="{bottom:.1f}" width="1" height="4" fill="#444"/>',
+                  f'<text x="{x(tick)}" y="{bottom + 14:.1f}" text-anchor="middle">{label}</text>']
+    bar = width - right + 8
+    cells = 16
+    for k in range(cells):
+        parts.append(f'<rect x="{bar:.0f}" y="{bottom - (k + 1) * rows_height / cells:.1f}" width="8" '
+                     f'height="{rows_height / cells + 0.5:.1f}" fill="{Viridis256[round(k * 255 / (cells - 1))]}"/>')
+    n = max(2, min(5, int(rows_height // 18)))
+    ticks, step = linear_ticks(low, high, n) if linear else log_ticks(low, high, n)
+    for tick, label in zip(ticks, tick_texts(ticks, step)):
+        y = bottom - float(to_unit(tick)) * rows_height
+        if top - 0.5 <= y <= bottom + 0.5:
+            parts += [f'<rect x="{bar + 8:.0f}" y="{y - 0.5:.1f}" width="3" height="1" fill="#444"/>',
+                      f'<text x="{bar + 13:.0f}" y="{y + 3.5:.1f}">{label}</text>']
+    scale = "linear" if linear else "log"
+    parts += [f'<text x="{(left + width - right) / 2:.0f}" y="{bottom + 27:.0f}" text-anchor="middle" '
+              'font-style="italic">step</text>',
+              f'<text x="{width - right}" y="13" text-anchor="end" fill="#555">{scale} scale;'
+              f'{" pink: 0;" if zero.any() else ""} grey: no value</text>', "</svg>"]
     return "".join(parts)

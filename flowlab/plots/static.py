@@ -366,7 +366,7 @@ class _Scale:
 
 # ------------------------------------------------------------------------------------------------ ticks and labels
 
-def _linear_ticks(lo, hi, n):
+def linear_ticks(lo, hi, n):
     """``(ticks, step)``: multiples of the 1-2-5 step nearest ``span / n`` in ``[lo, hi]``, so about ``n`` of them."""
     span = hi - lo
     if not (math.isfinite(span) and span > 0):
@@ -378,7 +378,7 @@ def _linear_ticks(lo, hi, n):
     return np.arange(first, last + 1) * step, step
 
 
-def _log_ticks(lo, hi, n):
+def log_ticks(lo, hi, n):
     """``(ticks, None)``: the powers of ten in ``[lo, hi]`` when there are three or more (every k-th when more than
     ``n``), else their 1-2-5 multiples (1-5 when more than ``n``) when three or more; failing that linear ticks
     ``(ticks, step)``. ``figures.scale_ticker`` is the same rule in BokehJS, with ``n`` = 5. (BokehJS's own LogTicker
@@ -392,7 +392,7 @@ def _log_ticks(lo, hi, n):
                  if lo * (1 - 1e-9) <= m * 10.0 ** d <= hi * (1 + 1e-9)]
         if len(ticks) >= 3 and (len(ticks) <= n or len(mantissas) == 2):
             return np.array(ticks), None
-    return _linear_ticks(lo, hi, n)
+    return linear_ticks(lo, hi, n)
 
 
 def _trim(text):
@@ -401,14 +401,14 @@ def _trim(text):
     return "0" if text == "-0" else text
 
 
-# The tag of a tick formatter whose labels are ``_labels``' (``figures.compact_ticks``: the same rule in BokehJS).
+# The tag of a tick formatter whose labels are ``tick_texts``' (``figures.compact_ticks``: the same rule in BokehJS).
 COMPACT_TICKS = "compact ticks"
-# The tags of a ticker whose ticks are ``_log_ticks``' on a log scale (``figures.scale_ticker``) and of a formatter
-# whose labels are ``_compact``'s (``figures.value_labels``): the same rules in BokehJS.
+# The tags of a ticker whose ticks are ``log_ticks``' on a log scale (``figures.scale_ticker``) and of a formatter
+# whose labels are ``value_label``'s (``figures.value_labels``): the same rules in BokehJS.
 SCALE_TICKS, VALUE_LABELS = "scale ticks", "value labels"
 
 
-def _compact(value):
+def value_label(value):
     """A number as a short label of its own: "0.05", "250", "2.5k", "10M", "1e-5" (``figures.value_labels`` is the
     same in BokehJS)."""
     value = float(f"{value:.12g}")                # k * step's rounding noise gone
@@ -431,11 +431,11 @@ def _decimals(step):
     return decimals + (abs(round(scaled) - scaled) > 1e-6 * scaled)
 
 
-def _labels(ticks, step):
-    """Labels for ``ticks``: per value (``_compact``) when ``step`` is None (log ticks), otherwise with the decimals
+def tick_texts(ticks, step):
+    """Labels for ``ticks``: per value (``value_label``) when ``step`` is None (log ticks), otherwise with the decimals
     the step needs, thousands as k/M/G/T, tiny or huge numbers in e-notation."""
     if step is None:
-        return [_compact(t) for t in ticks]
+        return [value_label(t) for t in ticks]
     big = max((abs(t) for t in ticks), default=0.0)
     if 1e4 <= big < 1e15:
         k = min(int(math.log10(big) // 3), 4)
@@ -468,8 +468,8 @@ def _axis_ticks(scale, font_px, horizontal):
     """``(data values, px, labels)`` of an axis's ticks: about five, fewer when their labels would overlap."""
     lo, hi = sorted((scale.start, scale.end))
     for n in (5, 4, 3, 2, 1):
-        ticks, step = _log_ticks(lo, hi, n) if scale.log else _linear_ticks(lo, hi, n)
-        labels, px = _labels(ticks, step), scale(ticks)
+        ticks, step = log_ticks(lo, hi, n) if scale.log else linear_ticks(lo, hi, n)
+        labels, px = tick_texts(ticks, step), scale(ticks)
         if _fits(px, labels, font_px, horizontal):
             return ticks, px, labels
     return ticks[:1], px[:1], labels[:1]
