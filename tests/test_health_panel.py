@@ -236,7 +236,6 @@ def test_static_heatmap_escapes_names_and_marks_missing_and_nonfinite_cells():
     assert 'fill="#e377c2"' not in heatmap_svg(grid, "grad_nan")      # on a linear scale 0 is the darkest colour
 
 
-
 def test_static_heatmap_of_sparse_reports_has_no_gaps_and_labels_its_scale_and_steps():
     """Reports every 50 steps: each cell reaches the next bucket's first step (white stripes between them before);
     the colour bar and the step axis are labelled by plots.static's rules, as the live figure's BokehJS code is."""
@@ -259,6 +258,7 @@ def test_static_heatmap_of_sparse_reports_has_no_gaps_and_labels_its_scale_and_s
     assert "log scale; grey: no value" in texts
     linear = re.findall(r">([^<>]+)</text>", heatmap_svg(grid, "dead_fraction"))
     assert {"0", "0.2", "0.4", "0.6", "0.8", "1"} <= set(linear) and "linear scale; grey: no value" in linear
+
 
 # ------------------------------------------------------------------------------------------------ in JupyterLab
 
@@ -415,4 +415,3 @@ def test_a_colour_scale_over_equal_counts_or_fractions_starts_at_zero():
     assert value_range([0.2, 0.7], linear=True) == (0.2, 0.7)
     assert value_range([-1.0, -1.0], linear=True) == (-1.5, -0.5)
     assert value_range([2.0, 2.0], linear=False) == (1.0, 4.0)
-
