@@ -22,7 +22,9 @@ drawn; on a log axis, values ≤ 0 count as non-finite.
 Any other model, glyph, scale, ticker or vectorised visual raises ``TypeError`` naming the class, so an unsupported
 figure never silently renders wrong (the caller falls back to text); a glyph naming a missing or non-numeric column
 raises ``ValueError``. Tick positions and label formats are this module's own (round 1-2-5 steps, compact labels,
-never overlapping), not BokehJS's pixel for pixel.
+never overlapping), not BokehJS's pixel for pixel; the live figures' step-axis labels, log-axis ticks and their labels
+follow the same rules in BokehJS (``figures.compact_ticks``, ``scale_ticker``, ``value_labels``: models tagged
+``COMPACT_TICKS``, ``SCALE_TICKS``, ``VALUE_LABELS``, which this module draws as its own).
 
 The output holds no ``<script>``, no ``<style>`` block and no external reference, only inline attributes (sanitisers
 such as GitHub's keep those), and every string taken from a model is escaped with ``html.escape``. Coordinates are
