@@ -14,7 +14,7 @@ import pytest
 import flowlab as flow
 import flowlab.typing as tp
 from flowlab.health import HealthAlert, HealthReport
-from flowlab.plots.health import AlertGroups, alert_groups, heatmap_svg
+from flowlab.plots.health import AlertGroups, heatmap_svg
 from flowlab.widgets import HealthPanel
 from test_health import data
 from test_widgets import Page, sent  # noqa: F401 - sent is a fixture
@@ -118,7 +118,7 @@ def test_alert_list_is_escaped_newest_first_with_a_count_per_kind():
     evil = "<img src=x onerror=alert(1)>"
     alerts = [HealthAlert("nan", "a", 1, f"first {evil}"), HealthAlert("dead_relu", evil, 3, "second"),
               HealthAlert("nan", None, 2, "third")]
-    text = HealthPanel._alerts_html(alert_groups(alerts), {"nan": 2, "dead_relu": 1})
+    text = HealthPanel._alerts_html(AlertGroups(alerts).columns(), {"nan": 2, "dead_relu": 1})
     assert evil not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
     assert text.index("second") < text.index("third") < text.index("first")
     assert "3 alerts" in text and "dead_relu <b>1</b>" in text and "nan <b>2</b>" in text
@@ -130,11 +130,12 @@ def test_alert_groups_keep_a_row_a_kind_on_a_layer_however_the_alerts_arrive():
     groups = AlertGroups()
     started = [first for a in alerts for first in groups.add([a])]   # one at a time, as reports come, out of order
     assert started == [alerts[0], alerts[4], alerts[5]]       # each group's first alert, once
-    assert groups.columns() == alert_groups(alerts) == {
+    assert groups.columns() == AlertGroups(alerts).columns() == {
         "step": [7, 6, 2], "steps": ["1 … 7", "6", "2"], "count": [4, 1, 1],
         "kind": ["dead_relu", "loss_spike", "dead_relu"], "layer": ["h", "", "out"],
         "message": ["dead at 7", "spike", "out dead"]}
     assert len(groups) == 3 and groups.layers() == {"h", "", "out"}
+    assert groups.kind_counts() == {"dead_relu": 5, "loss_spike": 1}
     groups.add([HealthAlert("dead_relu", "h", 10_000, "later")])
     assert groups.columns()["steps"][0] == "1 … 10,000" and groups.columns()["message"][0] == "later"
 

@@ -36,7 +36,7 @@ from bokeh.models import (ColumnDataSource, DataRange1d, DataTable, Div, HTMLTem
 
 from flowlab.health import STATISTICS
 from flowlab.plots.figures import histogram_bars, histogram_columns, plain_figure, trend_source
-from flowlab.plots.health import LINEAR, Divergence, HealthHeatmap, alert_groups, trend_overlay_figure
+from flowlab.plots.health import LINEAR, AlertGroups, Divergence, HealthHeatmap, trend_overlay_figure
 from flowlab.summary.health_log import HISTOGRAM_KINDS
 
 from ..runs import run_colour
@@ -75,8 +75,8 @@ class _Side:
         self.series = None              # the health series shown
         self.drawn = None               # (series key, epoch, grid, last step, statistic) of the heatmap
         self.alerts_key = None
-        self.alerts: list = []          # (kind, layer, step, message) rows of the alerts series
-        self.alert_source = ColumnDataSource(alert_groups([]), name=f"health-alerts:{name}")
+        self.alert_groups = AlertGroups()   # the alerts series' rows, one a kind on a layer
+        self.alert_source = ColumnDataSource(self.alert_groups.columns(), name=f"health-alerts:{name}")
         columns = [TableColumn(field=f, title=f, width=w, formatter=HTMLTemplateFormatter(template=WRAPPED)
                                if f == "message" else StringFormatter()) for f, w in ALERT_COLUMNS]
         self.table = DataTable(source=self.alert_source, columns=columns, index_position=None, height=table_height(1),
@@ -320,9 +320,9 @@ class HealthView(View):
             return
         key = (series.run, f"{series.tag}/alerts", "text")
         if key != side.alerts_key:
-            side.alerts_key, side.alerts = key, []
+            side.alerts_key, side.alert_groups = key, AlertGroups()
             self._seen.pop(key, None)
-            side.alert_source.data = alert_groups([])
+            side.alert_source.data = side.alert_groups.columns()
             side.counts.text = f"<b>{html.escape(series.run)}</b>: no alerts."
             side.table.visible = False
         text = self._series_of(key)
@@ -332,23 +332,21 @@ class HealthView(View):
         if not (d.reset or d.steps):
             return
         if d.reset:
-            side.alerts = []
-        for step, value in zip(d.steps, d.values):
+            side.alert_groups = AlertGroups()
+        for step, value in zip(d.steps, d.values):      # only the delta's rows join their groups
             rows = np.asarray(value, dtype=object).reshape(-1, 3) if np.size(value) % 3 == 0 else np.zeros((0, 3))
-            side.alerts += [(str(kind), str(layer), int(step), str(message)) for kind, layer, message in rows]
-        groups = alert_groups(side.alerts)
+            side.alert_groups.add((str(kind), str(layer), int(step), str(message)) for kind, layer, message in rows)
+        groups = side.alert_groups.columns()
         side.alert_source.data = groups
         height = table_height(len(groups["kind"]))
         if side.table.height != height:
             side.table.height = height
-        counts: dict[str, int] = {}
-        for kind, *_ in side.alerts:
-            counts[kind] = counts.get(kind, 0) + 1
+        counts = side.alert_groups.kind_counts()
         sampled = text.offered - len(text)         # the store keeps an even sample of a long run's alert steps
         side.counts.text = f"<b>{html.escape(series.run)}</b>: " + (", ".join(
             f"{html.escape(kind)} × {n:,}" for kind, n in sorted(counts.items())) if counts else "no alerts.") + (
             f" (in the {len(text):,} of {text.offered:,} steps with alerts kept: an even sample)" if sampled > 0 else "")
-        side.table.visible = bool(side.alerts)
+        side.table.visible = len(side.alert_groups) > 0
 
     def _series_of(self, key):
         for s in self.store.series(key[2]):

@@ -18,7 +18,7 @@ Figures, each fed from a ``HealthGrid``:
 - ``trend_overlay_figure``: one layer's trend of several runs on one figure, each in its colour.
 - ``trend_columns(grid, layer, statistic)``: one layer's statistic over steps as ``Trend`` columns, drawn by
   ``figures.trend_figure`` (min…max envelope, mean line, red bands over NaN/Inf).
-- ``AlertGroups`` / ``alert_groups``: alerts grouped by kind and layer (one row each), the newest group first.
+- ``AlertGroups``: alerts grouped by kind and layer (one row each, the newest group first) and counted by kind.
 - ``heatmap_svg``: a heatmap as static SVG, for a saved notebook's copy of ``widgets.HealthPanel``.
 """
 from __future__ import annotations
@@ -397,17 +397,19 @@ class AlertGroups:
         """The layers some alert named."""
         return {layer for _, layer in self._groups}
 
+    def kind_counts(self):
+        """``{kind: how many alerts of it}``, over every layer."""
+        counts = {}
+        for (kind, _), group in self._groups.items():
+            counts[kind] = counts.get(kind, 0) + group[2]
+        return counts
+
     def columns(self):
         rows = sorted(self._groups.items(), key=lambda item: -item[1][1])
         return {"step": [g[1] for _, g in rows],
                 "steps": [f"{g[0]:,}" if g[0] == g[1] else f"{g[0]:,} … {g[1]:,}" for _, g in rows],
                 "count": [g[2] for _, g in rows], "kind": [k for (k, _), _ in rows], "layer": [ly for (_, ly), _ in rows],
                 "message": [str(g[3]) for _, g in rows]}
-
-
-def alert_groups(alerts):
-    """``AlertGroups(alerts).columns()``: the alert table's columns, one row a kind on a layer, newest first."""
-    return AlertGroups(alerts).columns()
 
 
 def heatmap_svg(grid, statistic, width=900):

@@ -168,7 +168,6 @@ class HealthPanel(LiveView):
         self.statistic = None                  # the statistic shown first (and in the static copy)
         self.step = None                       # the latest report's step
         self.alerts = deque(maxlen=ALERTS_KEPT)    # the newest HealthAlerts, oldest first
-        self.counts = Counter()                # alerts per kind, over the whole run
         self.alert_groups = AlertGroups()      # every alert so far, one row a kind on a layer: the page's list
         self._latest = None                    # the latest report's table (terminal lines)
         self._new_alerts = []                  # alerts of a (kind, layer) not seen before, not yet printed (terminal)
@@ -207,7 +206,6 @@ class HealthPanel(LiveView):
             self.step, self._latest = report.step, report.table
             if report.alerts:
                 self.alerts.extend(report.alerts)
-                self.counts.update(a.kind for a in report.alerts)
                 self._new_alerts += self.alert_groups.add(report.alerts)
                 self._alerts_changed = True
         self._refresher.poke()
@@ -285,7 +283,7 @@ class HealthPanel(LiveView):
                 cells = None if at is None or self.mode == "terminal" else self.cells_columns(start)
                 alerts_changed, self._alerts_changed = self._alerts_changed, False
                 alerts = self.alert_groups.columns() if alerts_changed else None
-                counts = dict(self.counts)
+                counts = self.alert_groups.kind_counts()
                 new_alerts, self._new_alerts = self._new_alerts, []
                 step, latest = self.step, self._latest
             if at is None and not alerts_changed:
@@ -403,7 +401,8 @@ class HealthPanel(LiveView):
                 layer = self._default_layer()
                 svg = heatmap_svg(self._grid, self.statistic)
                 source = ColumnDataSource(self._grid.trend_columns(layer, self.statistic))
-                alerts = self._alerts_html(self.alert_groups.columns(), self.counts, ALERTS_SAVED)
+                alerts = self._alerts_html(self.alert_groups.columns(), self.alert_groups.kind_counts(),
+                                           ALERTS_SAVED)
             trend = trend_figure(source, y_label=self.statistic)
             trend.title.text = f"layer {layer}: {self.statistic}"
             trend.title.text_font_size = "9pt"
@@ -438,14 +437,20 @@ class HealthPanel(LiveView):
         super().close()
         if self.mode == "terminal":
             with self._data_lock:
-                step, latest, counts = self.step, self._latest, dict(self.counts)
+                step, latest, counts = self.step, self._latest, self.alert_groups.kind_counts()
             if latest is not None and step != self._printed_step:
                 print(self._table_line(step, latest, counts), file=self._file or sys.stdout, flush=True)
                 self._printed_step = step
+
+    @property
+    def counts(self):
+        """Alerts per kind over the whole run, as a ``Counter`` (from ``alert_groups``)."""
+        with self._data_lock:
+            return Counter(self.alert_groups.kind_counts())
 
     def __repr__(self):
         with self._data_lock:
             if self._grid is None:
                 return "HealthPanel(waiting for the first report)"
             return (f"HealthPanel({self.mode}, step={self.step}, layers={list(self._grid.layers)}, "
-                    f"alerts={dict(self.counts)})")
+                    f"alerts={self.alert_groups.kind_counts()})")
