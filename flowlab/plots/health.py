@@ -33,7 +33,7 @@ from bokeh.palettes import Viridis256
 
 from .data import StepBuckets
 from .figures import ALARM, _figure, _live_figure, compact_ticks, draw_bands, scale_ticker, value_labels
-from .static import linear_ticks, log_ticks, tick_texts
+from .static import Scale, axis_ticks, linear_ticks, tick_texts
 
 # Statistics whose values are fractions or counts get a linear colour scale; norms and magnitudes span decades (log).
 LINEAR = frozenset({"act_zero_fraction", "dead_fraction", "act_nan", "act_inf", "weight_nan", "weight_inf",
@@ -424,10 +424,7 @@ def heatmap_svg(grid, statistic, width=900):
     n_layers, n_buckets = hi.shape
     linear = statistic in LINEAR
     low, high = value_range(hi, linear)
-    to_unit = (lambda v: (v - low) / (high - low)) if linear else \
-        (lambda v: (np.log10(v) - math.log10(low)) / (math.log10(high) - math.log10(low)))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        unit = to_unit(hi)
+    unit = Scale(low, high, not linear, 0.0, 1.0)(hi)                # where in the palette; NaN: no value
     zero = (hi == 0) if not linear else np.zeros(hi.shape, bool)     # below every colour of the log scale
     shade = np.where(np.isfinite(unit), np.clip(unit * 255, 0, 255), np.where(zero, -2, -1))
     shade = np.round(shade).astype(int)
@@ -475,13 +472,10 @@ def heatmap_svg(grid, statistic, width=900):
     for k in range(cells):
         parts.append(f'<rect x="{bar:.0f}" y="{bottom - (k + 1) * rows_height / cells:.1f}" width="8" '
                      f'height="{rows_height / cells + 0.5:.1f}" fill="{Viridis256[round(k * 255 / (cells - 1))]}"/>')
-    n = max(2, min(5, int(rows_height // 18)))
-    ticks, step = linear_ticks(low, high, n) if linear else log_ticks(low, high, n)
-    for tick, label in zip(ticks, tick_texts(ticks, step)):
-        y = bottom - float(to_unit(tick)) * rows_height
-        if top - 0.5 <= y <= bottom + 0.5:
-            parts += [f'<rect x="{bar + 8:.0f}" y="{y - 0.5:.1f}" width="3" height="1" fill="#444"/>',
-                      f'<text x="{bar + 13:.0f}" y="{y + 3.5:.1f}">{label}</text>']
+    _, ys, labels = axis_ticks(Scale(low, high, not linear, bottom, top), 10, False)
+    for y, label in zip(ys, labels):
+        parts += [f'<rect x="{bar + 8:.0f}" y="{y - 0.5:.1f}" width="3" height="1" fill="#444"/>',
+                  f'<text x="{bar + 13:.0f}" y="{y + 3.5:.1f}">{label}</text>']
     scale = "linear" if linear else "log"
     parts += [f'<text x="{(left + width - right) / 2:.0f}" y="{bottom + 27:.0f}" text-anchor="middle" '
               'font-style="italic">step</text>',

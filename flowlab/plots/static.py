@@ -343,7 +343,7 @@ def _column(data, name, glyph, prop):
 
 # ------------------------------------------------------------------------------------------------------------ scales
 
-class _Scale:
+class Scale:
     """Data → px along one dimension, as BokehJS's ``LinearScale``/``LogScale`` map it: ``start`` to ``p0``, ``end``
     to ``p1``; on a log scale values ≤ 0 map to NaN (not drawn), and ends ≤ 0 are taken as 1 (as BokehJS does)."""
 
@@ -466,7 +466,7 @@ def _fits(px, labels, font_px, horizontal):
     return True
 
 
-def _axis_ticks(scale, font_px, horizontal):
+def axis_ticks(scale, font_px, horizontal):
     """``(data values, px, labels)`` of an axis's ticks: about five, fewer when their labels would overlap."""
     lo, hi = sorted((scale.start, scale.end))
     for n in (5, 4, 3, 2, 1):
@@ -724,12 +724,12 @@ def _figure_svg(plot, width, plots):
     top = max(_border(plot, "top"), title_font + 10 if title else y_font / 2 + 4)
     bottom = max(_border(plot, "bottom"), _axis_depth(xaxis, x_font, x_label_font))
     right = max(_border(plot, "right"), 10.0)
-    ys = _Scale(*data_range(plot, 1, plots=plots), _is_log(plot, 1, None), h - bottom, top)
-    y_ticks = _axis_ticks(ys, y_font, False)
+    ys = Scale(*data_range(plot, 1, plots=plots), _is_log(plot, 1, None), h - bottom, top)
+    y_ticks = axis_ticks(ys, y_font, False)
     label_width = max((len(s) for s in y_ticks[2]), default=0) * CHAR_EM * y_font
     left = max(_border(plot, "left"), _axis_depth(yaxis, label_width, y_label_font))
-    xs = _Scale(*data_range(plot, 0, plots=plots), _is_log(plot, 0, None), left, w - right)
-    x_ticks = _axis_ticks(xs, x_font, True)
+    xs = Scale(*data_range(plot, 0, plots=plots), _is_log(plot, 0, None), left, w - right)
+    x_ticks = axis_ticks(xs, x_font, True)
     frame = (left, top, max(w - right, left + 1), max(h - bottom, top + 1))
 
     clip = f"fl-clip-{html.escape(plot.id)}-{_n(w)}x{_n(h)}"
@@ -761,7 +761,7 @@ def _glyphs(plot, xs, ys, plots):
             continue
         for dim, name, default in ((0, renderer.x_range_name, xs), (1, renderer.y_range_name, ys)):
             if name != "default" and (dim, name) not in scales:
-                scales[dim, name] = _Scale(*data_range(plot, dim, name, plots), _is_log(plot, dim, name),
+                scales[dim, name] = Scale(*data_range(plot, dim, name, plots), _is_log(plot, dim, name),
                                            default.p0, default.p1)
         out.append(_glyph_svg(renderer, scales.get((0, renderer.x_range_name), xs),
                               scales.get((1, renderer.y_range_name), ys)))
