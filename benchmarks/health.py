@@ -16,10 +16,12 @@ writer has no target of its own: it is what the dashboard's Health tab costs).
     python benchmarks/health.py --net mlp --rounds 40 --steps 50
     python benchmarks/health.py --device gpu         # on CuPy (target <= 1.05x for both)
     python benchmarks/health.py --per-call --net mlp # where every=10's cost lands in its ten-call cycle
+    python benchmarks/health.py --floor              # the least any implementation pays for the statistics
 """
 
 # No `from __future__ import annotations`: flowlab reads the job's placeholder annotations at runtime.
 import argparse
+import itertools
 import os
 import statistics
 import tempfile
@@ -210,6 +212,114 @@ def diagnose(flow, net, rounds, steps):
     return 0
 
 
+class LeanStep:
+    """The seed MLP's train step in hand-written NumPy, as lean as flowlab's unwatched plan (the hidden kernel's SGD
+    step folded into its gradient product, ``runtime.blas``), and with ``stats`` the same step computing only what
+    a ``watch_health(every=1)`` report must hold, each in the cheapest form known: for both layers' outputs the sum,
+    sum of squares, largest value, non-zeros and per-unit maxima (dead units); for each variable and gradient the sum
+    of squares (the NaN/Inf counts and the plain-SGD update follow from them being finite). The hidden kernel's
+    gradient must then exist, so its product is written out and the update made by ``axpy``. No report, no alerts,
+    no delivery: any implementation of issue 12 pays at least this over the unwatched step."""
+
+    def __init__(self, batch):
+        from flowlab.runtime import blas
+        rng = np.random.default_rng(0)
+        self.blas, self.rows = blas, np.arange(batch)
+        self.x, self.y = data("mlp")
+        self.x = self.x.reshape(batch, -1)
+        self.W1 = (rng.standard_normal((784, 512)) * 0.1).astype(np.float32)
+        self.b1 = np.zeros(512, np.float32)
+        self.W2 = (rng.standard_normal((512, 10)) * 0.1).astype(np.float32)
+        self.b2 = np.zeros(10, np.float32)
+        self.G1 = np.empty_like(self.W1)
+
+    def step(self, stats):
+        x, y, rows, lr = self.x, self.y, self.rows, 0.1
+        W1, b1, W2, b2 = self.W1, self.b1, self.W2, self.b2
+        h = x @ W1
+        h += b1
+        np.maximum(h, 0, out=h)
+        z = h @ W2
+        z += b2
+        if stats:                       # before softmax overwrites the logits
+            numbers = [self._activation(h, True), self._activation(z, False)]
+        z -= z.max(axis=1, keepdims=True)
+        picked = z[rows, y]
+        p = np.exp(z, out=z)
+        s = p.sum(axis=1)
+        loss = float(np.mean(np.log(s) - picked))
+        p /= s[:, None]
+        p[rows, y] -= 1
+        p /= len(y)
+        dW2 = h.T @ p
+        db2 = p.sum(axis=0)
+        dh = p @ W2.T
+        dh *= h > 0
+        db1 = dh.sum(axis=0)
+        if stats:
+            numbers += [self._squares(a) for a in (W1, b1, W2, b2, dW2, db2, db1)]
+            np.matmul(x.T, dh, out=self.G1)
+            numbers.append(self._squares(self.G1))
+            self.blas.axpy(W1, self.G1, -lr)
+        else:
+            self.blas.gemm_accumulate(W1, x, dh, -lr, True, False)
+        b1 -= lr * db1
+        W2 -= lr * dW2
+        b2 -= lr * db2
+        return loss
+
+    @staticmethod
+    def _activation(a, nonnegative):
+        flat = a.reshape(-1)
+        magnitude = a if nonnegative else np.abs(a)
+        unit_sums = np.ones(a.shape[0], a.dtype) @ magnitude        # a unit is dead when its sum of |x| is 0
+        return (float(unit_sums.sum()), float(np.dot(flat, flat)), float(np.maximum.reduce(magnitude.reshape(-1))),
+                int(np.count_nonzero(magnitude > 0)), int(np.count_nonzero(unit_sums == 0)))
+
+    @staticmethod
+    def _squares(a):
+        flat = a.reshape(-1)
+        return float(np.dot(flat, flat))
+
+
+def floor(flow, rounds, steps):
+    """The seed MLP six ways, interleaved: ``LeanStep`` without the statistics, with them every step and every
+    10th step (the floors of ``watch_health(every=1)`` and ``every=10`` on this machine), and flowlab unwatched and
+    with ``watch_health(every=1)`` and ``(every=10)``."""
+    images, labels = data("mlp")
+    lean = LeanStep(NETS["mlp"]["batch"])
+    jobs = {name: make_job(flow, "mlp", watch, None)[0]
+            for name, watch in {"flowlab": 0, "flowlab every=1": 1, "flowlab every=10": 10}.items()}
+    calls = itertools.count()
+    cases = {"lean NumPy": lambda: lean.step(False), "lean NumPy + statistics": lambda: lean.step(True),
+             "lean + statistics every 10th": lambda: lean.step(next(calls) % 10 == 0),
+             **{name: (lambda job=job: job(images, labels)) for name, job in jobs.items()}}
+    for case in cases.values():
+        for _ in range(20):
+            case()
+    flow.sync_default_session()
+    times = {name: [] for name in cases}
+    names = list(cases)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            time.sleep(0.2)
+            cases[name]()
+            start = time.perf_counter()
+            for _ in range(steps):
+                cases[name]()
+            flow.sync_default_session()
+            times[name].append((time.perf_counter() - start) / steps * 1e6)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    print(f"{NETS['mlp']['describe']}; {rounds} rounds x {steps} steps, medians")
+    for base, watched in (("lean NumPy", ("lean NumPy + statistics", "lean + statistics every 10th")),
+                          ("flowlab", ("flowlab every=1", "flowlab every=10"))):
+        print(f"  {base:29s} {medians[base]:7.0f} µs/step")
+        for name in watched:
+            print(f"  {name:29s} {medians[name]:7.0f} µs/step  {medians[name] / medians[base]:.3f}x  "
+                  f"(+{medians[name] - medians[base]:.0f} µs)")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--net", choices=["mlp", "conv", "all"], default="all")
@@ -224,6 +334,9 @@ def main():
     parser.add_argument("--per-call", action="store_true",
                         help="instead: median cost of each call of a ten-call cycle over the unwatched call (where "
                              "every=10's cost lands)")
+    parser.add_argument("--floor", action="store_true",
+                        help="instead: a lean hand-written NumPy step without and with only the statistics a report "
+                             "needs (the least any implementation pays), beside flowlab's unwatched and every=1 jobs")
     args = parser.parse_args()
 
     os.environ["FLOWLAB_DEVICE"] = args.device  # before flowlab picks its backend
@@ -234,6 +347,8 @@ def main():
         return profile(flow, "mlp" if args.net == "all" else args.net, args.profile)
     if args.per_call:
         return per_call(flow, "mlp" if args.net == "all" else args.net, args.rounds, args.steps)
+    if args.floor:
+        return floor(flow, args.rounds, args.steps)
     if args.diagnose:
         return diagnose(flow, "mlp" if args.net == "all" else args.net, args.rounds, args.steps)
     ok = True
