@@ -93,6 +93,7 @@ STATISTICS = {
     "update_ratio": "norm of this step's update / weight norm (healthy near 1e-3)",
 }
 ACTIVATION_STATISTICS = tuple(STATISTICS)[:7]
+_COUNTS = ("act_nan", "act_inf", "weight_nan", "weight_inf", "grad_nan", "grad_inf")
 
 
 class HealthAlert(NamedTuple):
@@ -471,7 +472,10 @@ class _Monitor:
             return None                        # the call failed before every tensor was made: no report
         # plain floats: the table, the alerts and the search for NaN read each number once or twice
         host = {key: (v if type(v) is np.ndarray else _host(v)).tolist() for key, v in vectors.items()}
-        report = HealthReport(step, self._table(host, step), loss, self._first_nonfinite(host),
+        table = self._table(host, step)
+        # the search in run order only when some count says NaN/Inf (a finite call: every count 0)
+        clean = not any(row.get(count) for row in table.values() for count in _COUNTS)
+        report = HealthReport(step, table, loss, None if clean else self._first_nonfinite(host),
                               histograms=samples and self._histograms(samples))
         report.alerts = health_alerts(self.history, report, self.request.thresholds, self.relu_layers)
         self.history.append(report)
@@ -481,6 +485,7 @@ class _Monitor:
     def _table(self, host, step):
         table = {}
         variables = session.default().variables
+        scales = {}                             # the plain-SGD step's factor, once per schedule (most jobs: one)
         for layer in self.layers:
             activation = host.get(("act", layer.name))
             row = {} if activation is None else dict(zip(ACTIVATION_STATISTICS, activation))
@@ -496,7 +501,10 @@ class _Monitor:
                 g2, gn, gi = g2 + gsq, gn + nan, gi + inf
                 if p.name in self.plain_sgd:
                     attrs = p.update.attrs
-                    scale = attrs["schedule"](step) * attrs["grad_scale"]
+                    key = (id(attrs["schedule"]), attrs["grad_scale"])
+                    scale = scales.get(key)
+                    if scale is None:
+                        scale = scales[key] = attrs["schedule"](step) * attrs["grad_scale"]
                     u2 += scale * scale * gsq
                 elif self.host_side:            # the kept copy is the joined whole, on the host
                     now = _host(variables[p.name].value)
