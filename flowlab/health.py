@@ -93,7 +93,7 @@ STATISTICS = {
     "update_ratio": "norm of this step's update / weight norm (healthy near 1e-3)",
 }
 ACTIVATION_STATISTICS = tuple(STATISTICS)[:7]
-_COUNTS = ("act_nan", "act_inf", "weight_nan", "weight_inf", "grad_nan", "grad_inf")
+COUNT_STATISTICS = tuple(s for s in STATISTICS if s.endswith(("_nan", "_inf")))
 
 
 class HealthAlert(NamedTuple):
@@ -473,9 +473,7 @@ class _Monitor:
         # plain floats: the table, the alerts and the search for NaN read each number once or twice
         host = {key: (v if type(v) is np.ndarray else _host(v)).tolist() for key, v in vectors.items()}
         table = self._table(host, step)
-        # the search in run order only when some count says NaN/Inf (a finite call: every count 0)
-        clean = not any(row.get(count) for row in table.values() for count in _COUNTS)
-        report = HealthReport(step, table, loss, None if clean else self._first_nonfinite(host),
+        report = HealthReport(step, table, loss, self._first_nonfinite(host, table),
                               histograms=samples and self._histograms(samples))
         report.alerts = health_alerts(self.history, report, self.request.thresholds, self.relu_layers)
         self.history.append(report)
@@ -530,7 +528,11 @@ class _Monitor:
             out[layer.name] = kinds
         return out
 
-    def _first_nonfinite(self, host):
+    def _first_nonfinite(self, host, table):
+        """The first watched op, in run order, whose tensor held NaN/Inf; searched only when some count of the
+        ``table`` (made from the same vectors) says there is one."""
+        if not any(row.get(count) for row in table.values() for count in COUNT_STATISTICS):
+            return None
         for key, node, layer, what in self.order:
             v = host[key]
             nan, inf = v[-2], v[-1]
