@@ -216,7 +216,7 @@ class LeanStep:
     """The seed MLP's train step in hand-written NumPy, as lean as flowlab's unwatched plan (the hidden kernel's SGD
     step folded into its gradient product, ``runtime.blas``), and with ``stats`` the same step computing only what
     a ``watch_health(every=1)`` report must hold, each in the cheapest form known: for both layers' outputs the sum,
-    sum of squares, largest value, non-zeros and per-unit maxima (dead units); for each variable and gradient the sum
+    sum of squares, largest value, non-zeros and per-unit sums of ``|x|`` (dead units); for each variable and gradient the sum
     of squares (the NaN/Inf counts and the plain-SGD update follow from them being finite). The hidden kernel's
     gradient must then exist, so its product is written out and the update made by ``axpy``. No report, no alerts,
     no delivery: any implementation of issue 12 pays at least this over the unwatched step."""
@@ -336,7 +336,7 @@ def main():
                              "every=10's cost lands)")
     parser.add_argument("--floor", action="store_true",
                         help="instead: a lean hand-written NumPy step without and with only the statistics a report "
-                             "needs (the least any implementation pays), beside flowlab's unwatched and every=1 jobs")
+                             "needs (the least any implementation pays), beside flowlab's unwatched, every=1 and every=10 jobs")
     args = parser.parse_args()
 
     os.environ["FLOWLAB_DEVICE"] = args.device  # before flowlab picks its backend
