@@ -131,9 +131,6 @@ class HealthReport:
 
 # ------------------------------------------------------------------------------------------------ statistics
 
-NONNEGATIVE_OPS = frozenset({"Relu", "Sigmoid", "Softmax"})   # a layer ending in one of these outputs x >= 0
-
-
 HISTOGRAM_BINS = 30
 
 
@@ -210,7 +207,7 @@ def find_layers(graph):
         if owner is None:
             continue
         owner.output = node.outputs[0]
-        owner.nonnegative = node.op.__name__ in NONNEGATIVE_OPS
+        owner.nonnegative = node.op.is_nonnegative(node)
         owner.position = min(owner.position, i)
         if node.attrs.get("data_format") == "NHWC":
             owner.unit_axis = -1
@@ -225,8 +222,7 @@ def _kernel(layer):
 
 def _plain_sgd(update):
     """The update node is SGD without momentum or clipping: its step is ``lr * grad_scale * gradient``."""
-    return update is not None and update.op.__name__ == "SGDUpdate" and not update.attrs.get("momentum") and \
-        not update.attrs.get("clipped")
+    return update is not None and update.op.is_plain_step(update)
 
 
 # ------------------------------------------------------------------------------------------------ the monitor

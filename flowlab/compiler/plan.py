@@ -137,7 +137,7 @@ class Plan:
             target = f"{outs} = " if node.outputs else ""
             op = node.op
             comment = f"  # {node.name} ({op.__name__})"
-            if op.__name__ == "Input":
+            if op.is_placeholder:
                 lines.append(f"    {outs} = feeds[{placeholder_index[node.outputs[0].id]}]{comment}")
                 if self.check_anomaly and node.outputs[0].dtype.kind == "f":
                     ns[f"n{i}"] = node
@@ -146,7 +146,7 @@ class Plan:
                 ns[f"v{i}"] = variables[node.attrs["var"]]
                 self._variables_read.append(ns[f"v{i}"])
                 lines.append(f"    {outs} = v{i}.value{comment}")
-            elif op.__name__ == "Constant":
+            elif op.is_constant:
                 ns[f"c{i}"] = self.backend.asarray(node.attrs["value"])
                 lines.append(f"    {outs} = c{i}{comment}")
             else:
@@ -154,13 +154,13 @@ class Plan:
                 args = ["xp"] + [f"t{t.id}" for t in node.inputs]
                 if node.outputs and node.outputs[0].id in self.buffer_of and op.supports_out:
                     args.append(f"out=B[{self.buffer_of[node.outputs[0].id]}]")
-                if getattr(op, "random", False):
+                if op.random:
                     args.append("rng=RNG")
                 if op.donates and not self.check_anomaly and all(
                         node.inputs[p].id in self.buffer_of and self._last_use[node.inputs[p].id] == i
                         for p in op.donates):
                     args.append("writable=True")     # its scratch inputs die here: it may overwrite them
-                if hasattr(op, "host_args"):
+                if op.host_args is not None:
                     ns[f"h{i}"] = functools.partial(op.host_args, node)
                     self._hooks.append(ns[f"h{i}"])
                     args.append(f"**h{i}(step)")
@@ -208,7 +208,7 @@ class Plan:
         if self.check_anomaly or self.replica is not None:
             return "anomaly detection or several devices: runs eagerly"
         for node in self.nodes:
-            if getattr(node.op, "random", False):
+            if node.op.random:
                 return f"{node.name} draws random numbers: runs eagerly"
             if node.op.side_effect and not node.op.updates_variable:
                 return f"{node.name} works on the host: runs eagerly"
@@ -308,7 +308,7 @@ def anomaly_report(graph, node, tensor_id, value, inputs, xp):
     forward = node.name.split("/")[0][len("System-AutoGrad-"):] if node.name.startswith("System-AutoGrad-") else None
     lines = [f"job {graph.name}: op {node.name} ({node.op.__name__}) produced {nan} NaN and {inf} Inf in {what} "
              f"(at {node.source}{', gradient of op ' + forward if forward else ''})", "inputs:"]
-    if node.op.__name__ == "Input":
+    if node.op.is_placeholder:
         lines[0] = f"job {graph.name}: argument {tensor.logical_blob_name} fed {nan} NaN and {inf} Inf"
         lines.pop()
     for t, array in zip(node.inputs, inputs):

@@ -11,8 +11,13 @@ An op class is never instantiated; a graph node stores the class and the op's st
 - Elementwise ops give ``c_expr``, a C expression over ``{0}``, ``{1}`` … used to fuse chains into one CuPy kernel.
 - Ops whose kernel is a BLAS matrix product give ``gemm_macs(node)``, its size, so a plan of small products can run
   BLAS on one thread.
+
+Everything the compiler, the devices and health need to know about an op is a *trait* declared on its class (below,
+with its default), never a test of the class's name: adding an op touches its own module only.
 """
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -51,9 +56,44 @@ class Op:
     side_effect = False     # kept by the compiler although nothing reads it
     updates_variable = False  # changes its first input (a variable) in place: optimizer updates
     observes = False        # reads input 0 as this call made it (watch statistics): runs right after its producer
+    is_placeholder = False  # a job argument: the plan reads it from the call's feeds, it has no kernel
+    is_constant = False     # attrs["value"] is its output: moved to the device once, when the plan is compiled
+    batch_source = False    # its output is a whole batch (an argument, a data reader): split over devices
+    random = False          # forward takes ``rng=``, the plan's random generator (not replayable as a CUDA graph)
+    nonnegative = False     # every output element is >= 0 (relu, sigmoid, softmax): health's dead-unit test
+    reduction: str | None = None   # "sum" / "mean" / "max": reduces attrs["axes"] (how device pieces join)
     c_expr: str | None = None
     vjp = None              # ops without a vjp are not differentiable (integer ops, gradient ops)
     gemm_macs = None        # ops that call BLAS: (node) -> multiply-adds of their matrix product (see plan.py)
+    host_args = None        # (node, step) -> extra keyword arguments computed on the host each call (schedules)
+
+    @classmethod
+    def is_nonnegative(cls, node) -> bool:
+        """Whether ``node``'s output is never negative (ops whose sign depends on their attrs override this)."""
+        return cls.nonnegative
+
+    @staticmethod
+    def is_plain_step(node) -> bool:
+        """For updates: whether the step is exactly ``lr * grad_scale * gradient`` (plain SGD), which health reads
+        back from the variable's change and the compiler may fold into the product that makes the gradient."""
+        return False
+
+    @staticmethod
+    def partial_join(node, kinds, kind):
+        """How devices join this op's output when an input is a per-device reduction of ``kind`` ("sum", "mean",
+        "max", "min") and every other input is that too or the same on all devices (``kinds``): that kind if the op
+        commutes with the join, else None (see ``runtime.devices.join_kinds``). Most ops do not commute."""
+        return None
+
+    @staticmethod
+    def split_join(node, kinds):
+        """How devices join this op's output when no input is a per-device reduction: ``"split"`` when the batch
+        axis stays in front of the output (dense layers, activations, per-example losses), else None."""
+        out = node.outputs[0] if node.outputs else None
+        split = [t for t, k in zip(node.inputs, kinds) if k == "split"]
+        if out is not None and out.ndim and all(t.ndim and t.shape[0] == out.shape[0] for t in split):
+            return "split"
+        return None
 
     @staticmethod
     def infer(*inputs, **attrs):
@@ -62,6 +102,31 @@ class Op:
     @staticmethod
     def forward(xp, *arrays, **attrs):
         raise TypeError("op classes define forward")
+
+
+def ufunc_op(base, name, api, ufunc, c_expr, vjp=None, prefix=None, **traits):
+    """Declare an elementwise op whose kernel is the ufunc ``xp.<ufunc>(*inputs, out=out)`` in one statement, its
+    gradient beside it (autograd's ``defvjp``): ``Exp = ufunc_op(_FloatUnary, "Exp", "flow.math.exp", "exp",
+    "exp({0})", vjp=lambda node, dy: (multiply(dy, node.output),))``. ``base`` gives the shape rule; ``traits``
+    set any other class attribute (``nonnegative=True``, ``partial_join=...``)."""
+    def forward(xp, *arrays, out=None):
+        return getattr(xp, ufunc)(*arrays, out=out)
+
+    members = {"prefix": prefix or f"{name}_", "api": api, "c_expr": c_expr, "forward": staticmethod(forward),
+               "__doc__": f"``{api}``: elementwise ``{ufunc}``.", "__module__": sys._getframe(1).f_globals["__name__"]}
+    if vjp is not None:
+        members["vjp"] = staticmethod(vjp)
+    members.update({k: staticmethod(v) if callable(v) and not isinstance(v, staticmethod) else v
+                    for k, v in traits.items()})
+    return type(name, (base,), members)
+
+
+def keeps_partials(*kinds):
+    """A ``partial_join`` for ops through which those per-device reductions pass unchanged (``identity``: all
+    four; ``negative``: sums and means)."""
+    def partial_join(node, input_kinds, kind):
+        return kind if kind in kinds else None
+    return staticmethod(partial_join)
 
 
 def apply(op: type[Op], inputs, name=None, **attrs):

@@ -5,12 +5,13 @@ import numpy as np
 
 from .. import graph as g
 from ..errors import ShapeError
-from . import Op, apply, as_tensor, normalize_axis, same_dtype, shape_error, spec
+from . import Op, apply, as_tensor, keeps_partials, normalize_axis, same_dtype, shape_error, spec
 
 
 class Input(Op):
     """A job argument. The executor feeds it; it has no kernel."""
     prefix, api = "Input_", "placeholder"
+    is_placeholder = batch_source = True
 
     @staticmethod
     def infer(shape, dtype):
@@ -19,6 +20,7 @@ class Input(Op):
 
 class Constant(Op):
     prefix, api = "Constant_", "flow.constant"
+    is_constant = True
 
     @staticmethod
     def infer(value):
@@ -43,6 +45,7 @@ def constant(value, dtype=None, shape=None, name=None):
 class Identity(Op):
     prefix, api = "Identity_", "flow.identity"
     is_view = True
+    partial_join = keeps_partials("sum", "mean", "max", "min")
 
     @staticmethod
     def infer(x):
@@ -115,6 +118,10 @@ class Transpose(Op):
     @staticmethod
     def forward(xp, x, perm):
         return xp.transpose(x, perm)
+
+    @staticmethod
+    def split_join(node, kinds):
+        return "split" if node.attrs["perm"][0] == 0 else None
 
     @staticmethod
     def vjp(node, dy):
@@ -224,6 +231,7 @@ def slice_axis(x, axis, start, stop, name=None):
 
 class Cast(Op):
     prefix, api = "Cast_", "flow.cast"
+    partial_join = keeps_partials("sum", "mean", "max", "min")
 
     @staticmethod
     def infer(x, dtype):

@@ -6,7 +6,7 @@ import numpy as np
 from .. import graph as g
 from ..errors import ShapeError
 from ..runtime import cublas
-from . import Op, apply, as_tensor, normalize_axes, same_dtype, shape_error, spec
+from . import Op, apply, as_tensor, keeps_partials, normalize_axes, same_dtype, shape_error, spec, ufunc_op
 from .array import reshape as _reshape
 
 
@@ -106,91 +106,62 @@ class _Binary(Op):
         return spec(_broadcast(x, y), x.dtype)
 
 
-class Add(_Binary):
-    prefix, api, c_expr = "Add_", "flow.math.add", "({0} + {1})"
-
-    @staticmethod
-    def forward(xp, x, y, out=None):
-        return xp.add(x, y, out=out)
-
-    @staticmethod
-    def vjp(node, dy):
-        x, y = node.inputs
-        return sum_to_shape(dy, x.shape), sum_to_shape(dy, y.shape)
-
-
-class Subtract(_Binary):
-    prefix, api, c_expr = "Sub_", "flow.math.subtract", "({0} - {1})"
-
-    @staticmethod
-    def forward(xp, x, y, out=None):
-        return xp.subtract(x, y, out=out)
-
-    @staticmethod
-    def vjp(node, dy):
-        x, y = node.inputs
-        return sum_to_shape(dy, x.shape), sum_to_shape(negative(dy), y.shape)
-
-
-class Multiply(_Binary):
-    prefix, api, c_expr = "Mul_", "flow.math.multiply", "({0} * {1})"
-
-    @staticmethod
-    def forward(xp, x, y, out=None):
-        return xp.multiply(x, y, out=out)
-
-    @staticmethod
-    def vjp(node, dy):
-        x, y = node.inputs
-        return sum_to_shape(multiply(dy, y), x.shape), sum_to_shape(multiply(dy, x), y.shape)
-
-
-class Divide(_Binary):
-    prefix, api, c_expr = "Div_", "flow.math.divide", "({0} / {1})"
-
+class _FloatBinary(_Binary):
     @staticmethod
     def infer(x, y):
         same_dtype(None, x, y)
-        _float_only(x)   # NumPy's true division of integers gives floats, not the declared integer dtype
+        _float_only(x)
         return spec(_broadcast(x, y), x.dtype)
 
-    @staticmethod
-    def forward(xp, x, y, out=None):
-        return xp.divide(x, y, out=out)
 
-    @staticmethod
+def _sum_or_difference_join(node, kinds, kind):
+    """A mean plus (or minus) a constant or another mean is the mean of the per-device results; a sum only with
+    sums (every device would add the constant)."""
+    return kind if kind == "mean" or all(k == "sum" for k in kinds) else None
+
+
+def _product_join(node, kinds, kind):
+    """A sum or mean times a value the same on every device is the sum or mean of the scaled pieces."""
+    return kind if kind in ("sum", "mean") and "broadcast" in kinds else None
+
+
+def _quotient_join(node, kinds, kind):
+    """A sum or mean over a value the same on every device, likewise."""
+    return kind if kind in ("sum", "mean") and kinds[1] == "broadcast" else None
+
+
+Add = ufunc_op(_Binary, "Add", "flow.math.add", "add", "({0} + {1})", partial_join=_sum_or_difference_join,
+               vjp=lambda node, dy: tuple(sum_to_shape(dy, x.shape) for x in node.inputs))
+Subtract = ufunc_op(_Binary, "Subtract", "flow.math.subtract", "subtract", "({0} - {1})", prefix="Sub_",
+                    partial_join=_sum_or_difference_join,
+                    vjp=lambda node, dy: (sum_to_shape(dy, node.inputs[0].shape),
+                                          sum_to_shape(negative(dy), node.inputs[1].shape)))
+Multiply = ufunc_op(_Binary, "Multiply", "flow.math.multiply", "multiply", "({0} * {1})", prefix="Mul_",
+                    partial_join=_product_join,
+                    vjp=lambda node, dy: (sum_to_shape(multiply(dy, node.inputs[1]), node.inputs[0].shape),
+                                          sum_to_shape(multiply(dy, node.inputs[0]), node.inputs[1].shape)))
+
+
+def _divide_vjp(node, dy):
+    x, y = node.inputs
+    return sum_to_shape(divide(dy, y), x.shape), sum_to_shape(negative(divide(multiply(dy, node.output), y)), y.shape)
+
+
+def _select_vjp(first_wins):
+    """Gradient of max (``first_wins`` on ``x >= y``) or min (on ``y >= x``): to the winner, x on ties."""
     def vjp(node, dy):
         x, y = node.inputs
-        z = node.output
-        return sum_to_shape(divide(dy, y), x.shape), sum_to_shape(negative(divide(multiply(dy, z), y)), y.shape)
+        a, b = (x, y) if first_wins else (y, x)
+        return (sum_to_shape(apply(SelectGrad, (a, b, dy), pick_first=True), x.shape),
+                sum_to_shape(apply(SelectGrad, (a, b, dy), pick_first=False), y.shape))
+    return vjp
 
 
-class Maximum(_Binary):
-    prefix, api, c_expr = "Maximum_", "flow.math.maximum", "max({0}, {1})"
-
-    @staticmethod
-    def forward(xp, x, y, out=None):
-        return xp.maximum(x, y, out=out)
-
-    @staticmethod
-    def vjp(node, dy):
-        x, y = node.inputs
-        return (sum_to_shape(apply(SelectGrad, (x, y, dy), pick_first=True), x.shape),
-                sum_to_shape(apply(SelectGrad, (x, y, dy), pick_first=False), y.shape))
-
-
-class Minimum(_Binary):
-    prefix, api, c_expr = "Minimum_", "flow.math.minimum", "min({0}, {1})"
-
-    @staticmethod
-    def forward(xp, x, y, out=None):
-        return xp.minimum(x, y, out=out)
-
-    @staticmethod
-    def vjp(node, dy):
-        x, y = node.inputs
-        return (sum_to_shape(apply(SelectGrad, (y, x, dy), pick_first=True), x.shape),
-                sum_to_shape(apply(SelectGrad, (y, x, dy), pick_first=False), y.shape))
+# NumPy's true division of integers gives floats, not the declared integer dtype: floating inputs only
+Divide = ufunc_op(_FloatBinary, "Divide", "flow.math.divide", "divide", "({0} / {1})", prefix="Div_",
+                  partial_join=_quotient_join, vjp=_divide_vjp)
+Maximum = ufunc_op(_Binary, "Maximum", "flow.math.maximum", "maximum", "max({0}, {1})", vjp=_select_vjp(True))
+Minimum = ufunc_op(_Binary, "Minimum", "flow.math.minimum", "minimum", "min({0}, {1})", vjp=_select_vjp(False))
 
 
 class SelectGrad(Op):
@@ -254,88 +225,26 @@ class _FloatUnary(_Unary):
         return spec(x.shape, x.dtype)
 
 
-class Negative(_Unary):
-    prefix, api, c_expr = "Negative_", "flow.math.negative", "(-{0})"
-
-    @staticmethod
-    def forward(xp, x, out=None):
-        return xp.negative(x, out=out)
-
-    @staticmethod
-    def vjp(node, dy):
-        return (negative(dy),)
-
-
-class Exp(_FloatUnary):
-    prefix, api, c_expr = "Exp_", "flow.math.exp", "exp({0})"
-
-    @staticmethod
-    def forward(xp, x, out=None):
-        return xp.exp(x, out=out)
-
-    @staticmethod
-    def vjp(node, dy):
-        return (multiply(dy, node.output),)
-
-
-class Log(_FloatUnary):
-    prefix, api, c_expr = "Log_", "flow.math.log", "log({0})"
-
-    @staticmethod
-    def forward(xp, x, out=None):
-        return xp.log(x, out=out)
-
-    @staticmethod
-    def vjp(node, dy):
-        return (divide(dy, node.inputs[0]),)
-
-
-class Sqrt(_FloatUnary):
-    prefix, api, c_expr = "Sqrt_", "flow.math.sqrt", "sqrt({0})"
-
-    @staticmethod
-    def forward(xp, x, out=None):
-        return xp.sqrt(x, out=out)
-
-    @staticmethod
-    def vjp(node, dy):
-        return (divide(multiply(dy, 0.5), node.output),)
-
-
-class Square(_Unary):
-    prefix, api, c_expr = "Square_", "flow.math.square", "({0} * {0})"
-
-    @staticmethod
-    def forward(xp, x, out=None):
-        return xp.multiply(x, x, out=out)
-
-    @staticmethod
-    def vjp(node, dy):
-        return (multiply(dy, multiply(node.inputs[0], 2.0)),)
-
-
-class Abs(_Unary):
-    prefix, api, c_expr = "Abs_", "flow.math.abs", "abs({0})"
-
-    @staticmethod
-    def forward(xp, x, out=None):
-        return xp.abs(x, out=out)
-
-    @staticmethod
-    def vjp(node, dy):
-        return (multiply(dy, apply(Sign, (node.inputs[0],))),)
-
-
-class Sign(_Unary):
-    prefix, api, c_expr = "Sign_", "flow.math.sign", "(({0} > 0) - ({0} < 0))"
-
-    @staticmethod
-    def forward(xp, x, out=None):
-        return xp.sign(x, out=out)
+Negative = ufunc_op(_Unary, "Negative", "flow.math.negative", "negative", "(-{0})",
+                    partial_join=keeps_partials("sum", "mean"), vjp=lambda node, dy: (negative(dy),))
+Exp = ufunc_op(_FloatUnary, "Exp", "flow.math.exp", "exp", "exp({0})", nonnegative=True,
+               vjp=lambda node, dy: (multiply(dy, node.output),))
+Log = ufunc_op(_FloatUnary, "Log", "flow.math.log", "log", "log({0})",
+               vjp=lambda node, dy: (divide(dy, node.inputs[0]),))
+Sqrt = ufunc_op(_FloatUnary, "Sqrt", "flow.math.sqrt", "sqrt", "sqrt({0})", nonnegative=True,
+                vjp=lambda node, dy: (divide(multiply(dy, 0.5), node.output),))
+Square = ufunc_op(_Unary, "Square", "flow.math.square", "square", "({0} * {0})",
+                  vjp=lambda node, dy: (multiply(dy, multiply(node.inputs[0], 2.0)),))
+Abs = ufunc_op(_Unary, "Abs", "flow.math.abs", "abs", "abs({0})", nonnegative=True,
+               vjp=lambda node, dy: (multiply(dy, apply(Sign, (node.inputs[0],))),))
+Sign = ufunc_op(_Unary, "Sign", "flow.math.sign", "sign", "(({0} > 0) - ({0} < 0))")
+Tanh = ufunc_op(_FloatUnary, "Tanh", "flow.math.tanh", "tanh", "tanh({0})",
+                vjp=lambda node, dy: (apply(TanhGrad, (node.output, dy)),))
 
 
 class Sigmoid(_FloatUnary):
     prefix, api = "Sigmoid_", "flow.math.sigmoid"
+    nonnegative = True
     # exp of the non-positive side only: exp(-x) overflows for x < -709 in float64 (0 instead of a tiny value)
     c_expr = "({0} >= (T)0 ? (T)1 / ((T)1 + exp(-{0})) : exp({0}) / ((T)1 + exp({0})))"
 
@@ -368,18 +277,6 @@ class SigmoidGrad(OutputGrad):
         out = xp.subtract(1, y, out=out)
         xp.multiply(out, y, out=out)
         return xp.multiply(out, dy, out=out)
-
-
-class Tanh(_FloatUnary):
-    prefix, api, c_expr = "Tanh_", "flow.math.tanh", "tanh({0})"
-
-    @staticmethod
-    def forward(xp, x, out=None):
-        return xp.tanh(x, out=out)
-
-    @staticmethod
-    def vjp(node, dy):
-        return (apply(TanhGrad, (node.output, dy)),)
 
 
 class TanhGrad(OutputGrad):
@@ -451,6 +348,11 @@ class _Reduce(Op):
     supports_out = True
 
     @staticmethod
+    def split_join(node, kinds):
+        """Over the batch axis: a per-device reduction of the op's kind; over other axes the batch stays split."""
+        return node.op.reduction if 0 in node.attrs["axes"] else "split"
+
+    @staticmethod
     def infer(x, axes, keepdims):
         shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keepdims else \
             [d for i, d in enumerate(x.shape) if i not in axes]
@@ -462,7 +364,7 @@ def _keep_shape(x_shape, axes):
 
 
 class ReduceSum(_Reduce):
-    prefix, api = "ReduceSum_", "flow.math.reduce_sum"
+    prefix, api, reduction = "ReduceSum_", "flow.math.reduce_sum", "sum"
 
     @staticmethod
     def forward(xp, x, axes, keepdims, out=None):
@@ -504,7 +406,7 @@ def _cupy_leading_sum(cupy, x, lead, keepdims, out):
 
 
 class ReduceMean(_Reduce):
-    prefix, api = "ReduceMean_", "flow.math.reduce_mean"
+    prefix, api, reduction = "ReduceMean_", "flow.math.reduce_mean", "mean"
 
     @staticmethod
     def infer(x, axes, keepdims):
@@ -524,7 +426,7 @@ class ReduceMean(_Reduce):
 
 
 class ReduceMax(_Reduce):
-    prefix, api = "ReduceMax_", "flow.math.reduce_max"
+    prefix, api, reduction = "ReduceMax_", "flow.math.reduce_max", "max"
 
     @staticmethod
     def forward(xp, x, axes, keepdims, out=None):
@@ -576,6 +478,11 @@ reduce_max = _reduce(ReduceMax)
 class MatMul(Op):
     prefix, api = "Matmul_", "flow.matmul"
     supports_out = True
+
+    @staticmethod
+    def split_join(node, kinds):
+        """``aᵀ b`` sums over the batch rows of ``a``: a partial sum flowlab does not track."""
+        return None if node.attrs["transpose_a"] else Op.split_join(node, kinds)
 
     @staticmethod
     def infer(a, b, transpose_a, transpose_b, alpha):

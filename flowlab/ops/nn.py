@@ -15,6 +15,7 @@ class Relu(Op):
     prefix, api, c_expr = "Relu_", "flow.nn.relu", "max({0}, (T)0)"
     supports_out = True
     inplace = True
+    nonnegative = True
 
     @staticmethod
     def infer(x):
@@ -99,6 +100,7 @@ def _softmax(xp, x, axis):
 
 class Softmax(Op):
     prefix, api = "Softmax_", "flow.nn.softmax"
+    nonnegative = True
 
     @staticmethod
     def infer(x, axis):

@@ -81,6 +81,10 @@ class SGDUpdate(_Update):
     prefix, api = "SGDUpdate_", "SGD.minimize"
 
     @staticmethod
+    def is_plain_step(node):
+        return not node.attrs["momentum"] and not node.attrs["clipped"]
+
+    @staticmethod
     def forward(xp, w, grad, *rest, momentum, clipped, grad_scale, schedule, lr, writable=False):
         scale = (rest[0] * grad_scale if clipped else grad_scale) * lr      # one pass over the gradient
         if _blas_pass(xp, w, grad):

@@ -102,49 +102,23 @@ def join(pieces, kind, view):
     return DeviceValues([whole], whole)
 
 
-_REDUCTIONS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max"}
 _PARTIAL = ("sum", "mean", "max", "min")
 
 
-def _partial_rule(node, kinds):
-    """Kind of an op's output when an input is a partial (per-device) reduction: only ops that commute with the
-    join keep it (a mean plus a constant is still the mean of the per-device values plus that constant)."""
-    name = node.op.__name__
-    kind = next(k for k in kinds if k in _PARTIAL)
-    if any(k not in (kind, "broadcast") for k in kinds):
-        return None
-    if name in ("Identity", "Cast") or (name == "Negative" and kind in ("sum", "mean")):
-        return kind
-    if name in ("Add", "Subtract") and (kind == "mean" or all(k == "sum" for k in kinds)):
-        return kind
-    if kind in ("sum", "mean") and (name == "Multiply" and "broadcast" in kinds or
-                                    name == "Divide" and kinds[1] == "broadcast"):
-        return kind
-    return None
-
-
 def _rule(node, kinds):
-    """How the per-device values of ``node``'s outputs make its logical value (see ``join_kinds``)."""
-    op, name = node.op, node.op.__name__
-    if name == "Input":
+    """How the per-device values of ``node``'s outputs make its logical value (see ``join_kinds``); each op says
+    it through its traits (``flowlab.ops.Op``: ``batch_source``, ``partial_join``, ``split_join``)."""
+    op = node.op
+    if op.batch_source:
         return "split"
     if not node.inputs or all(k == "broadcast" for k in kinds):
         return "broadcast"
     if None in kinds:
         return None
-    if any(k in _PARTIAL for k in kinds):
-        return _partial_rule(node, kinds)
-    if name in _REDUCTIONS and kinds[0] == "split":
-        return _REDUCTIONS[name] if 0 in node.attrs["axes"] else "split"
-    if name == "Transpose":
-        return "split" if node.attrs["perm"][0] == 0 else None
-    if name == "MatMul" and node.attrs["transpose_a"]:
-        return None
-    out = node.outputs[0] if node.outputs else None
-    split = [t for t, k in zip(node.inputs, kinds) if k == "split"]
-    if out is not None and out.ndim and all(t.ndim and t.shape[0] == out.shape[0] for t in split):
-        return "split"      # the batch axis stays in front (dense layers, activations, per-example losses)
-    return None
+    partial = next((k for k in kinds if k in _PARTIAL), None)
+    if partial is not None:     # joins through the op only if every other input is the same on all devices
+        return op.partial_join(node, kinds, partial) if all(k in (partial, "broadcast") for k in kinds) else None
+    return op.split_join(node, kinds)
 
 
 def join_kinds(graph):

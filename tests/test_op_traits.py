@@ -1,0 +1,172 @@
+"""Adding an op touches its own module only: the compiler, the devices and health learn what they need from the
+traits an op class declares (``flowlab.ops.Op``), never from its name. These tests declare new ops here, outside
+flowlab, and check that each part of flowlab treats them by their traits."""
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.errors import ShapeError
+from flowlab.health import find_layers
+from flowlab.ops import Op, apply, spec, ufunc_op
+from flowlab.ops.math import _FloatUnary, _Unary, multiply
+from flowlab.runtime.devices import join_kinds
+
+ROOT = pathlib.Path(flow.__file__).parent
+
+
+def test_no_part_of_flowlab_dispatches_on_an_op_class_name():
+    pattern = re.compile(r"op\.__name__\s*(==|!=|in\b)|__name__\s+in\s+\w*OPS|\"(Input|Constant|SGDUpdate|Relu)\"\s*[:,)]")
+    offenders = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+                 for path in ROOT.rglob("*.py") if "dashboard" not in path.parts
+                 for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert offenders == []
+
+
+class Softplus(Op):
+    """log(1 + exp(x)): positive, and no op flowlab knows by name."""
+    prefix, api = "Softplus_", "test.softplus"
+    nonnegative = True
+
+    @staticmethod
+    def infer(x):
+        return spec(x.shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x):
+        return xp.logaddexp(0, x)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (multiply(dy, flow.math.sigmoid(node.inputs[0])),)
+
+
+def softplus(x, name=None):
+    return apply(Softplus, (x,), name)
+
+
+def test_health_reads_a_new_activation_as_nonnegative_by_its_trait():
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((8, 4))) -> tp.Numpy:
+        hidden = flow.layers.dense(x, 6, activation=softplus, name="hidden")
+        out = flow.layers.dense(hidden, 3, activation=flow.math.tanh, name="out")
+        loss = flow.math.reduce_mean(flow.math.square(out))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+
+    job(np.ones((8, 4), np.float32))
+    layers = {layer.name: layer.nonnegative for layer in find_layers(job.graph())}
+    assert layers == {"hidden": True, "out": False}
+
+
+class Ramp(Op):
+    """A data source of this test: row i of the batch is filled with i + step; its output is a whole batch."""
+    prefix, api = "Ramp_", "test.ramp"
+    batch_source = True
+
+    @staticmethod
+    def infer(batch, width):
+        return spec((batch, width), np.float32)
+
+    @staticmethod
+    def forward(xp, batch, width):
+        return xp.repeat(xp.arange(batch, dtype=np.float32)[:, None], width, axis=1)
+
+
+def test_devices_split_a_new_batch_source_like_an_argument():
+    """Without the trait its output (no inputs) would count as the same on every device and one device's rows
+    would come back; with it, the devices' pieces are concatenated like a split argument's. (How a data op makes
+    each device its share of the logical batch is the op's own business.)"""
+    flow.clear_default_session()
+    flow.config.cpu_device_num(2)
+    try:
+        @flow.global_function()
+        def job() -> tp.Numpy:
+            rows = apply(Ramp, (), batch=8, width=3)
+            return flow.math.reduce_sum(rows, axis=1)
+
+        assert list(job()) == [3.0 * i for i in range(8)] * 2     # both devices' pieces
+        kinds = join_kinds(job.graph())
+        source = next(n for n in job.graph().nodes if n.op is Ramp)
+        assert kinds[source.output.id] == "split"
+    finally:
+        flow.clear_default_session()
+
+
+def test_a_new_reduction_joins_over_devices_by_its_reduction_trait():
+    class ReduceMin(Op):
+        prefix, api, reduction = "ReduceMin_", "test.reduce_min", "min"
+
+        @staticmethod
+        def infer(x, axes):
+            return spec([d for i, d in enumerate(x.shape) if i not in axes], x.dtype)
+
+        @staticmethod
+        def forward(xp, x, axes):
+            return xp.min(x, axis=axes)
+
+        split_join = staticmethod(lambda node, kinds: "min" if 0 in node.attrs["axes"] else "split")
+
+    flow.clear_default_session()
+    flow.config.cpu_device_num(2)
+    try:
+        @flow.global_function()
+        def job(x: tp.Numpy.Placeholder((4, 3))) -> tp.Numpy:
+            return apply(ReduceMin, (x,), axes=(0,))
+
+        x = np.arange(12, dtype=np.float32).reshape(4, 3)[::-1].copy()
+        assert np.array_equal(job(x), x.min(axis=0))     # each device's minimum, joined by their minimum
+    finally:
+        flow.clear_default_session()
+
+
+Cube = ufunc_op(_FloatUnary, "Cube", "test.cube", "power", "({0} * {0} * {0})")
+
+
+def test_ufunc_op_declares_a_complete_elementwise_op_in_one_statement():
+    Reciprocal = ufunc_op(_FloatUnary, "Reciprocal", "test.reciprocal", "reciprocal", "((T)1 / {0})",
+                          vjp=lambda node, dy: (flow.math.negative(multiply(dy, multiply(node.output, node.output))),))
+    assert Reciprocal.__module__ == __name__ and Reciprocal.prefix == "Reciprocal_"
+    assert Reciprocal.supports_out and Reciprocal.inplace and Reciprocal.c_expr == "((T)1 / {0})"
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((5,), dtype=flow.float64)) -> tp.Numpy:
+        w = flow.get_variable("w", shape=(5,), dtype=flow.float64, initializer=flow.constant_initializer(2.0))
+        y = apply(Reciprocal, (x * w,))
+        flow.watch_diff(w, lambda g: grads.append(g))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]), momentum=0).minimize(y)
+        return y
+
+    grads = []
+    x = np.array([1.0, 2.0, -4.0, 0.5, 3.0])
+    assert np.allclose(job(x), 1 / (2 * x))
+    flow.sync_default_session()
+    assert np.allclose(grads[0], -1 / (x * 4))      # d(1/(xw))/dw = -1/(x w^2), as watch_diff sees it (unscaled)
+    with pytest.raises(ShapeError, match="test.reciprocal: expects a floating-point tensor"):
+        @flow.global_function()
+        def integer_job(x: tp.Numpy.Placeholder((5,), dtype=flow.int32)) -> tp.Numpy:
+            return apply(Reciprocal, (x,))
+        integer_job(np.ones(5, np.int32))
+
+
+def test_unary_and_binary_ufunc_ops_keep_their_kernels_and_names():
+    from flowlab.ops import math as m
+    x = np.array([-2.0, 0.5, 3.0], np.float32)
+    y = np.array([1.0, -1.0, 2.0], np.float32)
+    for op, expected in [(m.Add, x + y), (m.Subtract, x - y), (m.Multiply, x * y), (m.Divide, x / y),
+                         (m.Maximum, np.maximum(x, y)), (m.Minimum, np.minimum(x, y))]:
+        assert np.array_equal(op.forward(np, x, y), expected), op.__name__
+        out = np.empty_like(x)
+        assert op.forward(np, x, y, out=out) is out and np.array_equal(out, expected)
+    for op, expected in [(m.Negative, -x), (m.Exp, np.exp(x)), (m.Square, x * x), (m.Abs, np.abs(x)),
+                         (m.Sign, np.sign(x)), (m.Tanh, np.tanh(x))]:
+        assert np.array_equal(op.forward(np, x), expected), op.__name__
+    assert [op.prefix for op in (m.Subtract, m.Multiply, m.Divide, m.Negative)] == \
+        ["Sub_", "Mul_", "Div_", "Negative_"]      # OneFlow's names of unnamed nodes
+    assert m.Exp.nonnegative and m.Abs.nonnegative and not m.Tanh.nonnegative and not _Unary.nonnegative
