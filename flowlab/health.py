@@ -6,8 +6,9 @@ Layers, as OneFlow names them. ``flow.layers.dense``/``conv2d`` with prefix ``<p
 ``Conv2d_<n>``) make variables ``<p>-weight``, ``<p>-bias`` and ops ``<p>_matmul``/``<p>_conv2d``, ``<p>_bias_add``,
 ``<p>_activation``. So: every trainable variable belongs to the layer named by its name without the last
 ``-<part>`` (a name without ``-`` is its own layer); the layer's *output* (activation) is the output of the last
-forward op named ``<layer>_<something>`` (the longest matching layer wins, so ``hidden_2_matmul`` belongs to
-``hidden_2``, not ``hidden``). A layer of variables only (used by the user's own ops) has no activation statistics.
+forward op named ``<layer>_<something>``, or ``<layer>`` itself (OneFlow's ResNet names its ``flow.nn.conv2d``
+``res2_0_branch2a`` beside the variable ``res2_0_branch2a-weight``); the longest matching layer wins, so
+``hidden_2_matmul`` belongs to ``hidden_2``, not ``hidden``. A layer of variables only (used by the user's own ops) has no activation statistics.
 
 Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   activation: ``act_mean_abs``, ``act_std``, ``act_zero_fraction`` (exact zeros among all elements),
@@ -203,7 +204,7 @@ def find_layers(graph):
         if node.op.is_variable or node.op.observes or node.op.updates_variable or not node.outputs or \
                 node.name.startswith("System-AutoGrad-") or node.outputs[0].dtype.kind != "f":
             continue
-        owner = next((layers[n] for n in by_length if node.name.startswith(n + "_")), None)
+        owner = next((layers[n] for n in by_length if node.name.startswith(n + "_") or node.name == n), None)
         if owner is None:
             continue
         owner.output = node.outputs[0]

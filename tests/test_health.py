@@ -160,6 +160,49 @@ def test_conv_layers_count_channels_as_units_and_a_dead_conv_layer_is_named():
         assert activation_vector(np, x.transpose(0, 2, 3, 1), -1, nonnegative)[4] == pytest.approx(1 / 3)   # NHWC
 
 
+def test_a_conv_op_named_as_its_layer_is_that_layers_output():
+    """OneFlow's ResNet names its ``flow.nn.conv2d`` exactly like the weight's layer (``res2_0_branch2a`` beside
+    ``res2_0_branch2a-weight``): the conv output is the layer's activation, and a longer layer name
+    (``res2_0_branch2a_relu``) keeps its own ops."""
+    reports, seen = [], []
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 2, 6, 6)), y: tp.Numpy.Placeholder((4,), dtype=flow.int32)) -> tp.Numpy:
+        weight = flow.get_variable("res2_0_branch2a-weight", shape=(3, 2, 3, 3),
+                                   initializer=flow.random_normal_initializer(stddev=0.3))
+        flow.watch(weight, seen.append)
+        conv = flow.nn.conv2d(x, weight, 1, "SAME", "NCHW", name="res2_0_branch2a")
+        scale = flow.get_variable("res2_0_branch2a_relu-scale", shape=(3, 1, 1), initializer=flow.ones_initializer())
+        h = flow.nn.relu(conv * scale, name="res2_0_branch2a_relu_out")
+        logits = flow.layers.dense(flow.reshape(h, [4, -1]), CLASSES, name="output")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.watch_health(reports.append)
+        flow.optimizer.SGD(0.01, momentum=0).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(4, 2, 6, 6)).astype(np.float32)
+    job(x, rng.integers(0, CLASSES, 4).astype(np.int32))
+    flow.sync_default_session()
+    table = reports[0].table
+    assert list(table) == ["res2_0_branch2a", "res2_0_branch2a_relu", "output"]
+    conv = numpy_conv(x, seen[0].numpy())      # the weights this call read
+    assert table["res2_0_branch2a"]["act_mean_abs"] == pytest.approx(np.abs(conv).mean(), rel=1e-4)
+    assert table["res2_0_branch2a_relu"]["act_zero_fraction"] == pytest.approx((conv <= 0).mean())
+
+
+def numpy_conv(x, w):
+    """A stride-1 SAME NCHW convolution of odd square kernels in NumPy."""
+    k = w.shape[-1] // 2
+    padded = np.pad(x, ((0, 0), (0, 0), (k, k), (k, k)))
+    out = np.zeros((x.shape[0], w.shape[0]) + x.shape[2:], np.float64)
+    for i in range(w.shape[2]):
+        for j in range(w.shape[3]):
+            window = padded[:, :, i:i + x.shape[2], j:j + x.shape[3]]
+            out += np.einsum("nchw,oc->nohw", window, w[:, :, i, j])
+    return out
+
+
 def _reference_activation(x, unit_axis):
     """activation_vector's numbers as their definitions say, in float64."""
     x = x.astype(np.float64)
