@@ -24,7 +24,7 @@ def lr_values(lr):
 
 def lr_at(lr, step):
     """The PiecewiseConstantScheduler(BOUNDARIES, lr_values(lr)) rate at 0-based ``step``, written out."""
-    return lr_values(lr)[0 if step < 2 else 1 if step < 4 else 2]
+    return lr_values(lr)[0 if step <= 2 else 1 if step <= 4 else 2]      # a boundary belongs to the piece before it
 
 
 def build_job(make_optimizer):
@@ -266,8 +266,9 @@ def _parameters(cls):
 
 
 def test_constructor_signatures_are_oneflows():
-    # OneFlow 0.x's oneflow/python/ops/optimizer.py, without loss_scale_policy (flowlab's SGD and Adam omit it too).
-    tail = [("loss_scale_factor", None), ("grad_clipping", None), ("train_step_lbn", None), ("variables", None)]
+    # OneFlow 0.x's oneflow/python/ops/optimizer.py, then flowlab's own ``variables``.
+    tail = [("loss_scale_factor", None), ("grad_clipping", None), ("train_step_lbn", None),
+            ("loss_scale_policy", None), ("variables", None)]
     empty = inspect.Parameter.empty
     assert _parameters(flow.optimizer.RMSProp) == [("lr_scheduler", empty), ("decay_rate", 0.99), ("epsilon", 1e-8),
                                                    ("centered", False)] + tail

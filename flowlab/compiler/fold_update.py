@@ -15,7 +15,7 @@ from .buffers import view_bases
 
 def _foldable(update, product, nodes, position_of, readers, protected_ids, base):
     grad = update.inputs[1]
-    if update.op is not SGDUpdate or update.attrs["momentum"] or update.attrs["clipped"]:
+    if update.op is not SGDUpdate or not SGDUpdate.plain(update.attrs):
         return False
     if product is None or product.op is not MatMul or grad.id in protected_ids or len(readers[grad.id]) != 1:
         return False
