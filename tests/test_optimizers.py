@@ -312,7 +312,11 @@ def test_constructor_signatures_are_oneflows():
      r"lr_scheduler: expected a scheduler .* or a positive learning rate, got -0\.1"),
     (lambda: flow.optimizer.LARS(0.1, grad_clipping=1.0), TypeError,
      r"grad_clipping: expected flow\.optimizer\.grad_clipping\.by_global_norm\(clip_norm\), got 1\.0"),
-    (lambda: flow.optimizer.RMSProp(0.1, loss_scale_factor=1024), ValueError, r"loss_scale_factor .* leave it None"),
+    (lambda: flow.optimizer.RMSProp(0.1, loss_scale_factor=-2), ValueError,
+     r"loss_scale_factor must be a positive finite number, got -2"),
+    (lambda: flow.optimizer.RMSProp(0.1, loss_scale_factor=8, loss_scale_policy=flow.optimizer.loss_scale.
+                                    static_loss_scale(8)), ValueError,
+     r"RMSProp: give loss_scale_factor or loss_scale_policy, not both"),
 ])
 def test_bad_arguments_name_the_argument_what_was_expected_and_what_came(make, error, message):
     with pytest.raises(error, match=message):
