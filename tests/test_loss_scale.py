@@ -67,7 +67,7 @@ def test_every_optimizer_trains_as_without_a_loss_scale(optimizer, policy):
     plain = trained(make)
     flow.clear_default_session()
     scaling = {"static": {"loss_scale_policy": flow.optimizer.loss_scale.static_loss_scale(256.0)},
-               "dynamic": {"loss_scale_policy": flow.optimizer.loss_scale.dynamic_loss_scale(initial_loss_scale=2 ** 12)},
+               "dynamic": {"loss_scale_policy": flow.optimizer.loss_scale.dynamic_loss_scale(2 ** 12)},
                "factor": {"loss_scale_factor": 32}}[policy]
     scaled = trained(lambda: make(**scaling))
     for k in plain:

@@ -197,7 +197,8 @@ def test_regularization_follows_the_loss_scale_and_sign_of_zero_is_zero():
     weight under l1 stays where it is (sign(0) = 0, as OneFlow's GPU and fused kernels compute it)."""
     start = start_values()
     expected = reference(start, {"lin-weight": sgd, "lin-bias": sgd}, {"lin-weight": (0.03, 0.2)})
-    got = train(lambda: flow.optimizer.SGD(LR, momentum=0, loss_scale_factor=1024.0), flow.regularizers.l1_l2(0.03, 0.2))
+    got = train(lambda: flow.optimizer.SGD(LR, momentum=0, loss_scale_factor=1024.0),
+                flow.regularizers.l1_l2(0.03, 0.2))
     for k in expected:
         np.testing.assert_allclose(got[k], expected[k], rtol=2e-5, atol=2e-6, err_msg=k)
 

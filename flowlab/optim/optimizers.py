@@ -4,11 +4,12 @@
 ``watch_diff`` sees) are unscaled, and scales *model* gradients by ``1 / loss.size`` so training behaves like a mean
 (under a loss scale the seed is the scale and the model gradients are divided by it again: ``optim.loss_scale``).
 A variable's regularizer (``flow.regularizers``) adds ``l1 * sign(w) + l2 * w`` to its scaled gradient inside the
-update, before the global-norm clip, as OneFlow's update kernels do. Each variable gets one update node that changes its array in place; optimizer state lives in session variables named
-as OneFlow names them and is saved by ``CheckPoint``: ``<var>-momentum`` (SGD, LARS), ``<var>-m``/``<var>-v`` (Adam,
-AdamW, LazyAdam, LAMB), ``<var>-beta1_t``/``<var>-beta2_t`` (LazyAdam, LAMB), ``<var>-mean_square`` and
-``<var>-mean_gradient`` (RMSProp). Update kernels take ``xp`` (NumPy or CuPy) and keep scalars such as norms on the
-device, so an update never waits for a host copy (a dynamic loss scale's NaN/Inf count is the one exception).
+update, before the global-norm clip, as OneFlow's update kernels do. Each variable gets one update node that changes
+its array in place; optimizer state lives in session variables named as OneFlow names them and is saved by
+``CheckPoint``: ``<var>-momentum`` (SGD, LARS), ``<var>-m``/``<var>-v`` (Adam, AdamW, LazyAdam, LAMB),
+``<var>-beta1_t``/``<var>-beta2_t`` (LazyAdam, LAMB), ``<var>-mean_square`` and ``<var>-mean_gradient`` (RMSProp).
+Update kernels take ``xp`` (NumPy or CuPy) and keep scalars such as norms on the device, so an update never waits for
+a host copy (a dynamic loss scale's NaN/Inf count is the one exception).
 """
 from __future__ import annotations
 
@@ -371,8 +372,8 @@ class Optimizer:
         self.lr_scheduler = as_scheduler(lr_scheduler)
         self.loss_scale_policy = as_policy(loss_scale_factor, loss_scale_policy, owner)
         if grad_clipping is not None and not hasattr(grad_clipping, "clip_norm"):
-            raise TypeError(f"{owner}: grad_clipping: expected flow.optimizer.grad_clipping.by_global_norm(clip_norm), "
-                            f"got {grad_clipping!r}")
+            raise TypeError(f"{owner}: grad_clipping: expected flow.optimizer.grad_clipping.by_global_norm("
+                            f"clip_norm), got {grad_clipping!r}")
         self.grad_clipping = grad_clipping
         self.variables = None if variables is None else [v if isinstance(v, str) else v.op_name for v in variables]
 
