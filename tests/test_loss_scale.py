@@ -177,3 +177,33 @@ def test_policies_check_their_arguments():
     with pytest.raises(TypeError, match=r"Adam: loss_scale_policy must be flow\.optimizer\.loss_scale\."
                                         r"static_loss_scale\(\.\.\.\) or dynamic_loss_scale\(\.\.\.\), got 128"):
         flow.optimizer.Adam(0.1, loss_scale_policy=128)
+
+
+@pytest.mark.numpy_backend          # two host replicas (threads); on CuPy two devices would be needed
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")     # NumPy's, on the skipped step
+def test_two_replicas_train_as_one_device_with_dynamic_scale_regularizer_and_clipping():
+    """The NaN/Inf count, the clip factor and the regularized updates run once, on the all-reduced gradients."""
+    def run(devices):
+        flow.clear_default_session()
+        flow.config.gpu_device_num(devices)
+
+        @flow.global_function(type="train")
+        def job(x: tp.Numpy.Placeholder((BATCH, IN)), y: tp.Numpy.Placeholder((BATCH, 1))) -> tp.Numpy:
+            pred = flow.layers.dense(x, 1, kernel_initializer=flow.random_normal_initializer(stddev=0.5),
+                                     kernel_regularizer=flow.regularizers.l1_l2(0.01, 0.1), name="lin")
+            loss = flow.math.reduce_sum(flow.math.square(pred - y), axis=1)
+            flow.optimizer.SGD(0.05, momentum=0.9, grad_clipping=flow.optimizer.grad_clipping.by_global_norm(1.0),
+                               loss_scale_policy=flow.optimizer.loss_scale.dynamic_loss_scale(64)).minimize(loss)
+            return loss
+
+        for i, (x, y) in enumerate(batches(5)):
+            if i == 2:
+                x = x.copy()
+                x[0, 0] = np.inf                # one skipped step (its Inf is on the first device's half)
+            job(x, y)
+        return {k: v.numpy() for k, v in session.default().variables.items()}
+
+    one, two = run(1), run(2)
+    assert one["System-Train-DynamicLossScale-job-LossScale"][0] == 32.0
+    for name in one:
+        np.testing.assert_allclose(two[name], one[name], rtol=1e-5, atol=1e-6, err_msg=name)
