@@ -83,7 +83,9 @@ def as_policy(loss_scale_factor, loss_scale_policy, owner):
 
 class SkippedSteps:
     """How many steps of one job a dynamic loss scale skipped: learning-rate schedules and Adam's bias correction
-    read the train step ``call number - skipped`` (OneFlow does not advance its train step on a skipped step)."""
+    read the train step ``call number - skipped`` (OneFlow does not advance its train step on a skipped step).
+    Kept on the host, per traced signature of the job (a job called with several input shapes counts each one's
+    skips apart) and not saved by checkpoints, like flowlab's call number itself."""
 
     def __init__(self):
         self.count = 0
