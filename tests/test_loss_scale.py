@@ -51,6 +51,7 @@ def trained(make_optimizer, n=6, watched=None):
 OPTIMIZERS = {
     "sgd": lambda **kw: flow.optimizer.SGD(0.05, momentum=None, **kw),
     "momentum": lambda **kw: flow.optimizer.SGD(0.05, momentum=0.9, **kw),
+    "sgdw": lambda **kw: flow.optimizer.SGDW(0.05, momentum=0.9, weight_decay=0.2, **kw),
     "adam": lambda **kw: flow.optimizer.Adam(0.05, do_bias_correction=True, **kw),
     "adamw": lambda **kw: flow.optimizer.AdamW(0.05, weight_decay=0.1, **kw),
     "rmsprop": lambda **kw: flow.optimizer.RMSProp(0.05, centered=True, **kw),

@@ -280,6 +280,10 @@ def test_constructor_signatures_are_oneflows():
                                                 ("epsilon", 1e-6), ("loss_scale_factor", None),
                                                 ("weight_decay", None), ("weight_decay_includes", None),
                                                 ("weight_decay_excludes", None)] + tail[1:]
+    assert _parameters(flow.optimizer.SGDW) == [("lr_scheduler", empty), ("loss_scale_factor", None),
+                                                ("momentum", 0.9), ("weight_decay", None),
+                                                ("weight_decay_includes", None), ("weight_decay_excludes", None)] + \
+        tail[1:]
 
 
 @pytest.mark.parametrize("make, error, message", [

@@ -103,6 +103,16 @@ def momentum(beta):
     return step
 
 
+def sgdw(momentum_beta, weight_decay):
+    """OneFlow's sgd_update / momentum_update with weight_decay: the decay from the weight before the step."""
+    def step(w, g, lr, t, s):
+        if not momentum_beta:
+            return w - lr * (g + weight_decay * w)
+        s["m"] = momentum_beta * s.get("m", 0.0) - lr * g
+        return w + s["m"] - lr * weight_decay * w
+    return step
+
+
 def adam(beta1=0.9, beta2=0.999, epsilon=1e-8, bias_correction=False, weight_decay=0.0):
     def step(w, g, lr, t, s):
         s["m"] = beta1 * s.get("m", 0.0) + (1 - beta1) * g
@@ -147,6 +157,9 @@ OPTIMIZERS = {
     "sgd": (lambda: flow.optimizer.SGD(LR, momentum=0), sgd),
     "sgd_none_momentum": (lambda: flow.optimizer.SGD(LR, momentum=None), sgd),
     "momentum": (lambda: flow.optimizer.SGD(LR, momentum=0.9), momentum(0.9)),
+    "sgdw": (lambda: flow.optimizer.SGDW(LR, momentum=0, weight_decay=0.3, weight_decay_includes="weight"), None),
+    "sgdw_momentum": (lambda: flow.optimizer.SGDW(LR, momentum=0.9, weight_decay=0.3, weight_decay_excludes="bias"),
+                      None),
     "adam": (lambda: flow.optimizer.Adam(LR), adam()),
     "adam_bias_correction": (lambda: flow.optimizer.Adam(LR, do_bias_correction=True), adam(bias_correction=True)),
     "adamw": (lambda: flow.optimizer.AdamW(LR, weight_decay=0.01, weight_decay_includes="weight"), None),
@@ -165,6 +178,9 @@ def test_every_optimizer_adds_the_regularizer_to_the_scaled_gradient(optimizer, 
     make_regularizer, l1, l2 = REGULARIZERS[regularizer]
     if optimizer == "adamw":        # decoupled decay on the kernel only (its name pattern), on top of regularization
         rule_of = {"lin-weight": adam(weight_decay=0.01), "lin-bias": adam()}
+    elif optimizer.startswith("sgdw"):
+        beta = 0.9 if optimizer == "sgdw_momentum" else 0.0
+        rule_of = {"lin-weight": sgdw(beta, 0.3), "lin-bias": sgdw(beta, 0.0)}
     else:
         rule_of = {"lin-weight": rule, "lin-bias": rule}
     start = start_values()

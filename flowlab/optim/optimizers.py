@@ -115,8 +115,9 @@ def _blas_pass(xp, w, grad):
 
 
 class SGDUpdate(_Update):
-    """``w -= lr * g``, or with momentum ``m = momentum * m - lr * g; w += m``. Inputs ``(w, grad[, momentum],
-    *extras)``."""
+    """``w -= lr * (g + weight_decay * w)``, or with momentum ``m = momentum * m - lr * g; w += m - lr *
+    weight_decay * w`` (the decay from the weight before the step; ``weight_decay`` is SGDW's, 0 for SGD). Inputs
+    ``(w, grad[, momentum], *extras)``."""
     prefix, api = "SGDUpdate_", "SGD.minimize"
 
     @staticmethod
@@ -124,16 +125,17 @@ class SGDUpdate(_Update):
         """Whether the update is ``w -= lr * grad_scale * grad`` and nothing else: no momentum, clipping,
         regularization or dynamic loss scale (what the compiler may fold into a matrix product)."""
         return not (attrs["momentum"] or attrs["clipped"] or attrs.get("l1") or attrs.get("l2") or
-                    attrs.get("dynamic"))
+                    attrs.get("dynamic") or attrs.get("weight_decay"))
 
     @staticmethod
     def forward(xp, w, grad, *rest, momentum, clipped, grad_scale, schedule, lr, l1=0.0, l2=0.0, dynamic=False,
-                skipped=None, writable=False):
+                skipped=None, weight_decay=0.0, writable=False):
         m, extras = (rest[0], rest[1:]) if momentum else (None, rest)
-        if l1 or l2 or dynamic:
+        if l1 or l2 or dynamic or weight_decay:
             g = _gradient(xp, w, grad, extras, clipped, dynamic, grad_scale, l1, l2, writable)
             if g is None:
                 return
+            decay = w * (lr * weight_decay) if weight_decay else None       # of the weight before this step
             g *= lr
             if momentum:
                 m *= momentum
@@ -141,6 +143,8 @@ class SGDUpdate(_Update):
                 w += m
             else:
                 w -= g
+            if decay is not None:
+                w -= decay
             return
         scale = (extras[0] * grad_scale if clipped else grad_scale) * lr      # one pass over the gradient
         if _blas_pass(xp, w, grad):
@@ -563,6 +567,22 @@ class AdamW(_WeightDecayByName, Adam):
         super().__init__(lr_scheduler, beta1, beta2, epsilon, do_bias_correction, loss_scale_factor, grad_clipping,
                          train_step_lbn, loss_scale_policy, variables)
         self._set_weight_decay(weight_decay, weight_decay_includes, weight_decay_excludes)
+
+
+class SGDW(_WeightDecayByName, SGD):
+    """SGD with decoupled weight decay (OneFlow's ``SGDW``): ``w -= lr * (g + weight_decay * w)``, or with
+    momentum ``m = momentum * m - lr * g; w += m - lr * weight_decay * w``; the decay applies by name as in AdamW."""
+
+    def __init__(self, lr_scheduler, loss_scale_factor=None, momentum=0.9, weight_decay=None,
+                 weight_decay_includes=None, weight_decay_excludes=None, grad_clipping=None, train_step_lbn=None,
+                 loss_scale_policy=None, variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, momentum, grad_clipping, train_step_lbn, loss_scale_policy,
+                         variables)
+        self._set_weight_decay(weight_decay, weight_decay_includes, weight_decay_excludes)
+
+    def _update(self, var, grad, extras, attrs):
+        decay = self._weight_decay(var.op_name)
+        super()._update(var, grad, extras, dict(attrs, weight_decay=decay) if decay else attrs)
 
 
 class RMSProp(Optimizer):
