@@ -56,6 +56,8 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
         return existing
     graph.declarations[full_name] = g.VariableDecl(full_name, shape, dtype, initializer, bool(trainable),
                                                    g.user_source_line())
-    tensor = apply(Variable, (), name, var=full_name, shape=shape, dtype=dtype, regularizer=regularizer)
+    # only a regularized read carries the attribute (printed graphs of other jobs stay as they were)
+    extra = {} if regularizer is None else {"regularizer": regularizer}
+    tensor = apply(Variable, (), name, var=full_name, shape=shape, dtype=dtype, **extra)
     graph.variables[full_name] = tensor
     return tensor
