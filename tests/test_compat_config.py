@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import flowlab as flow
-import flowlab.typing as tp
 from flowlab import config as config_module
 from flowlab import env as env_module
 from flowlab.errors import CheckpointError
