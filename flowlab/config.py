@@ -107,7 +107,8 @@ _SESSION_SETTINGS = {
     "enable_debug_mode": ("bool", None, "OneFlow's debug mode dumps its compiled job protos; flowlab's compiled "
                                         "plan is printable instead (print(job.plan())), and "
                                         "FunctionConfig.detect_anomaly checks every op"),
-    "enable_tensor_float_32_compute": ("bool", True, "flowlab leaves CuPy's matmul precision as CuPy sets it"),
+    "enable_tensor_float_32_compute": ("bool", True, "flowlab leaves CuPy's matmul precision as CuPy sets it "
+                                                     "(full float32 unless CUPY_TF32=1)"),
 }
 
 _NCCL = ("flowlab's replicas all-reduce each run of model gradients in one call (runtime/devices.py); these tune "
