@@ -24,7 +24,7 @@ def lr_values(lr):
 
 def lr_at(lr, step):
     """The PiecewiseConstantScheduler(BOUNDARIES, lr_values(lr)) rate at 0-based ``step``, written out."""
-    return lr_values(lr)[0 if step < 2 else 1 if step < 4 else 2]
+    return lr_values(lr)[0 if step <= 2 else 1 if step <= 4 else 2]      # a boundary belongs to the piece before it
 
 
 def build_job(make_optimizer):
@@ -266,8 +266,9 @@ def _parameters(cls):
 
 
 def test_constructor_signatures_are_oneflows():
-    # OneFlow 0.x's oneflow/python/ops/optimizer.py, without loss_scale_policy (flowlab's SGD and Adam omit it too).
-    tail = [("loss_scale_factor", None), ("grad_clipping", None), ("train_step_lbn", None), ("variables", None)]
+    # OneFlow 0.x's oneflow/python/ops/optimizer.py, then flowlab's own ``variables``.
+    tail = [("loss_scale_factor", None), ("grad_clipping", None), ("train_step_lbn", None),
+            ("loss_scale_policy", None), ("variables", None)]
     empty = inspect.Parameter.empty
     assert _parameters(flow.optimizer.RMSProp) == [("lr_scheduler", empty), ("decay_rate", 0.99), ("epsilon", 1e-8),
                                                    ("centered", False)] + tail
@@ -279,6 +280,10 @@ def test_constructor_signatures_are_oneflows():
                                                 ("epsilon", 1e-6), ("loss_scale_factor", None),
                                                 ("weight_decay", None), ("weight_decay_includes", None),
                                                 ("weight_decay_excludes", None)] + tail[1:]
+    assert _parameters(flow.optimizer.SGDW) == [("lr_scheduler", empty), ("loss_scale_factor", None),
+                                                ("momentum", 0.9), ("weight_decay", None),
+                                                ("weight_decay_includes", None), ("weight_decay_excludes", None)] + \
+        tail[1:]
 
 
 @pytest.mark.parametrize("make, error, message", [
@@ -311,7 +316,11 @@ def test_constructor_signatures_are_oneflows():
      r"lr_scheduler: expected a scheduler .* or a positive learning rate, got -0\.1"),
     (lambda: flow.optimizer.LARS(0.1, grad_clipping=1.0), TypeError,
      r"grad_clipping: expected flow\.optimizer\.grad_clipping\.by_global_norm\(clip_norm\), got 1\.0"),
-    (lambda: flow.optimizer.RMSProp(0.1, loss_scale_factor=1024), ValueError, r"loss_scale_factor .* leave it None"),
+    (lambda: flow.optimizer.RMSProp(0.1, loss_scale_factor=-2), ValueError,
+     r"loss_scale_factor must be a positive finite number, got -2"),
+    (lambda: flow.optimizer.RMSProp(0.1, loss_scale_factor=8, loss_scale_policy=flow.optimizer.loss_scale.
+                                    static_loss_scale(8)), ValueError,
+     r"RMSProp: give loss_scale_factor or loss_scale_policy, not both"),
 ])
 def test_bad_arguments_name_the_argument_what_was_expected_and_what_came(make, error, message):
     with pytest.raises(error, match=message):

@@ -33,9 +33,8 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
         raise ValueError(f"flow.layers.dense: units must be a positive int, got {units!r}")
     if x.ndim < 2:
         raise ValueError(f"flow.layers.dense: inputs must have rank >= 2 (batch, features), got shape {x.shape}")
-    if kernel_regularizer is not None or bias_regularizer is not None or model_distribute is not None:
-        raise ValueError("flow.layers.dense: regularizers and model_distribute are not supported by flowlab; "
-                         "use AdamW's weight decay")
+    if model_distribute is not None:
+        raise ValueError("flow.layers.dense: model_distribute is not supported by flowlab")
     if activation is not None and not callable(activation):
         raise TypeError(f"flow.layers.dense: activation must be callable such as flow.nn.relu, got {activation!r}")
     prefix = _prefix(name, "Dense_")
@@ -43,11 +42,13 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
     if x.ndim > 2:
         x = reshape(x, (-1, x.shape[-1]))
     weight = get_variable(f"{prefix}-weight", shape=(units, x.shape[1]), dtype=x.dtype,
-                          initializer=kernel_initializer or xavier_uniform_initializer(), trainable=trainable)
+                          initializer=kernel_initializer or xavier_uniform_initializer(), trainable=trainable,
+                          regularizer=kernel_regularizer)
     out = matmul(x, weight, transpose_b=True, name=f"{prefix}_matmul")
     if use_bias:
         bias = get_variable(f"{prefix}-bias", shape=(units,), dtype=x.dtype,
-                            initializer=bias_initializer or zeros_initializer(), trainable=trainable)
+                            initializer=bias_initializer or zeros_initializer(), trainable=trainable,
+                            regularizer=bias_regularizer)
         out = bias_add(out, bias, name=f"{prefix}_bias_add")
     if activation is not None:
         out = activation(out, name=f"{prefix}_activation")
@@ -77,18 +78,18 @@ def conv2d(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_form
     if not isinstance(groups, int) or isinstance(groups, bool) or groups <= 0 or channels % groups or filters % groups:
         raise ValueError(f"{api}: groups must be a positive int dividing both the input channels ({channels}) and "
                          f"filters ({filters}), got {groups!r}")
-    if kernel_regularizer is not None or bias_regularizer is not None:
-        raise ValueError(f"{api}: regularizers are not supported by flowlab; use AdamW's weight decay")
     if activation is not None and not callable(activation):
         raise TypeError(f"{api}: activation must be callable such as flow.nn.relu, got {activation!r}")
     prefix = _prefix(name, "Conv2d_")
     shape = (filters, channels // groups, kh, kw) if fmt == "NCHW" else (filters, kh, kw, channels // groups)
     weight = get_variable(weight_name or f"{prefix}-weight", shape=shape, dtype=x.dtype,
-                          initializer=kernel_initializer or xavier_uniform_initializer(fmt), trainable=trainable)
+                          initializer=kernel_initializer or xavier_uniform_initializer(fmt), trainable=trainable,
+                          regularizer=kernel_regularizer)
     out = nn_conv2d(x, weight, strides, padding, fmt, dilation_rate, groups, name=f"{prefix}_conv2d")
     if use_bias:
         bias = get_variable(bias_name or f"{prefix}-bias", shape=(filters,), dtype=x.dtype,
-                            initializer=bias_initializer or zeros_initializer(), trainable=trainable)
+                            initializer=bias_initializer or zeros_initializer(), trainable=trainable,
+                            regularizer=bias_regularizer)
         out = bias_add(out, bias, data_format=fmt, name=f"{prefix}_bias_add")
     if activation is not None:
         out = activation(out, name=f"{prefix}_activation")

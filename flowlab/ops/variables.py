@@ -8,6 +8,7 @@ from __future__ import annotations
 from .. import graph as g
 from ..dtypes import as_dtype
 from ..initializers import zeros_initializer
+from ..regularizers import check as check_regularizer
 from . import Op, apply, spec
 
 
@@ -17,7 +18,7 @@ class Variable(Op):
     is_variable = True
 
     @staticmethod
-    def infer(var, shape, dtype):
+    def infer(var, shape, dtype, regularizer=None):
         return spec(shape, dtype)
 
 
@@ -26,16 +27,18 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
     """Declare (or reuse) the variable ``name`` and read it in the job being traced.
 
     ``initializer`` defaults to zeros; ``dtype`` to the job's default data type (``FunctionConfig.default_data_type``,
-    float32 unless set), as in OneFlow. The same name in another job is the same variable.
+    float32 unless set), as in OneFlow. The same name in another job is the same variable. ``regularizer``
+    (``flow.regularizers``) is this job's: its optimizer adds it to the variable's gradient.
     """
     graph = g.current_graph("flow.get_variable")
     if not isinstance(name, str) or not name:
         raise TypeError(f"flow.get_variable: name must be a non-empty string, got {name!r}")
     if shape is None:
         raise ValueError(f"flow.get_variable: shape is required for variable {name!r}")
-    if regularizer is not None or random_seed is not None or distribute is not None:
-        raise ValueError(f"flow.get_variable({name!r}): regularizer, random_seed and distribute are not supported "
-                         "by flowlab; use the optimizer's weight decay and flow.config.seed()")
+    if random_seed is not None or distribute is not None:
+        raise ValueError(f"flow.get_variable({name!r}): random_seed and distribute are not supported by flowlab; "
+                         "use flow.config.seed()")
+    regularizer = check_regularizer(regularizer, f"flow.get_variable({name!r}): regularizer")
     shape = tuple(int(d) for d in shape)
     if any(d <= 0 for d in shape):
         raise ValueError(f"flow.get_variable({name!r}): shape must hold positive ints, got {shape}")
@@ -53,6 +56,8 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
         return existing
     graph.declarations[full_name] = g.VariableDecl(full_name, shape, dtype, initializer, bool(trainable),
                                                    g.user_source_line())
-    tensor = apply(Variable, (), name, var=full_name, shape=shape, dtype=dtype)
+    # only a regularized read carries the attribute (printed graphs of other jobs stay as they were)
+    extra = {} if regularizer is None else {"regularizer": regularizer}
+    tensor = apply(Variable, (), name, var=full_name, shape=shape, dtype=dtype, **extra)
     graph.variables[full_name] = tensor
     return tensor

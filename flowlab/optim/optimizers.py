@@ -1,12 +1,15 @@
 """Optimizers with OneFlow 0.x semantics, and their in-place update ops.
 
 ``minimize(loss)`` seeds the gradient of a per-example ``loss`` with ones, so intermediate gradients (what
-``watch_diff`` sees) are unscaled, and scales *model* gradients by ``1 / loss.size`` so training behaves like a mean.
-Each variable gets one update node that changes its array in place; optimizer state lives in session variables named
-as OneFlow names them and is saved by ``CheckPoint``: ``<var>-momentum`` (SGD, LARS), ``<var>-m``/``<var>-v`` (Adam,
-AdamW, LazyAdam, LAMB), ``<var>-beta1_t``/``<var>-beta2_t`` (LazyAdam, LAMB), ``<var>-mean_square`` and
-``<var>-mean_gradient`` (RMSProp). Update kernels take ``xp`` (NumPy or CuPy) and keep scalars such as norms on the
-device, so an update never waits for a host copy.
+``watch_diff`` sees) are unscaled, and scales *model* gradients by ``1 / loss.size`` so training behaves like a mean
+(under a loss scale the seed is the scale and the model gradients are divided by it again: ``optim.loss_scale``).
+A variable's regularizer (``flow.regularizers``) adds ``l1 * sign(w) + l2 * w`` to its scaled gradient inside the
+update, before the global-norm clip, as OneFlow's update kernels do. Each variable gets one update node that changes
+its array in place; optimizer state lives in session variables named as OneFlow names them and is saved by
+``CheckPoint``: ``<var>-momentum`` (SGD, LARS), ``<var>-m``/``<var>-v`` (Adam, AdamW, LazyAdam, LAMB),
+``<var>-beta1_t``/``<var>-beta2_t`` (LazyAdam, LAMB), ``<var>-mean_square`` and ``<var>-mean_gradient`` (RMSProp).
+Update kernels take ``xp`` (NumPy or CuPy) and keep scalars such as norms on the device, so an update never waits for
+a host copy (a dynamic loss scale's NaN/Inf count is the one exception).
 """
 from __future__ import annotations
 
@@ -22,12 +25,18 @@ from ..ops import Op, apply, spec
 from ..ops.array import constant
 from ..ops.variables import get_variable
 from ..runtime import blas, session
+from .loss_scale import (DynamicLossScalePolicy, DynamicLossScaleSchedule, ScaledSeed, SkippedSteps,
+                         StaticLossScalePolicy, as_policy)
 from .schedulers import as_scheduler
 
 
 # ------------------------------------------------------------------------------------------------------- update ops
 
 class _Update(Op):
+    """An optimizer update. Its inputs are ``(variable, gradient, *state, *extras)``; the extras are, in order, the
+    global-norm clip factor (attr ``clipped``) and, under a dynamic loss scale (attr ``dynamic``), ``1 / scale`` and
+    the step's count of NaN/Inf gradients (the update returns at once when it is not 0). Attrs ``l1`` / ``l2`` are
+    the variable's regularizer (``flow.regularizers``)."""
     outputs = ()
     side_effect = True
     updates_variable = True
@@ -39,7 +48,13 @@ class _Update(Op):
 
     @staticmethod
     def host_args(node, step):
-        return {"lr": node.attrs["schedule"](step)}
+        return {"lr": node.attrs["schedule"](_train_step(node, step))}
+
+
+def _train_step(node, step):
+    """The train step of call ``step``: the call number, less the steps a dynamic loss scale skipped."""
+    skipped = node.attrs.get("skipped")
+    return step if skipped is None else skipped.train_step(step)
 
 
 def _scaled(grad, scale, writable):
@@ -50,9 +65,31 @@ def _scaled(grad, scale, writable):
     return grad * scale
 
 
-def _grad_factor(grad, rest, clipped, grad_scale):
-    """What the gradient is multiplied by: ``1 / loss.size``, times the clip factor (the last input) when clipped."""
-    return rest[-1] * grad_scale if clipped else grad.dtype.type(grad_scale)
+def _extras(extras, clipped, dynamic):
+    """``(clip factor, 1 / loss scale, count of NaN/Inf)`` from an update's trailing inputs (None where absent)."""
+    clip = extras[0] if clipped else None
+    inv_scale, not_finite = extras[int(clipped):int(clipped) + 2] if dynamic else (None, None)
+    return clip, inv_scale, not_finite
+
+
+def _gradient(xp, w, grad, extras, clipped, dynamic, grad_scale, l1, l2, writable):
+    """The gradient an update applies, in OneFlow's order: ``grad * grad_scale`` (``1 / loss.size``, over a static
+    loss scale), times ``1 / scale`` of a dynamic loss scale, plus ``l1 * sign(w) + l2 * w``, times the clip factor.
+    Returns an array the update may overwrite, or None when the step is skipped (NaN/Inf under a dynamic scale)."""
+    clip, inv_scale, not_finite = _extras(extras, clipped, dynamic)
+    if not_finite is not None and not_finite:
+        return None
+    factor = grad.dtype.type(grad_scale) if inv_scale is None else inv_scale * grad_scale
+    if not (l1 or l2):
+        return _scaled(grad, factor if clip is None else factor * clip, writable)
+    g = _scaled(grad, factor, writable)
+    if l1:
+        g += l1 * xp.sign(w)
+    if l2:
+        g += l2 * w
+    if clip is not None:
+        g *= clip
+    return g
 
 
 def _norm(xp, a):
@@ -78,25 +115,47 @@ def _blas_pass(xp, w, grad):
 
 
 class SGDUpdate(_Update):
+    """``w -= lr * (g + weight_decay * w)``, or with momentum ``m = momentum * m - lr * g; w += m - lr *
+    weight_decay * w`` (the decay from the weight before the step; ``weight_decay`` is SGDW's, 0 for SGD). Inputs
+    ``(w, grad[, momentum], *extras)``."""
     prefix, api = "SGDUpdate_", "SGD.minimize"
 
     @staticmethod
     def is_plain_step(node):
-        return not node.attrs["momentum"] and not node.attrs["clipped"]
+        """The update is ``w -= lr * grad_scale * grad`` and nothing else: no momentum, clipping, regularization
+        or dynamic loss scale (what the compiler may fold into a matrix product, and health reads back)."""
+        attrs = node.attrs
+        return not (attrs["momentum"] or attrs["clipped"] or attrs.get("l1") or attrs.get("l2") or
+                    attrs.get("dynamic") or attrs.get("weight_decay"))
 
     @staticmethod
-    def forward(xp, w, grad, *rest, momentum, clipped, grad_scale, schedule, lr, writable=False):
-        scale = (rest[0] * grad_scale if clipped else grad_scale) * lr      # one pass over the gradient
+    def forward(xp, w, grad, *rest, momentum, clipped, grad_scale, schedule, lr, l1=0.0, l2=0.0, dynamic=False,
+                skipped=None, weight_decay=0.0, writable=False):
+        m, extras = (rest[0], rest[1:]) if momentum else (None, rest)
+        if l1 or l2 or dynamic or weight_decay:
+            g = _gradient(xp, w, grad, extras, clipped, dynamic, grad_scale, l1, l2, writable)
+            if g is None:
+                return
+            decay = w * (lr * weight_decay) if weight_decay else None       # of the weight before this step
+            g *= lr
+            if momentum:
+                m *= momentum
+                m -= g
+                w += m
+            else:
+                w -= g
+            if decay is not None:
+                w -= decay
+            return
+        scale = (extras[0] * grad_scale if clipped else grad_scale) * lr      # one pass over the gradient
         if _blas_pass(xp, w, grad):
             if momentum:
-                m = rest[-1]
                 blas.axpby(m, grad, -float(scale), momentum)                # m = momentum m - scale g
                 w += m
             else:
                 blas.axpy(w, grad, -float(scale))                           # w -= scale g, one pass
             return
         if momentum:
-            m = rest[-1]
             m *= momentum
             m -= _scaled(grad, scale, writable)
             w += m
@@ -144,12 +203,15 @@ class AdamUpdate(_Update):
 
     @staticmethod
     def host_args(node, step):
-        return {"lr": node.attrs["schedule"](step), "step": step + 1}
+        train_step = _train_step(node, step)
+        return {"lr": node.attrs["schedule"](train_step), "step": train_step + 1}
 
     @staticmethod
     def forward(xp, w, grad, m, v, *rest, beta1, beta2, epsilon, do_bias_correction, weight_decay, clipped,
-                grad_scale, schedule, lr, step, writable=False):
-        g = _scaled(grad, _grad_factor(grad, rest, clipped, grad_scale), writable)
+                grad_scale, schedule, lr, step, l1=0.0, l2=0.0, dynamic=False, skipped=None, writable=False):
+        g = _gradient(xp, w, grad, rest, clipped, dynamic, grad_scale, l1, l2, writable)
+        if g is None:
+            return
         scratch = _moments(g, m, v, beta1, beta2)       # g's buffer is free from here on
         if do_bias_correction:
             lr = lr * np.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
@@ -170,8 +232,10 @@ class RMSPropUpdate(_Update):
 
     @staticmethod
     def forward(xp, w, grad, mean_square, *rest, decay_rate, epsilon, centered, clipped, grad_scale, schedule, lr,
-                writable=False):
-        g = _scaled(grad, _grad_factor(grad, rest, clipped, grad_scale), writable)
+                l1=0.0, l2=0.0, dynamic=False, skipped=None, writable=False):
+        g = _gradient(xp, w, grad, rest[1:] if centered else rest, clipped, dynamic, grad_scale, l1, l2, writable)
+        if g is None:
+            return
         scratch = g * g                     # the one array this update allocates
         scratch *= 1 - decay_rate
         mean_square *= decay_rate
@@ -199,8 +263,10 @@ class LARSUpdate(_Update):
 
     @staticmethod
     def forward(xp, w, grad, momentum, *rest, momentum_beta, epsilon, lars_coefficient, clipped, grad_scale, schedule,
-                lr, writable=False):
-        g = _scaled(grad, _grad_factor(grad, rest, clipped, grad_scale), writable)
+                lr, l1=0.0, l2=0.0, dynamic=False, skipped=None, writable=False):
+        g = _gradient(xp, w, grad, rest, clipped, dynamic, grad_scale, l1, l2, writable)
+        if g is None:
+            return
         w_norm, g_norm = _norm(xp, w), _norm(xp, g)
         lars = _ratio_or_one(xp, lars_coefficient * w_norm, epsilon + g_norm, w_norm, g_norm)
         g *= lr * lars
@@ -217,11 +283,13 @@ class LazyAdamUpdate(_Update):
 
     @staticmethod
     def forward(xp, w, grad, m, v, beta1_t, beta2_t, *rest, beta1, beta2, epsilon, clipped, grad_scale, schedule, lr,
-                writable=False):
+                l1=0.0, l2=0.0, dynamic=False, skipped=None, writable=False):
+        if dynamic and _extras(rest, clipped, dynamic)[2]:
+            return                      # a skipped step: beta1_t and beta2_t stay as they are too
         lr_t = lr * xp.sqrt(1 - beta2_t[0]) / (1 - beta1_t[0])        # 0-d, stays on the device
         AdamUpdate.forward(xp, w, grad, m, v, *rest, beta1=beta1, beta2=beta2, epsilon=epsilon,
                            do_bias_correction=False, weight_decay=0.0, clipped=clipped, grad_scale=grad_scale,
-                           schedule=schedule, lr=lr_t, step=0, writable=writable)
+                           schedule=schedule, lr=lr_t, step=0, l1=l1, l2=l2, dynamic=dynamic, writable=writable)
         beta1_t *= beta1
         beta2_t *= beta2
 
@@ -234,8 +302,10 @@ class LAMBUpdate(_Update):
 
     @staticmethod
     def forward(xp, w, grad, m, v, beta1_t, beta2_t, *rest, beta1, beta2, epsilon, weight_decay, clipped, grad_scale,
-                schedule, lr, writable=False):
-        g = _scaled(grad, _grad_factor(grad, rest, clipped, grad_scale), writable)
+                schedule, lr, l1=0.0, l2=0.0, dynamic=False, skipped=None, writable=False):
+        g = _gradient(xp, w, grad, rest, clipped, dynamic, grad_scale, l1, l2, writable)
+        if g is None:
+            return
         beta1_t *= beta1
         beta2_t *= beta2
         scratch = _moments(g, m, v, beta1, beta2)       # g's buffer is free from here on: it becomes the direction d
@@ -254,17 +324,35 @@ class LAMBUpdate(_Update):
 
 
 class GlobalNormClipFactor(Op):
-    """``grad_scale``-aware factor ``min(1, clip_norm / ||scaled grads||)`` shared by every update of one minimize."""
+    """``min(1, clip_norm / |g|)`` over the gradients of one minimize as their updates apply them before clipping:
+    ``grad * grad_scale`` (times ``1 / scale`` of a dynamic loss scale, the last input when ``dynamic``) plus each
+    variable's regularization (``regularizers``: ``(l1, l2)`` per gradient, the variables following the gradients;
+    None when no variable is regularized). One factor shared by every update."""
     prefix, api = "ClipByGlobalNorm_", "grad_clipping.by_global_norm"
 
     @staticmethod
-    def infer(*grads, clip_norm, grad_scale):
-        return spec((), grads[0].dtype)
+    def infer(*inputs, clip_norm, grad_scale, regularizers=None, dynamic=False):
+        return spec((), inputs[0].dtype)
 
     @staticmethod
-    def forward(xp, *grads, clip_norm, grad_scale):
-        total = sum(xp.sum(gr.astype(xp.float64) ** 2) for gr in grads)
-        norm = xp.sqrt(total) * grad_scale
+    def forward(xp, *inputs, clip_norm, grad_scale, regularizers=None, dynamic=False):
+        n = len(inputs) - int(dynamic)
+        if regularizers is not None:
+            n //= 2
+        grads = inputs[:n]
+        scale = grad_scale * (inputs[-1].astype(xp.float64) if dynamic else 1.0)
+        if regularizers is None:
+            total = sum(xp.sum(gr.astype(xp.float64) ** 2) for gr in grads) * scale * scale
+        else:
+            total = 0.0
+            for gr, w, (l1, l2) in zip(grads, inputs[n:2 * n], regularizers):
+                applied = gr.astype(xp.float64) * scale
+                if l1:
+                    applied += l1 * xp.sign(w)
+                if l2:
+                    applied += l2 * w.astype(xp.float64)
+                total = total + xp.sum(applied * applied)
+        norm = xp.sqrt(total)
         return xp.minimum(1.0, clip_norm / xp.maximum(norm, 1e-12)).astype(grads[0].dtype)
 
 
@@ -279,13 +367,18 @@ class grad_clipping:  # noqa: N801 - OneFlow's namespace ``flow.optimizer.grad_c
 # ------------------------------------------------------------------------------------------------------- optimizers
 
 class Optimizer:
-    def __init__(self, lr_scheduler, loss_scale_factor=None, grad_clipping=None, variables=None):
+    """What every optimizer shares: the learning-rate schedule, gradient clipping, the loss scale policy
+    (``loss_scale_factor`` is a static one; see ``optim.loss_scale``) and the variables it trains (all trainable
+    variables of the job by default). Variables' regularizers (``flow.regularizers``) apply in every update."""
+
+    def __init__(self, lr_scheduler, loss_scale_factor=None, grad_clipping=None, variables=None,
+                 loss_scale_policy=None):
+        owner = type(self).__name__
         self.lr_scheduler = as_scheduler(lr_scheduler)
-        if loss_scale_factor is not None:
-            raise ValueError("loss_scale_factor is for mixed precision, which flowlab does not do; leave it None")
+        self.loss_scale_policy = as_policy(loss_scale_factor, loss_scale_policy, owner)
         if grad_clipping is not None and not hasattr(grad_clipping, "clip_norm"):
-            raise TypeError("grad_clipping: expected flow.optimizer.grad_clipping.by_global_norm(clip_norm), "
-                            f"got {grad_clipping!r}")
+            raise TypeError(f"{owner}: grad_clipping: expected flow.optimizer.grad_clipping.by_global_norm("
+                            f"clip_norm), got {grad_clipping!r}")
         self.grad_clipping = grad_clipping
         self.variables = None if variables is None else [v if isinstance(v, str) else v.op_name for v in variables]
 
@@ -311,21 +404,65 @@ class Optimizer:
         return [graph.variables[n] for n in names]
 
     def build(self, graph, loss, extra_targets=()):
-        """Add gradient and update nodes for ``loss`` (called once the job function has returned)."""
+        """Add gradient and update nodes for ``loss`` (called once the job function has returned).
+
+        In OneFlow's order: the model gradients are scaled by ``1 / loss.size`` and by ``1 / loss scale``; under a
+        dynamic loss scale their NaN/Inf are counted (a step with any is skipped); each variable's regularization
+        is added; the global-norm clip factor is taken over the result; the updates apply it.
+        """
         variables = self._trained(graph)
-        seed = constant(np.ones(loss.shape, loss.dtype), dtype=loss.dtype, name=f"System-Seed-{loss.op_name}")
+        policy = self.loss_scale_policy
+        dynamic = isinstance(policy, DynamicLossScalePolicy)
+        static_scale = policy.loss_scale_factor if isinstance(policy, StaticLossScalePolicy) else 1.0
+        seed_name = f"System-Seed-{loss.op_name}"
+        if dynamic:
+            scale, good_steps = self._dynamic_scale_variables(graph, policy)
+            seed = apply(ScaledSeed, (scale,), name=seed_name, shape=loss.shape, dtype=loss.dtype)
+        else:
+            seed = constant(np.full(loss.shape, static_scale, loss.dtype), dtype=loss.dtype, name=seed_name)
         grads = gradients([loss], list(variables) + list(extra_targets), [seed])[:len(variables)]
         pairs = [(v, gr) for v, gr in zip(variables, grads) if gr is not None]
         if not pairs:
             raise TraceError(f"minimize: loss {loss.logical_blob_name} does not depend on any trainable variable "
                              f"of job {graph.name!r}; nothing would train")
-        grad_scale = 1.0 / max(loss.size, 1)
-        factor = None
+        grad_scale = 1.0 / max(loss.size, 1) / static_scale
+        shared = {"grad_scale": grad_scale, "schedule": self.lr_scheduler}
+        unscale = ()
+        if dynamic:
+            skipped = SkippedSteps()
+            unscale = apply(DynamicLossScaleSchedule, (scale, good_steps) + tuple(gr for _, gr in pairs),
+                            name=f"System-Train-DynamicLossScale-{graph.name}-Schedule",
+                            increment_period=policy.increment_period, multiplier=policy.multiplier, skipped=skipped)
+            shared.update(dynamic=True, skipped=skipped)
+        regularizers = [_regularization(var) for var, _ in pairs]
+        factor = ()
         if self.grad_clipping is not None:
-            factor = apply(GlobalNormClipFactor, tuple(gr for _, gr in pairs), name=graph.local_name("ClipFactor_"),
-                           clip_norm=self.grad_clipping.clip_norm, grad_scale=grad_scale)
-        for var, grad in pairs:
-            self._update(graph, var, grad, factor, grad_scale)
+            regularized = any(l1 or l2 for l1, l2 in regularizers)
+            inputs = tuple(gr for _, gr in pairs) + (tuple(v for v, _ in pairs) if regularized else ()) + unscale[:1]
+            factor = (apply(GlobalNormClipFactor, inputs, name=graph.local_name("ClipFactor_"),
+                            clip_norm=self.grad_clipping.clip_norm, grad_scale=grad_scale,
+                            regularizers=tuple(regularizers) if regularized else None, dynamic=dynamic),)
+        for (var, grad), (l1, l2) in zip(pairs, regularizers):
+            attrs = dict(shared, clipped=bool(factor))
+            if l1 or l2:
+                attrs.update(l1=l1, l2=l2)
+            self._update(var, grad, factor + tuple(unscale), attrs)
+
+    @staticmethod
+    def _dynamic_scale_variables(graph, policy):
+        """The job's loss scale and good-step counter, named as OneFlow names them."""
+        prefix = f"System-Train-DynamicLossScale-{graph.name}"
+        if f"{prefix}-LossScale" in graph.variables:
+            raise TraceError(f"job {graph.name!r}: only one minimize of a job can use a dynamic loss scale")
+        scale = get_variable(f"{prefix}-LossScale", shape=(1,), dtype=np.float32,
+                             initializer=constant_initializer(policy.initial_loss_scale), trainable=False)
+        good_steps = get_variable(f"{prefix}-GoodStepCounter", shape=(1,), dtype=np.int64,
+                                  initializer=zeros_initializer(), trainable=False)
+        return scale, good_steps
+
+    def _update(self, var, grad, extras, attrs):
+        """Add ``var``'s update node: inputs ``(var, grad, *state, *extras)``, with the shared ``attrs``."""
+        raise NotImplementedError
 
     def _slot(self, var, suffix):
         return get_variable(f"{var.op_name}-{suffix}", shape=var.shape, dtype=var.dtype,
@@ -335,6 +472,12 @@ class Optimizer:
         """A one-element state variable, as OneFlow declares ``beta1_t``: shape (1,), starting at ``value``."""
         return get_variable(f"{var.op_name}-{suffix}", shape=(1,), dtype=var.dtype,
                             initializer=constant_initializer(value), trainable=False)
+
+
+def _regularization(var):
+    """``(l1, l2)`` of the regularizer ``var`` was declared with in this job (``flow.get_variable(regularizer=)``)."""
+    regularizer = var.node.attrs.get("regularizer")
+    return (regularizer.l1, regularizer.l2) if regularizer is not None else (0.0, 0.0)
 
 
 def _number(value):
@@ -360,26 +503,27 @@ def _check_non_negative(owner, argument, value):
 
 
 class SGD(Optimizer):
-    """``w -= lr * g``, or with ``momentum``: ``m = momentum * m - lr * g; w += m`` (OneFlow's default 0.9)."""
+    """``w -= lr * g``, or with ``momentum``: ``m = momentum * m - lr * g; w += m`` (OneFlow's default 0.9).
+    ``momentum`` 0 or None (OneFlow-Benchmark passes None) is plain SGD."""
 
     def __init__(self, lr_scheduler, loss_scale_factor=None, momentum=0.9, grad_clipping=None, train_step_lbn=None,
-                 variables=None):
-        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables)
-        self.momentum = _check_fraction("SGD", "momentum", momentum)
+                 loss_scale_policy=None, variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables, loss_scale_policy)
+        self.momentum = 0.0 if momentum is None else _check_fraction("SGD", "momentum", momentum)
 
-    def _update(self, graph, var, grad, factor, grad_scale):
-        inputs = (var, grad) + ((factor,) if factor is not None else ()) + \
-            ((self._slot(var, "momentum"),) if self.momentum else ())
-        apply(SGDUpdate, inputs, name=f"{var.op_name}-SGDUpdate", momentum=self.momentum, clipped=factor is not None,
-              grad_scale=grad_scale, schedule=self.lr_scheduler)
+    def _update(self, var, grad, extras, attrs):
+        state = (self._slot(var, "momentum"),) if self.momentum else ()
+        apply(SGDUpdate, (var, grad) + state + extras, name=f"{var.op_name}-SGDUpdate", momentum=self.momentum,
+              **attrs)
 
 
 class Adam(Optimizer):
     """Adam; ``do_bias_correction`` defaults to False as in OneFlow."""
 
     def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8, do_bias_correction=False,
-                 loss_scale_factor=None, grad_clipping=None, train_step_lbn=None, variables=None):
-        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables)
+                 loss_scale_factor=None, grad_clipping=None, train_step_lbn=None, loss_scale_policy=None,
+                 variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables, loss_scale_policy)
         owner = type(self).__name__
         self.beta1 = _check_fraction(owner, "beta1", beta1)
         self.beta2 = _check_fraction(owner, "beta2", beta2)
@@ -389,12 +533,10 @@ class Adam(Optimizer):
     def _weight_decay(self, name):
         return 0.0
 
-    def _update(self, graph, var, grad, factor, grad_scale):
-        inputs = (var, grad, self._slot(var, "m"), self._slot(var, "v")) + ((factor,) if factor is not None else ())
-        apply(AdamUpdate, inputs, name=f"{var.op_name}-AdamUpdate", beta1=self.beta1, beta2=self.beta2,
-              epsilon=self.epsilon, do_bias_correction=self.do_bias_correction,
-              weight_decay=self._weight_decay(var.op_name), clipped=factor is not None, grad_scale=grad_scale,
-              schedule=self.lr_scheduler)
+    def _update(self, var, grad, extras, attrs):
+        apply(AdamUpdate, (var, grad, self._slot(var, "m"), self._slot(var, "v")) + extras,
+              name=f"{var.op_name}-AdamUpdate", beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon,
+              do_bias_correction=self.do_bias_correction, weight_decay=self._weight_decay(var.op_name), **attrs)
 
 
 class _WeightDecayByName:
@@ -422,10 +564,26 @@ class AdamW(_WeightDecayByName, Adam):
 
     def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8, do_bias_correction=False,
                  loss_scale_factor=None, weight_decay=None, weight_decay_includes=None, weight_decay_excludes=None,
-                 grad_clipping=None, train_step_lbn=None, variables=None):
+                 grad_clipping=None, train_step_lbn=None, loss_scale_policy=None, variables=None):
         super().__init__(lr_scheduler, beta1, beta2, epsilon, do_bias_correction, loss_scale_factor, grad_clipping,
-                         train_step_lbn, variables)
+                         train_step_lbn, loss_scale_policy, variables)
         self._set_weight_decay(weight_decay, weight_decay_includes, weight_decay_excludes)
+
+
+class SGDW(_WeightDecayByName, SGD):
+    """SGD with decoupled weight decay (OneFlow's ``SGDW``): ``w -= lr * (g + weight_decay * w)``, or with
+    momentum ``m = momentum * m - lr * g; w += m - lr * weight_decay * w``; the decay applies by name as in AdamW."""
+
+    def __init__(self, lr_scheduler, loss_scale_factor=None, momentum=0.9, weight_decay=None,
+                 weight_decay_includes=None, weight_decay_excludes=None, grad_clipping=None, train_step_lbn=None,
+                 loss_scale_policy=None, variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, momentum, grad_clipping, train_step_lbn, loss_scale_policy,
+                         variables)
+        self._set_weight_decay(weight_decay, weight_decay_includes, weight_decay_excludes)
+
+    def _update(self, var, grad, extras, attrs):
+        decay = self._weight_decay(var.op_name)
+        super()._update(var, grad, extras, dict(attrs, weight_decay=decay) if decay else attrs)
 
 
 class RMSProp(Optimizer):
@@ -434,19 +592,18 @@ class RMSProp(Optimizer):
     ``w -= lr * g / sqrt(denom + epsilon)``. State: ``<var>-mean_square`` and, centered, ``<var>-mean_gradient``."""
 
     def __init__(self, lr_scheduler, decay_rate=0.99, epsilon=1e-8, centered=False, loss_scale_factor=None,
-                 grad_clipping=None, train_step_lbn=None, variables=None):
-        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables)
+                 grad_clipping=None, train_step_lbn=None, loss_scale_policy=None, variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables, loss_scale_policy)
         self.decay_rate = _check_fraction("RMSProp", "decay_rate", decay_rate)
         self.epsilon = _check_positive("RMSProp", "epsilon", epsilon)
         if not isinstance(centered, (bool, np.bool_)):
             raise ValueError(f"RMSProp: centered must be True or False, got {centered!r}")
         self.centered = bool(centered)
 
-    def _update(self, graph, var, grad, factor, grad_scale):
+    def _update(self, var, grad, extras, attrs):
         state = (self._slot(var, "mean_square"),) + ((self._slot(var, "mean_gradient"),) if self.centered else ())
-        apply(RMSPropUpdate, (var, grad) + state + ((factor,) if factor is not None else ()),
-              name=f"{var.op_name}-RMSPropUpdate", decay_rate=self.decay_rate, epsilon=self.epsilon,
-              centered=self.centered, clipped=factor is not None, grad_scale=grad_scale, schedule=self.lr_scheduler)
+        apply(RMSPropUpdate, (var, grad) + state + extras, name=f"{var.op_name}-RMSPropUpdate",
+              decay_rate=self.decay_rate, epsilon=self.epsilon, centered=self.centered, **attrs)
 
 
 class LARS(Optimizer):
@@ -455,17 +612,16 @@ class LARS(Optimizer):
     momentum - lr * lars * g``, ``w += momentum``. State: ``<var>-momentum``."""
 
     def __init__(self, lr_scheduler, momentum_beta=0.9, epsilon=1e-9, lars_coefficient=0.0001, loss_scale_factor=None,
-                 grad_clipping=None, train_step_lbn=None, variables=None):
-        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables)
+                 grad_clipping=None, train_step_lbn=None, loss_scale_policy=None, variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables, loss_scale_policy)
         self.momentum_beta = _check_fraction("LARS", "momentum_beta", momentum_beta)
         self.epsilon = _check_non_negative("LARS", "epsilon", epsilon)
         self.lars_coefficient = _check_positive("LARS", "lars_coefficient", lars_coefficient)
 
-    def _update(self, graph, var, grad, factor, grad_scale):
-        inputs = (var, grad, self._slot(var, "momentum")) + ((factor,) if factor is not None else ())
-        apply(LARSUpdate, inputs, name=f"{var.op_name}-LARSUpdate", momentum_beta=self.momentum_beta,
-              epsilon=self.epsilon, lars_coefficient=self.lars_coefficient, clipped=factor is not None,
-              grad_scale=grad_scale, schedule=self.lr_scheduler)
+    def _update(self, var, grad, extras, attrs):
+        apply(LARSUpdate, (var, grad, self._slot(var, "momentum")) + extras, name=f"{var.op_name}-LARSUpdate",
+              momentum_beta=self.momentum_beta, epsilon=self.epsilon, lars_coefficient=self.lars_coefficient,
+              **attrs)
 
 
 class LazyAdam(Optimizer):
@@ -480,18 +636,17 @@ class LazyAdam(Optimizer):
     """
 
     def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-8, loss_scale_factor=None, grad_clipping=None,
-                 train_step_lbn=None, variables=None):
-        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables)
+                 train_step_lbn=None, loss_scale_policy=None, variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables, loss_scale_policy)
         self.beta1 = _check_fraction("LazyAdam", "beta1", beta1)
         self.beta2 = _check_fraction("LazyAdam", "beta2", beta2)
         self.epsilon = _check_positive("LazyAdam", "epsilon", epsilon)
 
-    def _update(self, graph, var, grad, factor, grad_scale):
+    def _update(self, var, grad, extras, attrs):
         inputs = (var, grad, self._slot(var, "m"), self._slot(var, "v"),
-                  self._scalar_slot(var, "beta1_t", self.beta1), self._scalar_slot(var, "beta2_t", self.beta2)) + \
-            ((factor,) if factor is not None else ())
-        apply(LazyAdamUpdate, inputs, name=f"{var.op_name}-LazyAdamUpdate", beta1=self.beta1, beta2=self.beta2,
-              epsilon=self.epsilon, clipped=factor is not None, grad_scale=grad_scale, schedule=self.lr_scheduler)
+                  self._scalar_slot(var, "beta1_t", self.beta1), self._scalar_slot(var, "beta2_t", self.beta2))
+        apply(LazyAdamUpdate, inputs + extras, name=f"{var.op_name}-LazyAdamUpdate", beta1=self.beta1,
+              beta2=self.beta2, epsilon=self.epsilon, **attrs)
 
 
 class LAMB(_WeightDecayByName, Optimizer):
@@ -503,20 +658,18 @@ class LAMB(_WeightDecayByName, Optimizer):
 
     def __init__(self, lr_scheduler, beta1=0.9, beta2=0.999, epsilon=1e-6, loss_scale_factor=None, weight_decay=None,
                  weight_decay_includes=None, weight_decay_excludes=None, grad_clipping=None, train_step_lbn=None,
-                 variables=None):
-        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables)
+                 loss_scale_policy=None, variables=None):
+        super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables, loss_scale_policy)
         self.beta1 = _check_fraction("LAMB", "beta1", beta1)
         self.beta2 = _check_fraction("LAMB", "beta2", beta2)
         self.epsilon = _check_positive("LAMB", "epsilon", epsilon)
         self._set_weight_decay(weight_decay, weight_decay_includes, weight_decay_excludes)
 
-    def _update(self, graph, var, grad, factor, grad_scale):
+    def _update(self, var, grad, extras, attrs):
         inputs = (var, grad, self._slot(var, "m"), self._slot(var, "v"),
-                  self._scalar_slot(var, "beta1_t", self.beta1), self._scalar_slot(var, "beta2_t", self.beta2)) + \
-            ((factor,) if factor is not None else ())
-        apply(LAMBUpdate, inputs, name=f"{var.op_name}-LAMBUpdate", beta1=self.beta1, beta2=self.beta2,
-              epsilon=self.epsilon, weight_decay=self._weight_decay(var.op_name), clipped=factor is not None,
-              grad_scale=grad_scale, schedule=self.lr_scheduler)
+                  self._scalar_slot(var, "beta1_t", self.beta1), self._scalar_slot(var, "beta2_t", self.beta2))
+        apply(LAMBUpdate, inputs + extras, name=f"{var.op_name}-LAMBUpdate", beta1=self.beta1, beta2=self.beta2,
+              epsilon=self.epsilon, weight_decay=self._weight_decay(var.op_name), **attrs)
 
 
 def _patterns(patterns):

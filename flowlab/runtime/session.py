@@ -72,6 +72,8 @@ class Session:
     model_io_v2: bool = False
     # Devices jobs run on (flow.config.gpu_device_num / cpu_device_num; runtime/devices.py).
     device_num: int = 1
+    # The other flow.config settings (resource, collective_boxing, debug mode), checked and kept: config.settings().
+    config: dict = field(default_factory=dict)
 
     def declare(self, name, shape, dtype, initializer, trainable, source, provisional=False) -> Variable:
         """Return the variable ``name``, creating it on first use; a second declaration must agree.
