@@ -557,3 +557,95 @@ def test_pooling_matches_torch(pool, ksize, stride, padding, data_format):
     np.testing.assert_allclose(back(dx), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
     if pool == "avg" and padding == "SAME" and ksize == 3 and stride == 1:   # the corner averages 4 cells, not 9
         np.testing.assert_allclose(back(y)[:, :, 0, 0], x[:, :, :2, :2].mean(axis=(2, 3)), rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------------- a small ResNet-style network
+
+CLASSES, BATCH = 4, 16
+
+
+def synthetic_batch(rng):
+    """8x8 RGB images in noise holding a bright 3x3 square somewhere: red, green or blue for classes 0-2, white for
+    class 3 (global pooling keeps colour, not position)."""
+    labels = rng.integers(0, CLASSES, BATCH).astype(np.int32)
+    images = rng.normal(0, 0.5, (BATCH, 3, 8, 8)).astype(np.float32)
+    for i, label in enumerate(labels):
+        r, c = rng.integers(0, 6, 2)
+        images[i, slice(None) if label == 3 else label, r:r + 3, c:c + 3] += 1.5
+    return images, labels
+
+
+def conv(x, name, filters, kernel, strides=1, padding="SAME", groups=1):
+    weight = flow.get_variable(f"{name}-weight", shape=(filters, x.shape[1] // groups, kernel, kernel),
+                               initializer=flow.variance_scaling_initializer(2, "fan_in", "random_normal"))
+    return flow.nn.conv2d(x, weight, strides, padding, "NCHW", groups=groups, name=name)
+
+
+def small_resnet(images, training=True):
+    """OneFlow-0.x style: a padded stem, one bottleneck block (grouped 3x3) closed by batch_normalization_add_relu,
+    a depthwise stride-2 convolution with relu6 (clip_by_value), global average pooling and a dense classifier."""
+    bn = dict(axis=1, momentum=0.9, epsilon=1e-5, training=training)
+    x = flow.pad(images, [[0, 0], [0, 0], [1, 1], [1, 1]])
+    x = conv(x, "stem", 16, 3, padding="VALID")
+    x = flow.layers.batch_normalization_relu(x, name="stem_bn_relu", **bn)
+    a = flow.layers.batch_normalization_relu(conv(x, "block_a", 8, 1), name="block_a_bn_relu", **bn)
+    b = flow.layers.batch_normalization_relu(conv(a, "block_b", 8, 3, groups=2), name="block_b_bn_relu", **bn)
+    c = conv(b, "block_c", 16, 1)
+    x = flow.layers.batch_normalization_add_relu(c, x, name="block_c_bn_add_relu", **bn)
+    d = flow.layers.batch_normalization(conv(x, "dw", 16, 3, strides=2, groups=16), name="dw_bn", **bn)
+    d = flow.clip_by_value(d, 0, 6, name="dw-relu6")
+    pooled = flow.nn.avg_pool2d(d, 4, 1, "VALID", "NCHW", name="pool")
+    return flow.layers.dense(flow.reshape(pooled, (BATCH, 16)), CLASSES, name="fc")
+
+
+def numpy_small_resnet(images, v):
+    """The network of ``small_resnet`` in plain NumPy with the variables ``v`` (moving statistics for BN)."""
+    def conv_ref(x, name, strides=1, pads=(1, 1), groups=1):
+        w = v[f"{name}-weight"]
+        x = np.pad(x, ((0, 0), (0, 0), pads, pads))
+        windows = np.lib.stride_tricks.sliding_window_view(x, w.shape[2:], axis=(2, 3))[:, :, ::strides, ::strides]
+        per = w.shape[0] // groups
+        cg = x.shape[1] // groups
+        return np.concatenate([np.einsum("nchwij,ocij->nohw", windows[:, g * cg:(g + 1) * cg],
+                                         w[g * per:(g + 1) * per]) for g in range(groups)], axis=1)
+
+    def bn_ref(x, name):
+        shape = (1, -1, 1, 1)
+        mean, var = v[f"{name}-moving_mean"].reshape(shape), v[f"{name}-moving_variance"].reshape(shape)
+        return (x - mean) / np.sqrt(var + 1e-5) * v[f"{name}-gamma"].reshape(shape) + v[f"{name}-beta"].reshape(shape)
+
+    relu = lambda t: np.maximum(t, 0)   # noqa: E731
+    x = np.pad(images, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    x = relu(bn_ref(conv_ref(x, "stem", pads=(0, 0)), "stem_bn_relu"))
+    a = relu(bn_ref(conv_ref(x, "block_a", pads=(0, 0)), "block_a_bn_relu"))
+    b = relu(bn_ref(conv_ref(a, "block_b", groups=2), "block_b_bn_relu"))
+    x = relu(bn_ref(conv_ref(b, "block_c", pads=(0, 0)), "block_c_bn_add_relu") + x)
+    d = np.clip(bn_ref(conv_ref(x, "dw", strides=2, pads=(0, 1), groups=16), "dw_bn"), 0, 6)
+    return d.mean(axis=(2, 3)) @ v["fc-weight"].T + v["fc-bias"]
+
+
+def test_small_resnet_trains_and_predicts_with_the_moving_statistics():
+    @flow.global_function(type="train")
+    def train(images: tp.Numpy.Placeholder((BATCH, 3, 8, 8)),
+              labels: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+        logits = small_resnet(images)
+        smooth = flow.one_hot(labels, depth=CLASSES, on_value=1 - 0.1 + 0.1 / CLASSES, off_value=0.1 / CLASSES,
+                              dtype=logits.dtype)
+        loss = flow.math.reduce_mean(flow.nn.softmax_cross_entropy_with_logits(smooth, logits, name="loss"))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9).minimize(loss)
+        return loss
+
+    @flow.global_function()
+    def infer(images: tp.Numpy.Placeholder((BATCH, 3, 8, 8))) -> tp.Numpy:
+        return small_resnet(images, training=True)   # a predict job: moving statistics whatever training says
+
+    rng = np.random.default_rng(0)
+    losses = [float(train(*synthetic_batch(rng))) for _ in range(50)]
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5]), losses
+    variables = {name: v.numpy().astype(np.float64) for name, v in flow.get_all_variables().items()}
+    assert not np.allclose(variables["dw_bn-moving_mean"], 0)
+    assert not np.allclose(variables["stem_bn_relu-moving_variance"], 1)
+    images, labels = synthetic_batch(rng)
+    logits = infer(images)
+    np.testing.assert_allclose(logits, numpy_small_resnet(images.astype(np.float64), variables), rtol=1e-4, atol=1e-4)
+    assert (logits.argmax(1) == labels).mean() >= 0.75
