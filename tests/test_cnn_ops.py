@@ -649,3 +649,30 @@ def test_small_resnet_trains_and_predicts_with_the_moving_statistics():
     logits = infer(images)
     np.testing.assert_allclose(logits, numpy_small_resnet(images.astype(np.float64), variables), rtol=1e-4, atol=1e-4)
     assert (logits.argmax(1) == labels).mean() >= 0.75
+
+
+@pytest.mark.parametrize("block", [5, 64, 1 << 18])
+@pytest.mark.parametrize("shape, axis", [((3, 4, 5, 6), 1), ((3, 5, 6, 4), 3), ((40, 3), 1)])
+def test_batch_normalization_blocks_combine_exactly_and_stay_stable(monkeypatch, block, shape, axis):
+    """The kernels work block by block (cache-sized on NumPy); with tiny blocks every way of cutting (rows, channel
+    ranges) is taken. Per-block moments combine stably: float32 inputs far from zero (mean 1000, std 1) still
+    normalize to float32 precision, where E[x^2] - E[x]^2 would lose every digit."""
+    from flowlab.ops import normalization
+    monkeypatch.setattr(normalization, "_BLOCK", block)
+    x = rnd(*shape, seed=50, shift=1000.0)
+    weights = rnd(*shape, seed=51)
+    gamma, beta = rnd(shape[axis], seed=52, shift=1.0), rnd(shape[axis], seed=53)
+
+    def build(t):
+        return flow.layers.batch_normalization(t, axis=axis, momentum=0.5, name="bn", gamma_initializer=given(gamma),
+                                               beta_initializer=given(beta))
+
+    want = torch_bn(x, axis, gamma, beta, 0.001, 0.5, weights)
+    got = bn_train_job(shape, build, weights)(x)
+    for a, b in zip(got, want[:4]):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+    flow.clear_default_session()
+    got = bn_train_job(shape, build, weights.astype(np.float32), dtype=flow.float32)(x.astype(np.float32))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-3, atol=2e-3)       # 1000 + N(0, 1) in float32: ~6e-5 steps
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-2, atol=2e-2)
+    np.testing.assert_allclose(variable("bn-moving_variance"), want[5], rtol=1e-3)
