@@ -481,13 +481,15 @@ CONV_CASES = [   # groups: 1, 2, 32 (ResNeXt), C (depthwise); strides 1 and 2; S
 
 @pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("groups, c_in, c_out, stride, padding", CONV_CASES)
-def test_grouped_and_depthwise_conv2d_match_torch(groups, c_in, c_out, stride, padding, data_format):
+def test_grouped_and_depthwise_conv2d_match_torch(monkeypatch, groups, c_in, c_out, stride, padding, data_format):
+    """(Depthwise kernels run in blocks of images on NumPy: here one image a block, so the blocks add up.)"""
     torch = pytest.importorskip("torch")
+    from flowlab.ops import conv
+    monkeypatch.setattr(conv, "_DEPTHWISE_BLOCK", 1)
     F = torch.nn.functional
     groups = c_in if groups == "C" else groups
     x = rnd(2, c_in, 7, 6, seed=40)
     w = rnd(c_out, c_in // groups, 3, 3, seed=41)
-    dy_shape = None
     xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
     top, bottom, left, right = torch_padding((7, 6), (3, 3), (stride, stride), padding)
     yt = F.conv2d(F.pad(xt, (left, right, top, bottom)), wt, stride=stride, groups=groups)

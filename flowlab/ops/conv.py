@@ -321,7 +321,7 @@ def conv2d(input, filters, strides, padding, data_format="NCHW", dilations=None,
 # layer). Instead, one multiply-add of the whole output per kernel position, in the input's own layout (no
 # transposes), over blocks of images that stay in cache on NumPy.
 
-_DEPTHWISE_BLOCK = 1 << 20      # elements of output a block of images holds (NumPy)
+_DEPTHWISE_BLOCK = 1 << 18      # elements of output a block of images holds (NumPy): about an image of a MobileNet
 
 
 def _is_depthwise(x_shape, w_shape, groups, data_format):
@@ -378,8 +378,12 @@ def _depthwise_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pa
 def _depthwise_filter_grad(xp, x, dy, filter_shape, kernel, strides, dilations, pads, out_hw, data_format):
     padded = _pad(xp, x, pads, data_format)
     subscripts = "nchw,nchw->c" if data_format == "NCHW" else "nhwc,nhwc->c"
-    taps = xp.stack([xp.einsum(subscripts, padded[_window_slice(data_format, rows, cols)], dy)
-                     for _, rows, cols in _positions(kernel, strides, dilations, out_hw)])
+    positions = list(_positions(kernel, strides, dilations, out_hw))
+    taps = xp.zeros((len(positions), filter_shape[0]), dy.dtype)
+    for block in _image_blocks(xp, dy.shape[0], dy[0].size):    # a block of dy stays in cache for every position
+        x_block, dy_block = padded[block], dy[block]
+        for index, rows, cols in positions:
+            taps[index] += xp.einsum(subscripts, x_block[_window_slice(data_format, rows, cols)], dy_block)
     return xp.ascontiguousarray(taps.T).reshape(filter_shape)
 
 

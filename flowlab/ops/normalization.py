@@ -16,8 +16,10 @@ OneFlow 0.3.4's rules, kept here:
 - The fused forms give exactly ``relu(bn(x))`` and ``relu(bn(x) + addend)`` in one op named ``name``.
 
 Kernels view the input as ``(outer, channels, inner)`` (NCHW: ``(N, C, H*W)``; NHWC and 2-D: ``(rows, C, 1)``) and
-reduce per channel along contiguous memory or with matrix products (a product with ones, a batched dot), several times
-faster on NumPy than ``sum`` over two axes.
+work through it in contiguous cache-sized blocks (one block on CuPy): the batch mean and variance take one pass over
+memory (per-block moments, combined stably), normalizing another, the gradient's two sums one and ``dx`` one.
+Per-channel sums run along contiguous memory or as matrix products (a product with ones, a batched dot), several
+times faster on NumPy than ``sum`` over two axes.
 """
 from __future__ import annotations
 
