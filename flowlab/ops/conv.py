@@ -5,7 +5,8 @@ faster on NumPy than gathering from NCHW): NCHW tensors are transposed on the wa
 (max pooling reads whole windows of one channel and stays in the input's layout), and NCHW filters
 ``(O, C/g, kh, kw)`` take the same permutation to ``(O, kh, kw, C/g)``. A convolution gathers its input windows with
 ``as_strided`` into one im2col matrix per group and does one batched matmul; the gradients reuse that matrix
-(filters) or scatter-add over the ``kh*kw`` kernel positions (col2im, input).
+(filters) or scatter-add over the ``kh*kw`` kernel positions (col2im, input). Depthwise convolutions (groups ==
+in_channels == out_channels, MobileNet's) skip im2col: one multiply-add of the whole output per kernel position.
 
 Padding is ``"VALID"``, ``"SAME"`` (TensorFlow's: output ``ceil(in / stride)``, the odd pixel padded at the end; also
 ``"SAME_UPPER"``, and ``"SAME_LOWER"`` with the odd pixel at the start) or explicit ``((top, bottom), (left, right))``.
