@@ -295,7 +295,7 @@ class Crop(Op):
 
 
 def pad(x, paddings, constant_value=0, name=None):
-    """``flow.pad(x, paddings, constant_value=0)``: ``paddings`` holds one ``(before, after)`` pair per axis of ``x``."""
+    """``flow.pad(x, paddings, constant_value=0)``: ``paddings`` holds a ``(before, after)`` pair per axis of ``x``."""
     x = as_tensor(x, argument="x")
     pairs = tuple(paddings) if isinstance(paddings, (list, tuple)) else None
     ok = pairs is not None and len(pairs) == x.ndim and all(

@@ -4,7 +4,8 @@ OneFlow 0.3.4's rules, kept here:
 
 - Variables ``<name>-gamma`` (ones), ``<name>-beta`` (zeros), ``<name>-moving_mean`` (zeros) and
   ``<name>-moving_variance`` (ones), of shape ``(channels,)``; the moving ones are never trainable. ``name`` defaults
-  to ``"BatchNorm"``, and as in OneFlow (``reuse=False``) one name cannot make two layers in one job. With
+  to ``"BatchNorm"`` (also when given as ``None``), and as in OneFlow (``reuse=False``) one name cannot make two
+  layers in one job. With
   ``center=False`` / ``scale=False`` beta / gamma are constants of zeros / ones.
 - Batch statistics are used only in a train job, and only when ``trainable`` and ``training`` are both true;
   otherwise (predict jobs, frozen layers) the moving statistics, with no update.
@@ -303,6 +304,7 @@ def _batch_normalization(api, inputs, addend, relu, axis, momentum, epsilon, cen
     epsilon = _number(epsilon, "epsilon", api, 0.0)
     if epsilon <= 0:
         raise ValueError(f"{api}: epsilon must be > 0 (it keeps 1 / sqrt(var + epsilon) finite), got {epsilon!r}")
+    name = "BatchNorm" if name is None else name      # OneFlow's default, also for an explicit None
     if not isinstance(name, str) or not name:
         raise TypeError(f"{api}: name must be a non-empty string, got {name!r}")
     if addend is not None:
