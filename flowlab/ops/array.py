@@ -167,8 +167,14 @@ class Concat(Op):
         return tuple(grads)
 
 
-def concat(inputs, axis=0, name=None):
-    """``flow.concat(inputs, axis=0)``."""
+def concat(inputs=None, axis=0, max_dim_size=None, name=None, values=None):
+    """``flow.concat(inputs, axis=0, max_dim_size=None, name=None, values=None)``: ``values`` is OneFlow's older name
+    of ``inputs``; ``max_dim_size`` (a bound for dynamic shapes, which flowlab does not have) must hold the result."""
+    if inputs is not None and values is not None:
+        raise ValueError("flow.concat: give the tensors as inputs or as values (its older name), not both")
+    inputs = values if inputs is None else inputs
+    if not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"flow.concat: inputs must be a list of tensors, got {type(inputs).__name__}")
     inputs = [as_tensor(t, argument="inputs") for t in inputs]
     if not inputs:
         raise ValueError("flow.concat: inputs must hold at least one tensor, got none")
@@ -176,6 +182,11 @@ def concat(inputs, axis=0, name=None):
         axis = normalize_axis(axis, inputs[0].ndim)
     except ShapeError as e:
         raise shape_error("flow.concat", e) from None
+    if max_dim_size is not None:
+        total = sum(t.shape[axis] for t in inputs if t.ndim == inputs[0].ndim)
+        if isinstance(max_dim_size, bool) or not isinstance(max_dim_size, (int, np.integer)) or max_dim_size < total:
+            raise ValueError(f"flow.concat: max_dim_size must be an int >= {total}, the size of the result along "
+                             f"axis {axis}, got {max_dim_size!r}")
     return apply(Concat, tuple(inputs), name, axis=axis)
 
 
@@ -252,3 +263,143 @@ def cast(x, dtype, name=None):
     x = as_tensor(x, argument="x")
     dtype = as_dtype(dtype)
     return x if dtype == x.dtype else apply(Cast, (x,), name, dtype=dtype)
+
+
+# ------------------------------------------------------------------------------------------- pad, one_hot, *_like
+
+class Pad(Op):
+    """``x`` with ``before[i]`` / ``after[i]`` elements of ``value`` added on each side of axis ``i``."""
+    prefix, api = "Pad_", "flow.pad"
+
+    @staticmethod
+    def infer(x, paddings, value):
+        return spec([d + b + a for d, (b, a) in zip(x.shape, paddings)], x.dtype)
+
+    @staticmethod
+    def forward(xp, x, paddings, value):
+        return xp.pad(x, paddings, constant_values=x.dtype.type(value))
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(Crop, (dy,), paddings=node.attrs["paddings"]),)
+
+
+class Crop(Op):
+    """The gradient of ``Pad``: the inner part of ``dy`` (a view)."""
+    prefix, api = "Crop_", "pad_grad"
+    is_view = True
+
+    @staticmethod
+    def infer(dy, paddings):
+        return spec([d - b - a for d, (b, a) in zip(dy.shape, paddings)], dy.dtype)
+
+    @staticmethod
+    def forward(xp, dy, paddings):
+        return dy[tuple(slice(b, d - a) for d, (b, a) in zip(dy.shape, paddings))]
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(Pad, (dy,), paddings=node.attrs["paddings"], value=0),)
+
+
+def pad(x, paddings, constant_value=0, name=None):
+    """``flow.pad(x, paddings, constant_value=0)``: ``paddings`` holds a ``(before, after)`` pair per axis of ``x``."""
+    x = as_tensor(x, argument="x")
+    pairs = tuple(paddings) if isinstance(paddings, (list, tuple)) else None
+    ok = pairs is not None and len(pairs) == x.ndim and all(
+        isinstance(p, (list, tuple)) and len(p) == 2 and
+        all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0 for v in p) for p in pairs)
+    if not ok:
+        raise ValueError(f"flow.pad: paddings must be a list of {x.ndim} (before, after) pairs of non-negative ints, "
+                         f"one per axis of x {x.shape}, got {paddings!r}")
+    if isinstance(constant_value, bool) or not isinstance(constant_value, (int, float, np.number)):
+        raise TypeError(f"flow.pad: constant_value must be a number, got {constant_value!r}")
+    # OneFlow keeps an integral constant for integer tensors: int(constant_value)
+    value = float(constant_value) if x.dtype.kind == "f" else int(constant_value)
+    return apply(Pad, (x,), name, paddings=tuple((int(b), int(a)) for b, a in pairs), value=value)
+
+
+class OneHot(Op):
+    """``on_value`` where the last axis equals the index, else ``off_value``; an index outside ``[0, depth)`` gives a
+    row of ``off_value`` (TensorFlow's rule; OneFlow's kernel aborts)."""
+    prefix, api = "OneHot_", "flow.one_hot"
+
+    @staticmethod
+    def infer(indices, depth, on_value, off_value, dtype):
+        if indices.dtype.kind not in "iu":
+            raise ShapeError(f"indices must be integers, got {indices.logical_blob_name} of dtype {indices.dtype}")
+        if indices.ndim == 0:
+            raise ShapeError("indices must have at least one axis, got a scalar")
+        return spec(indices.shape + (depth,), dtype)
+
+    @staticmethod
+    def forward(xp, indices, depth, on_value, off_value, dtype):
+        hot = indices[..., None] == xp.arange(depth, dtype=indices.dtype)
+        return xp.where(hot, dtype.type(on_value), dtype.type(off_value))
+
+
+def one_hot(indices, depth, on_value=1, off_value=0, axis=-1, dtype=None, name=None):
+    """``flow.one_hot``: a new axis ``axis`` of size ``depth`` marks each index; ``dtype`` defaults to float32."""
+    from ..dtypes import as_dtype
+    from . import normalize_axis
+    indices = as_tensor(indices, argument="indices")
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth <= 0:
+        raise ValueError(f"flow.one_hot: depth must be a positive int, got {depth!r}")
+    for argument, value in (("on_value", on_value), ("off_value", off_value)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+            raise TypeError(f"flow.one_hot: {argument} must be a number, got {value!r}")
+    dtype = np.dtype(np.float32) if dtype is None else as_dtype(dtype)
+    try:
+        axis = normalize_axis(axis, indices.ndim + 1)
+    except ShapeError as e:
+        raise ValueError(f"flow.one_hot: {e} for the {indices.ndim + 1}-D output") from None
+    if dtype.kind != "f":      # OneFlow's integral attributes: int(value)
+        on_value, off_value = int(on_value), int(off_value)
+    out = apply(OneHot, (indices,), name, depth=int(depth), on_value=on_value, off_value=off_value, dtype=dtype)
+    if axis == indices.ndim:
+        return out
+    perm = list(range(indices.ndim))
+    perm.insert(axis, indices.ndim)
+    return transpose(out, perm)
+
+
+class ConstantLike(Op):
+    """A tensor of ``like``'s shape filled with ``value``; it depends on ``like``'s shape only (zero gradient)."""
+    prefix, api = "ConstantLike_", "flow.ones_like"
+
+    @staticmethod
+    def infer(like, value, dtype):
+        return spec(like.shape, dtype)
+
+    @staticmethod
+    def forward(xp, like, value, dtype):
+        return xp.full(like.shape, value, dtype=dtype)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (None,)
+
+
+def _constant_like(like, value, dtype, name):
+    from ..dtypes import as_dtype
+    like = as_tensor(like, argument="like")
+    return apply(ConstantLike, (like,), name, value=value, dtype=like.dtype if dtype is None else as_dtype(dtype))
+
+
+def ones_like(like, dtype=None, name=None):
+    """``flow.ones_like(like, dtype=None)``: ones of ``like``'s shape (and dtype, unless given)."""
+    return _constant_like(like, 1, dtype, name)
+
+
+def zeros_like(like, dtype=None, name=None):
+    """``flow.zeros_like(like, dtype=None)``: zeros of ``like``'s shape (and dtype, unless given)."""
+    return _constant_like(like, 0, dtype, name)
+
+
+def identity_n(inputs, name=None):
+    """``flow.identity_n(inputs)``: a list holding an identity of each input."""
+    if not isinstance(inputs, (list, tuple)) or not inputs:
+        raise ValueError(f"flow.identity_n: inputs must be a non-empty list of tensors, got {inputs!r}")
+    if name is None:
+        return [identity(t) for t in inputs]
+    return [identity(t, name=f"{name}_{i}") for i, t in enumerate(inputs)]

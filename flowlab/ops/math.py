@@ -620,3 +620,63 @@ class Less(_Compare):
 equal = _binary(Equal)
 greater = _binary(Greater)
 less = _binary(Less)
+
+
+# -------------------------------------------------------------------------------------------------------- clipping
+
+class ClipByValue(Op):
+    """``min(max(x, lo), hi)``; a bound of ``None`` is not applied."""
+    prefix, api = "ClipByValue_", "flow.clip_by_value"
+    supports_out = True
+    inplace = True
+
+    @staticmethod
+    def infer(x, lo, hi):
+        return spec(x.shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, lo, hi, out=None):
+        if lo is not None and hi is not None:
+            return xp.clip(x, x.dtype.type(lo), x.dtype.type(hi), out=out)
+        if lo is not None:
+            return xp.maximum(x, x.dtype.type(lo), out=out)
+        return xp.minimum(x, x.dtype.type(hi), out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(ClipByValueGrad, (node.inputs[0], dy), **node.attrs),)
+
+
+class ClipByValueGrad(Op):
+    """``dy`` where ``lo <= x <= hi`` (OneFlow passes the gradient at the bounds themselves), else 0."""
+    prefix, api = "ClipByValueGrad_", "clip_by_value_grad"
+
+    @staticmethod
+    def infer(x, dy, lo, hi):
+        return spec(dy.shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, x, dy, lo, hi):
+        inside = xp.ones(x.shape, bool) if lo is None else x >= x.dtype.type(lo)
+        if hi is not None:
+            inside &= x <= x.dtype.type(hi)
+        return dy * inside
+
+
+def clip_by_value(values, min_value=None, max_value=None, name=None):
+    """``flow.clip_by_value`` (also ``flow.math.clip_by_value``, ``flow.clip``, ``flow.clamp``,
+    ``flow.clip_by_scalar``): ``min(max(values, min_value), max_value)``; either bound may be ``None``."""
+    api = ClipByValue.api
+    x = as_tensor(values, argument="values")
+    bounds = []
+    for argument, value in (("min_value", min_value), ("max_value", max_value)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.number))):
+            raise TypeError(f"{api}: {argument} must be a number or None, got {value!r}")
+        # OneFlow keeps integral bounds for integer tensors: int(value)
+        bounds.append(None if value is None else float(value) if x.dtype.kind == "f" else int(value))
+    lo, hi = bounds
+    if lo is None and hi is None:
+        raise ValueError(f"{api}: min_value and max_value cannot both be None")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"{api}: min_value {min_value} must not exceed max_value {max_value}")
+    return apply(ClipByValue, (x,), name, lo=lo, hi=hi)

@@ -1,0 +1,378 @@
+"""``flow.layers.batch_normalization`` and OneFlow's fused ``batch_normalization_relu`` / ``_add_relu``.
+
+OneFlow 0.3.4's rules, kept here:
+
+- Variables ``<name>-gamma`` (ones), ``<name>-beta`` (zeros), ``<name>-moving_mean`` (zeros) and
+  ``<name>-moving_variance`` (ones), of shape ``(channels,)``; the moving ones are never trainable. ``name`` defaults
+  to ``"BatchNorm"`` (also when given as ``None``), and as in OneFlow (``reuse=False``) one name cannot make two
+  layers in one job. With
+  ``center=False`` / ``scale=False`` beta / gamma are constants of zeros / ones.
+- Batch statistics are used only in a train job, and only when ``trainable`` and ``training`` are both true;
+  otherwise (predict jobs, frozen layers) the moving statistics, with no update.
+- In training each moving statistic becomes ``momentum * moving + (1 - momentum) * batch``, in place, once per step,
+  by an update op as an optimizer updates a variable. The batch variance fed to the moving average is the unbiased one
+  (``n / (n - 1)`` times the biased variance that normalizes): OneFlow's GPU kernel is cuDNN's
+  ``BatchNormalizationForwardTraining``, which does so (OneFlow's CPU fallback, through ``nn.moments``, used the
+  biased one). PyTorch's ``BatchNorm2d`` agrees, with ``momentum_torch = 1 - momentum``.
+- The fused forms give exactly ``relu(bn(x))`` and ``relu(bn(x) + addend)`` in one op named ``name``.
+
+Kernels view the input as ``(outer, channels, inner)`` (NCHW: ``(N, C, H*W)``; NHWC and 2-D: ``(rows, C, 1)``) and
+work through it in contiguous cache-sized blocks (one block on CuPy): the batch mean and variance take one pass over
+memory (per-block moments, combined stably), normalizing another, the gradient's two sums one and ``dx`` one.
+Per-channel sums run along contiguous memory or as matrix products (a product with ones, a batched dot), several
+times faster on NumPy than ``sum`` over two axes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import graph as g
+from ..errors import ShapeError
+from ..initializers import ones_initializer, zeros_initializer
+from . import Op, apply, as_tensor, normalize_axis, spec
+from .array import constant
+from .nn import ReluGrad
+from .variables import get_variable
+
+# ------------------------------------------------------------------------------------------------------ array helpers
+
+
+def _split(shape, axis):
+    """``(outer, channels, inner)``: the input seen as a 3-D array whose axis 1 is the normalized axis."""
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+
+
+def _channel_view(xp, a, axis):
+    return xp.reshape(a, _split(a.shape, axis))
+
+
+def _channel_sum(xp, a3):
+    """Per-channel sum of ``(outer, C, inner)`` ``a3``."""
+    outer, c, inner = a3.shape
+    if inner == 1:     # a product with ones: BLAS reads the rows once, ~5x faster than a sum over axis 0
+        return xp.ones(outer, a3.dtype) @ a3.reshape(outer, c)
+    return a3.sum(axis=2).sum(axis=0)     # contiguous rows: NumPy's pairwise sum (a stacked mat-vec is 20x slower)
+
+
+def _channel_dot(xp, a3, b3):
+    """Per-channel ``sum(a3 * b3)``, with no temporary of the input's size."""
+    outer, c, inner = a3.shape
+    if inner == 1:
+        return xp.einsum("ic,ic->c", a3.reshape(outer, c), b3.reshape(outer, c))
+    return xp.matmul(a3[:, :, None, :], b3[:, :, :, None]).reshape(outer, c).sum(axis=0)
+
+
+_BLOCK = 1 << 18    # elements of a block (NumPy): a block and its scratch stay in cache across the passes over it
+
+
+def _blocks(xp, shape3):
+    """``(rows, channels)`` slice pairs tiling a ``(outer, C, inner)`` array in contiguous blocks of about ``_BLOCK``
+    elements, rows outermost (one block on CuPy: there every pass is one kernel anyway)."""
+    outer, c, inner = shape3
+    if xp is not np:
+        return [(slice(0, outer), slice(0, c))]
+    if inner > 1 and c * inner > _BLOCK:       # a big image: blocks of channels within one row
+        step = max(1, _BLOCK // inner)
+        return [(slice(r, r + 1), slice(k, min(k + step, c))) for r in range(outer) for k in range(0, c, step)]
+    step = max(1, _BLOCK // (c * inner))
+    return [(slice(r, min(r + step, outer)), slice(0, c)) for r in range(0, outer, step)]
+
+
+def _scratch(xp, blocks, x3):
+    """One buffer the size of the largest block, reused by every block."""
+    rows = max(b[0].stop - b[0].start for b in blocks)
+    channels = max(b[1].stop - b[1].start for b in blocks)
+    return xp.empty((rows, channels, x3.shape[2]), x3.dtype)
+
+
+def _fit(scratch, block):
+    return scratch[:block.shape[0], :block.shape[1]]
+
+
+def _moments(xp, x3):
+    """Per-channel mean and biased variance (float64) in one pass over memory: each block's own mean and centred
+    sum of squares, combined as Chan, Golub and LeVeque do (as stable as two passes)."""
+    outer, c, inner = x3.shape
+    blocks = _blocks(xp, x3.shape)
+    mean, m2 = xp.zeros(c, np.float64), xp.zeros(c, np.float64)
+    scratch = _scratch(xp, blocks, x3)
+    for rows, channels in blocks:
+        block = x3[rows, channels]
+        seen, count = rows.start * inner, block.shape[0] * inner
+        block_mean = _channel_sum(xp, block) / count
+        centred = xp.subtract(block, _per_channel(block_mean, block.dtype), out=_fit(scratch, block))
+        delta = block_mean - mean[channels]
+        total = seen + count
+        mean[channels] += delta * (count / total)
+        m2[channels] += _channel_dot(xp, centred, centred) + delta * delta * (seen * count / total)
+    return mean, m2 / (outer * inner)
+
+
+def _per_channel(v, dtype):
+    """A ``(C,)`` vector shaped ``(1, C, 1)`` to broadcast over the 3-D view, in the input's dtype."""
+    return v.astype(dtype, copy=False).reshape(1, -1, 1)
+
+
+def _normalize(xp, x3, mean, k, beta, addend3, relu):
+    """``(x - mean) * k + beta`` (+ addend, through ReLU), block by block so that each block's passes hit cache."""
+    y3 = xp.empty_like(x3)
+    per = [_per_channel(v, x3.dtype) for v in (mean, k, beta)]
+    for rows, channels in _blocks(xp, x3.shape):
+        y = xp.subtract(x3[rows, channels], per[0][:, channels], out=y3[rows, channels])
+        y *= per[1][:, channels]
+        y += per[2][:, channels]
+        if addend3 is not None:
+            y += addend3[rows, channels]
+        if relu:
+            xp.maximum(y, 0, out=y)
+    return y3
+
+
+# ------------------------------------------------------------------------------------------------------------- ops
+
+def _check_inputs(x, params, addend, axis):
+    if x.dtype.kind != "f":
+        raise ShapeError(f"inputs must be floating point, got {x.logical_blob_name} of dtype {x.dtype}")
+    channels = x.shape[axis]
+    for p in params:
+        if p.shape != (channels,):
+            raise ShapeError(f"{p.logical_blob_name} must have shape ({channels},) for axis {axis} of inputs "
+                             f"{x.shape}, got {p.shape}")
+    if addend and (addend[0].shape != x.shape or addend[0].dtype != x.dtype):
+        raise ShapeError(f"addend must have the shape and dtype of inputs {x.shape} {x.dtype}, got "
+                         f"{addend[0].shape} {addend[0].dtype} ({addend[0].logical_blob_name})")
+
+
+class BatchNormTrain(Op):
+    """Normalizes with the batch's statistics. Outputs ``y``, the batch ``mean`` and ``inv_variance`` (``1 /
+    sqrt(var + epsilon)``, what the gradient reads), and separately ``batch_mean`` / ``batch_variance`` (unbiased),
+    which only the moving-average updates read: on several devices an update's input 1 is averaged over the replicas
+    before the updates run (``compiler.replicate``), which must not change what this replica's gradient reads."""
+    prefix, api = "BatchNorm_", "flow.layers.batch_normalization"
+    outputs = ("y", "mean", "inv_variance", "batch_mean", "batch_variance")
+
+    @staticmethod
+    def infer(x, gamma, beta, *addend, axis, epsilon, relu):
+        _check_inputs(x, (gamma, beta), addend, axis)
+        if x.size == x.shape[axis]:
+            raise ShapeError(f"batch statistics need more than one value per channel, got inputs {x.shape} "
+                             f"normalized along axis {axis}")
+        stat = spec((x.shape[axis],), gamma.dtype)
+        return [spec(x.shape, x.dtype), stat, stat, stat, stat]
+
+    @staticmethod
+    def forward(xp, x, gamma, beta, *addend, axis, epsilon, relu):
+        x3 = _channel_view(xp, x, axis)
+        n = x3.shape[0] * x3.shape[2]
+        mean, variance = _moments(xp, x3)                # biased: what normalizes
+        inv_variance = 1 / xp.sqrt(variance + epsilon)
+        addend3 = _channel_view(xp, addend[0], axis) if addend else None
+        y = _normalize(xp, x3, mean, gamma * inv_variance, beta, addend3, relu).reshape(x.shape)
+        stat_dtype = gamma.dtype
+        return (y, mean.astype(stat_dtype), inv_variance.astype(stat_dtype), mean.astype(stat_dtype),
+                (variance * (n / (n - 1))).astype(stat_dtype))
+
+    @staticmethod
+    def vjp(node, dy, *stat_grads):
+        if any(d is not None for d in stat_grads):
+            raise ShapeError(f"{node.name}: only the normalized output of batch_normalization is differentiable, "
+                             "not its batch statistics")
+        x, gamma = node.inputs[:2]
+        y, mean, inv_variance = node.outputs[:3]
+        return _bn_vjp(node, dy, x, gamma, mean, inv_variance, y, training=True)
+
+
+class BatchNormInfer(Op):
+    """Normalizes with given (moving) statistics: ``y = x * k + (beta - mean * k)``, ``k = gamma / sqrt(var + eps)``."""
+    prefix, api = "BatchNorm_", "flow.layers.batch_normalization"
+    outputs = ("y",)
+
+    @staticmethod
+    def infer(x, gamma, beta, moving_mean, moving_variance, *addend, axis, epsilon, relu):
+        _check_inputs(x, (gamma, beta, moving_mean, moving_variance), addend, axis)
+        return spec(x.shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, gamma, beta, moving_mean, moving_variance, *addend, axis, epsilon, relu):
+        k = gamma / xp.sqrt(moving_variance + epsilon)
+        addend3 = _channel_view(xp, addend[0], axis) if addend else None
+        return _normalize(xp, _channel_view(xp, x, axis), moving_mean, k, beta, addend3, relu).reshape(x.shape)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, gamma, _, moving_mean, moving_variance = node.inputs[:5]
+        return _bn_vjp(node, dy, x, gamma, moving_mean, moving_variance, node.output, training=False)
+
+
+def _bn_vjp(node, dy, x, gamma, mean, spread, y, training):
+    """Gradients of either forward op, in its input order; the fused ReLU masks ``dy`` first, and that masked
+    gradient is also the addend's."""
+    attrs = node.attrs
+    if attrs["relu"]:
+        dy = apply(ReluGrad, (y, dy))
+    dx, dgamma, dbeta = apply(BatchNormGrad, (x, dy, gamma, mean, spread), axis=attrs["axis"],
+                              epsilon=attrs["epsilon"], training=training)
+    stats = () if training else (None, None)
+    addend = (dy,) if len(node.inputs) > (3 if training else 5) else ()
+    return (dx, dgamma, dbeta) + stats + addend
+
+
+class BatchNormGrad(Op):
+    """``dx``, ``d gamma = sum(dy * xhat)`` and ``d beta = sum(dy)``. Input 4 is the ``inv_variance`` of the batch
+    (``training``: the full gradient through the batch statistics) or the moving variance (the statistics are
+    constants: ``dx = dy * gamma / sqrt(var + eps)``)."""
+    prefix, api = "BatchNormGrad_", "batch_normalization_grad"
+    outputs = ("dx", "gamma_diff", "beta_diff")
+
+    @staticmethod
+    def infer(x, dy, gamma, mean, spread, axis, epsilon, training):
+        return [spec(x.shape, x.dtype), spec(gamma.shape, gamma.dtype), spec(gamma.shape, gamma.dtype)]
+
+    @staticmethod
+    def forward(xp, x, dy, gamma, mean, spread, axis, epsilon, training):
+        inv_std = spread if training else 1 / xp.sqrt(spread + epsilon)
+        x3, dy3 = _channel_view(xp, x, axis), _channel_view(xp, dy, axis)
+        n = x3.shape[0] * x3.shape[2]
+        blocks = _blocks(xp, x3.shape)
+        scratch = _scratch(xp, blocks, x3)
+        centre = _per_channel(mean, x.dtype)
+        dbeta, dot = xp.zeros(mean.shape, np.float64), xp.zeros(mean.shape, np.float64)
+        for rows, channels in blocks:     # one pass over memory for both sums
+            block = dy3[rows, channels]
+            dbeta[channels] += _channel_sum(xp, block)
+            centred = xp.subtract(x3[rows, channels], centre[:, channels], out=_fit(scratch, block))
+            dot[channels] += _channel_dot(xp, block, centred)
+        dgamma = dot * inv_std
+        k = gamma * inv_std
+        dx3 = xp.empty_like(x3)
+        # training: dx = k * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat = (x - mean) * inv_std
+        per = [_per_channel(v, x.dtype) for v in (k, -k * inv_std * dgamma / n, -k * dbeta / n)]
+        for rows, channels in blocks:
+            dx = xp.multiply(dy3[rows, channels], per[0][:, channels], out=dx3[rows, channels])
+            if training:
+                centred = xp.subtract(x3[rows, channels], centre[:, channels], out=_fit(scratch, dx))
+                centred *= per[1][:, channels]
+                dx += centred
+                dx += per[2][:, channels]
+        return dx3.reshape(x.shape), dgamma.astype(gamma.dtype), dbeta.astype(gamma.dtype)
+
+
+class MovingAverageUpdate(Op):
+    """``moving = momentum * moving + (1 - momentum) * batch``, in place, once per step: like an optimizer's update
+    it changes its first input (a variable) and is kept although nothing reads it."""
+    prefix, api = "MovingAverageUpdate_", "flow.layers.batch_normalization"
+    outputs = ()
+    side_effect = True
+    updates_variable = True
+
+    @staticmethod
+    def infer(moving, batch, momentum):
+        return []
+
+    @staticmethod
+    def forward(xp, moving, batch, momentum):
+        moving *= moving.dtype.type(momentum)
+        moving += batch * moving.dtype.type(1 - momentum)
+
+
+# ------------------------------------------------------------------------------------------------------ the layers
+
+def _number(value, argument, api, low=None, high=None):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or \
+            (low is not None and not value >= low) or (high is not None and not value <= high):
+        bounds = f" in [{low}, {high}]" if high is not None else f" >= {low}" if low is not None else ""
+        raise ValueError(f"{api}: {argument} must be a number{bounds}, got {value!r}")
+    return float(value)
+
+
+def _batch_normalization(api, inputs, addend, relu, axis, momentum, epsilon, center, scale, beta_initializer,
+                         gamma_initializer, beta_regularizer, gamma_regularizer, moving_mean_initializer,
+                         moving_variance_initializer, trainable, training, name):
+    x = as_tensor(inputs, argument="inputs")
+    graph = g.current_graph(api)
+    if x.ndim < 2:
+        raise ValueError(f"{api}: inputs must have a batch axis and a channel axis, got shape {x.shape}")
+    if x.dtype.kind != "f":
+        raise TypeError(f"{api}: inputs must be floating point, got dtype {x.dtype}")
+    try:
+        axis = normalize_axis(axis, x.ndim)
+    except ShapeError as e:
+        raise ValueError(f"{api}: {e} for inputs of shape {x.shape}") from None
+    momentum = _number(momentum, "momentum", api, 0.0, 1.0)
+    epsilon = _number(epsilon, "epsilon", api, 0.0)
+    if epsilon <= 0:
+        raise ValueError(f"{api}: epsilon must be > 0 (it keeps 1 / sqrt(var + epsilon) finite), got {epsilon!r}")
+    name = "BatchNorm" if name is None else name      # OneFlow's default, also for an explicit None
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{api}: name must be a non-empty string, got {name!r}")
+    if addend is not None:
+        addend = as_tensor(addend, argument="addend")
+        if addend.shape != x.shape:
+            raise ValueError(f"{api}: addend must have the shape of inputs {x.shape}, got {addend.shape}")
+    # OneFlow: batch statistics only in a train job, and only when both flags say so
+    training = bool(training) and bool(trainable) and graph.is_train
+    params_dtype = np.dtype(np.float32) if x.dtype == np.float16 else x.dtype
+    channels = (x.shape[axis],)
+    if g.scoped_name(f"{name}-moving_mean") in graph.variables:
+        raise ValueError(f"{api}: a batch normalization named {name!r} already exists in this job; give each layer "
+                         "its own name (OneFlow creates its variables with reuse=False)")
+
+    def parameter(suffix, wanted, initializer, default, regularizer):
+        if not wanted:
+            return constant(1.0 if suffix == "gamma" else 0.0, dtype=params_dtype, shape=channels,
+                            name=f"{name}-{suffix}")
+        return get_variable(f"{name}-{suffix}", shape=channels, dtype=params_dtype,
+                            initializer=initializer or default, regularizer=regularizer, trainable=trainable)
+
+    beta = parameter("beta", center, beta_initializer, zeros_initializer(), beta_regularizer)
+    gamma = parameter("gamma", scale, gamma_initializer, ones_initializer(), gamma_regularizer)
+    moving_mean = get_variable(f"{name}-moving_mean", shape=channels, dtype=params_dtype,
+                               initializer=moving_mean_initializer or zeros_initializer(), trainable=False)
+    moving_variance = get_variable(f"{name}-moving_variance", shape=channels, dtype=params_dtype,
+                                   initializer=moving_variance_initializer or ones_initializer(), trainable=False)
+    extra = (addend,) if addend is not None else ()
+    attrs = dict(axis=axis, epsilon=epsilon, relu=relu)
+    if not training:
+        return apply(BatchNormInfer, (x, gamma, beta, moving_mean, moving_variance) + extra, name, **attrs)
+    y, _, _, batch_mean, batch_variance = apply(BatchNormTrain, (x, gamma, beta) + extra, name, **attrs)
+    apply(MovingAverageUpdate, (moving_mean, batch_mean), f"{name}-moving_mean-update", momentum=momentum)
+    apply(MovingAverageUpdate, (moving_variance, batch_variance), f"{name}-moving_variance-update",
+          momentum=momentum)
+    return y
+
+
+def batch_normalization(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=True, scale=True,
+                        beta_initializer=None, gamma_initializer=None, beta_regularizer=None, gamma_regularizer=None,
+                        moving_mean_initializer=None, moving_variance_initializer=None, trainable=True,
+                        training=True, name="BatchNorm"):
+    """``flow.layers.batch_normalization``: ``gamma * (x - mean) / sqrt(var + epsilon) + beta`` along ``axis``
+    (1 for NCHW, 3 or -1 for NHWC), the statistics taken over every other axis (see the module docstring)."""
+    return _batch_normalization("flow.layers.batch_normalization", inputs, None, False, axis, momentum, epsilon,
+                                center, scale, beta_initializer, gamma_initializer, beta_regularizer,
+                                gamma_regularizer, moving_mean_initializer, moving_variance_initializer, trainable,
+                                training, name)
+
+
+def batch_normalization_relu(inputs, axis=-1, momentum=0.99, epsilon=0.001, center=True, scale=True,
+                             beta_initializer=None, gamma_initializer=None, beta_regularizer=None,
+                             gamma_regularizer=None, moving_mean_initializer=None, moving_variance_initializer=None,
+                             trainable=True, training=True, name="BatchNorm"):
+    """``flow.layers.batch_normalization_relu``: ``relu(batch_normalization(inputs, ...))`` as one op."""
+    return _batch_normalization("flow.layers.batch_normalization_relu", inputs, None, True, axis, momentum, epsilon,
+                                center, scale, beta_initializer, gamma_initializer, beta_regularizer,
+                                gamma_regularizer, moving_mean_initializer, moving_variance_initializer, trainable,
+                                training, name)
+
+
+def batch_normalization_add_relu(inputs, addend=None, axis=-1, momentum=0.99, epsilon=0.001, center=True, scale=True,
+                                 beta_initializer=None, gamma_initializer=None, beta_regularizer=None,
+                                 gamma_regularizer=None, moving_mean_initializer=None,
+                                 moving_variance_initializer=None, trainable=True, training=True, name="BatchNorm"):
+    """``flow.layers.batch_normalization_add_relu``: ``relu(batch_normalization(inputs, ...) + addend)`` as one op
+    (``addend=None``: ``batch_normalization_relu``)."""
+    return _batch_normalization("flow.layers.batch_normalization_add_relu", inputs, addend, True, axis, momentum,
+                                epsilon, center, scale, beta_initializer, gamma_initializer, beta_regularizer,
+                                gamma_regularizer, moving_mean_initializer, moving_variance_initializer, trainable,
+                                training, name)
