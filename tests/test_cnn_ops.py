@@ -680,3 +680,30 @@ def test_batch_normalization_blocks_combine_exactly_and_stay_stable(monkeypatch,
     np.testing.assert_allclose(got[0], want[0], rtol=1e-3, atol=2e-3)       # 1000 + N(0, 1) in float32: ~6e-5 steps
     np.testing.assert_allclose(got[1], want[1], rtol=1e-2, atol=2e-2)
     np.testing.assert_allclose(variable("bn-moving_variance"), want[5], rtol=1e-3)
+
+
+@pytest.mark.numpy_backend
+@pytest.mark.parametrize("reduce", [flow.math.reduce_mean, flow.math.reduce_sum])
+def test_moving_statistics_on_two_devices_average_each_devices_batch_statistics(reduce):
+    """Each device normalizes its half of the batch; the moving statistics take the mean of the halves'
+    statistics, also under a loss summed over the batch, whose gradients the devices sum."""
+    flow.clear_default_session()
+    flow.config.cpu_device_num(2)
+    try:
+        @flow.global_function(type="train")
+        def job(x: tp.Numpy.Placeholder((8, 3, 4, 4), dtype=flow.float64)) -> tp.Numpy:
+            y = flow.layers.batch_normalization(x, axis=1, momentum=0.5, name="bn")
+            loss = reduce(flow.math.square(y))
+            flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.0]), momentum=0).minimize(loss)
+            return loss
+
+        x = np.random.default_rng(4).normal(2.0, 3.0, size=(8, 3, 4, 4))
+        job(x)
+        halves = np.split(x, 2)
+        means = np.mean([h.mean(axis=(0, 2, 3)) for h in halves], axis=0)
+        variances = np.mean([h.var(axis=(0, 2, 3), ddof=1) for h in halves], axis=0)
+        variables = flow.get_all_variables()
+        np.testing.assert_allclose(variables["bn-moving_mean"].numpy(), 0.5 * means, rtol=1e-12)
+        np.testing.assert_allclose(variables["bn-moving_variance"].numpy(), 0.5 + 0.5 * variances, rtol=1e-12)
+    finally:
+        flow.clear_default_session()

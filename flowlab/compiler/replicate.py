@@ -10,13 +10,14 @@ from typing import NamedTuple
 
 
 class ReducePoints(NamedTuple):
-    reduce_before: dict      # node position -> (group number, [gradient tensors])
+    reduce_before: dict      # node position -> (group number, [gradient tensors], positions always averaged)
     release_before: dict     # node position (len(nodes): the end) -> group number
     first_only: set          # ids of the nodes only replica 0 runs
 
 
 def reduce_points(nodes) -> ReducePoints:
     gradients = {n.inputs[1].id for n in nodes if n.op.updates_variable}
+    statistics = {n.inputs[1].id for n in nodes if n.op.updates_variable and n.op.averages_devices}
     pending, reduce_before, release_before, first_only = [], {}, {}, set()
     open_group = None
     for i, node in enumerate(nodes):
@@ -26,7 +27,8 @@ def reduce_points(nodes) -> ReducePoints:
                 if open_group is not None:
                     release_before[i] = open_group
                 open_group = len(reduce_before)
-                reduce_before[i] = (open_group, pending)
+                reduce_before[i] = (open_group, pending,
+                                    tuple(k for k, t in enumerate(pending) if t.id in statistics))
                 pending = []
             first_only.add(id(node))
         elif open_group is not None:

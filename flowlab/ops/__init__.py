@@ -55,6 +55,8 @@ class Op:
     donates = ()            # input positions the kernel may overwrite when told ``<name>_writable`` (see plan.py)
     side_effect = False     # kept by the compiler although nothing reads it
     updates_variable = False  # changes its first input (a variable) in place: optimizer updates
+    averages_devices = False  # (updates) input 1 is a per-device statistic, not a gradient: replicas average it
+    #                           whatever the loss (a batch norm's moving statistics under a summed loss)
     observes = False        # reads input 0 as this call made it (watch statistics): runs right after its producer
     is_placeholder = False  # a job argument: the plan reads it from the call's feeds, it has no kernel
     is_constant = False     # attrs["value"] is its output: moved to the device once, when the plan is compiled

@@ -154,6 +154,10 @@ class BatchNormTrain(Op):
     outputs = ("y", "mean", "inv_variance", "batch_mean", "batch_variance")
 
     @staticmethod
+    def is_nonnegative(node):
+        return node.attrs["relu"]       # batch_normalization_relu / _add_relu
+
+    @staticmethod
     def infer(x, gamma, beta, *addend, axis, epsilon, relu):
         _check_inputs(x, (gamma, beta), addend, axis)
         if x.size == x.shape[axis]:
@@ -188,6 +192,10 @@ class BatchNormInfer(Op):
     """Normalizes with given (moving) statistics: ``y = x * k + (beta - mean * k)``, ``k = gamma / sqrt(var + eps)``."""
     prefix, api = "BatchNorm_", "flow.layers.batch_normalization"
     outputs = ("y",)
+
+    @staticmethod
+    def is_nonnegative(node):
+        return node.attrs["relu"]
 
     @staticmethod
     def infer(x, gamma, beta, moving_mean, moving_variance, *addend, axis, epsilon, relu):
@@ -265,7 +273,7 @@ class MovingAverageUpdate(Op):
     prefix, api = "MovingAverageUpdate_", "flow.layers.batch_normalization"
     outputs = ()
     side_effect = True
-    updates_variable = True
+    updates_variable = averages_devices = True
 
     @staticmethod
     def infer(moving, batch, momentum):

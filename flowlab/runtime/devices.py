@@ -171,7 +171,9 @@ class HostReduce:
         self._arrived = threading.Barrier(n)
         self._released = threading.Barrier(n)
 
-    def all_reduce(self, index, arrays):
+    def all_reduce(self, index, arrays, averaged=()):
+        """The combined ``arrays`` (summed, or averaged in ``mode`` "mean"; those at positions ``averaged`` are
+        averaged always) on replica 0; the others get theirs back once replica 0 released them."""
         self._posted[index] = arrays
         self._arrived.wait()
         if index:
@@ -182,7 +184,7 @@ class HostReduce:
             total = array.copy()
             for other in self._posted[1:]:
                 total += other[k]
-            if self.mode == "mean":
+            if self.mode == "mean" or k in averaged:
                 total *= total.dtype.type(1 / self.n)
             combined.append(total)
         return combined
@@ -229,13 +231,13 @@ class NcclReduce(HostReduce):
             value = self.mirrors[index][name].value
             self._call(index, "broadcast", value, value, 0)
 
-    def all_reduce(self, index, arrays):
+    def all_reduce(self, index, arrays, averaged=()):
         self._arrived.wait()
         combined = []
-        for array in arrays:
+        for k, array in enumerate(arrays):
             out = self.cupy.empty_like(array) if index == 0 else array
             self._call(index, "reduce", array, out, self.nccl.NCCL_SUM, 0)
-            if index == 0 and self.mode == "mean":
+            if index == 0 and (self.mode == "mean" or k in averaged):
                 out *= out.dtype.type(1 / self.n)
             combined.append(out)
         if index:
