@@ -16,7 +16,8 @@ from PIL import Image
 COLOR_SPACES = ("RGB", "BGR", "GRAY")
 
 # OneFlow's interpolation names -> Pillow filters. "auto" is OneFlow's rule: area when shrinking, bilinear when
-# growing. Pillow's BOX filter averages the covered source area (OpenCV's INTER_AREA); its BILINEAR/BICUBIC widen
+# growing. Pillow's BOX filter averages the covered source area (OpenCV's INTER_AREA; whole-block shrinks use the
+# exact block mean, Image.reduce); its BILINEAR/BICUBIC widen
 # their support when shrinking (an antialiased resize, where OpenCV samples a fixed 2x2 / 4x4 neighbourhood).
 RESAMPLE = {"bilinear": Image.BILINEAR, "nearest_neighbor": Image.NEAREST, "nn": Image.NEAREST,
             "bicubic": Image.BICUBIC, "area": Image.BOX}
@@ -155,7 +156,12 @@ def resize(image: np.ndarray, width, height, interpolation="auto") -> np.ndarray
     h, w = image.shape[:2]
     if (h, w) == (height, width):
         return image
-    out = from_array(image).resize((width, height), resample_filter(interpolation, (h, w), (height, width)))
+    resample = resample_filter(interpolation, (h, w), (height, width))
+    if resample == Image.BOX and h % height == 0 and w % width == 0:
+        # whole blocks: their exact mean (Pillow's reduce), as OpenCV's INTER_AREA; BOX's fixed point is 1 off
+        out = from_array(image).reduce((w // width, h // height))
+    else:
+        out = from_array(image).resize((width, height), resample)
     array = np.asarray(out)
     return array[:, :, None] if array.ndim == 2 else array
 

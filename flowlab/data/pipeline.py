@@ -194,6 +194,8 @@ class Pipeline:
             pool.shutdown(wait=False, cancel_futures=True)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+        if pool is not None and (thread is None or not thread.is_alive()):
+            pool.shutdown(wait=True)        # the workers finish the record in hand and end
 
     @property
     def running(self) -> bool:
