@@ -275,8 +275,9 @@ def ImageDecoderRandomCropResize(input_blob, target_width, target_height, num_at
                                  random_area=None, random_aspect_ratio=None, num_workers=None, warmup_size=None,
                                  max_num_pixels=None, name=None):
     """``flow.data.ImageDecoderRandomCropResize``: encoded images (``OFRecordBytesDecoder``'s output) decoded, cut
-    to a random window and resized (bilinear) to ``target_height`` x ``target_width``: a uint8 RGB batch
-    ``(batch_size, target_height, target_width, 3)``.
+    to a random window and resized to ``target_height`` x ``target_width``: a uint8 RGB batch
+    ``(batch_size, target_height, target_width, 3)``. Resizing follows ``flow.image.Resize``'s "auto" rule (area
+    when shrinking, bilinear when growing), where OneFlow's kernel always samples bilinearly (which aliases).
 
     JPEGs are decoded at a reduced scale (Pillow's ``draft``: 1/2, 1/4 or 1/8, done by libjpeg) when the window
     stays at least the target size there, which saves most of the decoding of large images. ``num_workers``,
@@ -323,7 +324,8 @@ def _decode_crop_resize(data, crop, rng, width, height):
         image = image.convert("RGB")
     sx, sy = image.width / full_w, image.height / full_h       # the draft's reduction
     box = (x * sx, y * sy, (x + w) * sx, (y + h) * sy)
-    return np.asarray(image.resize((width, height), Image.BILINEAR, box=box))
+    resample = images.resample_filter("auto", (h * sy, w * sx), (height, width))
+    return np.asarray(image.resize((width, height), resample, box=box))
 
 
 # --------------------------------------------------------------------------------------------- flow.image
@@ -507,6 +509,7 @@ def CropMirrorNormalize(input_blob, mirror_blob=None, color_space="BGR", output_
         _, H, W, _ = input_blob.shape
         ch, cw = (H, W) if not crop_h or not crop_w else (min(int(crop_h), H), min(int(crop_w), W))
     pos_y, pos_x = float(crop_pos_y), float(crop_pos_x)
+    table = images.normalize_table(mean_v, inv_std)
     out_shape = (n, c, ch, cw) if output_layout == "NCHW" else (n, ch, cw, c)
     if found is None:       # a plain uint8 tensor of the job: in the graph
         return apply(CropMirrorNormalizeOp, (input_blob, *extra), name, crop_h=ch, crop_w=cw, pos_y=pos_y,
@@ -518,7 +521,7 @@ def CropMirrorNormalize(input_blob, mirror_blob=None, color_space="BGR", output_
             raise ValueError(f"{api}: expected uint8 images, got {img.dtype}")
         if img.shape[0] < ch or img.shape[1] < cw:
             raise ValueError(f"{api}: image of shape {img.shape} is smaller than the crop {ch}x{cw}")
-        return (images.crop_mirror_normalize(img, ch, cw, pos_y, pos_x, mean_v, inv_std, output_layout),)
+        return (images.crop_mirror_normalize(img, ch, cw, pos_y, pos_x, table, output_layout),)
     op = _output_op("CropMirrorNormalize", "CropMirrorNormalize_", api)
     return _add(op, found, (input_blob,), cmn, [(out_shape, np.float32)], api, name, extra_inputs=extra,
                 mirror_axis=(3 if output_layout == "NCHW" else 2) if extra else None)
