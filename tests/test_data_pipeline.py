@@ -125,9 +125,21 @@ def test_random_crop_window_rule():
             assert 0.08 * 0.9 <= area <= 1.0 and 0.75 * 0.9 <= w / h <= 1.333333 * 1.1
     # an image too narrow for any allowed window: OneFlow's first fallback, (H, max(1, int(H * max_ratio)))
     assert window(4, 100, rng)[2:] == (4, 5)
-    # when no attempt fits, the fallback keeps the allowed ratio and the largest area
-    narrow = images.RandomCropWindow(1, (0.99, 1.0), (1.0, 1.0))
-    assert narrow(50, 60, np.random.default_rng(0))[2:] == (50, 50)
+    # no attempt fits (area 0.64 at ratio 0.75 is 72 rows high): the widest allowed window (60 x 79), scaled to
+    # the largest area 0.64 of the image: sqrt(3840 / 4740) = 0.90007 -> 54 x 71
+    class Draws:
+        def __init__(self, values):
+            self.values = iter(values)
+
+        def uniform(self, lo, hi):
+            return next(self.values)
+
+        def integers(self, lo, hi):
+            return lo
+    fallback = images.RandomCropWindow(1, (0.5, 0.64), (0.75, 1.333333))
+    assert fallback(60, 100, Draws([0.64, np.log(0.75)])) == (0, 0, 54, 71)
+    # an attempt that fits: w = round(sqrt(3600 * 1.3)) = 68, h = round(sqrt(3600 / 1.3)) = 53
+    assert fallback(60, 100, Draws([0.6, np.log(1.3)]))[2:] == (53, 68)
 
 
 def test_random_crop_decoder_cuts_a_window_of_the_image(coded_dataset):

@@ -103,7 +103,7 @@ class RandomCropWindow:
         min_ratio, max_ratio = self.ratio
         min_area = W * H * self.area[0]
         max_w = max(1, int(H * max_ratio))
-        max_h = max(1, int(W / min_ratio))
+        max_h = max(1, int(W * (1 / min_ratio)))
         if H * max_w < min_area:
             h, w = H, max_w
         elif W * max_h < min_area:

@@ -435,7 +435,6 @@ class CropMirrorNormalizeOp(Op):
     """CropMirrorNormalize of a uint8 batch ``(N, H, W, C)`` that is a plain tensor of the job (not prepared by a
     reader's pipeline): computed in the graph, with ``xp``."""
     prefix, api = "CropMirrorNormalize_", "flow.image.CropMirrorNormalize"
-    batch_source = False
 
     @staticmethod
     def infer(x, *mirror, crop_h, crop_w, pos_y, pos_x, mean, inv_std, layout):
