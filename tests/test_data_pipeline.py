@@ -633,3 +633,63 @@ def test_small_cnn_learns_from_an_ofrecord_jpeg_set(tmp_path):
     losses = [float(train().mean()) for _ in range(60)]
     first, last = np.mean(losses[:5]), np.mean(losses[-10:])
     assert last < 0.4 * first and last < 0.45, (first, last)
+
+
+# ------------------------------------------------------------------------------------------------ fused decoder, arguments
+
+def test_fused_decoder_draft_matches_a_full_decode(tmp_path):
+    from flowlab.data.ops import _decode_crop_resize
+    y, x = np.mgrid[:1200, :1600]
+    smooth = np.stack([x * 255 // 1600, y * 255 // 1200, (x + y) * 255 // 2800], axis=2).astype(np.uint8)
+    data = encode_jpeg(smooth)
+    window = lambda h, w, rng: (100, 300, 900, 1000)       # noqa: E731 - a fixed window: y, x, h, w
+    out = _decode_crop_resize(data, window, None, 224, 224)
+    full = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))[100:1000, 300:1300]
+    ref = np.asarray(Image.fromarray(full).resize((224, 224), Image.BOX))
+    assert out.shape == (224, 224, 3) and out.dtype == np.uint8
+    assert np.abs(out.astype(int) - ref).mean() < 1.0 and np.abs(out.astype(int) - ref).max() <= 6
+
+
+def test_fused_decoder_in_a_job(coded_dataset):
+    d, arrays = coded_dataset
+
+    @flow.global_function()
+    def job() -> tp.Numpy:
+        r = reader(d)
+        encoded = flow.data.OFRecordBytesDecoder(r, "encoded")
+        img = flow.data.ImageDecoderRandomCropResize(encoded, target_width=12, target_height=10, seed=1)
+        return [encoded, img, flow.data.OFRecordRawDecoder(r, "class/label", shape=(), dtype=flow.int32)]
+
+    encoded, img, labels = job()
+    assert img.shape == (4, 10, 12, 3) and img.dtype == np.uint8
+    assert [png(arrays[k]) == bytes(e) for e, k in zip(encoded, labels)] == [True] * 4
+    assert (img[..., 2] == labels[:, None, None]).all()      # RGB: the blue channel holds the tag
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda d: flow.data.ofrecord_reader(d, batch_size=0), ValueError, "batch_size must be a positive int"),
+    (lambda d: flow.data.OFRecordRawDecoder(flow.random.CoinFlip(), "a", (), flow.int32), TypeError,
+     "input_blob must be the output of flow.data.ofrecord_reader, got CoinFlip_0/out_0 made by flow.random.CoinFlip"),
+    (lambda d: flow.data.OFRecordImageDecoder(reader(d), "encoded", color_space="HSV"), ValueError,
+     "color_space must be one of RGB, BGR, GRAY"),
+    (lambda d: flow.image.Resize(flow.data.OFRecordImageDecoder(reader(d), "encoded"), target_size=224), ValueError,
+     r"target_size must be \(width, height\)"),
+    (lambda d: flow.image.Resize(flow.data.OFRecordRawDecoder(reader(d), "vec", (3,), flow.float), target_size=(4, 4)),
+     TypeError, r"image must be decoded uint8 images, got float32\[4, 3\]"),
+    (lambda d: flow.image.Resize(flow.random.CoinFlip(batch_size=4), target_size=(4, 4)), TypeError,
+     "must be images from a flow.data image decoder"),
+    (lambda d: flow.data.OFRecordImageDecoderRandomCrop(reader(d), "encoded", random_area=[0.5, 0.1]), ValueError,
+     r"random_area must satisfy 0 < min <= max"),
+    (lambda d: flow.image.CropMirrorNormalize(flow.data.OFRecordImageDecoder(reader(d), "encoded"), crop_h=4,
+                                              crop_w=4, mirror_blob=flow.random.CoinFlip(batch_size=3)), ValueError,
+     r"mirror_blob must be int8 of shape \(4,\)"),
+])
+def test_argument_errors_at_trace_time(coded_dataset, call, error, message):
+    d, _ = coded_dataset
+
+    @flow.global_function()
+    def job():
+        return call(d)
+
+    with pytest.raises(error, match=message):
+        job()

@@ -113,9 +113,12 @@ def _output_op(op_name, prefix, api, outputs=("out",)):
 
 
 def _mirror(xp, images_, flags, axis):
-    """Rows of ``images_`` whose flag is non-zero, flipped along ``axis`` (the width)."""
-    keep = flags.reshape((-1,) + (1,) * (images_.ndim - 1)) != 0
-    return xp.where(keep, xp.flip(images_, axis=axis), images_)
+    """Rows of ``images_`` whose flag is non-zero flipped along ``axis`` (the width), in place: ``images_`` is this
+    call's own array (a prepared batch is taken once; the graph's CropMirrorNormalize makes a new one)."""
+    rows = xp.flatnonzero(flags)
+    if rows.size:
+        images_[rows] = xp.flip(images_[rows], axis=axis)
+    return images_
 
 
 def _source(tensor, api, argument="input_blob"):
@@ -336,8 +339,8 @@ def _image_field(image, api, argument="image"):
         raise TypeError(f"{api}: {argument} must be images from a flow.data image decoder (or another flow.image op "
                         f"on them), got {getattr(image, 'logical_blob_name', image)} made by "
                         f"{image.node.op.api if isinstance(image, g.LazyTensor) else type(image).__name__}")
-    if image.dtype != OBJECT and not (image.ndim == 4 and image.dtype in (np.uint8, np.float32)):
-        raise TypeError(f"{api}: {argument} must be decoded images, got {image.dtype}{list(image.shape)}")
+    if image.dtype != OBJECT and not (image.ndim == 4 and image.dtype == np.uint8):
+        raise TypeError(f"{api}: {argument} must be decoded uint8 images, got {image.dtype}{list(image.shape)}")
     return found
 
 
