@@ -635,7 +635,7 @@ def test_small_cnn_learns_from_an_ofrecord_jpeg_set(tmp_path):
     assert last < 0.4 * first and last < 0.45, (first, last)
 
 
-# ------------------------------------------------------------------------------------------------ fused decoder, arguments
+# ------------------------------------------------------------------------------------------------ fused decoder, errors
 
 def test_fused_decoder_draft_matches_a_full_decode(tmp_path):
     from flowlab.data.ops import _decode_crop_resize

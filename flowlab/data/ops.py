@@ -685,7 +685,8 @@ class NormByChannelPreprocessor:
             if value.shape[0] != mean.size:
                 raise ValueError(f"{api}: NormByChannelPreprocessor has {mean.size} mean values, the blob has "
                                  f"{value.shape[0]} channels (first axis)")
-            return (value - mean.reshape((-1,) + (1,) * (value.ndim - 1))) / std.reshape((-1,) + (1,) * (value.ndim - 1))
+            per_channel = (-1,) + (1,) * (value.ndim - 1)
+            return (value - mean.reshape(per_channel)) / std.reshape(per_channel)
         return (value - mean[0]) / std[0]
 
 

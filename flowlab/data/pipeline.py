@@ -26,7 +26,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from .ofrecord import OFRecordError, Record, iter_file, parse
+from .ofrecord import OFRecordError, iter_file, parse
 
 PREFETCH = 2                    # batches prepared ahead of the job
 WORKERS = max(1, min(4, os.cpu_count() or 1))
