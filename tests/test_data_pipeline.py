@@ -514,6 +514,12 @@ def test_record_content_errors_name_file_offset_key_and_keys(tmp_path, record, k
         assert f"byte offset {8 + size} " in text
 
 
+def test_a_dataset_without_records_is_an_error_not_a_hang(tmp_path):
+    write_dataset(tmp_path, [], part_num=2)
+    with pytest.raises(OFRecordError, match="hold no records"):
+        _job_on(str(tmp_path))()
+
+
 def test_undecodable_image_names_record_and_key(tmp_path):
     write_dataset(tmp_path, [{"encoded": b"not an image", "class/label": np.int32(0)}])
 
@@ -555,8 +561,11 @@ def test_preparation_overlaps_the_step(tmp_path, monkeypatch):
 
     job()                                   # the thread starts and fills its queue
     p = job.graph().nodes[0].attrs["pipeline"]
-    time.sleep(0.2)
-    assert p.batches_made == 1 + pipeline.PREFETCH      # the one taken and PREFETCH ready (it waits for room)
+    deadline = time.perf_counter() + 5
+    while p.batches_made < 1 + pipeline.PREFETCH and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.15)
+    assert p.batches_made == 1 + pipeline.PREFETCH      # the one taken and PREFETCH ready: then it waits for room
     calls = 10
     start = time.perf_counter()
     for _ in range(calls):
