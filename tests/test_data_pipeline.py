@@ -702,3 +702,26 @@ def test_argument_errors_at_trace_time(coded_dataset, call, error, message):
 
     with pytest.raises(error, match=message):
         job()
+
+
+def test_image_decode_random_crop_and_target_resize(coded_dataset):
+    d, arrays = coded_dataset
+
+    @flow.global_function()
+    def job() -> tp.Numpy:
+        r = reader(d)
+        img = flow.image.decode(flow.data.OFRecordBytesDecoder(r, "encoded"), color_space="RGB")
+        crop = flow.image.random_crop(img, random_area=[0.3, 0.5], seed=2)
+        out, size, scale = flow.image.target_resize(img, target_size=20, max_size=25)
+        return [img, crop, out, size, scale, flow.data.OFRecordRawDecoder(r, "class/label", shape=(), dtype=flow.int32)]
+
+    img, crop, out, size, scale, labels = job()
+    for i, k in enumerate(labels):
+        np.testing.assert_array_equal(img[i], arrays[k])
+        y0, x0 = int(crop[i][0, 0, 0]), int(crop[i][0, 0, 1])
+        h, w = crop[i].shape[:2]
+        np.testing.assert_array_equal(crop[i], arrays[k][y0:y0 + h, x0:x0 + w])
+        assert 0.3 * 0.9 <= h * w / arrays[k][..., 0].size <= 0.5 * 1.1
+        new_w, new_h = images.keep_aspect_size(*arrays[k].shape[:2], 20, False, max_size=25)
+        assert out[i].shape == (new_h, new_w, 3) and size[i].tolist() == [new_w, new_h] and max(new_w, new_h) <= 25
+        np.testing.assert_allclose(scale[i], [new_w / arrays[k].shape[1], new_h / arrays[k].shape[0]], rtol=1e-6)

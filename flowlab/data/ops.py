@@ -434,6 +434,52 @@ def Resize(image, target_size=None, min_size=None, max_size=None, keep_aspect_ra
     return out if deprecated else (out, scale, None)
 
 
+def target_resize(images_, target_size, min_size=None, max_size=None, resize_side="shorter",
+                  interpolation_type="auto", name=None):
+    """``flow.image.target_resize``: ``Resize`` keeping the aspect ratio; returns ``(image, new_size, scale)``
+    (this order, as OneFlow's)."""
+    out, scale, size = Resize(images_, target_size=target_size, min_size=min_size, max_size=max_size,
+                              keep_aspect_ratio=True, resize_side=resize_side, interpolation_type=interpolation_type,
+                              name=name)
+    return out, size, scale
+
+
+def image_decode(images_bytes_buffer, dtype=np.uint8, color_space="BGR", name=None):
+    """``flow.image.decode``: encoded images (``flow.data.OFRecordBytesDecoder``'s output) decoded into a list of
+    uint8 images in ``color_space`` (as ``OFRecordImageDecoder``)."""
+    api = "flow.image.decode"
+    found = _source(images_bytes_buffer, api, "images_bytes_buffer")
+    if found is None or found[2] == RECORD or images_bytes_buffer.dtype != OBJECT:
+        raise TypeError(f"{api}: images_bytes_buffer must be the encoded images of flow.data.OFRecordBytesDecoder, "
+                        f"got {getattr(images_bytes_buffer, 'logical_blob_name', images_bytes_buffer)}")
+    if as_dtype(dtype, f"{api} dtype") != np.uint8:
+        raise ValueError(f"{api}: dtype must be flow.uint8, as OneFlow's decoder, got {dtype!r}")
+    color_space = images.check_color_space(color_space, api)
+
+    def decode(inputs, rng):
+        return (images.decode(bytes(inputs[0]), color_space),)
+    op = _output_op("ImageDecode", "ImageDecode_", api)
+    return _add(op, found, (images_bytes_buffer,), decode, [((found[0].batch_size,), OBJECT)], api, name)
+
+
+def image_random_crop(input_blob, num_attempts=10, seed=None, random_area=None, random_aspect_ratio=None,
+                      name=None):
+    """``flow.image.random_crop``: each decoded image cut to a random window (OneFlow's rule, see
+    ``images.RandomCropWindow``); a list of images."""
+    api = "flow.image.random_crop"
+    found = _image_field(input_blob, api, "input_blob")
+    crop = images.RandomCropWindow(num_attempts, (0.08, 1.0) if random_area is None else random_area,
+                                   (0.75, 1.333333) if random_aspect_ratio is None else random_aspect_ratio, api)
+
+    def cut(inputs, rng):
+        img = inputs[0]
+        y, x, h, w = crop(img.shape[0], img.shape[1], rng)
+        return (np.ascontiguousarray(img[y:y + h, x:x + w]),)
+    op = _output_op("ImageRandomCrop", "ImageRandomCrop_", api)
+    return _add(op, found, (input_blob,), cut, [((found[0].batch_size,), OBJECT)], api, name, random=True,
+                seed=_seed(seed, api))
+
+
 class CropMirrorNormalizeOp(Op):
     """CropMirrorNormalize of a uint8 batch ``(N, H, W, C)`` that is a plain tensor of the job (not prepared by a
     reader's pipeline): computed in the graph, with ``xp``."""
