@@ -393,16 +393,31 @@ def _label_dataset(tmp_path, n=24, parts=3):
 def test_random_shuffle_covers_every_record_once_per_epoch(tmp_path):
     d = _label_dataset(tmp_path)
 
-    @flow.global_function()
-    def job() -> tp.Numpy:
-        r = flow.data.ofrecord_reader(d, batch_size=4, data_part_num=3, random_shuffle=True, shuffle_buffer_size=5)
-        return flow.data.OFRecordRawDecoder(r, "class/label", shape=(), dtype=flow.int32)
+    def make_job():
+        @flow.global_function()
+        def job() -> tp.Numpy:
+            r = flow.data.ofrecord_reader(d, batch_size=4, data_part_num=3, random_shuffle=True,
+                                          shuffle_buffer_size=5)
+            return flow.data.OFRecordRawDecoder(r, "class/label", shape=(), dtype=flow.int32)
+        return job
 
+    job = make_job()
     epochs = [np.concatenate([job() for _ in range(6)]) for _ in range(3)]
     for e in epochs:
         assert sorted(e.tolist()) == list(range(24))
     assert epochs[0].tolist() != epochs[1].tolist() != epochs[2].tolist()
     assert epochs[0].tolist() != sorted(epochs[0].tolist())
+    flow.clear_default_session()                # a new run with the same seed reads in the same order
+    job = make_job()
+    assert np.concatenate([job() for _ in range(6)]).tolist() == epochs[0].tolist()
+    flow.clear_default_session()
+    seed = flow.runtime.session.default().seed
+    flow.config.seed(seed + 1)                  # another seed, another order
+    try:
+        job = make_job()
+        assert np.concatenate([job() for _ in range(6)]).tolist() != epochs[0].tolist()
+    finally:
+        flow.config.seed(seed)
 
 
 def test_shuffle_after_epoch_reorders_the_part_files(tmp_path):
