@@ -740,3 +740,23 @@ def test_image_decode_random_crop_and_target_resize(coded_dataset):
         new_w, new_h = images.keep_aspect_size(*arrays[k].shape[:2], 20, False, max_size=25)
         assert out[i].shape == (new_h, new_w, 3) and size[i].tolist() == [new_w, new_h] and max(new_w, new_h) <= 25
         np.testing.assert_allclose(scale[i], [new_w / arrays[k].shape[1], new_h / arrays[k].shape[0]], rtol=1e-6)
+
+
+def test_a_reader_of_another_job_is_refused_before_it_changes(coded_dataset):
+    d, _ = coded_dataset
+    held = {}
+
+    @flow.global_function()
+    def first() -> tp.Numpy:
+        held["reader"] = reader(d)
+        return flow.data.OFRecordRawDecoder(held["reader"], "class/label", shape=(), dtype=flow.int32)
+
+    @flow.global_function()
+    def second() -> tp.Numpy:
+        return flow.data.OFRecordRawDecoder(held["reader"], "vec", shape=(3,), dtype=flow.float)
+
+    first()
+    with pytest.raises(TraceError, match="belongs to job 'first', not to job 'second'"):
+        second()
+    assert len(held["reader"].node.attrs["pipeline"].fields) == 1
+    assert first().tolist() == [8, 10, 1, 3]

@@ -145,6 +145,10 @@ def _reader_source(tensor, api):
 def _add(op, source, parents, fn, outs, what, name, random=False, seed=None, extra_inputs=(), **attrs):
     """Register ``fn`` as a field of ``source``'s pipeline and add its graph node; returns its output(s)."""
     pipeline, reader, key = source
+    graph = g.current_graph(op.api)
+    if reader.graph is not graph:       # checked before the field joins that job's pipeline
+        raise TraceError(f"{op.api}: its input belongs to job {reader.graph.name!r}, not to job {graph.name!r} "
+                         "being traced")
     collates = tuple(Collate("list") if np.dtype(d) == OBJECT else Collate("stack", tuple(s[1:]), np.dtype(d))
                      for s, d in outs)
     field = pipeline.add_field(Field(fn, (key,), collates, what, random, seed))
