@@ -1,13 +1,16 @@
 """OneFlow 0.x's in-job data ops: ``flow.data.ofrecord_reader`` and its decoders, ``flow.image.Resize`` /
-``CropMirrorNormalize``, ``flow.random.CoinFlip``, ``flow.data.decode_random`` and the older
-``flow.data.decode_ofrecord`` with its ``BlobConf`` / codecs / preprocessors.
+``CropMirrorNormalize`` / ``decode`` / ``random_crop`` / ``target_resize``, ``flow.random.CoinFlip``,
+``flow.data.decode_random`` and the older ``flow.data.decode_ofrecord`` with its ``BlobConf`` / codecs /
+preprocessors.
 
 How they run (``flowlab.data.pipeline``): ``ofrecord_reader`` makes a graph node whose output is the call's batch
 of records, an opaque value of shape ``(batch_size,)``. Each decoder or image op on it registers its per-record
 work with the reader's ``Pipeline`` while the job is traced; its graph node only picks its prepared values out of
 the batch the reader node pulled for this call. Outputs of fixed shape are arrays ``(batch_size, ...)``; decoded
 images of varying size are lists (object arrays of shape ``(batch_size,)``, OneFlow's tensor buffers), which only
-``flow.image.Resize`` and ``flow.image.CropMirrorNormalize`` take.
+the ``flow.image`` ops take. Every registered op runs for every batch, even one whose output the job never uses.
+The data ops make whole batches on the host: under ``flow.config.gpu_device_num(n)``, n > 1, they refuse clearly
+(``TraceError``) instead of splitting them over the devices.
 
 ``CropMirrorNormalize``'s mirror flags (``flow.random.CoinFlip``, a tensor of the job) are applied in the graph, on
 the cropped and normalized batch: the rest of its work is done ahead, on the pipeline's thread.
