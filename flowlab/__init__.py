@@ -5,7 +5,7 @@
 import logging as _logging
 
 from . import config, data, dtypes, initializers, layers, losses, math, nn, optim, scope, summary, train, typing
-from . import checkpoint, env, regularizers, unittest
+from . import checkpoint, env, image, random, regularizers, unittest
 from .checkpoint import get_all_variables, load_variables
 from .dtypes import char, double, float, float16, float32, float64, int8, int32, int64, uint8
 from .initializers import (constant_initializer, glorot_normal_initializer, glorot_uniform_initializer,

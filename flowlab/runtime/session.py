@@ -163,6 +163,12 @@ def _restore_provisional(var, saved):
 
 
 _default = Session()
+_clear_hooks: list = []     # run by clear(): e.g. the data pipelines stop their threads (flowlab.data.pipeline)
+
+
+def on_clear(hook):
+    """Call ``hook()`` whenever the default session is cleared."""
+    _clear_hooks.append(hook)
 
 
 def default() -> Session:
@@ -176,6 +182,8 @@ def clear():
         _default.sync()
     except WatchCallbackError:
         pass   # a cleared session's callback errors have nobody left to report to
+    for hook in _clear_hooks:
+        hook()
     _default = Session(seed=_default.seed)
     graph.reset_unique_ids()
 
