@@ -6,8 +6,12 @@ flowlab, tensorboardX or torch), whose inputs are producer names with an optiona
 ``:k`` (output k) suffix, and whose ``_output_shapes`` attr, when present, gives the output shapes.
 
 What is drawn (``graph_data``, pure): one box per op, except that
-- name scopes (the prefixes of op names up to a ``/``; flowlab's structure graph also joins scopes with ``-``) are
-  collapsed into one box each, "scope (N ops)", until expanded (tap the box, or tick the scope in the list);
+- name scopes (the prefixes of op names up to a ``/``; flowlab's structure graph also joins scopes with ``-``), and
+  inside them the prefixes up to a ``_`` that do not just number a name (``scopes_of``: ``hidden_matmul`` is in
+  ``hidden`` with ``hidden-weight``; ``res2_0_branch2a`` in block ``res2_0``), are collapsed into one box each,
+  "scope (N ops)", until expanded (tap the box, or tick the scope in the list). A graph opens with the scopes that
+  hold most of its ops expanded (``default_expanded``: OneFlow-Benchmark's ``Resnet`` namespace, so ResNet-50 opens
+  on its 16 residual blocks, one box each); a tapped scope of at most ``OPEN_WHOLE`` ops opens whole;
 - gradient and optimizer ops (flowlab's ``System/AutoGrad``, ``*Update`` ops, and optimizer state such as momentum,
   read by nothing else) are left out unless asked for; when shown, they fold into scopes of their own, apart from
   the forward ops of the same scope, so that folding does not close a cycle (``hidden`` → ... → ``hidden``);
@@ -42,7 +46,7 @@ import numpy as np
 from bokeh.core.properties import value
 from bokeh.layouts import column, row
 from bokeh.models import (Arrow, BoxZoomTool, CDSView, CheckboxGroup, ColorBar, ColumnDataSource,
-                          CustomJS, CustomJSFilter, Div, HoverTool, Legend, LegendItem, Range1d, Rect, Select, TapTool,
+                          CustomJS, CustomJSFilter, Div, HoverTool, InlineStyleSheet, Legend, LegendItem, Range1d, Rect, Select, TapTool,
                           VeeHead)
 from bokeh.plotting import figure
 from grandalf.graphs import Edge, Vertex, graph_core
@@ -72,9 +76,16 @@ PAD_X, BOX_H = 7, 22
 X_SPACE, Y_SPACE = 18, 34       # between boxes of a layer, between layers
 MAX_LABEL = 40                  # characters; longer labels keep their start and end
 MARGIN = 16                     # around the graph in the plot frame
-MAX_FRAME = (860, 640)          # the plot frame at most (the legend and toolbar go beside it)
+# The plot frame at most (the legend and toolbar go beside it): ResNet-50's 22-box chain of blocks fits at zoom 1.
+MAX_FRAME = (860, 1280)
 MIN_FRAME = (320, 140)
 MIN_SCALE = 0.7                 # a large graph is shown shrunk to fit down to this zoom, then it must be panned
+DOMINANT_SHARE = 0.5            # a scope holding more than this share of the ops shown opens by default
+OPEN_WHOLE = 32                 # a tapped scope of at most this many ops opens whole (its inner scopes too)
+KEPT_DRAWINGS = 8               # laid-out drawings a view keeps, so that collapsing a scope again is instant
+SCOPES_WIDTH, SCOPE_LINES = 960, 4
+SCOPES_CSS = (f".bk-input-group.bk-inline{{flex-wrap:wrap;max-height:{SCOPE_LINES * 22}px;overflow-y:auto;"
+              "column-gap:14px}.bk-input-group.bk-inline > *:not(:first-child){margin-left:0}")
 
 # Op categories, the first matching rule wins (on the lower-cased op type), and their colours (the one palette).
 CATEGORY_RULES = (
@@ -179,8 +190,22 @@ def nodes_from_structure(job: dict) -> list[Node]:
 # ------------------------------------------------------------------------------------------------------ grouping
 
 def scopes_of(name: str, seps: str) -> list[str]:
-    """The name scopes holding ``name``, outermost first: ``a/b/c`` -> ``["a", "a/b"]``."""
-    return [name[:i] for i, c in enumerate(name) if c in seps and i > 0]
+    """The groups holding ``name``, outermost first: its name scopes (``a/b/c`` -> ``["a", "a/b"]``) and, inside each
+    part, the prefixes that end before a ``_`` (``res2_0_branch2a_relu`` -> ``res2_0``, ``res2_0_branch2a``,
+    ``res2_0_branch2a``'s ``_relu`` being the op). A ``_`` followed by digits alone numbers a name rather than
+    ending one (``Dense_3_matmul`` is in ``Dense_3``, never ``Dense``; ``Input_0`` is in nothing): OneFlow names a
+    layer's ops ``<layer>_<op>``, and real networks their blocks ``<stage>_<i>_<branch>``."""
+    out = []
+    for i, c in enumerate(name):
+        if i == 0 or name[i - 1] in seps or name[i - 1] == "_":
+            continue
+        if c in seps:
+            out.append(name[:i])
+        elif c == "_":
+            token = re.match(r"[^_" + re.escape(seps) + r"]*", name[i + 1:]).group(0)
+            if token and not token.isdigit():
+                out.append(name[:i])
+    return out
 
 
 def category(op: str) -> str:
@@ -210,21 +235,30 @@ def training_roles(nodes: list, seps: str) -> dict:
     return role
 
 
-def visible_graph(nodes: list, show_variables=True, show_training=False, expanded=(), seps="/",
-                  max_nodes=MAX_NODES):
-    """(boxes, edges as (producer row, consumer row) pairs, scopes to list, note): ``nodes`` grouped for drawing
-    (see the module docstring)."""
+def shown_nodes(nodes: list, show_variables=True, show_training=False, seps="/") -> tuple[list, dict]:
+    """(the nodes drawn, in boxes of their own or in scopes; ``training_roles``)."""
     roles = training_roles(nodes, seps)
     first: dict[str, Node] = {}
     for n in nodes:
         first.setdefault(n.name, n)                         # a repeated name (a damaged graph): its first node
     kept = [n for n in first.values()
             if (show_variables or n.op not in VARIABLE_OPS) and (show_training or n.name not in roles)]
-    # Each op's box: its outermost collapsed scope (split by role), else the op itself.
+    return kept, roles
+
+
+def visible_graph(nodes: list, show_variables=True, show_training=False, expanded=(), seps="/",
+                  max_nodes=MAX_NODES):
+    """(boxes, edges as (producer row, consumer row) pairs, scopes to list, note): ``nodes`` grouped for drawing
+    (see the module docstring)."""
+    kept, roles = shown_nodes(nodes, show_variables, show_training, seps)
+    # Each op's box: its outermost collapsed scope (split by role), else the op itself. An op named as a group is in
+    # it (the convolution ``conv1`` with ``conv1-weight`` and ``conv1_relu``).
+    chains = {n.name: scopes_of(n.name, seps) for n in kept}
+    groups = set(chain.from_iterable(chains.values()))
     members, opened = {}, set()
     for n in kept:
         key = ("op", n.name, "")
-        for scope in scopes_of(n.name, seps):
+        for scope in chains[n.name] + ([n.name] if n.name in groups else []):
             if scope not in expanded:
                 key = ("scope", scope, roles.get(n.name, ""))
                 break
@@ -256,6 +290,31 @@ def visible_graph(nodes: list, show_variables=True, show_training=False, expande
     edges = {(row_of[key_of[i]], row_of[key_of[n.name]]) for n in kept for i in n.inputs
              if i in key_of and key_of[i] in row_of and key_of[n.name] in row_of and key_of[i] != key_of[n.name]}
     return boxes, sorted(edges), sorted(listed), note
+
+
+def default_expanded(nodes: list, show_variables=True, show_training=False, seps="/") -> set:
+    """The scopes a graph opens with: any scope holding more than ``DOMINANT_SHARE`` of the ops shown (a model
+    wrapped in one namespace, as OneFlow-Benchmark's ``Resnet``), level after level; the rest stay collapsed (so
+    ResNet-50 opens on its stem, 16 residual blocks and classifier, each block one box)."""
+    expanded: set[str] = set()
+    while True:
+        boxes = visible_graph(nodes, show_variables, show_training, expanded, seps, max_nodes=len(nodes))[0]
+        total = sum(b.count for b in boxes)
+        dominant = {b.name for b in boxes if b.kind == "scope" and not b.role and b.count > DOMINANT_SHARE * total}
+        if not dominant:
+            return expanded
+        expanded |= dominant
+
+
+def inner_scopes(nodes: list, scope: str, seps: str) -> set:
+    """The groups of two ops or more inside ``scope`` (``scopes_of`` its ops, deeper than it): what opening
+    ``scope`` whole expands."""
+    sizes: Counter = Counter()
+    for n in nodes:
+        groups = scopes_of(n.name, seps)
+        if scope in groups:
+            sizes.update(groups[groups.index(scope) + 1:] + [n.name])   # an op named as a group is in it
+    return {group for group, size in sizes.items() if size > 1}
 
 
 def labels(boxes: list, seps: str) -> list[str]:
@@ -548,6 +607,9 @@ window.location.assign(url.toString());
 
 class GraphView(View):
     title = "Graph"
+    # Filled before it joins the page: its boxes, frame size and ranges arrive in the message that adds the figure,
+    # not in some 30 patches each laying the page out again (ResNet-50's: 1.4 s -> 0.x s).
+    fill_before_shown = True
 
     def __init__(self, store):
         super().__init__(store)
@@ -556,7 +618,10 @@ class GraphView(View):
         self._versions: dict[str, int] = {}         # run -> bumped when either source changes
         self._choices: dict[str, tuple] = {}        # Select value -> (run, job index or None for the GraphDef)
         self.expanded: set[str] = set()             # name scopes shown op by op
+        self._opened_for = None                     # the graph (Select value) that ``expanded`` belongs to
         self._seps = "/"                            # the shown graph's scope separators
+        self._parsed = None                         # ((choice, version), nodes, seps, source, error) of the graph
+        self._drawings: dict = {}                   # the last few drawings by what they show, newest last
         self.shown = None
         self._health: dict[tuple, tuple] = {}       # (run, tag) -> (step, layers, statistics, matrix) of the latest
         self._alerts: dict[tuple, tuple] = {}       # (run, health tag) -> (step, rows) of the latest alerts
@@ -565,7 +630,9 @@ class GraphView(View):
         self.select = Select(title="Graph", options=[], width=360)
         self.variables = CheckboxGroup(labels=["show variables"], active=[0])
         self.training = CheckboxGroup(labels=["show gradients and optimizer"], active=[], name="graph-training")
-        self.scopes = CheckboxGroup(labels=[], active=[], inline=True, name="graph-scopes")
+        # Dozens of scopes (ResNet-50's blocks) wrap into a few lines, scrolled past SCOPE_LINES of them.
+        self.scopes = CheckboxGroup(labels=[], active=[], inline=True, name="graph-scopes", width=SCOPES_WIDTH,
+                                    stylesheets=[InlineStyleSheet(css=SCOPES_CSS)])
         self.select.on_change("value", lambda attr, old, new: self._select_changed())
         self.variables.on_change("active", lambda attr, old, new: self._draw())
         self.training.on_change("active", lambda attr, old, new: self._draw())
@@ -647,8 +714,8 @@ class GraphView(View):
         self.figure.outline_line_color = None
         self.note = Div(text="No graph in this logdir yet.", name="graph-note")
         self.health_note = Div(text="", visible=False, name="graph-health-note")
-        self.scopes_row = row(Div(text="Expanded name scopes (tap a scope's box to expand it):"), self.scopes,
-                              visible=False)
+        self.scopes_row = column(Div(text="Expanded name scopes (tap a scope's box to expand it):"), self.scopes,
+                                 visible=False)
         self.controls = row(self.select, column(self.variables, self.training), self.color_by, visible=False)
         self._layout = column(self.controls, self.note, self.health_note, self.scopes_row, self.figure)
 
@@ -706,8 +773,7 @@ class GraphView(View):
 
     # ---------------------------------------------------------------------------------------------- page events
     def _select_changed(self):
-        self.expanded.clear()                               # another graph: its scopes start collapsed
-        self._draw()
+        self._draw()                                        # another graph: it opens on its default_expanded
 
     def _tapped(self, indices):
         if not indices:
@@ -715,8 +781,13 @@ class GraphView(View):
         data = self.nodes_source.data
         i = indices[0]
         self.nodes_source.selected.indices = []
-        if i < len(data["kind"]) and data["kind"][i] == "scope":
-            self.expanded.add(data["name"][i])
+        if i < len(data["kind"]) and data["kind"][i] == "scope" and self._parsed and self._parsed[1]:
+            scope = data["name"][i]
+            self.expanded.add(scope)
+            if data["count"][i] <= OPEN_WHOLE:
+                shown = shown_nodes(self._parsed[1], 0 in self.variables.active, 0 in self.training.active,
+                                    self._seps)[0]
+                self.expanded |= inner_scopes(shown, scope, self._seps)
             self._draw()
 
     def _scopes_changed(self):
@@ -830,22 +901,42 @@ class GraphView(View):
             return
         run, job = choice
         show_variables, show_training = 0 in self.variables.active, 0 in self.training.active
-        shown = (choice, self._versions.get(run), show_variables, show_training, frozenset(self.expanded))
+        key = (choice, self._versions.get(run))
+        if self._parsed is None or self._parsed[0] != key:
+            try:
+                if job is None:
+                    parsed = nodes_from_graph_def(self._graph_defs[run]), "/", "GraphDef", None
+                else:
+                    parsed = nodes_from_structure(self._structure[run][1][job]), "-/", STRUCTURE_FILE, None
+            except Exception as e:          # a damaged or foreign graph must not take the tab down
+                log.warning("graph of %s: %s: %s", run, type(e).__name__, e, exc_info=True)
+                parsed = None, "/", "", " ".join(f"Could not read the graph of {run}: {type(e).__name__}: {e}"
+                                                 .split())[:300]
+            self._parsed = (key, *parsed)
+            self._drawings.clear()
+        _, nodes, seps, source, error = self._parsed
+        self._seps = seps
+        if nodes is not None and self._opened_for != choice:
+            self.expanded = default_expanded(nodes, show_variables, show_training, seps)
+            self._opened_for = choice
+        shown = (key, show_variables, show_training, frozenset(self.expanded))
         if shown == self.shown:
             return
         self.shown = shown
-        try:
-            if job is None:
-                nodes, seps, source = nodes_from_graph_def(self._graph_defs[run]), "/", "GraphDef"
-            else:
-                nodes, seps = nodes_from_structure(self._structure[run][1][job]), "-/"    # flowlab's joiners
-                source = STRUCTURE_FILE
-            self._seps = seps
-            drawing = graph_data(nodes, show_variables, show_training, self.expanded, seps)
-        except Exception as e:          # a damaged or foreign graph must not take the tab down
-            log.warning("graph of %s: %s: %s", run, type(e).__name__, e, exc_info=True)
-            self._show(None, " ".join(f"Could not read the graph of {run}: {type(e).__name__}: {e}".split())[:300])
+        if nodes is None:
+            self._show(None, error)
             return
+        drawing = self._drawings.pop(shown, None)
+        if drawing is None:
+            try:
+                drawing = graph_data(nodes, show_variables, show_training, self.expanded, seps)
+            except Exception as e:          # a graph the layout cannot take must not take the tab down either
+                log.warning("graph of %s: %s: %s", run, type(e).__name__, e, exc_info=True)
+                self._show(None, " ".join(f"Could not draw the graph of {run}: {type(e).__name__}: {e}".split())[:300])
+                return
+        self._drawings[shown] = drawing                     # toggling back to a view redraws no layout
+        while len(self._drawings) > KEPT_DRAWINGS:
+            del self._drawings[next(iter(self._drawings))]
         n_boxes, n_scopes = len(drawing.nodes["kind"]), drawing.nodes["kind"].count("scope")
         summary = (f"{sum(drawing.nodes['count'])} of {len(nodes)} ops in {n_boxes} boxes ({n_scopes} collapsed "
                    f"name scope{'s' * (n_scopes != 1)}), {len(drawing.edges['xs'])} edges (from {source})")
