@@ -23,6 +23,8 @@ EVERY_SCOPE = {"System", "System/AutoGrad", "System/Seed", "System/AutoGrad/hidd
                "System/AutoGrad/hidden_matmul", "System/AutoGrad/hidden_activation", "System/AutoGrad/output",
                "System/AutoGrad/output_bias", "System/AutoGrad/output_matmul", "hidden", "hidden_bias",
                "hidden/weight", "hidden/bias", "output", "output_bias", "output/weight", "output/bias"}
+# ... and their gradient and optimizer ops, which open apart from the forward ops (graph_view.scope_key)
+EVERY_SCOPE |= {f"{scope} ({role})" for scope in EVERY_SCOPE for role in ("gradient", "optimizer")}
 
 
 def demo_nodes():
@@ -89,12 +91,14 @@ def test_scopes_are_collapsed_by_default_and_expand_one_level_at_a_time():
     assert expanded.nodes["label"][names.index("hidden/weight")] == "weight"    # output's weight is still folded
     assert expanded.scopes == ["hidden", "output"]                             # listed: expanded or collapsed
 
-    # With the optimizer shown, hidden/weight holds an optimizer scope of its own, one level down.
-    deep = graph_data(nodes, show_training=True, expanded={"hidden"})
+    # With the optimizer shown, hidden's optimizer ops stay in their box until it is expanded in turn; then
+    # hidden/weight holds an optimizer scope of its own, one level down.
+    assert "hidden (4 optimizer ops)" in by_label(graph_data(nodes, show_training=True, expanded={"hidden"}))
+    deep = graph_data(nodes, show_training=True, expanded={"hidden", "hidden (optimizer)"})
     assert "weight (2 optimizer ops)" in by_label(deep) and "weight" in by_label(deep)
-    assert "hidden/weight" in deep.scopes
-    assert graph_data(nodes, show_training=True, expanded={"hidden", "hidden/weight"}).nodes["name"].count(
-        "hidden/weight/momentum") == 1
+    assert {"hidden (optimizer)", "hidden/weight (optimizer)", "output (optimizer)"} <= set(deep.scopes)
+    assert graph_data(nodes, show_training=True, expanded={"hidden (optimizer)", "hidden/weight (optimizer)"}
+                      ).nodes["name"].count("hidden/weight/momentum") == 1
 
 
 def test_gradient_and_optimizer_ops_are_folded_away_unless_asked_for():
@@ -233,8 +237,9 @@ def test_view_expands_a_tapped_scope_and_collapses_it_from_the_list(tmp_path):
     assert "System" in view.nodes_source.data["name"]
     # System holds 9 ops (<= OPEN_WHOLE): a tap opens it whole, its scopes of two ops or more too.
     view.nodes_source.selected.indices = [view.nodes_source.data["name"].index("System")]
-    assert view.expanded == {"hidden", "System", "System/AutoGrad", "System/AutoGrad/hidden_matmul",
-                             "System/AutoGrad/output_matmul", "System/AutoGrad/hidden", "System/AutoGrad/output"}
+    assert view.expanded == {"hidden"} | {f"{scope} (gradient)" for scope in (
+        "System", "System/AutoGrad", "System/AutoGrad/hidden_matmul", "System/AutoGrad/output_matmul",
+        "System/AutoGrad/hidden", "System/AutoGrad/output")}
     assert "System/AutoGrad/hidden_matmul/Matmul_6" in view.nodes_source.data["name"]
     view.scopes.active = [i for i, s in enumerate(view.scopes.labels) if s == "hidden"]     # untick System
     assert view.expanded == {"hidden"}                                  # and with it the scopes inside
@@ -385,7 +390,7 @@ def test_tapping_a_scope_expands_it_and_the_list_collapses_it(graph_page):
     wait_for_names(page, 'names.includes("System")')
     state = drawn_boxes(page)
     labels = {b["label"] for b in state["boxes"]}
-    assert "weight (2 optimizer ops)" in labels and any(re.fullmatch(r"System \(\d+ gradient ops\)", s) for s in labels)
+    assert "hidden (4 optimizer ops)" in labels and any(re.fullmatch(r"System \(\d+ gradient ops\)", s) for s in labels)
     page.screenshot(path=str(SHOTS / "graph-training.png"), full_page=True)
     page.locator("label", has_text=re.compile(r"^hidden$")).locator("input").uncheck()
     wait_for_names(page, '!names.includes("hidden/weight") && names.includes("hidden")')

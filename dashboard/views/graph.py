@@ -235,6 +235,19 @@ def training_roles(nodes: list, seps: str) -> dict:
     return role
 
 
+def scope_key(scope: str, role="") -> str:
+    """How ``expanded`` and the scope list name a scope's ops of one role: ``scope`` for the forward ops,
+    ``"scope (optimizer)"`` for its optimizer ops (opened apart: ResNet-50's 16 blocks' optimizer boxes in one row
+    would be 3,700 px wide, so they stay in one box until that box is tapped)."""
+    return f"{scope} ({role})" if role else scope
+
+
+def split_scope_key(key: str) -> tuple[str, str]:
+    """``scope_key`` undone: ``(scope, role)``."""
+    found = re.fullmatch(r"(.*) \((gradient|optimizer)\)", key, re.DOTALL)
+    return (found.group(1), found.group(2)) if found else (key, "")
+
+
 def shown_nodes(nodes: list, show_variables=True, show_training=False, seps="/") -> tuple[list, dict]:
     """(the nodes drawn, in boxes of their own or in scopes; ``training_roles``)."""
     roles = training_roles(nodes, seps)
@@ -257,17 +270,17 @@ def visible_graph(nodes: list, show_variables=True, show_training=False, expande
     groups = set(chain.from_iterable(chains.values()))
     members, opened = {}, set()
     for n in kept:
-        key = ("op", n.name, "")
+        key, role = ("op", n.name, ""), roles.get(n.name, "")
         for scope in chains[n.name] + ([n.name] if n.name in groups else []):
-            if scope not in expanded:
-                key = ("scope", scope, roles.get(n.name, ""))
+            if scope_key(scope, role) not in expanded:
+                key = ("scope", scope, role)
                 break
-            opened.add(scope)
+            opened.add(scope_key(scope, role))
         members.setdefault(key, []).append(n)
     # A scope of one op: the op says more.
     members = {(("op", g[0].name, "") if k[0] == "scope" and len(g) == 1 else k): g for k, g in members.items()}
     key_of = {n.name: key for key, group in members.items() for n in group}
-    listed = opened | {key[1] for key in members if key[0] == "scope"}
+    listed = opened | {scope_key(key[1], key[2]) for key in members if key[0] == "scope"}
     note = ""
     keys = list(members)
     if len(keys) > max_nodes:
@@ -306,15 +319,17 @@ def default_expanded(nodes: list, show_variables=True, show_training=False, seps
         expanded |= dominant
 
 
-def inner_scopes(nodes: list, scope: str, seps: str) -> set:
-    """The groups of two ops or more inside ``scope`` (``scopes_of`` its ops, deeper than it): what opening
-    ``scope`` whole expands."""
+def inner_scopes(nodes: list, key: str, seps: str, show_variables=True, show_training=False) -> set:
+    """The ``scope_key``s of the groups of two ops or more inside the scope box ``key`` (its ops' ``scopes_of``
+    deeper than it, among the ops of its role that are shown): what opening that box whole expands."""
+    scope, role = split_scope_key(key)
+    kept, roles = shown_nodes(nodes, show_variables, show_training, seps)
     sizes: Counter = Counter()
-    for n in nodes:
+    for n in kept:
         groups = scopes_of(n.name, seps)
-        if scope in groups:
+        if roles.get(n.name, "") == role and scope in groups:
             sizes.update(groups[groups.index(scope) + 1:] + [n.name])   # an op named as a group is in it
-    return {group for group, size in sizes.items() if size > 1}
+    return {scope_key(group, role) for group, size in sizes.items() if size > 1}
 
 
 def labels(boxes: list, seps: str) -> list[str]:
@@ -453,7 +468,8 @@ def graph_data(nodes: list, show_variables=True, show_training=False, expanded=(
                  "kind": [b.kind for b in boxes], "count": [b.count for b in boxes], "op": [b.op for b in boxes],
                  "category": [b.category for b in boxes], "color": [CATEGORY_COLORS[b.category] for b in boxes],
                  "tint": [CATEGORY_TINTS[b.category] for b in boxes],
-                 "outputs": [b.outputs for b in boxes], "source": [b.source for b in boxes]}
+                 "outputs": [b.outputs for b in boxes], "source": [b.source for b in boxes],
+                 "role": [b.role for b in boxes]}
     edge_data = {"xs": [], "ys": [], "start": [], "end": []}
     heads = {"x0": [], "y0": [], "x1": [], "y1": []}
     for (a, b), route in zip(pairs, routes):
@@ -644,7 +660,7 @@ class GraphView(View):
 
         self.nodes_source = ColumnDataSource({k: [] for k in ("x", "y", "w", "h", "label", "name", "kind", "count",
                                                                "op", "category", "color", "tint", "outputs",
-                                                               "source") + HEALTH_COLUMNS})
+                                                               "source", "role") + HEALTH_COLUMNS})
         self.edges_source = ColumnDataSource({k: [] for k in ("xs", "ys", "start", "end")})
         self.heads_source = ColumnDataSource({k: [] for k in ("x0", "y0", "x1", "y1")})
         self.figure = figure(frame_width=MIN_FRAME[0], frame_height=MIN_FRAME[1], x_range=Range1d(0, 1),
@@ -782,20 +798,23 @@ class GraphView(View):
         i = indices[0]
         self.nodes_source.selected.indices = []
         if i < len(data["kind"]) and data["kind"][i] == "scope" and self._parsed and self._parsed[1]:
-            scope = data["name"][i]
-            self.expanded.add(scope)
+            key = scope_key(data["name"][i], data["role"][i])
+            self.expanded.add(key)
             if data["count"][i] <= OPEN_WHOLE:
-                shown = shown_nodes(self._parsed[1], 0 in self.variables.active, 0 in self.training.active,
-                                    self._seps)[0]
-                self.expanded |= inner_scopes(shown, scope, self._seps)
+                self.expanded |= inner_scopes(self._parsed[1], key, self._seps, 0 in self.variables.active,
+                                              0 in self.training.active)
             self._draw()
 
     def _scopes_changed(self):
         ticked = {self.scopes.labels[i] for i in self.scopes.active}
         unticked = set(self.scopes.labels) - ticked
-        # collapsing a scope collapses the scopes inside it too
-        expanded = {s for s in (self.expanded | ticked) - unticked
-                    if not unticked.intersection(scopes_of(s, self._seps))}
+        # collapsing a scope collapses the scopes inside it (of the same role) too
+        closed = {split_scope_key(key) for key in unticked}
+
+        def inside_closed(key):
+            scope, role = split_scope_key(key)
+            return any((outer, role) in closed for outer in scopes_of(scope, self._seps))
+        expanded = {s for s in (self.expanded | ticked) - unticked if not inside_closed(s)}
         if expanded != self.expanded:
             self.expanded = expanded
             self._draw()
