@@ -204,14 +204,14 @@ XSS = "<img src=x onerror=window.__xss=1>"
 
 
 def hostile_graph_def():
-    """A GraphDef whose op names and types are markup, in a scope of two ops (of five)."""
+    """A GraphDef whose op names and types are markup, in a scope of two ops (of 35: it opens collapsed)."""
     from flowlab.summary import proto
     graph = proto.GraphDef()
     graph.node.add(name=f"{XSS}/a", op=XSS)
     graph.node.add(name=f"{XSS}/b", op=XSS, input=[f"{XSS}/a"])
     graph.node.add(name="c", op="Identity", input=[f"{XSS}/b"])
-    graph.node.add(name="d", op="Identity", input=["c"])       # the scope holds less than half: it opens collapsed
-    graph.node.add(name="e", op="Identity", input=["d"])
+    for i in range(graph_view.OPEN_WHOLE):     # a graph too big to open whole, the scope too small to open
+        graph.node.add(name=f"d{i}", op="Const")         # unconnected: packed in rows, within the frame
     return graph.SerializeToString()
 
 
@@ -225,9 +225,13 @@ def view_of(logdir):
 
 def test_view_expands_a_tapped_scope_and_collapses_it_from_the_list(tmp_path):
     view = view_of(demo_logdir(tmp_path))
-    data = view.nodes_source.data
     assert view.figure.visible and view.controls.visible and view.scopes_row.visible
-    assert view.scopes.labels == ["hidden", "output"] and view.scopes.active == []
+    # 13 forward ops (<= OPEN_WHOLE): the graph opens whole; unticked in the list, its scopes collapse.
+    assert view.scopes.labels == ["hidden", "output"] and view.scopes.active == [0, 1]
+    assert {"hidden_matmul", "output/weight"} <= set(view.nodes_source.data["name"])
+    view.scopes.active = []
+    data = view.nodes_source.data
+    assert {"hidden", "output"} <= set(data["name"]) and view.expanded == set()
     view.nodes_source.selected.indices = [data["name"].index("hidden")]        # what a tap does
     assert "hidden/weight" in view.nodes_source.data["name"] and view.expanded == {"hidden"}
     assert view.nodes_source.selected.indices == [] and view.scopes.active == [0]
@@ -262,7 +266,7 @@ def test_the_graph_menu_lists_the_runs_the_run_list_shows(tmp_path):
     assert view.note.text == "None of the checked runs has a graph: check more runs in the run list."
     view.runs = SimpleNamespace(shows=lambda run: True)
     view.update()
-    assert view.figure.visible and "hidden" in view.nodes_source.data["name"]
+    assert view.figure.visible and "hidden_matmul" in view.nodes_source.data["name"]
 
 
 def test_a_damaged_graph_or_none_shows_one_line_and_no_plot(tmp_path):
@@ -358,7 +362,7 @@ def test_demo_graph_labels_do_not_overlap_in_the_page(graph_page):
     page = graph_page["page"]
     state = drawn_boxes(page)
     labels = [b["label"] for b in state["boxes"]]
-    assert "hidden (5 ops)" in labels and not any(label.startswith("System") for label in labels)
+    assert "hidden_matmul" in labels and not any(label.startswith("System") for label in labels)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "graph.png"), full_page=True)
     # Zoomed out, the labels shrink with their boxes.
@@ -380,6 +384,8 @@ def test_demo_graph_labels_do_not_overlap_in_the_page(graph_page):
 
 def test_tapping_a_scope_expands_it_and_the_list_collapses_it(graph_page):
     page = graph_page["page"]
+    page.locator("label", has_text=re.compile(r"^hidden$")).locator("input").uncheck()     # opened whole at first
+    wait_for_names(page, '!names.includes("hidden/weight") && names.includes("hidden")')
     state = drawn_boxes(page)
     hidden = next(b for b in state["boxes"] if b["name"] == "hidden")
     page.mouse.click(state["page"][0] + (hidden["left"] + hidden["right"]) / 2,

@@ -11,7 +11,8 @@ What is drawn (``graph_data``, pure): one box per op, except that
   ``hidden`` with ``hidden-weight``; ``res2_0_branch2a`` in block ``res2_0``), are collapsed into one box each,
   "scope (N ops)", until expanded (tap the box, or tick the scope in the list). A graph opens with the scopes that
   hold most of its ops expanded (``default_expanded``: OneFlow-Benchmark's ``Resnet`` namespace, so ResNet-50 opens
-  on its 16 residual blocks, one box each); a tapped scope of at most ``OPEN_WHOLE`` ops opens whole;
+  on its 16 residual blocks, one box each; a graph of at most ``OPEN_WHOLE`` ops opens whole); a tapped scope of at
+  most ``OPEN_WHOLE`` ops opens whole; a scope's gradient and optimizer ops open apart (``scope_key``);
 - gradient and optimizer ops (flowlab's ``System/AutoGrad``, ``*Update`` ops, and optimizer state such as momentum,
   read by nothing else) are left out unless asked for; when shown, they fold into scopes of their own, apart from
   the forward ops of the same scope, so that folding does not close a cycle (``hidden`` → ... → ``hidden``);
@@ -81,7 +82,7 @@ MAX_FRAME = (860, 1280)
 MIN_FRAME = (320, 140)
 MIN_SCALE = 0.7                 # a large graph is shown shrunk to fit down to this zoom, then it must be panned
 DOMINANT_SHARE = 0.5            # a scope holding more than this share of the ops shown opens by default
-OPEN_WHOLE = 32                 # a tapped scope of at most this many ops opens whole (its inner scopes too)
+OPEN_WHOLE = 32                 # a graph, or a tapped scope, of at most this many ops opens whole
 KEPT_DRAWINGS = 8               # laid-out drawings a view keeps, so that collapsing a scope again is instant
 SCOPES_WIDTH, SCOPE_LINES = 960, 4
 SCOPES_CSS = (f".bk-input-group.bk-inline{{flex-wrap:wrap;max-height:{SCOPE_LINES * 22}px;overflow-y:auto;"
@@ -306,9 +307,15 @@ def visible_graph(nodes: list, show_variables=True, show_training=False, expande
 
 
 def default_expanded(nodes: list, show_variables=True, show_training=False, seps="/") -> set:
-    """The scopes a graph opens with: any scope holding more than ``DOMINANT_SHARE`` of the ops shown (a model
-    wrapped in one namespace, as OneFlow-Benchmark's ``Resnet``), level after level; the rest stay collapsed (so
-    ResNet-50 opens on its stem, 16 residual blocks and classifier, each block one box)."""
+    """The scopes a graph opens with. A graph of at most ``OPEN_WHOLE`` forward ops opens whole; a bigger one opens
+    any scope holding more than ``DOMINANT_SHARE`` of the ops shown (a model wrapped in one namespace, as
+    OneFlow-Benchmark's ``Resnet``), level after level, and keeps the rest collapsed (so ResNet-50 opens on its stem,
+    16 residual blocks and classifier, each block one box)."""
+    kept, roles = shown_nodes(nodes, show_variables, show_training, seps)
+    forward = [n for n in kept if n.name not in roles]
+    if len(forward) <= OPEN_WHOLE:
+        sizes = Counter(chain.from_iterable(scopes_of(n.name, seps) + [n.name] for n in forward))
+        return {group for group, size in sizes.items() if size > 1}
     expanded: set[str] = set()
     while True:
         boxes = visible_graph(nodes, show_variables, show_training, expanded, seps, max_nodes=len(nodes))[0]
@@ -535,6 +542,17 @@ def layers_of(names, layers) -> list[str]:
     return out
 
 
+def layers_inside(names, layers) -> list[list[str]]:
+    """Each name's ``layers`` that lie inside it as a scope (``Resnet-res3_0`` holds ``Resnet-res3_0_branch2a``:
+    the name followed by ``_``, ``-`` or ``/``), compared with scopes joined by ``-`` as ``layers_of`` does."""
+    joined = [(layer.replace("/", "-"), layer) for layer in layers]
+    out = []
+    for name in names:
+        key = name.replace("/", "-")
+        out.append([layer for j, layer in joined if j.startswith((key + "_", key + "-"))])
+    return out
+
+
 def layer_states(health: LayerHealth) -> dict:
     """``{layer: state}`` (a key of ``HEALTH_COLORS``) at the report's step."""
     counts = [j for j, s in enumerate(health.statistics) if s in NONFINITE]
@@ -581,11 +599,21 @@ def health_columns(names, health: LayerHealth | None, color_by=BY_HEALTH) -> dic
         kinds = health.alerts.get(layer, ())
         status = states[layer] + (f" ({', '.join(kinds)})" if kinds else "")
         texts[layer] = {"h_status": f"{status} at step {health.step}", **{k: " · ".join(v) for k, v in rows.items()}}
+    severity = {state: i for i, state in enumerate(HEALTH_COLORS)}         # NaN/Inf first
+    inside = layers_inside(names, health.layers)
     for k, layer in enumerate(layers_of(names, health.layers)):
-        if not layer:
+        if not layer and inside[k]:
+            # A collapsed scope (a residual block) shows its worst layer: NaN/Inf, else an alert, else (coloured by
+            # a statistic) the largest value.
+            layer = min(inside[k], key=lambda name: (severity[states[name]], -values[row_of[name]]
+                                                     if by_statistic and np.isfinite(values[row_of[name]]) else 0))
+            columns["layer"][k] = f"{layer} (the {'largest' if by_statistic else 'worst'} of {len(inside[k])} " \
+                                  f"layers)"
+        elif not layer:
             continue
+        else:
+            columns["layer"][k] = layer
         state = states[layer]
-        columns["layer"][k] = layer
         columns["h_fill"][k], columns["h_line"][k] = HEALTH_TINTS[state], HEALTH_COLORS[state]
         columns["h_fill_alpha"][k] = STATISTIC_ALPHA if by_statistic else 1.0
         columns["h_line_alpha"][k] = 1.0
@@ -903,7 +931,10 @@ class GraphView(View):
             colour = {"field": "h_value", "transform": bar.color_mapper}
             self.health_glyph.update(fill_color=colour, line_color=colour)
         state_of = layer_states(health)
-        states = Counter(state_of[layer] for layer in set(columns["layer"]) - {""})
+        drawn = set()                       # the layers of the boxes: their own, or those inside a collapsed scope
+        for layer, inside in zip(columns["layer"], layers_inside(names, health.layers)):
+            drawn.update([layer] if layer in state_of else inside if layer else [])
+        states = Counter(state_of[layer] for layer in drawn)
         counts = ", ".join(f"{states[state]} {state}" for state in HEALTH_COLORS if states[state])
         self.health_note.text = html.escape(
             f"Layers coloured by {statistic or 'their health'} at step {health.step} ({counts}). "
