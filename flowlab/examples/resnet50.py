@@ -86,10 +86,11 @@ def resnet50(images, base_width=64, num_classes=1000):
             2, "fan_in", "random_normal"), name="fc1001")
 
 
-def build(batch_size=2, image_size=32, base_width=8, num_classes=10, lr=0.01, health_writer=None, health_every=1):
+def build(batch_size=2, image_size=32, base_width=8, num_classes=10, lr=0.01, health_writer=None, health_every=1,
+          health_thresholds=None):
     """A train job ``train_job(images (batch, 3, size, size) float32, labels (batch,) int32) -> loss`` of
     ResNet-50 with SGD (momentum 0.9, as OneFlow-Benchmark trains it); with ``health_writer`` (a ``SummaryWriter``)
-    the job also runs ``flow.watch_health(writer=health_writer, every=health_every)``."""
+    the job also runs ``flow.watch_health(writer=health_writer, every=health_every, **health_thresholds)``."""
     @flow.global_function(type="train")
     def train_job(images: tp.Numpy.Placeholder((batch_size, 3, image_size, image_size)),
                   labels: tp.Numpy.Placeholder((batch_size,), dtype=flow.int32)) -> tp.Numpy:
@@ -97,7 +98,7 @@ def build(batch_size=2, image_size=32, base_width=8, num_classes=10, lr=0.01, he
         loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]), momentum=0.9).minimize(loss)
         if health_writer is not None:
-            flow.watch_health(writer=health_writer, every=health_every)
+            flow.watch_health(writer=health_writer, every=health_every, **(health_thresholds or {}))
         return loss
 
     return train_job
