@@ -22,8 +22,10 @@ STATE_JS = """() => { const doc = Bokeh.documents[0];
     if (!boxes || !fig || !fig.visible || !Bokeh.index.roots.every((v) => v.is_idle)) return null;
     const edges = [...doc.all_models].find((m) => m.constructor.__name__ === "ColumnDataSource" && "xs" in m.data
                                                     && "start" in m.data);
-    return {names: [...boxes.data_source.data.name], kinds: [...boxes.data_source.data.kind],
-            ys: edges.data.ys.map((ys) => [...ys]), note: doc.get_model_by_name("graph-note").text}; }"""
+    const d = boxes.data_source.data;
+    return {names: [...d.name], kinds: [...d.kind], layers: [...d.layer], roles: [...d.role],
+            ys: edges.data.ys.map((ys) => [...ys]), alphas: [...edges.data.alpha], ends: [...edges.data.end],
+            note: doc.get_model_by_name("graph-note").text}; }"""
 
 
 def test_the_builder_has_resnet50s_blocks_names_and_a_real_train_graph():
@@ -105,6 +107,10 @@ def test_resnet50_opens_on_16_collapsed_blocks_fast_and_without_overlaps(resnet_
     assert len(labels) < 30
     assert_edges_go_down(s)
     assert re.match(r"\d+ of \d+ ops in \d+ boxes", s["note"])
+    # Each collapsed block shows its worst layer's health (watch_health logged 54 layers, 4 in res3_0).
+    layer = dict(zip(s["names"], s["layers"]))
+    assert re.fullmatch(r"Resnet-res3_0_branch\w+ \(the worst of 4 layers\)", layer["Resnet-res3_0"])
+    assert layer["Resnet-conv1"] == "Resnet-conv1"
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "graph-resnet50.png"), full_page=True)
     assert resnet_page["errors"] == [] and resnet_page["warnings"] == []
@@ -147,6 +153,13 @@ def test_gradients_and_the_optimizer_fold_into_a_few_boxes(resnet_page):
     labels = [b["label"] for b in drawn["boxes"]]
     assert any(re.fullmatch(r"System \(\d+ gradient ops\)", label) for label in labels)
     assert len(labels) < 60
+    s = state(page)
+    roles = dict(zip(s["names"], s["roles"]))
+    optimizer = [i for i, role in enumerate(s["roles"]) if role == "optimizer"]
+    assert optimizer and all(s["layers"][i] == "" for i in optimizer)       # no health painted on the optimizer
+    # edges into the gradient and optimizer boxes stay faint under the forward graph
+    faint = [alpha for alpha, end in zip(s["alphas"], s["ends"]) if roles[s["names"][end]]]
+    assert faint and set(faint) == {0.25} and set(s["alphas"]) == {0.25, 1.0}
     page.screenshot(path=str(SHOTS / "graph-resnet50-training.png"), full_page=True)
     page.locator("label", has_text="show gradients and optimizer").locator("input").uncheck()
     page.wait_for_function(f"""() => {{ const s = ({STATE_JS})();

@@ -77,12 +77,14 @@ PAD_X, BOX_H = 7, 22
 X_SPACE, Y_SPACE = 18, 34       # between boxes of a layer, between layers
 MAX_LABEL = 40                  # characters; longer labels keep their start and end
 MARGIN = 16                     # around the graph in the plot frame
-# The plot frame at most (the legend and toolbar go beside it): ResNet-50's 22-box chain of blocks fits at zoom 1.
-MAX_FRAME = (860, 1280)
+# The plot frame at most (the legend and toolbar go beside it, within a 1400 px window): ResNet-50's 22-box chain
+# of blocks fits at zoom 1, and with its gradient and optimizer boxes (1,315 px wide) at 0.7.
+MAX_FRAME = (940, 1280)
 MIN_FRAME = (320, 140)
 MIN_SCALE = 0.7                 # a large graph is shown shrunk to fit down to this zoom, then it must be panned
 DOMINANT_SHARE = 0.5            # a scope holding more than this share of the ops shown opens by default
 OPEN_WHOLE = 32                 # a graph, or a tapped scope, of at most this many ops opens whole
+TRAINING_EDGE_ALPHA = 0.25      # an edge into or out of a gradient or optimizer box
 KEPT_DRAWINGS = 8               # laid-out drawings a view keeps, so that collapsing a scope again is instant
 SCOPES_WIDTH, SCOPE_LINES = 960, 4
 SCOPES_CSS = (f".bk-input-group.bk-inline{{flex-wrap:wrap;max-height:{SCOPE_LINES * 22}px;overflow-y:auto;"
@@ -477,8 +479,8 @@ def graph_data(nodes: list, show_variables=True, show_training=False, expanded=(
                  "tint": [CATEGORY_TINTS[b.category] for b in boxes],
                  "outputs": [b.outputs for b in boxes], "source": [b.source for b in boxes],
                  "role": [b.role for b in boxes]}
-    edge_data = {"xs": [], "ys": [], "start": [], "end": []}
-    heads = {"x0": [], "y0": [], "x1": [], "y1": []}
+    edge_data = {"xs": [], "ys": [], "start": [], "end": [], "alpha": []}
+    heads = {"x0": [], "y0": [], "x1": [], "y1": [], "alpha": []}
     for (a, b), route in zip(pairs, routes):
         pts = [(px, -py) for px, py in route]
         # Leave the producer by its bottom (top, going up) and enter the consumer by its top (bottom).
@@ -490,7 +492,10 @@ def graph_data(nodes: list, show_variables=True, show_training=False, expanded=(
         edge_data["ys"].append([p[1] for p in pts])
         edge_data["start"].append(a)
         edge_data["end"].append(b)
-        for key, v in zip(heads, (*pts[-2], *pts[-1])):
+        # Edges into gradient and optimizer boxes (every block feeds them) stay faint under the forward graph.
+        alpha = TRAINING_EDGE_ALPHA if boxes[a].role or boxes[b].role else 1.0
+        edge_data["alpha"].append(alpha)
+        for key, v in zip(heads, (*pts[-2], *pts[-1], alpha)):
             heads[key].append(v)
     xs = [x + d * w / 2 for (x, _), (w, _) in zip(xy, sizes) for d in (-1, 1)] + list(chain(*edge_data["xs"]))
     ys = [y + d * h / 2 for (_, y), (_, h) in zip(xy, sizes) for d in (-1, 1)] + list(chain(*edge_data["ys"]))
@@ -576,10 +581,11 @@ def _number(v) -> str:
     return f"{v:.3g}" if np.isfinite(v) else "–" if np.isnan(v) else str(v)
 
 
-def health_columns(names, health: LayerHealth | None, color_by=BY_HEALTH) -> dict:
+def health_columns(names, health: LayerHealth | None, color_by=BY_HEALTH, scopes=None) -> dict:
     """The boxes' ``HEALTH_COLUMNS`` for boxes named ``names``: each box of a layer coloured by its state, or by the
-    statistic ``color_by`` (``h_value``, for ``color_scale``), with its layer's latest statistics as text; boxes of
-    no layer (all of them when ``health`` is None) are left undrawn."""
+    statistic ``color_by`` (``h_value``, for ``color_scale``), with its layer's latest statistics as text; a collapsed
+    scope (those ``scopes`` marks true, or any name when it is None) shows its worst layer; boxes of no layer (all of
+    them when ``health`` is None) are left undrawn."""
     n = len(names)
     columns = {"layer": [""] * n, "h_fill": ["#ffffff"] * n, "h_line": ["#ffffff"] * n,
                "h_fill_alpha": np.zeros(n), "h_line_alpha": np.zeros(n), "h_value": np.full(n, np.nan),
@@ -601,6 +607,8 @@ def health_columns(names, health: LayerHealth | None, color_by=BY_HEALTH) -> dic
         texts[layer] = {"h_status": f"{status} at step {health.step}", **{k: " · ".join(v) for k, v in rows.items()}}
     severity = {state: i for i, state in enumerate(HEALTH_COLORS)}         # NaN/Inf first
     inside = layers_inside(names, health.layers)
+    if scopes is not None:
+        inside = [layers if scope else [] for layers, scope in zip(inside, scopes)]
     for k, layer in enumerate(layers_of(names, health.layers)):
         if not layer and inside[k]:
             # A collapsed scope (a residual block) shows its worst layer: NaN/Inf, else an alert, else (coloured by
@@ -689,14 +697,16 @@ class GraphView(View):
         self.nodes_source = ColumnDataSource({k: [] for k in ("x", "y", "w", "h", "label", "name", "kind", "count",
                                                                "op", "category", "color", "tint", "outputs",
                                                                "source", "role") + HEALTH_COLUMNS})
-        self.edges_source = ColumnDataSource({k: [] for k in ("xs", "ys", "start", "end")})
-        self.heads_source = ColumnDataSource({k: [] for k in ("x0", "y0", "x1", "y1")})
+        self.edges_source = ColumnDataSource({k: [] for k in ("xs", "ys", "start", "end", "alpha")})
+        self.heads_source = ColumnDataSource({k: [] for k in ("x0", "y0", "x1", "y1", "alpha")})
         self.figure = figure(frame_width=MIN_FRAME[0], frame_height=MIN_FRAME[1], x_range=Range1d(0, 1),
                              y_range=Range1d(-1, 0), tools="pan,wheel_zoom,reset", output_backend="canvas",
                              name="graph-figure", visible=False)
-        self.figure.multi_line(xs="xs", ys="ys", source=self.edges_source, line_color="#888888", line_width=1.2)
+        self.figure.multi_line(xs="xs", ys="ys", source=self.edges_source, line_color="#888888", line_width=1.2,
+                               line_alpha="alpha")
         self.figure.add_layout(Arrow(source=self.heads_source, x_start="x0", y_start="y0", x_end="x1", y_end="y1",
-                                     line_alpha=0, end=VeeHead(size=8, fill_color="#888888", line_color="#888888")))
+                                     line_alpha=0, end=VeeHead(size=8, fill_color="#888888", line_color="#888888",
+                                                fill_alpha="alpha", line_alpha="alpha")))
         boxes = self.figure.rect(x="x", y="y", width="w", height="h", source=self.nodes_source, fill_color="tint",
                                  line_color="color", line_width=1.5, legend_field="category",
                                  nonselection_fill_alpha=1.0, nonselection_line_alpha=1.0, name="graph-boxes")
@@ -899,10 +909,13 @@ class GraphView(View):
         painted, health = self._health_now(names)
         if painted != self._painted:
             self._painted = painted
-            self.nodes_source.data.update(self._health_columns(names, health))
+            self.nodes_source.data.update(self._health_columns(self.nodes_source.data, health))
 
-    def _health_columns(self, names, health):
-        """``health_columns`` of the boxes ``names``, with the menu, legend, colour bar, hover and note to match."""
+    def _health_columns(self, nodes, health):
+        """``health_columns`` of the boxes ``nodes`` (node columns), with the menu, legend, colour bar, hover and
+        note to match; only forward scopes show the layers inside them (not an optimizer's box)."""
+        names = nodes["name"]
+        scopes = [kind == "scope" and not role for kind, role in zip(nodes["kind"], nodes["role"])]
         shown = health is not None
         self.color_by.visible = self.health_boxes.visible = self.health_note.visible = shown
         if not shown:
@@ -920,7 +933,7 @@ class GraphView(View):
         self.health_legend.visible = statistic is None
         for kind, bar in self.color_bars.items():
             bar.visible = statistic is not None and kind == linear
-        columns = health_columns(names, health, statistic or BY_HEALTH)
+        columns = health_columns(names, health, statistic or BY_HEALTH, scopes)
         if statistic is None:
             self.health_glyph.update(fill_color="h_fill", line_color="h_line")
         else:
@@ -1000,7 +1013,7 @@ class GraphView(View):
         if drawing is None:
             self.scopes_row.visible = False
             self._painted = None
-            self._health_columns([], None)              # hides the health menu, legend and note
+            self._health_columns({"name": [], "kind": [], "role": []}, None)    # hides the health menu, legend, note
             for source in (self.nodes_source, self.edges_source, self.heads_source):
                 source.data = {k: [] for k in source.data}
             return
@@ -1008,7 +1021,7 @@ class GraphView(View):
         self.scopes.active = [i for i, s in enumerate(drawing.scopes) if s in self.expanded]
         self.scopes_row.visible = bool(drawing.scopes)
         self._painted, health = self._health_now(drawing.nodes["name"])
-        self.nodes_source.data = drawing.nodes | self._health_columns(drawing.nodes["name"], health)
+        self.nodes_source.data = drawing.nodes | self._health_columns(drawing.nodes, health)
         self.edges_source.data = drawing.edges
         self.heads_source.data = drawing.heads
         # The frame fits the graph at zoom 1 when it can, else shrinks it down to MIN_SCALE and shows its top.
