@@ -165,3 +165,84 @@ def test_gradients_and_the_optimizer_fold_into_a_few_boxes(resnet_page):
     page.wait_for_function(f"""() => {{ const s = ({STATE_JS})();
         return s && !s.names.includes("System"); }}""", polling=20, timeout=30000)
     assert resnet_page["errors"] == [] and resnet_page["warnings"] == []
+
+
+# Tick every scope the list shows, as a user ticking them all would (the server answers each tick).
+TICK_ALL_JS = """() => { const scopes = Bokeh.documents[0].get_model_by_name("graph-scopes");
+    const all = scopes.labels.map((_, i) => i);
+    if (scopes.active.length === all.length) return false;
+    scopes.active = all;
+    return true; }"""
+BOX_DATA_JS = """() => { const d = Bokeh.documents[0].get_model_by_name("graph-boxes").data_source.data;
+    return {x: [...d.x], y: [...d.y], w: [...d.w], h: [...d.h], label: [...d.label]}; }"""
+
+
+def test_every_block_opened_is_laid_out_beside_the_ioloop_without_overlaps(resnet_page):
+    from test_dashboard_graph import overlaps
+    page = resnet_page["page"]
+    start = time.perf_counter()
+    while page.evaluate(TICK_ALL_JS):               # each tick lists the scopes inside the ones just opened
+        page.wait_for_function(f"""() => {{ const s = ({STATE_JS})(); const scopes = Bokeh.documents[0]
+            .get_model_by_name("graph-scopes"); return s && !s.note.startsWith("Laying out")
+            && scopes.active.length < scopes.labels.length || s && s.names.length > 250; }}""",
+                               polling=50, timeout=30000)
+        page.wait_for_timeout(300)
+    page.wait_for_function(f"() => {{ const s = ({STATE_JS})(); return s && s.names.length > 250 && "
+                           "!s.note.startsWith('Laying out'); }", polling=50, timeout=30000)
+    assert time.perf_counter() - start < 3 * CLICK_TO_DRAWN_S
+    s = state(page)
+    assert "Resnet-res4_2_branch2b-weight" in s["names"] and "scope" not in s["kinds"]      # every op in a box
+    assert_edges_go_down(s)
+    assert overlaps(page.evaluate(BOX_DATA_JS)) == []
+    page.locator("label", has_text=re.compile(r"^Resnet$")).locator("input").uncheck()     # and all of it folds
+    page.wait_for_function(f"() => {{ const s = ({STATE_JS})(); return s && s.names.includes('Resnet'); }}",
+                           polling=50, timeout=30000)
+    assert resnet_page["errors"] == [] and resnet_page["warnings"] == []
+
+
+def test_a_big_layout_runs_in_a_thread_and_only_the_latest_is_shown(tmp_path):
+    import threading
+
+    import flowlab as flow
+    from flowlab.dashboard.store import Store
+    from flowlab.dashboard.views.graph import THREAD_BOXES, GraphView, inner_scopes
+
+    resnet50.build().graph()
+    flow.summary.Graph(tmp_path / "resnet50").write_structure_graph()
+    store = Store(tmp_path)
+    store.poll()
+    view = GraphView(store)
+
+    class Served:                               # what the view asks of a served document
+        session_context = object()
+        callbacks = []
+
+        def add_next_tick_callback(self, callback):
+            self.callbacks.append(callback)
+    served = Served()
+    view._served_document = lambda: served
+    view.update()
+    assert len(view.nodes_source.data["name"]) < THREAD_BOXES and served.callbacks == []    # small: laid out now
+    first = list(view.nodes_source.data["name"])
+    view.expanded |= inner_scopes(view._parsed[1], "Resnet", "-/")
+    view._draw()                                # every block opened whole: 287 boxes, laid out in a thread
+    assert view.note.text.startswith("Laying out") and view.nodes_source.data["name"] == first
+    for thread in threading.enumerate():
+        if thread.name == "graph-layout":
+            thread.join(30)
+    view.expanded = {scope for scope in view.expanded if not scope.startswith("Resnet-res5_2")}
+    view._draw()                                # the page moved on before the first layout was shown
+    for thread in threading.enumerate():
+        if thread.name == "graph-layout":
+            thread.join(30)
+    assert len(served.callbacks) == 2            # in the order the threads finished
+    shown = []
+    for callback in served.callbacks:
+        callback()
+        shown.append((list(view.nodes_source.data["name"]), view.note.text))
+    latest = [names for names, note in shown if "Resnet-res5_2" in names and "Resnet-res5_1_add" in names]
+    assert latest and shown[-1][0] == latest[0]  # the latest layout shows, whenever it comes
+    assert not any("Resnet-res5_2_add" in names for names, _ in shown)   # the superseded one never does
+    assert not shown[-1][1].startswith("Laying out")
+    assert_readable(graph_data(nodes_from_structure(graph_export.structure_json(resnet50.build())),
+                               expanded=view.expanded, seps="-/"))

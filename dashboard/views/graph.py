@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import re
+import threading
 from collections import Counter
 from itertools import chain
 from typing import NamedTuple
@@ -62,8 +63,9 @@ from .base import View
 log = logging.getLogger(__name__)
 
 STRUCTURE_FILE = "structure_graph.json"
-# Boxes laid out at most. The layout runs on the session's IOLoop: grandalf takes 0.1-0.25 s for 300 boxes, 1-2 s
-# for 1,000 (2 cores), and scopes are collapsed by default, so only a flat graph or many expanded scopes reach this.
+# Boxes laid out at most. grandalf takes 0.03-0.7 s for 300 boxes (a chain to a tangle of training ops), 1-2 s for
+# 1,000 (2 cores); past THREAD_BOXES the layout runs in a thread, and scopes are collapsed by default, so only a flat
+# graph or many expanded scopes reach this.
 MAX_NODES = 300
 VARIABLE_OPS = frozenset({"Variable", "VariableV2", "VarHandleOp", "prim::GetAttr"})
 TRAINING_SCOPES = frozenset({"System", "gradients"})    # flowlab's autograd and loss seeds; TensorFlow's gradients
@@ -84,6 +86,7 @@ MIN_FRAME = (320, 140)
 MIN_SCALE = 0.7                 # a large graph is shown shrunk to fit down to this zoom, then it must be panned
 DOMINANT_SHARE = 0.5            # a scope holding more than this share of the ops shown opens by default
 OPEN_WHOLE = 32                 # a graph, or a tapped scope, of at most this many ops opens whole
+THREAD_BOXES = 120               # a page showing more boxes is laid out in a thread, beside the session's IOLoop
 TRAINING_EDGE_ALPHA = 0.25      # an edge into or out of a gradient or optimizer box
 KEPT_DRAWINGS = 8               # laid-out drawings a view keeps, so that collapsing a scope again is instant
 SCOPES_WIDTH, SCOPE_LINES = 960, 4
@@ -990,19 +993,46 @@ class GraphView(View):
             self._show(None, error)
             return
         drawing = self._drawings.pop(shown, None)
-        if drawing is None:
+        if drawing is not None:
+            self._laid_out(shown, drawing)
+            return
+        expanded = frozenset(self.expanded)
+
+        def lay_out():
             try:
-                drawing = graph_data(nodes, show_variables, show_training, self.expanded, seps)
+                return graph_data(nodes, show_variables, show_training, expanded, seps)
             except Exception as e:          # a graph the layout cannot take must not take the tab down either
                 log.warning("graph of %s: %s: %s", run, type(e).__name__, e, exc_info=True)
-                self._show(None, " ".join(f"Could not draw the graph of {run}: {type(e).__name__}: {e}".split())[:300])
-                return
+                return " ".join(f"Could not draw the graph of {run}: {type(e).__name__}: {e}".split())[:300]
+        doc = self._served_document()
+        if doc is None or \
+                len(visible_graph(nodes, show_variables, show_training, expanded, seps)[0]) <= THREAD_BOXES:
+            self._laid_out(shown, lay_out())
+            return
+        # grandalf takes ~0.7 s for 300 boxes: laid out beside the session's IOLoop, which every session shares
+        self.note.text = html.escape(f"Laying out the graph of {run}…")
+        threading.Thread(target=lambda: (lambda drawing: doc.add_next_tick_callback(
+            lambda: self._laid_out(shown, drawing)))(lay_out()), name="graph-layout", daemon=True).start()
+
+    def _served_document(self):
+        """The session's document when a server serves it (a layout can then finish on a later IOLoop turn)."""
+        doc = self.figure.document
+        return doc if doc is not None and doc.session_context is not None else None
+
+    def _laid_out(self, shown, drawing):
+        """Show ``drawing`` (or the error text in its place) made for ``shown``, unless the page has moved on."""
+        if shown != self.shown:
+            return
+        if isinstance(drawing, str):
+            self._show(None, drawing)
+            return
         self._drawings[shown] = drawing                     # toggling back to a view redraws no layout
         while len(self._drawings) > KEPT_DRAWINGS:
             del self._drawings[next(iter(self._drawings))]
         n_boxes, n_scopes = len(drawing.nodes["kind"]), drawing.nodes["kind"].count("scope")
-        summary = (f"{sum(drawing.nodes['count'])} of {len(nodes)} ops in {n_boxes} boxes ({n_scopes} collapsed "
-                   f"name scope{'s' * (n_scopes != 1)}), {len(drawing.edges['xs'])} edges (from {source})")
+        summary = (f"{sum(drawing.nodes['count'])} of {len(self._parsed[1])} ops in {n_boxes} boxes ({n_scopes} "
+                   f"collapsed name scope{'s' * (n_scopes != 1)}), {len(drawing.edges['xs'])} edges (from "
+                   f"{self._parsed[3]})")
         self._show(drawing, summary + (f"; {drawing.note}" if drawing.note else ""))
 
     def _show(self, drawing, note):
