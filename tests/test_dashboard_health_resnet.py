@@ -75,3 +75,25 @@ def test_the_alert_tables_layer_column_holds_the_longest_layer_name(health_page)
     assert g["table"] and g["cells"] > 0, g
     assert g["cell_text"] + 8 <= g["column"], g                             # "Resnet-res5_2_branch2b" was cut
     assert health_page["errors"] == [] and health_page["warnings"] == []
+
+
+def test_the_saved_heatmap_of_54_layers_keeps_every_name_whole(health_page, chromium):
+    """``heatmap_svg`` (what a saved notebook shows of a ``HealthPanel``): ResNet-50's names ran past the SVG's
+    left edge at a fixed 100 px; its rows shrink past 32 layers but stay taller than their text."""
+    import numpy as np
+
+    from flowlab.plots.health import HealthGrid, heatmap_svg
+
+    layers = [n.name for n in resnet50.build().graph().nodes if n.op.__name__ == "Conv2d"] + ["Resnet-fc1001"]
+    grid = HealthGrid(layers, ["grad_norm"], 10)
+    grid.extend([0, 1, 2], np.random.default_rng(0).random((3, len(layers), 1)) + 0.1)
+    page = chromium.new_page()
+    page.set_content(heatmap_svg(grid, "grad_norm"))
+    boxes = page.evaluate("""() => [...document.querySelectorAll("svg text")].map((t) => {
+        const b = t.getBBox(); return {text: t.textContent, x: b.x, y: b.y, h: b.height}; })""")
+    page.close()
+    names = [b for b in boxes if b["text"] in layers]
+    assert len(names) == 54
+    assert min(b["x"] for b in names) >= 0, [b for b in names if b["x"] < 0][:3]
+    rows = sorted(names, key=lambda b: b["y"])
+    assert all(b["y"] + b["h"] <= c["y"] + 0.5 for b, c in zip(rows, rows[1:]))      # no label over the next
