@@ -47,7 +47,7 @@ DEFAULT_STATISTIC = "grad_norm"
 REDRAW_EVERY = 1.0          # seconds between redraws of the divergence and the trend while only reports arrive
 HOW_TO = ("No health reports in the shown runs: call flow.watch_health(writer=SummaryWriter(logdir)) inside a job "
           "function to log them.")
-ALERT_COLUMNS = (("steps", 90), ("count", 55), ("kind", 120), ("layer", 100), ("message", 760))
+ALERT_COLUMNS = (("steps", 90), ("count", 55), ("kind", 120), ("layer", 100), ("message", 740))
 ROW_HEIGHT = 46                 # px: three lines of a wrapped message
 TABLE_ROWS = 6                  # alert groups shown before the table scrolls (a group is one kind on one layer)
 # an alert's message wraps in its cell; ``<%- %>`` escapes what came from the log
