@@ -19,13 +19,16 @@ GEOMETRY_JS = """() => {
     const names = axis.formatter.args.names;
     const size = axis.major_label_text_font_size;
     const ctx = document.createElement("canvas").getContext("2d");
-    ctx.font = `${axis.major_label_text_font_style} ${typeof size === "string" ? size : size.value} ${axis.major_label_text_font}`;
+    const px = typeof size === "string" ? size : size.value;
+    ctx.font = `${axis.major_label_text_font_style} ${px} ${axis.major_label_text_font}`;
     const table = doc.get_model_by_name("health-alert-table:A");
     const find = (root) => [...root.querySelectorAll(".slick-cell.l3"), ...[...root.querySelectorAll("*")]
         .flatMap((el) => el.shadowRoot ? find(el.shadowRoot) : [])];
     const cells = find(document);
     const measure = document.createElement("canvas").getContext("2d");
-    const widths = cells.map((c) => { measure.font = getComputedStyle(c).font; return measure.measureText(c.textContent).width; });
+    const widths = cells.map((c) => {
+        measure.font = getComputedStyle(c).font;
+        return measure.measureText(c.textContent).width; });
     const column = table.columns.find((c) => c.field === "layer");
     return {layers: names.length, frame: {left: view.frame.bbox.left, height: view.frame.bbox.height},
             label: Math.max(...names.map((n) => ctx.measureText(n).width)), font: ctx.font,

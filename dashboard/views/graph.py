@@ -47,9 +47,9 @@ from typing import NamedTuple
 import numpy as np
 from bokeh.core.properties import value
 from bokeh.layouts import column, row
-from bokeh.models import (Arrow, BoxZoomTool, CDSView, CheckboxGroup, ColorBar, ColumnDataSource,
-                          CustomJS, CustomJSFilter, Div, HoverTool, InlineStyleSheet, Legend, LegendItem, Range1d, Rect, Select, TapTool,
-                          VeeHead)
+from bokeh.models import (Arrow, BoxZoomTool, CDSView, CheckboxGroup, ColorBar, ColumnDataSource, CustomJS,
+                          CustomJSFilter, Div, HoverTool, InlineStyleSheet, Legend, LegendItem, Range1d, Rect, Select,
+                          TapTool, VeeHead)
 from bokeh.plotting import figure
 from grandalf.graphs import Edge, Vertex, graph_core
 from grandalf.layouts import SugiyamaLayout
