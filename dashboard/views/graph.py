@@ -137,9 +137,10 @@ class Box(NamedTuple):
 
 
 class Drawing(NamedTuple):
-    nodes: dict             # node columns: x, y (centre), w, h, label, name, kind, count (ops), op, ...
-    edges: dict             # edge columns: xs, ys (polylines, first point at the producer), start, end (node rows)
-    heads: dict             # arrowhead columns: x0, y0 -> x1, y1 (the last segment of each edge)
+    nodes: dict             # node columns: x, y (centre), w, h, label, name, kind, count (ops), op, ..., role
+    edges: dict             # edge columns: xs, ys (polylines, first point at the producer), start, end (node rows),
+                            # alpha (faint when a gradient or optimizer box is at either end)
+    heads: dict             # arrowhead columns: x0, y0 -> x1, y1 (the last segment of each edge), alpha
     bounds: tuple           # (left, right, bottom, top) of everything drawn
     scopes: list            # the scopes the page lists: expanded ones and those shown collapsed
     note: str
