@@ -1,4 +1,4 @@
-"""The Health tab with ResNet-50's 54 layers (``flowlab.examples.resnet50`` under ``flow.watch_health``), in headless
+"""The Health tab with ResNet-50's 107 layers (53 conv, 53 batch norm, fc1001) (``flowlab.examples.resnet50`` under ``flow.watch_health``), in headless
 Chromium: every layer has a heatmap row tall enough for its label, every label fits left of the cells, and the
 alert table's layer column holds the longest layer name. Screenshot in ``artifacts/screenshots/health-resnet50.png``.
 """
@@ -60,10 +60,10 @@ def health_page(tmp_path_factory, request):
         page.close()
 
 
-def test_54_layers_each_get_a_readable_row_and_an_uncut_label(health_page):
+def test_107_layers_each_get_a_readable_row_and_an_uncut_label(health_page):
     page = health_page["page"]
     g = page.evaluate(GEOMETRY_JS)
-    assert g["layers"] == 54
+    assert g["layers"] == 107
     font_px = float(g["font"].split("px")[0].split()[-1]) if "px" in g["font"] else 11.0
     assert g["frame"]["height"] / g["layers"] >= font_px + 2, g            # rows no shorter than their labels
     assert g["label"] + 6 <= g["frame"]["left"], g                          # the longest label left of the cells

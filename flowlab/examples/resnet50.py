@@ -6,11 +6,11 @@ The layout and names follow OneFlow-Benchmark's ``Classification/cnns/resnet_mod
 bottleneck blocks ``res<stage>_<i>``, each of convolutions ``<block>_branch2a`` (1x1), ``_branch2b`` (3x3, the
 stage's stride in its first block), ``_branch2c`` (1x1, 4x the inner width) and, in the first block of a stage, the
 projection shortcut ``<block>_branch1``; ``pool5`` (a global average pool) and the classifier ``fc1001``. A
-convolution ``<name>`` reads the variable ``<name>-weight``.
-
-Normalisation is ``normalize`` alone: a per-channel bias (variable ``<name>-bias``, op ``<name>_bias_add``) until
-flowlab has batch normalisation, which then goes there (OneFlow's layer would be ``<name>_bn``). Each conv layer
-thus has a weight and a bias, 53 conv layers plus ``fc1001``: 54 layers for ``flow.watch_health``.
+convolution ``<name>`` reads the variable ``<name>-weight`` and is followed by the batch normalisation ``<name>_bn``
+(``flow.layers.batch_normalization``, momentum 0.9, epsilon 1e-5, as OneFlow-Benchmark's unfused form; the ReLU
+after it is ``<name>_relu``). A block's last normalisation starts with a zero scale, as OneFlow-Benchmark's
+(``gamma_initializer=zeros`` for ``last``), so each residual branch starts at zero. 53 convolution layers, 53
+batch-norm layers and ``fc1001``: 107 layers for ``flow.watch_health``.
 
 ``base_width`` scales every stage's channels (64 is ResNet-50's: 64-256 in res2 up to 512-2048 in res5, 23.5 M
 weights); a small width and a small image (32x32 reaches res5 at 1x1) keep tracing and a train step fast while the
@@ -22,7 +22,6 @@ import flowlab.typing as tp
 
 BLOCK_COUNTS = (3, 4, 6, 3)         # bottleneck blocks per stage, res2 .. res5
 EXPANSION = 4                        # a block's output channels / its inner channels
-LAST_SCALE = 0.02                    # variance scale of a block's last convolution (see conv_unit)
 
 
 def block_names():
@@ -30,26 +29,26 @@ def block_names():
     return [f"res{stage + 2}_{i}" for stage, count in enumerate(BLOCK_COUNTS) for i in range(count)]
 
 
-def conv(x, name, filters, kernel, strides=1, scale=2.0):
-    """``flow.nn.conv2d`` of ``x`` (NCHW) with a new ``<name>-weight`` (He-normal, as OneFlow-Benchmark's, for
-    ``scale`` 2); SAME padding unless the convolution is 1x1 with stride 1."""
+def conv(x, name, filters, kernel, strides=1):
+    """``flow.nn.conv2d`` of ``x`` (NCHW) with a new ``<name>-weight`` (He-normal, as OneFlow-Benchmark's); SAME
+    padding unless the convolution is 1x1 with stride 1."""
     weight = flow.get_variable(name + "-weight", shape=(filters, x.shape[1], kernel, kernel),
-                               initializer=flow.variance_scaling_initializer(scale, "fan_in", "random_normal"))
+                               initializer=flow.variance_scaling_initializer(2.0, "fan_in", "random_normal"))
     padding = "SAME" if strides > 1 or kernel > 1 else "VALID"
     return flow.nn.conv2d(x, weight, strides, padding, name=name)
 
 
-def normalize(x, name):
-    """What follows convolution ``name``: a per-channel bias, standing in for batch normalisation."""
-    bias = flow.get_variable(name + "-bias", shape=(x.shape[1],), initializer=flow.zeros_initializer())
-    return flow.nn.bias_add(x, bias, name=name + "_bias_add")
+def normalize(x, name, last=False):
+    """The batch normalisation ``<name>_bn`` after convolution ``name``; ``last``: its scale starts at zero."""
+    return flow.layers.batch_normalization(
+        x, axis=1, momentum=0.9, epsilon=1e-5, name=name + "_bn",
+        gamma_initializer=flow.zeros_initializer() if last else flow.ones_initializer())
 
 
 def conv_unit(x, name, filters, kernel, strides=1, relu=True, last=False):
-    """Convolution, normalisation and (unless ``relu`` is false) a ReLU named ``<name>_relu``. ``last``: the
-    block's residual branch starts small, as OneFlow-Benchmark's zero-initialised last batch-norm scale makes it
-    (without normalisation, 16 full-size branches would grow the logits to ~1e2 before the first step)."""
-    y = normalize(conv(x, name, filters, kernel, strides, scale=LAST_SCALE if last else 2.0), name)
+    """Convolution, batch normalisation and (unless ``relu`` is false) a ReLU named ``<name>_relu``; ``last``: the
+    block's residual branch, which starts at zero (see ``normalize``)."""
+    y = normalize(conv(x, name, filters, kernel, strides), name, last)
     return flow.nn.relu(y, name=name + "_relu") if relu else y
 
 
