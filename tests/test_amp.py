@@ -354,3 +354,39 @@ def test_the_pass_is_active_on_cupy_and_on_numpy_only_when_asked(monkeypatch):
     monkeypatch.setattr(amp, "ON_NUMPY", True)
     Backend.is_gpu = False
     assert amp.active(Backend())
+
+
+def test_a_variable_updated_in_place_is_cast_again_for_products_after_the_update(amp_on_numpy):
+    """Two optimizers in one job: the first updates ``w``; the second loss's gradient ``dh = dz @ wᵀ`` comes after
+    that update in the plan and reads the updated ``w`` (in float32 too), so the float16 copy of ``w`` made for the
+    forward product is not reused for it: ``w`` is cast again after its update."""
+    def run(enabled):
+        flow.clear_default_session()
+        read = {}
+
+        @flow.global_function(type="train", function_config=amp_config(enabled))
+        def job(x: tp.Numpy.Placeholder((BATCH, FEATURES))) -> tp.Numpy:
+            u = flow.get_variable("u", shape=(FEATURES, FEATURES),
+                                  initializer=flow.random_normal_initializer(stddev=0.3, seed=1))
+            w = flow.get_variable("w", shape=(FEATURES, 3), initializer=flow.random_normal_initializer(seed=2))
+            flow.watch(u, lambda value: read.setdefault("u", value))
+            z = flow.matmul(flow.matmul(x, u, name="h"), w, name="z")
+            flow.optimizer.SGD(0.5, momentum=0, variables=[w]).minimize(
+                flow.math.reduce_sum(flow.math.square(z), axis=1))
+            flow.optimizer.SGD(0.5, momentum=0, variables=[u]).minimize(flow.math.reduce_sum(z, axis=1))
+            return z
+        x = data(1)[0][0]
+        job(x)
+        flow.sync_default_session()
+        return job.plan(), x, read["u"], {k: variable(k) for k in ("u", "w")}
+
+    plan, x, u0, mixed = run(True)
+    casts_of_w = [i for i, n in enumerate(plan.nodes) if n.op is Cast and n.inputs[0].op_name == "w"]
+    update_of_w = next(i for i, n in enumerate(plan.nodes) if n.op.updates_variable and n.inputs[0].op_name == "w")
+    assert len(casts_of_w) == 2 and casts_of_w[0] < update_of_w < casts_of_w[1]
+    _, _, _, plain = run(False)
+    for name in ("u", "w"):
+        np.testing.assert_allclose(mixed[name], plain[name], rtol=0, atol=1e-2 * np.abs(plain[name]).max())
+    # u's step from the updated w (dz = 1, model gradients / batch): u0 - lr xᵀ 1 wᵀ / batch
+    expected = u0 - 0.5 * x.T @ np.ones((BATCH, 3)) @ mixed["w"].T / BATCH
+    np.testing.assert_allclose(mixed["u"], expected, rtol=0, atol=1e-2 * np.abs(expected - u0).max())
