@@ -328,6 +328,7 @@ def test_watch_health_reports_under_amp(amp_on_numpy):
 
 # ---------------------------------------------------------------------------------------------- plans untouched
 
+@pytest.mark.numpy_backend      # on CuPy the rewrite is always on
 def test_a_job_without_the_flag_compiles_to_the_same_plan(monkeypatch):
     sources = {}
     for on_numpy, enabled in ((True, False), (False, False), (False, True)):
@@ -390,3 +391,36 @@ def test_a_variable_updated_in_place_is_cast_again_for_products_after_the_update
     # u's step from the updated w (dz = 1, model gradients / batch): u0 - lr xᵀ 1 wᵀ / batch
     expected = u0 - 0.5 * x.T @ np.ones((BATCH, 3)) @ mixed["w"].T / BATCH
     np.testing.assert_allclose(mixed["u"], expected, rtol=0, atol=1e-2 * np.abs(expected - u0).max())
+
+
+@pytest.mark.numpy_backend      # two NumPy devices (threads); on CuPy cpu_device_num(2) means two GPUs
+def test_two_devices_under_amp_train_as_one(amp_on_numpy):
+    """Each replica plan casts its own products; the float32 gradients are all-reduced as without AMP."""
+    results = {}
+    for devices in (1, 2):
+        flow.clear_default_session()
+        flow.config.cpu_device_num(devices)
+        job = mlp_job(amp_config())
+        results[devices] = train(job, steps=6), {k: variable(k) for k in ("hidden-weight", "output-weight")}
+        plan = job.plan()       # device 0's replica plan on two devices
+        assert sum(n.op is MatMul for n in plan.nodes) == 5 and sum(n.op is Cast for n in plan.nodes) == 11
+        assert ("R.all_reduce(0," in plan.source) == (devices == 2)
+    (one_losses, one), (two_losses, two) = results[1], results[2]
+    # the weight gradients' products sum half batches in float16 on each device: rounding apart, the same
+    np.testing.assert_allclose(two_losses, one_losses, rtol=1e-2)
+    for name in one:
+        np.testing.assert_allclose(two[name], one[name], rtol=0, atol=1e-2 * np.abs(one[name]).max())
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+def test_anomaly_detection_names_the_cast_that_overflows_float16(amp_on_numpy):
+    from flowlab.errors import AnomalyError
+    config = amp_config()
+    config.detect_anomaly(True)
+    job = mlp_job(config)
+    (x, y), = data(1)
+    job(x, y)
+    x[0, 0] = 1e5               # finite in float32, Inf in float16
+    with pytest.raises(AnomalyError, match=r"op Input_\d+-out_0-cast_f2h \(Cast\) produced 0 NaN and 1 Inf in "
+                                           r"Input_\d+-out_0-cast_f2h/out_0"):
+        job(x, y)
