@@ -466,8 +466,8 @@ class FunctionConfig:
 
 _NO_CUDNN = ("flowlab's convolutions are its own NumPy/CuPy kernels (ops/conv.py), without cuDNN algorithms to "
              "choose or workspace to limit")
-_FLOAT32 = ("flowlab's convolutions and products compute in float32, or in float16 exactly where "
-            "enable_auto_mixed_precision puts them (see it)")
+_FLOAT32 = ("flowlab's convolutions and products compute in float32, or where enable_auto_mixed_precision puts "
+            "them in float16 with float32 accumulation (see it)")
 _DEPRECATED = "deprecated in OneFlow 0.3.4 itself, where it has no effect either"
 
 # name: (kind, value when called without one (None: required), why it changes nothing in flowlab)

@@ -5,9 +5,10 @@ Each node whose op declares ``amp = "float16"`` (matrix products and convolution
 gets ``Cast`` nodes before it (its inputs to float16) and after it (its output back to float32). Everything else --
 variables (the float32 master weights), optimizer updates, losses, softmax, reductions, batch norm statistics --
 stays float32, and so does every tensor the traced job names: the product's float32 output keeps its id, so
-returns, buffers, deliveries and watches see float32 as before. Like PyTorch's autocast (not like OneFlow, which
-also runs its gray and clear lists -- bias add, activations, pooling -- in float16 between two white ops), every
-product casts its own inputs: one cast more per product, and no float16 tensor outlives the product reading it.
+returns, buffers, deliveries and watches see float32 as before. As under PyTorch's autocast, each product casts its
+own float32 inputs; unlike autocast, whose products return float16, and unlike OneFlow, which also runs its gray and
+clear lists (bias add, activations, pooling...) in float16 between two white ops, the output is cast back at once:
+a cast more per product, and nothing outside the products ever sees float16.
 
 A tensor is cast once per call and its float16 copy shared by all products reading it (a weight read by its forward
 product and by its input gradient), unless an optimizer update changes the tensor in place in between.
