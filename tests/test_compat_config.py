@@ -91,6 +91,7 @@ def benchmark_sgd(policy=None):
     return flow.optimizer.SGD(schedule, momentum=None, grad_clipping=None, loss_scale_policy=policy)
 
 
+@pytest.mark.numpy_backend      # on CuPy enable_auto_mixed_precision computes in float16 (tests/test_amp.py)
 def test_a_benchmark_train_config_trains_exactly_as_the_default_one():
     """Every setting job_function_util.py makes (AMP and XLA included) is accepted and kept, and the job trains
     to the very same values as with a default config: on NumPy, where the AMP rewrite is off unless asked for
