@@ -254,7 +254,8 @@ def run(args, flow, torch):
 
 def profile(args, flow, steps):
     """Where flowlab's step goes: each kernel of the plan timed and summed by op type, then cProfile's top
-    functions by their own time."""
+    functions by their own time. With ``--threads 1`` kernels are timed in CPU time of the thread (other processes
+    on the machine then hardly change the numbers), else in wall time."""
     import cProfile
     import pstats
     fl = FlowlabStep(flow, args.batch, args.size)
@@ -269,32 +270,39 @@ def profile(args, flow, steps):
         m = re.search(r"\b(k\d+)\(.*#\s*(.*)$", line)
         if m:
             labels[m.group(1)] = m.group(2)
-    kinds = {k: re.sub(r"_\d+$", "", re.sub(r"^.*?([A-Z][A-Za-z0-9]*(Grad|Update|Train)?)_.*$", r"\1",
-                                            v.split("-")[-1])) for k, v in labels.items()}
+    kinds = {k: re.search(r"\((\w+)\)\s*$", v).group(1) if re.search(r"\((\w+)\)\s*$", v) else v
+             for k, v in labels.items()}
     originals = {k: ns[k] for k in labels}
-    per_kind = collections.defaultdict(float)
+    per_kind, per_node = collections.defaultdict(float), collections.defaultdict(float)
+
+    clock = time.thread_time if args.threads == 1 else time.perf_counter
 
     def timed(key, fn):
         def call(*a, **kw):
-            t0 = time.perf_counter()
+            t0 = clock()
             out = fn(*a, **kw)
-            per_kind[kinds[key]] += time.perf_counter() - t0
+            spent = clock() - t0
+            per_kind[kinds[key]] += spent
+            per_node[labels[key]] += spent
             return out
         return call
 
     try:
         for k in labels:
             ns[k] = timed(k, originals[k])
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(steps):
             fl.step()
-        wall = (time.perf_counter() - t0) / steps
+        wall = (clock() - t0) / steps
     finally:
         for k in labels:
             ns[k] = originals[k]
-    print(f"\n== flowlab step {wall * 1e3:.0f} ms; kernels by op name prefix (ms/step, share) ==")
+    print(f"\n== flowlab step {wall * 1e3:.0f} ms; kernels by op (ms/step, share of the step) ==")
     for kind, t in sorted(per_kind.items(), key=lambda kv: -kv[1])[:20]:
         print(f"  {t / steps * 1e3:8.1f}  {t / steps / wall:5.1%}  {kind}")
+    print("\n== the 15 slowest kernels ==")
+    for label, t in sorted(per_node.items(), key=lambda kv: -kv[1])[:15]:
+        print(f"  {t / steps * 1e3:8.1f}  {label}")
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(steps):
@@ -314,6 +322,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=2, help="training steps per timed block")
     ap.add_argument("--max-wait", type=float, default=0.10,
                     help="re-run a block once when its threads waited for a CPU more than this share of it")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="BLAS and torch threads (default: NumPy's BLAS default, torch set to match)")
     ap.add_argument("--profile", type=int, metavar="STEPS", default=0,
                     help="instead of timing: profile STEPS flowlab steps")
     args = ap.parse_args(argv)
@@ -322,6 +332,10 @@ def main(argv=None):
     os.environ.setdefault("FLOWLAB_DEVICE", "cpu")
     import torch
     import flowlab as flow
+    if args.threads:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(args.threads, user_api="blas")
+        torch.set_num_threads(args.threads)
     blas_name, blas_threads = blas_info()
     print("flowlab ResNet-50 train-step benchmark (issue 27)")
     print(f"  date      {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")

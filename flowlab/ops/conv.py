@@ -231,6 +231,8 @@ class Conv2d(Op):
         kernel, pads, out_hw = _conv_geometry(x.shape, w.shape, strides, dilations, padding, data_format)
         if _is_depthwise(x.shape, w.shape, groups, data_format):
             return _depthwise_forward(xp, x, w, kernel, strides, dilations, pads, out_hw, data_format)
+        if _is_pointwise(xp, kernel, groups, pads):
+            return _pointwise_forward(xp, x, w, strides, out_hw, data_format)
         x, w = _nhwc(xp, x, data_format), _nhwc(xp, w, data_format)
         n, o = x.shape[0], w.shape[0]
         cols = _columns(xp, x, kernel, groups, strides, dilations, pads, out_hw)
@@ -262,6 +264,8 @@ class ConvInputGrad(Op):
         kernel, pads, out_hw = _conv_geometry(input_shape, w.shape, strides, dilations, padding, data_format)
         if _is_depthwise(input_shape, w.shape, groups, data_format):
             return _depthwise_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw, data_format)
+        if _is_pointwise(xp, kernel, groups, pads):
+            return _pointwise_input_grad(xp, dy, w, input_shape, strides, data_format)
         dy, w = _nhwc(xp, dy, data_format), _nhwc(xp, w, data_format)
         o, cg = w.shape[0], w.shape[3]
         in_shape = _nhwc_shape(input_shape, data_format)
@@ -293,6 +297,8 @@ class ConvFilterGrad(Op):
         if _is_depthwise(x.shape, filter_shape, groups, data_format):
             return _depthwise_filter_grad(xp, x, dy, filter_shape, kernel, strides, dilations, pads, out_hw,
                                           data_format)
+        if _is_pointwise(xp, kernel, groups, pads):
+            return _pointwise_filter_grad(xp, x, dy, filter_shape, strides, data_format)
         x, dy = _nhwc(xp, x, data_format), _nhwc(xp, dy, data_format)
         cols = _columns(xp, x, kernel, groups, strides, dilations, pads, out_hw)
         # (groups, kh*kw*Cg, O/groups): BLAS is much faster with the long N*Ho*Wo axis inner in both operands
@@ -314,6 +320,68 @@ def conv2d(input, filters, strides, padding, data_format="NCHW", dilations=None,
     return apply(Conv2d, (x, w), name, strides=_pair(strides, "strides", api),
                  dilations=_pair(1 if dilations is None else dilations, "dilations", api),
                  padding=_padding(padding, fmt, api), groups=int(groups), data_format=fmt)
+
+
+# --------------------------------------------------------------------------------------------- 1x1 convolutions
+# A 1x1 convolution without padding (ResNet's bottleneck ends and projections: two thirds of its convolutions) is a
+# plain matrix product in either layout, with no im2col, col2im or layout transposes: in NCHW one ``(O, C) @ (C,
+# H*W)`` product per image (BLAS's stacked ``matmul``), in NHWC one ``(N*H*W, C) @ (C, O)``. A stride subsamples the
+# input first (its gradient lands on that subsample). On NumPy only: CuPy keeps the im2col route it was tested with.
+
+_FOLD_BELOW = 256      # NCHW filter gradient: below this many pixels per image, one product over the whole batch
+
+
+def _is_pointwise(xp, kernel, groups, pads):
+    return xp is np and kernel == (1, 1) and groups == 1 and not any(p for pair in pads for p in pair)
+
+
+def _subsample(x, strides, data_format):
+    """The pixels a strided 1x1 convolution reads (a view)."""
+    if strides == (1, 1):
+        return x
+    sh, sw = strides
+    return x[:, :, ::sh, ::sw] if data_format == "NCHW" else x[:, ::sh, ::sw, :]
+
+
+def _pointwise_forward(xp, x, w, strides, out_hw, data_format):
+    x = _subsample(x, strides, data_format)
+    w2 = w.reshape(w.shape[0], -1)                          # (O, C) in both filter layouts
+    if data_format == "NCHW":
+        n, c = x.shape[:2]
+        y = xp.matmul(w2, x.reshape(n, c, -1))               # (N, O, Ho*Wo)
+        return y.reshape((n, w2.shape[0]) + tuple(out_hw))
+    y = x.reshape(-1, x.shape[3]) @ w2.T
+    return y.reshape(x.shape[:3] + (w2.shape[0],))
+
+
+def _pointwise_input_grad(xp, dy, w, input_shape, strides, data_format):
+    w2 = w.reshape(w.shape[0], -1)
+    if data_format == "NCHW":
+        n, o, ho, wo = dy.shape
+        d = xp.matmul(w2.T, dy.reshape(n, o, -1)).reshape(n, w2.shape[1], ho, wo)
+    else:
+        d = (dy.reshape(-1, dy.shape[3]) @ w2).reshape(dy.shape[:3] + (w2.shape[1],))
+    if strides == (1, 1):
+        return d
+    dx = xp.zeros(input_shape, d.dtype)                    # pixels the stride skipped get no gradient
+    _subsample(dx, strides, data_format)[...] = d
+    return dx
+
+
+def _pointwise_filter_grad(xp, x, dy, filter_shape, strides, data_format):
+    x = _subsample(x, strides, data_format)
+    if data_format == "NHWC":
+        dw = dy.reshape(-1, dy.shape[3]).T @ x.reshape(-1, x.shape[3])
+        return dw.reshape(filter_shape)
+    n, c = x.shape[:2]
+    x3, dy3 = x.reshape(n, c, -1), dy.reshape(n, dy.shape[1], -1)
+    if x3.shape[2] < _FOLD_BELOW:       # thin per-image products: one product with the batch in the contraction
+        dw = dy3.transpose(1, 0, 2).reshape(dy3.shape[1], -1) @ x3.transpose(1, 0, 2).reshape(c, -1).T
+    else:                               # long contractions: accumulate per image, no transposed copies
+        dw = dy3[0] @ x3[0].T
+        for i in range(1, n):
+            dw += dy3[i] @ x3[i].T
+    return dw.reshape(filter_shape)
 
 
 # --------------------------------------------------------------------------------------------- depthwise convolution
