@@ -233,6 +233,8 @@ class Conv2d(Op):
             return _depthwise_forward(xp, x, w, kernel, strides, dilations, pads, out_hw, data_format)
         if _is_pointwise(xp, kernel, groups, pads):
             return _pointwise_forward(xp, x, w, strides, out_hw, data_format)
+        if _is_folded(xp, groups, data_format):
+            return _folded_forward(xp, x, w, kernel, strides, dilations, pads, out_hw)
         x, w = _nhwc(xp, x, data_format), _nhwc(xp, w, data_format)
         n, o = x.shape[0], w.shape[0]
         cols = _columns(xp, x, kernel, groups, strides, dilations, pads, out_hw)
@@ -266,6 +268,8 @@ class ConvInputGrad(Op):
             return _depthwise_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw, data_format)
         if _is_pointwise(xp, kernel, groups, pads):
             return _pointwise_input_grad(xp, dy, w, input_shape, strides, data_format)
+        if _is_folded(xp, groups, data_format):
+            return _folded_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw)
         dy, w = _nhwc(xp, dy, data_format), _nhwc(xp, w, data_format)
         o, cg = w.shape[0], w.shape[3]
         in_shape = _nhwc_shape(input_shape, data_format)
@@ -299,6 +303,8 @@ class ConvFilterGrad(Op):
                                           data_format)
         if _is_pointwise(xp, kernel, groups, pads):
             return _pointwise_filter_grad(xp, x, dy, filter_shape, strides, data_format)
+        if _is_folded(xp, groups, data_format):
+            return _folded_filter_grad(xp, x, dy, filter_shape, kernel, strides, dilations, pads, out_hw)
         x, dy = _nhwc(xp, x, data_format), _nhwc(xp, dy, data_format)
         cols = _columns(xp, x, kernel, groups, strides, dilations, pads, out_hw)
         # (groups, kh*kw*Cg, O/groups): BLAS is much faster with the long N*Ho*Wo axis inner in both operands
@@ -382,6 +388,100 @@ def _pointwise_filter_grad(xp, x, dy, filter_shape, strides, data_format):
         for i in range(1, n):
             dw += dy3[i] @ x3[i].T
     return dw.reshape(filter_shape)
+
+
+# ------------------------------------------------------------------------------------ NCHW convolutions, batch folded
+# Other NCHW convolutions (ResNet's 3x3 and 7x7 ones) on NumPy skip the NHWC transposes of input, output and both
+# gradients: im2col is gathered straight from NCHW into a ``(C*kh*kw, N*Ho*Wo)`` matrix, the batch folded into the
+# long axis so that each product is one large BLAS call (per-image products are thin at 7x7 or 14x14 pixels). The
+# matrix is written position by position from the unpadded input, zero only where a position reads padding (no
+# padded copy of the input); col2im adds each position straight into the unpadded gradient. Only the output and
+# ``dy`` change layout (``(O, N, Ho*Wo)`` <-> NCHW). One thread, ResNet-50 layers (batch 4): 10-25 % less time than
+# the NHWC route on 3x3 layers, 30 % less on the 7x7 stem's filter gradient.
+
+
+def _is_folded(xp, groups, data_format):
+    return xp is np and groups == 1 and data_format == "NCHW"
+
+
+def _valid_range(size, k, stride, dilation, before, out):
+    """``(first, stop, source)`` per kernel position along one axis: outputs ``first:stop`` read real input (not
+    padding), the first of them at input index ``source``."""
+    ranges = []
+    for i in range(k):
+        offset = i * dilation - before              # input index read by output 0
+        first = max(0, -(offset // stride)) if offset < 0 else 0     # ceil(-offset / stride)
+        stop = min(out, (size - 1 - offset) // stride + 1) if size - 1 - offset >= 0 else 0
+        ranges.append((first, max(first, stop), first * stride + offset))
+    return ranges
+
+
+def _folded_positions(in_hw, kernel, strides, dilations, pads, out_hw):
+    """Per kernel position ``(i, j, out_index, in_index)``: the output pixels that read real input and the input
+    pixels they read (the padding they would read contributes nothing); both None where it reads only padding."""
+    rows = _valid_range(in_hw[0], kernel[0], strides[0], dilations[0], pads[0][0], out_hw[0])
+    cols = _valid_range(in_hw[1], kernel[1], strides[1], dilations[1], pads[1][0], out_hw[1])
+    for i, (r0, r1, h0) in enumerate(rows):
+        for j, (c0, c1, w0) in enumerate(cols):
+            if r0 == r1 or c0 == c1:                # this position reads only padding
+                yield i, j, None, None
+                continue
+            out_index = (slice(r0, r1), slice(c0, c1))
+            in_index = (slice(h0, h0 + (r1 - r0 - 1) * strides[0] + 1, strides[0]),
+                        slice(w0, w0 + (c1 - c0 - 1) * strides[1] + 1, strides[1]))
+            yield i, j, out_index, in_index
+
+
+def _folded_columns(xp, x, kernel, strides, dilations, pads, out_hw):
+    """im2col of NCHW ``x`` as ``(C*kh*kw, N*Ho*Wo)``: row ``(c, i, j)``, column ``(n, r, q)`` holds the input
+    under kernel position ``(i, j)`` of output pixel ``(r, q)`` of image ``n`` (0 over padding)."""
+    n, c = x.shape[:2]
+    cols = xp.empty((c,) + tuple(kernel) + (n,) + tuple(out_hw), x.dtype)
+    images = x.transpose(1, 0, 2, 3)                         # (C, N, H, W) view: rows of cols are channels
+    for i, j, out_index, in_index in _folded_positions(x.shape[2:], kernel, strides, dilations, pads, out_hw):
+        target = cols[:, i, j]
+        if out_index is None:
+            target[...] = 0
+            continue
+        (rows, columns), (h, w) = out_index, in_index
+        target[:, :, rows, columns] = images[:, :, h, w]
+        if rows.start > 0:                                   # padding above, below, left and right: zeros
+            target[:, :, :rows.start] = 0
+        if rows.stop < out_hw[0]:
+            target[:, :, rows.stop:] = 0
+        if columns.start > 0:
+            target[:, :, rows, :columns.start] = 0
+        if columns.stop < out_hw[1]:
+            target[:, :, rows, columns.stop:] = 0
+    return cols.reshape(c * kernel[0] * kernel[1], -1)
+
+
+def _folded_dy(dy):
+    """NCHW ``dy`` as ``(O, N*Ho*Wo)``, columns ordered like ``_folded_columns``."""
+    return np.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(dy.shape[1], -1)
+
+
+def _folded_forward(xp, x, w, kernel, strides, dilations, pads, out_hw):
+    cols = _folded_columns(xp, x, kernel, strides, dilations, pads, out_hw)
+    y = w.reshape(w.shape[0], -1) @ cols                    # (O, N*Ho*Wo)
+    return xp.ascontiguousarray(y.reshape((w.shape[0], x.shape[0]) + tuple(out_hw)).transpose(1, 0, 2, 3))
+
+
+def _folded_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw):
+    n, o = dy.shape[:2]
+    c = input_shape[1]
+    dcols = (w.reshape(o, -1).T @ _folded_dy(dy)).reshape((c,) + tuple(kernel) + (n,) + tuple(out_hw))
+    dx = xp.zeros(input_shape, dy.dtype)
+    images = dx.transpose(1, 0, 2, 3)                        # (C, N, H, W) view of dx
+    for i, j, out_index, in_index in _folded_positions(input_shape[2:], kernel, strides, dilations, pads, out_hw):
+        if out_index is not None:                  # one position never reads an element twice: += is exact
+            images[(slice(None), slice(None)) + in_index] += dcols[(slice(None), i, j, slice(None)) + out_index]
+    return dx
+
+
+def _folded_filter_grad(xp, x, dy, filter_shape, kernel, strides, dilations, pads, out_hw):
+    cols = _folded_columns(xp, x, kernel, strides, dilations, pads, out_hw)
+    return (_folded_dy(dy) @ cols.T).reshape(filter_shape)     # long N*Ho*Wo axis inner in both operands
 
 
 # --------------------------------------------------------------------------------------------- depthwise convolution
