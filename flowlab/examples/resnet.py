@@ -107,9 +107,10 @@ def resnet(images, depth=50, width=1.0, classes=1000, weight_decay=0.0, trainabl
 
 
 def train_job(batch_size=4, image_size=224, depth=50, width=1.0, classes=1000, lr=0.1, momentum=SGD_MOMENTUM,
-              weight_decay=0.0):
-    """A ``@flow.global_function(type="train")`` job ``(images (N, 3, S, S) float32, labels (N,) int32) -> loss``:
-    the mean sparse softmax cross-entropy, minimized by SGD (``momentum``, constant ``lr``)."""
+              weight_decay=0.0, dtype=flow.float32):
+    """A ``@flow.global_function(type="train")`` job ``(images (N, 3, S, S) dtype, labels (N,) int32) -> loss``:
+    the mean sparse softmax cross-entropy, minimized by SGD (``momentum``, constant ``lr``). Variables take the
+    images' ``dtype`` (float64 makes exact comparisons with other implementations possible)."""
     if not (isinstance(image_size, int) and image_size >= 32):
         raise ValueError(f"train_job: image_size must be an int >= 32 (the stem and four stages halve it five "
                          f"times), got {image_size!r}")
@@ -117,7 +118,7 @@ def train_job(batch_size=4, image_size=224, depth=50, width=1.0, classes=1000, l
         raise ValueError(f"train_job: batch_size must be an int >= 2 (batch statistics), got {batch_size!r}")
 
     @flow.global_function(type="train")
-    def resnet_train(images: tp.Numpy.Placeholder((batch_size, 3, image_size, image_size)),
+    def resnet_train(images: tp.Numpy.Placeholder((batch_size, 3, image_size, image_size), dtype=dtype),
                      labels: tp.Numpy.Placeholder((batch_size,), dtype=flow.int32)) -> tp.Numpy:
         logits = resnet(images, depth, width, classes, weight_decay)
         loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
