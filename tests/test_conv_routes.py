@@ -199,3 +199,34 @@ def test_resnet50_structure_and_names():
     assert "Resnet-res2_1_branch1-weight" not in names      # identity shortcuts where the shape stays
     with pytest.raises(ValueError, match="depth must be one of"):
         resnet._blocks_per_stage(34)
+
+
+# ------------------------------------------------------------------------------------------ max pooling in blocks
+
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_blocked_max_pool_gradient_matches_torch_and_one_block(data_format, contiguous, monkeypatch):
+    """The NumPy gradient runs in blocks of channels (NCHW) or images (NHWC): several blocks here, against PyTorch
+    (distinct values) and against the whole tensor at once (ties and a NaN window, where PyTorch differs)."""
+    monkeypatch.setattr(C, "_POOL_BLOCK", 40)
+    rng = np.random.default_rng(4)
+    x = rng.permutation(3 * 5 * 9 * 8).reshape(3, 5, 9, 8).astype(np.float64)
+    tx = torch.tensor(x, requires_grad=True)
+    y = F.max_pool2d(F.pad(tx, (0, 1, 1, 1), value=-np.inf), 3, 2)       # SAME: the odd pixel at the end
+    dy = rng.standard_normal(tuple(y.shape))
+    want = torch.autograd.grad(y, tx, torch.tensor(dy))[0].numpy()
+    ties = np.round(x / 40)                                                # many equal maxima
+    ties[1, 2, :3, :3] = np.nan
+    for values, reference in ((x, want), (ties, None)):
+        feed, grad = values, dy
+        if data_format == "NHWC":
+            feed, grad = (np.ascontiguousarray(a.transpose(0, 2, 3, 1)) for a in (feed, grad))
+        if not contiguous:
+            feed = np.asfortranarray(feed)
+        attrs = dict(ksize=(3, 3), strides=(2, 2), padding="SAME_UPPER", data_format=data_format)
+        got = C.MaxPoolGrad.forward(np, feed, grad, **attrs)
+        whole = C._max_pool_grad(np, feed, grad, **attrs)
+        np.testing.assert_array_equal(got, whole)
+        if reference is not None:
+            np.testing.assert_allclose(got if data_format == "NCHW" else got.transpose(0, 3, 1, 2), reference,
+                                       rtol=1e-12, atol=1e-12)

@@ -630,16 +630,35 @@ class MaxPoolGrad(Op):
 
     @staticmethod
     def forward(xp, x, dy, ksize, strides, padding, data_format):
+        if xp is not np:
+            return _max_pool_grad(xp, x, dy, ksize, strides, padding, data_format)
+        # NumPy: in blocks of channels (NCHW: every channel pools alone) or images, so that the ~45 passes over each
+        # block's windows hit cache: 2.5x faster on ResNet-50's pool1 (4 x 64 x 112 x 112)
         shape = x.shape
-        pads = _pool_geometry(shape, ksize, strides, padding, data_format)[1]
-        x, windows, y = _max_windows(xp, x, ksize, strides, padding, data_format)
-        dx = xp.zeros(x.shape, dy.dtype)
-        free = xp.ones(y.shape, bool)           # windows whose maximum is not found yet (ties: the first takes it)
-        for where in windows:                   # masks and products, not where(): ~10x faster on NumPy
-            take = xp.logical_and(x[where] == y, free)
-            dx[where] += dy * take              # one position never reads an element twice
-            free ^= take
-        return xp.ascontiguousarray(dx[_crop(data_format, pads, shape)])
+        if data_format == "NCHW":
+            x, dy = x.reshape((-1, 1) + shape[2:]), dy.reshape((-1, 1) + dy.shape[2:])
+        dx = np.empty(x.shape, dy.dtype)
+        rows = max(1, _POOL_BLOCK // max(1, dy[0].size))
+        for start in range(0, x.shape[0], rows):
+            block = slice(start, start + rows)
+            dx[block] = _max_pool_grad(xp, x[block], dy[block], ksize, strides, padding, data_format)
+        return dx.reshape(shape)
+
+
+_POOL_BLOCK = 1 << 16       # elements of output per block of a max pool's gradient (NumPy)
+
+
+def _max_pool_grad(xp, x, dy, ksize, strides, padding, data_format):
+    shape = x.shape
+    pads = _pool_geometry(shape, ksize, strides, padding, data_format)[1]
+    x, windows, y = _max_windows(xp, x, ksize, strides, padding, data_format)
+    dx = xp.zeros(x.shape, dy.dtype)
+    free = xp.ones(y.shape, bool)           # windows whose maximum is not found yet (ties: the first takes it)
+    for where in windows:                   # masks and products, not where(): ~10x faster on NumPy
+        take = xp.logical_and(x[where] == y, free)
+        dx[where] += dy * take              # one position never reads an element twice
+        free ^= take
+    return xp.ascontiguousarray(dx[_crop(data_format, pads, shape)])
 
 
 def _valid_counts(xp, in_hw, ksize, strides, pads, out_hw, dtype):
