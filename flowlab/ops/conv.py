@@ -1,12 +1,16 @@
 """``flow.nn.conv2d``, ``max_pool2d`` and ``avg_pool2d`` with OneFlow 0.x's arguments, layouts and op names.
 
-Convolutions and average pooling compute in NHWC, where an im2col row is long contiguous runs of channels (about 3x
-faster on NumPy than gathering from NCHW): NCHW tensors are transposed on the way in and back on the way out
-(max pooling reads whole windows of one channel and stays in the input's layout), and NCHW filters
-``(O, C/g, kh, kw)`` take the same permutation to ``(O, kh, kw, C/g)``. A convolution gathers its input windows with
-``as_strided`` into one im2col matrix per group and does one batched matmul; the gradients reuse that matrix
-(filters) or scatter-add over the ``kh*kw`` kernel positions (col2im, input). Depthwise convolutions (groups ==
-in_channels == out_channels, MobileNet's) skip im2col: one multiply-add of the whole output per kernel position.
+Convolutions take one of four routes. On NumPy, a 1x1 convolution without padding is a plain matrix product in the
+caller's layout (no im2col, no transposes), and any other NCHW convolution with one group gathers its im2col matrix
+straight from NCHW with the batch folded into the long axis (one BLAS product per convolution and gradient, no
+padded copy, no NHWC transposes); see those sections below. Depthwise convolutions (groups == in_channels ==
+out_channels, MobileNet's) skip im2col: one multiply-add of the whole output per kernel position. Everything else
+(NHWC, other grouped convolutions, and every convolution on CuPy) computes in NHWC, where an im2col row is long
+contiguous runs of channels: NCHW tensors are transposed on the way in and back on the way out, and NCHW filters
+``(O, C/g, kh, kw)`` take the same permutation to ``(O, kh, kw, C/g)``; windows are gathered with ``as_strided``
+into one im2col matrix per group for one batched matmul, and the gradients reuse that matrix (filters) or
+scatter-add over the ``kh*kw`` kernel positions (col2im, input). Average pooling computes in NHWC too; max pooling
+reads whole windows of one channel and stays in the input's layout.
 
 Padding is ``"VALID"``, ``"SAME"`` (TensorFlow's: output ``ceil(in / stride)``, the odd pixel padded at the end; also
 ``"SAME_UPPER"``, and ``"SAME_LOWER"`` with the odd pixel at the start) or explicit ``((top, bottom), (left, right))``.
