@@ -159,6 +159,19 @@ def test_large_host_plans_retain_freed_blocks(monkeypatch):
     assert host_memory.retain_freed_blocks() is (host_memory._glibc() is not None)
 
 
+@pytest.mark.parametrize("rows, retains", [(8, False), (1024, True)])
+def test_host_plans_retain_blocks_only_with_large_tensors(rows, retains, monkeypatch):
+    asked = []
+    monkeypatch.setattr(host_memory, "retain_freed_blocks", lambda: asked.append(True) or True)
+
+    @flow.global_function()
+    def double(x: tp.Numpy.Placeholder((rows, 256))) -> tp.Numpy:     # 1024 x 256 float32: exactly 1 MiB
+        return x * 2
+
+    np.testing.assert_array_equal(double(np.ones((rows, 256), np.float32)), 2)
+    assert bool(asked) is retains
+
+
 # ------------------------------------------------------------------------------------------------------- tiny ResNet
 
 def test_tiny_resnet_learns():
