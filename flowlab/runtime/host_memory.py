@@ -3,10 +3,11 @@
 glibc's ``malloc`` serves blocks above ``M_MMAP_THRESHOLD`` (128 KiB at first, rising by itself up to 32 MiB as
 such blocks are freed) with a fresh ``mmap`` and gives them back to the kernel on ``free``; it also returns the
 heap's free top beyond ``M_TRIM_THRESHOLD``. Each step of a convolutional network allocates and frees hundreds of
-megabytes of NumPy temporaries (im2col matrices, activations, gradients), so with those defaults every step faults
-all those pages in again and has the kernel zero them: on ResNet-50 (batch 4, 224 pixels, one BLAS thread) a step
-took 2.39 s that way against 1.70 s with the blocks kept (``benchmarks/resnet50.py``; the two settings alternated in
-one process). PyTorch's convolutions need far less scratch memory, so the defaults hurt it much less.
+megabytes of NumPy temporaries (im2col matrices, activations, gradients), so much of that memory is faulted in
+again and zeroed by the kernel every step: on ResNet-50 (batch 4, 224 pixels, one BLAS thread, CPU time) a step took
+2.39 s with the thresholds held at 128 KiB against 1.70 s with the blocks kept (the two settings alternated in one
+process), and about 1.94 s against 1.78 s with glibc's adaptive default (separate runs). A convolution computed
+straight from its input, as PyTorch's are, needs far less scratch memory, so the defaults hurt it much less.
 
 ``retain_freed_blocks()`` raises both thresholds once per process: blocks up to 32 MiB (glibc's largest threshold)
 come from the heap, and up to ``TRIM_THRESHOLD`` bytes of free heap stay mapped for the next step. The price is
