@@ -5,13 +5,14 @@ from __future__ import annotations
 import functools
 import itertools
 import linecache
+import math
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from ..errors import AnomalyError
 from ..ops.stats import stats_vector
-from ..runtime import cuda_graph
+from ..runtime import cuda_graph, host_memory
 from . import passes
 from .replicate import reduce_points
 
@@ -81,6 +82,8 @@ class Plan:
         self.largest_gemm = max((n.op.gemm_macs(n) for n in self.nodes if n.op.gemm_macs is not None), default=0)
         # small products run faster on one BLAS thread, above all beside a busy core (see runtime/backend.py)
         self.blas_limit = backend.blas_limit(self.largest_gemm)
+        if not backend.is_gpu and host_memory.wants_retained_blocks(self._largest_tensor_bytes()):
+            host_memory.retain_freed_blocks()    # big per-step temporaries: no page faults each step
         self._hooks, self._variables_read = [], []
         self.source, self._run, self._run_device = self._generate(variables)
         reason = self._not_replayable()
@@ -89,6 +92,10 @@ class Plan:
         if self.replay is not None:
             self._device_ns["G"] = self.replay
         self._graph_note = reason
+
+    def _largest_tensor_bytes(self):
+        return max((math.prod(t.shape) * t.dtype.itemsize for n in self.nodes for t in n.outputs
+                    if t.shape is not None and None not in t.shape), default=0)
 
     @property
     def num_buffers(self):
