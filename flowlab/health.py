@@ -772,6 +772,12 @@ def _update_ratio_alerts(seen):
         # is large whatever the step, so it says nothing about the learning rate.
         if not low and role.batch_norm and _weight_rms(row, role) < t["closed_gate"]:
             continue
+        # A layer that feeds a batch norm is scale-invariant: its gradient is orthogonal to its weights and
+        # proportional to 1 / their norm, so a large step grows the norm and shrinks the next steps' ratio (from a
+        # small initialisation the first steps are large by design). Only a ratio that stays high says the learning
+        # rate is too high for it: high in each of the last MIN_HISTORY reports too.
+        if not low and role.normalised and not _stays_high(seen, layer):
+            continue
         why = ("the weights are being overwritten. Usually a learning rate far too high." if not low else
                "its gradient is exactly zero: nothing reaches it from the loss. Usually dead ReLUs in or after "
                "this layer, or a path the loss does not depend on." if row.get("grad_norm") == 0 else
@@ -780,6 +786,12 @@ def _update_ratio_alerts(seen):
             f"the update of layer {layer} is {ratio:.3g} of its weights' norm (healthy is around 1e-3; "
             f"threshold {t['update_ratio_low' if low else 'update_ratio_high']:g}): {why}")))
     return out
+
+
+def _stays_high(seen, layer):
+    earlier = [r.table.get(layer, {}).get("update_ratio") for r in seen.recent[-MIN_HISTORY:]]
+    return len(earlier) == MIN_HISTORY and all(r is not None and not r <= seen.t["update_ratio_high"]
+                                                for r in earlier)
 
 
 def _depth_gradient_alerts(seen):

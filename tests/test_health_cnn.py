@@ -1,0 +1,288 @@
+"""flow.watch_health on convolutional networks with batch normalization, built as OneFlow 0.x users build them
+(OneFlow-Benchmark's ResNet names: a conv op named as its layer, ``<block>_branch2a`` with ``-weight``; its batch
+norm ``<block>_branch2a_bn_relu``): the batch norms' moving statistics against NumPy, no alert on a healthy ResNet,
+the alerts that must still fire (a learning rate far too high, batch norm removed, a dead batch-norm ReLU), and
+watch / watch_diff / watch_scope / watch_health on a network of ResNet-50's depth."""
+import math
+
+import numpy as np
+import pytest
+
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.health import BATCH_NORM_STATISTICS, LayerRole, health_alerts
+
+CLASSES = 4
+
+
+# ------------------------------------------------------------------------------------- a OneFlow-style ResNet
+
+def conv(x, name, filters, kernel, stride=1, initializer=None):
+    weight = flow.get_variable(name + "-weight", shape=(filters, x.shape[1], kernel, kernel), dtype=x.dtype,
+                               initializer=initializer or flow.variance_scaling_initializer(
+                                   2, "fan_in", "random_normal", data_format="NCHW"))
+    padding = "SAME" if stride > 1 or kernel > 1 else "VALID"
+    return flow.nn.conv2d(x, weight, stride, padding, "NCHW", 1, name=name)
+
+
+def bn_relu(x, name, bn=True, beta=None):
+    if not bn:
+        return flow.nn.relu(x, name=name + "_relu")
+    return flow.layers.batch_normalization_relu(x, axis=1, momentum=0.9, epsilon=1e-5, name=name + "_bn_relu",
+                                                beta_initializer=beta)
+
+
+def bottleneck(x, name, filters, stride, bn=True):
+    """A ResNet-50 block: 1x1, 3x3 (stride), 1x1 convolutions; a projection shortcut when the shape changes; the
+    last batch norm's gamma (and moving variance) start at zero, as OneFlow's ResNet does."""
+    inner = filters // 4
+    shortcut = x
+    if stride != 1 or x.shape[1] != filters:
+        shortcut = conv(x, name + "_branch1", filters, 1, stride)
+        if bn:
+            shortcut = flow.layers.batch_normalization(shortcut, axis=1, momentum=0.9, epsilon=1e-5,
+                                                       name=name + "_branch1_bn")
+    a = bn_relu(conv(x, name + "_branch2a", inner, 1), name + "_branch2a", bn)
+    b = bn_relu(conv(a, name + "_branch2b", inner, 3, stride), name + "_branch2b", bn)
+    c = conv(b, name + "_branch2c", filters, 1)
+    if not bn:
+        return flow.nn.relu(c + shortcut, name=name + "_relu")
+    return flow.layers.batch_normalization_add_relu(c, shortcut, axis=1, momentum=0.9, epsilon=1e-5,
+                                                    gamma_initializer=flow.zeros_initializer(),
+                                                    moving_variance_initializer=flow.zeros_initializer(),
+                                                    name=name + "_branch2c_bn_add_relu")
+
+
+def resnet(images, counts=(1, 1), filters=(32, 64), stem=16, bn=True, classes=CLASSES):
+    """``conv1`` (+ its batch norm), stages ``res2``, ``res3``, ... of bottleneck blocks, global average pooling and
+    a dense layer ``fc``."""
+    h = bn_relu(conv(images, "conv1", stem, 3), "conv1", bn)
+    for stage, (count, width) in enumerate(zip(counts, filters)):
+        for i in range(count):
+            h = bottleneck(h, f"res{stage + 2}_{i}", width, 2 if i == 0 and stage > 0 else 1, bn)
+    h = flow.nn.avg_pool2d(h, ksize=h.shape[2], strides=1, padding="VALID", data_format="NCHW", name="pool5")
+    return flow.layers.dense(flow.reshape(h, (h.shape[0], -1)), classes, name="fc")
+
+
+def images(steps, batch, size, seed=0):
+    """``steps`` batches of ``CLASSES`` noisy image prototypes (a CNN separates them in a few dozen steps)."""
+    rng = np.random.default_rng(seed)
+    prototypes = rng.normal(size=(CLASSES, 3, size, size)).astype(np.float32)
+    for _ in range(steps):
+        y = rng.integers(0, CLASSES, batch).astype(np.int32)
+        yield (prototypes[y] + rng.normal(size=(batch, 3, size, size))).astype(np.float32), y
+
+
+def train_job(model, reports, batch, size, lr=0.1, momentum=0.9, **thresholds):
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((batch, 3, size, size)),
+            y: tp.Numpy.Placeholder((batch,), dtype=flow.int32)) -> tp.Numpy:
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, model(x))
+        flow.watch_health(reports.append, **thresholds)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]), momentum=momentum).minimize(loss)
+        return loss
+    return job
+
+
+def run(job, steps, batch, size):
+    with np.errstate(all="ignore"):            # the diverging cases overflow on purpose
+        losses = [float(job(x, y).mean()) for x, y in images(steps, batch, size)]
+    flow.sync_default_session()
+    return losses
+
+
+def alerts(reports):
+    return {(a.kind, a.layer) for r in reports for a in r.alerts}
+
+
+def plain_stack(images, depth=10, width=16, bn=True, classes=CLASSES):
+    """``depth`` 3x3 convolutions ``conv<i>`` initialised N(0, 0.01) as VGG was, each followed by a batch norm and
+    ReLU (``conv<i>_bn_relu``) or, without ``bn``, a ReLU alone; then ``fc``."""
+    h = images
+    for i in range(depth):
+        h = bn_relu(conv(h, f"conv{i}", width, 3, initializer=flow.random_normal_initializer(stddev=0.01)),
+                    f"conv{i}", bn)
+    return flow.layers.dense(flow.reshape(h, (h.shape[0], -1)), classes, name="fc")
+
+
+# ------------------------------------------------------------------------------------- batch norm statistics
+
+def test_batch_norm_statistics_match_numpy_on_the_same_tensors():
+    """The moving statistics a report shows are those before this call's update (the ones a predict job would use
+    now); the gaps compare them with this call's batch statistics. Reference: the moving averages worked out here
+    from the conv outputs the job normalized (watch_scope), as OneFlow defines them (momentum 0.9, unbiased batch
+    variance)."""
+    values, reports = {}, []
+    batch, size, steps, epsilon = 8, 6, 4, 1e-5
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((batch, 3, size, size)),
+            y: tp.Numpy.Placeholder((batch,), dtype=flow.int32)) -> tp.Numpy:
+        with flow.watch_scope(lambda blob, blob_def: values.setdefault(blob_def.logical_blob_name, []).append(
+                blob.numpy().astype(np.float64))):
+            h = conv(x, "conv1", 5, 3)
+        h = bn_relu(h, "conv1")
+        logits = flow.layers.dense(flow.reshape(h, (batch, -1)), CLASSES, name="fc")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.watch_health(reports.append)
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+
+    run(job, steps, batch, size)
+    mean, var = np.zeros(5), np.ones(5)                 # OneFlow's initial moving statistics
+    for s, report in enumerate(reports):
+        assert list(report.table) == ["conv1", "conv1_bn_relu", "fc"]
+        row = report.table["conv1_bn_relu"]
+        x = values["conv1/out_0"][s]
+        batch_mean, batch_var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3), ddof=1)
+        expected = [np.abs(mean).mean(), var.mean(), var.min(),
+                    (np.abs(batch_mean - mean) / np.sqrt(var + epsilon)).mean(),
+                    ((batch_var + epsilon) / (var + epsilon)).mean(), 0, 0]
+        assert [row[k] for k in BATCH_NORM_STATISTICS] == pytest.approx(expected, rel=1e-4, abs=1e-6)
+        assert "moving_mean_abs" not in report.table["conv1"] and "moving_mean_abs" not in report.table["fc"]
+        mean, var = 0.9 * mean + 0.1 * batch_mean, 0.9 * var + 0.1 * batch_var
+    assert reports[-1].table["conv1_bn_relu"]["batch_var_ratio"] != pytest.approx(1.0, abs=0.05), \
+        "the test data should leave a gap to measure"
+
+    # a predict job normalizes with the moving statistics: those, and no gap (NaN)
+    predicted = []
+
+    @flow.global_function(type="predict")
+    def watched(x: tp.Numpy.Placeholder((batch, 3, size, size))) -> tp.Numpy:
+        h = bn_relu(conv(x, "conv1", 5, 3), "conv1")
+        logits = flow.layers.dense(flow.reshape(h, (batch, -1)), CLASSES, name="fc")
+        flow.watch_health(predicted.append)
+        return logits
+    watched(next(images(1, batch, size))[0])
+    flow.sync_default_session()
+    row = predicted[0].table["conv1_bn_relu"]
+    variables = flow.get_all_variables()
+    moving_mean, moving_var = (variables[f"conv1_bn_relu-{m}"].numpy() for m in ("moving_mean", "moving_variance"))
+    assert row["moving_mean_abs"] == pytest.approx(np.abs(moving_mean).mean(), rel=1e-5)
+    assert row["moving_var_min"] == pytest.approx(moving_var.min(), rel=1e-5)
+    assert moving_var.mean() == pytest.approx(var.mean(), rel=1e-4)      # the updates this test worked out
+    assert math.isnan(row["batch_mean_gap"]) and math.isnan(row["batch_var_ratio"])
+
+
+# ------------------------------------------------------------------------------------- alerts on normalised nets
+
+BATCH, SIZE = 16, 12
+
+
+def test_a_healthy_resnet_gets_no_alert_where_the_plain_rules_cried_wolf():
+    """A small OneFlow-style ResNet (bottleneck blocks, batch_normalization_relu / _add_relu, zero-initialised last
+    gamma) learning an easy task: no alert. The same numbers read as if every layer were plain (the rules before
+    they knew a layer's role) raise alerts: the residual branches behind their closed gates get no gradient at the
+    first step and tiny ones after (vanishing_gradient, update_ratio)."""
+    reports = []
+    losses = run(train_job(resnet, reports, BATCH, SIZE), 30, BATCH, SIZE)
+    assert np.mean(losses[-5:]) < 0.75 * np.mean(losses[:5]), "it learns"
+    assert alerts(reports) == set()
+    plain = set()
+    for i, report in enumerate(reports):
+        plain |= {(a.kind, a.layer) for a in health_alerts(reports[:i], report)}
+    assert ("vanishing_gradient", "res2_0_branch2a") in plain
+    assert {kind for kind, _ in plain} >= {"vanishing_gradient", "update_ratio"}
+    # the roles the monitor read from the graph
+    table = reports[0].table
+    assert {layer for layer, row in table.items() if "moving_var_min" in row} == {
+        "conv1_bn_relu", "res2_0_branch1_bn", "res2_0_branch2a_bn_relu", "res2_0_branch2b_bn_relu",
+        "res2_0_branch2c_bn_add_relu", "res3_0_branch1_bn", "res3_0_branch2a_bn_relu", "res3_0_branch2b_bn_relu",
+        "res3_0_branch2c_bn_add_relu"}
+    # the gates start closed: zero gamma and beta; their moving variance starts at zero too (OneFlow's ResNet)
+    assert table["res2_0_branch2c_bn_add_relu"]["weight_norm"] == 0
+    assert table["res2_0_branch2c_bn_add_relu"]["moving_var_min"] == 0
+
+
+def test_the_roles_change_only_what_they_explain():
+    """``health_alerts`` on hand-made numbers: a closed gate explains its branch's zero gradient, an open one does
+    not; a normalised layer's high update ratio alerts only when it stays high; a pre-activation is never dead."""
+    roles = {"conv": LayerRole(relu=False, normalised=True, gate="gate", size=100),
+             "gate": LayerRole(batch_norm=True, size=8), "fc": LayerRole(relu=False, size=50)}
+
+    def report(step, gate_norm, conv_ratio=1e-3, conv_grad=0.0, dead=1.0):
+        from flowlab.health import HealthReport
+        return HealthReport(step, {
+            "conv": {"dead_fraction": dead, "weight_norm": 1.0, "grad_norm": conv_grad, "update_ratio": conv_ratio},
+            "gate": {"weight_norm": gate_norm, "grad_norm": 1.0, "update_ratio": 1e-2},
+            "fc": {"weight_norm": 1.0, "grad_norm": 1.0, "update_ratio": 1e-2}}, loss=1.0)
+
+    closed = health_alerts([], report(0, gate_norm=0.0), roles=roles)
+    assert closed == []                                   # rms 0 < closed_gate: the zero-init residual
+    opened = health_alerts([], report(0, gate_norm=0.5 * math.sqrt(8)), roles=roles)   # rms 0.5
+    assert {(a.kind, a.layer) for a in opened} == {("vanishing_gradient", "conv")}
+    # a high ratio on a scale-invariant layer: once is the norm growing; MIN_HISTORY + 1 times in a row is the rate
+    history = []
+    for step in range(4):
+        r = report(step, 1.0, conv_ratio=2.0, conv_grad=1.0)
+        r.alerts = health_alerts(history, r, roles=roles)
+        history.append(r)
+    assert [[a.kind for a in r.alerts] for r in history] == [[], [], [], ["update_ratio"]]
+    # without roles the same first report alerts at once, and the dead pre-activation counts as dead ReLUs
+    plain = health_alerts([], report(0, 1.0, conv_ratio=2.0, conv_grad=1.0))
+    assert {a.kind for a in plain} == {"update_ratio", "dead_relu"}
+
+
+def test_a_learning_rate_far_too_high_names_the_unnormalised_layer_first():
+    """SGD at 10 (100x the healthy rate). Batch norm keeps the convolutions finite (scale invariance), but the
+    last dense layer, which nothing normalizes, is overwritten at the first step; then the batch norms' gamma and
+    beta are (update_ratio), and beta is pushed so far that a block's ReLU dies (dead_relu). It never learns."""
+    reports = []
+    losses = run(train_job(resnet, reports, BATCH, SIZE, lr=10.0), 12, BATCH, SIZE)
+    first = reports[0].alerts
+    assert [(a.kind, a.layer) for a in first] == [("update_ratio", "fc")]
+    assert "overwritten" in first[0].message
+    seen = alerts(reports)
+    assert any(kind == "update_ratio" and layer.endswith("_bn_relu") for kind, layer in seen)
+    assert any(kind == "dead_relu" and "_bn_" in layer for kind, layer in seen)
+    assert min(losses[1:]) > losses[0]
+
+
+def test_a_learning_rate_that_diverges_names_the_first_layer_with_nan():
+    reports = []
+    run(train_job(resnet, reports, BATCH, SIZE, lr=1e4, momentum=0.0), 8, BATCH, SIZE)
+    nan = [a for r in reports for a in r.alerts if a.kind == "nan"]
+    assert nan, "a rate of 1e4 overflows"
+    assert nan[0].layer in reports[0].table and "first watched op" in nan[0].message
+
+
+@pytest.mark.parametrize("bn", [True, False], ids=["batch_norm", "removed"])
+def test_batch_norm_removed_from_a_deep_plain_stack_lets_gradients_vanish(bn):
+    """Eight 3x3 convolutions initialised N(0, 0.01), as VGG was. With batch norm the scale of the weights does not
+    matter (each layer's output is renormalised) and it learns with no gradient alert. Without it each layer
+    shrinks the signal ~10x on its way forward and the gradient as much on its way back, so every convolution's
+    weight gradient is ~1e-7 of the dense layer's (whose bias gradient is the loss's own; threshold 1e-3)."""
+    reports = []
+    losses = run(train_job(lambda x: plain_stack(x, depth=8, width=8, bn=bn), reports, BATCH, 6, lr=0.05), 15,
+                 BATCH, 6)
+    gradient_alerts = {(kind, layer) for kind, layer in alerts(reports) if kind.endswith("_gradient")}
+    if bn:
+        assert gradient_alerts == set() and np.mean(losses[-5:]) < 0.8 * np.mean(losses[:5])
+    else:
+        vanishing = {layer for kind, layer in gradient_alerts if kind == "vanishing_gradient"}
+        assert vanishing and all(layer.startswith("conv") for layer in vanishing), vanishing
+        assert len([r for r in reports if any(a.kind == "vanishing_gradient" for a in r.alerts)]) == len(reports)
+
+
+def test_a_dead_batch_norm_relu_is_named_and_its_conv_is_not():
+    """A beta of -10 on one batch norm + ReLU: its output (gamma * xhat + beta, xhat of unit variance) is zero for
+    the whole batch in nearly every channel, so dead_relu names that layer, not the conv before it (a
+    pre-activation: its zeros are not ReLUs); the batch norms after it are dead too, fed only zeros, but it is the
+    first in forward order."""
+    def model(x):
+        h = bn_relu(conv(x, "conv1", 16, 3), "conv1", beta=flow.constant_initializer(-10.0))
+        return resnet_tail(h)
+
+    def resnet_tail(h):
+        h = bottleneck(h, "res2_0", 32, 1)
+        h = flow.nn.avg_pool2d(h, ksize=h.shape[2], strides=1, padding="VALID", data_format="NCHW", name="pool5")
+        return flow.layers.dense(flow.reshape(h, (h.shape[0], -1)), CLASSES, name="fc")
+
+    reports = []
+    run(train_job(model, reports, BATCH, SIZE, lr=0.05), 6, BATCH, SIZE)
+    first = [a.layer for a in reports[0].alerts if a.kind == "dead_relu"]
+    order = list(reports[0].table)
+    assert first and min(first, key=order.index) == "conv1_bn_relu"       # the first dead layer is the culprit
+    assert "conv1" not in {layer for _, layer in alerts(reports)}
+    assert reports[0].table["conv1_bn_relu"]["dead_fraction"] > 0.9
+    assert reports[0].table["conv1"]["dead_fraction"] == 0
