@@ -290,3 +290,70 @@ def test_a_dead_batch_norm_relu_is_named_and_its_conv_is_not():
     # nothing reaches the conv before the dead ReLU: named as such, pointing at dead_relu
     vanishing = [a for a in reports[-1].alerts if a.kind == "vanishing_gradient"]
     assert [a.layer for a in vanishing] == ["conv1"] and "dead ReLUs" in vanishing[0].message
+
+
+# ------------------------------------------------------------------------------------- ResNet-50's depth
+
+def resnet50_layers():
+    """ResNet-50's layers in forward order, as OneFlow names them: 53 convolutions, 53 batch norms, ``fc``."""
+    names = ["conv1", "conv1_bn_relu"]
+    for stage, count in enumerate((3, 4, 6, 3)):
+        for i in range(count):
+            block = f"res{stage + 2}_{i}"
+            if i == 0:
+                names += [f"{block}_branch1", f"{block}_branch1_bn"]
+            names += [f"{block}_branch2a", f"{block}_branch2a_bn_relu", f"{block}_branch2b",
+                      f"{block}_branch2b_bn_relu", f"{block}_branch2c", f"{block}_branch2c_bn_add_relu"]
+    return names + ["fc"]
+
+
+def test_watch_functions_on_a_network_of_resnet50s_depth():
+    """ResNet-50's depth (3, 4, 6, 3 bottleneck blocks) at a quarter of its widths (full widths take ~15 s here,
+    mostly initialising 25M weights), 32-pixel images, batch 2: the health table lists every conv and batch norm
+    in forward order with finite statistics (the batch norms with their moving statistics); watch_scope around a
+    block delivers its tensors and their gradients; watch and watch_diff deliver one tensor and its gradient."""
+    batch, size = 2, 32
+    reports, scoped, scoped_diff, watched, diffs = [], {}, {}, [], []
+
+    def model(x):
+        h = bn_relu(conv(x, "conv1", 16, 3, stride=2), "conv1")
+        for stage, (count, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512))):
+            for i in range(count):
+                name = f"res{stage + 2}_{i}"
+                stride = 2 if i == 0 and stage > 0 else 1
+                if name == "res4_2":
+                    with flow.watch_scope(scoped, scoped_diff):
+                        h = bottleneck(h, name, width, stride)
+                else:
+                    h = bottleneck(h, name, width, stride)
+                if name == "res3_0":
+                    flow.watch(h, lambda blob: watched.append(blob.numpy()))
+                    flow.watch_diff(h, lambda blob: diffs.append(blob.numpy()))
+        h = flow.nn.avg_pool2d(h, ksize=h.shape[2], strides=1, padding="VALID", data_format="NCHW", name="pool5")
+        return flow.layers.dense(flow.reshape(h, (batch, -1)), 10, name="fc")
+
+    job = train_job(model, reports, batch, size)
+    run(job, 2, batch, size)
+    expected = resnet50_layers()
+    assert sum(n.startswith(("conv", "res")) and not n.endswith(("_bn", "_relu")) for n in expected) == 53
+    assert sum(n.endswith(("_bn", "_bn_relu", "_bn_add_relu")) for n in expected) == 53
+    assert [r.step for r in reports] == [0, 1]
+    for report in reports:
+        assert list(report.table) == expected
+        for layer, row in report.table.items():
+            # (a gate's update ratio at step 0 is NaN: its gamma and beta start at zero, a ratio to nothing)
+            finite = {k: v for k, v in row.items() if not (k == "update_ratio" and row["weight_norm"] == 0)}
+            assert all(math.isfinite(v) for v in finite.values()), (layer, row)
+            batch_norm = layer.endswith(("_bn", "_bn_relu", "_bn_add_relu"))
+            assert ("moving_var_min" in row) == batch_norm and "grad_norm" in row and "act_std" in row
+        assert report.alerts == []
+    # watch / watch_diff: the block's output and its gradient, one a call (the stem halves 32 pixels, res3 16)
+    assert len(watched) == len(diffs) == 2
+    assert watched[0].shape == diffs[0].shape == (batch, 128, 8, 8)
+    assert (watched[0] >= 0).all() and np.abs(diffs[0]).sum() > 0
+    # watch_scope: every tensor the block made, with the gradients of those the loss depends on
+    for lbn in ("res4_2_branch2a/out_0", "res4_2_branch2b_bn_relu/y_0", "res4_2_branch2c_bn_add_relu/y_0",
+                "res4_2_branch2a-weight/out", "res4_2_branch2c_bn_add_relu-gamma/out"):
+        assert lbn in scoped and lbn in scoped_diff, lbn
+    assert "res4_2_branch2a_bn_relu-moving_mean/out" in scoped
+    assert scoped["res4_2_branch2b_bn_relu/y_0"]["blob"].numpy().shape == (batch, 64, 4, 4)
