@@ -357,3 +357,34 @@ def test_watch_functions_on_a_network_of_resnet50s_depth():
         assert lbn in scoped and lbn in scoped_diff, lbn
     assert "res4_2_branch2a_bn_relu-moving_mean/out" in scoped
     assert scoped["res4_2_branch2b_bn_relu/y_0"]["blob"].numpy().shape == (batch, 64, 4, 4)
+
+
+def test_several_devices_report_the_batch_norms_of_the_whole():
+    """On two devices the statistics are made on the host from the delivered tensors: each device's batch
+    statistics averaged (as the moving averages are updated), the moving ones alike on both. The first batch
+    norm's moving mean after one step is then exactly the one-device run's (the mean of two halves' means is the
+    batch mean); the rest differ a little (each half is normalised alone)."""
+    runs = {}
+    for devices in (1, 2):
+        flow.clear_default_session()
+        flow.config.cpu_device_num(devices)
+        try:
+            reports = runs[devices] = []
+            run(train_job(resnet, reports, BATCH, SIZE), 3, BATCH, SIZE)
+        finally:
+            flow.config.cpu_device_num(1)
+    for step, (one, two) in enumerate(zip(runs[1], runs[2])):
+        assert list(one.table) == list(two.table)
+        for layer, row in one.table.items():
+            if "moving_mean_abs" not in row:
+                continue
+            other = two.table[layer]
+            # exact for the first batch norm while the weights are the same (step 0's statistics); each half
+            # normalised alone makes the later layers' inputs, and later steps' weights, differ a little
+            exact = layer == "conv1_bn_relu" and step < 2
+            assert other["moving_mean_abs"] == pytest.approx(row["moving_mean_abs"], rel=1e-4 if exact else 0.1,
+                                                             abs=1e-6), layer
+            assert other["moving_var_mean"] == pytest.approx(row["moving_var_mean"], rel=0.1, abs=1e-6), layer
+            assert other["batch_mean_gap"] == pytest.approx(row["batch_mean_gap"], rel=0.1, abs=1e-3), layer
+            assert other["moving_nan"] == other["moving_inf"] == 0
+    assert runs[2][-1].alerts == []
