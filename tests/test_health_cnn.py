@@ -388,3 +388,48 @@ def test_several_devices_report_the_batch_norms_of_the_whole():
             assert other["batch_mean_gap"] == pytest.approx(row["batch_mean_gap"], rel=0.1, abs=1e-3), layer
             assert other["moving_nan"] == other["moving_inf"] == 0
     assert runs[2][-1].alerts == []
+
+
+def test_the_moving_statistics_reach_the_log_and_the_panel(tmp_path):
+    """The batch norms' statistics are columns of the SummaryWriter's health record (NaN in the rows of layers
+    without them, as the dashboard's Health tab reads them) and statistics HealthPanel can show."""
+    import io
+
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.util import tensor_util
+
+    from flowlab.summary import SummaryWriter, health_log
+    from flowlab.widgets import HealthPanel
+
+    panel = HealthPanel(mode="terminal", file=io.StringIO(), statistic="moving_var_min")
+    reports = []
+
+    def both(report):
+        reports.append(report)
+        panel(report)
+    both.delivered_inline = True
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((BATCH, 3, SIZE, SIZE)),
+            y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)) -> tp.Numpy:
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, resnet(x))
+        flow.watch_health(both, writer=writer)
+        flow.optimizer.SGD(0.1, momentum=0.9).minimize(loss)
+        return loss
+
+    with SummaryWriter(tmp_path / "run") as writer:
+        run(job, 3, BATCH, SIZE)
+    acc = event_accumulator.EventAccumulator(str(tmp_path / "run"), size_guidance={"tensors": 0})
+    acc.Reload()
+    content = acc.SummaryMetadata("health").plugin_data.content
+    records = [health_log.decode(tensor_util.make_ndarray(r.tensor_proto), content) for r in acc.Tensors("health")]
+    assert len(records) == len(reports) == 3
+    for record, report in zip(records, reports):
+        assert set(BATCH_NORM_STATISTICS) <= set(record.statistics)
+        for i, layer in enumerate(record.layers):
+            for j, statistic in enumerate(record.statistics):
+                np.testing.assert_equal(record.matrix[i, j], report.table[layer].get(statistic, np.nan))
+    assert set(BATCH_NORM_STATISTICS) <= set(panel.grid.statistics) and panel.statistic == "moving_var_min"
+    trend = panel.grid.trend_columns("conv1_bn_relu", "moving_var_mean")
+    np.testing.assert_array_equal(trend["mean"], [r.table["conv1_bn_relu"]["moving_var_mean"] for r in reports])
+    panel.close()
