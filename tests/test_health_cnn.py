@@ -432,4 +432,7 @@ def test_the_moving_statistics_reach_the_log_and_the_panel(tmp_path):
     assert set(BATCH_NORM_STATISTICS) <= set(panel.grid.statistics) and panel.statistic == "moving_var_min"
     trend = panel.grid.trend_columns("conv1_bn_relu", "moving_var_mean")
     np.testing.assert_array_equal(trend["mean"], [r.table["conv1_bn_relu"]["moving_var_mean"] for r in reports])
+    # the trend shown before a click is of a layer that has the statistic: conv1 has no moving statistics
+    assert panel.default_layer() == "conv1" and panel.default_layer("moving_var_min") == "conv1_bn_relu"
+    assert panel.default_layer("grad_norm") == "conv1"
     panel.close()
