@@ -1,6 +1,8 @@
 """``flow.watch_health(handler=None, every=1, writer=None, histogram_every=None, **thresholds)``: per-layer
 statistics of a training network and alerts (dead ReLUs, vanishing or exploding gradients, bad update sizes, loss
 spikes, NaN/Inf), delivered as a ``HealthReport`` to ``handler`` and/or ``writer.add_health`` every ``every`` calls.
+The alerts read each number as what it means for its layer (``health_alerts``), so that they keep their meaning on
+normalised networks (ResNets).
 
 Layers, as OneFlow names them. ``flow.layers.dense``/``conv2d`` with prefix ``<p>`` (``name``, or ``Dense_<n>`` /
 ``Conv2d_<n>``) make variables ``<p>-weight``, ``<p>-bias`` and ops ``<p>_matmul``/``<p>_conv2d``, ``<p>_bias_add``,
@@ -8,7 +10,15 @@ Layers, as OneFlow names them. ``flow.layers.dense``/``conv2d`` with prefix ``<p
 ``-<part>`` (a name without ``-`` is its own layer); the layer's *output* (activation) is the output of the last
 forward op named ``<layer>_<something>``, or ``<layer>`` itself (OneFlow's ResNet names its ``flow.nn.conv2d``
 ``res2_0_branch2a`` beside the variable ``res2_0_branch2a-weight``); the longest matching layer wins, so
-``hidden_2_matmul`` belongs to ``hidden_2``, not ``hidden``. A layer of variables only (used by the user's own ops) has no activation statistics.
+``hidden_2_matmul`` belongs to ``hidden_2``, not ``hidden``. A layer of variables only (used by the user's own ops)
+has no activation statistics. A batch normalization (``flow.layers.batch_normalization*`` named ``<b>``: variables
+``<b>-gamma``, ``<b>-beta`` and the non-trainable ``<b>-moving_mean``, ``<b>-moving_variance``; OneFlow's ResNet
+names them ``<conv>_bn_relu``, ``<conv>_bn_add_relu``, ``<conv>_bn``) is a layer of its own, also when frozen.
+
+Roles (``LayerRole``, read from the graph, for ``health_alerts``): a layer is *ReLU-like* when its output op is
+non-negative (``batch_normalization_relu`` is); *normalised* when a batch norm normalizes its output (a conv before
+its batch norm: its weights are scale-invariant); a *batch norm*; and in a residual branch behind a *gate*, the
+``batch_normalization_add_relu`` whose normalized input (not its addend) depends on it.
 
 Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   activation: ``act_mean_abs``, ``act_std``, ``act_zero_fraction`` (exact zeros among all elements),
@@ -16,7 +26,11 @@ Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   exactly zero for every example and position of the batch), ``act_nan``, ``act_inf``;
   parameters (all the layer's trainable variables as one vector): ``weight_norm`` (before this call's update),
   ``grad_norm`` (of the gradient the optimizer uses), ``update_ratio`` (norm of this call's change of the weights /
-  ``weight_norm``), ``weight_nan``/``weight_inf``, ``grad_nan``/``grad_inf``.
+  ``weight_norm``), ``weight_nan``/``weight_inf``, ``grad_nan``/``grad_inf``;
+  batch norms (``ops.stats.batch_norm_vector``; their moving statistics before this call's update, which a predict
+  job would normalize with now): ``moving_mean_abs``, ``moving_var_mean``, ``moving_var_min`` (a channel whose
+  running variance collapsed), ``batch_mean_gap`` and ``batch_var_ratio`` (how far this call's batch statistics are
+  from the moving ones: the train/eval gap; NaN without batch statistics), ``moving_nan``/``moving_inf``.
   ``HealthReport.loss`` is the mean of the loss being minimised. ``STATISTICS`` lists them all with a line each.
 Histograms: every ``histogram_every``-th report also carries, per layer, 30-bucket histograms of its activation,
 its kernel (the ``-weight`` variable, else its largest) and the kernel's gradient (``HealthReport.histograms``),
@@ -27,8 +41,8 @@ Where reports go: ``handler(report)``, and/or ``writer.add_health(report)`` for 
 Health tab draws them from the log).
 
 How it runs. ``watch_health`` only records a request. When the job compiles (``delivery.resolve``) the request turns
-into statistics ops of the graph (``ops.stats``: ``ActivationStats``, ``SquareStats``, ``MeanStat``, observing ops
-that run right after the tensor they read) whose small vectors the plan delivers to the monitor's ``put`` on the
+into statistics ops of the graph (``ops.stats``: ``ActivationStats``, ``SquareStats``, ``MeanStat``,
+``BatchNormStats``, observing ops that run right after the tensors they read) whose small vectors the plan delivers to the monitor's ``put`` on the
 calls that deliver (a job whose reports skip calls runs a plan without them on the others), plus histogram
 deliveries. On NumPy they are a few reductions on the job's thread; on CuPy one fused kernel a float32 tensor,
 writing into one device buffer, so the statistics are part of the CUDA graph a plan is replayed as and reach the host
@@ -688,8 +702,13 @@ def health_alerts(history, report, thresholds=None, relu_layers=None, roles=None
     ``exploding_gradient``: a plain layer's above ``exploding_ratio`` times the last's, or across time the total
     gradient norm above ``exploding_factor`` times its median over the last ``window`` reports. ``update_ratio``: a
     layer's update/weight ratio outside ``[update_ratio_low, update_ratio_high]``. ``loss_spike``: the loss above
-    ``loss_spike_factor`` times its median over the last ``window`` reports. Which layers each rule reads, and why,
-    is in ``ALERT_RULES``' functions.
+    ``loss_spike_factor`` times its median over the last ``window`` reports.
+
+    On normalised networks the roles keep the alerts' meaning (each rule's function says why): a residual branch
+    behind a closed gate (its batch norm's gamma and beta RMS below ``closed_gate``) is expected to get small or no
+    gradients and updates; a normalised layer and a batch norm leave the across-depth gradient comparison; a
+    normalised layer's update ratio alerts high only when it stayed high over the ``MIN_HISTORY`` reports before;
+    a batch norm whose weights are still near zero has no high update ratio.
     """
     t = {**THRESHOLDS, **(thresholds or {})}
     if roles is None:
