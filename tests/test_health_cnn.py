@@ -436,3 +436,36 @@ def test_the_moving_statistics_reach_the_log_and_the_panel(tmp_path):
     assert panel.default_layer() == "conv1" and panel.default_layer("moving_var_min") == "conv1_bn_relu"
     assert panel.default_layer("grad_norm") == "conv1"
     panel.close()
+
+
+def test_a_batch_norm_counts_its_channels_as_units_along_its_axis_and_a_frozen_one_is_a_layer():
+    """NHWC input normalized along axis 3: two of its four channels are constant, so they normalize to 0 and, with
+    beta 0, stay 0 after the ReLU: half the units dead (counted along the normalized axis, not NCHW's axis 1). A
+    frozen batch norm (trainable=False: no trainable variable, the moving statistics normalize) is a layer too, with
+    its activation and moving statistics, no weights, and no batch statistics to compare with (NaN gaps)."""
+    reports, batch = [], 8
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((batch, 5, 5, 4)), y: tp.Numpy.Placeholder((batch,), dtype=flow.int32)) -> tp.Numpy:
+        h = flow.layers.batch_normalization_relu(x, axis=3, name="input_bn_relu")
+        h = flow.layers.batch_normalization(h, axis=3, trainable=False, name="frozen_bn")
+        logits = flow.layers.dense(flow.reshape(h, (batch, -1)), CLASSES, name="fc")
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, logits)
+        flow.watch_health(reports.append, histogram_every=1)
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, 5, 5, 4)).astype(np.float32)
+    x[..., :2] = 3.0                                     # channels 0 and 1: constant
+    job(x, rng.integers(0, CLASSES, batch).astype(np.int32))
+    flow.sync_default_session()
+    table = reports[0].table
+    assert list(table) == ["input_bn_relu", "frozen_bn", "fc"]
+    assert table["input_bn_relu"]["dead_fraction"] == 0.5
+    assert [a.layer for a in reports[0].alerts if a.kind == "dead_relu"] == []       # 50% is not above 50%
+    frozen = table["frozen_bn"]
+    assert "weight_norm" not in frozen and "grad_norm" not in frozen and "act_std" in frozen
+    assert frozen["moving_mean_abs"] == 0 and frozen["moving_var_mean"] == frozen["moving_var_min"] == 1
+    assert math.isnan(frozen["batch_mean_gap"]) and math.isnan(frozen["batch_var_ratio"])
+    assert set(reports[0].histograms["frozen_bn"]) == {"activation"}
