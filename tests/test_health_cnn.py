@@ -437,6 +437,21 @@ def test_the_moving_statistics_reach_the_log_and_the_panel(tmp_path):
     assert panel.default_layer("grad_norm") == "conv1"
     panel.close()
 
+    # the dashboard's Health tab offers every statistic of the log, with its meaning
+    from flowlab.dashboard.runs import RunSelection
+    from flowlab.dashboard.store import Store
+    from flowlab.dashboard.views.health import HealthView
+    store = Store(tmp_path)
+    store.poll()
+    view = HealthView(store)
+    view.runs = RunSelection(store)
+    view.runs.update()
+    view.update()
+    assert set(BATCH_NORM_STATISTICS) <= set(view.statistic.options)
+    view.statistic.value = "batch_var_ratio"
+    view.update()
+    assert "train/eval gap" in view.meaning.text
+
 
 def test_a_batch_norm_counts_its_channels_as_units_along_its_axis_and_a_frozen_one_is_a_layer():
     """NHWC input normalized along axis 3: two of its four channels are constant, so they normalize to 0 and, with
