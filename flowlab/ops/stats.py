@@ -560,35 +560,24 @@ class MeanStat(Op):
 
 def batch_norm_vector(xp, moving_mean, moving_variance, batch_mean=None, batch_variance=None, epsilon=1e-5):
     """``[moving_mean_abs, moving_var_mean, moving_var_min, batch_mean_gap, batch_var_ratio, nan, inf]`` of one batch
-    normalization's per-channel statistics, float64 on their device (a few small reductions, no host copy, so a CUDA
-    graph can hold them). Channel averages are over the channels whose moving statistics are finite (NaN when none);
-    ``nan``/``inf`` count the moving statistics' non-finite values. The gaps compare this call's batch statistics with
-    the moving ones a predict job normalizes with: ``batch_mean_gap`` is the mean over channels of ``|batch mean -
-    moving mean| / sqrt(moving variance + epsilon)`` (how far, in moving standard deviations, evaluation shifts a
-    channel), ``batch_var_ratio`` the mean of ``(batch variance + epsilon) / (moving variance + epsilon)`` (1 when they
-    agree); both NaN without batch statistics."""
+    normalization's per-channel statistics, float64 on their device: a few reductions of vectors of a few hundred
+    channels, with no host copy (a CUDA graph holds them). ``nan``/``inf`` count the moving statistics' non-finite
+    values (the averages are then NaN too: a NaN batch poisons the moving statistics for good). The gaps compare
+    this call's batch statistics with the moving ones a predict job normalizes with: ``batch_mean_gap`` is the mean
+    over channels of ``|batch mean - moving mean| / sqrt(moving variance + epsilon)`` (how far, in moving standard
+    deviations, evaluation shifts a channel), ``batch_var_ratio`` the mean of ``(batch variance + epsilon) / (moving
+    variance + epsilon)`` (1 when they agree); both NaN without batch statistics."""
     mean, var = moving_mean.astype(xp.float64), moving_variance.astype(xp.float64)
-    finite = xp.isfinite(mean) & xp.isfinite(var)
-    count = finite.sum(dtype=xp.float64)
-    bad = xp.concatenate([mean, var])
-    nan = xp.isnan(bad).sum(dtype=xp.float64)
-    inf = xp.isinf(bad).sum(dtype=xp.float64)
-    some = count > 0
-    n = xp.maximum(count, 1.0)
-    nan_v = xp.asarray(np.nan, xp.float64)
-
-    def channel_mean(v):
-        return xp.where(some, xp.where(finite, v, 0.0).sum() / n, nan_v)
-
-    var_min = xp.where(some, xp.where(finite, var, xp.inf).min(), nan_v)
+    both = xp.concatenate([mean, var])
+    nan = xp.isnan(both).sum(dtype=xp.float64)
+    inf = xp.isinf(both).sum(dtype=xp.float64)
+    spread = var + epsilon
     if batch_mean is None:
-        gap = ratio = nan_v
+        gap = ratio = xp.full((), np.nan, xp.float64)
     else:
-        bm, bv = batch_mean.astype(xp.float64), batch_variance.astype(xp.float64)
-        spread = xp.where(finite, var, 1.0) + epsilon
-        gap = channel_mean(xp.abs(bm - xp.where(finite, mean, 0.0)) / xp.sqrt(spread))
-        ratio = channel_mean((bv + epsilon) / spread)
-    return xp.stack([channel_mean(xp.abs(mean)), channel_mean(var), var_min, gap, ratio, nan, inf])
+        gap = (xp.abs(batch_mean.astype(xp.float64) - mean) / xp.sqrt(spread)).mean()
+        ratio = ((batch_variance.astype(xp.float64) + epsilon) / spread).mean()
+    return xp.stack([xp.abs(mean).mean(), var.mean(), var.min(), gap, ratio, nan, inf])
 
 
 class BatchNormStats(Op):
