@@ -36,6 +36,13 @@ temp dir (records framed directly: ``flowlab.summary.record.frame`` around hand-
                 filled and every root view idle; at full zoom-out, do run B's cells hold the spike value and mark
                 the NaN step? Then another statistic chosen -> the three heatmaps redrawn with it. Target <= 1 s
                 each and yes. No TensorBoard peer: it has no view of per-layer health.
+    graph       1 run: flowlab.examples.resnet50's train job (32x32 images, batch 2: ResNet-50's ~1,000 ops with its
+                gradients, momentum updates and watch_health statistics), 3 steps, then
+                flow.summary.Graph(run).write_structure_graph() (structure_graph.json and a GraphDef event).
+                flowlab: page rendered, then select the Graph tab -> its boxes drawn and every root view idle
+                (residual blocks collapsed); then a tap on block res3_0 -> its ops drawn. Target <= 2 s and <= 1 s.
+                TensorBoard: goto #graphs -> its graph's node groups drawn (SVG ``g.node`` elements in its
+                shadow DOM), a full page load (TensorBoard has no tab switch without one).
     reader      8 MiB of random bytes as a *tfevents* file; 100k scalar records with every 100th damaged (one byte
                 flipped). flowlab's dashboard store (``Store(logdir).poll()``: the tailer's columnar polls, as ``flowlab serve``
                 reads) vs TensorBoard's ``EventAccumulator.Reload()``,
@@ -225,7 +232,8 @@ TWO_FRAMES_JS = "() => new Promise((r) => requestAnimationFrame(() => requestAni
 CHROMIUM = "/usr/bin/chromium"
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-ROWS = ("first_page", "histograms", "million", "health", "memory", "training", "latency", "sigint", "reader")
+ROWS = ("first_page", "histograms", "million", "health", "graph", "memory", "training", "latency", "sigint",
+        "reader")
 FULL = dict(runs=1000, run_scalars=100, hist_runs=5, hist_tags=8, hist_steps=100, million=1_000_000,
             img_tags=20, img_steps=100, mem_hist_tags=20, mem_hist_steps=5000, block_s=10.0, latency_samples=20,
             garbage_mib=8, damaged=100_000, health_layers=24, health_steps=100_000, wait_s=120.0, rounds=3)
@@ -936,6 +944,98 @@ def row_health(ctx, row):
         row.verdict = "PASS" if median(ok_tab) <= 1.0 and median(ok_both) <= 1.0 and all(seen) else "MISS"
 
 
+# The Graph tab: boxes drawn (their names), the page idle.
+GRAPH_DRAWN_JS = """(name) => {
+    if (!window.Bokeh || Bokeh.documents.length === 0) return false;
+    const boxes = Bokeh.documents[0].get_model_by_name("graph-boxes");
+    if (!boxes || !Bokeh.index.roots.every((v) => v.is_idle)) return false;
+    const names = boxes.data_source.data.name;
+    return names.length > 0 && (name === null || names.includes(name)) ? names.length : false;
+}"""
+# A tap on the box named ``name`` (what the server's tap handler answers: the scope opens).
+GRAPH_TAP_JS = """(name) => {
+    const source = Bokeh.documents[0].get_model_by_name("graph-boxes").data_source;
+    const i = source.data.name.indexOf(name);
+    if (i < 0) return false;
+    source.selected.indices = [i];
+    return true;
+}"""
+# TensorBoard's graph dashboard: node groups drawn in its SVG (inside shadow roots), and none still loading.
+TB_GRAPH_JS = """() => {
+    const count = (root) => {
+        let n = root.querySelectorAll("g.node").length;
+        for (const el of root.querySelectorAll("*")) if (el.shadowRoot) n += count(el.shadowRoot);
+        return n;
+    };
+    const n = count(document);
+    return n > 0 ? n : false;
+}"""
+
+
+def row_graph(ctx, row):
+    cfg, tmp, br = ctx.cfg, ctx.tmp, ctx.browser
+    import flowlab as flow
+    from flowlab.examples import resnet50
+    logdir = tmp / "graph"
+    t0 = time.perf_counter()
+    flow.clear_default_session()
+    job = resnet50.write_run(logdir / "resnet50", steps=3)
+    n_ops = len(job.graph().nodes)
+    flow.clear_default_session()
+    row.note(f"logdir: ResNet-50 train job, {n_ops} ops, 3 steps, written in {time.perf_counter() - t0:.1f} s")
+    tab, block, tb = [], [], []
+    fl_server = tb_server = None
+    try:
+        fl_server = Flowlab(logdir, tmp / "graph-fl.log", cfg["wait_s"])
+        tb_server = TensorBoard(logdir, tmp / "graph-tb.log", cfg["wait_s"])
+        for rnd in range(ctx.rounds):
+            for side in (("flowlab", "TensorBoard") if rnd % 2 == 0 else ("TensorBoard", "flowlab")):
+                page = br.page(tensorboard=side == "TensorBoard")
+                try:
+                    if side == "flowlab":
+                        flowlab_page_ready(page, fl_server.url, cfg["wait_s"])
+                        start = time.perf_counter()
+                        if not ask(page, SELECT_TAB_JS, 10, "Graph"):
+                            raise RuntimeError("no Graph tab")
+                        boxes = wait(page, GRAPH_DRAWN_JS, cfg["wait_s"], None)
+                        tab.append(time.perf_counter() - start)
+                        start = time.perf_counter()
+                        if ask(page, GRAPH_TAP_JS, 10, "Resnet-res3_0"):
+                            opened = wait(page, GRAPH_DRAWN_JS, cfg["wait_s"], "Resnet-res3_0_branch2b")
+                            block.append(time.perf_counter() - start)
+                            opened = f"block res3_0 opened ({opened} boxes) {block[-1]:.2f} s"
+                        else:
+                            opened = "no box of block res3_0 to open"
+                        row.note(f"round {rnd + 1} flowlab:     tab -> {boxes} boxes drawn {tab[-1]:.2f} s; {opened}")
+                    else:
+                        start = time.perf_counter()
+                        goto(page, tb_server.url + "#graphs", cfg["wait_s"])
+                        groups = wait(page, TB_GRAPH_JS, cfg["wait_s"])
+                        ask(page, TWO_FRAMES_JS, 10)
+                        tb.append(time.perf_counter() - start)
+                        row.note(f"round {rnd + 1} TensorBoard: goto #graphs -> {groups} node groups drawn "
+                                 f"{tb[-1]:.2f} s")
+                except Timeout as e:
+                    row.note(f"round {rnd + 1} {side}: TIMEOUT ({e})")
+                    (tab if side == "flowlab" else tb).append(None)
+                finally:
+                    br.close(page)
+    finally:
+        for server in (fl_server, tb_server):
+            if server is not None:
+                server.stop()
+    ok_tab, ok_block, ok_tb = ([x for x in xs if x is not None] for xs in (tab, block, tb))
+    row.flowlab = (f"tab {fmt_s(median(ok_tab))}, block {fmt_s(median(ok_block))} ({fmt_list(tab)})"
+                   if ok_tab else "TIMEOUT")
+    row.tensorboard = f"page {fmt_s(median(ok_tb))} (goto #graphs -> drawn)" if ok_tb else "TIMEOUT"
+    if None in tab:
+        row.verdict = "TIMEOUT"
+    elif not ok_block:
+        row.verdict = "MISS"
+    else:
+        row.verdict = "PASS" if median(ok_tab) <= 2.0 and median(ok_block) <= 1.0 else "MISS"
+
+
 def row_million(ctx, row):
     cfg, tmp, br = ctx.cfg, ctx.tmp, ctx.browser
     n = cfg["million"]
@@ -1385,6 +1485,7 @@ CASES = {
     "training": ("training steps/s, page open (Scalars; Histograms) vs none", ">= 0.9x", row_training),
     "latency": ("write -> visible, every kind, p95", "<= 0.5 s", row_latency),
     "sigint": ("flowlab serve SIGINT -> exit (Histograms tab opened)", "<= 1 s, no warnings", row_sigint),
+    "graph": ("Graph tab, ResNet-50 train job (~1,000 ops); open a block", "<= 2 s; <= 1 s", row_graph),
     "reader": ("read 8 MiB garbage; 100k records, 1% damaged", "<= 0.5 s; <= 0.5 s", row_reader),
 }
 

@@ -18,9 +18,13 @@ from flowlab.dashboard.views.graph import GraphView, Node, graph_data, nodes_fro
 from flowlab.summary import SummaryWriter, graph_export
 
 SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
-EVERY_SCOPE = {"System", "System/AutoGrad", "System/Seed", "System/AutoGrad/hidden_matmul",
-               "System/AutoGrad/output_matmul", "hidden", "hidden/weight", "hidden/bias", "output", "output/weight",
-               "output/bias"}
+# Every group of the demo's train job: name scopes, and layers and ops of layers (``hidden_matmul`` is in ``hidden``).
+EVERY_SCOPE = {"System", "System/AutoGrad", "System/Seed", "System/AutoGrad/hidden", "System/AutoGrad/hidden_bias",
+               "System/AutoGrad/hidden_matmul", "System/AutoGrad/hidden_activation", "System/AutoGrad/output",
+               "System/AutoGrad/output_bias", "System/AutoGrad/output_matmul", "hidden", "hidden_bias",
+               "hidden/weight", "hidden/bias", "output", "output_bias", "output/weight", "output/bias"}
+# ... and their gradient and optimizer ops, which open apart from the forward ops (graph_view.scope_key)
+EVERY_SCOPE |= {f"{scope} ({role})" for scope in EVERY_SCOPE for role in ("gradient", "optimizer")}
 
 
 def demo_nodes():
@@ -68,29 +72,33 @@ def test_scopes_are_collapsed_by_default_and_expand_one_level_at_a_time():
     nodes = demo_nodes()
     drawing = graph_data(nodes)
     rows = by_label(drawing)
-    assert {"hidden (2 ops)", "output (2 ops)"} <= set(rows)
-    assert drawing.nodes["kind"][rows["hidden (2 ops)"]] == "scope"
-    assert drawing.nodes["name"][rows["hidden (2 ops)"]] == "hidden"
-    assert "hidden/weight" not in drawing.nodes["name"]
+    # A layer is one box: its variables (scope hidden/) and its ops (hidden_matmul, hidden_bias_add, ...).
+    assert {"hidden (5 ops)", "output (4 ops)"} <= set(rows)
+    assert drawing.nodes["kind"][rows["hidden (5 ops)"]] == "scope"
+    assert drawing.nodes["name"][rows["hidden (5 ops)"]] == "hidden"
+    assert not {"hidden/weight", "hidden_matmul"} & set(drawing.nodes["name"])
     assert drawing.scopes == ["hidden", "output"]
-    # The scope's box takes the edges of its ops: one into hidden_matmul (weight), one into hidden_bias_add (bias).
-    ends = {drawing.nodes["name"][b] for a, b in zip(drawing.edges["start"], drawing.edges["end"])
-            if a == rows["hidden (2 ops)"]}
-    assert ends == {"hidden_matmul", "hidden_bias_add"}
+    # The scope's box takes the edges of its ops: in from the reshape, out into the output layer.
+    edges = {(drawing.nodes["name"][a], drawing.nodes["name"][b])
+             for a, b in zip(drawing.edges["start"], drawing.edges["end"])}
+    assert {(a, b) for a, b in edges if "hidden" in (a, b)} == {("Reshape_5", "hidden"), ("hidden", "output")}
 
     expanded = graph_data(nodes, expanded={"hidden"})
     names = expanded.nodes["name"]
-    assert len(names) == len(drawing.nodes["name"]) + 1
+    assert len(names) == len(drawing.nodes["name"]) + 4
+    assert {"hidden_matmul", "hidden_bias_add", "hidden_activation"} <= set(names)
     assert {"hidden/weight", "hidden/bias"} <= set(names) and "hidden" not in names
     assert expanded.nodes["label"][names.index("hidden/weight")] == "weight"    # output's weight is still folded
     assert expanded.scopes == ["hidden", "output"]                             # listed: expanded or collapsed
 
-    # With the optimizer shown, hidden/weight holds an optimizer scope of its own, one level down.
-    deep = graph_data(nodes, show_training=True, expanded={"hidden"})
+    # With the optimizer shown, hidden's optimizer ops stay in their box until it is expanded in turn; then
+    # hidden/weight holds an optimizer scope of its own, one level down.
+    assert "hidden (4 optimizer ops)" in by_label(graph_data(nodes, show_training=True, expanded={"hidden"}))
+    deep = graph_data(nodes, show_training=True, expanded={"hidden", "hidden (optimizer)"})
     assert "weight (2 optimizer ops)" in by_label(deep) and "weight" in by_label(deep)
-    assert "hidden/weight" in deep.scopes
-    assert graph_data(nodes, show_training=True, expanded={"hidden", "hidden/weight"}).nodes["name"].count(
-        "hidden/weight/momentum") == 1
+    assert {"hidden (optimizer)", "hidden/weight (optimizer)", "output (optimizer)"} <= set(deep.scopes)
+    assert graph_data(nodes, show_training=True, expanded={"hidden (optimizer)", "hidden/weight (optimizer)"}
+                      ).nodes["name"].count("hidden/weight/momentum") == 1
 
 
 def test_gradient_and_optimizer_ops_are_folded_away_unless_asked_for():
@@ -107,7 +115,7 @@ def test_gradient_and_optimizer_ops_are_folded_away_unless_asked_for():
     rows = by_label(shown)
     assert shown.nodes["category"][rows[f"System ({len(system)} gradient ops)"]] == "gradient"
     assert shown.nodes["category"][rows["hidden (4 optimizer ops)"]] == "optimizer"      # momentum + update, x2
-    assert shown.nodes["category"][rows["hidden (2 ops)"]] == "scope"                    # the forward scope
+    assert shown.nodes["category"][rows["hidden (5 ops)"]] == "scope"                    # the forward scope
     # Every op is somewhere: in its own box or counted in a scope's.
     counts = [int(re.search(r"\((\d+)", label).group(1)) if kind == "scope" else 1
               for label, kind in zip(shown.nodes["label"], shown.nodes["kind"])]
@@ -154,7 +162,7 @@ def synthetic_net(n_ops, blocks):
     nodes, previous, rng = [Node("x", "Input", (), "")], "x", random.Random(0)
     for i in itertools.count():
         scope = f"block{i % blocks}/" if blocks else ""
-        p = f"{scope}l{i}_"
+        p = f"{scope}l{i}_" if blocks else f"l{i}."            # "l0_matmul" would group l0's ops into "l0"
         skip = (rng.choice(nodes).name,) if i % 3 == 2 else ()
         nodes += [Node(p + "weight", "Variable", (), ""), Node(p + "bias", "Variable", (), ""),
                   Node(p + "matmul", "MatMul", (previous, p + "weight"), ""),
@@ -196,12 +204,14 @@ XSS = "<img src=x onerror=window.__xss=1>"
 
 
 def hostile_graph_def():
-    """A GraphDef whose op names and types are markup, in a scope of two ops."""
+    """A GraphDef whose op names and types are markup, in a scope of two ops (of 35: it opens collapsed)."""
     from flowlab.summary import proto
     graph = proto.GraphDef()
     graph.node.add(name=f"{XSS}/a", op=XSS)
     graph.node.add(name=f"{XSS}/b", op=XSS, input=[f"{XSS}/a"])
     graph.node.add(name="c", op="Identity", input=[f"{XSS}/b"])
+    for i in range(graph_view.OPEN_WHOLE):     # a graph too big to open whole, the scope too small to open
+        graph.node.add(name=f"d{i}", op="Const")         # unconnected: packed in rows, within the frame
     return graph.SerializeToString()
 
 
@@ -215,9 +225,13 @@ def view_of(logdir):
 
 def test_view_expands_a_tapped_scope_and_collapses_it_from_the_list(tmp_path):
     view = view_of(demo_logdir(tmp_path))
-    data = view.nodes_source.data
     assert view.figure.visible and view.controls.visible and view.scopes_row.visible
-    assert view.scopes.labels == ["hidden", "output"] and view.scopes.active == []
+    # 13 forward ops (<= OPEN_WHOLE): the graph opens whole; unticked in the list, its scopes collapse.
+    assert view.scopes.labels == ["hidden", "output"] and view.scopes.active == [0, 1]
+    assert {"hidden_matmul", "output/weight"} <= set(view.nodes_source.data["name"])
+    view.scopes.active = []
+    data = view.nodes_source.data
+    assert {"hidden", "output"} <= set(data["name"]) and view.expanded == set()
     view.nodes_source.selected.indices = [data["name"].index("hidden")]        # what a tap does
     assert "hidden/weight" in view.nodes_source.data["name"] and view.expanded == {"hidden"}
     assert view.nodes_source.selected.indices == [] and view.scopes.active == [0]
@@ -225,17 +239,21 @@ def test_view_expands_a_tapped_scope_and_collapses_it_from_the_list(tmp_path):
     assert view.expanded == {"hidden"}
     view.training.active = [0]
     assert "System" in view.nodes_source.data["name"]
+    # System holds 9 ops (<= OPEN_WHOLE): a tap opens it whole, its scopes of two ops or more too.
     view.nodes_source.selected.indices = [view.nodes_source.data["name"].index("System")]
-    view.nodes_source.selected.indices = [view.nodes_source.data["name"].index("System/AutoGrad")]
-    assert view.expanded == {"hidden", "System", "System/AutoGrad"}
+    assert view.expanded == {"hidden"} | {f"{scope} (gradient)" for scope in (
+        "System", "System/AutoGrad", "System/AutoGrad/hidden_matmul", "System/AutoGrad/output_matmul",
+        "System/AutoGrad/hidden", "System/AutoGrad/output")}
+    assert "System/AutoGrad/hidden_matmul/Matmul_6" in view.nodes_source.data["name"]
     view.scopes.active = [i for i, s in enumerate(view.scopes.labels) if s == "hidden"]     # untick System
-    assert view.expanded == {"hidden"}                                  # and with it System/AutoGrad
+    assert view.expanded == {"hidden"}                                  # and with it the scopes inside
     assert "System" in view.nodes_source.data["name"]
     view.training.active = []
     assert not any(n.startswith("System") for n in view.nodes_source.data["name"])
     nodes = demo_nodes()
     shown = len([n for n in nodes if not (n.name.startswith("System") or n.name.endswith(("momentum", "Update")))])
-    assert view.note.text == f"{shown} of {len(nodes)} ops in 12 boxes (1 collapsed name scope), 12 edges (from " \
+    # inputs, reshape, hidden's 5 ops, output (collapsed) and the loss; 9 edges
+    assert view.note.text == f"{shown} of {len(nodes)} ops in 10 boxes (1 collapsed name scope), 9 edges (from " \
                              "GraphDef)"
 
 
@@ -248,7 +266,7 @@ def test_the_graph_menu_lists_the_runs_the_run_list_shows(tmp_path):
     assert view.note.text == "None of the checked runs has a graph: check more runs in the run list."
     view.runs = SimpleNamespace(shows=lambda run: True)
     view.update()
-    assert view.figure.visible and "hidden" in view.nodes_source.data["name"]
+    assert view.figure.visible and "hidden_matmul" in view.nodes_source.data["name"]
 
 
 def test_a_damaged_graph_or_none_shows_one_line_and_no_plot(tmp_path):
@@ -344,7 +362,7 @@ def test_demo_graph_labels_do_not_overlap_in_the_page(graph_page):
     page = graph_page["page"]
     state = drawn_boxes(page)
     labels = [b["label"] for b in state["boxes"]]
-    assert "hidden (2 ops)" in labels and not any(label.startswith("System") for label in labels)
+    assert "hidden_matmul" in labels and not any(label.startswith("System") for label in labels)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "graph.png"), full_page=True)
     # Zoomed out, the labels shrink with their boxes.
@@ -366,6 +384,8 @@ def test_demo_graph_labels_do_not_overlap_in_the_page(graph_page):
 
 def test_tapping_a_scope_expands_it_and_the_list_collapses_it(graph_page):
     page = graph_page["page"]
+    page.locator("label", has_text=re.compile(r"^hidden$")).locator("input").uncheck()     # opened whole at first
+    wait_for_names(page, '!names.includes("hidden/weight") && names.includes("hidden")')
     state = drawn_boxes(page)
     hidden = next(b for b in state["boxes"] if b["name"] == "hidden")
     page.mouse.click(state["page"][0] + (hidden["left"] + hidden["right"]) / 2,
@@ -376,7 +396,7 @@ def test_tapping_a_scope_expands_it_and_the_list_collapses_it(graph_page):
     wait_for_names(page, 'names.includes("System")')
     state = drawn_boxes(page)
     labels = {b["label"] for b in state["boxes"]}
-    assert "weight (2 optimizer ops)" in labels and any(re.fullmatch(r"System \(\d+ gradient ops\)", s) for s in labels)
+    assert "hidden (4 optimizer ops)" in labels and any(re.fullmatch(r"System \(\d+ gradient ops\)", s) for s in labels)
     page.screenshot(path=str(SHOTS / "graph-training.png"), full_page=True)
     page.locator("label", has_text=re.compile(r"^hidden$")).locator("input").uncheck()
     wait_for_names(page, '!names.includes("hidden/weight") && names.includes("hidden")')

@@ -139,7 +139,8 @@ def test_without_health_records_the_graph_is_drawn_as_before(logdir):
     assert data["color"] == [CATEGORY_COLORS[c] for c in data["category"]]
     assert data["tint"] == [CATEGORY_TINTS[c] for c in data["category"]]
     assert set(data["layer"]) == {""} and not any(data["h_line_alpha"])
-    plain = graph_data(nodes_from_graph_def(view._graph_defs[PLAIN_RUN]))
+    plain = graph_data(nodes_from_graph_def(view._graph_defs[PLAIN_RUN]), expanded=view.expanded)
+    assert view.expanded == {"first", "hidden", "output"}             # a small graph opens whole
     assert {k: data[k] for k in plain.nodes} == plain.nodes
 
 

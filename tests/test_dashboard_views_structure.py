@@ -399,6 +399,9 @@ def test_graph_view_of_a_flowlab_job(tmp_path):
     assert [label for _, label in view.select.options] == ["mlp: mlp_job"]      # from structure_graph.json
     graph = job.graph()
     data = view.nodes_source.data
+    assert "hidden_matmul" in data["name"] and "hidden" in view.expanded      # a small graph opens whole
+    view.scopes.active = []
+    data = view.nodes_source.data
     assert "hidden" in data["name"] and data["kind"][data["name"].index("hidden")] == "scope"      # "hidden-..."
     assert not any(name.startswith("System") for name in data["name"])        # gradients: folded away
     view.training.active = [0]
@@ -451,6 +454,8 @@ def test_graph_view_of_a_tensorboardx_graph_def(tmp_path):
     view = GraphView(store_of(tmp_path))
     view.update()
     assert [label for _, label in view.select.options] == ["tbx"]
+    assert view.expanded == {"net", "net/linear"}                              # a small graph opens whole
+    view.scopes.active = []
     assert view.nodes_source.data["name"] == ["input/x", "net", "output/y"]     # a scope of one op shows the op
     assert view.note.text == "5 of 5 ops in 3 boxes (1 collapsed name scope), 2 edges (from GraphDef)"
     expand_every_scope(view)

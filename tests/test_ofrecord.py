@@ -2,6 +2,7 @@
 writes, and the reader's errors on damaged files."""
 import io
 import os
+import stat
 import struct
 
 import numpy as np
@@ -166,3 +167,15 @@ def test_encode_jpeg_arrays():
     assert back.shape == (8, 16) and np.abs(back.astype(int) - gray).max() <= 8
     with pytest.raises(ValueError, match="uint8 array"):
         encode_jpeg(np.zeros((4, 4, 2), np.uint8))
+
+
+def test_written_files_get_the_modes_of_the_users_umask(tmp_path):
+    """Part files are readable as any file the user writes (a temporary file's private 0600 would lock others out
+    of a shared dataset)."""
+    mask = os.umask(0o022)
+    try:
+        paths = write_dataset(tmp_path / "d", [{"x": np.int32(1)}], part_num=2)
+    finally:
+        os.umask(mask)
+    assert [stat.S_IMODE(os.stat(p).st_mode) for p in paths] == [0o644, 0o644]
+    assert sorted(os.listdir(tmp_path / "d")) == ["part-0", "part-1"]      # no temporary file left

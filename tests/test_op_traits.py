@@ -170,3 +170,28 @@ def test_unary_and_binary_ufunc_ops_keep_their_kernels_and_names():
     assert [op.prefix for op in (m.Subtract, m.Multiply, m.Divide, m.Negative)] == \
         ["Sub_", "Mul_", "Div_", "Negative_"]      # OneFlow's names of unnamed nodes
     assert m.Exp.nonnegative and m.Abs.nonnegative and not m.Tanh.nonnegative and not _Unary.nonnegative
+
+
+def test_ops_whose_sign_depends_on_their_arguments_say_so_per_node():
+    """``clip_by_value(x, 0, 6)`` (MobileNet's relu6) and the fused BN-ReLU are non-negative; ``clip_by_value(x,
+    -1, 1)`` and a plain batch norm are not: health tells dead units by it."""
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((4, 3, 5, 5))) -> tp.Numpy:
+        h = flow.layers.conv2d(x, 4, 3, padding="SAME", name="conv")
+        relu6 = flow.clip_by_value(flow.layers.batch_normalization(h, axis=1, name="plain_bn"), 0, 6, name="relu6")
+        fused = flow.layers.batch_normalization_relu(relu6, axis=1, name="fused_bn")
+        clipped = flow.layers.batch_normalization(fused, axis=1, name="clipped_bn")
+        out = flow.clip_by_value(clipped, -1, 1, name="clipped_bn_clip")
+        loss = flow.math.reduce_mean(flow.math.square(out))
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+
+    job(np.random.default_rng(0).normal(size=(4, 3, 5, 5)).astype(np.float32))
+    nodes = {n.name: n for n in job.graph().nodes}
+    assert nodes["relu6"].op.is_nonnegative(nodes["relu6"]) and nodes["fused_bn"].op.is_nonnegative(nodes["fused_bn"])
+    assert not nodes["clipped_bn_clip"].op.is_nonnegative(nodes["clipped_bn_clip"])
+    assert not nodes["plain_bn"].op.is_nonnegative(nodes["plain_bn"])
+    layers = {layer.name: layer.nonnegative for layer in find_layers(job.graph())}
+    assert layers == {"conv": False, "plain_bn": False, "fused_bn": True, "clipped_bn": False}

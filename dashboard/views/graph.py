@@ -6,8 +6,13 @@ flowlab, tensorboardX or torch), whose inputs are producer names with an optiona
 ``:k`` (output k) suffix, and whose ``_output_shapes`` attr, when present, gives the output shapes.
 
 What is drawn (``graph_data``, pure): one box per op, except that
-- name scopes (the prefixes of op names up to a ``/``; flowlab's structure graph also joins scopes with ``-``) are
-  collapsed into one box each, "scope (N ops)", until expanded (tap the box, or tick the scope in the list);
+- name scopes (the prefixes of op names up to a ``/``; flowlab's structure graph also joins scopes with ``-``), and
+  inside them the prefixes up to a ``_`` that do not just number a name (``scopes_of``: ``hidden_matmul`` is in
+  ``hidden`` with ``hidden-weight``; ``res2_0_branch2a`` in block ``res2_0``), are collapsed into one box each,
+  "scope (N ops)", until expanded (tap the box, or tick the scope in the list). A graph opens with the scopes that
+  hold most of its ops expanded (``default_expanded``: OneFlow-Benchmark's ``Resnet`` namespace, so ResNet-50 opens
+  on its 16 residual blocks, one box each; a graph of at most ``OPEN_WHOLE`` ops opens whole); a tapped scope of at
+  most ``OPEN_WHOLE`` ops opens whole; a scope's gradient and optimizer ops open apart (``scope_key``);
 - gradient and optimizer ops (flowlab's ``System/AutoGrad``, ``*Update`` ops, and optimizer state such as momentum,
   read by nothing else) are left out unless asked for; when shown, they fold into scopes of their own, apart from
   the forward ops of the same scope, so that folding does not close a cycle (``hidden`` → ... → ``hidden``);
@@ -34,6 +39,7 @@ import json
 import logging
 import os
 import re
+import threading
 from collections import Counter
 from itertools import chain
 from typing import NamedTuple
@@ -41,9 +47,9 @@ from typing import NamedTuple
 import numpy as np
 from bokeh.core.properties import value
 from bokeh.layouts import column, row
-from bokeh.models import (Arrow, BoxZoomTool, CDSView, CheckboxGroup, ColorBar, ColumnDataSource,
-                          CustomJS, CustomJSFilter, Div, HoverTool, Legend, LegendItem, Range1d, Rect, Select, TapTool,
-                          VeeHead)
+from bokeh.models import (Arrow, BoxZoomTool, CDSView, CheckboxGroup, ColorBar, ColumnDataSource, CustomJS,
+                          CustomJSFilter, Div, HoverTool, InlineStyleSheet, Legend, LegendItem, Range1d, Rect, Select,
+                          TapTool, VeeHead)
 from bokeh.plotting import figure
 from grandalf.graphs import Edge, Vertex, graph_core
 from grandalf.layouts import SugiyamaLayout
@@ -57,8 +63,9 @@ from .base import View
 log = logging.getLogger(__name__)
 
 STRUCTURE_FILE = "structure_graph.json"
-# Boxes laid out at most. The layout runs on the session's IOLoop: grandalf takes 0.1-0.25 s for 300 boxes, 1-2 s
-# for 1,000 (2 cores), and scopes are collapsed by default, so only a flat graph or many expanded scopes reach this.
+# Boxes laid out at most. grandalf takes 0.03-0.7 s for 300 boxes (a chain to a tangle of training ops), 1-2 s for
+# 1,000 (2 cores); past THREAD_BOXES the layout runs in a thread, and scopes are collapsed by default, so only a flat
+# graph or many expanded scopes reach this.
 MAX_NODES = 300
 VARIABLE_OPS = frozenset({"Variable", "VariableV2", "VarHandleOp", "prim::GetAttr"})
 TRAINING_SCOPES = frozenset({"System", "gradients"})    # flowlab's autograd and loss seeds; TensorFlow's gradients
@@ -72,9 +79,19 @@ PAD_X, BOX_H = 7, 22
 X_SPACE, Y_SPACE = 18, 34       # between boxes of a layer, between layers
 MAX_LABEL = 40                  # characters; longer labels keep their start and end
 MARGIN = 16                     # around the graph in the plot frame
-MAX_FRAME = (860, 640)          # the plot frame at most (the legend and toolbar go beside it)
+# The plot frame at most (the legend and toolbar go beside it, within a 1400 px window): ResNet-50's 22-box chain
+# of blocks fits at zoom 1, and with its gradient and optimizer boxes (1,315 px wide) at 0.7.
+MAX_FRAME = (940, 1280)
 MIN_FRAME = (320, 140)
 MIN_SCALE = 0.7                 # a large graph is shown shrunk to fit down to this zoom, then it must be panned
+DOMINANT_SHARE = 0.5            # a scope holding more than this share of the ops shown opens by default
+OPEN_WHOLE = 32                 # a graph, or a tapped scope, of at most this many ops opens whole
+THREAD_BOXES = 120               # a page showing more boxes is laid out in a thread, beside the session's IOLoop
+TRAINING_EDGE_ALPHA = 0.25      # an edge into or out of a gradient or optimizer box
+KEPT_DRAWINGS = 8               # laid-out drawings a view keeps, so that collapsing a scope again is instant
+SCOPES_WIDTH, SCOPE_LINES = 960, 4
+SCOPES_CSS = (f".bk-input-group.bk-inline{{flex-wrap:wrap;max-height:{SCOPE_LINES * 22}px;overflow-y:auto;"
+              "column-gap:14px}.bk-input-group.bk-inline > *:not(:first-child){margin-left:0}")
 
 # Op categories, the first matching rule wins (on the lower-cased op type), and their colours (the one palette).
 CATEGORY_RULES = (
@@ -120,9 +137,10 @@ class Box(NamedTuple):
 
 
 class Drawing(NamedTuple):
-    nodes: dict             # node columns: x, y (centre), w, h, label, name, kind, count (ops), op, ...
-    edges: dict             # edge columns: xs, ys (polylines, first point at the producer), start, end (node rows)
-    heads: dict             # arrowhead columns: x0, y0 -> x1, y1 (the last segment of each edge)
+    nodes: dict             # node columns: x, y (centre), w, h, label, name, kind, count (ops), op, ..., role
+    edges: dict             # edge columns: xs, ys (polylines, first point at the producer), start, end (node rows),
+                            # alpha (faint when a gradient or optimizer box is at either end)
+    heads: dict             # arrowhead columns: x0, y0 -> x1, y1 (the last segment of each edge), alpha
     bounds: tuple           # (left, right, bottom, top) of everything drawn
     scopes: list            # the scopes the page lists: expanded ones and those shown collapsed
     note: str
@@ -179,8 +197,22 @@ def nodes_from_structure(job: dict) -> list[Node]:
 # ------------------------------------------------------------------------------------------------------ grouping
 
 def scopes_of(name: str, seps: str) -> list[str]:
-    """The name scopes holding ``name``, outermost first: ``a/b/c`` -> ``["a", "a/b"]``."""
-    return [name[:i] for i, c in enumerate(name) if c in seps and i > 0]
+    """The groups holding ``name``, outermost first: its name scopes (``a/b/c`` -> ``["a", "a/b"]``) and, inside each
+    part, the prefixes that end before a ``_`` (``res2_0_branch2a_relu`` -> ``res2_0``, ``res2_0_branch2a``,
+    ``res2_0_branch2a``'s ``_relu`` being the op). A ``_`` followed by digits alone numbers a name rather than
+    ending one (``Dense_3_matmul`` is in ``Dense_3``, never ``Dense``; ``Input_0`` is in nothing): OneFlow names a
+    layer's ops ``<layer>_<op>``, and real networks their blocks ``<stage>_<i>_<branch>``."""
+    out = []
+    for i, c in enumerate(name):
+        if i == 0 or name[i - 1] in seps or name[i - 1] == "_":
+            continue
+        if c in seps:
+            out.append(name[:i])
+        elif c == "_":
+            token = re.match(r"[^_" + re.escape(seps) + r"]*", name[i + 1:]).group(0)
+            if token and not token.isdigit():
+                out.append(name[:i])
+    return out
 
 
 def category(op: str) -> str:
@@ -210,30 +242,52 @@ def training_roles(nodes: list, seps: str) -> dict:
     return role
 
 
-def visible_graph(nodes: list, show_variables=True, show_training=False, expanded=(), seps="/",
-                  max_nodes=MAX_NODES):
-    """(boxes, edges as (producer row, consumer row) pairs, scopes to list, note): ``nodes`` grouped for drawing
-    (see the module docstring)."""
+def scope_key(scope: str, role="") -> str:
+    """How ``expanded`` and the scope list name a scope's ops of one role: ``scope`` for the forward ops,
+    ``"scope (optimizer)"`` for its optimizer ops (opened apart: ResNet-50's 16 blocks' optimizer boxes in one row
+    would be 3,700 px wide, so they stay in one box until that box is tapped)."""
+    return f"{scope} ({role})" if role else scope
+
+
+def split_scope_key(key: str) -> tuple[str, str]:
+    """``scope_key`` undone: ``(scope, role)``."""
+    found = re.fullmatch(r"(.*) \((gradient|optimizer)\)", key, re.DOTALL)
+    return (found.group(1), found.group(2)) if found else (key, "")
+
+
+def shown_nodes(nodes: list, show_variables=True, show_training=False, seps="/") -> tuple[list, dict]:
+    """(the nodes drawn, in boxes of their own or in scopes; ``training_roles``)."""
     roles = training_roles(nodes, seps)
     first: dict[str, Node] = {}
     for n in nodes:
         first.setdefault(n.name, n)                         # a repeated name (a damaged graph): its first node
     kept = [n for n in first.values()
             if (show_variables or n.op not in VARIABLE_OPS) and (show_training or n.name not in roles)]
-    # Each op's box: its outermost collapsed scope (split by role), else the op itself.
+    return kept, roles
+
+
+def visible_graph(nodes: list, show_variables=True, show_training=False, expanded=(), seps="/",
+                  max_nodes=MAX_NODES):
+    """(boxes, edges as (producer row, consumer row) pairs, scopes to list, note): ``nodes`` grouped for drawing
+    (see the module docstring)."""
+    kept, roles = shown_nodes(nodes, show_variables, show_training, seps)
+    # Each op's box: its outermost collapsed scope (split by role), else the op itself. An op named as a group is in
+    # it (the convolution ``conv1`` with ``conv1-weight`` and ``conv1_relu``).
+    chains = {n.name: scopes_of(n.name, seps) for n in kept}
+    groups = set(chain.from_iterable(chains.values()))
     members, opened = {}, set()
     for n in kept:
-        key = ("op", n.name, "")
-        for scope in scopes_of(n.name, seps):
-            if scope not in expanded:
-                key = ("scope", scope, roles.get(n.name, ""))
+        key, role = ("op", n.name, ""), roles.get(n.name, "")
+        for scope in chains[n.name] + ([n.name] if n.name in groups else []):
+            if scope_key(scope, role) not in expanded:
+                key = ("scope", scope, role)
                 break
-            opened.add(scope)
+            opened.add(scope_key(scope, role))
         members.setdefault(key, []).append(n)
     # A scope of one op: the op says more.
     members = {(("op", g[0].name, "") if k[0] == "scope" and len(g) == 1 else k): g for k, g in members.items()}
     key_of = {n.name: key for key, group in members.items() for n in group}
-    listed = opened | {key[1] for key in members if key[0] == "scope"}
+    listed = opened | {scope_key(key[1], key[2]) for key in members if key[0] == "scope"}
     note = ""
     keys = list(members)
     if len(keys) > max_nodes:
@@ -256,6 +310,39 @@ def visible_graph(nodes: list, show_variables=True, show_training=False, expande
     edges = {(row_of[key_of[i]], row_of[key_of[n.name]]) for n in kept for i in n.inputs
              if i in key_of and key_of[i] in row_of and key_of[n.name] in row_of and key_of[i] != key_of[n.name]}
     return boxes, sorted(edges), sorted(listed), note
+
+
+def default_expanded(nodes: list, show_variables=True, show_training=False, seps="/") -> set:
+    """The scopes a graph opens with. A graph of at most ``OPEN_WHOLE`` forward ops opens whole; a bigger one opens
+    any scope holding more than ``DOMINANT_SHARE`` of the ops shown (a model wrapped in one namespace, as
+    OneFlow-Benchmark's ``Resnet``), level after level, and keeps the rest collapsed (so ResNet-50 opens on its stem,
+    16 residual blocks and classifier, each block one box)."""
+    kept, roles = shown_nodes(nodes, show_variables, show_training, seps)
+    forward = [n for n in kept if n.name not in roles]
+    if len(forward) <= OPEN_WHOLE:
+        sizes = Counter(chain.from_iterable(scopes_of(n.name, seps) + [n.name] for n in forward))
+        return {group for group, size in sizes.items() if size > 1}
+    expanded: set[str] = set()
+    while True:
+        boxes = visible_graph(nodes, show_variables, show_training, expanded, seps, max_nodes=len(nodes))[0]
+        total = sum(b.count for b in boxes)
+        dominant = {b.name for b in boxes if b.kind == "scope" and not b.role and b.count > DOMINANT_SHARE * total}
+        if not dominant:
+            return expanded
+        expanded |= dominant
+
+
+def inner_scopes(nodes: list, key: str, seps: str, show_variables=True, show_training=False) -> set:
+    """The ``scope_key``s of the groups of two ops or more inside the scope box ``key`` (its ops' ``scopes_of``
+    deeper than it, among the ops of its role that are shown): what opening that box whole expands."""
+    scope, role = split_scope_key(key)
+    kept, roles = shown_nodes(nodes, show_variables, show_training, seps)
+    sizes: Counter = Counter()
+    for n in kept:
+        groups = scopes_of(n.name, seps)
+        if roles.get(n.name, "") == role and scope in groups:
+            sizes.update(groups[groups.index(scope) + 1:] + [n.name])   # an op named as a group is in it
+    return {scope_key(group, role) for group, size in sizes.items() if size > 1}
 
 
 def labels(boxes: list, seps: str) -> list[str]:
@@ -394,9 +481,10 @@ def graph_data(nodes: list, show_variables=True, show_training=False, expanded=(
                  "kind": [b.kind for b in boxes], "count": [b.count for b in boxes], "op": [b.op for b in boxes],
                  "category": [b.category for b in boxes], "color": [CATEGORY_COLORS[b.category] for b in boxes],
                  "tint": [CATEGORY_TINTS[b.category] for b in boxes],
-                 "outputs": [b.outputs for b in boxes], "source": [b.source for b in boxes]}
-    edge_data = {"xs": [], "ys": [], "start": [], "end": []}
-    heads = {"x0": [], "y0": [], "x1": [], "y1": []}
+                 "outputs": [b.outputs for b in boxes], "source": [b.source for b in boxes],
+                 "role": [b.role for b in boxes]}
+    edge_data = {"xs": [], "ys": [], "start": [], "end": [], "alpha": []}
+    heads = {"x0": [], "y0": [], "x1": [], "y1": [], "alpha": []}
     for (a, b), route in zip(pairs, routes):
         pts = [(px, -py) for px, py in route]
         # Leave the producer by its bottom (top, going up) and enter the consumer by its top (bottom).
@@ -408,7 +496,10 @@ def graph_data(nodes: list, show_variables=True, show_training=False, expanded=(
         edge_data["ys"].append([p[1] for p in pts])
         edge_data["start"].append(a)
         edge_data["end"].append(b)
-        for key, v in zip(heads, (*pts[-2], *pts[-1])):
+        # Edges into gradient and optimizer boxes (every block feeds them) stay faint under the forward graph.
+        alpha = TRAINING_EDGE_ALPHA if boxes[a].role or boxes[b].role else 1.0
+        edge_data["alpha"].append(alpha)
+        for key, v in zip(heads, (*pts[-2], *pts[-1], alpha)):
             heads[key].append(v)
     xs = [x + d * w / 2 for (x, _), (w, _) in zip(xy, sizes) for d in (-1, 1)] + list(chain(*edge_data["xs"]))
     ys = [y + d * h / 2 for (_, y), (_, h) in zip(xy, sizes) for d in (-1, 1)] + list(chain(*edge_data["ys"]))
@@ -460,6 +551,17 @@ def layers_of(names, layers) -> list[str]:
     return out
 
 
+def layers_inside(names, layers) -> list[list[str]]:
+    """Each name's ``layers`` that lie inside it as a scope (``Resnet-res3_0`` holds ``Resnet-res3_0_branch2a``:
+    the name followed by ``_``, ``-`` or ``/``), compared with scopes joined by ``-`` as ``layers_of`` does."""
+    joined = [(layer.replace("/", "-"), layer) for layer in layers]
+    out = []
+    for name in names:
+        key = name.replace("/", "-")
+        out.append([layer for j, layer in joined if j.startswith((key + "_", key + "-"))])
+    return out
+
+
 def layer_states(health: LayerHealth) -> dict:
     """``{layer: state}`` (a key of ``HEALTH_COLORS``) at the report's step."""
     counts = [j for j, s in enumerate(health.statistics) if s in NONFINITE]
@@ -483,10 +585,11 @@ def _number(v) -> str:
     return f"{v:.3g}" if np.isfinite(v) else "–" if np.isnan(v) else str(v)
 
 
-def health_columns(names, health: LayerHealth | None, color_by=BY_HEALTH) -> dict:
+def health_columns(names, health: LayerHealth | None, color_by=BY_HEALTH, scopes=None) -> dict:
     """The boxes' ``HEALTH_COLUMNS`` for boxes named ``names``: each box of a layer coloured by its state, or by the
-    statistic ``color_by`` (``h_value``, for ``color_scale``), with its layer's latest statistics as text; boxes of
-    no layer (all of them when ``health`` is None) are left undrawn."""
+    statistic ``color_by`` (``h_value``, for ``color_scale``), with its layer's latest statistics as text; a collapsed
+    scope (those ``scopes`` marks true, or any name when it is None) shows its worst layer; boxes of no layer (all of
+    them when ``health`` is None) are left undrawn."""
     n = len(names)
     columns = {"layer": [""] * n, "h_fill": ["#ffffff"] * n, "h_line": ["#ffffff"] * n,
                "h_fill_alpha": np.zeros(n), "h_line_alpha": np.zeros(n), "h_value": np.full(n, np.nan),
@@ -506,11 +609,23 @@ def health_columns(names, health: LayerHealth | None, color_by=BY_HEALTH) -> dic
         kinds = health.alerts.get(layer, ())
         status = states[layer] + (f" ({', '.join(kinds)})" if kinds else "")
         texts[layer] = {"h_status": f"{status} at step {health.step}", **{k: " · ".join(v) for k, v in rows.items()}}
+    severity = {state: i for i, state in enumerate(HEALTH_COLORS)}         # NaN/Inf first
+    inside = layers_inside(names, health.layers)
+    if scopes is not None:
+        inside = [layers if scope else [] for layers, scope in zip(inside, scopes)]
     for k, layer in enumerate(layers_of(names, health.layers)):
-        if not layer:
+        if not layer and inside[k]:
+            # A collapsed scope (a residual block) shows its worst layer: NaN/Inf, else an alert, else (coloured by
+            # a statistic) the largest value.
+            layer = min(inside[k], key=lambda name: (severity[states[name]], -values[row_of[name]]
+                                                     if by_statistic and np.isfinite(values[row_of[name]]) else 0))
+            columns["layer"][k] = f"{layer} (the {'largest' if by_statistic else 'worst'} of {len(inside[k])} " \
+                                  f"layers)"
+        elif not layer:
             continue
+        else:
+            columns["layer"][k] = layer
         state = states[layer]
-        columns["layer"][k] = layer
         columns["h_fill"][k], columns["h_line"][k] = HEALTH_TINTS[state], HEALTH_COLORS[state]
         columns["h_fill_alpha"][k] = STATISTIC_ALPHA if by_statistic else 1.0
         columns["h_line_alpha"][k] = 1.0
@@ -548,6 +663,9 @@ window.location.assign(url.toString());
 
 class GraphView(View):
     title = "Graph"
+    # Filled before it joins the page: its boxes, frame size and ranges arrive in the message that adds the figure,
+    # not in some 30 patches each laying the page out again (ResNet-50's: 1.4 s -> 0.x s).
+    fill_before_shown = True
 
     def __init__(self, store):
         super().__init__(store)
@@ -556,7 +674,10 @@ class GraphView(View):
         self._versions: dict[str, int] = {}         # run -> bumped when either source changes
         self._choices: dict[str, tuple] = {}        # Select value -> (run, job index or None for the GraphDef)
         self.expanded: set[str] = set()             # name scopes shown op by op
+        self._opened_for = None                     # the graph (Select value) that ``expanded`` belongs to
         self._seps = "/"                            # the shown graph's scope separators
+        self._parsed = None                         # ((choice, version), nodes, seps, source, error) of the graph
+        self._drawings: dict = {}                   # the last few drawings by what they show, newest last
         self.shown = None
         self._health: dict[tuple, tuple] = {}       # (run, tag) -> (step, layers, statistics, matrix) of the latest
         self._alerts: dict[tuple, tuple] = {}       # (run, health tag) -> (step, rows) of the latest alerts
@@ -565,7 +686,9 @@ class GraphView(View):
         self.select = Select(title="Graph", options=[], width=360)
         self.variables = CheckboxGroup(labels=["show variables"], active=[0])
         self.training = CheckboxGroup(labels=["show gradients and optimizer"], active=[], name="graph-training")
-        self.scopes = CheckboxGroup(labels=[], active=[], inline=True, name="graph-scopes")
+        # Dozens of scopes (ResNet-50's blocks) wrap into a few lines, scrolled past SCOPE_LINES of them.
+        self.scopes = CheckboxGroup(labels=[], active=[], inline=True, name="graph-scopes", width=SCOPES_WIDTH,
+                                    stylesheets=[InlineStyleSheet(css=SCOPES_CSS)])
         self.select.on_change("value", lambda attr, old, new: self._select_changed())
         self.variables.on_change("active", lambda attr, old, new: self._draw())
         self.training.on_change("active", lambda attr, old, new: self._draw())
@@ -577,15 +700,17 @@ class GraphView(View):
 
         self.nodes_source = ColumnDataSource({k: [] for k in ("x", "y", "w", "h", "label", "name", "kind", "count",
                                                                "op", "category", "color", "tint", "outputs",
-                                                               "source") + HEALTH_COLUMNS})
-        self.edges_source = ColumnDataSource({k: [] for k in ("xs", "ys", "start", "end")})
-        self.heads_source = ColumnDataSource({k: [] for k in ("x0", "y0", "x1", "y1")})
+                                                               "source", "role") + HEALTH_COLUMNS})
+        self.edges_source = ColumnDataSource({k: [] for k in ("xs", "ys", "start", "end", "alpha")})
+        self.heads_source = ColumnDataSource({k: [] for k in ("x0", "y0", "x1", "y1", "alpha")})
         self.figure = figure(frame_width=MIN_FRAME[0], frame_height=MIN_FRAME[1], x_range=Range1d(0, 1),
                              y_range=Range1d(-1, 0), tools="pan,wheel_zoom,reset", output_backend="canvas",
                              name="graph-figure", visible=False)
-        self.figure.multi_line(xs="xs", ys="ys", source=self.edges_source, line_color="#888888", line_width=1.2)
+        self.figure.multi_line(xs="xs", ys="ys", source=self.edges_source, line_color="#888888", line_width=1.2,
+                               line_alpha="alpha")
         self.figure.add_layout(Arrow(source=self.heads_source, x_start="x0", y_start="y0", x_end="x1", y_end="y1",
-                                     line_alpha=0, end=VeeHead(size=8, fill_color="#888888", line_color="#888888")))
+                                     line_alpha=0, end=VeeHead(size=8, fill_color="#888888", line_color="#888888",
+                                                fill_alpha="alpha", line_alpha="alpha")))
         boxes = self.figure.rect(x="x", y="y", width="w", height="h", source=self.nodes_source, fill_color="tint",
                                  line_color="color", line_width=1.5, legend_field="category",
                                  nonselection_fill_alpha=1.0, nonselection_line_alpha=1.0, name="graph-boxes")
@@ -647,8 +772,8 @@ class GraphView(View):
         self.figure.outline_line_color = None
         self.note = Div(text="No graph in this logdir yet.", name="graph-note")
         self.health_note = Div(text="", visible=False, name="graph-health-note")
-        self.scopes_row = row(Div(text="Expanded name scopes (tap a scope's box to expand it):"), self.scopes,
-                              visible=False)
+        self.scopes_row = column(Div(text="Expanded name scopes (tap a scope's box to expand it):"), self.scopes,
+                                 visible=False)
         self.controls = row(self.select, column(self.variables, self.training), self.color_by, visible=False)
         self._layout = column(self.controls, self.note, self.health_note, self.scopes_row, self.figure)
 
@@ -706,8 +831,7 @@ class GraphView(View):
 
     # ---------------------------------------------------------------------------------------------- page events
     def _select_changed(self):
-        self.expanded.clear()                               # another graph: its scopes start collapsed
-        self._draw()
+        self._draw()                                        # another graph: it opens on its default_expanded
 
     def _tapped(self, indices):
         if not indices:
@@ -715,16 +839,24 @@ class GraphView(View):
         data = self.nodes_source.data
         i = indices[0]
         self.nodes_source.selected.indices = []
-        if i < len(data["kind"]) and data["kind"][i] == "scope":
-            self.expanded.add(data["name"][i])
+        if i < len(data["kind"]) and data["kind"][i] == "scope" and self._parsed and self._parsed[1]:
+            key = scope_key(data["name"][i], data["role"][i])
+            self.expanded.add(key)
+            if data["count"][i] <= OPEN_WHOLE:
+                self.expanded |= inner_scopes(self._parsed[1], key, self._seps, 0 in self.variables.active,
+                                              0 in self.training.active)
             self._draw()
 
     def _scopes_changed(self):
         ticked = {self.scopes.labels[i] for i in self.scopes.active}
         unticked = set(self.scopes.labels) - ticked
-        # collapsing a scope collapses the scopes inside it too
-        expanded = {s for s in (self.expanded | ticked) - unticked
-                    if not unticked.intersection(scopes_of(s, self._seps))}
+        # collapsing a scope collapses the scopes inside it (of the same role) too
+        closed = {split_scope_key(key) for key in unticked}
+
+        def inside_closed(key):
+            scope, role = split_scope_key(key)
+            return any((outer, role) in closed for outer in scopes_of(scope, self._seps))
+        expanded = {s for s in (self.expanded | ticked) - unticked if not inside_closed(s)}
         if expanded != self.expanded:
             self.expanded = expanded
             self._draw()
@@ -781,10 +913,13 @@ class GraphView(View):
         painted, health = self._health_now(names)
         if painted != self._painted:
             self._painted = painted
-            self.nodes_source.data.update(self._health_columns(names, health))
+            self.nodes_source.data.update(self._health_columns(self.nodes_source.data, health))
 
-    def _health_columns(self, names, health):
-        """``health_columns`` of the boxes ``names``, with the menu, legend, colour bar, hover and note to match."""
+    def _health_columns(self, nodes, health):
+        """``health_columns`` of the boxes ``nodes`` (node columns), with the menu, legend, colour bar, hover and
+        note to match; only forward scopes show the layers inside them (not an optimizer's box)."""
+        names = nodes["name"]
+        scopes = [kind == "scope" and not role for kind, role in zip(nodes["kind"], nodes["role"])]
         shown = health is not None
         self.color_by.visible = self.health_boxes.visible = self.health_note.visible = shown
         if not shown:
@@ -802,7 +937,7 @@ class GraphView(View):
         self.health_legend.visible = statistic is None
         for kind, bar in self.color_bars.items():
             bar.visible = statistic is not None and kind == linear
-        columns = health_columns(names, health, statistic or BY_HEALTH)
+        columns = health_columns(names, health, statistic or BY_HEALTH, scopes)
         if statistic is None:
             self.health_glyph.update(fill_color="h_fill", line_color="h_line")
         else:
@@ -813,7 +948,10 @@ class GraphView(View):
             colour = {"field": "h_value", "transform": bar.color_mapper}
             self.health_glyph.update(fill_color=colour, line_color=colour)
         state_of = layer_states(health)
-        states = Counter(state_of[layer] for layer in set(columns["layer"]) - {""})
+        drawn = set()                       # the layers of the boxes: their own, or those inside a collapsed scope
+        for layer, inside in zip(columns["layer"], layers_inside(names, health.layers)):
+            drawn.update([layer] if layer in state_of else inside if layer else [])
+        states = Counter(state_of[layer] for layer in drawn)
         counts = ", ".join(f"{states[state]} {state}" for state in HEALTH_COLORS if states[state])
         self.health_note.text = html.escape(
             f"Layers coloured by {statistic or 'their health'} at step {health.step} ({counts}). "
@@ -830,25 +968,72 @@ class GraphView(View):
             return
         run, job = choice
         show_variables, show_training = 0 in self.variables.active, 0 in self.training.active
-        shown = (choice, self._versions.get(run), show_variables, show_training, frozenset(self.expanded))
+        key = (choice, self._versions.get(run))
+        if self._parsed is None or self._parsed[0] != key:
+            try:
+                if job is None:
+                    parsed = nodes_from_graph_def(self._graph_defs[run]), "/", "GraphDef", None
+                else:
+                    parsed = nodes_from_structure(self._structure[run][1][job]), "-/", STRUCTURE_FILE, None
+            except Exception as e:          # a damaged or foreign graph must not take the tab down
+                log.warning("graph of %s: %s: %s", run, type(e).__name__, e, exc_info=True)
+                parsed = None, "/", "", " ".join(f"Could not read the graph of {run}: {type(e).__name__}: {e}"
+                                                 .split())[:300]
+            self._parsed = (key, *parsed)
+            self._drawings.clear()
+        _, nodes, seps, source, error = self._parsed
+        self._seps = seps
+        if nodes is not None and self._opened_for != choice:
+            self.expanded = default_expanded(nodes, show_variables, show_training, seps)
+            self._opened_for = choice
+        shown = (key, show_variables, show_training, frozenset(self.expanded))
         if shown == self.shown:
             return
         self.shown = shown
-        try:
-            if job is None:
-                nodes, seps, source = nodes_from_graph_def(self._graph_defs[run]), "/", "GraphDef"
-            else:
-                nodes, seps = nodes_from_structure(self._structure[run][1][job]), "-/"    # flowlab's joiners
-                source = STRUCTURE_FILE
-            self._seps = seps
-            drawing = graph_data(nodes, show_variables, show_training, self.expanded, seps)
-        except Exception as e:          # a damaged or foreign graph must not take the tab down
-            log.warning("graph of %s: %s: %s", run, type(e).__name__, e, exc_info=True)
-            self._show(None, " ".join(f"Could not read the graph of {run}: {type(e).__name__}: {e}".split())[:300])
+        if nodes is None:
+            self._show(None, error)
             return
+        drawing = self._drawings.pop(shown, None)
+        if drawing is not None:
+            self._laid_out(shown, drawing)
+            return
+        expanded = frozenset(self.expanded)
+
+        def lay_out():
+            try:
+                return graph_data(nodes, show_variables, show_training, expanded, seps)
+            except Exception as e:          # a graph the layout cannot take must not take the tab down either
+                log.warning("graph of %s: %s: %s", run, type(e).__name__, e, exc_info=True)
+                return " ".join(f"Could not draw the graph of {run}: {type(e).__name__}: {e}".split())[:300]
+        doc = self._served_document()
+        if doc is None or \
+                len(visible_graph(nodes, show_variables, show_training, expanded, seps)[0]) <= THREAD_BOXES:
+            self._laid_out(shown, lay_out())
+            return
+        # grandalf takes ~0.7 s for 300 boxes: laid out beside the session's IOLoop, which every session shares
+        self.note.text = html.escape(f"Laying out the graph of {run}…")
+        threading.Thread(target=lambda: (lambda drawing: doc.add_next_tick_callback(
+            lambda: self._laid_out(shown, drawing)))(lay_out()), name="graph-layout", daemon=True).start()
+
+    def _served_document(self):
+        """The session's document when a server serves it (a layout can then finish on a later IOLoop turn)."""
+        doc = self.figure.document
+        return doc if doc is not None and doc.session_context is not None else None
+
+    def _laid_out(self, shown, drawing):
+        """Show ``drawing`` (or the error text in its place) made for ``shown``, unless the page has moved on."""
+        if shown != self.shown:
+            return
+        if isinstance(drawing, str):
+            self._show(None, drawing)
+            return
+        self._drawings[shown] = drawing                     # toggling back to a view redraws no layout
+        while len(self._drawings) > KEPT_DRAWINGS:
+            del self._drawings[next(iter(self._drawings))]
         n_boxes, n_scopes = len(drawing.nodes["kind"]), drawing.nodes["kind"].count("scope")
-        summary = (f"{sum(drawing.nodes['count'])} of {len(nodes)} ops in {n_boxes} boxes ({n_scopes} collapsed "
-                   f"name scope{'s' * (n_scopes != 1)}), {len(drawing.edges['xs'])} edges (from {source})")
+        summary = (f"{sum(drawing.nodes['count'])} of {len(self._parsed[1])} ops in {n_boxes} boxes ({n_scopes} "
+                   f"collapsed name scope{'s' * (n_scopes != 1)}), {len(drawing.edges['xs'])} edges (from "
+                   f"{self._parsed[3]})")
         self._show(drawing, summary + (f"; {drawing.note}" if drawing.note else ""))
 
     def _show(self, drawing, note):
@@ -859,7 +1044,7 @@ class GraphView(View):
         if drawing is None:
             self.scopes_row.visible = False
             self._painted = None
-            self._health_columns([], None)              # hides the health menu, legend and note
+            self._health_columns({"name": [], "kind": [], "role": []}, None)    # hides the health menu, legend, note
             for source in (self.nodes_source, self.edges_source, self.heads_source):
                 source.data = {k: [] for k in source.data}
             return
@@ -867,7 +1052,7 @@ class GraphView(View):
         self.scopes.active = [i for i, s in enumerate(drawing.scopes) if s in self.expanded]
         self.scopes_row.visible = bool(drawing.scopes)
         self._painted, health = self._health_now(drawing.nodes["name"])
-        self.nodes_source.data = drawing.nodes | self._health_columns(drawing.nodes["name"], health)
+        self.nodes_source.data = drawing.nodes | self._health_columns(drawing.nodes, health)
         self.edges_source.data = drawing.edges
         self.heads_source.data = drawing.heads
         # The frame fits the graph at zoom 1 when it can, else shrinks it down to MIN_SCALE and shows its top.

@@ -47,11 +47,22 @@ DEFAULT_STATISTIC = "grad_norm"
 REDRAW_EVERY = 1.0          # seconds between redraws of the divergence and the trend while only reports arrive
 HOW_TO = ("No health reports in the shown runs: call flow.watch_health(writer=SummaryWriter(logdir)) inside a job "
           "function to log them.")
-ALERT_COLUMNS = (("steps", 90), ("count", 55), ("kind", 120), ("layer", 100), ("message", 760))
+ALERT_COLUMNS = (("steps", 90), ("count", 55), ("kind", 120), ("layer", 100), ("message", 740))
 ROW_HEIGHT = 46                 # px: three lines of a wrapped message
 TABLE_ROWS = 6                  # alert groups shown before the table scrolls (a group is one kind on one layer)
 # an alert's message wraps in its cell; ``<%- %>`` escapes what came from the log
 WRAPPED = '<div style="white-space:normal;line-height:1.25;font-size:11px"><%- value %></div>'
+
+
+ALERT_FIELDS = [field for field, _ in ALERT_COLUMNS]
+LAYER_COLUMN_MAX = 300          # px the layer column may grow to, for long layer names
+
+
+def layer_column_px(layers):
+    """Pixels the alert table's layer column takes: its default, or room for the longest of ``layers`` (13px text:
+    ~7 px a character, plus the cell's padding)."""
+    longest = max(map(len, layers), default=0)
+    return int(min(LAYER_COLUMN_MAX, max(dict(ALERT_COLUMNS)["layer"], 7 * longest + 16)))
 
 
 def table_height(rows):
@@ -341,6 +352,13 @@ class HealthView(View):
         height = table_height(len(groups["kind"]))
         if side.table.height != height:
             side.table.height = height
+        # The layer column fits the longest layer named (ResNet-50's "Resnet-res5_2_branch2b" was cut at 100 px);
+        # the message column gives up what it takes, so the table keeps its width.
+        layer_px = layer_column_px(groups["layer"])
+        layer_column, message_column = side.table.columns[ALERT_FIELDS.index("layer")], side.table.columns[-1]
+        if layer_column.width != layer_px:
+            message_column.width = dict(ALERT_COLUMNS)["message"] - (layer_px - dict(ALERT_COLUMNS)["layer"])
+            layer_column.width = layer_px
         counts = side.alert_groups.kind_counts()
         sampled = text.offered - len(text)         # the store keeps an even sample of a long run's alert steps
         side.counts.text = f"<b>{html.escape(series.run)}</b>: " + (", ".join(

@@ -25,7 +25,7 @@ import io
 import os
 import re
 import struct
-import tempfile
+import secrets
 from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
@@ -180,8 +180,9 @@ class OFRecordWriter:
         directory = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(directory):
             raise FileNotFoundError(f"OFRecordWriter: directory {directory} does not exist")
-        fd, self._tmp = tempfile.mkstemp(prefix=f".{os.path.basename(self.path)}.", suffix=".tmp", dir=directory)
-        self._file = os.fdopen(fd, "wb")
+        # open()'s exclusive mode, not mkstemp: the file gets the modes the user's umask gives (mkstemp's are 0600)
+        self._tmp = os.path.join(directory, f".{os.path.basename(self.path)}.{secrets.token_hex(8)}.tmp")
+        self._file = open(self._tmp, "xb")
         self.count = 0
 
     def write(self, record):

@@ -631,6 +631,10 @@ class ClipByValue(Op):
     inplace = True
 
     @staticmethod
+    def is_nonnegative(node):
+        return node.attrs["lo"] is not None and node.attrs["lo"] >= 0     # relu6 = clip_by_value(x, 0, 6)
+
+    @staticmethod
     def infer(x, lo, hi):
         return spec(x.shape, x.dtype)
 

@@ -103,7 +103,7 @@ if (glyph.fill_color.transform !== mapper)
 log_bar.visible = !linear;
 linear_bar.visible = linear;
 heat_figure.title.text = `${stat}: ${meanings[stat] ?? ""}` + (step === null ? "" : `  (to step ${step})`) +
-  (zeros ? "  (pink: 0)" : "");
+  (zeros ? "  (pink: 0)" : "") + (choice.layer === undefined ? "  · click a row for its trend" : "");
 const rows_of = (l) => { const r = []; for (let i = 0; i < n; i++) if (d.row[i] === l) r.push(i); return r; };
 let layer = choice.layer ?? (meta.data.default_layer.length ? meta.data.default_layer[0] : 0);
 let rows = rows_of(layer);
@@ -116,8 +116,9 @@ const pick = (column) => Float64Array.from(rows, (i) => column[i]);
 const m = pick(mean);
 trend.data = {step: pick(d.first), end: pick(d.end), mean: m, lower: m, upper: m, min: pick(lo), max: pick(hi),
               nonfinite: pick(d.nonfinite), mark: Float64Array.from(rows, (i) => d.nonfinite[i] > 0 ? 1 : NaN)};
-trend_figure.title.text = `layer ${names[layer]}: ${stat}` +
-  (choice.layer === undefined ? "  (click a row of the heatmap for another layer)" : "");
+// the hint goes in the heatmap's wide title: beside a long layer name (ResNet-50's "Resnet-res5_2_branch2b") the
+// trend's narrow title was cut by the alert list
+trend_figure.title.text = `layer ${names[layer]}: ${stat}`;
 trend_axis.axis_label = stat;
 """
 

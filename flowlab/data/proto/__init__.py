@@ -1,22 +1,8 @@
-"""OneFlow's OFRecord messages, built from ``record.proto`` beside this module.
+"""OneFlow's OFRecord messages (``oneflow.OFRecord`` …), built from ``record.proto`` beside this module
+(``regenerate.sh``, ``flowlab.proto_pool``)."""
+from ...proto_pool import ProtoPool
 
-``regenerate.sh`` compiles it with protoc into ``descriptors.pb``, loaded here into a *private* descriptor pool:
-the package and names are OneFlow's (``oneflow.OFRecord`` …), and a private pool lets flowlab run in one process
-with OneFlow, whose own modules register the same names in protobuf's default pool.
-"""
-from importlib import resources
-
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-_pool = descriptor_pool.DescriptorPool()
-for _file in descriptor_pb2.FileDescriptorSet.FromString(
-        resources.files(__name__).joinpath("descriptors.pb").read_bytes()).file:
-    _pool.Add(_file)
-
-
-def _message(full_name):
-    return message_factory.GetMessageClass(_pool.FindMessageTypeByName(full_name))
-
+_message = ProtoPool(__name__).message
 
 OFRecord = _message("oneflow.OFRecord")
 Feature = _message("oneflow.Feature")
