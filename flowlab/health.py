@@ -18,7 +18,9 @@ names them ``<conv>_bn_relu``, ``<conv>_bn_add_relu``, ``<conv>_bn``) is a layer
 Roles (``LayerRole``, read from the graph, for ``health_alerts``): a layer is *ReLU-like* when its output op is
 non-negative (``batch_normalization_relu`` is); *normalised* when a batch norm normalizes its output (a conv before
 its batch norm: its weights are scale-invariant); a *batch norm*; and in a residual branch behind a *gate*, the
-``batch_normalization_add_relu`` whose normalized input (not its addend) depends on it.
+batch norm closing the branch: ``batch_normalization_add_relu`` (the branch: what its normalized input depends on
+and its addend does not), or in the unfused form ``relu(add(batch_normalization(x), shortcut))`` the batch norm
+whose output the add reads.
 
 Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   activation: ``act_mean_abs``, ``act_std``, ``act_zero_fraction`` (exact zeros among all elements),
@@ -214,8 +216,9 @@ class _Layer:
     position: int = 1 << 60      # index of its first forward node: layers are listed in forward order
     moving: dict | None = None   # a batch norm's {"moving_mean": read, "moving_variance": read}
     batch_norm: object = None    # the BatchNormParts of its batch-normalization node
-    normalised: bool = False     # its output is what a batch normalization normalizes
-    gate: str | None = None      # the batch norm closing the residual branch it is in (batch_normalization_add_relu)
+    normalised: bool = False     # one of its ops' outputs is what a batch normalization normalizes
+    gate: str | None = None      # the batch norm closing the residual branch it is in
+    made: list = field(default_factory=list)     # the first output of each of its forward nodes
 
 
 MOVING_STATISTICS = ("moving_mean", "moving_variance")     # a batch norm's non-trainable variables, by suffix
@@ -262,6 +265,7 @@ def find_layers(graph):
         if owner is None:
             continue
         owner.output = node.outputs[0]
+        owner.made.append(node.outputs[0])
         owner.nonnegative = node.op.is_nonnegative(node)
         owner.position = min(owner.position, i)
         if node.attrs.get("data_format") == "NHWC":
@@ -270,26 +274,45 @@ def find_layers(graph):
         if parts is not None and owner.moving is not None:
             owner.batch_norm = parts
             owner.unit_axis = node.attrs["axis"]
-    _find_normalisation(layers.values())
+    _find_normalisation(graph, layers.values())
     return sorted(layers.values(), key=lambda layer: (layer.position, layer.name))
 
 
-def _find_normalisation(layers):
-    """Mark the layers a batch norm normalizes, and those in a residual branch: the nodes the normalized input
-    depends on but the addend of a ``batch_normalization_add_relu`` does not (the innermost such branch wins)."""
-    normalizes = {layer.batch_norm.inputs.id: layer for layer in layers if layer.batch_norm is not None}
+def _find_normalisation(graph, layers):
+    """Mark the layers one of whose ops' outputs a batch norm normalizes (``conv`` before ``conv_bn``, also when
+    ``conv_relu`` after the batch norm makes ``conv``'s output), and the layers in a residual branch: the nodes that
+    the batch norm closing the branch normalizes depend on and the shortcut does not (the innermost branch wins).
+    The shortcut is the ``addend`` of ``batch_normalization_add_relu``, or in the unfused form
+    (``relu(batch_normalization(x) + shortcut)``) the other input of the elementwise op of two same-shaped tensors
+    that reads the batch norm's output."""
+    normalizes = {layer.batch_norm.inputs.id for layer in layers if layer.batch_norm is not None}
+    readers = {}
+    for node in graph.nodes:
+        for t in node.inputs:
+            readers.setdefault(t.id, []).append(node)
     branches = []
     for layer in layers:
-        if layer.output is not None and layer.output.id in normalizes:
-            layer.normalised = True
         parts = layer.batch_norm
-        if parts is not None and parts.addend is not None:
-            branch = _ancestors(parts.inputs) - _ancestors(parts.addend)
+        if parts is None:
+            layer.normalised = any(t.id in normalizes for t in layer.made)
+            continue
+        shortcuts = [parts.addend] if parts.addend is not None else [
+            other for node in readers.get(layer.output.id, ()) if _merges(node)
+            for other in node.inputs if other is not layer.output]
+        for shortcut in shortcuts:
+            branch = _ancestors(parts.inputs) - _ancestors(shortcut)
             branches.append((len(branch), layer.name, branch))
     branches.sort(key=lambda entry: entry[0])
     for layer in layers:
         if layer.output is not None:
-            layer.gate = next((name for _, name, branch in branches if id(layer.output.node) in branch), None)
+            layer.gate = next((name for _, name, branch in branches
+                               if any(id(t.node) in branch for t in layer.made)), None)
+
+
+def _merges(node):
+    """An elementwise op of two tensors of its output's shape (a residual sum, as ``flow.math.add`` makes it)."""
+    return len(node.inputs) == 2 and len(node.outputs) == 1 and \
+        all(t.shape == node.outputs[0].shape for t in node.inputs)
 
 
 def _ancestors(tensor):

@@ -10,7 +10,7 @@ import pytest
 
 import flowlab as flow
 import flowlab.typing as tp
-from flowlab.health import BATCH_NORM_STATISTICS, LayerRole, health_alerts
+from flowlab.health import BATCH_NORM_STATISTICS, LayerRole, find_layers, health_alerts, roles_of
 
 CLASSES = 4
 
@@ -496,3 +496,77 @@ def test_a_batch_norm_counts_its_channels_as_units_along_its_axis_and_a_frozen_o
     assert frozen["moving_mean_abs"] == 0 and frozen["moving_var_mean"] == frozen["moving_var_min"] == 1
     assert math.isnan(frozen["batch_mean_gap"]) and math.isnan(frozen["batch_var_ratio"])
     assert set(reports[0].histograms["frozen_bn"]) == {"activation"}
+
+
+def test_the_unfused_resnet50_of_flowlab_examples_gets_no_alert():
+    """``flowlab.examples.resnet50`` writes OneFlow-Benchmark's unfused form: ``conv`` -> ``conv_bn``
+    (batch_normalization) -> ``conv_relu``, and a block ends in ``relu(add(branch2c_bn, shortcut))``. The ReLU named
+    after the convolution makes its layer's output, yet the convolution is still seen as normalised, and the
+    ``_add`` of two same-shaped tensors as the residual merge behind which a branch's zero-scaled batch norm is a
+    closed gate: no alert, where the plain rules alert from the first step."""
+    from flowlab.examples import resnet50
+
+    class Reports:
+        def __init__(self):
+            self.reports = []
+
+        def add_health(self, report):
+            self.reports.append(report)
+
+    log = Reports()
+    job = resnet50.build(health_writer=log)
+    for x, y in images(6, 2, 32):
+        job(x, (y * 2).astype(np.int32))
+    flow.sync_default_session()
+    reports = log.reports
+    assert len(reports[0].table) == 107 and all(r.alerts == [] for r in reports)
+    assert [a.kind for a in health_alerts([], reports[0])] != []
+    table = reports[0].table
+    assert table["Resnet-res2_0_branch2c_bn"]["weight_norm"] == 0            # the closed gate
+    assert table["Resnet-res2_0_branch2a"]["act_zero_fraction"] > 0          # its output is the ReLU's
+    roles = roles_of(find_layers(job.graph()))
+    # (base width 8: res2's blocks are 8 -> 8 -> 32 channels; res5's output of 256 feeds fc1001's 10 classes)
+    assert roles["Resnet-res2_0_branch2a"] == LayerRole(relu=True, normalised=True, gate="Resnet-res2_0_branch2c_bn",
+                                                        size=8 * 8)
+    assert roles["Resnet-res2_0_branch2b_bn"].gate == "Resnet-res2_0_branch2c_bn"
+    assert roles["Resnet-res2_0_branch2c"] == LayerRole(relu=False, normalised=True, gate="Resnet-res2_0_branch2c_bn",
+                                                        size=32 * 8)
+    # a projection shortcut is a branch of the sum too, behind its own batch norm (open: gamma starts at one)
+    assert roles["Resnet-res2_0_branch1"] == LayerRole(relu=False, normalised=True, gate="Resnet-res2_0_branch1_bn",
+                                                       size=32 * 8)
+    assert roles["Resnet-res3_0_branch2a"].gate == "Resnet-res3_0_branch2c_bn"
+    assert roles["Resnet-fc1001"] == LayerRole(relu=False, size=256 * 10 + 10)
+
+
+def test_the_roles_of_a_fused_resnets_layers():
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((2, 3, 8, 8)), y: tp.Numpy.Placeholder((2,), dtype=flow.int32)) -> tp.Numpy:
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, resnet(x, counts=(2,)))
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+    roles = roles_of(find_layers(job.graph()))
+    assert roles["conv1"] == LayerRole(relu=False, normalised=True, size=16 * 3 * 9)
+    assert roles["conv1_bn_relu"] == LayerRole(relu=True, batch_norm=True, size=32)
+    for block in ("res2_0", "res2_1"):
+        gate = f"{block}_branch2c_bn_add_relu"
+        assert roles[gate] == LayerRole(relu=True, batch_norm=True, size=64)       # not in its own branch
+        for layer in ("branch2a", "branch2a_bn_relu", "branch2b", "branch2b_bn_relu", "branch2c"):
+            assert roles[f"{block}_{layer}"].gate == gate, layer
+    assert roles["res2_0_branch1"].gate is None and roles["res2_0_branch1_bn"].gate is None   # the shortcut
+
+
+def test_the_exported_graph_leaves_out_the_watch_statistics_ops():
+    """watch_health adds its statistics ops when the job compiles (a batch norm's reads its moving statistics,
+    which otherwise only their updates read); the structure graph and the GraphDef are the user's job, the same
+    before the first call as after it."""
+    from flowlab.summary import graph_export
+
+    reports = []
+    job = train_job(resnet, reports, BATCH, SIZE)
+    before = graph_export.structure_json(job)
+    before_def = graph_export.graph_def(job)
+    run(job, 1, BATCH, SIZE)
+    assert reports and any(node.name.startswith("System-Health-moving-") for node in job.graph().nodes)
+    assert graph_export.structure_json(job) == before
+    assert graph_export.graph_def(job) == before_def
+    assert not any(layer["name"].startswith("System-Health") for layer in before["layers"])
