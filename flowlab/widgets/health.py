@@ -395,7 +395,10 @@ class HealthPanel(LiveView):
                         f'<td style="color:#777;text-align:right;{PAD}">{count:,}</td>'
                         f'<td style="color:{ALARM};white-space:nowrap;{PAD}"><b>{html.escape(kind)}</b></td>'
                         f'<td style="white-space:nowrap;{PAD}">{html.escape(layer) or "—"}</td>'
-                        f'<td style="padding-bottom:3px">{html.escape(message)}</td></tr>')
+                        # a message names layers (ResNet's res3_1_branch2c_bn_add_relu): a long name may break
+                        # anywhere, or the table would run past the list's width and the messages be cut (and
+                        # left-aligned: a saved notebook's stylesheet aligns table cells right)
+                        f'<td style="padding-bottom:3px;text-align:left;overflow-wrap:anywhere">{html.escape(message)}</td></tr>')
         hidden = len(groups["kind"]) - len(rows)
         more = f'<div style="color:#777">… and {hidden} more (kind, layer) rows</div>' if hidden > 0 else ""
         return (f'<div><b>{total:,} alert{"s" if total != 1 else ""}</b>: {summary}</div>'
