@@ -330,7 +330,8 @@ class FunctionConfig:
     such mechanism: each setter's docstring says which and why. Three change results in OneFlow and are refused
     rather than silently ignored: ``enable_quantization_aware_training(True)``, reduced-precision
     ``tensorrt.use_fp16/use_int8(True)`` and ``default_initializer_conf``; ``indexed_slices_optimizer_conf`` waits
-    for sparse embedding updates. ``enable_auto_mixed_precision`` is kept and computes in float32 (see it).
+    for sparse embedding updates. ``enable_auto_mixed_precision`` runs matrix products and convolutions in float16
+    on CuPy, with float32 master weights; on NumPy the job computes in float32 (see it).
     """
 
     def __init__(self):
@@ -373,10 +374,19 @@ class FunctionConfig:
         variables stay float32 master weights (updated from gradients cast back to float32); programs pair it with
         ``loss_scale_policy=flow.optimizer.loss_scale.dynamic_loss_scale()``.
 
-        flowlab checks and keeps the flag (``settings``) and computes in float32 on both backends: on NumPy there is
-        no fast float16 arithmetic, and the CuPy float16 rewrite is not implemented, so on a GPU the job also runs in
-        float32 (slower than OneFlow's float16, with float32 accuracy). Loss scaling works as documented either way
-        (in float32 a dynamic scale seldom overflows, so it seldom skips a step)."""
+        flowlab keeps the flag (``settings``) and its compiler does the rewrite (``compiler.amp``, the pass
+        ``auto_mixed_precision`` in ``print(plan)``): on CuPy every matrix product, batched product, convolution and
+        convolution gradient (OneFlow 0.3.4's white list; ops declaring ``amp = "float16"``) reads float16 casts of
+        its float32 inputs, computes in float16 with float32 accumulation (cuBLAS ``cublasGemmEx``) and is cast
+        back to float32. Everything else stays float32: variables (the master weights) and their updates, losses,
+        softmax, reductions, batch normalization, and every tensor the job names, so ``watch``, ``watch_diff`` and
+        ``watch_health`` see float32 values. Unlike OneFlow, bias adds, activations and pooling between two
+        products are not moved to float16 (each product casts its own inputs). Gradients that overflow float16 are
+        Inf in float32: a dynamic loss scale skips that step and lowers the scale, as in OneFlow.
+
+        On NumPy the job computes in float32: NumPy has no fast float16 arithmetic, so the rewrite would only be
+        slower. ``FLOWLAB_AMP_NUMPY=1`` (or ``flowlab.compiler.amp.ON_NUMPY = True`` before the job compiles)
+        turns it on there too, to check a program's float16 numerics on the CPU."""
         self._set("enable_auto_mixed_precision", "bool", value)
 
     def enable_quantization_aware_training(self, value=True):
@@ -456,7 +466,8 @@ class FunctionConfig:
 
 _NO_CUDNN = ("flowlab's convolutions are its own NumPy/CuPy kernels (ops/conv.py), without cuDNN algorithms to "
              "choose or workspace to limit")
-_FLOAT32 = "flowlab computes in float32 (see enable_auto_mixed_precision)"
+_FLOAT32 = ("flowlab's convolutions and products compute in float32, or where enable_auto_mixed_precision puts "
+            "them in float16 with float32 accumulation (see it)")
 _DEPRECATED = "deprecated in OneFlow 0.3.4 itself, where it has no effect either"
 
 # name: (kind, value when called without one (None: required), why it changes nothing in flowlab)

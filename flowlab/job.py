@@ -233,19 +233,24 @@ class JobFunction:
         for optimizer, loss in graph.losses:
             (optimizer or self.config.train.make_optimizer()).build(graph, loss, watched)
 
+    @property
+    def _mixed_precision(self):
+        return bool(self.config.settings.get("enable_auto_mixed_precision", False))
+
     def _compile(self, shapes, undo):
         graph, rebuild = self._trace(shapes, undo)
         sess = session.default()
         deliveries = Deliveries(graph)
         plan = compile_graph(graph, graph.outputs, backend.current(), sess.variables, deliveries.plan_deliveries,
                              rng_seed=[sess.seed, len(sess.jobs), sum(map(ord, self.name))],
-                             check_anomaly=self.config.anomaly_detection)
+                             check_anomaly=self.config.anomaly_detection, mixed_precision=self._mixed_precision)
         quiet = None
         if deliveries.plan_deliveries and not plan.always_due:
             # watches that skip calls (every > 1) may keep the passes from work they would do without them (a
             # watched gradient is not folded into its update): such calls run the plan compiled without them
             quiet = compile_graph(graph, graph.outputs, plan.backend, sess.variables, (), rng=plan.rng,
-                                  check_anomaly=self.config.anomaly_detection, buffers_from=plan)
+                                  check_anomaly=self.config.anomaly_detection, buffers_from=plan,
+                                  mixed_precision=self._mixed_precision)
             if [n.name for n in quiet.nodes] == [n.name for n in plan.nodes]:
                 quiet = None            # the same work: one plan (and one set of buffers) is enough
         return _Compiled(graph, plan, rebuild, deliveries, quiet)
@@ -278,7 +283,8 @@ class JobFunction:
             compile_now = functools.partial(
                 compile_graph, replica_graph, replica_graph.outputs, replica_be, mirrors[k], replica_deliveries,
                 rng_seed=[sess.seed, len(sess.jobs), sum(map(ord, self.name)), k],
-                check_anomaly=self.config.anomaly_detection, replica=devices.Replica(k, reducer))
+                check_anomaly=self.config.anomaly_detection, replica=devices.Replica(k, reducer),
+                mixed_precision=self._mixed_precision)
             if be.is_gpu:
                 with be.xp.cuda.Device(k):
                     plans.append(compile_now())

@@ -195,3 +195,36 @@ def test_ops_whose_sign_depends_on_their_arguments_say_so_per_node():
     assert not nodes["plain_bn"].op.is_nonnegative(nodes["plain_bn"])
     layers = {layer.name: layer.nonnegative for layer in find_layers(job.graph())}
     assert layers == {"conv": False, "plain_bn": False, "fused_bn": True, "clipped_bn": False}
+
+
+class Gram(Op):
+    """``x xᵀ``: a product flowlab does not know, declared to compute in float16 under auto mixed precision."""
+    prefix, api = "Gram_", "test.gram"
+    amp = "float16"
+
+    @staticmethod
+    def infer(x):
+        return spec((x.shape[0], x.shape[0]), x.dtype)
+
+    @staticmethod
+    def forward(xp, x):
+        return x @ x.T
+
+
+def test_auto_mixed_precision_casts_around_a_new_op_by_its_trait(monkeypatch):
+    from flowlab.compiler import amp
+    monkeypatch.setattr(amp, "ON_NUMPY", True)
+    config = flow.FunctionConfig()
+    config.enable_auto_mixed_precision(True)
+
+    @flow.global_function(function_config=config)
+    def job(x: tp.Numpy.Placeholder((3, 4))) -> tp.Numpy:
+        return flow.math.exp(apply(Gram, (x,)))
+
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    got = job(x)
+    gram = next(n for n in job.plan().nodes if n.op is Gram)
+    assert [t.dtype for t in (*gram.inputs, *gram.outputs)] == [np.float16, np.float16]
+    assert got.dtype == np.float32
+    x16 = x.astype(np.float16)
+    np.testing.assert_allclose(got, np.exp((x16 @ x16.T).astype(np.float32)), rtol=1e-6)

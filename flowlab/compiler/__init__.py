@@ -4,14 +4,15 @@
 that plan, then the straight-line Python source a job call runs (``plan.source``), one line a node: the
 steady-state call walks no graph.
 
-``prune``, ``plan_buffers`` and ``fuse.fuse_elementwise`` are the plain functions behind the passes of those names.
+``prune``, ``plan_buffers`` and ``fuse.fuse_elementwise`` are the plain functions behind the passes of those names;
+``amp`` is auto mixed precision's rewrite (``amp.ON_NUMPY`` turns it on for NumPy).
 """
 from __future__ import annotations
 
-from . import fuse, passes
+from . import amp, fuse, passes
 from .buffers import plan_buffers
 from .passes import PASSES, describe
 from .plan import Delivery, Plan, compile_graph
 from .prune import prune
 
-__all__ = ["Delivery", "PASSES", "Plan", "compile_graph", "describe", "fuse", "passes", "plan_buffers", "prune"]
+__all__ = ["Delivery", "PASSES", "amp", "Plan", "compile_graph", "describe", "fuse", "passes", "plan_buffers", "prune"]

@@ -5,6 +5,7 @@ list and what earlier passes found) that returns a short note of what it did, or
 """
 from __future__ import annotations
 
+from . import amp
 from .buffers import plan_buffers as assign_buffers
 from .buffers import view_bases
 from .fold_update import fold_sgd_into_gemm as fold_updates
@@ -19,14 +20,17 @@ class Lowering:
     ``roots`` are the tensors the plan hands out (outputs, then delivered watches); ``snapshots`` the ids of
     outputs read right after they are made, because an update later changes them in place; ``buffer_of``,
     ``buffer_specs`` and ``last_use`` come from ``plan_buffers``; ``log`` is ``[(pass name, note)]``;
-    ``replicated``: the plan is one of several data-parallel replicas (its gradients are all-reduced).
+    ``replicated``: the plan is one of several data-parallel replicas (its gradients are all-reduced);
+    ``mixed_precision``: the job asks for auto mixed precision (``FunctionConfig.enable_auto_mixed_precision``).
     """
 
-    def __init__(self, graph, output_tensors, deliveries, backend, check_anomaly, replicated=False):
+    def __init__(self, graph, output_tensors, deliveries, backend, check_anomaly, replicated=False,
+                 mixed_precision=False):
         self.graph = graph
         self.backend = backend
         self.check_anomaly = check_anomaly
         self.replicated = replicated
+        self.mixed_precision = mixed_precision
         self.output_tensors = list(output_tensors)
         self.roots = self.output_tensors + [d.tensor for d in deliveries]
         self.nodes = list(graph.nodes)
@@ -42,6 +46,18 @@ def prune(lowering):
     before = len(lowering.nodes)
     lowering.nodes = prune_nodes(lowering.nodes, lowering.roots, lowering.graph.side_effects)
     return f"kept {len(lowering.nodes)} of {before} nodes"
+
+
+def auto_mixed_precision(lowering):
+    """(Jobs with ``enable_auto_mixed_precision``; CuPy, or NumPy with ``compiler.amp.ON_NUMPY``) matrix products
+    and convolutions compute in float16 between casts; variables, updates and everything else stay float32
+    (``compiler.amp``). Before the passes that place nodes after the producers of the tensors they read."""
+    if not lowering.mixed_precision:
+        return None
+    if not amp.active(lowering.backend):
+        return "skipped: NumPy (no fast float16; compiler.amp.ON_NUMPY turns it on)"
+    lowering.nodes, products, casts = amp.insert_casts(lowering.nodes, lowering.graph)
+    return f"{products} products in float16, {casts} casts" if products else "no float32 product to convert"
 
 
 def order_variables(lowering):
@@ -117,8 +133,8 @@ def plan_buffers(lowering):
     return f"{len(lowering.buffer_specs)} buffers for {len(lowering.buffer_of)} tensors"
 
 
-PASSES = (prune, order_variables, observers_early, fuse_elementwise, fold_sgd_into_gemm, snapshot_returned_variables,
-          plan_buffers)
+PASSES = (prune, auto_mixed_precision, order_variables, observers_early, fuse_elementwise, fold_sgd_into_gemm,
+          snapshot_returned_variables, plan_buffers)
 
 
 def run(lowering):

@@ -50,6 +50,9 @@ class Plan:
     On CuPy the plan is replayed as one CUDA graph from its second call where it can be (``runtime.cuda_graph``;
     ``replay`` is that ``GraphReplay`` or None, and ``print(plan)`` says which and why).
 
+    ``mixed_precision``: the job asks for auto mixed precision (``compiler.amp``: on CuPy its products compute in
+    float16).
+
     ``replica`` makes the plan one of several data-parallel copies (``runtime.devices.Replica``: its ``index`` and
     a ``reducer`` shared by all, whose ``all_reduce(index, gradients)`` and ``release(index)`` the plan calls where
     ``compiler.replicate`` says); replicas other than 0 skip the updates. Without it the plan is exactly the
@@ -57,13 +60,13 @@ class Plan:
     """
 
     def __init__(self, graph, output_tensors, backend, variables, deliveries=(), rng_seed=0, check_anomaly=False,
-                 replica=None, rng=None, buffers_from=None):
+                 replica=None, rng=None, buffers_from=None, mixed_precision=False):
         self.graph = graph
         self.backend = backend
         self.output_tensors = list(output_tensors)
         self.deliveries = [Delivery(*d) for d in deliveries]
         lowering = passes.run(passes.Lowering(graph, self.output_tensors, self.deliveries, backend, check_anomaly,
-                                                   replicated=replica is not None))
+                                                   replicated=replica is not None, mixed_precision=mixed_precision))
         self.passes = lowering.log
         self.nodes = lowering.nodes
         self.snapshots = lowering.snapshots
@@ -317,9 +320,9 @@ def anomaly_report(graph, node, tensor_id, value, inputs, xp):
 
 
 def compile_graph(graph, output_tensors, backend, variables, deliveries=(), rng_seed=0, check_anomaly=False,
-                  replica=None, rng=None, buffers_from=None) -> Plan:
+                  replica=None, rng=None, buffers_from=None, mixed_precision=False) -> Plan:
     return Plan(graph, output_tensors, backend, variables, deliveries, rng_seed, check_anomaly, replica, rng,
-                buffers_from)
+                buffers_from, mixed_precision)
 
 
 __all__ = ["Delivery", "Plan", "compile_graph"]

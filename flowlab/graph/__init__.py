@@ -210,6 +210,14 @@ class Graph:
             node.outputs.append(t)
         return node.outputs
 
+    def compiler_tensor(self, node, shape, dtype, lbn) -> LazyTensor:
+        """Output ``len(node.outputs)`` of ``node``, a node a compiler pass adds to one plan (not to ``nodes``, which
+        stay the traced job): it gets an id of this graph, so that plans and reports can name it."""
+        t = LazyTensor(self, len(self.tensors), shape, dtype, node, len(node.outputs), lbn)
+        self.tensors.append(t)
+        node.outputs.append(t)
+        return t
+
     def local_name(self, prefix: str) -> str:
         """Names for nodes flowlab adds itself (gradients, updates): unique in this graph, no global counter."""
         return f"{prefix}{next(self._local_counter)}"

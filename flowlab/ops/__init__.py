@@ -64,6 +64,8 @@ class Op:
     batch_source = False    # its output is a whole batch (an argument, a data reader): split over devices
     random = False          # forward takes ``rng=``, the plan's random generator (not replayable as a CUDA graph)
     nonnegative = False     # every output element is >= 0 (relu, sigmoid, softmax): health's dead-unit test
+    amp: str | None = None  # "float16": a big product that computes in float16 under auto mixed precision, its
+    #                         float32 inputs cast down and its output cast back (``compiler.amp``)
     reduction: str | None = None   # "sum" / "mean" / "max": reduces attrs["axes"] (how device pieces join)
     c_expr: str | None = None
     vjp = None              # ops without a vjp are not differentiable (integer ops, gradient ops)

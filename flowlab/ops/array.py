@@ -243,14 +243,18 @@ def slice_axis(x, axis, start, stop, name=None):
 class Cast(Op):
     prefix, api = "Cast_", "flow.cast"
     partial_join = keeps_partials("sum", "mean", "max", "min")
+    supports_out = True     # the casts auto mixed precision inserts (compiler.amp) reuse buffers every call
 
     @staticmethod
     def infer(x, dtype):
         return spec(x.shape, dtype)
 
     @staticmethod
-    def forward(xp, x, dtype):
-        return x.astype(dtype)
+    def forward(xp, x, dtype, out=None):
+        if out is None:
+            return x.astype(dtype)
+        out[...] = x            # the unsafe casting astype does
+        return out
 
     @staticmethod
     def vjp(node, dy):

@@ -179,6 +179,9 @@ def _grouped_matmul(xp, a, b):
         out = xp.empty((1, a.shape[1], b.shape[2]), a.dtype)
         if cublas.gemm(xp, a[0], b[0], out[0]) is not None:
             return out
+    if xp is np and a.dtype == np.float16:
+        # NumPy's float16 matmul has no BLAS: float32 BLAS rounded once is float16 GEMM with float32 accumulation
+        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
     return xp.matmul(a, b)
 
 
@@ -201,6 +204,7 @@ def _conv_macs(conv_output, filters_shape, data_format):
 
 class Conv2d(Op):
     prefix, api = "Conv2d_", "flow.nn.conv2d"
+    amp = "float16"     # conv2d is on OneFlow 0.3.4's white list; its gradients are products too
 
     @staticmethod
     def gemm_macs(node):
@@ -248,6 +252,7 @@ class Conv2d(Op):
 class ConvInputGrad(Op):
     """``d input``: each kernel position's share of ``dy @ W`` scatter-added back where it read (col2im)."""
     prefix, api = "ConvInputGrad_", "conv2d_input_grad"
+    amp = "float16"     # conv2d is on OneFlow 0.3.4's white list; its gradients are products too
 
     @staticmethod
     def gemm_macs(node):
@@ -278,6 +283,7 @@ class ConvInputGrad(Op):
 class ConvFilterGrad(Op):
     """``d filters = dy^T @ im2col(input)``, per group."""
     prefix, api = "ConvFilterGrad_", "conv2d_filter_grad"
+    amp = "float16"     # conv2d is on OneFlow 0.3.4's white list; its gradients are products too
 
     @staticmethod
     def gemm_macs(node):

@@ -9,6 +9,11 @@ dispatch, which costs more host time than the call itself on small products.
 Operands are 2-D float32/float64 CuPy arrays that are C- or F-contiguous (a matrix or a transposed view of one);
 ``out`` is C-contiguous. Anything else returns None for the caller to use ``cupy.matmul``. The binding is checked
 against ``cupy.matmul`` once, on first use; where it cannot be found or disagrees, ``gemm`` always returns None.
+
+float16 operands (auto mixed precision, ``compiler.amp``) go to ``cublasGemmEx`` with float16 matrices and float32
+accumulation (``CUBLAS_COMPUTE_32F``, float32 alpha and beta), what ``cupy.matmul`` computes for them. That routine
+is bound and checked against ``cupy.matmul`` apart, on the first float16 product, so that a job without float16
+never touches it; where it cannot be found or disagrees, float16 products return None (``cupy.matmul``).
 ``FLOWLAB_CUBLAS=0`` turns it off.
 """
 from __future__ import annotations
@@ -25,6 +30,10 @@ _N, _T = 0, 1                 # cublasOperation_t
 _HOST_POINTERS = 0            # cublasPointerMode_t
 _library = None               # ctypes library, False once found unusable
 _routines = {}                # dtype -> gemm function
+_CUDA_R_16F = 2               # cudaDataType_t
+_COMPUTE_32F = 68             # cublasComputeType_t (CUDA 11 and later)
+_GEMM_DEFAULT = -1            # cublasGemmAlgo_t
+_half_routine = None          # cublasGemmEx, False once found unusable
 
 
 def _find_library():
@@ -78,6 +87,32 @@ def _bind(cupy):
                 return
 
 
+def _bind_half(cupy):
+    """Bind ``cublasGemmEx`` for float16 and check every layout once against ``cupy.matmul``."""
+    global _half_routine
+    _half_routine = False
+    _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_float)
+    try:
+        routine = _library.cublasGemmEx
+    except AttributeError as e:
+        log.debug("flowlab: cuBLAS float16 gemm not bound: %s", e)
+        return
+    routine.argtypes = [_P, _I, _I, _I, _I, _I, _F, _P, _I, _I, _P, _I, _I, _F, _P, _I, _I, _I, _I]
+    _half_routine = routine
+    rng = np.random.default_rng(0)
+    a, b = (cupy.asarray(rng.standard_normal(s).astype(np.float16)) for s in ((5, 3), (3, 4)))
+    for left, right in ((a, b), (a.T.copy().T, b), (a, b.T.copy().T)):
+        try:
+            got = gemm(cupy, left, right, cupy.empty((5, 4), np.float16))
+        except RuntimeError:        # a status cuBLAS refuses with (no float16 GEMM on this device)
+            got = None
+        # both accumulate in float32: they may differ by the last bit of the float16 result
+        if got is None or not cupy.allclose(got, cupy.matmul(left, right), rtol=1e-2, atol=1e-2):
+            log.warning("flowlab: cuBLAS float16 gemm through ctypes disagrees with cupy.matmul; using cupy.matmul")
+            _half_routine = False
+            return
+
+
 def _operand(x):
     """(cublas operation, leading dimension) of row-major operand ``x`` as column-major cuBLAS sees it, or None."""
     rows, cols = x.shape
@@ -94,7 +129,13 @@ def gemm(cupy, a, b, out):
         _bind(cupy)
     if not _library or a.ndim != 2 or b.ndim != 2 or not out.flags.c_contiguous:
         return None
-    bound = _routines.get(a.dtype)
+    half = a.dtype == np.float16
+    if half:
+        if _half_routine is None:
+            _bind_half(cupy)
+        bound = (_half_routine, ctypes.c_float) if _half_routine else None
+    else:
+        bound = _routines.get(a.dtype)
     if bound is None or b.dtype != a.dtype or out.dtype != a.dtype:
         return None
     m, k = a.shape
@@ -112,8 +153,13 @@ def gemm(cupy, a, b, out):
     _library.cublasSetPointerMode_v2(handle, _HOST_POINTERS)
     one, zero = scalar(1.0), scalar(0.0)
     # row-major out (m x n) = a @ b is column-major out^T (n x m) = b^T @ a^T: b first
-    status = routine(handle, op_b[0], op_a[0], n, m, k, ctypes.byref(one), b.data.ptr, op_b[1], a.data.ptr,
-                     op_a[1], ctypes.byref(zero), out.data.ptr, n)
+    if half:        # cublasGemmEx: each matrix's data type after it; compute type and algorithm at the end
+        status = routine(handle, op_b[0], op_a[0], n, m, k, ctypes.byref(one), b.data.ptr, _CUDA_R_16F, op_b[1],
+                         a.data.ptr, _CUDA_R_16F, op_a[1], ctypes.byref(zero), out.data.ptr, _CUDA_R_16F, n,
+                         _COMPUTE_32F, _GEMM_DEFAULT)
+    else:
+        status = routine(handle, op_b[0], op_a[0], n, m, k, ctypes.byref(one), b.data.ptr, op_b[1], a.data.ptr,
+                         op_a[1], ctypes.byref(zero), out.data.ptr, n)
     if status != 0:
         raise RuntimeError(f"cublas gemm failed with status {status}")
     return out
