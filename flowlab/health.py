@@ -44,11 +44,11 @@ Health tab draws them from the log).
 
 How it runs. ``watch_health`` only records a request. When the job compiles (``delivery.resolve``) the request turns
 into statistics ops of the graph (``ops.stats``: ``ActivationStats``, ``SquareStats``, ``MeanStat``,
-``BatchNormStats``, observing ops that run right after the tensors they read) whose small vectors the plan delivers to the monitor's ``put`` on the
-calls that deliver (a job whose reports skip calls runs a plan without them on the others), plus histogram
-deliveries. On NumPy they are a few reductions on the job's thread; on CuPy one fused kernel a float32 tensor,
-writing into one device buffer, so the statistics are part of the CUDA graph a plan is replayed as and reach the host
-with one copy. The update is the plain-SGD step ``lr * scale * gradient`` when the optimizer is SGD without momentum
+``BatchNormStats``, observing ops that run right after the tensors they read) whose small vectors the plan delivers
+to the monitor's ``put`` on the calls that deliver (a job whose reports skip calls runs a plan without them on the
+others), plus histogram deliveries. On NumPy they are a few reductions on the job's thread; on CuPy one fused
+kernel a float32 tensor (a batch norm's: a few small ones), writing into one device buffer, so the statistics are
+part of the CUDA graph a plan is replayed as and reach the host with one copy. The update is the plain-SGD step ``lr * scale * gradient`` when the optimizer is SGD without momentum
 or clipping (free: its norm follows from the gradient's); for other optimizers the weights are kept before the update
 (``SquareStats``' ``keep``) and the change measured right after the call. The report (alerts come from the numbers
 alone: ``health_alerts``) is built once the plan has run (``after_run``): on NumPy on the job's thread, on a GPU in
@@ -286,8 +286,10 @@ def _find_normalisation(graph, layers):
     (``relu(batch_normalization(x) + shortcut)``) the other input of the elementwise op of two same-shaped tensors
     that reads the batch norm's output."""
     normalizes = {layer.batch_norm.inputs.id for layer in layers if layer.batch_norm is not None}
-    readers = {}
+    readers = {}                 # forward readers only: a gradient op of two same-shaped tensors is no sum
     for node in graph.nodes:
+        if node.name.startswith("System-AutoGrad-") or node.op.updates_variable or node.op.observes:
+            continue
         for t in node.inputs:
             readers.setdefault(t.id, []).append(node)
     branches = []

@@ -398,7 +398,8 @@ class HealthPanel(LiveView):
                         # a message names layers (ResNet's res3_1_branch2c_bn_add_relu): a long name may break
                         # anywhere, or the table would run past the list's width and the messages be cut (and
                         # left-aligned: a saved notebook's stylesheet aligns table cells right)
-                        f'<td style="padding-bottom:3px;text-align:left;overflow-wrap:anywhere">{html.escape(message)}</td></tr>')
+                        f'<td style="padding-bottom:3px;text-align:left;overflow-wrap:anywhere">'
+                        f'{html.escape(message)}</td></tr>')
         hidden = len(groups["kind"]) - len(rows)
         more = f'<div style="color:#777">… and {hidden} more (kind, layer) rows</div>' if hidden > 0 else ""
         return (f'<div><b>{total:,} alert{"s" if total != 1 else ""}</b>: {summary}</div>'
