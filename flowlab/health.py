@@ -48,13 +48,14 @@ into statistics ops of the graph (``ops.stats``: ``ActivationStats``, ``SquareSt
 to the monitor's ``put`` on the calls that deliver (a job whose reports skip calls runs a plan without them on the
 others), plus histogram deliveries. On NumPy they are a few reductions on the job's thread; on CuPy one fused
 kernel a float32 tensor (a batch norm's: a few small ones), writing into one device buffer, so the statistics are
-part of the CUDA graph a plan is replayed as and reach the host with one copy. The update is the plain-SGD step ``lr * scale * gradient`` when the optimizer is SGD without momentum
-or clipping (free: its norm follows from the gradient's); for other optimizers the weights are kept before the update
-(``SquareStats``' ``keep``) and the change measured right after the call. The report (alerts come from the numbers
-alone: ``health_alerts``) is built once the plan has run (``after_run``): on NumPy on the job's thread, on a GPU in
-the dispatcher beside the next call; it is delivered as ``HealthRequest`` says. On several devices the tensors are
-delivered and summarised from the joined whole on the host, and the report is built in the dispatcher when the loss
-(the last layer's output in a predict job) arrives.
+part of the CUDA graph a plan is replayed as and reach the host with one copy. The update is the plain-SGD step
+``lr * scale * gradient`` when the optimizer is SGD without momentum or clipping (free: its norm follows from the
+gradient's); for other optimizers the weights are kept before the update (``SquareStats``' ``keep``) and the change
+measured right after the call. The report (alerts come from the numbers alone: ``health_alerts``) is built once
+the plan has run (``after_run``): on NumPy on the job's thread, on a GPU in the dispatcher beside the next call; it is
+delivered as ``HealthRequest`` says. On several devices the tensors are delivered and summarised from the joined
+whole on the host, and the report is built in the dispatcher when the loss (the last layer's output in a predict
+job) arrives.
 """
 from __future__ import annotations
 
