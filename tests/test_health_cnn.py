@@ -4,6 +4,7 @@ norm ``<block>_branch2a_bn_relu``): the batch norms' moving statistics against N
 the alerts that must still fire (a learning rate far too high, batch norm removed, a dead batch-norm ReLU), and
 watch / watch_diff / watch_scope / watch_health on a network of ResNet-50's depth."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -251,11 +252,21 @@ def test_a_learning_rate_far_too_high_names_the_unnormalised_layer_first():
 
 
 def test_a_learning_rate_that_diverges_names_the_first_layer_with_nan():
+    """SGD at 1e4: fc and the batch norms are overwritten at once (update_ratio at step 0), the total gradient
+    explodes and the loss spikes, then float32 overflows. Batch norm keeps the activations finite, so the first
+    non-finite numbers are a convolution's weights or weight gradient (its weights grew step after step): the nan
+    alert names that convolution and its op."""
     reports = []
     run(train_job(resnet, reports, BATCH, SIZE, lr=1e4, momentum=0.0), 8, BATCH, SIZE)
+    assert {a.kind for a in reports[0].alerts} == {"update_ratio"}
+    assert "fc" in {a.layer for a in reports[0].alerts}
     nan = [a for r in reports for a in r.alerts if a.kind == "nan"]
     assert nan, "a rate of 1e4 overflows"
-    assert nan[0].layer in reports[0].table and "first watched op" in nan[0].message
+    exploding = [a.step for r in reports for a in r.alerts if a.kind == "exploding_gradient" and a.layer is None]
+    assert exploding and exploding[0] <= nan[0].step
+    first = nan[0]
+    assert first.layer in reports[0].table and not first.layer.endswith(("_bn", "_relu", "fc"))
+    assert re.search(r"Inf in the (gradient|weight) of layer res\w+: op \S+", first.message), first.message
 
 
 @pytest.mark.parametrize("bn", [True, False], ids=["batch_norm", "removed"])
