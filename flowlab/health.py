@@ -1,6 +1,8 @@
 """``flow.watch_health(handler=None, every=1, writer=None, histogram_every=None, **thresholds)``: per-layer
 statistics of a training network and alerts (dead ReLUs, vanishing or exploding gradients, bad update sizes, loss
 spikes, NaN/Inf), delivered as a ``HealthReport`` to ``handler`` and/or ``writer.add_health`` every ``every`` calls.
+The alerts read each number as what it means for its layer (``health_alerts``), so that they keep their meaning on
+normalised networks (ResNets).
 
 Layers, as OneFlow names them. ``flow.layers.dense``/``conv2d`` with prefix ``<p>`` (``name``, or ``Dense_<n>`` /
 ``Conv2d_<n>``) make variables ``<p>-weight``, ``<p>-bias`` and ops ``<p>_matmul``/``<p>_conv2d``, ``<p>_bias_add``,
@@ -8,7 +10,17 @@ Layers, as OneFlow names them. ``flow.layers.dense``/``conv2d`` with prefix ``<p
 ``-<part>`` (a name without ``-`` is its own layer); the layer's *output* (activation) is the output of the last
 forward op named ``<layer>_<something>``, or ``<layer>`` itself (OneFlow's ResNet names its ``flow.nn.conv2d``
 ``res2_0_branch2a`` beside the variable ``res2_0_branch2a-weight``); the longest matching layer wins, so
-``hidden_2_matmul`` belongs to ``hidden_2``, not ``hidden``. A layer of variables only (used by the user's own ops) has no activation statistics.
+``hidden_2_matmul`` belongs to ``hidden_2``, not ``hidden``. A layer of variables only (used by the user's own ops)
+has no activation statistics. A batch normalization (``flow.layers.batch_normalization*`` named ``<b>``: variables
+``<b>-gamma``, ``<b>-beta`` and the non-trainable ``<b>-moving_mean``, ``<b>-moving_variance``; OneFlow's ResNet
+names them ``<conv>_bn_relu``, ``<conv>_bn_add_relu``, ``<conv>_bn``) is a layer of its own, also when frozen.
+
+Roles (``LayerRole``, read from the graph, for ``health_alerts``): a layer is *ReLU-like* when its output op is
+non-negative (``batch_normalization_relu`` is); *normalised* when a batch norm normalizes its output (a conv before
+its batch norm: its weights are scale-invariant); a *batch norm*; and in a residual branch behind a *gate*, the
+batch norm closing the branch: ``batch_normalization_add_relu`` (the branch: what its normalized input depends on
+and its addend does not), or in the unfused form ``relu(add(batch_normalization(x), shortcut))`` the batch norm
+whose output the add reads.
 
 Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   activation: ``act_mean_abs``, ``act_std``, ``act_zero_fraction`` (exact zeros among all elements),
@@ -16,7 +28,11 @@ Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   exactly zero for every example and position of the batch), ``act_nan``, ``act_inf``;
   parameters (all the layer's trainable variables as one vector): ``weight_norm`` (before this call's update),
   ``grad_norm`` (of the gradient the optimizer uses), ``update_ratio`` (norm of this call's change of the weights /
-  ``weight_norm``), ``weight_nan``/``weight_inf``, ``grad_nan``/``grad_inf``.
+  ``weight_norm``), ``weight_nan``/``weight_inf``, ``grad_nan``/``grad_inf``;
+  batch norms (``ops.stats.batch_norm_vector``; their moving statistics before this call's update, which a predict
+  job would normalize with now): ``moving_mean_abs``, ``moving_var_mean``, ``moving_var_min`` (a channel whose
+  running variance collapsed), ``batch_mean_gap`` and ``batch_var_ratio`` (how far this call's batch statistics are
+  from the moving ones: the train/eval gap; NaN without batch statistics), ``moving_nan``/``moving_inf``.
   ``HealthReport.loss`` is the mean of the loss being minimised. ``STATISTICS`` lists them all with a line each.
 Histograms: every ``histogram_every``-th report also carries, per layer, 30-bucket histograms of its activation,
 its kernel (the ``-weight`` variable, else its largest) and the kernel's gradient (``HealthReport.histograms``),
@@ -27,18 +43,19 @@ Where reports go: ``handler(report)``, and/or ``writer.add_health(report)`` for 
 Health tab draws them from the log).
 
 How it runs. ``watch_health`` only records a request. When the job compiles (``delivery.resolve``) the request turns
-into statistics ops of the graph (``ops.stats``: ``ActivationStats``, ``SquareStats``, ``MeanStat``, observing ops
-that run right after the tensor they read) whose small vectors the plan delivers to the monitor's ``put`` on the
-calls that deliver (a job whose reports skip calls runs a plan without them on the others), plus histogram
-deliveries. On NumPy they are a few reductions on the job's thread; on CuPy one fused kernel a float32 tensor,
-writing into one device buffer, so the statistics are part of the CUDA graph a plan is replayed as and reach the host
-with one copy. The update is the plain-SGD step ``lr * scale * gradient`` when the optimizer is SGD without momentum
-or clipping (free: its norm follows from the gradient's); for other optimizers the weights are kept before the update
-(``SquareStats``' ``keep``) and the change measured right after the call. The report (alerts come from the numbers
-alone: ``health_alerts``) is built once the plan has run (``after_run``): on NumPy on the job's thread, on a GPU in
-the dispatcher beside the next call; it is delivered as ``HealthRequest`` says. On several devices the tensors are
-delivered and summarised from the joined whole on the host, and the report is built in the dispatcher when the loss
-(the last layer's output in a predict job) arrives.
+into statistics ops of the graph (``ops.stats``: ``ActivationStats``, ``SquareStats``, ``MeanStat``,
+``BatchNormStats``, observing ops that run right after the tensors they read) whose small vectors the plan delivers
+to the monitor's ``put`` on the calls that deliver (a job whose reports skip calls runs a plan without them on the
+others), plus histogram deliveries. On NumPy they are a few reductions on the job's thread; on CuPy one fused
+kernel a float32 tensor (a batch norm's: a few small ones), writing into one device buffer, so the statistics are
+part of the CUDA graph a plan is replayed as and reach the host with one copy. The update is the plain-SGD step
+``lr * scale * gradient`` when the optimizer is SGD without momentum or clipping (free: its norm follows from the
+gradient's); for other optimizers the weights are kept before the update (``SquareStats``' ``keep``) and the change
+measured right after the call. The report (alerts come from the numbers alone: ``health_alerts``) is built once
+the plan has run (``after_run``): on NumPy on the job's thread, on a GPU in the dispatcher beside the next call; it is
+delivered as ``HealthRequest`` says. On several devices the tensors are delivered and summarised from the joined
+whole on the host, and the report is built in the dispatcher when the loss (the last layer's output in a predict
+job) arrives.
 """
 from __future__ import annotations
 
@@ -54,8 +71,9 @@ import numpy as np
 from . import graph as g
 from .errors import TraceError
 from .ops import apply
-from .ops.stats import (ActivationStats, MeanStat, Results, Scratch, SquareStats, activation_vector,
-                        histogram_vector, mean_vector, square_vector)
+from .ops.normalization import batch_norm_parts
+from .ops.stats import (ActivationStats, BatchNormStats, MeanStat, Results, Scratch, SquareStats, activation_vector,
+                        batch_norm_vector, histogram_vector, mean_vector, square_vector)
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
@@ -68,6 +86,7 @@ THRESHOLDS = {
     "update_ratio_low": 1e-5,    # update_ratio: update/weight norm ratio outside [low, high] (rule of thumb 1e-3)
     "update_ratio_high": 0.5,    # (early steps of a healthy net can reach 0.1)
     "loss_spike_factor": 3.0,    # loss_spike: loss above this times its recent median
+    "closed_gate": 0.1,          # a residual branch's closing batch norm with gamma, beta RMS below this is "closed"
     "window": 20,                # how many earlier reports "recent" means
 }
 MIN_HISTORY = 3                  # earlier reports needed before time-based alerts (loss_spike, exploding) speak
@@ -92,8 +111,17 @@ STATISTICS = {
     "grad_nan": "NaNs in the layer's gradient",
     "grad_inf": "Infs in the layer's gradient",
     "update_ratio": "norm of this step's update / weight norm (healthy near 1e-3)",
+    # batch normalization layers (those with -moving_mean / -moving_variance variables), batch_norm_vector's order
+    "moving_mean_abs": "mean |moving mean| over the channels of a batch norm",
+    "moving_var_mean": "mean moving variance over the channels (huge: exploding pre-activations)",
+    "moving_var_min": "smallest channel's moving variance (~0: a collapsed, constant channel)",
+    "batch_mean_gap": "mean |batch mean - moving mean| / moving std: how far evaluation shifts a channel",
+    "batch_var_ratio": "mean batch / moving variance (1: they agree; far from 1: train/eval gap)",
+    "moving_nan": "NaNs in a batch norm's moving statistics",
+    "moving_inf": "Infs in a batch norm's moving statistics",
 }
 ACTIVATION_STATISTICS = tuple(STATISTICS)[:7]
+BATCH_NORM_STATISTICS = tuple(STATISTICS)[-7:]
 COUNT_STATISTICS = tuple(s for s in STATISTICS if s.endswith(("_nan", "_inf")))
 
 
@@ -187,18 +215,48 @@ class _Layer:
     unit_axis: int = 1
     nonnegative: bool = False    # its output comes from an op whose outputs are >= 0 (ReLU, sigmoid, softmax)
     position: int = 1 << 60      # index of its first forward node: layers are listed in forward order
+    moving: dict | None = None   # a batch norm's {"moving_mean": read, "moving_variance": read}
+    batch_norm: object = None    # the BatchNormParts of its batch-normalization node
+    normalised: bool = False     # one of its ops' outputs is what a batch normalization normalizes
+    gate: str | None = None      # the batch norm closing the residual branch it is in
+    made: list = field(default_factory=list)     # the first output of each of its forward nodes
+
+
+MOVING_STATISTICS = ("moving_mean", "moving_variance")     # a batch norm's non-trainable variables, by suffix
+
+
+class LayerRole(NamedTuple):
+    """What ``health_alerts`` needs to know of a layer beside its numbers (``roles``), read from the graph:
+    ``relu``: its output is ReLU-like (dead units mean something); ``normalised``: its output feeds a batch
+    normalization (so its weights are scale-invariant); ``batch_norm``: it is a batch normalization (its weights
+    are the per-channel gamma and beta); ``gate``: the batch norm whose ``batch_normalization_add_relu`` closes the
+    residual branch it is in; ``size``: how many trainable values it has."""
+    relu: bool = True
+    normalised: bool = False
+    batch_norm: bool = False
+    gate: str | None = None
+    size: int = 0
 
 
 def find_layers(graph):
-    """The graph's layers by the rule of the module docstring, in forward order."""
+    """The graph's layers by the rule of the module docstring, in forward order, with their batch normalizations
+    (``-moving_mean``/``-moving_variance`` variables and the node that normalizes) and what they normalize."""
     updates = {n.inputs[0].id: n for n in graph.nodes if n.op.updates_variable}
-    layers = {}
+    layers, moving = {}, {}
     for name, read in graph.variables.items():
         decl = graph.declarations.get(name)
-        if decl is None or not decl.trainable:
+        if decl is None:
             continue
         layer = name.rsplit("-", 1)[0] if "-" in name else name
+        if not decl.trainable:
+            part = name[len(layer) + 1:]
+            if part in MOVING_STATISTICS:
+                moving.setdefault(layer, {})[part] = read
+            continue
         layers.setdefault(layer, _Layer(layer, [])).params.append(_Param(name, read, updates.get(read.id)))
+    for layer, reads in moving.items():
+        if len(reads) == len(MOVING_STATISTICS):       # a frozen batch norm (no trainable gamma/beta) is a layer too
+            layers.setdefault(layer, _Layer(layer, [])).moving = reads
     by_length = sorted(layers, key=len, reverse=True)
     for i, node in enumerate(graph.nodes):
         if node.op.is_variable or node.op.observes or node.op.updates_variable or not node.outputs or \
@@ -208,15 +266,81 @@ def find_layers(graph):
         if owner is None:
             continue
         owner.output = node.outputs[0]
+        owner.made.append(node.outputs[0])
         owner.nonnegative = node.op.is_nonnegative(node)
         owner.position = min(owner.position, i)
         if node.attrs.get("data_format") == "NHWC":
             owner.unit_axis = -1
+        parts = batch_norm_parts(node)
+        if parts is not None and owner.moving is not None:
+            owner.batch_norm = parts
+            owner.unit_axis = node.attrs["axis"]
+    _find_normalisation(graph, layers.values())
     return sorted(layers.values(), key=lambda layer: (layer.position, layer.name))
 
 
+def _find_normalisation(graph, layers):
+    """Mark the layers one of whose ops' outputs a batch norm normalizes (``conv`` before ``conv_bn``, also when
+    ``conv_relu`` after the batch norm makes ``conv``'s output), and the layers in a residual branch: the nodes that
+    the batch norm closing the branch normalizes depend on and the shortcut does not (the innermost branch wins).
+    The shortcut is the ``addend`` of ``batch_normalization_add_relu``, or in the unfused form
+    (``relu(batch_normalization(x) + shortcut)``) the other input of the elementwise op of two same-shaped tensors
+    that reads the batch norm's output."""
+    normalizes = {layer.batch_norm.inputs.id for layer in layers if layer.batch_norm is not None}
+    readers = {}                 # forward readers only: a gradient op of two same-shaped tensors is no sum
+    for node in graph.nodes:
+        if node.name.startswith("System-AutoGrad-") or node.op.updates_variable or node.op.observes:
+            continue
+        for t in node.inputs:
+            readers.setdefault(t.id, []).append(node)
+    branches = []
+    for layer in layers:
+        parts = layer.batch_norm
+        if parts is None:
+            layer.normalised = any(t.id in normalizes for t in layer.made)
+            continue
+        shortcuts = [parts.addend] if parts.addend is not None else [
+            other for node in readers.get(layer.output.id, ()) if _merges(node)
+            for other in node.inputs if other is not layer.output]
+        for shortcut in shortcuts:
+            branch = _ancestors(parts.inputs) - _ancestors(shortcut)
+            branches.append((len(branch), layer.name, branch))
+    branches.sort(key=lambda entry: entry[0])
+    for layer in layers:
+        if layer.output is not None:
+            layer.gate = next((name for _, name, branch in branches
+                               if any(id(t.node) in branch for t in layer.made)), None)
+
+
+def _merges(node):
+    """An elementwise op of two tensors of its output's shape (a residual sum, as ``flow.math.add`` makes it)."""
+    return len(node.inputs) == 2 and len(node.outputs) == 1 and \
+        all(t.shape == node.outputs[0].shape for t in node.inputs)
+
+
+def _ancestors(tensor):
+    """The ``id``s of the nodes ``tensor`` depends on, its own node included."""
+    seen, stack = set(), [tensor.node]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.extend(t.node for t in node.inputs)
+    return seen
+
+
+def roles_of(layers):
+    """``{layer: LayerRole}`` of ``find_layers``' layers (see ``health_alerts``)."""
+    return {layer.name: LayerRole(layer.nonnegative, layer.normalised, layer.batch_norm is not None, layer.gate,
+                                  sum(math.prod(p.read.shape) for p in layer.params))
+            for layer in layers}
+
+
 def _kernel(layer):
-    """A layer's main variable: its ``-weight``, else its largest."""
+    """A layer's main variable: its ``-weight``, else its largest (None for a frozen batch norm: it has none)."""
+    if not layer.params:
+        return None
     return next((p for p in layer.params if p.name.endswith("-weight")), None) or \
         max(layer.params, key=lambda p: math.prod(p.read.shape))
 
@@ -313,12 +437,14 @@ class _Monitor:
         self.losses = {}                       # step -> the loss's mean vector (delivered in predict jobs too)
         self.histogram_every = request.histogram_every * request.every
         # what the histograms show: each layer's output, its kernel and the kernel's gradient
-        self.kernels = {layer.name: _kernel(layer).name for layer in layers}
+        self.kernels = {layer.name: getattr(_kernel(layer), "name", None) for layer in layers}
         self.histogram_keys = set()
         if self.histogram_every:
             for layer in layers:
                 kernel = self.kernels[layer.name]
-                self.histogram_keys.update({("act", layer.name), ("weight", kernel), ("grad", kernel)})
+                self.histogram_keys.add(("act", layer.name))
+                if kernel is not None:
+                    self.histogram_keys.update({("weight", kernel), ("grad", kernel)})
         # the variables whose update follows from the gradient's norm (the plain-SGD step; see _table); the others'
         # values before the update are kept on delivering calls
         self.plain_sgd = {p.name for layer in layers for p in layer.params
@@ -340,12 +466,14 @@ class _Monitor:
                 if p.update is not None:
                     self._add(("grad", p.name), p.update.inputs[1], layer.name, "gradient", SquareStats,
                               scratch=Scratch())
+            if layer.moving is not None:
+                self._add_batch_norm(layer)
         losses = [loss for _, loss in graph.losses]
         outputs = [layer.output for layer in layers if layer.output is not None]
         # the call is complete when this arrives: the loss, or in a predict job the last layer's output
         last = losses[0] if losses else outputs[-1] if outputs else layers[-1].params[0].read
         self.expected = len(self.order)
-        self.relu_layers = {layer.name for layer in layers if layer.nonnegative}
+        self.roles = roles_of(layers)
         self.is_train = bool(losses)
         if self.host_side:
             self.requests.append(self._request(last, call=self._finish))
@@ -358,13 +486,14 @@ class _Monitor:
         return WatchRequest(tensor, False, call, self.request.describe, every=self.request.every,
                             source=self.request.source, **options)
 
-    def _observe(self, op, tensor, what, **attrs):
-        """A statistics node reading ``tensor``, named after what it watches (unique in the graph)."""
+    def _observe(self, op, tensor, what, extra=(), **attrs):
+        """A statistics node reading ``tensor`` (and ``extra`` tensors made before it), named after what it watches
+        (unique in the graph)."""
         name = f"System-Health-{what}"
         if name in self._names:
             name = self.graph.local_name(name + "_")
         self._names.add(name)
-        return apply(op, (tensor,), name, **attrs)
+        return apply(op, (tensor, *extra), name, **attrs)
 
     def _add(self, key, tensor, layer, what, op, **attrs):
         self.order.append((key, tensor.node, layer, what))
@@ -383,6 +512,42 @@ class _Monitor:
             self.requests.append(WatchRequest(tensor, False, None, self.request.describe, every=self.histogram_every,
                                               source=self.request.source, bins=HISTOGRAM_BINS,
                                               put=functools.partial(self._arrive_sample, key)))
+
+    def _add_batch_norm(self, layer):
+        """A batch norm's moving statistics, and in a train job how far this call's batch statistics are from
+        them (``ops.stats.batch_norm_vector``): one observing op reading all four, which runs right after the
+        normalization, before the moving averages are updated in place. On several devices the per-channel
+        statistics are delivered and averaged over the devices (each device's batch statistics, the moving ones
+        alike on all), the vector made once all have arrived."""
+        key, parts = ("bn", layer.name), layer.batch_norm
+        tensors = [layer.moving[m] for m in MOVING_STATISTICS]
+        if parts is not None and parts.batch_mean is not None:
+            tensors = [parts.batch_mean, parts.batch_variance] + tensors
+        epsilon = parts.epsilon if parts is not None else 1e-5
+        self.order.append((key, tensors[0].node, layer.name, "moving statistics"))
+        if self.host_side:
+            channels = tensors[-1].shape[0]
+            arrived = {}                                    # step -> {position: per-channel host vector}
+
+            def call(value, step, position):
+                per_channel = np.asarray(value.whole, np.float64).reshape(-1, channels).mean(axis=0)
+                with self.lock:
+                    pieces = arrived.setdefault(step, {})
+                    pieces[position] = per_channel
+                    if len(pieces) < len(tensors):
+                        return
+                    del arrived[step]
+                    for old in [s for s in arrived if s < step]:
+                        del arrived[old]                    # a call that failed half-way
+                ordered = [pieces[i] for i in range(len(tensors))]
+                batch = ordered[:2] if len(ordered) == 4 else (None, None)
+                self._arrive(key, step, batch_norm_vector(np, *ordered[-2:], *batch, epsilon=epsilon))
+            for position, tensor in enumerate(tensors):
+                self.requests.append(self._request(tensor, call=functools.partial(call, position=position)))
+            return
+        stat = self._observe(BatchNormStats, tensors[0], f"moving-{layer.name}", extra=tensors[1:],
+                             epsilon=epsilon, into=self.results.reserve(7))
+        self.requests.append(self._request(stat, put=functools.partial(self._arrive, key)))
 
     def _arrive(self, key, step, vector):
         with self.lock:
@@ -472,7 +637,7 @@ class _Monitor:
         table = self._table(host, step)
         report = HealthReport(step, table, loss, self._first_nonfinite(host, table),
                               histograms=samples and self._histograms(samples))
-        report.alerts = health_alerts(self.history, report, self.request.thresholds, self.relu_layers)
+        report.alerts = health_alerts(self.history, report, self.request.thresholds, roles=self.roles)
         self.history.append(report)
         del self.history[:-self.request.thresholds["window"] - 1]
         return report
@@ -506,10 +671,14 @@ class _Monitor:
                     u2 += float(square_vector(np, now - self.kept[p.name].array)[0])
                 else:
                     u2 += host[("update", p.name)][0]
-            row.update(weight_norm=math.sqrt(w2), weight_nan=wn, weight_inf=wi)
+            if layer.params:
+                row.update(weight_norm=math.sqrt(w2), weight_nan=wn, weight_inf=wi)
             if grads:
                 row.update(grad_norm=math.sqrt(g2), grad_nan=gn, grad_inf=gi,
                            update_ratio=math.sqrt(u2) / math.sqrt(w2) if w2 > 0 else math.nan)
+            moving = host.get(("bn", layer.name))
+            if moving is not None:
+                row.update(zip(BATCH_NORM_STATISTICS, moving))
             table[layer.name] = row
         return table
 
@@ -548,81 +717,194 @@ def _run_position(graph, node):
 
 # ------------------------------------------------------------------------------------------------ alerts
 
-def health_alerts(history, report, thresholds=None, relu_layers=None):
+def health_alerts(history, report, thresholds=None, relu_layers=None, roles=None):
     """The alerts of ``report`` given the earlier reports ``history`` (oldest first): a pure function of the numbers
-    (and of ``relu_layers``, the layers whose output op is ReLU-like; None: every layer).
+    and of what each layer is (``roles``: ``{layer: LayerRole}`` as ``watch_health`` reads them from the graph;
+    without it every layer is a plain one, ReLU-like when in ``relu_layers`` or when that is None).
 
-    ``nan``: some watched tensor held NaN/Inf (names the first op, in run order). ``dead_relu``: a layer of
-    ``relu_layers`` whose ``dead_fraction`` is above ``dead_fraction`` (a linear layer fed zeros is not dead ReLUs).
-    ``vanishing_gradient`` / ``exploding_gradient``: across depth, a layer's ``grad_norm`` below ``vanishing_ratio``
-    / above ``exploding_ratio`` times the last layer's; across time, the total gradient norm above
-    ``exploding_factor`` times its median over the last ``window`` reports.
-    ``update_ratio``: a layer's update/weight ratio outside ``[update_ratio_low, update_ratio_high]``.
-    ``loss_spike``: the loss above ``loss_spike_factor`` times its median over the last ``window`` reports.
+    ``nan``: some watched tensor held NaN/Inf (names the first op, in run order). ``dead_relu``: a ReLU-like layer
+    whose ``dead_fraction`` is above ``dead_fraction``. ``vanishing_gradient``: a layer that gets no gradient at all,
+    or across depth a plain layer's ``grad_norm`` below ``vanishing_ratio`` times the last plain layer's;
+    ``exploding_gradient``: a plain layer's above ``exploding_ratio`` times the last's, or across time the total
+    gradient norm above ``exploding_factor`` times its median over the last ``window`` reports. ``update_ratio``: a
+    layer's update/weight ratio outside ``[update_ratio_low, update_ratio_high]``. ``loss_spike``: the loss above
+    ``loss_spike_factor`` times its median over the last ``window`` reports.
+
+    On normalised networks the roles keep the alerts' meaning (each rule's function says why): a residual branch
+    behind a closed gate (its batch norm's gamma and beta RMS below ``closed_gate``) is expected to get small or no
+    gradients and updates; a normalised layer and a batch norm leave the across-depth gradient comparison; a
+    normalised layer's update ratio alerts high only when it stayed high over the ``MIN_HISTORY`` reports before;
+    a batch norm whose weights are still near zero has no high update ratio.
     """
     t = {**THRESHOLDS, **(thresholds or {})}
-    step, table, alerts = report.step, report.table, []
-    recent = history[-t["window"]:]
-    bad = report.first_nonfinite
-    if bad is not None:
-        alerts.append(HealthAlert("nan", bad["layer"], step, (
-            f"{bad['nan']} NaN and {bad['inf']} Inf in the {bad['what']} of layer {bad['layer']}: op {bad['op']} "
-            f"({bad['tensor']}, at {bad['source']}) is the first watched op that made them this step. Usually a "
-            "learning rate too high (weights diverged), a log/division of zero, or bad input data; "
-            "flow.config.detect_anomaly(True) stops at the exact op.")))
-    for layer, row in table.items():
+    if roles is None:
+        roles = {layer: LayerRole(relu=relu_layers is None or layer in relu_layers) for layer in report.table}
+    seen = _Seen(report, history[-t["window"]:], t, roles)
+    return [alert for rule in ALERT_RULES for alert in rule(seen)]
+
+
+@dataclass
+class _Seen:
+    """What every rule reads: this report, the recent ones, the thresholds and the layers' roles."""
+    report: HealthReport
+    recent: list
+    t: dict
+    roles: dict
+
+    def role(self, layer):
+        return self.roles.get(layer) or LayerRole()
+
+    def gate_closed(self, layer):
+        """The residual branch ``layer`` is in is (still) switched off by the batch norm that closes it: that norm's
+        gamma and beta have a root mean square below ``closed_gate`` (OneFlow's ResNet, after Goyal et al. 2017,
+        starts them at zero). Everything in the branch then gets its gradient scaled by that small gamma: exactly
+        zero at the first step, tiny for the next ones, by design."""
+        gate = self.role(layer).gate
+        if gate is None:
+            return False
+        return _weight_rms(self.report.table.get(gate, {}), self.role(gate)) < self.t["closed_gate"]
+
+    def alert(self, kind, layer, message):
+        return HealthAlert(kind, layer, self.report.step, message)
+
+
+def _weight_rms(row, role):
+    """Root mean square of a layer's trainable values (inf when unknown: no rule is then relaxed)."""
+    norm = row.get("weight_norm")
+    return norm / math.sqrt(role.size) if norm is not None and role.size else math.inf
+
+
+def _nan_alert(seen):
+    bad = seen.report.first_nonfinite
+    if bad is None:
+        return []
+    return [seen.alert("nan", bad["layer"], (
+        f"{bad['nan']} NaN and {bad['inf']} Inf in the {bad['what']} of layer {bad['layer']}: op {bad['op']} "
+        f"({bad['tensor']}, at {bad['source']}) is the first watched op that made them this step. Usually a "
+        "learning rate too high (weights diverged), a log/division of zero, or bad input data; "
+        "flow.config.detect_anomaly(True) stops at the exact op."))]
+
+
+def _dead_relu_alerts(seen):
+    # Only ReLU-like outputs: zeros out of a linear layer (a conv's pre-activation before its batch norm, a layer fed
+    # zeros) are not dead units. In a normalized net the ReLU is the batch norm's own (batch_normalization_relu):
+    # a channel there is dead when beta pushes it below zero for the whole batch.
+    out, t = [], seen.t
+    for layer, row in seen.report.table.items():
         dead = row.get("dead_fraction")
-        if dead is not None and dead > t["dead_fraction"] and (relu_layers is None or layer in relu_layers):
-            alerts.append(HealthAlert("dead_relu", layer, step, (
+        if dead is not None and dead > t["dead_fraction"] and seen.role(layer).relu:
+            cause = ("a large negative beta of this batch norm, or a learning rate too high that pushed it there"
+                     if seen.role(layer).batch_norm else "a large negative bias, a learning rate too high that pushed "
+                     "the pre-activations below zero, or a bad initialisation")
+            out.append(seen.alert("dead_relu", layer, (
                 f"{dead:.0%} of the units of layer {layer} are zero for the whole batch (threshold "
-                f"{t['dead_fraction']:.0%}): dead ReLUs. Usually a large negative bias, a learning rate too high "
-                "that pushed the pre-activations below zero, or a bad initialisation.")))
+                f"{t['dead_fraction']:.0%}): dead ReLUs. Usually {cause}.")))
+    return out
+
+
+def _update_ratio_alerts(seen):
+    out, t = [], seen.t
+    for layer, row in seen.report.table.items():
         ratio = row.get("update_ratio")
-        if ratio is not None and math.isfinite(ratio) and not \
-                t["update_ratio_low"] <= ratio <= t["update_ratio_high"]:
-            low = ratio < t["update_ratio_low"]
-            why = ("the weights are being overwritten. Usually a learning rate far too high." if not low else
-                   "its gradient is exactly zero: nothing reaches it from the loss. Usually dead ReLUs in or after "
-                   "this layer, or a path the loss does not depend on." if row.get("grad_norm") == 0 else
-                   "the weights barely change. Usually a learning rate far too low, or vanishing gradients.")
-            alerts.append(HealthAlert("update_ratio", layer, step, (
-                f"the update of layer {layer} is {ratio:.3g} of its weights' norm (healthy is around 1e-3; "
-                f"threshold {t['update_ratio_low' if low else 'update_ratio_high']:g}): {why}")))
+        if ratio is None or not math.isfinite(ratio) or t["update_ratio_low"] <= ratio <= t["update_ratio_high"]:
+            continue
+        low = ratio < t["update_ratio_low"]
+        role = seen.role(layer)
+        # A branch behind a closed gate moves slowly by design (see _Seen.gate_closed), not for want of a rate.
+        if low and seen.gate_closed(layer):
+            continue
+        # A batch norm whose gamma and beta start (near) zero (the gate itself): a ratio to a norm of almost nothing
+        # is large whatever the step, so it says nothing about the learning rate.
+        if not low and role.batch_norm and _weight_rms(row, role) < t["closed_gate"]:
+            continue
+        # A layer that feeds a batch norm is scale-invariant: its gradient is orthogonal to its weights and
+        # proportional to 1 / their norm, so a large step grows the norm and shrinks the next steps' ratio (from a
+        # small initialisation the first steps are large by design). Only a ratio that stays high says the learning
+        # rate is too high for it: high in each of the last MIN_HISTORY reports too.
+        if not low and role.normalised and not _stays_high(seen, layer):
+            continue
+        why = ("the weights are being overwritten. Usually a learning rate far too high." if not low else
+               "its gradient is exactly zero: nothing reaches it from the loss. Usually dead ReLUs in or after "
+               "this layer, or a path the loss does not depend on." if row.get("grad_norm") == 0 else
+               "the weights barely change. Usually a learning rate far too low, or vanishing gradients.")
+        out.append(seen.alert("update_ratio", layer, (
+            f"the update of layer {layer} is {ratio:.3g} of its weights' norm (healthy is around 1e-3; "
+            f"threshold {t['update_ratio_low' if low else 'update_ratio_high']:g}): {why}")))
+    return out
+
+
+def _stays_high(seen, layer):
+    earlier = [r.table.get(layer, {}).get("update_ratio") for r in seen.recent[-MIN_HISTORY:]]
+    return len(earlier) == MIN_HISTORY and all(r is not None and not r <= seen.t["update_ratio_high"]
+                                                for r in earlier)
+
+
+def _depth_gradient_alerts(seen):
+    """Gradients across depth. A gradient of exactly zero means nothing reaches a layer, whatever the layer (unless
+    a closed gate explains it). Comparing norms with the last layer's only means something for plain layers: a
+    layer that feeds a batch norm is scale-invariant (its gradient is proportional to 1 / its weight norm, so the
+    norm tells its weights' scale, not how much signal comes back), and a batch norm's own gradient is per channel
+    (gamma, beta); normalised networks are what keeps gradients from vanishing anyway."""
+    out, t, table = [], seen.t, seen.report.table
     grads = [(layer, row["grad_norm"]) for layer, row in table.items()
              if math.isfinite(row.get("grad_norm", math.nan))]
-    if len(grads) >= 2 and grads[-1][1] > 0:
-        last_layer, last = grads[-1]
-        low_layer, low = min(grads[:-1], key=lambda e: e[1])
-        high_layer, high = max(grads[:-1], key=lambda e: e[1])
-        if low < t["vanishing_ratio"] * last:
-            why = ("no gradient reaches it at all. Usually dead ReLUs in or after this layer (see dead_relu), or a "
-                   "path the loss does not depend on." if low == 0 else
-                   "the gradient vanishes on its way back. Usually deep stacks of saturating activations (sigmoid, "
-                   "tanh), or too small an initialisation; ReLU, residual connections or normalisation help.")
-            alerts.append(HealthAlert("vanishing_gradient", low_layer, step, (
-                f"the gradient norm of layer {low_layer} is {low:.3g}, {low / last:.3g} of the last layer "
-                f"{last_layer}'s ({last:.3g}; threshold {t['vanishing_ratio']:g}): {why}")))
-        if high > t["exploding_ratio"] * last:
-            alerts.append(HealthAlert("exploding_gradient", high_layer, step, (
-                f"the gradient norm of layer {high_layer} is {high:.3g}, {high / last:.3g} times the last layer "
-                f"{last_layer}'s ({last:.3g}; threshold {t['exploding_ratio']:g}): the gradient grows on its way "
-                "back. Usually too large an initialisation or a learning rate too high; clip gradients.")))
-    total = report.total_grad_norm
-    earlier = [n for n in (r.total_grad_norm for r in recent) if n is not None and math.isfinite(n)]
-    if total is not None and len(earlier) >= MIN_HISTORY:
-        median = statistics.median(earlier)
-        if not math.isfinite(total) or total > t["exploding_factor"] * median:
-            alerts.append(HealthAlert("exploding_gradient", None, step, (
-                f"the total gradient norm is {total:.3g}, {total / median:.3g} times its median {median:.3g} over "
-                f"the last {len(earlier)} reports (threshold {t['exploding_factor']:g}x): the gradients blow up "
-                "over time. Usually a learning rate too high; lower it or clip gradients.")))
-    losses = [r.loss for r in recent if r.loss is not None and math.isfinite(r.loss)]
-    if report.loss is not None and math.isfinite(report.loss) and len(losses) >= MIN_HISTORY:
-        median = statistics.median(losses)
-        if median > 0 and report.loss > t["loss_spike_factor"] * median:
-            alerts.append(HealthAlert("loss_spike", None, step, (
-                f"the loss is {report.loss:.4g}, {report.loss / median:.3g} times its median {median:.4g} over the "
-                f"last {len(losses)} reports (threshold {t['loss_spike_factor']:g}x). Usually a learning rate too "
-                "high, a bad batch (mislabelled or unnormalised data), or the start of a divergence.")))
-    return alerts
+    plain = [(layer, norm) for layer, norm in grads
+             if not seen.role(layer).normalised and not seen.role(layer).batch_norm]
+    last_layer, last = plain[-1] if plain else (None, 0.0)
+    zero = next((layer for layer, norm in grads[:-1] if norm == 0 and not seen.gate_closed(layer)), None)
+    if zero is not None:
+        compared = f", 0 of the last layer {last_layer}'s ({last:.3g})" if last > 0 else ""
+        out.append(seen.alert("vanishing_gradient", zero, (
+            f"the gradient norm of layer {zero} is 0{compared}: no gradient reaches it at all. Usually dead ReLUs in "
+            "or after this layer (see dead_relu), or a path the loss does not depend on.")))
+    if len(plain) < 2 or last <= 0:
+        return out
+    low_layer, low = min(plain[:-1], key=lambda e: e[1])
+    high_layer, high = max(plain[:-1], key=lambda e: e[1])
+    if zero is None and low < t["vanishing_ratio"] * last:
+        out.append(seen.alert("vanishing_gradient", low_layer, (
+            f"the gradient norm of layer {low_layer} is {low:.3g}, {low / last:.3g} of the last layer "
+            f"{last_layer}'s ({last:.3g}; threshold {t['vanishing_ratio']:g}): the gradient vanishes on its way "
+            "back. Usually deep stacks of saturating activations (sigmoid, tanh), or too small an initialisation; "
+            "ReLU, residual connections or normalisation (batch_normalization) help.")))
+    if high > t["exploding_ratio"] * last:
+        out.append(seen.alert("exploding_gradient", high_layer, (
+            f"the gradient norm of layer {high_layer} is {high:.3g}, {high / last:.3g} times the last layer "
+            f"{last_layer}'s ({last:.3g}; threshold {t['exploding_ratio']:g}): the gradient grows on its way "
+            "back. Usually too large an initialisation or a learning rate too high; clip gradients, or normalise "
+            "(batch_normalization).")))
+    return out
 
+
+def _total_gradient_alerts(seen):
+    # Over time the whole network's gradient norm is comparable with itself, normalised or not.
+    total, t = seen.report.total_grad_norm, seen.t
+    earlier = [n for n in (r.total_grad_norm for r in seen.recent) if n is not None and math.isfinite(n)]
+    if total is None or len(earlier) < MIN_HISTORY:
+        return []
+    median = statistics.median(earlier)
+    if math.isfinite(total) and total <= t["exploding_factor"] * median:
+        return []
+    return [seen.alert("exploding_gradient", None, (
+        f"the total gradient norm is {total:.3g}, {total / median:.3g} times its median {median:.3g} over "
+        f"the last {len(earlier)} reports (threshold {t['exploding_factor']:g}x): the gradients blow up "
+        "over time. Usually a learning rate too high; lower it or clip gradients."))]
+
+
+def _loss_spike_alert(seen):
+    report, t = seen.report, seen.t
+    losses = [r.loss for r in seen.recent if r.loss is not None and math.isfinite(r.loss)]
+    if report.loss is None or not math.isfinite(report.loss) or len(losses) < MIN_HISTORY:
+        return []
+    median = statistics.median(losses)
+    if median <= 0 or report.loss <= t["loss_spike_factor"] * median:
+        return []
+    return [seen.alert("loss_spike", None, (
+        f"the loss is {report.loss:.4g}, {report.loss / median:.3g} times its median {median:.4g} over the "
+        f"last {len(losses)} reports (threshold {t['loss_spike_factor']:g}x). Usually a learning rate too "
+        "high, a bad batch (mislabelled or unnormalised data), or the start of a divergence."))]
+
+
+# The rules, in the order their alerts are listed; each takes a _Seen and returns its alerts.
+ALERT_RULES = (_nan_alert, _dead_relu_alerts, _update_ratio_alerts, _depth_gradient_alerts, _total_gradient_alerts,
+               _loss_spike_alert)

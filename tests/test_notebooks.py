@@ -206,6 +206,29 @@ def check_network_health(nb):
     assert last < first / 10                                        # it learns
 
 
+def check_cnn_health(nb):
+    out = text_output(nb)
+    assert "Traceback" not in out and "failed to refresh" not in out
+    assert widget_views(nb) == 3                                   # a HealthPanel per case
+    data, examples, _, healthy, too_fast, no_bn, summary = cell_texts(nb)
+    assert "640 JPEG records in 4 part files: part-00000, part-00001, part-00002, part-00003" in data
+    assert any("image/png" in o.get("data", {}) for o in nb.cells[3].outputs)        # the examples, decoded back
+    alerted = lambda text, kind: re.search(rf"^alert {kind}: (.*) \(\d+ in all\)$", text, re.M)   # noqa: E731
+    # healthy: learns, and no alert although its residual branches start with no gradient
+    assert "no alerts" in healthy and "alert " not in healthy
+    first, last = map(float, re.search(r"loss: first ([\d.]+), mean of the last 5 ([\d.]+)", healthy).groups())
+    assert last < first / 2
+    # lr 10: fc (the layer no batch norm protects) overwritten first; dead ReLUs on batch norms, not convs
+    assert alerted(too_fast, "update_ratio").group(1).startswith("fc, ")
+    dead = alerted(too_fast, "dead_relu").group(1).split(", ")
+    assert all("_bn_" in layer for layer in dead), dead
+    assert not alerted(too_fast, "nan")
+    # batch norm removed: the same learning rate diverges to NaN, the first op that made it named
+    assert alerted(no_bn, "nan") and alerted(no_bn, "exploding_gradient")
+    assert re.search(r"op res\w+ \(res\w+/out_0, at \S*ipykernel\S*:\d+\)", no_bn)
+    assert "no batch norm, lr 0.5: loss" in summary and "update_ratio" in summary and "first at step 0 on fc" in summary
+
+
 CHECKS = {
     "01_train_digits.ipynb": check_train_digits,
     "02_watch_relu.ipynb": check_watch_relu,
@@ -216,6 +239,7 @@ CHECKS = {
     "07_checkpoints_finetuning.ipynb": check_checkpoints_finetuning,
     "08_multi_device.ipynb": check_multi_device,
     "09_network_health.ipynb": check_network_health,
+    "10_cnn_health.ipynb": check_cnn_health,
 }
 
 

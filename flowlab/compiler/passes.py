@@ -69,12 +69,15 @@ def order_variables(lowering):
 
 
 def observers_early(lowering):
-    """Each observing node (watch statistics, see ``Op.observes``) right after the node making its input: it must
-    see this call's value before an optimizer update changes a variable in place, and the value is in cache then."""
+    """Each observing node (watch statistics, see ``Op.observes``) right after the node making its input (the last
+    made of its inputs, for one reading several): it must see this call's value before an optimizer update changes a
+    variable in place, and the value is in cache then."""
+    made_at = {t.id: i for i, node in enumerate(lowering.nodes) if not node.op.observes for t in node.outputs}
     observers = {}
     for node in lowering.nodes:
         if node.op.observes:
-            observers.setdefault(node.inputs[0].id, []).append(node)
+            last = max(node.inputs, key=lambda t: made_at.get(t.id, -1))
+            observers.setdefault(last.id, []).append(node)
     if not observers:
         return None
     ordered = []

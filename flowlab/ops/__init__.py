@@ -57,7 +57,8 @@ class Op:
     updates_variable = False  # changes its first input (a variable) in place: optimizer updates
     averages_devices = False  # (updates) input 1 is a per-device statistic, not a gradient: replicas average it
     #                           whatever the loss (a batch norm's moving statistics under a summed loss)
-    observes = False        # reads input 0 as this call made it (watch statistics): runs right after its producer
+    observes = False        # reads its inputs as this call made them (watch statistics): runs right after the last
+    #                         of their producers
     is_placeholder = False  # a job argument: the plan reads it from the call's feeds, it has no kernel
     is_constant = False     # attrs["value"] is its output: moved to the device once, when the plan is compiled
     batch_source = False    # its output is a whole batch (an argument, a data reader): split over devices

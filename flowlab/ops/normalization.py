@@ -25,6 +25,7 @@ times faster on NumPy than ``sum`` over two axes.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -283,6 +284,26 @@ class MovingAverageUpdate(Op):
     def forward(xp, moving, batch, momentum):
         moving *= moving.dtype.type(momentum)
         moving += batch * moving.dtype.type(1 - momentum)
+
+
+class BatchNormParts(NamedTuple):
+    """What a batch-normalization node reads and makes, for ``watch_health`` (``batch_norm_parts``)."""
+    inputs: g.LazyTensor                  # the tensor normalized (a conv layer's pre-activation output)
+    addend: g.LazyTensor | None           # the residual added before the ReLU (``batch_normalization_add_relu``)
+    batch_mean: g.LazyTensor | None       # this call's batch statistics (unbiased variance); None when the moving
+    batch_variance: g.LazyTensor | None   # statistics normalize (predict jobs, frozen layers)
+    epsilon: float
+
+
+def batch_norm_parts(node):
+    """The ``BatchNormParts`` of a node made by ``flow.layers.batch_normalization*``, None for any other node."""
+    if node.op is BatchNormTrain:
+        addend = node.inputs[3] if len(node.inputs) > 3 else None
+        return BatchNormParts(node.inputs[0], addend, node.outputs[3], node.outputs[4], node.attrs["epsilon"])
+    if node.op is BatchNormInfer:
+        addend = node.inputs[5] if len(node.inputs) > 5 else None
+        return BatchNormParts(node.inputs[0], addend, None, None, node.attrs["epsilon"])
+    return None
 
 
 # ------------------------------------------------------------------------------------------------------ the layers

@@ -7,8 +7,9 @@ the finite range. Both run on NumPy or CuPy arrays (``xp``). On the host the com
 (min, max, sum and one dot product: ~13 µs for 12,800 float32 on a 2-core VM, against ~150 µs with masks);
 on a GPU the masked form runs without any device-to-host synchronisation, so a CUDA graph can capture it.
 
-``watch_health``'s statistics live here too (``activation_vector``, ``square_vector``, ``mean_vector`` and their
-graph ops ``ActivationStats``, ``SquareStats``, ``MeanStat``): on a GPU each float32 tensor takes one kernel.
+``watch_health``'s statistics live here too (``activation_vector``, ``square_vector``, ``mean_vector``,
+``batch_norm_vector`` and their graph ops ``ActivationStats``, ``SquareStats``, ``MeanStat``, ``BatchNormStats``): on a
+GPU each float32 tensor takes one kernel (a batch norm's few per-channel vectors a handful of small ones).
 """
 from __future__ import annotations
 
@@ -555,6 +556,50 @@ class MeanStat(Op):
             return mean_vector(np, x)
         out = _slot(xp, into, 1)
         return _written(xp, mean_vector(xp, x, out), out)
+
+
+def batch_norm_vector(xp, moving_mean, moving_variance, batch_mean=None, batch_variance=None, epsilon=1e-5):
+    """``[moving_mean_abs, moving_var_mean, moving_var_min, batch_mean_gap, batch_var_ratio, nan, inf]`` of one batch
+    normalization's per-channel statistics, float64 on their device: a few reductions of vectors of a few hundred
+    channels, with no host copy (a CUDA graph holds them). ``nan``/``inf`` count the moving statistics' non-finite
+    values (the averages are then NaN too: a NaN batch poisons the moving statistics for good). The gaps compare
+    this call's batch statistics with the moving ones a predict job normalizes with: ``batch_mean_gap`` is the mean
+    over channels of ``|batch mean - moving mean| / sqrt(moving variance + epsilon)`` (how far, in moving standard
+    deviations, evaluation shifts a channel), ``batch_var_ratio`` the mean of ``(batch variance + epsilon) / (moving
+    variance + epsilon)`` (1 when they agree); both NaN without batch statistics."""
+    mean, var = moving_mean.astype(xp.float64), moving_variance.astype(xp.float64)
+    both = xp.concatenate([mean, var])
+    nan = xp.isnan(both).sum(dtype=xp.float64)
+    inf = xp.isinf(both).sum(dtype=xp.float64)
+    spread = var + epsilon
+    if batch_mean is None:
+        gap = ratio = xp.full((), np.nan, xp.float64)
+    else:
+        gap = (xp.abs(batch_mean.astype(xp.float64) - mean) / xp.sqrt(spread)).mean()
+        ratio = ((batch_variance.astype(xp.float64) + epsilon) / spread).mean()
+    return xp.stack([xp.abs(mean).mean(), var.mean(), var.min(), gap, ratio, nan, inf])
+
+
+class BatchNormStats(Op):
+    """``batch_norm_vector`` of a batch normalization as a graph op (``watch_health``): inputs ``(batch_mean,
+    batch_variance, moving_mean, moving_variance)`` in a train job (it runs right after the normalization made the
+    batch statistics, before the moving averages are updated in place), ``(moving_mean, moving_variance)``
+    otherwise."""
+    prefix, api = "System-Health-BatchNorm_", "flow.watch_health"
+    observes = True
+
+    @staticmethod
+    def infer(*statistics, epsilon, into=None):
+        return spec((7,), np.float64)
+
+    @staticmethod
+    def forward(xp, *statistics, epsilon, into=None):
+        batch = statistics[:2] if len(statistics) == 4 else (None, None)
+        vector = batch_norm_vector(xp, *statistics[-2:], *batch, epsilon=epsilon)
+        if xp is np:
+            return vector
+        out = _slot(xp, into, 7)
+        return _written(xp, vector, out)
 
 
 class TensorStats(Op):

@@ -1,7 +1,9 @@
 """A traced job as a picture: OneFlow's structure-graph JSON and a TensorBoard ``GraphDef``.
 
 Both describe every node of the job's graph (``job.graph()``: forward ops, gradients, updates, summary writes), in the
-graph's order, which is topological.
+graph's order, which is topological, except the watch statistics ops (``Op.observes``: ``watch_health``'s, ``watch(...,
+stats=True)``'s): flowlab adds those when a watched job compiles, so a graph written before the job first ran and one
+written after are the same, and nothing reads their outputs but the watch.
 
 ``structure_json(job)`` -> one JSON-able dict per job::
 
@@ -36,6 +38,11 @@ def _graph(job):
     return job.graph() if callable(getattr(job, "graph", None)) else job
 
 
+def _nodes(graph):
+    """The nodes drawn: all but the watch statistics ops (see the module docstring)."""
+    return [node for node in graph.nodes if not node.op.observes]
+
+
 def _json_value(value):
     """``value`` as plain JSON data, or ``None`` when it has no faithful JSON form (arrays, schedules, functions)."""
     if isinstance(value, (bool, np.bool_)):
@@ -63,7 +70,7 @@ def structure_json(job) -> dict:
     """The structure graph of one job (see the module docstring)."""
     graph = _graph(job)
     layers = []
-    for node in graph.nodes:
+    for node in _nodes(graph):
         config = {key: v for key, v in ((key, _json_value(value)) for key, value in node.attrs.items())
                   if v is not None}
         config["outputs"] = _outputs(node)
@@ -117,7 +124,7 @@ def _attr(value):
 def tensorboard_names(graph) -> dict[str, str]:
     """flowlab node name -> GraphDef node name: scopes joined by ``/``; a name that would clash keeps its own."""
     out, used = {}, set()
-    for node in graph.nodes:
+    for node in _nodes(graph):
         name = node.name.replace("-", "/")
         if name in used:
             name = node.name
@@ -132,7 +139,7 @@ def graph_def_message(job, prefix="", out=None):
     graph = _graph(job)
     names = {key: prefix + name for key, name in tensorboard_names(graph).items()}
     out = proto.GraphDef() if out is None else out
-    for node in graph.nodes:
+    for node in _nodes(graph):
         node_def = out.node.add(name=names[node.name], op=node.op.__name__)
         node_def.input.extend(names[t.node.name] + (f":{t.index}" if t.index else "") for t in node.inputs)
         if node.device_tag:

@@ -104,9 +104,14 @@ log_bar.visible = !linear;
 linear_bar.visible = linear;
 heat_figure.title.text = `${stat}: ${meanings[stat] ?? ""}` + (step === null ? "" : `  (to step ${step})`) +
   (zeros ? "  (pink: 0)" : "") + (choice.layer === undefined ? "  · click a row for its trend" : "");
-const layer = choice.layer ?? (meta.data.default_layer.length ? meta.data.default_layer[0] : 0);
-const rows = [];
-for (let i = 0; i < n; i++) if (d.row[i] === layer) rows.push(i);
+const rows_of = (l) => { const r = []; for (let i = 0; i < n; i++) if (d.row[i] === l) r.push(i); return r; };
+let layer = choice.layer ?? (meta.data.default_layer.length ? meta.data.default_layer[0] : 0);
+let rows = rows_of(layer);
+if (choice.layer === undefined && !rows.some((i) => Number.isFinite(mean[i]))) {
+  // a statistic only some layers have (a batch norm's moving statistics): the first layer that has it
+  const having = d.row[Array.from(mean).findIndex((v) => Number.isFinite(v))];
+  if (having !== undefined) { layer = having; rows = rows_of(layer); }
+}
 const pick = (column) => Float64Array.from(rows, (i) => column[i]);
 const m = pick(mean);
 trend.data = {step: pick(d.first), end: pick(d.end), mean: m, lower: m, upper: m, min: pick(lo), max: pick(hi),
@@ -236,15 +241,21 @@ class HealthPanel(LiveView):
                 self._fold()
             return self._grid
 
-    def default_layer(self):
+    def default_layer(self, statistic=None):
         """The layer whose trend shows before a click: the first layer (in forward order) with an alert, else the
-        first layer; None before the first report."""
+        first layer; None before the first report. With ``statistic``, among the layers that have it (a batch
+        norm's moving statistics: only the batch norms), when any has."""
         with self._data_lock:
-            return None if self._grid is None else self._default_layer()
+            return None if self._grid is None else self._default_layer(statistic)
 
-    def _default_layer(self):
+    def _default_layer(self, statistic=None):
+        layers = self._grid.layers
+        if statistic is not None and statistic in self._grid.statistics:
+            means = self._grid.cells(statistic)["mean"]
+            having = [layer for layer, row in zip(layers, means) if np.isfinite(row).any()]
+            layers = having or layers
         alerted = self.alert_groups.layers()
-        return next((layer for layer in self._grid.layers if layer in alerted), self._grid.layers[0])
+        return next((layer for layer in layers if layer in alerted), layers[0])
 
     def cells_columns(self, start=0):
         """The ``cells`` source's rows of buckets ``start…`` (a row per bucket and layer, bucket by bucket): ``row``
@@ -356,7 +367,7 @@ class HealthPanel(LiveView):
         only the page's script changes otherwise: the snapshot then draws before the script runs."""
         stat = self.statistic
         with self._data_lock:
-            layer, step = self._default_layer(), self.step
+            layer, step = self._default_layer(stat), self.step
             self.heatmap.update(self._grid, stat)
             self._trend_source.data = self._grid.trend_columns(layer, stat)
         self.heatmap.figure.title.text = f"{stat}: {STATISTICS.get(stat, '')}  (to step {step})"
@@ -384,7 +395,11 @@ class HealthPanel(LiveView):
                         f'<td style="color:#777;text-align:right;{PAD}">{count:,}</td>'
                         f'<td style="color:{ALARM};white-space:nowrap;{PAD}"><b>{html.escape(kind)}</b></td>'
                         f'<td style="white-space:nowrap;{PAD}">{html.escape(layer) or "—"}</td>'
-                        f'<td style="padding-bottom:3px">{html.escape(message)}</td></tr>')
+                        # a message names layers (ResNet's res3_1_branch2c_bn_add_relu): a long name may break
+                        # anywhere, or the table would run past the list's width and the messages be cut (and
+                        # left-aligned: a saved notebook's stylesheet aligns table cells right)
+                        f'<td style="padding-bottom:3px;text-align:left;overflow-wrap:anywhere">'
+                        f'{html.escape(message)}</td></tr>')
         hidden = len(groups["kind"]) - len(rows)
         more = f'<div style="color:#777">… and {hidden} more (kind, layer) rows</div>' if hidden > 0 else ""
         return (f'<div><b>{total:,} alert{"s" if total != 1 else ""}</b>: {summary}</div>'
@@ -399,7 +414,7 @@ class HealthPanel(LiveView):
             if self._cells is None:
                 return None
             with self._data_lock:
-                layer = self._default_layer()
+                layer = self._default_layer(self.statistic)
                 svg = heatmap_svg(self._grid, self.statistic)
                 source = ColumnDataSource(self._grid.trend_columns(layer, self.statistic))
                 alerts = self._alerts_html(self.alert_groups.columns(), self.alert_groups.kind_counts(),
