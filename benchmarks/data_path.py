@@ -36,7 +36,7 @@ temp dir (records framed directly: ``flowlab.summary.record.frame`` around hand-
                 filled and every root view idle; at full zoom-out, do run B's cells hold the spike value and mark
                 the NaN step? Then another statistic chosen -> the three heatmaps redrawn with it. Target <= 1 s
                 each and yes. No TensorBoard peer: it has no view of per-layer health.
-    graph       1 run: flowlab.examples.resnet50's train job (32x32 images, batch 2: ResNet-50's ~1,000 ops with its
+    graph       1 run: flowlab.examples.resnet's ResNet-50 train job (32x32 images, batch 2: ResNet-50's ~1,000 ops with its
                 gradients, momentum updates and watch_health statistics), 3 steps, then
                 flow.summary.Graph(run).write_structure_graph() (structure_graph.json and a GraphDef event).
                 flowlab: page rendered, then select the Graph tab -> its boxes drawn and every root view idle
@@ -975,11 +975,11 @@ TB_GRAPH_JS = """() => {
 def row_graph(ctx, row):
     cfg, tmp, br = ctx.cfg, ctx.tmp, ctx.browser
     import flowlab as flow
-    from flowlab.examples import resnet50
+    from flowlab.examples import resnet
     logdir = tmp / "graph"
     t0 = time.perf_counter()
     flow.clear_default_session()
-    job = resnet50.write_run(logdir / "resnet50", steps=3)
+    job = resnet.write_run(logdir / "resnet50", steps=3)
     n_ops = len(job.graph().nodes)
     flow.clear_default_session()
     row.note(f"logdir: ResNet-50 train job, {n_ops} ops, 3 steps, written in {time.perf_counter() - t0:.1f} s")

@@ -1,4 +1,4 @@
-"""The Graph tab on a ResNet-50-sized train job (``flowlab.examples.resnet50``: ~1,000 ops with its gradients,
+"""The Graph tab on a ResNet-50-sized train job (``flowlab.examples.resnet``: ~1,000 ops with its gradients,
 updates and ``watch_health`` statistics), in headless Chromium: it opens within a CI-sized time bound on the 16
 residual blocks as collapsed boxes, with no two boxes overlapping and every label inside its box and the frame;
 a tapped block opens on its ops; gradients and the optimizer, when shown, fold into a few boxes. Screenshots in
@@ -10,11 +10,11 @@ import time
 import pytest
 
 from flowlab.dashboard.views.graph import graph_data, nodes_from_structure
-from flowlab.examples import resnet50
+from flowlab.examples import resnet
 from flowlab.summary import graph_export
 from test_dashboard_graph import SHOTS, assert_readable, drawn_boxes
 
-BLOCKS = resnet50.block_names()
+BLOCKS = resnet.block_names()
 CLICK_TO_DRAWN_S = 10.0          # generous for CI on 2 busy cores; benchmarks/data_path.py's graph row measures it
 # The boxes' names once the page is idle, and every edge's y coordinates (they must go down).
 STATE_JS = """() => { const doc = Bokeh.documents[0];
@@ -29,7 +29,7 @@ STATE_JS = """() => { const doc = Bokeh.documents[0];
 
 
 def test_the_builder_has_resnet50s_blocks_names_and_a_real_train_graph():
-    job = resnet50.build()
+    job = resnet.train_job(**resnet.SMALL)
     graph = job.graph()
     ops = {}
     for node in graph.nodes:
@@ -49,7 +49,7 @@ def test_the_builder_has_resnet50s_blocks_names_and_a_real_train_graph():
 
 
 def test_resnet50_opens_on_its_blocks_and_stays_readable_as_data():
-    nodes = nodes_from_structure(graph_export.structure_json(resnet50.build()))
+    nodes = nodes_from_structure(graph_export.structure_json(resnet.train_job(**resnet.SMALL)))
     from flowlab.dashboard.views.graph import default_expanded
     expanded = default_expanded(nodes, seps="-/")
     assert expanded == {"Resnet"}
@@ -77,7 +77,7 @@ def resnet_page(tmp_path_factory, request):
     import flowlab as flow
     flow.clear_default_session()
     logdir = tmp_path_factory.mktemp("logs")
-    resnet50.write_run(logdir / "resnet50", steps=3)
+    resnet.write_run(logdir / "resnet50", steps=3)
     flow.clear_default_session()
     with flowlab_serve(logdir, tmp_path_factory.mktemp("server") / "stderr.txt") as (url, log):
         warnings = []
@@ -211,7 +211,7 @@ def test_a_big_layout_runs_in_a_thread_and_only_the_latest_is_shown(tmp_path):
     from flowlab.dashboard.store import Store
     from flowlab.dashboard.views.graph import THREAD_BOXES, GraphView, inner_scopes
 
-    resnet50.build().graph()
+    resnet.train_job(**resnet.SMALL).graph()
     flow.summary.Graph(tmp_path / "resnet50").write_structure_graph()
     store = Store(tmp_path)
     store.poll()
@@ -249,5 +249,5 @@ def test_a_big_layout_runs_in_a_thread_and_only_the_latest_is_shown(tmp_path):
     assert latest and shown[-1][0] == latest[0]  # the latest layout shows, whenever it comes
     assert not any("Resnet-res2_0_add" in names for names, _ in shown)   # the superseded one never does
     assert not shown[-1][1].startswith("Laying out")
-    assert_readable(graph_data(nodes_from_structure(graph_export.structure_json(resnet50.build())),
+    assert_readable(graph_data(nodes_from_structure(graph_export.structure_json(resnet.train_job(**resnet.SMALL))),
                                expanded=view.expanded, seps="-/"))

@@ -1,4 +1,4 @@
-"""The Health tab with ResNet-50's 107 layers (53 conv, 53 batch norm, fc1001) (``flowlab.examples.resnet50`` under ``flow.watch_health``), in headless
+"""The Health tab with ResNet-50's 107 layers (53 conv, 53 batch norm, fc1001) (``flowlab.examples.resnet`` under ``flow.watch_health``), in headless
 Chromium: every layer has a heatmap row tall enough for its label, every label fits left of the cells, and the
 alert table's layer column holds the longest layer name. Screenshot in ``artifacts/screenshots/health-resnet50.png``.
 """
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from flowlab.examples import resnet50
+from flowlab.examples import resnet
 from test_dashboard_graph import SHOTS
 
 # The heatmap of run A as the page draws it: its rows (layer labels) and where the cells start, and the text widths
@@ -48,7 +48,7 @@ def health_page(tmp_path_factory, request):
     flow.clear_default_session()
     logdir = tmp_path_factory.mktemp("logs")
     # update_ratio_high so low that every layer alerts: the table lists the longest layer names
-    resnet50.write_run(logdir / "resnet50", steps=3, health_thresholds={"update_ratio_high": 1e-9})
+    resnet.write_run(logdir / "resnet50", steps=3, health_thresholds={"update_ratio_high": 1e-9})
     flow.clear_default_session()
     with flowlab_serve(logdir, tmp_path_factory.mktemp("server") / "stderr.txt") as (url, log):
         warnings = []
@@ -87,7 +87,7 @@ def test_the_saved_heatmap_of_54_layers_keeps_every_name_whole(health_page, chro
 
     from flowlab.plots.health import HealthGrid, heatmap_svg
 
-    layers = [n.name for n in resnet50.build().graph().nodes if n.op.__name__ == "Conv2d"] + ["Resnet-fc1001"]
+    layers = [n.name for n in resnet.train_job(**resnet.SMALL).graph().nodes if n.op.__name__ == "Conv2d"] + ["Resnet-fc1001"]
     grid = HealthGrid(layers, ["grad_norm"], 10)
     grid.extend([0, 1, 2], np.random.default_rng(0).random((3, len(layers), 1)) + 0.1)
     page = chromium.new_page()

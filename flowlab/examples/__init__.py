@@ -1,2 +1,3 @@
-"""Small, complete programs shipped with flowlab (``flowlab demo`` runs ``digits_mlp``; ``resnet50`` is a
-ResNet-50-shaped train job with OneFlow-Benchmark's names, for the dashboard's Graph and Health tabs at real size)."""
+"""Small, complete programs shipped with flowlab: ``flowlab demo`` runs ``digits_mlp``; ``resnet`` is a ResNet as
+OneFlow-Benchmark writes it (its train job is the benchmarks' ResNet-50, and ``resnet.write_run`` the dashboard's
+Graph and Health tabs at real size)."""

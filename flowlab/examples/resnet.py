@@ -25,10 +25,14 @@ SGD_MOMENTUM = 0.875
 
 class ResnetBuilder:
     """Layers of a ResNet in NCHW; ``weight_decay`` > 0 puts an L2 regularizer on weights, gammas and betas (as
-    OneFlow-Benchmark's ``--wd``)."""
+    OneFlow-Benchmark's ``--wd``). ``fused=False`` is OneFlow-Benchmark's unfused form (its default,
+    ``--fuse_bn_relu=False``): batch normalisation ``<name>_bn``, then a ReLU, and a block's sum of its last batch
+    norm and shortcut before the last ReLU; flowlab names those ``<name>_relu``, ``<block>_add`` and
+    ``<block>_relu`` (OneFlow-Benchmark leaves them unnamed) so that health sees the ReLUs as their layers' outputs."""
 
-    def __init__(self, weight_decay=0.0, trainable=True, training=True):
+    def __init__(self, weight_decay=0.0, trainable=True, training=True, fused=True):
         self.data_format = "NCHW"
+        self.fused = fused
         self.initializer = flow.variance_scaling_initializer(2, "fan_in", "random_normal", data_format="NCHW")
         self.regularizer = flow.regularizers.l2(weight_decay) if 0.0 < weight_decay < 1.0 else None
         self.trainable, self.training = trainable, training
@@ -52,10 +56,15 @@ class ResnetBuilder:
         return flow.layers.batch_normalization(x, name=name, **self._bn_args(False))
 
     def bn_relu(self, x, name):
+        if not self.fused:
+            return flow.nn.relu(self.bn(x, f"{name}_bn"), name=f"{name}_relu")
         return flow.layers.batch_normalization_relu(x, name=f"{name}_bn_relu", **self._bn_args(False))
 
-    def bn_add_relu(self, x, addend, name):
+    def bn_add_relu(self, x, addend, name, block):
         # gamma starts at zero: each block starts as its shortcut (OneFlow-Benchmark's "last" BN)
+        if not self.fused:
+            y = flow.layers.batch_normalization(x, name=f"{name}_bn", **self._bn_args(True))
+            return flow.nn.relu(flow.math.add(y, addend, name=f"{block}_add"), name=f"{block}_relu")
         return flow.layers.batch_normalization_add_relu(x, addend, name=f"{name}_bn_add_relu",
                                                         **self._bn_args(True))
 
@@ -67,7 +76,7 @@ class ResnetBuilder:
         a = self.bn_relu(self.conv(x, f"{name}_branch2a", inner, 1), f"{name}_branch2a")
         b = self.bn_relu(self.conv(a, f"{name}_branch2b", inner, 3, strides), f"{name}_branch2b")
         c = self.conv(b, f"{name}_branch2c", filters, 1)
-        return self.bn_add_relu(c, shortcut, f"{name}_branch2c")
+        return self.bn_add_relu(c, shortcut, f"{name}_branch2c", name)
 
     def stem(self, images, channels):
         x = self.bn_relu(self.conv(images, "conv1", channels, 7, 2), "conv1")
@@ -84,14 +93,14 @@ def _blocks_per_stage(depth):
                      f"got {depth!r}")
 
 
-def resnet(images, depth=50, width=1.0, classes=1000, weight_decay=0.0, trainable=True, training=True):
+def resnet(images, depth=50, width=1.0, classes=1000, weight_decay=0.0, trainable=True, training=True, fused=True):
     """The logits ``(N, classes)`` of a ResNet over NCHW ``images``, variables named as OneFlow-Benchmark's (under
     the ``Resnet`` namespace)."""
     stages = _blocks_per_stage(depth)
     if not (isinstance(width, (int, float)) and width > 0):
         raise ValueError(f"resnet: width must be a positive number, got {width!r}")
     inner = [max(1, int(round(64 * width * 2 ** i))) for i in range(len(stages))]
-    builder = ResnetBuilder(weight_decay, trainable, training)
+    builder = ResnetBuilder(weight_decay, trainable, training, fused)
     with flow.scope.namespace("Resnet"):
         x = builder.stem(images, inner[0])
         for s, (blocks, channels) in enumerate(zip(stages, inner)):
@@ -100,17 +109,27 @@ def resnet(images, depth=50, width=1.0, classes=1000, weight_decay=0.0, trainabl
                 x = builder.bottleneck(x, f"res{s + 2}_{b}", channels * EXPANSION, channels, strides)
         x = flow.nn.avg_pool2d(x, ksize=x.shape[2:4], strides=1, padding="VALID", data_format="NCHW",
                                name="pool5")
-        return flow.layers.dense(flow.reshape(x, (x.shape[0], -1)), units=classes, use_bias=True,
+        x = flow.reshape(x, (x.shape[0], -1), name="pool5_flatten")
+        return flow.layers.dense(x, units=classes, use_bias=True,
                                  kernel_initializer=flow.variance_scaling_initializer(2, "fan_in", "random_normal"),
                                  bias_initializer=flow.zeros_initializer(), kernel_regularizer=builder.regularizer,
                                  bias_regularizer=builder.regularizer, trainable=trainable, name="fc1001")
 
 
+def block_names(depth=50):
+    """The residual blocks' names in order: ``res2_0`` .. ``res5_2`` for ResNet-50."""
+    return [f"res{s + 2}_{b}" for s, blocks in enumerate(_blocks_per_stage(depth)) for b in range(blocks)]
+
+
 def train_job(batch_size=4, image_size=224, depth=50, width=1.0, classes=1000, lr=0.1, momentum=SGD_MOMENTUM,
-              weight_decay=0.0, dtype=flow.float32):
+              weight_decay=0.0, dtype=flow.float32, fused=True, mean_loss=True, health_writer=None, health_every=1,
+              health_thresholds=None):
     """A ``@flow.global_function(type="train")`` job ``(images (N, 3, S, S) dtype, labels (N,) int32) -> loss``:
-    the mean sparse softmax cross-entropy, minimized by SGD (``momentum``, constant ``lr``). Variables take the
-    images' ``dtype`` (float64 makes exact comparisons with other implementations possible)."""
+    the mean sparse softmax cross-entropy (``mean_loss=False``: the per-example one, named ``loss``, which OneFlow
+    trains alike), minimized by SGD (``momentum``, constant ``lr``). Variables take the
+    images' ``dtype`` (float64 makes exact comparisons with other implementations possible). With
+    ``health_writer`` (a ``SummaryWriter``) the job also runs ``flow.watch_health(writer=health_writer,
+    every=health_every, **health_thresholds)``."""
     if not (isinstance(image_size, int) and image_size >= 32):
         raise ValueError(f"train_job: image_size must be an int >= 32 (the stem and four stages halve it five "
                          f"times), got {image_size!r}")
@@ -120,10 +139,43 @@ def train_job(batch_size=4, image_size=224, depth=50, width=1.0, classes=1000, l
     @flow.global_function(type="train")
     def resnet_train(images: tp.Numpy.Placeholder((batch_size, 3, image_size, image_size), dtype=dtype),
                      labels: tp.Numpy.Placeholder((batch_size,), dtype=flow.int32)) -> tp.Numpy:
-        logits = resnet(images, depth, width, classes, weight_decay)
-        loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+        logits = resnet(images, depth, width, classes, weight_decay, fused=fused)
+        if mean_loss:
+            loss = flow.math.reduce_mean(flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits,
+                                                                                         name="softmax_loss"))
+        else:
+            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(labels, logits, name="loss")
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [lr]), momentum=momentum).minimize(loss)
+        if health_writer is not None:
+            flow.watch_health(writer=health_writer, every=health_every, **(health_thresholds or {}))
         return loss
 
     return resnet_train
+
+
+# The dashboard's ResNet-50 run: its depth and names (the unfused form, as OneFlow-Benchmark's default) at a size
+# that traces and trains in seconds.
+SMALL = dict(batch_size=2, image_size=32, width=0.125, classes=10, lr=0.01, momentum=0.9, fused=False, mean_loss=False)
+
+
+def write_run(run_dir, steps=3, seed=0, **job_options):
+    """Train ``train_job(health_writer=..., **SMALL, **job_options)`` for ``steps`` steps on random images, logging
+    each step's loss and health report into ``run_dir``, then write the session's structure graph there
+    (``flow.summary.Graph(run_dir).write_structure_graph()``: every job defined so far, so call it in a fresh
+    session): a run for the dashboard's Graph and Health tabs (~1,100 ops, 107 layers). Returns the train job."""
+    import numpy as np
+
+    from flowlab.summary import SummaryWriter
+
+    options = {**SMALL, **job_options}
+    rng = np.random.default_rng(seed)
+    with SummaryWriter(run_dir) as writer:
+        job = train_job(health_writer=writer, **options)
+        batch, size = options["batch_size"], options["image_size"]
+        for step in range(steps):
+            images = rng.standard_normal((batch, 3, size, size)).astype(np.float32)
+            labels = rng.integers(0, options["classes"], batch).astype(np.int32)
+            writer.add_scalar("loss", float(job(images, labels).mean()), step)
+        flow.summary.Graph(run_dir).write_structure_graph()
+    return job
 
