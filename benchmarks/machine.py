@@ -1,7 +1,9 @@
-"""Machine facts every benchmark prints beside its numbers (run the scripts from the repository root)."""
+"""Machine facts every benchmark prints beside its numbers (run the scripts from the repository root), and how a
+profile finds a plan's kernels."""
 import ctypes
 import os
 import platform
+import re
 
 import numpy as np
 
@@ -60,3 +62,14 @@ def cpu_wait_seconds():
     except (OSError, ValueError, IndexError):
         return None
     return total * 1e-9
+
+
+def plan_kernels(plan):
+    """``{name in the plan's code: "<node> (<Op>)"}`` of every kernel call of a flowlab plan (``k<i>(...)  # <node>
+    (<Op>)`` lines of ``print(plan)``): what a profile wraps to time op by op (``plan._run.__globals__[name]``)."""
+    labels = {}
+    for line in str(plan).splitlines():
+        m = re.search(r"\b(k\d+)\(.*#\s*(.*)$", line)
+        if m:
+            labels[m.group(1)] = m.group(2)
+    return labels

@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from machine import blas_info, cpu_model, cpu_wait_seconds
+from machine import blas_info, cpu_model, cpu_wait_seconds, plan_kernels
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # measure the flowlab of the checkout this script is in (or, in a --baseline worker, of that checkout), not
@@ -354,11 +354,7 @@ def profile(args, flow, steps):
     fl.step()
     plan = fl.job.plan()
     ns = plan._run.__globals__
-    labels = {}
-    for line in str(plan).splitlines():
-        m = re.search(r"\b(k\d+)\(.*#\s*(.*)$", line)
-        if m:
-            labels[m.group(1)] = m.group(2)
+    labels = plan_kernels(plan)
     kinds = {k: re.search(r"\((\w+)\)\s*$", v).group(1) if re.search(r"\((\w+)\)\s*$", v) else v
              for k, v in labels.items()}
     originals = {k: ns[k] for k in labels}

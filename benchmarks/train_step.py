@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from machine import blas_info, cpu_model, cpu_wait_seconds
+from machine import blas_info, cpu_model, cpu_wait_seconds, plan_kernels
 
 IN, CLASSES, LR = 784, 10, 0.1
 # Per-case defaults: the large case gets fewer rounds and steps so that a whole run takes ~2-4 minutes on 2 cores
@@ -399,11 +399,7 @@ def profile_case(case, flow):
     # flowlab, kernel by kernel
     plan = fl.job.plan()
     ns = plan._run.__globals__
-    labels = {}
-    for line in str(plan).splitlines():
-        m = re.search(r"\b(k\d+)\(.*#\s*(.*)$", line)
-        if m:
-            labels[m.group(1)] = m.group(2).replace("System-AutoGrad-", "grad/")
+    labels = {k: label.replace("System-AutoGrad-", "grad/") for k, label in plan_kernels(plan).items()}
     originals = {k: ns[k] for k in labels}
     node_times = {k: [] for k in labels}
     whole, current = [], {}

@@ -15,6 +15,28 @@ import subprocess
 import sys
 from contextlib import contextmanager
 
+def resnet_logdir(tmp_path_factory, request, **run_options):
+    """``(logdir, chromium)``: a fresh logdir holding ``flowlab.examples.resnet.write_run``'s ResNet-50 run
+    ``resnet50`` (3 steps, ``run_options`` passed on) and the ``chromium`` fixture's browser; skips without Debian's
+    chromium or playwright."""
+    import os
+
+    import pytest
+
+    from jupyter_page import CHROMIUM
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"needs Debian's chromium at {CHROMIUM} (.ci/run installs it: apt-get install -y chromium)")
+    pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
+    chromium = request.getfixturevalue("chromium")
+    import flowlab as flow
+    from flowlab.examples import resnet
+    flow.clear_default_session()
+    logdir = tmp_path_factory.mktemp("logs")
+    resnet.write_run(logdir / "resnet50", steps=3, **run_options)
+    flow.clear_default_session()
+    return logdir, chromium
+
+
 IDLE_JS = ("() => window.Bokeh && Bokeh.documents.length > 0 && Bokeh.index.roots.length > 0 && "
            "Bokeh.index.roots.every((v) => v.is_idle)")
 

@@ -3,7 +3,6 @@ updates and ``watch_health`` statistics), in headless Chromium: it opens within 
 residual blocks as collapsed boxes, with no two boxes overlapping and every label inside its box and the frame;
 a tapped block opens on its ops; gradients and the optimizer, when shown, fold into a few boxes. Screenshots in
 ``artifacts/screenshots/graph-resnet50*.png``."""
-import os
 import re
 import time
 
@@ -68,17 +67,8 @@ def test_resnet50_opens_on_its_blocks_and_stays_readable_as_data():
 
 @pytest.fixture(scope="module")
 def resnet_page(tmp_path_factory, request):
-    from jupyter_page import CHROMIUM
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"needs Debian's chromium at {CHROMIUM} (.ci/run installs it: apt-get install -y chromium)")
-    pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
-    from dashboard_page import flowlab_serve, open_dashboard
-    chromium = request.getfixturevalue("chromium")
-    import flowlab as flow
-    flow.clear_default_session()
-    logdir = tmp_path_factory.mktemp("logs")
-    resnet.write_run(logdir / "resnet50", steps=3)
-    flow.clear_default_session()
+    from dashboard_page import flowlab_serve, open_dashboard, resnet_logdir
+    logdir, chromium = resnet_logdir(tmp_path_factory, request)
     with flowlab_serve(logdir, tmp_path_factory.mktemp("server") / "stderr.txt") as (url, log):
         warnings = []
         page, errors = open_dashboard(chromium, url, viewport={"width": 1400, "height": 900}, warnings=warnings)
@@ -249,5 +239,5 @@ def test_a_big_layout_runs_in_a_thread_and_only_the_latest_is_shown(tmp_path):
     assert latest and shown[-1][0] == latest[0]  # the latest layout shows, whenever it comes
     assert not any("Resnet-res2_0_add" in names for names, _ in shown)   # the superseded one never does
     assert not shown[-1][1].startswith("Laying out")
-    assert_readable(graph_data(nodes_from_structure(graph_export.structure_json(resnet.train_job(**resnet.SMALL))),
-                               expanded=view.expanded, seps="-/"))
+    nodes = nodes_from_structure(graph_export.structure_json(resnet.train_job(**resnet.SMALL)))
+    assert_readable(graph_data(nodes, expanded=view.expanded, seps="-/"))

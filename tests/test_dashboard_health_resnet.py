@@ -1,8 +1,7 @@
-"""The Health tab with ResNet-50's 107 layers (53 conv, 53 batch norm, fc1001) (``flowlab.examples.resnet`` under ``flow.watch_health``), in headless
-Chromium: every layer has a heatmap row tall enough for its label, every label fits left of the cells, and the
+"""The Health tab with ResNet-50's 107 layers (53 conv, 53 batch norm, fc1001; ``flowlab.examples.resnet`` under
+``flow.watch_health``), in headless Chromium: every layer has a heatmap row tall enough for its label, every label fits left of the cells, and the
 alert table's layer column holds the longest layer name. Screenshot in ``artifacts/screenshots/health-resnet50.png``.
 """
-import os
 
 import pytest
 
@@ -38,18 +37,9 @@ GEOMETRY_JS = """() => {
 
 @pytest.fixture(scope="module")
 def health_page(tmp_path_factory, request):
-    from jupyter_page import CHROMIUM
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"needs Debian's chromium at {CHROMIUM} (.ci/run installs it: apt-get install -y chromium)")
-    pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
-    from dashboard_page import flowlab_serve, open_dashboard
-    chromium = request.getfixturevalue("chromium")
-    import flowlab as flow
-    flow.clear_default_session()
-    logdir = tmp_path_factory.mktemp("logs")
+    from dashboard_page import flowlab_serve, open_dashboard, resnet_logdir
     # update_ratio_high so low that every layer alerts: the table lists the longest layer names
-    resnet.write_run(logdir / "resnet50", steps=3, health_thresholds={"update_ratio_high": 1e-9})
-    flow.clear_default_session()
+    logdir, chromium = resnet_logdir(tmp_path_factory, request, health_thresholds={"update_ratio_high": 1e-9})
     with flowlab_serve(logdir, tmp_path_factory.mktemp("server") / "stderr.txt") as (url, log):
         warnings = []
         page, errors = open_dashboard(chromium, f"{url}?tab=health", viewport={"width": 1400, "height": 900},
@@ -87,7 +77,8 @@ def test_the_saved_heatmap_of_54_layers_keeps_every_name_whole(health_page, chro
 
     from flowlab.plots.health import HealthGrid, heatmap_svg
 
-    layers = [n.name for n in resnet.train_job(**resnet.SMALL).graph().nodes if n.op.__name__ == "Conv2d"] + ["Resnet-fc1001"]
+    nodes = resnet.train_job(**resnet.SMALL).graph().nodes
+    layers = [n.name for n in nodes if n.op.__name__ == "Conv2d"] + ["Resnet-fc1001"]
     grid = HealthGrid(layers, ["grad_norm"], 10)
     grid.extend([0, 1, 2], np.random.default_rng(0).random((3, len(layers), 1)) + 0.1)
     page = chromium.new_page()
