@@ -42,6 +42,8 @@ from flowlab.plots.data import downsample, group_band
 from flowlab.plots.figures import compact_ticks, expand_in_page, nudge_next_turn, scale_ticker, value_labels
 from flowlab.summary.summary_writer import counted_histogram
 
+from .. import export_cells
+from ..export_cells import csv_number, csv_text, json_number
 from ..filters import FilterError, compile_filter
 from ..runs import run_colour
 from .base import View
@@ -110,20 +112,35 @@ def wall_format():
     return DatetimeTickFormatter(seconds="%H:%M:%S", minsec="%H:%M:%S", minutes="%H:%M", hourmin="%H:%M",
                                  hours="%H:%M", days="%b %d", months="%b %Y", years="%Y")
 
-# Builds the file in the browser from the card's sources (what is on display: zoom in for every point).
-_DOWNLOAD_JS = """
-const f = flat.data, r = rows.data;
+# Builds the file in the browser from the card's sources (what is on display: zoom in for every point), its cells
+# written as the server's export writes them (``export_cells``: formulas quoted away, NaN and ±Inf kept apart).
+# ±Inf reach the page as NaN in ``flat`` (gaps in the line); the marks name each non-finite point, per run and step,
+# in the order of the points.
+_DOWNLOAD_JS = export_cells.CELLS_JS + """
+const f = flat.data, r = rows.data, m = marks.data;
+const named = new Map(), SPECIAL = {"NaN": NaN, "+Inf": Infinity, "-Inf": -Infinity};
+for (let k = 0; k < m.run.length; k++) {
+  const key = m.run[k] + "\\u0000" + m.steps[k];
+  if (!named.has(key)) named.set(key, []);
+  named.get(key).push(m.what[k]);
+}
 const rows_out = [];
 for (let i = 0; i < r.run.length; i++)
-  for (let j = r.start[i]; j < r.stop[i]; j++)
-    rows_out.push({run: r.run[i], step: f.steps[j], wall_time: f.walls[j] / 1000, value: f.ys[j]});
+  for (let j = r.start[i]; j < r.stop[i]; j++) {
+    let value = f.ys[j];
+    const what = Number.isNaN(value) ? named.get(r.run[i] + "\\u0000" + f.steps[j]) : undefined;
+    if (what && what.length)
+      value = SPECIAL[what.shift()];
+    rows_out.push({run: r.run[i], step: f.steps[j], wall_time: f.walls[j] / 1000, value: value});
+  }
 let text;
 if (format === "csv") {
-  const q = (s) => '"' + String(s).replace(/"/g, '""') + '"';
   text = "run,step,wall_time,value\\n" +
-         rows_out.map((o) => [q(o.run), o.step, o.wall_time, o.value].join(",")).join("\\n") + "\\n";
+         rows_out.map((o) => [csv_text(o.run), csv_number(o.step), csv_number(o.wall_time),
+                              csv_number(o.value)].join(",")).join("\\n") + "\\n";
 } else {
-  text = JSON.stringify(rows_out);
+  text = JSON.stringify(rows_out.map((o) => ({run: o.run, step: json_number(o.step),
+                                               wall_time: json_number(o.wall_time), value: json_number(o.value)})));
 }
 const a = document.createElement("a");
 a.href = URL.createObjectURL(new Blob([text], {type: format === "csv" ? "text/csv" : "application/json"}));
@@ -152,27 +169,20 @@ setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 
 def export_text(columns, fmt):
     """``columns``: ``(run, tag, steps, wall_times, values)`` per series, in full. CSV: one row a point
-    (``run,tag,step,wall_time,value``; NaN and ±Inf as ``nan``, ``inf``, ``-inf``); JSON: one object a series with
-    ``step``, ``wall_time`` and ``value`` lists (NaN and ±Inf as the strings ``"NaN"``, ``"Infinity"``,
-    ``"-Infinity"``: JSON has no such numbers)."""
+    (``run,tag,step,wall_time,value``; names as quoted text cells with formulas quoted away, NaN and ±Inf as
+    ``nan``, ``inf``, ``-inf``); JSON (strict: JSON has no such numbers): one object a series with ``step``,
+    ``wall_time`` and ``value`` lists, NaN and ±Inf as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``. The
+    cells are ``export_cells``'s, as the page's own download writes them."""
     if fmt == "csv":
-        def q(text):
-            return '"' + str(text).replace('"', '""') + '"'
         lines = ["run,tag,step,wall_time,value"]
         for run, tag, steps, walls, values in columns:
-            prefix = f"{q(run)},{q(tag)},"
-            lines.extend(f"{prefix}{int(st)},{repr(float(w))},{_number(v)}" for st, w, v in zip(steps, walls, values))
+            prefix = f"{csv_text(run)},{csv_text(tag)},"
+            lines.extend(f"{prefix}{int(st)},{csv_number(w)},{csv_number(v)}"
+                         for st, w, v in zip(steps, walls, values))
         return "\n".join(lines) + "\n"
-    special = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
     return json.dumps([{"run": run, "tag": tag, "step": [int(x) for x in steps],
-                        "wall_time": [float(x) for x in walls],
-                        "value": [float(v) if math.isfinite(v) else special[_number(v)] for v in values]}
-                       for run, tag, steps, walls, values in columns])
-
-
-def _number(v):
-    v = float(v)
-    return repr(v) if math.isfinite(v) else "nan" if math.isnan(v) else "inf" if v > 0 else "-inf"
+                        "wall_time": [json_number(x) for x in walls], "value": [json_number(v) for v in values]}
+                       for run, tag, steps, walls, values in columns], allow_nan=False)
 
 
 class _Line:
@@ -385,7 +395,8 @@ class _Card:
         self.rows_shown = None                 # rows of the runs shown (None: all), for the y range
         self.ignore_outliers = False
         self.renderers = []
-        self.downloads = [CustomJS(args=dict(flat=self.flat, rows=self.rows, tag=tag, format=fmt), code=_DOWNLOAD_JS)
+        self.downloads = [CustomJS(args=dict(flat=self.flat, rows=self.rows, marks=self.marks, tag=tag, format=fmt),
+                                   code=_DOWNLOAD_JS)
                           for fmt in ("csv", "json")]
         buttons = [Button(label=f"⤓ {fmt.upper()}", width=70, height=26, button_type="light", name=f"download-{fmt}")
                    for fmt in ("csv", "json")]

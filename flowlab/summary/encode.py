@@ -150,6 +150,15 @@ def tensor_proto(array, name="tensor"):
     return out
 
 
+def to_wall_time(value, name="walltime") -> float:
+    """``value`` (seconds since the epoch) as a finite float: a NaN or infinite wall time has no moment, and readers
+    (exports as strict JSON, the wall-time axis) could only show it as missing data."""
+    seconds = to_scalar(value, name)
+    if not math.isfinite(seconds):
+        raise ValueError(f"{name} must be a finite number of seconds since the epoch, got {seconds!r}")
+    return seconds
+
+
 def _as_bytes(s, name):
     if isinstance(s, str):
         return check_text(s, f"{name} strings").encode("utf-8")

@@ -62,7 +62,7 @@ def _subrun_path(logdir, name, what):
 
 
 def _walltime(walltime):
-    return time.time() if walltime is None else encode.to_scalar(walltime, "walltime")
+    return time.time() if walltime is None else encode.to_wall_time(walltime, "walltime")
 
 
 def _to_nhwc(img, dataformats, name, batch):

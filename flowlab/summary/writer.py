@@ -37,6 +37,7 @@ import atexit
 import collections
 import errno
 import itertools
+import math
 import os
 import signal
 import socket
@@ -68,7 +69,7 @@ def check_step(step, name="step") -> int:
 
 
 def _wall_time(wall_time):
-    return time.time() if wall_time is None else encode.to_scalar(wall_time, "wall_time")
+    return time.time() if wall_time is None else encode.to_wall_time(wall_time, "wall_time")
 
 
 class EventFileWriter:
@@ -157,7 +158,7 @@ class EventFileWriter:
         if type(step) is not int or not _INT64[0] <= step < _INT64[1]:
             step = check_step(step)
         self._put((time.time() if wall_time is None else
-                   wall_time if type(wall_time) is float else _wall_time(wall_time),
+                   wall_time if type(wall_time) is float and math.isfinite(wall_time) else _wall_time(wall_time),
                    step, tag, value, not count % SCALAR_METADATA_EVERY))
         # Counted once accepted, so a refused first value leaves the metadata to the next. Two threads racing here
         # at worst send it once more or less.
