@@ -12,9 +12,10 @@ breaks the writer nor loses what was accepted before it.
 Durability: the file is unbuffered, so every batch goes to the OS in one ``write`` of whole framed records, and a
 writer killed with SIGKILL leaves everything up to its last complete record readable, with at most one partial
 record at the tail. ``flush()`` returns once everything queued before it is in the OS; ``close()`` flushes and
-closes (idempotently; a second ``close()``, from any thread, returns once the first has finished). Writers still open at interpreter exit are closed by an ``atexit`` hook, and on SIGTERM by a
-handler installed when the first writer opens (only over the default action, from the main thread): it writes out
-what is queued, then lets the default action terminate the process as SIGTERM would have.
+closes (idempotently; a second ``close()``, from any thread, returns once the first has finished). Writers still
+open at interpreter exit are closed by an ``atexit`` hook, and on SIGTERM by a handler installed when the first
+writer opens (only over the default action, from the main thread): it writes out what is queued, then lets the
+default action terminate the process as SIGTERM would have.
 
 Write errors (a full disk, a file-size limit): the bytes not yet written are kept in memory, up to
 ``max_pending_bytes``, and retried every ``flush_secs`` from the exact byte where the OS stopped, so a record cut
@@ -241,15 +242,17 @@ class EventFileWriter:
         if not closing:
             self._finished.wait()
             return
-        self._stopping = True
-        self._wake_thread()
-        self._thread.join()                 # the thread drains the queue before it ends
-        # Writes what a forked child's queue holds (its thread is gone), and items that came in while the thread
-        # was ending; later ones are taken back by their callers (_settle_late).
-        self._drain()
-        with self._io_lock:
-            lost = len(self._pending)
-            self._file.close()
+        try:
+            self._stopping = True
+            self._wake_thread()
+            self._thread.join()             # the thread drains the queue before it ends
+            # Writes what a forked child's queue holds (its thread is gone), and items that came in while the
+            # thread was ending; later ones are taken back by their callers (_settle_late).
+            self._drain()
+            with self._io_lock:
+                lost = len(self._pending)
+                self._file.close()
+        finally:                            # even if interrupted: whoever waits for this close() must not hang
             self._finished.set()
         _open_writers.discard(self)
         if lost:
