@@ -21,6 +21,13 @@ Where it differs from ``torch.utils.tensorboard``:
   (torch writes such runs outside the logdir). Tags never become paths (``add_embedding`` quotes its tag into one
   directory name).
 
+Threads: one writer may be shared by any number of threads. Each sub-run gets exactly one child writer (created
+under a lock, so one event file per sub-run however many threads race to its first value). ``flush()`` and
+``close()`` cover every child, including one created by a call racing them; once ``close()`` returns, every value
+accepted by a call that returned is on disk (it survives SIGKILL). After ``close()`` (or while it runs) every
+``add_*`` call raises ``ValueError`` saying the writer is closed, and starts no sub-run; an ``add_scalars`` that races
+``close()`` may have written some of its keys before it raises.
+
 Errors: every argument is checked before anything is queued, so a bad call raises at once, naming the argument,
 and leaves the writer and what it accepted before untouched. Write errors (a full disk) are ``EventFileWriter``'s
 to keep and retry; ``flush()`` and ``close()`` raise them naming the file.
@@ -30,6 +37,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import threading
 import time
 
 from ..runtime import dispatch
@@ -112,6 +120,8 @@ class SummaryWriter:
         self._options = dict(flush_secs=flush_secs, filename_suffix=filename_suffix, max_queue=max_queue)
         self.file_writer = EventFileWriter(self.logdir, **self._options)
         self._children = {}             # sub-runs: add_scalars keys and add_hparams(run_name=...)
+        self._children_lock = threading.Lock()  # creates children and closes the writer: none is made after close
+        self._closed = False
         self._nonfinite_tags = set()    # histogram tags that have met NaN/Inf: their counts are written from then on
         self._hparams = None            # (hparam_dict, metric tags) once this run holds an hparams session
         self._session_ended = False
@@ -137,6 +147,7 @@ class SummaryWriter:
         values = {encode.check_tag(key, "tag_scalar_dict key"): encode.to_scalar(value, f"tag_scalar_dict[{key!r}]")
                   for key, value in tag_scalar_dict.items()}
         step, wall = _step(global_step), _walltime(walltime)
+        self._check_open("add_scalars")
         names = {key: f"{main_tag.replace('/', '_')}_{key}" for key in values}
         for key, name in names.items():     # every run name checked before any value is written
             if name not in self._children:
@@ -144,7 +155,7 @@ class SummaryWriter:
                 _check_relative(key, what)
                 _subrun_path(self.logdir, name, what)
         for key, value in values.items():
-            self._child(names[key]).file_writer.add_scalar(main_tag, value, step, wall)
+            self._child(names[key], "add_scalars").file_writer.add_scalar(main_tag, value, step, wall)
 
     # ------------------------------------------------------------------------------------------------ arrays
 
@@ -199,7 +210,7 @@ class SummaryWriter:
                             f"{type(metric_dict).__name__}")
         if run_name is not None:
             _subrun_path(self.logdir, encode.check_tag(run_name, "run_name"), "run_name")
-        writer = self if run_name is None else self._child(run_name)
+        writer = self if run_name is None else self._child(run_name, "add_hparams")
         writer._write_hparams(hparam_dict, metric_dict, hparam_domain_discrete, _step(global_step))
         return writer
 
@@ -235,6 +246,7 @@ class SummaryWriter:
                       metadata_header=None):
         """Vectors for TensorBoard's projector, written into this run's directory (by ``projector``)."""
         from .projector import write_embedding
+        self._check_open("add_embedding")
         step = None if global_step is None else _step(global_step)
         # Text is checked before the projector writes any file (a lone surrogate failed halfway through them).
         encode.check_tag(tag)
@@ -248,15 +260,29 @@ class SummaryWriter:
 
     # ------------------------------------------------------------------------------------------------ lifetime
 
-    def _child(self, name):
-        if name not in self._children:
-            self._children[name] = SummaryWriter(_subrun_path(self.logdir, name, "run name"), **self._options)
-        return self._children[name]
+    def _check_open(self, method):
+        if self._closed:
+            raise ValueError(f"{method}: SummaryWriter({self.logdir!r}) is closed; nothing more can be added")
+
+    def _child(self, name, method):
+        """The one writer of sub-run ``name``, created on first use. The lock makes racing first calls share one
+        writer (each used to make its own file, and all but the last were never closed)."""
+        child = self._children.get(name)
+        if child is None:
+            with self._children_lock:
+                child = self._children.get(name)
+                if child is None:
+                    self._check_open(method)
+                    child = SummaryWriter(_subrun_path(self.logdir, name, "run name"), **self._options)
+                    self._children[name] = child
+        return child
 
     def flush(self):
         dispatch.default().wait()        # what watches (watch_health) still had on their way to this writer
         self.file_writer.flush()
-        for child in self._children.values():
+        with self._children_lock:        # a snapshot: another thread may be adding a child
+            children = list(self._children.values())
+        for child in children:
             child.flush()
 
     def close(self):
@@ -264,10 +290,14 @@ class SummaryWriter:
 
     def _close(self, status):
         dispatch.default().wait()
-        if self._hparams is not None and not self._session_ended:
-            self._session_ended = True
+        with self._children_lock:        # from here on no child is created, so this list is all of them
+            self._closed = True
+            children = list(self._children.values())
+            end_session = self._hparams is not None and not self._session_ended
+            self._session_ended |= end_session
+        if end_session:
             self.file_writer.add_summary([encode.hparams_session_end(status)])
-        for child in self._children.values():
+        for child in children:
             child._close(status)
         self.file_writer.close()
 

@@ -12,15 +12,21 @@ breaks the writer nor loses what was accepted before it.
 Durability: the file is unbuffered, so every batch goes to the OS in one ``write`` of whole framed records, and a
 writer killed with SIGKILL leaves everything up to its last complete record readable, with at most one partial
 record at the tail. ``flush()`` returns once everything queued before it is in the OS; ``close()`` flushes and
-closes (idempotently). Writers still open at interpreter exit are closed by an ``atexit`` hook, and on SIGTERM by a
-handler installed when the first writer opens (only over the default action, from the main thread): it writes out
-what is queued, then lets the default action terminate the process as SIGTERM would have.
+closes (idempotently; a second ``close()``, from any thread, returns once the first has finished). Writers still
+open at interpreter exit are closed by an ``atexit`` hook, and on SIGTERM by a handler installed when the first
+writer opens (only over the default action, from the main thread): it writes out what is queued, then lets the
+default action terminate the process as SIGTERM would have.
 
 Write errors (a full disk, a file-size limit): the bytes not yet written are kept in memory, up to
 ``max_pending_bytes``, and retried every ``flush_secs`` from the exact byte where the OS stopped, so a record cut
 short completes once space returns. A warning names the file when writes start failing and when they recover;
 ``flush()`` raises ``OSError`` naming the file while data waits; an ``add_*`` call is refused (``OSError``) only when
 the pending bytes are over the limit; ``close()`` tries once more and says how many bytes were lost.
+
+Threads: any number may add, flush and close at once. An ``add_*`` call that returns was accepted, and is on disk
+once ``close()`` returns, even one that raced ``close()``; one that comes too late for the final write raises
+``ValueError`` (closed) and writes nothing. No lock is taken on the hot path: a call that finds the writer closing
+after queueing its item waits for ``close()`` and then takes the item back if the final write missed it.
 
 Scalars take a fast path: the queue holds a small tuple and the thread builds the ``Event`` in place, because upb
 copies a message assigned into another, which costs more than serialising it.
@@ -113,6 +119,7 @@ class EventFileWriter:
         self._io_lock = threading.RLock()
         self._woken = False
         self._stopping = self._closed = False
+        self._finished = threading.Event()  # set once close() has written everything it will and closed the file
         self._pending = bytearray()         # framed bytes a failed write left unwritten, oldest first
         self._error = None                  # the OSError of the last failed write while bytes are pending
         self._dropped = 0                   # items that failed to serialise on the thread (none expected)
@@ -173,7 +180,7 @@ class EventFileWriter:
 
     def _put(self, item):
         if self._stopping:
-            raise ValueError(f"event file {self.path!r} is closed")
+            raise self._closed_error()
         if self._error is not None and len(self._pending) >= self._max_pending:
             error = self._error
             raise OSError(error.errno, f"event file cannot be written ({error.strerror}) and "
@@ -182,6 +189,8 @@ class EventFileWriter:
                           self.path)
         queue = self._queue
         queue.append(item)
+        if self._stopping:                  # close() began while this item was going in: written, or refused
+            self._settle_late(item)
         if len(queue) >= self._max_queue:
             with self._lock:
                 self._woken = True
@@ -190,17 +199,37 @@ class EventFileWriter:
                 while len(queue) >= 4 * self._max_queue and self._thread.is_alive():
                     self._drained.wait(0.1)
 
+    def _settle_late(self, item):
+        """An item queued after close() had begun: wait for close() to finish, then either it was written (the
+        thread or close()'s final drain took it off the queue) or it is taken back and refused. Seeing
+        ``_stopping`` false after appending means the append came first, so the thread's last drain sees the item
+        (it ends only when ``_stopping`` is set and the queue is empty)."""
+        self._finished.wait()
+        with self._io_lock:                 # nothing drains any more; late callers remove their own items
+            queue = self._queue
+            for i, queued in enumerate(queue):
+                if queued is item:
+                    del queue[i]
+                    raise self._closed_error()
+
+    def _closed_error(self):
+        return ValueError(f"event file {self.path!r} is closed; nothing more can be added")
+
     # ------------------------------------------------------------------------------------------------ flushing
 
     def flush(self):
         """Block until everything queued so far is written to the OS; ``OSError`` (naming the file) if some of
         it could not be written yet (it is kept and retried)."""
         if self._closed:
+            self._finished.wait()                       # a close() under way on another thread writes it all
             return
         marker = threading.Event()
         self._queue.append(marker)
         self._wake_thread()
         while not marker.wait(0.1):
+            if self._stopping:                          # close() began: it writes everything queued
+                self._finished.wait()
+                return
             if not self._thread.is_alive():             # e.g. in a forked child: drain on this thread
                 self._drain()
         if self._pending:
@@ -209,15 +238,23 @@ class EventFileWriter:
     def close(self):
         """Write what is queued and close the file; later calls do nothing. ``OSError`` (naming the file) if some
         accepted events could not be written: they are lost."""
-        if self._closed:
+        with self._lock:                    # exactly one caller closes; the others wait for it below
+            closing, self._closed = not self._closed, True
+        if not closing:
+            self._finished.wait()
             return
-        self._closed = self._stopping = True
-        self._wake_thread()
-        self._thread.join()                 # the thread drains the queue before it ends
-        self._drain()                       # only finds work if the thread was gone (a forked child)
-        with self._io_lock:
-            lost = len(self._pending)
-            self._file.close()
+        try:
+            self._stopping = True
+            self._wake_thread()
+            self._thread.join()             # the thread drains the queue before it ends
+            # Writes what a forked child's queue holds (its thread is gone), and items that came in while the
+            # thread was ending; later ones are taken back by their callers (_settle_late).
+            self._drain()
+            with self._io_lock:
+                lost = len(self._pending)
+                self._file.close()
+        finally:                            # even if interrupted: whoever waits for this close() must not hang
+            self._finished.set()
         _open_writers.discard(self)
         if lost:
             error = self._error
