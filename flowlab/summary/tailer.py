@@ -25,7 +25,10 @@ Design
   its tag's plugin, fixed per run by the first metadata seen, as TensorBoard's ``EventAccumulator`` fixes it. Most
   writers send metadata only with a tag's first value, so when that record is damaged TensorBoard loses the whole
   tag; here the tag takes the plugin another run gave it, else one inferred from its value (``infer_plugin``), until
-  real metadata arrives.
+  real metadata arrives. A tensor's declared shape must agree with the data the record carries
+  (``check_tensor_shape``), else the whole record is skipped and counted like a bad checksum: TensorBoard fills a
+  shape from one value, so a record of under 100 bytes of shape [8192, 8192] cost 512 MiB and one of 2^40 raised
+  ``MemoryError`` out of ``poll()``. Decoding a record thus costs memory proportional to its size.
 - Restarts follow ``EventAccumulator``: in a run whose files declare ``brain.Event:2`` (every current writer), each
   ``SessionLog`` START after the first drops the run's data with step >= its step; in older files an event whose step
   is below the previous summary event's step drops its own tags' data with step >= its step. The tailer keeps no
@@ -789,7 +792,7 @@ class ShapeMismatch(ValueError):
 def check_tensor_shape(t) -> None:
     """Raise :class:`ShapeMismatch` unless ``t``'s declared shape agrees with the data present.
 
-    TensorBoard's ``make_ndarray`` fills a shape from a single value (or from none: zeros), so a 70-byte record of
+    TensorBoard's ``make_ndarray`` fills a shape from a single value (or from none: zeros), so a 50-byte record of
     shape [8192, 8192] costs 512 MiB, and one declaring 2^40 elements raises ``MemoryError``. Here every dimension
     must be >= 0 and the record must carry exactly one value per element (``tensor_content`` of exactly that many
     bytes, or that many typed values; complex numbers two each); the only fill kept is TensorFlow's empty rank-0
