@@ -27,8 +27,8 @@ Design
   tag; here the tag takes the plugin another run gave it, else one inferred from its value (``infer_plugin``), until
   real metadata arrives. A tensor's declared shape must agree with the data the record carries
   (``check_tensor_shape``), else the whole record is skipped and counted like a bad checksum: TensorBoard fills a
-  shape from one value, so a record of under 100 bytes of shape [8192, 8192] cost 512 MiB and one of 2^40 raised
-  ``MemoryError`` out of ``poll()``. Decoding a record thus costs memory proportional to its size.
+  shape from one value, so a record of under 100 bytes of shape [8192, 8192] cost 512 MiB and one of 2^40 elements
+  raised ``MemoryError`` out of ``poll()``. Decoding a record thus costs memory proportional to its size.
 - Restarts follow ``EventAccumulator``: in a run whose files declare ``brain.Event:2`` (every current writer), each
   ``SessionLog`` START after the first drops the run's data with step >= its step; in older files an event whose step
   is below the previous summary event's step drops its own tags' data with step >= its step. The tailer keeps no
