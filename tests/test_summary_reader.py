@@ -500,16 +500,20 @@ def test_unreadable_file_is_reported_and_retried(tmp_path, monkeypatch):
 
 def test_undecodable_records_and_values_are_skipped(tmp_path):
     path = event_file(tmp_path)
-    bad_tensor = proto.TensorProto(dtype=1, float_val=[1.0, 2.0])
-    bad_tensor.tensor_shape.dim.add(size=3)
-    bad_tensor.tensor_shape.dim.add(size=-7)
+    bad_shape = proto.TensorProto(dtype=1, float_val=[1.0, 2.0])     # a shape that disagrees with its data
+    bad_shape.tensor_shape.dim.add(size=3)
+    bad_shape.tensor_shape.dim.add(size=-7)
+    not_a_scalar = proto.TensorProto(dtype=1, float_val=[1.0, 2.0])  # a consistent shape, but two values
+    not_a_scalar.tensor_shape.dim.add(size=2)
     with open(path, "wb") as f:
         f.write(frame(version().SerializeToString()) + frame(b"\xff\xff\xff")
-                + frame(event(1, summary=summary(value("s", "scalars", tensor=bad_tensor))).SerializeToString())
+                + frame(event(1, summary=summary(value("s", "scalars", tensor=bad_shape))).SerializeToString())
+                + frame(event(1, summary=summary(value("s", "scalars", tensor=not_a_scalar))).SerializeToString())
                 + frame(scalar_event("ok", 2, 2.0).SerializeToString()))
     t = LogdirTailer(tmp_path)
     assert [(d.tag, d.step) for d in t.poll()] == [("ok", 2)]
-    assert t.stats()["records_skipped"] == 1 and t.stats()["values_skipped"] == 1
+    # the undecodable bytes and the record whose shape disagrees are skipped records; the two-value scalar a value
+    assert t.stats()["records_skipped"] == 2 and t.stats()["values_skipped"] == 1
 
 
 # -- restarts --------------------------------------------------------------------------------------------------------

@@ -385,3 +385,56 @@ def test_real_metadata_replaces_an_inference(tmp_path):
 ])
 def test_plugins_inferred_from_values(tensor, plugin):
     assert infer_plugin(proto.Summary.Value(tag="x", tensor=tensor)) == plugin
+
+
+# -- declared shapes that disagree with their data (memory bombs) ----------------------------------------------------
+
+def bomb_tensor(dims, **values):
+    t = proto.TensorProto(dtype=1, **values)                 # DT_FLOAT
+    for d in dims:
+        t.tensor_shape.dim.add(size=d)
+    return t
+
+
+def tensor_event(tag, step, t):
+    return proto.Event(wall_time=1.7e9 + step, step=step, summary=proto.Summary(value=[proto.Summary.Value(
+        tag=tag, tensor=t, metadata=proto.SummaryMetadata(plugin_data=proto.SummaryMetadata.PluginData(
+            plugin_name="flowlab_tensor")))]))
+
+
+def test_a_declared_shape_must_agree_with_the_data_or_the_record_is_skipped(tmp_path):
+    """Issue 29: a record declaring 2^40 elements raised MemoryError out of poll() (the records after it were lost
+    for good); a 70-byte record of shape [8192, 8192] with one value cost 512 MiB. Both are skipped and counted like
+    a bad CRC, and every valid record after them is read, at no more memory than the log's size."""
+    import tracemalloc
+    bombs = [tensor_event("huge", 1, bomb_tensor([1 << 20, 1 << 20], float_val=[1.0])),            # 2^40 elements
+             tensor_event("square", 2, bomb_tensor([8192, 8192], float_val=[1.0])),               # 512 MiB filled
+             tensor_event("raw", 3, bomb_tensor([8192, 8192], tensor_content=b"\0" * 8)),           # too few bytes
+             tensor_event("negative", 4, bomb_tensor([-1, 4], float_val=[1.0] * 4))]
+    good = tensor_event("ok", 5, bomb_tensor([2, 2], float_val=[1.0, 2.0, 3.0, 4.0]))
+    framed = [frame(e.SerializeToString()) for e in [version(), *bombs, good, *scalar_log(10)[1:]]]
+    assert len(framed[2]) < 100                             # the [8192, 8192] bomb is a record of under 100 bytes
+    with open(event_path(tmp_path), "wb") as f:
+        f.write(b"".join(framed))
+    t = LogdirTailer(tmp_path)
+    tracemalloc.start()
+    try:
+        items = t.poll()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 48 << 20          # the 32 MiB read buffer and little else; was 512 MiB, or MemoryError
+    tensors = [(d.tag, d.step, d.value.tolist()) for d in items if d.kind == "tensor"]
+    assert tensors == [("ok", 5, [[1.0, 2.0], [3.0, 4.0]])]
+    assert points(items) == sorted((["loss", "acc"][i % 2], i, i * 0.25) for i in range(10))
+    st = t.stats()
+    assert st["records_skipped"] == len(bombs) and st["values_skipped"] == 0 and st["bytes_skipped"] == 0
+    assert st["records_read"] == len(framed)
+
+
+def test_tensor_to_array_refuses_a_shape_its_data_does_not_fill():
+    from flowlab.summary.tailer import ShapeMismatch, tensor_to_array
+    with pytest.raises(ShapeMismatch, match=r"declares 67,108,864 elements.*has 1"):
+        tensor_to_array(bomb_tensor([8192, 8192], float_val=[1.0]))
+    assert tensor_to_array(bomb_tensor([], float_val=[])).tolist() == 0.0       # TensorFlow's empty rank-0 zero
+    assert tensor_to_array(bomb_tensor([0])).shape == (0,)

@@ -7,17 +7,23 @@ until the user moves the step slider back (and again once they move it to the en
 of a series (a reset: the newest image is always kept), a card that follows stays on the newest, and one the viewer
 moved back stays on the step they chose, or the closest kept step before it. Cards come a page at a time
 (``CardsView``), so only the images of the page are decoded and sent.
+
+Decoding is bounded (``flowlab.plots.thumbnails``): each image is decoded once per server process, shrunk to the
+card's ``SIZE`` while decoding, and shared by every session; an image declaring more than ``MAX_PIXELS``
+(4096 × 4096) pixels, or one that cannot be decoded, is drawn as a grey tile and the card's caption says why, so one
+hostile image costs neither memory nor the other cards.
 """
 from __future__ import annotations
 
 import bisect
-import io
+import html
 import math
 
 import numpy as np
 from bokeh.models import ColumnDataSource, Div, Range1d, Slider, TapTool
 
 from flowlab.plots.figures import card, plain_figure
+from flowlab.plots.thumbnails import Refused, thumbnail_rgba
 
 from .base import CardsView
 
@@ -25,13 +31,16 @@ SIZE = 320              # the longer side of the drawn image, in screen pixels
 MAX_TILES = 16          # images of one step drawn as a grid
 
 
-def decode_rgba(png: bytes) -> np.ndarray:
-    """A PNG as ``image_rgba`` wants it: ``uint32 [h, w]`` of packed RGBA bytes, bottom row first (Bokeh's y axis
-    points up)."""
-    from PIL import Image
-    with Image.open(io.BytesIO(png)) as im:
-        rgba = np.asarray(im.convert("RGBA"), dtype=np.uint8)
-    return np.ascontiguousarray(rgba[::-1]).view("<u4")[..., 0]
+# What a refused image is drawn as: a light grey square (packed RGBA, as image_rgba wants it)
+_REFUSED_TILE = np.full((32, 32), int.from_bytes(bytes((0xdd, 0xdd, 0xdd, 0xff)), "little"), np.uint32)
+_REFUSED_TILE.flags.writeable = False
+
+
+def decode_rgba(png: bytes) -> np.ndarray | Refused:
+    """An encoded image as ``image_rgba`` wants it, at most ``SIZE`` pixels on its longer side: ``uint32 [h, w]``
+    of packed RGBA bytes, bottom row first (Bokeh's y axis points up); or ``Refused`` with the reason (more than
+    ``MAX_PIXELS`` pixels, undecodable). Decoded once per process (``flowlab.plots.thumbnails``)."""
+    return thumbnail_rgba(png, SIZE)
 
 
 def _slider(title):
@@ -67,7 +76,7 @@ class _Card:
         self.figure.add_tools(TapTool(renderers=[boxes]))     # (no toolbar: the tap is active by itself)
         self.figure.axis.visible = False
         self.figure.grid.visible = False
-        self.caption = Div(text="", styles={"color": "#777", "font-size": "9pt"})
+        self.caption = Div(text="", disable_math=True, styles={"color": "#777", "font-size": "9pt"})
         self.step.on_change("value", lambda attr, old, new: self.show())
         self.tiles.selected.on_change("indices", lambda attr, old, new: self._tapped(new))
         self.layout = card(series.tag, series.run, self.step, self.caption, self.figure)
@@ -108,7 +117,9 @@ class _Card:
             return
         self._shown = (image, self.enlarged)
         samples = [self.enlarged] if self.enlarged is not None else list(range(min(n, MAX_TILES)))
-        pictures = [decode_rgba(image.encoded[i]) for i in samples]
+        decoded = [decode_rgba(image.encoded[i]) for i in samples]
+        refused = [(i, p.reason) for i, p in zip(samples, decoded) if isinstance(p, Refused)]
+        pictures = [_REFUSED_TILE if isinstance(p, Refused) else p for p in decoded]
         cell_w, cell_h = max(p.shape[1] for p in pictures), max(p.shape[0] for p in pictures)
         columns, rows = grid_shape(len(pictures))
         gap = max(cell_w, cell_h) // 16 if len(pictures) > 1 else 0
@@ -130,12 +141,17 @@ class _Card:
         self.tiles.data = tiles
         self.step.title = f"step {step}"
         if self.enlarged is not None:
-            self.caption.text = f"image {self.enlarged + 1} of {n} (tap it for all)"
+            caption = f"image {self.enlarged + 1} of {n} (tap it for all)"
         elif n > 1:
             more = f", the first {MAX_TILES} shown" if n > MAX_TILES else ""
-            self.caption.text = f"{n} images{more} (tap one to enlarge it)"
+            caption = f"{n} images{more} (tap one to enlarge it)"
         else:
-            self.caption.text = ""
+            caption = ""
+        caption = html.escape(caption)
+        for i, reason in refused:                   # Pillow's messages are text, never markup
+            which = f"image {i + 1}" if n > 1 else "image"
+            caption += f'<div style="color:#c00">{which} refused: {html.escape(reason)}</div>'
+        self.caption.text = caption
 
 
 class ImagesView(CardsView):

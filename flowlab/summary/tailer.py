@@ -25,7 +25,10 @@ Design
   its tag's plugin, fixed per run by the first metadata seen, as TensorBoard's ``EventAccumulator`` fixes it. Most
   writers send metadata only with a tag's first value, so when that record is damaged TensorBoard loses the whole
   tag; here the tag takes the plugin another run gave it, else one inferred from its value (``infer_plugin``), until
-  real metadata arrives.
+  real metadata arrives. A tensor's declared shape must agree with the data the record carries
+  (``check_tensor_shape``), else the whole record is skipped and counted like a bad checksum: TensorBoard fills a
+  shape from one value, so a record of under 100 bytes of shape [8192, 8192] cost 512 MiB and one of 2^40 elements
+  raised ``MemoryError`` out of ``poll()``. Decoding a record thus costs memory proportional to its size.
 - Restarts follow ``EventAccumulator``: in a run whose files declare ``brain.Event:2`` (every current writer), each
   ``SessionLog`` START after the first drops the run's data with step >= its step; in older files an event whose step
   is below the previous summary event's step drops its own tags' data with step >= its step. The tailer keeps no
@@ -59,7 +62,7 @@ class Datum(NamedTuple):
       histogram    float64 array [k, 3] of (left, right, count) rows (legacy buckets converted as TensorBoard does)
       image        :class:`Image`
       audio        list of encoded clips (bytes)
-      text         str for a rank-0 tensor, else a NumPy array of str
+      text         str for a rank-0 tensor, else a NumPy object array of str
       tensor       NumPy array (any other plugin, or none: see ``plugin``)
       health       float64 array [layers, statistics] of a ``flow.watch_health`` report (``health_log.decode`` with
                    ``plugin_content`` names them)
@@ -281,7 +284,8 @@ class LogdirTailer:
 
     def stats(self) -> dict:
         """Counters: runs (seen so far), files (tracked now), records_read (checksum-valid), records_skipped (corrupt
-        stretches skipped, and undecodable events), bytes_read, bytes_skipped, values_skipped (undecodable values),
+        stretches skipped, undecodable events, and events holding a tensor whose declared shape disagrees with its data:
+        ``check_tensor_shape``), bytes_read, bytes_skipped, values_skipped (undecodable values),
         resets (files read again from the start after shrinking or being replaced), deferred (files whose damaged
         bytes are searched on at the next poll, the budget of this one spent), and errors {path: reason} for paths
         unreadable at the last poll ("PermissionError: ...") or gone ("vanished"); remote paths are URLs."""
@@ -540,6 +544,9 @@ class LogdirTailer:
             self._counts["records_skipped"] += 1
             return None
         what, step, wall = ev.WhichOneof("what"), ev.step, ev.wall_time
+        if what == "summary" and not _shapes_agree(ev.summary):
+            self._counts["records_skipped"] += 1    # as for a bad checksum: the record never happened
+            return None
         if what == "file_version":
             run.file_version = _file_version(ev.file_version)
         # EventAccumulator._MaybePurgeOrphanedData (graphs and run metadata count as summaries there)
@@ -778,11 +785,44 @@ _DTYPES = {  # DataType number -> (NumPy dtype, TensorProto field holding values
 }
 
 
+class ShapeMismatch(ValueError):
+    """A TensorProto whose declared shape disagrees with the values it carries."""
+
+
+def check_tensor_shape(t) -> None:
+    """Raise :class:`ShapeMismatch` unless ``t``'s declared shape agrees with the data present.
+
+    TensorBoard's ``make_ndarray`` fills a shape from a single value (or from none: zeros), so a 50-byte record of
+    shape [8192, 8192] costs 512 MiB, and one declaring 2^40 elements raises ``MemoryError``. Here every dimension
+    must be >= 0 and the record must carry exactly one value per element (``tensor_content`` of exactly that many
+    bytes, or that many typed values; complex numbers two each); the only fill kept is TensorFlow's empty rank-0
+    tensor, read as one zero. So decoding a value never allocates more than a small multiple of its record's size.
+    Tensors of unsupported dtypes are left to :func:`tensor_to_array`, which refuses them."""
+    if t.dtype not in _DTYPES:
+        return
+    dims = [d.size for d in t.tensor_shape.dim]
+    if any(d < 0 for d in dims):
+        raise ShapeMismatch(f"tensor shape {dims}: expected dimensions >= 0")
+    size = math.prod(dims)
+    dtype, field = _DTYPES[t.dtype]
+    if t.tensor_content and dtype is not object:
+        present, unit = len(t.tensor_content), np.dtype(dtype).itemsize
+        what = "bytes of tensor_content"
+    else:
+        present, unit = len(getattr(t, field)), 2 if dtype in (np.complex64, np.complex128) else 1
+        what = f"values in {field}"
+    if present != size * unit and not (present == 0 and size == 1 and not dims):
+        raise ShapeMismatch(f"tensor shape {dims} declares {size:,} elements, expected {size * unit:,} {what}, "
+                            f"but the record has {present:,}")
+
+
 def tensor_to_array(t) -> np.ndarray:
-    """A TensorProto as a NumPy array (strings as an object array of bytes), as TensorBoard's make_ndarray does:
-    raw ``tensor_content`` if present, else the typed values, the last repeated to fill the shape."""
+    """A TensorProto as a NumPy array (strings as an object array of bytes): raw ``tensor_content`` if present,
+    else the typed values. Raises :class:`ShapeMismatch` (a ``ValueError``) when the declared shape disagrees with
+    the data (see :func:`check_tensor_shape`), ``ValueError`` for unsupported dtypes."""
     if t.dtype not in _DTYPES:
         raise ValueError(f"unsupported tensor dtype {t.dtype}")
+    check_tensor_shape(t)
     dtype, field = _DTYPES[t.dtype]
     shape = [d.size for d in t.tensor_shape.dim]
     size = math.prod(shape)
@@ -798,11 +838,20 @@ def tensor_to_array(t) -> np.ndarray:
         flat = np.array(values, np.float64).view(np.complex128).astype(dtype)
     else:
         flat = np.array(values, dtype)
-    if 0 < len(flat) < size:                    # writers may send one value (or a prefix) for a filled tensor
-        flat = np.concatenate([flat, np.repeat(flat[-1:], size - len(flat))])
-    elif not len(flat):
+    if not len(flat):                           # an empty rank-0 tensor (the one fill check_tensor_shape allows)
         flat = np.zeros(size, dtype)
     return flat.reshape(shape)
+
+
+def _shapes_agree(summary) -> bool:
+    """Whether every tensor value of ``summary`` carries the data its shape declares (``check_tensor_shape``)."""
+    for v in summary.value:
+        if v.WhichOneof("value") == "tensor":
+            try:
+                check_tensor_shape(v.tensor)
+            except ShapeMismatch:
+                return False
+    return True
 
 
 def _legacy_histogram(h) -> np.ndarray:
@@ -851,8 +900,14 @@ def _python(v):
 
 
 def _strings(a: np.ndarray):
+    """Text values: a str, or an object array of str. Not a fixed-width ``str`` array: that pads every element to
+    the longest, so one 1 MB string among 1,000 short ones would cost 4 GB."""
     decoded = [x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in a.ravel()]
-    return decoded[0] if a.ndim == 0 else np.array(decoded, dtype=str).reshape(a.shape)
+    if a.ndim == 0:
+        return decoded[0]
+    out = np.empty(len(decoded), object)
+    out[:] = decoded
+    return out.reshape(a.shape)
 
 
 def _image_tensor(a: np.ndarray) -> Image:
@@ -865,7 +920,7 @@ def _scalar_tensor(t) -> float:
     dtype, field = _DTYPES.get(t.dtype, (None, ""))
     if not t.tensor_content and field in ("float_val", "double_val", "int_val", "int64_val"):
         values = getattr(t, field)
-        if len(values) == 1:
+        if len(values) == 1 and all(d.size == 1 for d in t.tensor_shape.dim):
             return float(values[0])
     return float(tensor_to_array(t).item())
 
