@@ -45,6 +45,8 @@ from tornado.ioloop import IOLoop
 from tornado.routing import Matcher
 from tornado.web import OutputTransform, RequestHandler
 
+from flowlab.summary.redact import redact
+
 from .app import build_document
 from .store import RELOAD_INTERVAL, Store
 from .views.projector import WORKERS
@@ -334,7 +336,7 @@ def serve(logdir, port=6006, host=LOOPBACK, reload_interval=RELOAD_INTERVAL, out
         warning = exposure_warning(host)
         if warning:
             out(warning)
-        out(f"flowlab dashboard for {server.server.store.logdir} at {server.url}  (Ctrl-C to stop)")
+        out(f"flowlab dashboard for {redact(server.server.store.logdir)} at {server.url}  (Ctrl-C to stop)")
         stop.wait()
         clean = server.stop(timeout=grace)
         out("flowlab dashboard stopped" if clean else

@@ -15,9 +15,13 @@ import numpy as np
 
 def _serve(args):
     from flowlab.dashboard.server import serve
+    from flowlab.summary.tailer import LogdirError
     try:
         serve(args.logdir, port=args.port, host=args.host, reload_interval=args.reload_interval,
               out=lambda line: print(line, flush=True), samples=args.samples_per_plugin)
+    except LogdirError as e:            # its message names the logdir, credentials redacted
+        print(f"flowlab serve: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
         print(f"flowlab serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
         return 1
