@@ -32,6 +32,7 @@ import re
 import secrets
 import signal
 import threading
+import time
 from functools import partial
 from urllib.parse import unquote, unquote_to_bytes, urlsplit
 
@@ -40,6 +41,8 @@ from bokeh.application.handlers import FunctionHandler
 from bokeh.server.server import BaseServer
 from bokeh.server.tornado import BokehTornado
 from bokeh.server.util import bind_sockets
+from bokeh.server.views.autoload_js_handler import AutoloadJsHandler
+from bokeh.server.views.ws import WSHandler
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
 from tornado.routing import Matcher
@@ -55,6 +58,7 @@ LOOPBACK = "127.0.0.1"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 _WILDCARDS = ("", "0.0.0.0", "::")
 _SCRIPT_TAG = re.compile(rb"<script\b", re.IGNORECASE)
+KEEP_ALIVE_MS = 37_000          # Bokeh's websocket ping period (its default); tests shorten it to race closes
 
 
 def _ip(name):
@@ -221,13 +225,71 @@ _closed_sends = _ClosedSends()
 logging.getLogger("bokeh.server.views.ws").addFilter(_closed_sends)
 
 
+_log = logging.getLogger(__name__)
+OPEN_WAIT_S = 10.0              # how long a message that came before its websocket was set up waits for it
+
+
+class _AutoloadJs(AutoloadJsHandler):
+    """Bokeh's ``/autoload.js`` whose CORS preflight answers a request without ``Origin`` (Bokeh 3.9 reads the
+    header unconditionally: ``KeyError``, a 500 and a traceback in the log). Without an origin there is nothing
+    to allow: 204 with the allowed methods, no ``Access-Control-Allow-Origin``."""
+
+    async def options(self, *args, **kwargs):
+        if "Origin" not in self.request.headers:
+            self.set_header("Allow", "GET, OPTIONS")
+            self.set_status(204)
+            return
+        await super().options(*args, **kwargs)
+
+
+class _WS(WSHandler):
+    """Bokeh's websocket handler, guarded against two orders of events Bokeh 3.9 does not expect:
+
+    * a message before the connection is set up: Bokeh's ``open`` finishes in a later callback, and a message that
+      comes first meets no receiver (``AttributeError``, logged with a traceback). It waits for the set-up (at most
+      ``OPEN_WAIT_S``; a socket closed meanwhile drops it);
+    * ``on_close`` after the keep-alive ping already reported the client lost: the ping finds the socket closing
+      (the server closed it and waits for the client's answer, or the close frame came in the same loop iteration),
+      and ``client_lost`` detaches the session that Bokeh's ``on_close`` then reads (``AssertionError`` in
+      ``ServerConnection.session``). The loss is reported once, by whichever comes first (``_Bokeh.client_lost``).
+    """
+
+    closed_here = False
+
+    async def on_message(self, fragment):
+        deadline = time.monotonic() + OPEN_WAIT_S
+        while self.receiver is None:
+            if self.ws_connection is None or self.ws_connection.is_closing():
+                return                          # closed before it was set up: nothing to answer
+            if time.monotonic() > deadline:
+                _log.warning("websocket from %s sent a message but was not set up within %s s; closing it",
+                             self.request.remote_ip, OPEN_WAIT_S)
+                self.close(1011, "connection not set up")
+                return
+            await asyncio.sleep(0.01)
+        await super().on_message(fragment)
+
+    def on_close(self):
+        if self.connection is not None and self.connection not in self.application.live:
+            _log.debug("websocket closed after its connection was reported lost: code=%s", self.close_code)
+            return
+        self.closed_here = True                 # Bokeh's on_close tells the session; client_lost need not
+        super().on_close()
+
+
+_GUARDED = {WSHandler: _WS, AutoloadJsHandler: _AutoloadJs}
+
+
 class _Bokeh(BokehTornado):
     """``BokehTornado`` that keeps each websocket beside its connection, so a stop can end them cleanly (Bokeh's
-    own ``stop`` leaves them open, and sessions then push into closing sockets: one warning per message)."""
+    own ``stop`` leaves them open, and sessions then push into closing sockets: one warning per message), and whose
+    websocket and ``/autoload.js`` routes use the guarded handlers above."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.live = {}
+        for rule in self.wildcard_router.rules:             # Bokeh's own routes, same paths and arguments
+            rule.target = _GUARDED.get(rule.target, rule.target)
 
     def new_connection(self, protocol, socket, application_context, session):
         connection = super().new_connection(protocol, socket, application_context, session)
@@ -235,7 +297,11 @@ class _Bokeh(BokehTornado):
         return connection
 
     def client_lost(self, connection):
-        self.live.pop(connection, None)
+        socket = self.live.pop(connection, None)
+        if socket is None:
+            return                              # reported already (keep-alive, then on_close; or a stop)
+        if not socket.closed_here:              # the keep-alive found it closed first: tell the document now
+            connection.session.notify_connection_lost()
         super().client_lost(connection)
 
     def resources(self, absolute_url=None):
@@ -268,7 +334,8 @@ class DashboardServer:
         # Bokeh's own websocket check stays as a second line: the same names, never a pattern
         origins = [_host_port(n, self.port) for n in self.allow.names]
         app = Application(FunctionHandler(partial(build_document, store=self.store)))
-        self._tornado = _Bokeh({"/": app}, extra_websocket_origins=origins, serve_traceback=False)
+        self._tornado = _Bokeh({"/": app}, extra_websocket_origins=origins, serve_traceback=False,
+                               keep_alive_milliseconds=KEEP_ALIVE_MS)
         self._tornado.add_handlers(r".*", [(_Refused(self.allow), _Refuse)])      # checked before Bokeh's routes
         ancestors = self.allow.frame_ancestors(frame_ancestors)
         self._tornado.add_transform(partial(_SecurityHeaders, frame_ancestors=ancestors))
