@@ -106,3 +106,12 @@ def test_flowlab_serve_with_a_password_in_an_http_logdir_never_prints_it(tmp_pat
     assert proc.returncode == 2 and out == ""
     assert err.startswith("flowlab serve: logdir 'http://alice:***@127.0.0.1:") and "Traceback" not in err
     assert "cannot list a directory" in err and "s3://" in err
+
+
+def test_a_broken_views_traceback_on_the_page_quotes_no_password():
+    from flowlab.dashboard.app import _broken
+    try:
+        raise OSError(f"cannot list http://alice:{SECRET}@host/logs/run")
+    except OSError as error:
+        text = _broken("Scalars", error).text
+    assert "http://alice:***@host/logs/run" in text and SECRET not in text

@@ -4,7 +4,7 @@
 
 Design
 - Discovery: every poll walks the logdir (``os.walk``), or for an fsspec URL (``s3://bucket/prefix``...) lists it
-  recursively once. A run is a directory (the logdir itself is run ``"."``) holding files whose name contains
+  recursively once (http(s):// URLs cannot be listed and are refused: ``LogdirError``). A run is a directory (the logdir itself is run ``"."``) holding files whose name contains
   ``tfevents``; its name is the path relative to the logdir with ``/`` separators. Runs are visited in name order and
   a run's files in name order, as TensorBoard orders them.
 - Per file we keep the byte offset read so far and the unconsumed tail (a partial last record). A poll stats the file
