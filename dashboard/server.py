@@ -16,7 +16,10 @@ no file routes: the only files served are Bokeh's own static ones. Before any of
 Every response carries a Content-Security-Policy (inline scripts only with this response's nonce; ``unsafe-eval``
 because BokehJS compiles ``CustomJS`` code with ``new Function``; framing only by loopback pages, as
 ``flowlab.dashboard.show`` embeds it in an IFrame of a local Jupyter page), ``X-Frame-Options``,
-``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. No traceback is ever sent.
+``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. No traceback is ever sent, and none is
+logged for anything a client can send: Bokeh's ``/autoload.js`` preflight and websocket handler are replaced by
+guarded subclasses (``_AutoloadJs``, ``_WS``; see them for the Bokeh 3.9 bugs they avoid). The logdir is printed
+with its URL credentials redacted (``flowlab.summary.redact``).
 
 Two ways to run it:
     serve(...)             blocking, on the main thread; SIGINT and SIGTERM stop it within a second (``flowlab serve``)
