@@ -29,6 +29,7 @@ from bokeh.models import CustomJS, Div, TabPanel, Tabs
 from bokeh.themes import Theme
 
 from flowlab.plots.figures import EXPAND_TAG
+from flowlab.summary.redact import redact
 
 from . import url_state
 from .runs import RunSelection
@@ -155,7 +156,7 @@ def apply_scheme(doc, scheme=None):
 
 def _broken(name, error):
     """A tab in place of a view that could not be built, so one bad view does not take the dashboard down."""
-    detail = "".join(traceback.format_exception(error))
+    detail = redact("".join(traceback.format_exception(error)))          # it may quote the logdir's URL
     return Div(text=f"<b>The {html.escape(name)} view failed to build.</b><pre>{html.escape(detail)}</pre>")
 
 

@@ -16,6 +16,8 @@ def show(logdir, port=0, host="127.0.0.1", reload_interval=0.25, height=720, fra
 
     ``frame_ancestors``: further CSP sources allowed to embed it, for a notebook front end that is not served from
     this machine's loopback names (for example ``["vscode-webview:"]`` or ``["https://hub.example.org"]``)."""
+    from flowlab.summary.redact import redact
+
     from .server import ServerThread
     if isinstance(frame_ancestors, str):
         raise TypeError(f"frame_ancestors must be a list of CSP sources, got the string {frame_ancestors!r}")
@@ -25,7 +27,7 @@ def show(logdir, port=0, host="127.0.0.1", reload_interval=0.25, height=720, fra
         from IPython.display import IFrame, display
         display(IFrame(handle.url, width="100%", height=height))
     else:
-        print(f"flowlab dashboard for {logdir} at {handle.url}  (stop it with .stop())", flush=True)
+        print(f"flowlab dashboard for {redact(logdir)} at {handle.url}  (stop it with .stop())", flush=True)
     return handle
 
 

@@ -16,7 +16,10 @@ no file routes: the only files served are Bokeh's own static ones. Before any of
 Every response carries a Content-Security-Policy (inline scripts only with this response's nonce; ``unsafe-eval``
 because BokehJS compiles ``CustomJS`` code with ``new Function``; framing only by loopback pages, as
 ``flowlab.dashboard.show`` embeds it in an IFrame of a local Jupyter page), ``X-Frame-Options``,
-``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. No traceback is ever sent.
+``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. No traceback is ever sent, and none is
+logged for anything a client can send: Bokeh's ``/autoload.js`` preflight and websocket handler are replaced by
+guarded subclasses (``_AutoloadJs``, ``_WS``; see them for the Bokeh 3.9 bugs they avoid). The logdir is printed
+with its URL credentials redacted (``flowlab.summary.redact``).
 
 Two ways to run it:
     serve(...)             blocking, on the main thread; SIGINT and SIGTERM stop it within a second (``flowlab serve``)
@@ -32,6 +35,7 @@ import re
 import secrets
 import signal
 import threading
+import time
 from functools import partial
 from urllib.parse import unquote, unquote_to_bytes, urlsplit
 
@@ -40,10 +44,14 @@ from bokeh.application.handlers import FunctionHandler
 from bokeh.server.server import BaseServer
 from bokeh.server.tornado import BokehTornado
 from bokeh.server.util import bind_sockets
+from bokeh.server.views.autoload_js_handler import AutoloadJsHandler
+from bokeh.server.views.ws import WSHandler
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
 from tornado.routing import Matcher
 from tornado.web import OutputTransform, RequestHandler
+
+from flowlab.summary.redact import redact
 
 from .app import build_document
 from .store import RELOAD_INTERVAL, Store
@@ -53,6 +61,7 @@ LOOPBACK = "127.0.0.1"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 _WILDCARDS = ("", "0.0.0.0", "::")
 _SCRIPT_TAG = re.compile(rb"<script\b", re.IGNORECASE)
+KEEP_ALIVE_MS = 37_000          # Bokeh's websocket ping period (its default); tests shorten it to race closes
 
 
 def _ip(name):
@@ -219,13 +228,71 @@ _closed_sends = _ClosedSends()
 logging.getLogger("bokeh.server.views.ws").addFilter(_closed_sends)
 
 
+_log = logging.getLogger(__name__)
+OPEN_WAIT_S = 10.0              # how long a message that came before its websocket was set up waits for it
+
+
+class _AutoloadJs(AutoloadJsHandler):
+    """Bokeh's ``/autoload.js`` whose CORS preflight answers a request without ``Origin`` (Bokeh 3.9 reads the
+    header unconditionally: ``KeyError``, a 500 and a traceback in the log). Without an origin there is nothing
+    to allow: 204 with the allowed methods, no ``Access-Control-Allow-Origin``."""
+
+    async def options(self, *args, **kwargs):
+        if "Origin" not in self.request.headers:
+            self.set_header("Allow", "GET, OPTIONS")
+            self.set_status(204)
+            return
+        await super().options(*args, **kwargs)
+
+
+class _WS(WSHandler):
+    """Bokeh's websocket handler, guarded against two orders of events Bokeh 3.9 does not expect:
+
+    * a message before the connection is set up: Bokeh's ``open`` finishes in a later callback, and a message that
+      comes first meets no receiver (``AttributeError``, logged with a traceback). It waits for the set-up (at most
+      ``OPEN_WAIT_S``; a socket closed meanwhile drops it);
+    * ``on_close`` after the keep-alive ping already reported the client lost: the ping finds the socket closing
+      (the server closed it and waits for the client's answer, or the close frame came in the same loop iteration),
+      and ``client_lost`` detaches the session that Bokeh's ``on_close`` then reads (``AssertionError`` in
+      ``ServerConnection.session``). The loss is reported once, by whichever comes first (``_Bokeh.client_lost``).
+    """
+
+    closed_here = False
+
+    async def on_message(self, fragment):
+        deadline = time.monotonic() + OPEN_WAIT_S
+        while self.receiver is None:
+            if self.ws_connection is None or self.ws_connection.is_closing():
+                return                          # closed before it was set up: nothing to answer
+            if time.monotonic() > deadline:
+                _log.warning("websocket from %s sent a message but was not set up within %s s; closing it",
+                             self.request.remote_ip, OPEN_WAIT_S)
+                self.close(1011, "connection not set up")
+                return
+            await asyncio.sleep(0.01)
+        await super().on_message(fragment)
+
+    def on_close(self):
+        if self.connection is not None and self.connection not in self.application.live:
+            _log.debug("websocket closed after its connection was reported lost: code=%s", self.close_code)
+            return
+        self.closed_here = True                 # Bokeh's on_close tells the session; client_lost need not
+        super().on_close()
+
+
+_GUARDED = {WSHandler: _WS, AutoloadJsHandler: _AutoloadJs}
+
+
 class _Bokeh(BokehTornado):
     """``BokehTornado`` that keeps each websocket beside its connection, so a stop can end them cleanly (Bokeh's
-    own ``stop`` leaves them open, and sessions then push into closing sockets: one warning per message)."""
+    own ``stop`` leaves them open, and sessions then push into closing sockets: one warning per message), and whose
+    websocket and ``/autoload.js`` routes use the guarded handlers above."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.live = {}
+        for rule in self.wildcard_router.rules:             # Bokeh's own routes, same paths and arguments
+            rule.target = _GUARDED.get(rule.target, rule.target)
 
     def new_connection(self, protocol, socket, application_context, session):
         connection = super().new_connection(protocol, socket, application_context, session)
@@ -233,7 +300,11 @@ class _Bokeh(BokehTornado):
         return connection
 
     def client_lost(self, connection):
-        self.live.pop(connection, None)
+        socket = self.live.pop(connection, None)
+        if socket is None:
+            return                              # reported already (keep-alive, then on_close; or a stop)
+        if not socket.closed_here:              # the keep-alive found it closed first: tell the document now
+            connection.session.notify_connection_lost()
         super().client_lost(connection)
 
     def resources(self, absolute_url=None):
@@ -266,7 +337,8 @@ class DashboardServer:
         # Bokeh's own websocket check stays as a second line: the same names, never a pattern
         origins = [_host_port(n, self.port) for n in self.allow.names]
         app = Application(FunctionHandler(partial(build_document, store=self.store)))
-        self._tornado = _Bokeh({"/": app}, extra_websocket_origins=origins, serve_traceback=False)
+        self._tornado = _Bokeh({"/": app}, extra_websocket_origins=origins, serve_traceback=False,
+                               keep_alive_milliseconds=KEEP_ALIVE_MS)
         self._tornado.add_handlers(r".*", [(_Refused(self.allow), _Refuse)])      # checked before Bokeh's routes
         ancestors = self.allow.frame_ancestors(frame_ancestors)
         self._tornado.add_transform(partial(_SecurityHeaders, frame_ancestors=ancestors))
@@ -334,7 +406,7 @@ def serve(logdir, port=6006, host=LOOPBACK, reload_interval=RELOAD_INTERVAL, out
         warning = exposure_warning(host)
         if warning:
             out(warning)
-        out(f"flowlab dashboard for {server.server.store.logdir} at {server.url}  (Ctrl-C to stop)")
+        out(f"flowlab dashboard for {redact(server.server.store.logdir)} at {server.url}  (Ctrl-C to stop)")
         stop.wait()
         clean = server.stop(timeout=grace)
         out("flowlab dashboard stopped" if clean else

@@ -38,6 +38,7 @@ import numpy as np
 from flowlab.plots.data import downsample
 from flowlab.plots.health import HealthGrid
 from flowlab.summary import health_log
+from flowlab.summary.redact import redact
 from flowlab.summary.tailer import LogdirTailer
 
 # Kinds the store keeps (graph/hparams/text/images are few per run; scalars and histograms are the bulk).
@@ -440,7 +441,7 @@ class Store:
     def status(self) -> dict:
         stats = self._tail_stats
         return {
-            "logdir": self.logdir,
+            "logdir": redact(self.logdir),              # shown in every page: no URL credentials
             "exists": self._exists,
             "runs": stats["runs"],
             "files": stats["files"],
@@ -448,7 +449,7 @@ class Store:
             "records_skipped": stats["records_skipped"],
             "errors": stats["errors"],
             "last_update": self._last_update,
-            "store_error": self._last_error,
+            "store_error": None if self._last_error is None else redact(self._last_error),
             "series": len(self._series),
             "health_skipped": self._health_skipped,
         }

@@ -15,9 +15,13 @@ import numpy as np
 
 def _serve(args):
     from flowlab.dashboard.server import serve
+    from flowlab.summary.tailer import LogdirError
     try:
         serve(args.logdir, port=args.port, host=args.host, reload_interval=args.reload_interval,
               out=lambda line: print(line, flush=True), samples=args.samples_per_plugin)
+    except LogdirError as e:            # its message names the logdir, credentials redacted
+        print(f"flowlab serve: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
         print(f"flowlab serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
         return 1
@@ -121,7 +125,8 @@ def main(argv=None):
     serve = sub.add_parser("serve", help="the live dashboard for a logdir of TensorBoard event files")
     serve.add_argument("--logdir", required=True,
                        help="folder of runs (any folder holding *tfevents* files), or an fsspec URL such as "
-                            "s3://bucket/prefix (pip install 'flowlab[s3]')")
+                            "s3://bucket/prefix (pip install 'flowlab[s3]'); not http(s)://, which cannot list a "
+                            "folder. Credentials in a URL are never printed or shown")
     serve.add_argument("--port", type=int, default=6006, help="port (default 6006; 0 picks a free one)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default 127.0.0.1; anything else exposes the logs)")

@@ -4,7 +4,7 @@
 
 Design
 - Discovery: every poll walks the logdir (``os.walk``), or for an fsspec URL (``s3://bucket/prefix``...) lists it
-  recursively once. A run is a directory (the logdir itself is run ``"."``) holding files whose name contains
+  recursively once (http(s):// URLs cannot be listed and are refused: ``LogdirError``). A run is a directory (the logdir itself is run ``"."``) holding files whose name contains
   ``tfevents``; its name is the path relative to the logdir with ``/`` separators. Runs are visited in name order and
   a run's files in name order, as TensorBoard orders them.
 - Per file we keep the byte offset read so far and the unconsumed tail (a partial last record). A poll stats the file
@@ -48,6 +48,7 @@ from google.protobuf.message import DecodeError
 
 from . import proto
 from .record import FOOTER, HEADER, masked_crc, next_record
+from .redact import redact
 
 GRAPH_TAG = "__run_graph__"       # TensorBoard's tag for a run's graph
 KINDS = frozenset({"scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "health", "graph",
@@ -200,24 +201,43 @@ class _RemoteFiles:
             yield data
 
 
+class LogdirError(ValueError):
+    """A logdir that cannot be read at all (not a path, a URL fsspec cannot open, or one that cannot be listed);
+    the message names it with its credentials redacted."""
+
+
+# fsspec protocols whose filesystems cannot list a directory: HTTP has no listing, and fsspec's HTTP filesystem
+# only scrapes the links of an HTML index page, without sizes (its entries say ``size: None``), so runs could be
+# neither discovered nor tailed reliably.
+UNLISTABLE = ("http", "https")
+SUPPORTED = ("a local path or file:// URL, or the URL of a filesystem fsspec can list recursively: s3://, gs://, "
+             "az:// / abfs://, hdfs://, sftp://, memory://...")
+
+
 def _files(logdir, storage_options):
     """The file access for ``logdir``: a local path (or file:// URL) reads the disk directly, other URLs go through
-    fsspec."""
+    fsspec. Raises ``LogdirError`` for a URL that cannot be a logdir (http:// and https:// among them)."""
     text = os.fspath(logdir)
     if "://" not in text and "::" not in text:
         return _LocalFiles(text)
     import fsspec
     from fsspec.implementations.local import LocalFileSystem
+    shown = redact(text)
     try:
         fs, root = fsspec.core.url_to_fs(text, **(storage_options or {}))
     except ImportError as err:
-        raise ImportError(f"logdir {text!r}: its protocol needs a package that is not installed ({err}); "
-                          f"for s3:// URLs install flowlab[s3]") from err
+        raise ImportError(f"logdir {shown!r}: its protocol needs a package that is not installed "
+                          f"({redact(err)}); for s3:// URLs install flowlab[s3]") from None
     except ValueError as err:
-        raise ValueError(f"logdir {text!r}: expected a local path or an fsspec URL such as s3://bucket/prefix, "
-                         f"but fsspec cannot open it: {err}") from err
+        raise LogdirError(f"logdir {shown!r}: expected a local path or an fsspec URL such as s3://bucket/prefix, "
+                          f"but fsspec cannot open it: {redact(err)}") from None
     if isinstance(fs, LocalFileSystem):
         return _LocalFiles(root)
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    if protocols & set(UNLISTABLE):
+        raise LogdirError(f"logdir {shown!r}: an http(s):// URL cannot be a logdir, because HTTP cannot list a "
+                          f"directory (runs are found by listing the logdir and sizes are needed to tail each "
+                          f"file); give {SUPPORTED}, or copy or mount the logs locally")
     return _RemoteFiles(fs, root)
 
 
@@ -288,9 +308,11 @@ class LogdirTailer:
         ``check_tensor_shape``), bytes_read, bytes_skipped, values_skipped (undecodable values),
         resets (files read again from the start after shrinking or being replaced), deferred (files whose damaged
         bytes are searched on at the next poll, the budget of this one spent), and errors {path: reason} for paths
-        unreadable at the last poll ("PermissionError: ...") or gone ("vanished"); remote paths are URLs."""
+        unreadable at the last poll ("PermissionError: ...") or gone ("vanished"); remote paths are URLs, shown
+        (as the reasons) with their credentials redacted (``redact.redact``)."""
         return dict(runs=len(self._runs), files=sum(len(r.files) for r in self._runs.values()), **self._counts,
-                    deferred=len(self._deferred), errors=dict(self._errors))
+                    deferred=len(self._deferred),
+                    errors={redact(path): redact(why) for path, why in self._errors.items()})
 
     # -- discovery and reading ---------------------------------------------------------------------------------
     def _discover(self):
