@@ -213,14 +213,19 @@ class Series:
 
     def purge_from(self, step):
         """Drop items with step >= ``step`` (a restarted run re-logs them)."""
+        return self.drop_steps(step, None)
+
+    def drop_steps(self, first, last=None):
+        """Drop items with ``first <= step <= last`` (``last`` None: no upper bound); True when any went."""
         if self._columns is not None:
             c = self._columns
-            keep = np.flatnonzero(c.steps[:c.n] < step)
+            steps = c.steps[:c.n]
+            keep = np.flatnonzero((steps < first) | (steps > last) if last is not None else steps < first)
             if len(keep) == c.n:
                 return False
             c.keep(keep)
         else:
-            kept = [item for item in self._items if item[1] < step]
+            kept = [item for item in self._items if item[1] < first or last is not None and item[1] > last]
             if len(kept) == len(self._items):
                 return False
             self._items = kept
@@ -330,10 +335,13 @@ class Store:
             chunks: dict[Series, list] = {}            # scalars of this poll, per series, until a purge
             reports: dict[Series, list] = {}           # health reports of this poll, per series, until a purge
             for d in items:
-                if d.kind == "purge":
+                if d.kind in ("purge", "reread"):
                     self._flush(chunks)
                     self._fold(reports)
-                    self._purge(d)
+                    if d.kind == "purge":
+                        self._purge(d)
+                    else:
+                        self._reread(d)
                     continue
                 if d.kind == "health":
                     layout = self._health_layout(d)
@@ -412,17 +420,31 @@ class Store:
         tags = None if d.value is None else set(d.value)
         for series in self._series.values():
             if series.run == d.run and (tags is None or series.tag in tags):
-                purged = series.purge_from(d.step)
-                grid = series.grid
-                if grid is not None and grid.last_step is not None and grid.last_step >= d.step:
-                    # the grid cannot drop steps: make it again from the reports kept before the restart
-                    series.grid = HealthGrid(grid.layers, grid.statistics, grid.buckets.max_buckets)
-                    steps, _, matrices = series.slice()
-                    if steps:
-                        order = np.argsort(steps, kind="stable")
-                        series.grid.extend(np.asarray(steps)[order], np.stack(matrices)[order])
-                    if not purged:
-                        series.epoch += 1
+                self._drop(series, d.step, None)
+
+    def _reread(self, d):
+        """A file the tailer reads again from its start (truncated, rewritten, replaced): drop the steps it had given,
+        tag by tag, so that each step shows once, with the value the file holds now."""
+        spans = d.value["spans"]
+        for series in self._series.values():
+            span = spans.get(series.tag) if series.run == d.run else None
+            if span is not None:
+                self._drop(series, *span)
+
+    @staticmethod
+    def _drop(series, first, last):
+        """Drop ``series``' items with ``first <= step <= last`` (``last`` None: every later step too)."""
+        purged = series.drop_steps(first, last)
+        grid = series.grid
+        if grid is not None and grid.last_step is not None and grid.last_step >= first:
+            # the grid cannot drop steps: make it again from the reports kept
+            series.grid = HealthGrid(grid.layers, grid.statistics, grid.buckets.max_buckets)
+            steps, _, matrices = series.slice()
+            if steps:
+                order = np.argsort(steps, kind="stable")
+                series.grid.extend(np.asarray(steps)[order], np.stack(matrices)[order])
+            if not purged:
+                series.epoch += 1
 
     # ------------------------------------------------------------------------------------------------- reading
     def series(self, kind=None) -> list[Series]:
@@ -452,4 +474,7 @@ class Store:
             "store_error": None if self._last_error is None else redact(self._last_error),
             "series": len(self._series),
             "health_skipped": self._health_skipped,
+            "rereads": stats["resets"],
+            "files_followed": stats["followed"],
+            "file_changes": stats["changes"],
         }

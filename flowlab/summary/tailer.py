@@ -36,6 +36,7 @@ Design
 """
 from __future__ import annotations
 
+import collections
 import math
 import os
 import struct
@@ -50,6 +51,8 @@ from . import proto
 from .record import FOOTER, HEADER, masked_crc, next_record
 from .redact import redact
 
+CHANGES_KEPT = 20                 # files re-read or followed that ``stats()["changes"]`` lists, newest last
+HEAD_BYTES = 1 << 16              # at most this much of a file's first record identifies it
 GRAPH_TAG = "__run_graph__"       # TensorBoard's tag for a run's graph
 KINDS = frozenset({"scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "health", "graph",
                    "meta_graph", "run_metadata", "session_log", "log_message"})
@@ -94,12 +97,21 @@ class Image(NamedTuple):
 
 
 class _File:
-    __slots__ = ("name", "path", "key", "offset", "tail", "ino", "in_bad_run", "listed_size")
+    __slots__ = ("name", "path", "key", "offset", "tail", "ino", "in_bad_run", "listed_size", "head", "spans",
+                 "copy_of")
 
     def __init__(self, name, path, key, listed_size=None):
         self.name, self.path, self.key = name, path, key     # key: what the file system opens; path: what we report
         self.offset, self.tail, self.ino, self.in_bad_run = 0, b"", None, False
         self.listed_size = listed_size          # remote files: the size the last listing gave
+        self.head = None                        # (n, CRC-32C of the first n bytes) once the first record is read
+        self.spans = {}                         # tag -> [first, last] step of what was emitted from this file
+        self.copy_of = None                     # a copy of this tracked file (same first record): not read
+
+    def take_over(self, other):
+        """Continue the stream ``other`` was reading (the same file under a new name)."""
+        self.offset, self.tail, self.ino, self.in_bad_run = other.offset, other.tail, other.ino, other.in_bad_run
+        self.head, self.spans = other.head, other.spans
 
 
 class _Run:
@@ -152,6 +164,11 @@ class _LocalFiles:
         return st.st_size, st.st_ino
 
     @staticmethod
+    def head(f, n):
+        with open(f.key, "rb") as fh:
+            return fh.read(n)
+
+    @staticmethod
     def chunks(f, size, chunk_size):
         with open(f.key, "rb") as fh:           # module-level name: tests replace it to simulate unreadable files
             fh.seek(f.offset)
@@ -190,6 +207,9 @@ class _RemoteFiles:
     @staticmethod
     def stat(f):
         return f.listed_size, None
+
+    def head(self, f, n):
+        return self.fs.cat_file(f.key, start=0, end=min(n, f.listed_size))
 
     def chunks(self, f, size, chunk_size):
         offset = f.offset
@@ -259,7 +279,8 @@ class LogdirTailer:
         self._deferred: set[str] = set()
         self._tag_plugins: dict[str, tuple] = {}    # tag -> (plugin, content) from metadata, in any run
         self._counts = dict(records_read=0, records_skipped=0, bytes_read=0, bytes_skipped=0, values_skipped=0,
-                            resets=0)
+                            resets=0, followed=0)
+        self._changes = collections.deque(maxlen=CHANGES_KEPT)   # the latest files re-read or followed
         self._budget, self._resumed_at = 0, 0
         self._left, self.more = None, False     # this poll's byte allowance (poll's max_bytes); bytes left over
 
@@ -306,17 +327,22 @@ class LogdirTailer:
         """Counters: runs (seen so far), files (tracked now), records_read (checksum-valid), records_skipped (corrupt
         stretches skipped, undecodable events, and events holding a tensor whose declared shape disagrees with its data:
         ``check_tensor_shape``), bytes_read, bytes_skipped, values_skipped (undecodable values),
-        resets (files read again from the start after shrinking or being replaced), deferred (files whose damaged
+        resets (files read again from the start: truncated, rewritten in place, or replaced by a file that does not
+        begin with the same first record), followed (files read on where they were under a new name or a new inode:
+        renamed, or replaced by a longer copy as rsync does), changes (the latest ``CHANGES_KEPT`` of those, oldest
+        first: dicts of path, reason and, for a re-read, ``spans`` {tag: (first, last) step} of what the file had
+        given), deferred (files whose damaged
         bytes are searched on at the next poll, the budget of this one spent), and errors {path: reason} for paths
         unreadable at the last poll ("PermissionError: ...") or gone ("vanished"); remote paths are URLs, shown
         (as the reasons) with their credentials redacted (``redact.redact``)."""
         return dict(runs=len(self._runs), files=sum(len(r.files) for r in self._runs.values()), **self._counts,
                     deferred=len(self._deferred),
+                    changes=[dict(c, path=redact(c["path"]), reason=redact(c["reason"])) for c in self._changes],
                     errors={redact(path): redact(why) for path, why in self._errors.items()})
 
     # -- discovery and reading ---------------------------------------------------------------------------------
     def _discover(self):
-        present = set()
+        present, new = set(), []
         try:
             for run_name, n, path, remote in self._files.listing(self._errors):
                 if "tfevents" not in n or n.endswith(".profile-empty"):
@@ -328,27 +354,171 @@ class LogdirTailer:
                     f = run.files[n] = _File(n, path, *(remote or (path,)))
                     if self._errors.get(path) == "vanished":
                         del self._errors[path]
+                    new.append((run, f))
                 elif remote:
                     f.listed_size = remote[1]
+                if f.copy_of is not None:
+                    new.append((run, f))
         except Exception as err:                # noqa: BLE001 - a failed remote listing: keep what we know, retry
             self._errors[self.logdir] = _reason(err)
             return
         if isinstance(self._files, _RemoteFiles):
             self._errors.pop(self.logdir, None)
+        for run, f in new:
+            self._match(run, f, present)
         for run in self._runs.values():
             for n in [n for n, f in run.files.items() if f.path not in present]:
-                self._errors[run.files.pop(n).path] = "vanished"
+                g = run.files.pop(n)
+                if g.copy_of is None:           # a copy that went away was never shown: nothing vanished
+                    self._errors[g.path] = "vanished"
 
-    def _read(self, run, f, wanted, columnar, out):
-        self._budget = self.resync_budget
-        chunks = None
+    def _match(self, run, f, present):
+        """Whether the new file ``f`` is a file of ``run`` already read, under another name: one that begins with
+        the same first record and is no shorter than what was read of it. If that file is gone from its path or its
+        path now holds something else (renamed to ``<name>.1``, the writer going on under the old name; an object
+        store's copy + delete), ``f`` takes over its stream and is read on from where it was. If it is still there,
+        ``f`` is a copy (rsync's temporary file, a backup): it is not read, so no step shows twice, and is looked at
+        again at the next poll."""
+        f.copy_of = None
+        if not any(g.head is not None for g in run.files.values() if g is not f):
+            return
         try:
             size, ino = self._files.stat(f)
-            if ino != f.ino or size < f.offset:
-                if f.offset or f.tail or f.ino is not None:    # replaced or truncated: start again
-                    self._counts["resets"] += 1
-                    f.offset, f.tail, f.in_bad_run = 0, b"", False
-                f.ino = ino
+            heads = {}
+            for g in list(run.files.values()):
+                if g is f or g.head is None or size < g.offset or g.copy_of is not None:
+                    continue
+                if g.head[0] not in heads:
+                    heads[g.head[0]] = self._head(self._files.head(f, g.head[0]), g.head[0])
+        except Exception:                       # noqa: BLE001 - unreadable or gone: _read reports it
+            return
+        for g in list(run.files.values()):
+            if (g is f or g.head is None or size < g.offset or g.copy_of is not None
+                    or heads.get(g.head[0]) != g.head):
+                continue
+            if g.path in present:
+                try:
+                    verdict, _ = self._identity(g, *self._files.stat(g))
+                except Exception:               # noqa: BLE001 - it went away meanwhile
+                    verdict = "gone"
+                if verdict != "reread":
+                    f.copy_of = g.name
+                    continue
+            f.take_over(g)
+            f.ino = ino
+            self._counts["followed"] += 1
+            self._changes.append(dict(path=f.path, reason=f"renamed from {g.name}: read on where it was"))
+            if g.path in present:               # the old name holds a new file now: read it from its start
+                run.files[g.name] = _File(g.name, g.path, g.key, g.listed_size)
+            else:
+                del run.files[g.name]
+            return
+
+    def _first_record(self, f, size, limit=None):
+        """The identity (see ``_head``) of the file at ``f``'s path as it is now, over as many bytes as ``f.head``
+        covers (new files: up to ``limit``), or None while too little of it is there."""
+        n = f.head[0] if f.head is not None else min(limit or HEAD_BYTES, HEAD_BYTES)
+        if size < min(n, HEADER):
+            return None
+        return self._head(self._files.head(f, min(n, size)), n)
+
+    def _head(self, buf, limit):
+        """(n, CRC-32C of the first n bytes) of ``buf``: its first ``limit`` bytes (at most ``HEAD_BYTES``), which
+        must hold the whole first record (its header intact), else None. With the size and inode, this tells a file
+        apart from another under the same name: a writer begins with a record holding its start time, and the next
+        records are its first steps."""
+        n = min(len(buf), limit, HEAD_BYTES)
+        if n < HEADER:
+            return None
+        length = self._header(buf, 0)
+        if length is None or n < min(HEADER + length + FOOTER, HEAD_BYTES):
+            return None
+        return n, crc32c(buf[:n])
+
+    def _identity(self, f, size, ino):
+        """("same" | "followed" | "reread", reason): whether what ``f`` read so far is still the start of the file
+        at its path, now of ``size`` bytes and inode ``ino`` (None for remote files).
+
+        Same inode and first record, and at least as long: the same file (appended to). New inode, same first
+        record, at least as long: a longer copy renamed over it (rsync), followed from where it was. Anything else
+        (shorter, or another first record: truncated and rewritten, or replaced) is read again from the start."""
+        if not f.offset and not f.tail:
+            return "same", ""
+        moved = ino != f.ino
+        if size == f.offset and not moved:
+            return "same", ""
+        if size >= f.offset:
+            if f.head is None:                  # its first record was never read whole: nothing to compare
+                return ("reread", "replaced by another file (new inode)") if moved else ("same", "")
+            if self._same_start(f, size):
+                return ("followed", "replaced by a longer copy (new inode): read on where it was") if moved \
+                    else ("same", "")
+            return "reread", ("replaced by another file (new inode, another first record)" if moved
+                              else "rewritten in place (another first record)")
+        if moved:
+            return "reread", f"replaced by a shorter file ({size:,} bytes, {f.offset:,} were read)"
+        return "reread", f"truncated to {size:,} bytes ({f.offset:,} were read)"
+
+    def _same_start(self, f, size) -> bool:
+        """Whether the file at ``f``'s path begins as ``f.head`` says; if so ``f.head`` is widened to up to
+        ``HEAD_BYTES`` of what was read (two writers' first records can agree, say fixed-time test logs: their first
+        steps then tell them apart). One read of at most ``HEAD_BYTES``."""
+        n, crc = f.head
+        m = max(n, min(HEAD_BYTES, size, f.offset))
+        if size < n:
+            return False
+        data = self._files.head(f, m)
+        if len(data) < n or crc32c(data[:n]) != crc:
+            return False
+        if len(data) > n:
+            f.head = self._head(data, len(data)) or f.head
+        return True
+
+    def _reread(self, run, f, reason, out):
+        """Read ``f`` again from its start, after telling the consumer which steps of which tags it had given, so
+        that they are dropped first (each step then shows once, with its value as the file holds it now)."""
+        spans = {tag: tuple(span) for tag, span in f.spans.items()}
+        self._counts["resets"] += 1
+        self._changes.append(dict(path=f.path, reason=reason, spans=spans))
+        out.append(Datum(run.name, None, "reread", None, None, dict(path=redact(f.path), reason=redact(reason),
+                                                                     spans=spans)))
+        f.offset, f.tail, f.in_bad_run, f.head, f.spans = 0, b"", False, None, {}
+
+    @staticmethod
+    def _note_spans(f, items):
+        """Widen ``f.spans`` by the steps of the items it gave (what a re-read must take back)."""
+        spans = f.spans
+        for d in items:
+            if d.tag is None or d.kind in ("purge", "reread"):
+                continue
+            if isinstance(d.step, np.ndarray):
+                if not len(d.step):
+                    continue
+                lo, hi = int(d.step.min()), int(d.step.max())
+            else:
+                lo = hi = int(d.step)
+            span = spans.get(d.tag)
+            if span is None:
+                spans[d.tag] = [lo, hi]
+            else:
+                span[0], span[1] = min(span[0], lo), max(span[1], hi)
+
+    def _read(self, run, f, wanted, columnar, out):
+        if f.copy_of is not None:               # a copy of a file being read (see ``_match``)
+            return
+        self._budget = self.resync_budget
+        chunks = None
+        mark = len(out)
+        try:
+            size, ino = self._files.stat(f)
+            verdict, reason = self._identity(f, size, ino)
+            if verdict == "reread":
+                self._reread(run, f, reason, out)
+                mark = len(out)
+            elif verdict == "followed":
+                self._counts["followed"] += 1
+                self._changes.append(dict(path=f.path, reason=reason))
+            f.ino = ino
             if size == f.offset:
                 self._errors.pop(f.path, None)
                 return
@@ -364,6 +534,8 @@ class LogdirTailer:
                 f.offset += len(chunk)
                 self._counts["bytes_read"] += len(chunk)
                 buf = f.tail + chunk if f.tail else chunk
+                if f.head is None and base == 0:
+                    f.head = self._head(buf, size)
                 used, deferred = self._consume(run, f, buf, wanted, columnar, out)
                 if deferred:                    # resume the search there at the next poll; drop what was read past it
                     f.offset, f.tail = base + used, b""
@@ -389,6 +561,7 @@ class LogdirTailer:
         finally:
             if chunks is not None:
                 chunks.close()
+            self._note_spans(f, out[mark:])
         self._errors.pop(f.path, None)
 
     def _consume(self, run, f, buf, wanted, columnar, out) -> tuple[int, bool]:
