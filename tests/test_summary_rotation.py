@@ -7,6 +7,8 @@ import io
 import os
 import shutil
 
+import pytest
+
 from flowlab.dashboard.store import Store
 from flowlab.dashboard.views.scalars import export_text
 from flowlab.summary import SummaryWriter, proto
@@ -179,3 +181,80 @@ def test_a_writer_reopening_its_run_adds_a_file_and_rereads_nothing(tmp_path):
     (series,) = store.series("scalar")
     assert series.steps.tolist() == list(range(150))
     assert store.status()["rereads"] == 0
+
+
+def test_rsyncs_temporary_copy_is_not_read_while_it_is_written(tmp_path):
+    path = event_path(tmp_path)
+    with open(path, "wb") as f:
+        f.write(records(range(100)))
+    store = Store(tmp_path)
+    store.poll()
+    # rsync's temporary file is named after the file (".<name>.XXXXXX", so "tfevents" is in it) and a poll sees it
+    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.Ab12Cd")
+    longer = records(range(150))
+    with open(temp, "wb") as f:
+        f.write(longer[:len(records(range(120)))])
+    store.poll()
+    assert_once(store, range(100))                  # the copy holds the same steps: not shown again
+    with open(temp, "ab") as f:
+        f.write(longer[len(records(range(120))):])
+    os.replace(temp, path)
+    store.poll()
+    assert_once(store, range(150))
+    status = store.status()
+    assert status["rereads"] == 0 and status["files_followed"] == 1 and status["errors"] == {}
+
+
+def test_files_with_the_same_first_record_are_told_apart_by_what_follows(tmp_path):
+    # writers started in the same instant (or fixed-time test logs) write the same version record
+    first, second = event_path(tmp_path, n=0), event_path(tmp_path, n=1)
+    with open(first, "wb") as f:
+        f.write(records(range(50)))
+    store = Store(tmp_path)
+    store.poll()
+    with open(second, "wb") as f:
+        f.write(records(range(50, 150)))
+    store.poll()
+    assert_once(store, range(150))
+    assert store.status()["files_followed"] == 0 and store.status()["files"] == 2
+
+
+def test_remote_objects_copied_and_rewritten(tmp_path):
+    """Object stores have no inode: a rename is a copy + delete, growth a replacement by a longer object."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    root = f"/rotation-{os.getpid()}-{id(tmp_path)}"
+    name = f"{root}/run/events.out.tfevents.1700000000.host.1.0"
+    fs.pipe_file(name, records(range(100)))
+    store = Store(f"memory://{root}")
+    try:
+        store.poll()
+        fs.pipe_file(name, records(range(120)))                    # grows: a longer object
+        store.poll()
+        assert_once(store, range(120))
+        fs.pipe_file(name + ".1", records(range(130)))             # rotated: copied to <name>.1 (and grown)...
+        fs.rm(name)                                                # ...and deleted
+        store.poll()
+        assert_once(store, range(130))
+        assert store.status()["files_followed"] == 1 and store.status()["errors"] == {}
+        fs.pipe_file(name + ".1", records(range(150), offset=1000.0, wall=1.8e9))    # rewritten
+        store.poll()
+        assert_once(store, range(150), offset=1000.0)
+        assert store.status()["rereads"] == 1
+    finally:
+        fs.rm(root, recursive=True)
+
+
+def test_the_status_line_says_what_changed(tmp_path):
+    status_html = pytest.importorskip("flowlab.dashboard.views.status").status_html
+    path = event_path(tmp_path)
+    with open(path, "wb") as f:
+        f.write(records(range(10)))
+    store = Store(tmp_path)
+    store.poll()
+    with open(path, "r+b") as f:
+        f.truncate(0)
+        f.write(records(range(5), wall=1.8e9))
+    store.poll()
+    text = status_html(store.status())
+    assert "1 re-read" in text and "truncated to" in text

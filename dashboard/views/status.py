@@ -26,6 +26,12 @@ def status_html(status: dict) -> str:
     if status.get("health_skipped"):            # health reports that do not fit their tag's layers
         parts.insert(5, f'<span style="color:#c00">{status["health_skipped"]:,} health reports skipped '
                         f'(layers unlike the tag\'s first)</span>')
+    if status.get("rereads") or status.get("files_followed"):    # files that changed under the tailer
+        changes = "\n".join(f'{c["path"]}: {c["reason"]}' for c in status.get("file_changes", ()))
+        counts = [f'{status["rereads"]:,} re-read' if status.get("rereads") else "",
+                  f'{status["files_followed"]:,} followed' if status.get("files_followed") else ""]
+        parts.insert(5, f'<span title="{html.escape(changes)}">files changed under the reader: '
+                        f'{", ".join(c for c in counts if c)} (each step shown once)</span>')
     problems = [f"{path}: {why}" for path, why in status["errors"].items()]
     if status["store_error"]:
         problems.insert(0, status["store_error"])
@@ -56,6 +62,7 @@ class StatusLine:
         except RuntimeError:        # the poll thread changed the tailer's tables mid-copy: try again next tick
             return
         state = (status["exists"], status["runs"], status["files"], bool(status["records_skipped"]),
+                 status.get("rereads"), status.get("files_followed"),
                  bool(status.get("health_skipped")), len(status["errors"]), status["store_error"])
         now = time.monotonic()
         if text != self.div.text and (state != self._state or now - self._shown_at >= self.every):

@@ -73,10 +73,12 @@ class _Column:
             self.chunks.append((np.array(self.steps, np.int64), np.array(self.walls, np.float64), self.values))
             self.steps, self.walls, self.values = [], [], []
 
-    def purge(self, step):
+    def purge(self, step, last=None):
+        """Drop the items with ``step <= their step <= last`` (``last`` None: every later step)."""
         self._flush()
         self.chunks = [(s[keep], w[keep], v[keep] if isinstance(v, np.ndarray) else [x for x, k in zip(v, keep) if k])
-                       for s, w, v in self.chunks for keep in [s < step]]
+                       for s, w, v in self.chunks
+                       for keep in [(s < step) | (s > last) if last is not None else s < step]]
 
     def columns(self):
         """(step, wall_time, values chunks, order): ``order`` sorts by step stably, None when already sorted."""
@@ -101,6 +103,10 @@ def _collect(logdir, kinds, storage_options=None) -> dict[str, dict[str, _Column
         if d.kind == "purge":
             for column in (tags.values() if d.value is None else (tags[t] for t in d.value if t in tags)):
                 column.purge(d.step)
+        elif d.kind == "reread":                # a file changed between two polls is read again: drop what it gave
+            for tag, (first, last) in d.value["spans"].items():
+                if tag in tags:
+                    tags[tag].purge(first, last)
         elif d.tag in tags:
             tags[d.tag].add(d)
         else:

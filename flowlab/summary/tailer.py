@@ -9,9 +9,20 @@ Design
   a run's files in name order, as TensorBoard orders them.
 - Per file we keep the byte offset read so far and the unconsumed tail (a partial last record). A poll stats the file
   (remote files: the size the listing gave) and reads only the bytes beyond the offset (remote: byte-range reads), so
-  polling an unchanged logdir reads nothing. A file that shrinks or is replaced (new inode) is read again from its
-  start; a vanished or unreadable file is reported in ``stats()`` and never raises; an unreadable one is retried on
-  later polls, and so is a remote listing that failed (the files already known are kept meanwhile).
+  polling an unchanged logdir reads nothing. A vanished or unreadable file is reported in ``stats()`` and never
+  raises; an unreadable one is retried on later polls, and so is a remote listing that failed (the files already
+  known are kept meanwhile).
+- Files are known by more than their name: inode (local files), size, and the CRC-32C of their first bytes (the
+  first record, widened to up to ``HEAD_BYTES`` of what was read; remote files have no inode, so only size and
+  these). A file that grows and still begins with those bytes is the same file, even under a new inode (rsync's
+  temporary copy renamed over it): it is read on from its offset. A new name that begins like a known file of its
+  run and is at least as long takes over that file's reading when that file is gone or its path now holds
+  something else (rotation to ``<name>.1`` with the writer going on under the old name, an object store's copy +
+  delete); while that file is still there the new name is a copy (rsync's temporary file, a backup) and is not
+  read. A file that shrank or no longer begins with its first bytes (truncated, rewritten, replaced) is read again
+  from its start, after a ``kind="reread"`` item telling the consumer which steps of which tags the file had given
+  so that it drops them: a step never shows twice from one file, and a rewritten step shows its new value.
+  ``stats()`` counts both (``followed``, ``resets``) and lists the latest (``changes``).
 - Framing: ``_hop`` walks from record to record in a tight loop computing each payload's CRC-32C; NumPy then checks
   every length checksum and data checksum at once. A bad record is skipped as ``record.RecordScanner`` skips it (find
   the next place where a length and its checksum agree and the data checks out, count one corrupt record per damaged
@@ -76,6 +87,9 @@ class Datum(NamedTuple):
       session_log  dict(status=, msg=, checkpoint_path=), tag None; log_message: the message str, tag None
       purge        the consumer drops data of ``run`` with step >= ``step``: of the tags in ``value`` (a tuple), or of
                    every tag when ``value`` is None
+      reread       a file of ``run`` is read again from its start (truncated, rewritten or replaced); ``value`` is
+                   dict(path=, reason=, spans={tag: (first, last)}): the consumer drops the data of each tag with
+                   first <= step <= last (what the file had given) before the items that follow. tag/step None
     With ``poll(columnar=True)``, scalars decoded column-wise (plain scalar records) come several to a Datum whose
     ``step``, ``wall_time`` and ``value`` are equal-length NumPy arrays (int64, float64, float64); other scalars still
     come one to a Datum, so consumers test ``isinstance(d.step, np.ndarray)``.
@@ -300,7 +314,7 @@ class LogdirTailer:
     def poll(self, kinds=None, columnar=False, max_bytes=None) -> list[Datum]:
         """Items completed since the last poll, in file order (runs and files in name order).
 
-        ``kinds``: a subset of ``KINDS`` to decode; others are skipped (purges always come). ``columnar``: scalars
+        ``kinds``: a subset of ``KINDS`` to decode; others are skipped (purges and rereads always come). ``columnar``: scalars
         come as NumPy columns, one Datum per tag and stretch between purges (only their order relative to purges is
         kept), which is much cheaper for large logs. Never raises for damaged logs or unreadable files (see
         ``stats()["errors"]``). A file with more damage than ``resync_budget`` bytes is read on over later polls
