@@ -474,7 +474,8 @@ class Store:
             "store_error": None if self._last_error is None else redact(self._last_error),
             "series": len(self._series),
             "health_skipped": self._health_skipped,
-            "rereads": stats["resets"],
-            "files_followed": stats["followed"],
-            "file_changes": stats["changes"],
+            # files that changed under the tailer (``LogdirTailer.stats``): read again, or followed to a new name
+            "rereads": stats.get("resets", 0),
+            "files_followed": stats.get("followed", 0),
+            "file_changes": stats.get("changes", []),
         }
