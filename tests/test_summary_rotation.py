@@ -258,3 +258,51 @@ def test_the_status_line_says_what_changed(tmp_path):
     store.poll()
     text = status_html(store.status())
     assert "1 re-read" in text and "truncated to" in text
+
+
+def _start(step, wall):
+    return frame(proto.Event(wall_time=wall, step=step, session_log=proto.SessionLog(status=1)).SerializeToString())
+
+
+def test_a_rewritten_file_is_no_restart_of_its_run(tmp_path):
+    """Reading a file again must not purge its run's other files: neither the file's own SessionLog START (which
+    would count as a second one) nor, in files without a version record, its steps going back."""
+    path, later = event_path(tmp_path, n=0), event_path(tmp_path, n=1)
+    with open(path, "wb") as f:                     # START, steps 0..99
+        data = records(range(100))
+        f.write(data[:len(records([]))] + _start(0, 1.7e9) + data[len(records([])):])
+    with open(later, "wb") as f:                    # another file of the run: steps 100..149
+        f.write(records(range(100, 150), wall=1.8e9))
+    store = Store(tmp_path)
+    store.poll()
+    assert_once(store, range(150))
+    with open(path, "r+b") as f:                    # the first file rewritten: the same START, new values
+        f.truncate(0)
+        data = records(range(100), offset=0.5, wall=1.9e9)
+        f.write(data[:len(records([]))] + _start(0, 1.9e9) + data[len(records([])):])
+    store.poll()
+    expected = {("run", tag): [(s, s + 0.5 * (s < 100)) for s in range(150)] for tag in TAGS}
+    assert {k: sorted(v) for k, v in stored(store).items()} == expected
+    assert {k: sorted(v) for k, v in exported(store).items()} == expected
+
+
+def test_a_rewritten_file_without_version_record_is_no_restart(tmp_path):
+    def unversioned(steps, offset=0.0):
+        return records(steps, offset)[len(records([])):]
+
+    path, later = event_path(tmp_path, n=0), event_path(tmp_path, n=1)
+    with open(path, "wb") as f:
+        f.write(unversioned(range(100)))
+    with open(later, "wb") as f:
+        f.write(unversioned(range(100, 150)))
+    store = Store(tmp_path)
+    store.poll()
+    assert_once(store, range(150))
+    with open(path, "r+b") as f:
+        f.truncate(0)
+        f.write(unversioned(range(100), offset=0.5)[:-8] + b"x" * 8)   # rewritten (its last record still partial)
+    store.poll()
+    expected = {("run", tag): [(s, s + 0.5 * (s < 100)) for s in range(150) if s != 99 or tag == "loss"]
+                for tag in TAGS}
+    assert {k: sorted(v) for k, v in stored(store).items()} == expected
+    assert store.status()["rereads"] == 1

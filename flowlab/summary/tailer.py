@@ -112,7 +112,7 @@ class Image(NamedTuple):
 
 class _File:
     __slots__ = ("name", "path", "key", "offset", "tail", "ino", "in_bad_run", "listed_size", "head", "spans",
-                 "copy_of")
+                 "copy_of", "mtime")
 
     def __init__(self, name, path, key, listed_size=None):
         self.name, self.path, self.key = name, path, key     # key: what the file system opens; path: what we report
@@ -121,22 +121,24 @@ class _File:
         self.head = None                        # (n, CRC-32C of the first n bytes) once the first record is read
         self.spans = {}                         # tag -> [first, last] step of what was emitted from this file
         self.copy_of = None                     # a copy of this tracked file (same first record): not read
+        self.mtime = None                       # local files: st_mtime_ns at the last poll
 
     def take_over(self, other):
         """Continue the stream ``other`` was reading (the same file under a new name)."""
         self.offset, self.tail, self.ino, self.in_bad_run = other.offset, other.tail, other.ino, other.in_bad_run
-        self.head, self.spans = other.head, other.spans
+        self.head, self.spans, self.mtime = other.head, other.spans, other.mtime
 
 
 class _Run:
     __slots__ = ("name", "files", "plugins", "inferred", "plugins_version", "file_version", "seen_start",
-                 "most_recent_step")
+                 "most_recent_step", "start_file")
 
     def __init__(self, name):
         self.name, self.files, self.plugins = name, {}, {}      # plugins: tag -> (plugin_name, content)
         self.inferred = set()                   # tags whose plugin was inferred from a value, not read in metadata
         self.plugins_version = 0                # bumped whenever ``plugins`` changes
         self.file_version, self.seen_start, self.most_recent_step = None, False, -1
+        self.start_file = None                  # the file that gave the run's first SessionLog START
 
     @property
     def versioned(self):
@@ -174,8 +176,9 @@ class _LocalFiles:
 
     @staticmethod
     def stat(f):
+        """(size, inode, modification time in ns)."""
         st = os.stat(f.key)
-        return st.st_size, st.st_ino
+        return st.st_size, st.st_ino, st.st_mtime_ns
 
     @staticmethod
     def head(f, n):
@@ -220,7 +223,7 @@ class _RemoteFiles:
 
     @staticmethod
     def stat(f):
-        return f.listed_size, None
+        return f.listed_size, None, None
 
     def head(self, f, n):
         return self.fs.cat_file(f.key, start=0, end=min(n, f.listed_size))
@@ -297,6 +300,7 @@ class LogdirTailer:
         self._changes = collections.deque(maxlen=CHANGES_KEPT)   # the latest files re-read or followed
         self._budget, self._resumed_at = 0, 0
         self._left, self.more = None, False     # this poll's byte allowance (poll's max_bytes); bytes left over
+        self._reading = None                    # the name of the file being decoded
 
     @property
     def chunk_size(self):
@@ -397,7 +401,7 @@ class LogdirTailer:
         if not any(g.head is not None for g in run.files.values() if g is not f):
             return
         try:
-            size, ino = self._files.stat(f)
+            size, ino, mtime = self._files.stat(f)
             heads = {}
             for g in list(run.files.values()):
                 if g is f or g.head is None or size < g.offset or g.copy_of is not None:
@@ -412,14 +416,16 @@ class LogdirTailer:
                 continue
             if g.path in present:
                 try:
-                    verdict, _ = self._identity(g, *self._files.stat(g))
+                    verdict, _ = self._verdict(g, *self._files.stat(g))
                 except Exception:               # noqa: BLE001 - it went away meanwhile
                     verdict = "gone"
                 if verdict != "reread":
                     f.copy_of = g.name
                     continue
             f.take_over(g)
-            f.ino = ino
+            f.ino, f.mtime = ino, mtime
+            if run.start_file == g.name:
+                run.start_file = f.name
             self._counts["followed"] += 1
             self._changes.append(dict(path=f.path, reason=f"renamed from {g.name}: read on where it was"))
             if g.path in present:               # the old name holds a new file now: read it from its start
@@ -449,9 +455,10 @@ class LogdirTailer:
             return None
         return n, crc32c(buf[:n])
 
-    def _identity(self, f, size, ino):
+    def _verdict(self, f, size, ino, mtime):
         """("same" | "followed" | "reread", reason): whether what ``f`` read so far is still the start of the file
-        at its path, now of ``size`` bytes and inode ``ino`` (None for remote files).
+        at its path, now of ``size`` bytes, inode ``ino`` and modification time ``mtime`` (None for remote files).
+        An unchanged stat costs no read; otherwise the file's first bytes are read once (``_same_start``).
 
         Same inode and first record, and at least as long: the same file (appended to). New inode, same first
         record, at least as long: a longer copy renamed over it (rsync), followed from where it was. Anything else
@@ -459,7 +466,7 @@ class LogdirTailer:
         if not f.offset and not f.tail:
             return "same", ""
         moved = ino != f.ino
-        if size == f.offset and not moved:
+        if size == f.offset and not moved and mtime == f.mtime:
             return "same", ""
         if size >= f.offset:
             if f.head is None:                  # its first record was never read whole: nothing to compare
@@ -467,8 +474,8 @@ class LogdirTailer:
             if self._same_start(f, size):
                 return ("followed", "replaced by a longer copy (new inode): read on where it was") if moved \
                     else ("same", "")
-            return "reread", ("replaced by another file (new inode, another first record)" if moved
-                              else "rewritten in place (another first record)")
+            return "reread", ("replaced by another file (new inode, other first bytes)" if moved
+                              else "rewritten in place (other first bytes)")
         if moved:
             return "reread", f"replaced by a shorter file ({size:,} bytes, {f.offset:,} were read)"
         return "reread", f"truncated to {size:,} bytes ({f.offset:,} were read)"
@@ -497,6 +504,11 @@ class LogdirTailer:
         out.append(Datum(run.name, None, "reread", None, None, dict(path=redact(f.path), reason=redact(reason),
                                                                      spans=spans)))
         f.offset, f.tail, f.in_bad_run, f.head, f.spans = 0, b"", False, None, {}
+        # Reading a file again is no restart of its run: its START, or its steps going back, must not purge.
+        if run.start_file == f.name:
+            run.seen_start, run.start_file = False, None
+        if not run.versioned:
+            run.most_recent_step = min((first for first, _ in spans.values()), default=0) - 1
 
     @staticmethod
     def _note_spans(f, items):
@@ -523,16 +535,17 @@ class LogdirTailer:
         self._budget = self.resync_budget
         chunks = None
         mark = len(out)
+        self._reading = f.name
         try:
-            size, ino = self._files.stat(f)
-            verdict, reason = self._identity(f, size, ino)
+            size, ino, mtime = self._files.stat(f)
+            verdict, reason = self._verdict(f, size, ino, mtime)
             if verdict == "reread":
                 self._reread(run, f, reason, out)
                 mark = len(out)
             elif verdict == "followed":
                 self._counts["followed"] += 1
                 self._changes.append(dict(path=f.path, reason=reason))
-            f.ino = ino
+            f.ino, f.mtime = ino, mtime
             if size == f.offset:
                 self._errors.pop(f.path, None)
                 return
@@ -766,6 +779,8 @@ class LogdirTailer:
                 if run.seen_start:
                     purge_at = len(out)
                     out.append(Datum(run.name, None, "purge", step, wall, None))
+                else:
+                    run.start_file = self._reading
                 run.seen_start = True
         elif summary_like and step < run.most_recent_step:
             purge_at = len(out)
