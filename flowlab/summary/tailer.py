@@ -63,7 +63,7 @@ from .record import FOOTER, HEADER, masked_crc, next_record
 from .redact import redact
 
 CHANGES_KEPT = 20                 # files re-read or followed that ``stats()["changes"]`` lists, newest last
-HEAD_BYTES = 1 << 16              # at most this much of a file's first record identifies it
+HEAD_BYTES = 1 << 16              # a file's first bytes, up to this many (its whole first record at least), identify it
 GRAPH_TAG = "__run_graph__"       # TensorBoard's tag for a run's graph
 KINDS = frozenset({"scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "health", "graph",
                    "meta_graph", "run_metadata", "session_log", "log_message"})
@@ -318,11 +318,11 @@ class LogdirTailer:
     def poll(self, kinds=None, columnar=False, max_bytes=None) -> list[Datum]:
         """Items completed since the last poll, in file order (runs and files in name order).
 
-        ``kinds``: a subset of ``KINDS`` to decode; others are skipped (purges and rereads always come). ``columnar``: scalars
-        come as NumPy columns, one Datum per tag and stretch between purges (only their order relative to purges is
-        kept), which is much cheaper for large logs. Never raises for damaged logs or unreadable files (see
-        ``stats()["errors"]``). A file with more damage than ``resync_budget`` bytes is read on over later polls
-        (``stats()["deferred"]``), so one file of junk never holds up the others.
+        ``kinds``: a subset of ``KINDS`` to decode; others are skipped (purges and rereads always come).
+        ``columnar``: scalars come as NumPy columns, one Datum per tag and stretch between purges (only their order
+        relative to purges and rereads is kept), which is much cheaper for large logs. Never raises for damaged
+        logs or unreadable files (see ``stats()["errors"]``). A file with more damage than ``resync_budget`` bytes
+        is read on over later polls (``stats()["deferred"]``), so one file of junk never holds up the others.
 
         ``max_bytes``: read about that many bytes at most (whole chunks), leaving the rest for the next poll, and set
         ``more``: a consumer that samples or drops what it gets (the dashboard's store) keeps its peak memory near
