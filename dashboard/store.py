@@ -18,9 +18,11 @@ one per ``(run, tag, kind)``. What a series keeps, so that memory stays bounded 
   (an even spread over the whole run), plus the newest item of every poll, so the latest value is always there
   (those extras have a budget of ``samples[kind]`` more before they are dropped).
 
-A series only grows, except when a restart purge drops its tail or a downsampling/thinning replaces it; either bumps
-its ``epoch`` (a health series' grid changes with each new report: sessions follow it by its ``last_step``, and
-redraw it whole after an epoch change). A session remembers ``(epoch, length)`` per series it shows, so ``Store.read`` hands it only the new
+A series only grows, except when a restart purge drops its tail, a file read again from its start (truncated,
+rewritten or replaced under the tailer: a ``reread`` item) drops the steps it had given (they come back merged in
+step order, with the values the file holds now), or a downsampling/thinning replaces it; each bumps its ``epoch`` (a
+health series' grid changes with each new report: sessions follow it by its ``last_step``, and redraw it whole after
+an epoch change). A session remembers ``(epoch, length)`` per series it shows, so ``Store.read`` hands it only the new
 items, or everything, flagged ``reset``, after an epoch change: views stream deltas and never resend a whole series
 per poll.
 
@@ -119,7 +121,7 @@ class Series:
     health series' first report); read it under the store's ``lock``."""
 
     __slots__ = ("run", "tag", "kind", "plugin", "epoch", "limit", "_columns", "_items", "_stride", "_offered",
-                 "_pending", "_extras", "grid")
+                 "_pending", "_extras", "grid", "_merge")
 
     def __init__(self, run, tag, kind, plugin="", limit=MAX_POINTS):
         self.run, self.tag, self.kind, self.plugin = run, tag, kind, plugin
@@ -131,6 +133,7 @@ class Series:
         self._pending = None                # the newest item of this poll when it fell between strides
         self._extras = 0                    # items kept off the stride (earlier polls' newest)
         self.grid = None
+        self._merge = False                 # scalars: a file was read again; its steps go back in step order
 
     @property
     def key(self):
@@ -168,7 +171,11 @@ class Series:
     def extend(self, steps, wall_times, values):
         """Scalars: append columns; past ``limit`` points, downsample the whole series to half of it."""
         c = self._columns
+        merge = self._merge and c.n and len(steps) and steps[0] < c.steps[c.n - 1]
         c.extend(steps, wall_times, values)
+        if merge:                           # a re-read file's steps: back in step order, not after the others'
+            c.keep(np.argsort(c.steps[:c.n], kind="stable"))
+            self.epoch += 1
         if c.n > self.limit:
             c.keep(downsample(c.steps[:c.n], c.values[:c.n], self.limit // 2))
             self.epoch += 1
@@ -216,9 +223,11 @@ class Series:
         return self.drop_steps(step, None)
 
     def drop_steps(self, first, last=None):
-        """Drop items with ``first <= step <= last`` (``last`` None: no upper bound); True when any went."""
+        """Drop items with ``first <= step <= last`` (``last`` None: no upper bound); True when any went. A bounded
+        drop is a file read again: its steps, when they come back, are merged in step order."""
         if self._columns is not None:
             c = self._columns
+            self._merge |= last is not None
             steps = c.steps[:c.n]
             keep = np.flatnonzero((steps < first) | (steps > last) if last is not None else steps < first)
             if len(keep) == c.n:
