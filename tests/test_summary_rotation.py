@@ -192,10 +192,11 @@ def test_rsyncs_temporary_copy_is_not_read_while_it_is_written(tmp_path):
     # rsync's temporary file is named after the file (".<name>.XXXXXX", so "tfevents" is in it) and a poll sees it
     temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.Ab12Cd")
     longer = records(range(150))
-    with open(temp, "wb") as f:
-        f.write(longer[:len(records(range(120)))])
-    store.poll()
-    assert_once(store, range(100))                  # the copy holds the same steps: not shown again
+    for end in (len(records(range(40))) + 7, len(records(range(120)))):   # shorter, then longer than what was read
+        with open(temp, "wb") as f:
+            f.write(longer[:end])
+        store.poll()
+        assert_once(store, range(100))              # the copy holds the same steps: not shown again
     with open(temp, "ab") as f:
         f.write(longer[len(records(range(120))):])
     os.replace(temp, path)
@@ -212,8 +213,12 @@ def test_files_with_the_same_first_record_are_told_apart_by_what_follows(tmp_pat
         f.write(records(range(50)))
     store = Store(tmp_path)
     store.poll()
+    data = records(range(50, 150))
+    with open(second, "wb") as f:                   # so far only its version record: like a copy of the first
+        f.write(data[:len(records([]))])
+    store.poll()
     with open(second, "wb") as f:
-        f.write(records(range(50, 150)))
+        f.write(data)
     store.poll()
     assert_once(store, range(150))
     assert store.status()["files_followed"] == 0 and store.status()["files"] == 2

@@ -392,28 +392,27 @@ class LogdirTailer:
 
     def _match(self, run, f, present):
         """Whether the new file ``f`` is a file of ``run`` already read, under another name: one that begins with
-        the same first record and is no shorter than what was read of it. If that file is gone from its path or its
-        path now holds something else (renamed to ``<name>.1``, the writer going on under the old name; an object
-        store's copy + delete), ``f`` takes over its stream and is read on from where it was. If it is still there,
-        ``f`` is a copy (rsync's temporary file, a backup): it is not read, so no step shows twice, and is looked at
+        the same bytes (``head``) and is no shorter than what was read of it. If that file is gone from its path or
+        its path now holds something else (renamed to ``<name>.1``, the writer going on under the old name; an
+        object store's copy + delete), ``f`` takes over its stream and is read on from where it was. If it is still
+        there, ``f`` is a copy (a backup, or rsync's temporary file, which is also a copy while it is shorter: all
+        its bytes so far are the file's first bytes): it is not read, so no step shows twice, and it is looked at
         again at the next poll."""
         f.copy_of = None
-        if not any(g.head is not None for g in run.files.values() if g is not f):
+        known = [g for g in run.files.values() if g is not f and g.head is not None and g.copy_of is None]
+        if not known:
             return
         try:
             size, ino, mtime = self._files.stat(f)
-            heads = {}
-            for g in list(run.files.values()):
-                if g is f or g.head is None or size < g.offset or g.copy_of is not None:
-                    continue
-                if g.head[0] not in heads:
-                    heads[g.head[0]] = self._head(self._files.head(f, g.head[0]), g.head[0])
+            start = self._files.head(f, min(size, HEAD_BYTES))
         except Exception:                       # noqa: BLE001 - unreadable or gone: _read reports it
             return
-        for g in list(run.files.values()):
-            if (g is f or g.head is None or size < g.offset or g.copy_of is not None
-                    or heads.get(g.head[0]) != g.head):
-                continue
+        for g in known:
+            if size >= g.offset:
+                if len(start) < g.head[0] or self._head(start, g.head[0]) != g.head:
+                    continue
+            elif g.path not in present or not start or not self._begins(g, start):
+                continue                        # shorter: only ever a copy being written, of a file still there
             if g.path in present:
                 try:
                     verdict, _ = self._verdict(g, *self._files.stat(g))
@@ -421,6 +420,8 @@ class LogdirTailer:
                     verdict = "gone"
                 if verdict != "reread":
                     f.copy_of = g.name
+                    return
+                if size < g.offset:
                     continue
             f.take_over(g)
             f.ino, f.mtime = ino, mtime
@@ -434,13 +435,12 @@ class LogdirTailer:
                 del run.files[g.name]
             return
 
-    def _first_record(self, f, size, limit=None):
-        """The identity (see ``_head``) of the file at ``f``'s path as it is now, over as many bytes as ``f.head``
-        covers (new files: up to ``limit``), or None while too little of it is there."""
-        n = f.head[0] if f.head is not None else min(limit or HEAD_BYTES, HEAD_BYTES)
-        if size < min(n, HEADER):
-            return None
-        return self._head(self._files.head(f, min(n, size)), n)
+    def _begins(self, g, start) -> bool:
+        """Whether the file ``g`` begins with the bytes ``start``."""
+        try:
+            return self._files.head(g, len(start)) == start
+        except Exception:                       # noqa: BLE001 - unreadable or gone: no
+            return False
 
     def _head(self, buf, limit):
         """(n, CRC-32C of the first n bytes) of ``buf``: its first ``limit`` bytes (at most ``HEAD_BYTES``), which
