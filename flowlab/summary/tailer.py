@@ -346,11 +346,11 @@ class LogdirTailer:
         stretches skipped, undecodable events, and events holding a tensor whose declared shape disagrees with its data:
         ``check_tensor_shape``), bytes_read, bytes_skipped, values_skipped (undecodable values),
         resets (files read again from the start: truncated, rewritten in place, or replaced by a file that does not
-        begin with the same first record), followed (files read on where they were under a new name or a new inode:
+        begin with the same bytes), followed (files read on where they were under a new name or a new inode:
         renamed, or replaced by a longer copy as rsync does), changes (the latest ``CHANGES_KEPT`` of those, oldest
         first: dicts of path, reason and, for a re-read, ``spans`` {tag: (first, last) step} of what the file had
-        given), deferred (files whose damaged
-        bytes are searched on at the next poll, the budget of this one spent), and errors {path: reason} for paths
+        given), deferred (files whose damaged bytes are searched on at the next poll, the budget of this one spent),
+        and errors {path: reason} for paths
         unreadable at the last poll ("PermissionError: ...") or gone ("vanished"); remote paths are URLs, shown
         (as the reasons) with their credentials redacted (``redact.redact``)."""
         return dict(runs=len(self._runs), files=sum(len(r.files) for r in self._runs.values()), **self._counts,
@@ -460,9 +460,9 @@ class LogdirTailer:
         at its path, now of ``size`` bytes, inode ``ino`` and modification time ``mtime`` (None for remote files).
         An unchanged stat costs no read; otherwise the file's first bytes are read once (``_same_start``).
 
-        Same inode and first record, and at least as long: the same file (appended to). New inode, same first
-        record, at least as long: a longer copy renamed over it (rsync), followed from where it was. Anything else
-        (shorter, or another first record: truncated and rewritten, or replaced) is read again from the start."""
+        Same inode and first bytes, and at least as long: the same file (appended to). New inode, same first
+        bytes, at least as long: a longer copy renamed over it (rsync), followed from where it was. Anything else
+        (shorter, or other first bytes: truncated and rewritten, or replaced) is read again from the start."""
         if not f.offset and not f.tail:
             return "same", ""
         moved = ino != f.ino
