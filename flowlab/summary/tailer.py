@@ -350,9 +350,9 @@ class LogdirTailer:
         renamed, or replaced by a longer copy as rsync does), changes (the latest ``CHANGES_KEPT`` of those, oldest
         first: dicts of path, reason and, for a re-read, ``spans`` {tag: (first, last) step} of what the file had
         given), deferred (files whose damaged bytes are searched on at the next poll, the budget of this one spent),
-        and errors {path: reason} for paths
-        unreadable at the last poll ("PermissionError: ...") or gone ("vanished"); remote paths are URLs, shown
-        (as the reasons) with their credentials redacted (``redact.redact``)."""
+        and errors {path: reason} for paths unreadable at the last poll ("PermissionError: ...") or gone
+        ("vanished"); remote paths are URLs, shown (as the reasons) with their credentials redacted
+        (``redact.redact``)."""
         return dict(runs=len(self._runs), files=sum(len(r.files) for r in self._runs.values()), **self._counts,
                     deferred=len(self._deferred),
                     changes=[dict(c, path=redact(c["path"]), reason=redact(c["reason"])) for c in self._changes],
