@@ -54,6 +54,7 @@ from tornado.web import OutputTransform, RequestHandler
 from flowlab.summary.redact import redact
 
 from .app import build_document
+from .export_stream import ROUTE as EXPORT_ROUTE, ExportHandler
 from .store import RELOAD_INTERVAL, Store
 from .views.projector import WORKERS
 
@@ -339,7 +340,8 @@ class DashboardServer:
         app = Application(FunctionHandler(partial(build_document, store=self.store)))
         self._tornado = _Bokeh({"/": app}, extra_websocket_origins=origins, serve_traceback=False,
                                keep_alive_milliseconds=KEEP_ALIVE_MS)
-        self._tornado.add_handlers(r".*", [(_Refused(self.allow), _Refuse)])      # checked before Bokeh's routes
+        self._tornado.add_handlers(r".*", [(_Refused(self.allow), _Refuse),      # checked before Bokeh's routes
+                                           (EXPORT_ROUTE, ExportHandler, {"store": self.store})])
         ancestors = self.allow.frame_ancestors(frame_ancestors)
         self._tornado.add_transform(partial(_SecurityHeaders, frame_ancestors=ancestors))
         self._http = HTTPServer(self._tornado)

@@ -27,7 +27,6 @@ titles and source columns (plain text); the filter error is an escaped Div.
 from __future__ import annotations
 
 import html
-import json
 import math
 
 import numpy as np
@@ -43,7 +42,7 @@ from flowlab.plots.figures import compact_ticks, expand_in_page, nudge_next_turn
 from flowlab.summary.summary_writer import counted_histogram
 
 from .. import export_cells
-from ..export_cells import csv_number, csv_text, json_number
+from ..export_stream import EXPORTS, export_chunks
 from ..filters import FilterError, compile_filter
 from ..runs import run_colour
 from .base import View
@@ -153,36 +152,23 @@ setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 
 
 EXPORT_LIMIT = 5_000_000        # points in one "download all" file (~150 MB of CSV)
-# Saves the file the server put in the export source (every shown series in full, not what is on display).
+# Downloads the file the server streams for the export the button registered (``export_stream``): the page only
+# follows a link, so the file never passes through the document or the websocket.
 _SAVE_JS = """
 const d = source.data;
-if (!d.text.length) return;
+if (!d.url.length) return;
 const a = document.createElement("a");
-a.href = URL.createObjectURL(new Blob([d.text[0]], {type: d.mime[0]}));
+a.href = d.url[0];
 a.download = d.name[0];
 document.body.appendChild(a);
 a.click();
 a.remove();
-setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 """
 
 
 def export_text(columns, fmt):
-    """``columns``: ``(run, tag, steps, wall_times, values)`` per series, in full. CSV: one row a point
-    (``run,tag,step,wall_time,value``; names as quoted text cells with formulas quoted away, NaN and ±Inf as
-    ``nan``, ``inf``, ``-inf``); JSON (strict: JSON has no such numbers): one object a series with ``step``,
-    ``wall_time`` and ``value`` lists, NaN and ±Inf as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``. The
-    cells are ``export_cells``'s, as the page's own download writes them."""
-    if fmt == "csv":
-        lines = ["run,tag,step,wall_time,value"]
-        for run, tag, steps, walls, values in columns:
-            prefix = f"{csv_text(run)},{csv_text(tag)},"
-            lines.extend(f"{prefix}{int(st)},{csv_number(w)},{csv_number(v)}"
-                         for st, w, v in zip(steps, walls, values))
-        return "\n".join(lines) + "\n"
-    return json.dumps([{"run": run, "tag": tag, "step": [int(x) for x in steps],
-                        "wall_time": [json_number(x) for x in walls], "value": [json_number(v) for v in values]}
-                       for run, tag, steps, walls, values in columns], allow_nan=False)
+    """The whole export file of ``columns`` at once (see ``export_stream.export_chunks``, which the server streams)."""
+    return "".join(export_chunks(columns, fmt))
 
 
 class _Line:
@@ -690,7 +676,7 @@ class ScalarsView(View):
         self._shared_x = None                  # the x range every card shares while x is linked
         self.enlarged = None                   # the card enlarged to the tab's width, if any
         self.message = Div(text="", name="scalars-message")
-        self.export = ColumnDataSource({"name": [], "mime": [], "text": [], "n": []}, name="scalars-export")
+        self.export = ColumnDataSource({"name": [], "url": [], "n": []}, name="scalars-export")
         self._exports = 0
         self.export.js_on_change("data", CustomJS(args=dict(source=self.export), code=_SAVE_JS))
         self.export_buttons = [Button(label=f"⤓ all shown ({fmt.upper()})", width=130, height=30,
@@ -842,12 +828,13 @@ class ScalarsView(View):
                                             "download; uncheck runs or filter tags first.")
             return
         columns = []
-        for series in shown:
+        for series in shown:                # zero-copy slices: the worker thread formats them (export_stream)
             whole = self.store.read(series)
             columns.append((series.run, series.tag, whole.steps, whole.wall_times, whole.values))
-        self._exports += 1          # (a second download of the same text must still change the source)
-        self.export.data = {"name": [f"scalars.{fmt}"], "mime": ["text/csv" if fmt == "csv" else "application/json"],
-                            "text": [export_text(columns, fmt)], "n": [self._exports]}
+        token = EXPORTS.add(self.store, columns, fmt)
+        self._exports += 1          # (a second download of the same file must still change the source)
+        self.export.data = {"name": [f"scalars.{fmt}"], "url": [f"export/scalars/{token}.{fmt}"],
+                            "n": [self._exports]}
 
     def _zoomed(self, card, event):
         if event.x0 is None or event.x1 is None:
