@@ -773,8 +773,8 @@ class ScalarsView(View):
             self._place()                    # the group headers' counts
 
     def _repage(self):
-        """Drop the cards that left the page (with what this session had seen of them) and build those that came,
-        ``BUILD_BATCH`` per IOLoop turn in a server session."""
+        """Drop the cards that left the page (with what this session had seen of them) and build those that came:
+        at once outside a server, else ``BUILD_BATCH`` per IOLoop turn from the next one on."""
         visible = self.pager.visible
         for tag in [tag for tag in self.cards if tag not in visible]:
             card = self.cards.pop(tag)
@@ -783,8 +783,13 @@ class ScalarsView(View):
             for series in self._by_tag.get(tag, ()):
                 self._seen.pop(series.key, None)              # back on the page later: it starts afresh
         self._pending = [tag for tag in visible if tag not in self.cards]
-        if not self._scheduled:             # (else the next turn's build takes the new pending list)
+        doc = self.grid.document
+        if doc is None or doc.session_context is None:
             self._build_some()
+        elif not self._scheduled:           # (else the next turn's build takes the new pending list)
+            self._scheduled = True          # even the first card: the page's request is answered without it
+            doc.add_next_tick_callback(self._build_some)
+        self._place()
 
     def _build_some(self):
         """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server): a card costs the server
