@@ -1,7 +1,9 @@
 """The dashboard's server: Bokeh's Tornado app serving ``app.build_document`` at ``/``, over one shared ``Store``.
 
 ``DashboardServer`` binds its socket first (so port 0 yields the real port before anything is announced) and adds
-no file routes: the only files served are Bokeh's own static ones. Before any of Bokeh's routes, every request
+no file routes: the only files served are Bokeh's own static ones, and the one route it adds is the Scalars tab's
+"all shown" download (``export/scalars/<one-time token>.<fmt>``, streamed from a worker thread: ``export_stream``).
+Before any of Bokeh's routes, every request
 (the websocket upgrade included) passes ``_refusal``:
 
 * ``Host`` must name this server: 127.0.0.1, localhost or [::1] with the served port, or what ``--host`` names
