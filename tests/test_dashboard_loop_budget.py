@@ -9,6 +9,8 @@ records how late it wakes (``LoopProbe``).
 import asyncio
 import csv
 import io
+import json
+import os
 import threading
 import time
 import urllib.error
@@ -23,7 +25,7 @@ from flowlab.summary import SummaryWriter
 from jupyter_page import CHROMIUM
 
 pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
-pytestmark = pytest.mark.skipif(not __import__("os").path.exists(CHROMIUM),
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"needs Debian's chromium at {CHROMIUM}")
 
 PROBE_S = 0.005
@@ -139,7 +141,6 @@ def test_a_used_or_unknown_export_link_is_refused(big_logdir):
         with urllib.request.urlopen(f"{server.url}export/scalars/{token}.json", timeout=30) as response:
             assert response.headers["Content-Type"] == "application/json"
             assert 'attachment; filename="scalars.json"' == response.headers["Content-Disposition"]
-            import json
             assert json.loads(response.read()) == [{"run": "r", "tag": "=t", "step": [0, 1, 2],
                                                     "wall_time": [1.0, 1.0, 1.0], "value": [1.0, "NaN", "Infinity"]}]
         with pytest.raises(urllib.error.HTTPError) as again:                # one download per click
