@@ -1,7 +1,9 @@
 """The dashboard's server: Bokeh's Tornado app serving ``app.build_document`` at ``/``, over one shared ``Store``.
 
 ``DashboardServer`` binds its socket first (so port 0 yields the real port before anything is announced) and adds
-no file routes: the only files served are Bokeh's own static ones. Before any of Bokeh's routes, every request
+no file routes: the only files served are Bokeh's own static ones, and the one route it adds is the Scalars tab's
+"all shown" download (``export/scalars/<one-time token>.<fmt>``, streamed from a worker thread: ``export_stream``).
+Before any of Bokeh's routes, every request
 (the websocket upgrade included) passes ``_refusal``:
 
 * ``Host`` must name this server: 127.0.0.1, localhost or [::1] with the served port, or what ``--host`` names
@@ -54,6 +56,7 @@ from tornado.web import OutputTransform, RequestHandler
 from flowlab.summary.redact import redact
 
 from .app import build_document
+from .export_stream import ROUTE as EXPORT_ROUTE, ExportHandler
 from .store import RELOAD_INTERVAL, Store
 from .views.projector import WORKERS
 
@@ -339,7 +342,8 @@ class DashboardServer:
         app = Application(FunctionHandler(partial(build_document, store=self.store)))
         self._tornado = _Bokeh({"/": app}, extra_websocket_origins=origins, serve_traceback=False,
                                keep_alive_milliseconds=KEEP_ALIVE_MS)
-        self._tornado.add_handlers(r".*", [(_Refused(self.allow), _Refuse)])      # checked before Bokeh's routes
+        self._tornado.add_handlers(r".*", [(_Refused(self.allow), _Refuse),      # checked before Bokeh's routes
+                                           (EXPORT_ROUTE, ExportHandler, {"store": self.store})])
         ancestors = self.allow.frame_ancestors(frame_ancestors)
         self._tornado.add_transform(partial(_SecurityHeaders, frame_ancestors=ancestors))
         self._http = HTTPServer(self._tornado)

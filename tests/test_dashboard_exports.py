@@ -161,3 +161,40 @@ def test_card_download_built_in_the_page_is_safe_and_strict(chromium, tmp_path):
         points = [o for o in series if o["run"] == run]
         assert [o["value"] for o in points] == [1.0, "Infinity", "-Infinity", "NaN", -1.5, 2.0]
         assert [o["wall_time"] for o in points] == [1000.0 + step for step in range(len(VALUES))]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+@pytest.mark.parametrize("chunk_points", [1, 2, 7, 1000])
+def test_streamed_chunks_make_the_same_file_at_any_chunk_size(fmt, chunk_points):
+    from flowlab.dashboard.export_stream import export_chunks
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=7)
+    values[[1, 4, 5]] = [np.nan, np.inf, -np.inf]
+    columns = [("run", "=cmd", np.arange(7), 1000.0 + np.arange(7), values),
+               ('qu"ote', "empty", np.zeros(0, np.int64), np.zeros(0), np.zeros(0)),
+               ("b", "one", np.array([3]), np.array([5.5]), np.array([2.0]))]
+    chunks = list(export_chunks(columns, fmt, chunk_points=chunk_points))
+    text = "".join(chunks)
+    if fmt == "csv":
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+        assert len(rows) == 1 + 7 + 1 and rows[1][:2] == ["run", "'=cmd"] and rows[-1] == ["b", "one", "3", "5.5", "2.0"]
+        assert [r[4] for r in rows[1:8]][1] == "nan" and [r[4] for r in rows[1:8]][4:6] == ["inf", "-inf"]
+        assert max(c.count("\n") for c in chunks) <= max(chunk_points, 1)   # a chunk holds at most chunk_points rows
+    else:
+        series = strict_json(text)
+        assert [s["tag"] for s in series] == ["=cmd", "empty", "one"] and series[1]["value"] == []
+        assert series[0]["step"] == list(range(7)) and series[0]["value"][1] == "NaN"
+        assert series[0]["value"][4:6] == ["Infinity", "-Infinity"] and series[2]["wall_time"] == [5.5]
+    assert text == export_text(columns, fmt)
+    one_chunk = "".join(export_chunks(columns, fmt, chunk_points=10**6))
+    assert text == one_chunk
+
+
+def test_export_chunks_reject_bad_arguments():
+    from flowlab.dashboard.export_stream import EXPORTS, export_chunks
+    with pytest.raises(ValueError, match="fmt must be 'csv' or 'json', got 'xml'"):
+        next(export_chunks([], "xml"))
+    with pytest.raises(ValueError, match="chunk_points must be at least 1, got 0"):
+        next(export_chunks([], "csv", chunk_points=0))
+    with pytest.raises(ValueError, match="fmt must be"):
+        EXPORTS.add(object(), [], "tsv")

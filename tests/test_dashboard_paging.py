@@ -124,3 +124,64 @@ def test_images_and_text_are_paged_too(many, view_class, kind):
     assert list(view._cards) == keys[:4]
     view.pager.go(2)
     assert list(view._cards) == keys[8:] and view.pager.layout.tags == [2, 2, 3]
+
+
+@pytest.fixture
+def tagged(tmp_path):
+    """Two runs with 30 scalar tags in three groups (``g0/t00`` ... ``g2/t29``), two steps each."""
+    for run in ("a", "b"):
+        with SummaryWriter(tmp_path / run) as w:
+            for step in range(2):
+                for i in range(30):
+                    w.add_scalar(f"g{i // 10}/t{i:02}", i + step, step)
+    return tmp_path
+
+
+def test_scalars_build_a_page_of_cards_and_the_tag_search_pages_its_matches(tagged):
+    from flowlab.dashboard.views import scalars as scalars_module
+    from flowlab.dashboard.views.scalars import ScalarsView
+    store = Store(tagged)
+    store.poll()
+    view = ScalarsView(store)
+    doc = Document()
+    doc.add_root(view.layout())
+    view.update()
+    size = scalars_module.PAGE_SIZE
+    tags = [f"g{i // 10}/t{i:02}" for i in range(30)]
+    assert list(view.cards) == tags[:size] and view.grid.tags == [0, size]
+    assert view.pager.layout.tags == [size, 0, -(-30 // size)] and view.pager.label.text == f"1–{size} of 30"
+    assert set(view._seen) == {(run, tag, "scalar") for run in "ab" for tag in tags[:size]}   # nothing else read
+    cards = [m for m in doc.models if (getattr(m, "name", None) or "").startswith("card:")]
+    assert sorted(m.name for m in cards) == [f"card:{t}" for t in tags[:size]]
+    assert view.groups["g0"].toggle.label == f"▾ g0  ({size} of 10)"
+    np.testing.assert_array_equal(view.cards["g0/t03"].lines["b"].values, [3.0, 4.0])
+
+    view.pager.go(view.pager.pages - 1)                                  # the last page: built, the first dropped
+    last = tags[(view.pager.pages - 1) * size:]
+    assert list(view.cards) == last and set(view._seen) == {(r, t, "scalar") for r in "ab" for t in last}
+    assert [g.name for g in view.groups.values() if g.layout.visible] == ["g2"]
+
+    view.tag_filter.value = "t(05|29)$"                                  # matches on two pages: one page of two
+    assert view.pager.page == 0 and view.pager.visible == ["g0/t05", "g2/t29"] == sorted(view.cards)
+    assert [g.name for g in view.groups.values() if g.layout.visible] == ["g0", "g2"]
+    np.testing.assert_array_equal(view.cards["g2/t29"].lines["a"].values, [29.0, 30.0])
+    view.tag_filter.value = "^g1/"
+    assert list(view.cards) == tags[10:10 + size] and view.pager.label.text == f"1–{size} of 10"
+    view.tag_filter.value = "nothing matches"
+    assert view.cards == {} and view.grid.tags == [0, 0]
+
+
+def test_a_new_tag_goes_last_in_its_group_and_is_built_only_on_its_page(tagged):
+    from flowlab.dashboard.views.scalars import PAGE_SIZE, ScalarsView
+    store = Store(tagged)
+    store.poll()
+    view = ScalarsView(store)
+    Document().add_root(view.layout())
+    view.update()
+    first = dict(view.cards)
+    with SummaryWriter(tagged / "a") as w:
+        w.add_scalar("g0/a-new-one", 1.0, 5)                             # sorts first by name, but came later
+    store.poll()
+    view.update()
+    assert view.cards == first                                           # nothing on screen moved
+    assert view.pager._keys.index("g0/a-new-one") == 10 and view.pager.label.text == f"1–{PAGE_SIZE} of 31"

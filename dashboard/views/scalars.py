@@ -1,4 +1,11 @@
-"""Scalars tab: one card per tag, one line per run, as TensorBoard draws them, built for a thousand runs.
+"""Scalars tab: one card per tag, one line per run, as TensorBoard draws them, built for a thousand runs and for
+tens of thousands of tags.
+
+Only a page of cards exists at a time (``PAGE_SIZE``, the shared ``Pager``): a card costs the server tens of
+milliseconds to build and as many to serialise, so 20,000 tags built at once held the event loop for minutes. In a
+server session a page's cards are built one per IOLoop turn, from the turn after the request, and a card that leaves
+the page is dropped with what the session had seen of it. The tag filter (RE2) picks among all tags and the pager
+pages the matches. The "all shown" export is formatted off the loop and streamed over HTTP (``export_stream``).
 
 A card is one figure whose runs are rows of one ``ColumnDataSource`` drawn by two ``MultiLine`` glyphs (raw, faint;
 smoothed, bold): its cost in the page and on the wire does not grow with a renderer per run (a thousand runs made
@@ -27,7 +34,6 @@ titles and source columns (plain text); the filter error is an escaped Div.
 from __future__ import annotations
 
 import html
-import json
 import math
 
 import numpy as np
@@ -43,12 +49,18 @@ from flowlab.plots.figures import compact_ticks, expand_in_page, nudge_next_turn
 from flowlab.summary.summary_writer import counted_histogram
 
 from .. import export_cells
-from ..export_cells import csv_number, csv_text, json_number
+from ..export_stream import EXPORTS, export_chunks
 from ..filters import FilterError, compile_filter
 from ..runs import run_colour
 from .base import View
+from .paging import Pager
 
 LIMIT = 2000                       # points per line on display
+# A card costs the server some 40-90 ms to build and serialise (its figure's ~100 Bokeh models): a page of 8 (two
+# rows of four medium cards) is built one card per IOLoop turn in a server session, so no turn holds the loop for
+# much more than one card, whatever the number of tags (20,000 tags built every card at once: minutes).
+PAGE_SIZE = 8
+BUILD_BATCH = 1
 X_AXES = ("step", "relative", "wall")
 _X_COLUMN = {"step": "steps", "relative": "rel", "wall": "walls"}
 _X_LABEL = {"step": "step", "relative": "time since the run's first point", "wall": "wall time"}
@@ -153,36 +165,23 @@ setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 
 
 EXPORT_LIMIT = 5_000_000        # points in one "download all" file (~150 MB of CSV)
-# Saves the file the server put in the export source (every shown series in full, not what is on display).
+# Downloads the file the server streams for the export the button registered (``export_stream``): the page only
+# follows a link, so the file never passes through the document or the websocket.
 _SAVE_JS = """
 const d = source.data;
-if (!d.text.length) return;
+if (!d.url.length) return;
 const a = document.createElement("a");
-a.href = URL.createObjectURL(new Blob([d.text[0]], {type: d.mime[0]}));
+a.href = d.url[0];
 a.download = d.name[0];
 document.body.appendChild(a);
 a.click();
 a.remove();
-setTimeout(() => URL.revokeObjectURL(a.href), 10000);
 """
 
 
 def export_text(columns, fmt):
-    """``columns``: ``(run, tag, steps, wall_times, values)`` per series, in full. CSV: one row a point
-    (``run,tag,step,wall_time,value``; names as quoted text cells with formulas quoted away, NaN and ±Inf as
-    ``nan``, ``inf``, ``-inf``); JSON (strict: JSON has no such numbers): one object a series with ``step``,
-    ``wall_time`` and ``value`` lists, NaN and ±Inf as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``. The
-    cells are ``export_cells``'s, as the page's own download writes them."""
-    if fmt == "csv":
-        lines = ["run,tag,step,wall_time,value"]
-        for run, tag, steps, walls, values in columns:
-            prefix = f"{csv_text(run)},{csv_text(tag)},"
-            lines.extend(f"{prefix}{int(st)},{csv_number(w)},{csv_number(v)}"
-                         for st, w, v in zip(steps, walls, values))
-        return "\n".join(lines) + "\n"
-    return json.dumps([{"run": run, "tag": tag, "step": [int(x) for x in steps],
-                        "wall_time": [json_number(x) for x in walls], "value": [json_number(v) for v in values]}
-                       for run, tag, steps, walls, values in columns], allow_nan=False)
+    """The whole export file of ``columns`` at once (see ``export_stream.export_chunks``, which the server streams)."""
+    return "".join(export_chunks(columns, fmt))
 
 
 class _Line:
@@ -645,11 +644,11 @@ def group_of(tag):
 
 
 class _Group:
-    """The cards of one tag prefix under a header that folds them away. Cards keep the order they came in: a new tag
-    goes last, so the cards on screen never move (on a new page they come sorted)."""
+    """The cards of one tag prefix on the current page under a header that folds them away (folded stays folded
+    from page to page). The header counts the group's tags in all pages that match the tag filter."""
 
     def __init__(self, name):
-        self.name, self.tags = name, []
+        self.name, self.tags, self.total = name, [], 0
         self.toggle = Button(label="", button_type="light", height=28, align="start", name=f"group:{name}",
                              styles={"font-weight": "bold"})
         self.grid = row(children=[Div()], sizing_mode="stretch_width", styles={"flex-wrap": "wrap"}, spacing=12)
@@ -657,9 +656,12 @@ class _Group:
         self.toggle.on_click(self.fold)
         self._label()
 
-    def add(self, card):
-        self.tags.append(card.tag)
-        self.grid.children = [c for c in self.grid.children if c.name] + [card.layout]   # (the placeholder Div goes)
+    def show(self, cards, total):
+        """Show ``cards`` (this page's, in order) of the group's ``total`` matching tags."""
+        self.tags, self.total = [card.tag for card in cards], total
+        layouts = [card.layout for card in cards] or [Div()]      # (Bokeh warns about empty layouts)
+        if layouts != list(self.grid.children):
+            self.grid.children = layouts
         self._label()
 
     def fold(self):
@@ -668,7 +670,8 @@ class _Group:
 
     def _label(self):
         arrow = "▾" if self.grid.visible else "▸"
-        self.toggle.label = f"{arrow} {self.name or 'top level'}  ({len(self.tags)})"
+        shown = f"{len(self.tags)}" if len(self.tags) == self.total else f"{len(self.tags)} of {self.total}"
+        self.toggle.label = f"{arrow} {self.name or 'top level'}  ({shown})"
 
 
 class ScalarsView(View):
@@ -677,7 +680,15 @@ class ScalarsView(View):
     def __init__(self, store, limit=LIMIT):
         super().__init__(store)
         self.limit = limit
-        self.cards: dict[str, _Card] = {}
+        self.cards: dict[str, _Card] = {}      # the current page's cards only: a tag off the page costs nothing
+        self.pager = Pager("scalars", PAGE_SIZE, on_change=self._repage)
+        self._by_tag: dict[str, list] = {}     # every tag's series (one per run), in the store's run order
+        self._rank: dict[str, tuple] = {}      # each tag's (group's place, own place, group) in the order tags came
+        self._group_rank: dict[str, int] = {}  # each tag group's place in the order groups came
+        self._ranked = 0                       # tags placed so far (gone ones included: places stay unique)
+        self._matching: list[str] = []         # the tags the filter leaves, in display order: the pager's keys
+        self._pending: list[str] = []          # tags of the page whose cards are still to build
+        self._scheduled = False                # a next-turn build of pending cards is on its way
         self.tag_filter = TextInput(title="Tags (regex)", placeholder="all tags", width=200, name="tag-filter")
         self.smoothing = Slider(title="Smoothing", start=0, end=0.999, step=0.001, value=0.6, width=200,
                                 name="smoothing")
@@ -690,7 +701,7 @@ class ScalarsView(View):
         self._shared_x = None                  # the x range every card shares while x is linked
         self.enlarged = None                   # the card enlarged to the tab's width, if any
         self.message = Div(text="", name="scalars-message")
-        self.export = ColumnDataSource({"name": [], "mime": [], "text": [], "n": []}, name="scalars-export")
+        self.export = ColumnDataSource({"name": [], "url": [], "n": []}, name="scalars-export")
         self._exports = 0
         self.export.js_on_change("data", CustomJS(args=dict(source=self.export), code=_SAVE_JS))
         self.export_buttons = [Button(label=f"⤓ all shown ({fmt.upper()})", width=130, height=30,
@@ -732,48 +743,118 @@ class ScalarsView(View):
                        # (the tag keeps the export source in the document: nothing draws it)
                        column(Div(text="Download"), row(*self.export_buttons), tags=[self.export]),
                        styles={"flex-wrap": "wrap", "row-gap": "4px"})      # wraps on a narrow window
-        return column(controls, self.message, self.grid, sizing_mode="stretch_width")
+        return column(controls, self.message, self.pager.layout, self.grid, sizing_mode="stretch_width")
 
     def update(self):
-        weight, axis = self.smoothing.value, self.axis
-        grown: dict[_Card, list] = {}
-        new_cards = []
+        by_tag: dict[str, list] = {}
         for series in self._scalars():                   # sorted by run, then tag
-            card = self.cards.get(series.tag)
-            if card is None:
-                card = self.cards[series.tag] = _Card(series.tag)
+            by_tag.setdefault(series.tag, []).append(series)
+        self._by_tag = by_tag
+        if by_tag.keys() != self._rank.keys():          # tags came (or went): place them, page again
+            self._order_tags(by_tag.keys() - self._rank.keys())
+        self._grow(list(self.cards.values()))
+        grouping, shown = self.runs.grouping, self.runs.shown()
+        grouped_for = (shown, grouping.active and tuple(grouping.groups(self.store.runs()).items()), grouping.band)
+        regroup = grouped_for != self._grouped_for          # the run list changed the groups
+        self._grouped_for = grouped_for
+        for card in self.cards.values():             # the run list may have changed what is shown
+            if regroup:
+                self._fill_groups(card, shown)
+            card.show_runs(card.visible_rows(shown))
+        self._show_message()
+
+    def _order_tags(self, new_tags):
+        """Give new tags their place and page the tags the filter leaves. Tags that come together are sorted (top
+        level first, then by group and name); a later tag goes last in its group (a new group last), so the cards
+        before it never move."""
+        for tag in sorted(new_tags, key=lambda tag: (group_of(tag) != "", group_of(tag), tag)):
+            group = group_of(tag)
+            self._group_rank.setdefault(group, len(self._group_rank))
+            self._ranked += 1
+            self._rank[tag] = (self._group_rank[group], self._ranked, group)
+        for tag in self._rank.keys() - self._by_tag.keys():    # gone from the store (a run deleted)
+            del self._rank[tag]
+        order = sorted(self._by_tag, key=self._rank.__getitem__)
+        search = self._tags_re.search
+        # (20,000 tags: the order and the search take tens of milliseconds; an empty filter needs no search)
+        self._matching = order if not self._tags_re.pattern else [tag for tag in order if search(tag) is not None]
+        self.pager.set_keys(self._matching)
+        if set(self.pager.visible) != set(self.cards) or self._pending:
+            self._repage()
+        else:
+            self._place()                    # the group headers' counts
+
+    def _repage(self):
+        """Drop the cards that left the page (with what this session had seen of them) and build those that came:
+        at once outside a server, else ``BUILD_BATCH`` per IOLoop turn from the next one on."""
+        visible = self.pager.visible
+        for tag in [tag for tag in self.cards if tag not in visible]:
+            card = self.cards.pop(tag)
+            if self.enlarged is card:
+                self.enlarged = None
+            for series in self._by_tag.get(tag, ()):
+                self._seen.pop(series.key, None)              # back on the page later: it starts afresh
+        self._pending = [tag for tag in visible if tag not in self.cards]
+        doc = self.grid.document
+        if doc is None or doc.session_context is None:
+            self._build_some()
+        elif not self._scheduled:           # (else the next turn's build takes the new pending list)
+            self._scheduled = True          # even the first card: the page's request is answered without it
+            doc.add_next_tick_callback(self._build_some)
+        self._place()
+
+    def _build_some(self):
+        """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server): a card costs the server
+        tens of milliseconds to build and as many to serialise, and no other session may wait for a whole page."""
+        self._scheduled = False
+        doc = self.grid.document
+        spread = doc is not None and doc.session_context is not None
+        batch, self._pending = ((self._pending[:BUILD_BATCH], self._pending[BUILD_BATCH:]) if spread
+                                else (self._pending, []))
+        new = []
+        for tag in batch:
+            if tag in self._by_tag and tag not in self.cards and tag in self.pager.visible:
+                card = self.cards[tag] = _Card(tag)
                 card.resize(size=self.size)
                 card.enlarge.on_click(lambda card=card: self._toggle_enlarged(card))
-                card.layout.visible = self._tags_re.search(series.tag) is not None
-                new_cards.append(card)
-            d = self.delta(series)
-            if not (d.reset or len(d.steps)):
-                continue
-            line = card.line(series.run, self.store, self.limit)
-            whole = self.store.read(series)           # the whole series, zero-copy
-            if d.reset:
-                line.set(whole.steps, whole.wall_times, whole.values, weight)
-                line.choose(axis, card.window)
-            elif line.append(whole.steps, whole.wall_times, whole.values, weight):
-                line.choose(axis, card.window)
-            grown.setdefault(card, []).append(line)
+                new.append(card)
+        self._grow(new)
+        shown = self.runs.shown()
+        for card in new:
+            card.show_runs(card.visible_rows(shown))
+        self._place()
+        self._show_message()
+        if self._pending:
+            self._scheduled = True
+            doc.add_next_tick_callback(self._build_some)
+
+    def _grow(self, cards):
+        """Bring ``cards`` up to date with the store: what each session has not seen of each run's series."""
+        weight, axis = self.smoothing.value, self.axis
+        grown = []
+        for card in cards:
+            lines = []
+            for series in self._by_tag.get(card.tag, ()):
+                d = self.delta(series)
+                if not (d.reset or len(d.steps)):
+                    continue
+                line = card.line(series.run, self.store, self.limit)
+                whole = self.store.read(series)           # the whole series, zero-copy
+                if d.reset:
+                    line.set(whole.steps, whole.wall_times, whole.values, weight)
+                    line.choose(axis, card.window)
+                elif line.append(whole.steps, whole.wall_times, whole.values, weight):
+                    line.choose(axis, card.window)
+                lines.append(line)
+            if lines:
+                grown.append(card)
         live, shown = self.grid.document, self.runs.shown()
-        for card, lines in grown.items():
+        for card in grown:
             if not card.renderers:
                 self._build(card)
                 nudge_next_turn(live, card.flat)     # it reaches a live page with its data
             card.fill()
             self._fill_groups(card, shown)
-        grouping = self.runs.grouping
-        grouped_for = (shown, grouping.active and tuple(grouping.groups(self.store.runs()).items()), grouping.band)
-        regroup = grouped_for != self._grouped_for          # the run list changed the groups
-        self._grouped_for = grouped_for
-        for card in self.cards.values():             # the run list may have changed what is shown
-            if regroup and card not in grown:
-                self._fill_groups(card, shown)
-            card.show_runs(card.visible_rows(shown))
-        self._place(sorted(new_cards, key=lambda card: (group_of(card.tag) != "", group_of(card.tag), card.tag)))
-        self._show_message()
 
     def _fill_groups(self, card, shown):
         """The card's run groups (the run list's ``grouping``) of the runs the run list shows; runs in no group keep
@@ -784,31 +865,35 @@ class ScalarsView(View):
             card.fill_groups(groups, grouping.band, self.axis, lambda run: run_colour(self.store, run),
                              self.smoothing.value)
 
-    def _place(self, cards):
-        """Put new cards last in their groups (new groups last): nothing already on screen moves."""
-        new_groups = []
-        for card in cards:
-            name = group_of(card.tag)
-            group = self.groups.get(name)
-            if group is None:
-                group = self.groups[name] = _Group(name)
-                new_groups.append(group)
-            group.add(card)
-        if new_groups:
-            self.grid.children = [g.layout for g in self.groups.values()]
-        self._show_groups()
-
-    def _show_groups(self):
-        """A group shows while the tag filter leaves it a card."""
-        for group in self.groups.values():
-            visible = any(self.cards[tag].layout.visible for tag in group.tags)
-            if group.layout.visible != visible:
-                group.layout.visible = visible
+    def _place(self):
+        """Lay out the page's built cards under their groups' headers, in display order; the grid's ``tags`` say
+        ``[page index, cards built]`` (for tests and benchmarks: the page is complete when that is the pager's)."""
+        totals: dict[str, int] = {}
+        for tag in self._matching:
+            group = self._rank[tag][2]
+            totals[group] = totals.get(group, 0) + 1
+        on_page: dict[str, list] = {}
+        for tag in self.pager.visible:
+            if tag in self.cards:
+                on_page.setdefault(group_of(tag), []).append(self.cards[tag])
+        for name in on_page:
+            if name not in self.groups:
+                self.groups[name] = _Group(name)
+        for name, group in self.groups.items():
+            group.show(on_page.get(name, []), totals.get(name, 0))
+            if group.layout.visible != (name in on_page):        # (a group off the page is out of the grid too)
+                group.layout.visible = name in on_page
+        layouts = [self.groups[name].layout for name in on_page] or [Div()]
+        if layouts != list(self.grid.children):
+            self.grid.children = layouts
+        built = sum(len(cards) for cards in on_page.values())
+        if self.grid.tags != [self.pager.page, built]:
+            self.grid.tags = [self.pager.page, built]
 
     def _show_message(self):
         """What is wrong with the typed tag filter, else why there is nothing to show."""
         text = f'<span style="color:#c00">{html.escape(self._error)}</span>' if self._error else \
-            "" if self.cards else "No scalars in this logdir yet; they appear here as soon as a run logs one."
+            "" if self._by_tag else "No scalars in this logdir yet; they appear here as soon as a run logs one."
         if self.counts_elsewhere and not self._error:
             n = self.counts_elsewhere
             text += (" " if text else "") + (f"The NaN/Inf counts logged with {n:,} histogram{'s' if n != 1 else ''} "
@@ -842,12 +927,13 @@ class ScalarsView(View):
                                             "download; uncheck runs or filter tags first.")
             return
         columns = []
-        for series in shown:
+        for series in shown:                # zero-copy slices: the worker thread formats them (export_stream)
             whole = self.store.read(series)
             columns.append((series.run, series.tag, whole.steps, whole.wall_times, whole.values))
-        self._exports += 1          # (a second download of the same text must still change the source)
-        self.export.data = {"name": [f"scalars.{fmt}"], "mime": ["text/csv" if fmt == "csv" else "application/json"],
-                            "text": [export_text(columns, fmt)], "n": [self._exports]}
+        token = EXPORTS.add(self.store, columns, fmt)
+        self._exports += 1          # (a second download of the same file must still change the source)
+        self.export.data = {"name": [f"scalars.{fmt}"], "url": [f"export/scalars/{token}.{fmt}"],
+                            "n": [self._exports]}
 
     def _zoomed(self, card, event):
         if event.x0 is None or event.x1 is None:
@@ -907,7 +993,6 @@ class ScalarsView(View):
             self._error = ""
         except FilterError as e:                # keep the last good pattern
             self._error = f"Invalid tags regex {self.tag_filter.value!r}: {e.reason}"
-        for tag, card in self.cards.items():
-            card.layout.visible = self._tags_re.search(tag) is not None
-        self._show_groups()
+        self.pager.set_keys(())                 # a new search starts at its first match (page 0)
+        self._order_tags(())
         self._show_message()
