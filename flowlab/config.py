@@ -151,15 +151,18 @@ def _checked(api, kind, value):
     return value
 
 
+# How a setter's docstring names what it takes, by kind (see _checked).
+_KIND_WORDS = {"bool": "True or False", "count": "an int >= 0", "number": "a number", "str": "a string"}
+
+
 def _session_setter(api, key, kind, default, why):
     def setter(val=default):
         if val is None:
             raise TypeError(f"{api}: a value is required")
         session.default().config[key] = _checked(api, kind, val)
     setter.__name__ = api.rsplit(".", 1)[-1]
-    what = "True or False" if kind == "bool" else "an int >= 0"
     bare = "" if default is None else f", {default!r} when called without one"
-    setter.__doc__ = (f"OneFlow's ``{api}`` ({what}{bare}). Checked and kept (``flow.config.settings()``); changes "
+    setter.__doc__ = (f"OneFlow's ``{api}`` ({_KIND_WORDS[kind]}{bare}). Checked and kept (``flow.config.settings()``); changes "
                       f"nothing in flowlab: {why}.")
     return setter
 
@@ -541,9 +544,8 @@ def _job_setter(name, kind, default, why, key=None):
         target = self if isinstance(self, FunctionConfig) else self._config
         target._set(key, kind, value)
     setter.__name__ = name
-    what = {"bool": "True or False", "count": "an int >= 0", "number": "a number"}[kind]
     bare = "" if default is None else f", {default!r} when called without one"
-    setter.__doc__ = (f"OneFlow's ``{key}`` ({what}{bare}). Checked and kept in ``settings``; changes nothing in "
+    setter.__doc__ = (f"OneFlow's ``{key}`` ({_KIND_WORDS[kind]}{bare}). Checked and kept in ``settings``; changes nothing in "
                       f"flowlab: {why}.")
     return setter
 

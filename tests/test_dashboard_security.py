@@ -115,10 +115,11 @@ def served(tmp_path_factory):
         handle.stop()
 
 
-def request(port, path="/", host=None, headers=()):
-    """One GET to 127.0.0.1:port with exactly the ``Host`` given (default: the real one); (status, headers, body)."""
+def request(port, path="/", host=None, headers=(), method="GET"):
+    """One request to 127.0.0.1:port with exactly the ``Host`` given (default: the real one) and ``headers``;
+    (status, headers, body)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
-    conn.putrequest("GET", path, skip_host=True, skip_accept_encoding=True)
+    conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
     conn.putheader("Host", f"127.0.0.1:{port}" if host is None else host)
     for name, value in dict(headers).items():
         conn.putheader(name, value)

@@ -4,7 +4,6 @@ client, ``flowlab serve`` as a subprocess, and the store's status line over a cr
 import base64
 import os
 import socket
-import http.client
 import logging
 import re
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 from flowlab.dashboard import server as server_module
 from flowlab.dashboard.server import ServerThread
 from flowlab.summary import SummaryWriter
+from test_dashboard_security import request
 
 
 class Records(logging.Handler):
@@ -56,21 +56,6 @@ def _logdir(path):
     return path
 
 
-def raw(port, method, path, headers=()):
-    """One request with exactly these headers (and the real ``Host``); (status, headers, body)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
-    conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-    conn.putheader("Host", f"127.0.0.1:{port}")
-    for name, value in dict(headers).items():
-        conn.putheader(name, value)
-    conn.endheaders()
-    response = conn.getresponse()
-    try:
-        return response.status, response.headers, response.read()
-    finally:
-        conn.close()
-
-
 # ----------------------------------------------------------------------------------------------------- requests
 
 def test_an_options_request_without_origin_is_answered_without_a_traceback(tmp_path, records):
@@ -78,12 +63,12 @@ def test_an_options_request_without_origin_is_answered_without_a_traceback(tmp_p
     try:
         port = handle.server.port
         for path in ["/autoload.js", "/autoload.js?bokeh-autoload-element=x"]:
-            status, headers, body = raw(port, "OPTIONS", path)
+            status, headers, body = request(port, path, method="OPTIONS")
             assert (status, headers["Allow"], body) == (204, "GET, OPTIONS", b""), (path, status, body[:300])
-        assert raw(port, "OPTIONS", "/")[0] == 405              # the page itself takes no OPTIONS, as before
+        assert request(port, "/", method="OPTIONS")[0] == 405              # the page itself takes no OPTIONS, as before
         # a real preflight from the dashboard's own origin still gets Bokeh's CORS answer
         origin = f"http://127.0.0.1:{port}"
-        status, headers, _ = raw(port, "OPTIONS", "/autoload.js", {"Origin": origin})
+        status, headers, _ = request(port, "/autoload.js", headers={"Origin": origin}, method="OPTIONS")
         assert status == 200 and headers["Access-Control-Allow-Origin"] == origin
     finally:
         handle.stop()
@@ -94,7 +79,7 @@ def test_an_options_request_without_origin_is_answered_without_a_traceback(tmp_p
 # ----------------------------------------------------------------------------------------------------- websocket
 
 def _token(port):
-    status, _, body = raw(port, "GET", "/")
+    status, _, body = request(port)
     assert status == 200, body[:300]
     return re.search(rb'"token":"([^"]+)"', body).group(1).decode()
 
