@@ -128,6 +128,13 @@ def test_a_layer_is_red_for_nan_or_inf_amber_for_another_alert_green_else():
     by_norm = health_columns(["ok_matmul", "dead_activation", "other"], health, "act_mean_abs")
     assert np.isnan(by_norm["h_value"][1]) and by_norm["h_value"][0] == 1.0      # log scale: zero has no colour
     assert np.isnan(by_norm["h_value"][2])
+    # a batch norm's statistics get their own row, empty for the layers that have none
+    bn_statistics = ("act_mean_abs", "moving_var_min", "batch_var_ratio")
+    bn_matrix = np.array([[1.0, np.nan, np.nan], [0.5, 0.25, 1.0]])
+    bn_health = LayerHealth(1, ("conv", "conv_bn"), bn_statistics, bn_matrix, {})
+    bn = health_columns(["conv", "conv_bn"], bn_health)
+    assert bn["h_activation"] == ["mean_abs 1", "mean_abs 0.5"]
+    assert bn["h_batch_norm"] == ["", "var_min 0.25 · batch_var_ratio 1"]
 
 
 def test_without_health_records_the_graph_is_drawn_as_before(logdir):

@@ -517,15 +517,21 @@ HEALTH_TINTS = {state: _tint(colour, 0.45) for state, colour in HEALTH_COLORS.it
 BY_HEALTH = "health"                # the colour menu's first choice: by state; the others are statistics
 STATISTIC_ALPHA = 0.5               # a statistic's colour over the box: Viridis' dark end stays under readable labels
 HEALTH_COLUMNS = ("layer", "h_fill", "h_line", "h_fill_alpha", "h_line_alpha", "h_value", "h_status", "h_activation",
-                  "h_weights", "h_gradient")
+                  "h_weights", "h_gradient", "h_batch_norm")
 # The hover's rows of a layer's statistics: a statistic goes in the row its name starts with, named without that
 # start, else in the row GROUP_OF names (the activation's by default).
-STATISTIC_ROWS = (("h_activation", "act_"), ("h_weights", "weight_"), ("h_gradient", "grad_"))
-GROUP_OF = {"dead_fraction": "h_activation", "update_ratio": "h_weights"}
+STATISTIC_ROWS = (("h_activation", "act_"), ("h_weights", "weight_"), ("h_gradient", "grad_"),
+                  ("h_batch_norm", "moving_"))
+GROUP_OF = {"dead_fraction": "h_activation", "update_ratio": "h_weights", "batch_mean_gap": "h_batch_norm",
+            "batch_var_ratio": "h_batch_norm"}
+# Rows only some layers have (a batch norm's): left empty where every statistic of the row is missing, so the hover
+# of a convolution is not a line of dashes as wide as the page.
+SPARSE_ROWS = frozenset({"h_batch_norm"})
 # Boxes of a layer hover with the health rows, the others without (a tooltip cannot leave out rows that are empty).
 BASE_TOOLTIPS = [("name", "@name"), ("op", "@op"), ("outputs", "@outputs"), ("source", "@source")]
 HEALTH_TOOLTIPS = BASE_TOOLTIPS + [("layer", "@layer"), ("health", "@h_status"), ("activation", "@h_activation"),
-                                   ("weights", "@h_weights"), ("gradient", "@h_gradient")]
+                                   ("weights", "@h_weights"), ("gradient", "@h_gradient"),
+                                   ("batch norm", "@h_batch_norm")]
 
 
 class LayerHealth(NamedTuple):
@@ -605,7 +611,9 @@ def health_columns(names, health: LayerHealth | None, color_by=BY_HEALTH, scopes
         rows = {key: [] for key, _ in STATISTIC_ROWS}
         for j, statistic in enumerate(health.statistics):
             key, name = _statistic_row(statistic)
-            rows[key].append(f"{name} {_number(health.matrix[i, j])}")
+            rows[key].append((name, health.matrix[i, j]))
+        rows = {key: [] if key in SPARSE_ROWS and all(np.isnan(v) for _, v in row) else
+                [f"{name} {_number(v)}" for name, v in row] for key, row in rows.items()}
         kinds = health.alerts.get(layer, ())
         status = states[layer] + (f" ({', '.join(kinds)})" if kinds else "")
         texts[layer] = {"h_status": f"{status} at step {health.step}", **{k: " · ".join(v) for k, v in rows.items()}}
