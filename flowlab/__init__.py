@@ -2,8 +2,6 @@
 
 ``import flowlab as flow`` gives OneFlow 0.x's public names; this module only re-exports.
 """
-import logging as _logging
-
 from . import config, data, dtypes, initializers, layers, losses, math, nn, optim, scope, summary, train, typing
 from . import checkpoint, env, image, random, regularizers, unittest
 from .checkpoint import get_all_variables, load_variables
@@ -36,13 +34,15 @@ def sync_default_session():
     _session.default().sync()
 
 
-# One log line says which backend runs (GPU or NumPy); users can silence it through logging as usual.
-_log = _logging.getLogger("flowlab")
-if not _log.handlers:
-    _handler = _logging.StreamHandler()
-    _handler.setFormatter(_logging.Formatter("%(message)s"))
-    _log.addHandler(_handler)
-    _log.setLevel(_logging.INFO)
-    _log.propagate = False
+# flowlab adds no log handler of its own, as a library should: the backend notice is logged at INFO, which stays quiet
+# unless the application turns INFO on, while warnings still reach stderr through Python's last-resort handler.
+
+
+def device() -> str:
+    """Which array backend runs jobs, and why: e.g. ``"flowlab: running on NumPy without a GPU, as CuPy is not
+    installed; ..."``. The backend is chosen once, on first use (``$FLOWLAB_DEVICE``: ``cpu``, ``gpu`` or ``auto``)."""
+    from .runtime import backend
+    return backend.current().notice
+
 
 __version__ = "0.1.0"

@@ -63,6 +63,8 @@ def _demo(args):
         if exposure_warning(args.host):
             print(exposure_warning(args.host))
         print(f"flowlab dashboard for {os.path.abspath(args.logdir)} at {server.url}", flush=True)
+    from . import device
+    print(device(), flush=True)
     print(f"flowlab demo: training an MLP on the bundled 8x8 digits for {args.epochs} epochs; summaries in {logdir}",
           flush=True)
     try:

@@ -71,14 +71,37 @@ def test_running_on_numpy_is_said_in_one_plain_sentence(monkeypatch):
     monkeypatch.setattr(backend, "_current", backend._current)      # restored after the test
     monkeypatch.setitem(sys.modules, "cupy", None)                  # import cupy fails, as without CuPy
     lines = Lines()
-    logger = logging.getLogger("flowlab")           # flowlab's own logger (it does not propagate to the root)
+    logger = logging.getLogger("flowlab")
     logger.addHandler(lines)
+    level = logger.level
     try:
+        logger.setLevel(logging.INFO)
         assert backend.select("auto") is backend.NUMPY
     finally:
+        logger.setLevel(level)
         logger.removeHandler(lines)
-    assert lines.lines == ["flowlab: running on NumPy without a GPU, as CuPy is not installed; install "
-                           "flowlab[cuda12] or flowlab[cuda13] to use one."]
+    said = ("flowlab: running on NumPy without a GPU, as CuPy is not installed; install flowlab[cuda12] or "
+            "flowlab[cuda13] to use one.")
+    assert lines.lines == [said]
+    assert flowlab.device() == said
     with pytest.raises(DeviceError, match=r"^FLOWLAB_DEVICE=gpu asks for a GPU, but CuPy is not installed; "
                                           r"install flowlab\[cuda12\] or flowlab\[cuda13\] to use one$"):
         backend.select("gpu")
+
+
+def test_the_backend_notice_stays_off_stderr_and_is_available_on_request():
+    """A notebook draws anything on stderr as a red error box, so the normal 'no GPU' notice must not go there;
+    flow.device() says it, and it is logged at INFO for applications that turn logging on."""
+    program = ("import logging, flowlab as flow\n"
+               "flow.device()\n"
+               "logging.getLogger('flowlab').warning('a real warning')\n"
+               "logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s')\n"
+               "from flowlab.runtime import backend\n"
+               "backend.select('cpu')\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "FLOWLAB_DEVICE": "auto"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    # the first choice said nothing; the warning still reached stderr; with INFO logging on, the notice is logged
+    assert lines == ["a real warning", "INFO flowlab: running on NumPy, as FLOWLAB_DEVICE=cpu asks."], lines
+    assert done.stdout == ""

@@ -23,6 +23,7 @@ class Backend:
         self.name = name
         self.xp = xp
         self.is_gpu = name == "cupy"
+        self.notice = f"flowlab: running on {name}."     # replaced by select() with why it was chosen
         self._copy_stream = None
 
     def asarray(self, host):
@@ -155,18 +156,21 @@ def select(device: str | None = None) -> Backend:
     choice = (device or os.environ.get("FLOWLAB_DEVICE") or "auto").lower()
     if choice not in ("auto", "cpu", "gpu"):
         raise ValueError(f"FLOWLAB_DEVICE must be 'cpu', 'gpu' or 'auto', got {choice!r}")
+    cupy, reason = _probe_cupy() if choice != "cpu" else (None, None)
     if choice == "cpu":
         _current = NUMPY
-        return _current
-    cupy, reason = _probe_cupy()
-    if cupy is not None:
+        NUMPY.notice = "flowlab: running on NumPy, as FLOWLAB_DEVICE=cpu asks."
+    elif cupy is not None:
         _current = Backend("cupy", cupy)
-        log.info("flowlab: running on the GPU with CuPy %s", cupy.__version__)
+        _current.notice = f"flowlab: running on the GPU with CuPy {cupy.__version__}."
     elif choice == "gpu":
         raise DeviceError(f"FLOWLAB_DEVICE=gpu asks for a GPU, but {reason}")
     else:
         _current = NUMPY
-        log.info("flowlab: running on NumPy without a GPU, as %s.", reason)
+        NUMPY.notice = f"flowlab: running on NumPy without a GPU, as {reason}."
+    # INFO, and flowlab adds no handler of its own: a normal condition, so it never reaches stderr (which a notebook
+    # draws as a red error box) unless the user turns INFO logging on. flow.device() and `flowlab demo` say it.
+    log.info(_current.notice)
     return _current
 
 
