@@ -25,6 +25,10 @@ temp dir (records framed directly: ``flowlab.summary.record.frame`` around hand-
                 the logdir the flowlab server watches; blocks with no page, a page on Scalars, a page on
                 Histograms, order rotating per round; ratio to the no-page block of the same round, medians.
                 Target >= 0.9x. (No TensorBoard peer: the target is relative to no page.)
+    demo        ``flowlab demo`` itself (its dashboard and its training in one command, ``--pace 0``): blocks with no
+                page, a page on Scalars and a page on Health, order rotating per round, each block a fresh demo;
+                steps/s from its own epoch lines during the block; ratio to the no-page block of the same round,
+                medians. Target >= 0.9x (issue 28).
     latency     write -> visible for scalar, histogram, image and text with flowlab's SummaryWriter (add_* then
                 flush()), one page per kind on its tab; kinds interleaved, random 0-0.5 s pauses. Target p95 <= 0.5 s
                 for every kind. TensorBoard: anchors only (5 s server reload, >= 30 s browser refresh).
@@ -232,7 +236,7 @@ TWO_FRAMES_JS = "() => new Promise((r) => requestAnimationFrame(() => requestAni
 CHROMIUM = "/usr/bin/chromium"
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-ROWS = ("first_page", "histograms", "million", "health", "graph", "memory", "training", "latency", "sigint",
+ROWS = ("first_page", "histograms", "million", "health", "graph", "memory", "training", "demo", "latency", "sigint",
         "reader")
 FULL = dict(runs=1000, run_scalars=100, hist_runs=5, hist_tags=8, hist_steps=100, million=1_000_000,
             img_tags=20, img_steps=100, mem_hist_tags=20, mem_hist_steps=5000, block_s=10.0, latency_samples=20,
@@ -1260,6 +1264,78 @@ def row_training(ctx, row):
     row.verdict = "ERROR" if ms is None else "PASS" if min(ms, mh) >= 0.9 else "MISS"
 
 
+def _demo_block(ctx, state, extra, index):
+    """One fresh ``flowlab demo``; its training steps/s over a block with ``state``'s page open (or none)."""
+    from flowlab.data import load_digits
+    cfg, br = ctx.cfg, ctx.browser
+    steps_per_epoch = len(load_digits(100, 100)[0][0])
+    proc = spawn([PY, "-m", "flowlab.cli", "demo", "--epochs", "100000", "--port", "0", "--logdir",
+                  str(ctx.tmp / f"demo-{index}")] + extra, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                 text=True)
+    lines, page = [], None            # (time read, epoch) of each progress line, read by a thread
+
+    def read():
+        for line in proc.stdout:
+            m = re.match(r"epoch\s+(\d+)\s", line)
+            if m:
+                lines.append((time.monotonic(), int(m.group(1))))
+
+    try:
+        first = proc.stdout.readline()
+        url = re.search(r"at (http://\S+)", first)
+        if url is None:
+            raise RuntimeError(f"flowlab demo printed {first!r} first, not its dashboard's URL")
+        threading.Thread(target=read, daemon=True).start()
+        if state != "none":
+            page = br.page()
+            flowlab_first_page(page, url.group(1), cfg["wait_s"])
+            if state == "health":
+                if not ask(page, SELECT_TAB_JS, 10, "Health"):
+                    raise RuntimeError("no Health tab")
+                time.sleep(1.0)
+        time.sleep(1.0)                  # the page's own start-up is not the steady state
+        t0 = time.monotonic()
+        time.sleep(cfg["block_s"])
+        window = [(t, e) for t, e in lines if t >= t0]
+        if len(window) < 2:
+            raise RuntimeError(f"flowlab demo printed {len(window)} progress lines in {cfg['block_s']} s")
+        (ta, ea), (tb, eb) = window[0], window[-1]
+        return (eb - ea) * steps_per_epoch / (tb - ta)
+    finally:
+        if page is not None:
+            br.close(page)
+        kill_group(proc)
+
+
+def row_demo(ctx, row):
+    help_text = subprocess.run([PY, "-m", "flowlab.cli", "demo", "--help"], capture_output=True, text=True).stdout
+    extra = ["--pace", "0"] if "--pace" in help_text else []        # older demos had no pace: always full speed
+    states = ["none", "scalars", "health"]
+    rates, ratios = {s: [] for s in states}, {"scalars": [], "health": []}
+    for rnd in range(ctx.rounds):
+        order = states[rnd % 3:] + states[:rnd % 3]
+        got = {}
+        for i, state in enumerate(order):
+            try:
+                got[state] = _demo_block(ctx, state, extra, rnd * 3 + i)
+            except (Timeout, RuntimeError) as e:
+                row.note(f"round {rnd + 1} {state}: {e}")
+                got[state] = None
+            rates[state].append(got[state])
+        if None in got.values():
+            continue
+        for state in ("scalars", "health"):
+            ratios[state].append(got[state] / got["none"])
+        row.note(f"round {rnd + 1} (order {', '.join(order)}): steps/s none {got['none']:.0f}, Scalars page "
+                 f"{got['scalars']:.0f} ({ratios['scalars'][-1]:.2f}x), Health page {got['health']:.0f} "
+                 f"({ratios['health'][-1]:.2f}x)")
+    ms, mh = median(ratios["scalars"]), median(ratios["health"])
+    none = median([r for r in rates["none"] if r is not None])
+    row.flowlab = f"{ms:.2f}x; {mh:.2f}x ({none:.0f} steps/s with no page)" if ms is not None else "-"
+    row.tensorboard = "n/a (relative target)"
+    row.verdict = "ERROR" if ms is None else "PASS" if min(ms, mh) >= 0.9 else "MISS"
+
+
 def row_latency(ctx, row):
     from flowlab.summary import SummaryWriter
     cfg, tmp, br = ctx.cfg, ctx.tmp, ctx.browser
@@ -1483,6 +1559,7 @@ CASES = {
     "health": ("Health tab, 2 runs x 24 layers x 100k reports; spike, NaN", "<= 1 s; yes", row_health),
     "memory": ("server RSS, 2,000 128x128 images / 20 tags x 5,000 hist steps", "<= TensorBoard's", row_memory),
     "training": ("training steps/s, page open (Scalars; Histograms) vs none", ">= 0.9x", row_training),
+    "demo": ("flowlab demo's training steps/s, page open (Scalars; Health) vs none", ">= 0.9x", row_demo),
     "latency": ("write -> visible, every kind, p95", "<= 0.5 s", row_latency),
     "sigint": ("flowlab serve SIGINT -> exit (Histograms tab opened)", "<= 1 s, no warnings", row_sigint),
     "graph": ("Graph tab, ResNet-50 train job (~1,000 ops); open a block", "<= 2 s; <= 1 s", row_graph),

@@ -26,16 +26,23 @@ with its URL credentials redacted (``flowlab.summary.redact``).
 Two ways to run it:
     serve(...)             blocking, on the main thread; SIGINT and SIGTERM stop it within a second (``flowlab serve``)
     ServerThread(...)      in its own thread with its own event loop, so it keeps answering while a notebook cell
-                           or a training loop blocks the caller (``flowlab.dashboard.show``, ``flowlab demo``)
+                           or a training loop blocks the caller (``flowlab.dashboard.show``)
+    ServerProcess(...)     in a child process, so a page's work never competes with the caller's threads for the
+                           interpreter: ``flowlab demo`` trains at full speed with a page open
 """
 from __future__ import annotations
 
 import asyncio
 import ipaddress
 import logging
+import os
+import pickle
 import re
 import secrets
+import select
 import signal
+import subprocess
+import sys
 import threading
 import time
 from functools import partial
@@ -463,3 +470,93 @@ class ServerThread:
 
     def __repr__(self):
         return f"<flowlab dashboard at {self.url}>" if self.server else "<flowlab dashboard (not running)>"
+
+
+
+def _serve_child(result_fd, parent, args):
+    """``ServerProcess``'s child: report the URL (or the start-up error) on ``result_fd``, then serve until the
+    parent stops it or goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)       # a terminal's Ctrl-C reaches the whole group: the parent decides
+    try:
+        os.nice(5)                                     # training, not the page, gets the CPU when both want it
+    except OSError:
+        pass
+
+    def report(message):
+        try:
+            blob = pickle.dumps(message)
+        except Exception:                              # an exception that does not pickle: its words still travel
+            blob = pickle.dumps(("error", RuntimeError(str(message[1]))))
+        with os.fdopen(result_fd, "wb") as out:
+            out.write(blob)
+
+    async def main():
+        try:
+            server = DashboardServer(*args).start()
+        except BaseException as e:                     # raised in the parent, where the caller can act on it
+            report(("error", e))
+            return
+        report(("ok", server.url))
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        while not stop.is_set() and os.getppid() == parent:    # never outlive a parent that was killed
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+            except asyncio.TimeoutError:
+                pass
+        await server.close()
+
+    asyncio.run(main())
+
+
+class ServerProcess:
+    """The dashboard served by a child process; ``.url``, ``.pid``, ``.stop()``, as ``ServerThread``.
+
+    A fresh interpreter (not a fork: the caller may hold threads and locks; not multiprocessing's spawn, which
+    re-runs the caller's main module) runs ``_serve_child`` at a lower priority, and exits when its parent does,
+    even when the parent is killed. Start-up errors (the port taken, a bad logdir) are raised here, in the caller."""
+
+    def __init__(self, logdir, port=0, host=LOOPBACK, reload_interval=RELOAD_INTERVAL, frame_ancestors=(),
+                 samples=None, start_timeout=60):
+        args = (os.fspath(logdir), port, host, reload_interval, tuple(frame_ancestors), samples)
+        read_fd, write_fd = os.pipe()
+        code = (f"from flowlab.dashboard.server import _serve_child; import pickle, sys; "
+                f"_serve_child({write_fd}, {os.getpid()}, pickle.loads(sys.stdin.buffer.read()))")
+        try:
+            self._process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                             pass_fds=(write_fd,), start_new_session=False)
+        finally:
+            os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as results:
+            self._process.stdin.write(pickle.dumps(args))
+            self._process.stdin.close()
+            ready, _, _ = select.select([results], [], [], start_timeout)
+            blob = results.read() if ready else b""
+        if not blob:
+            self.stop(timeout=1)
+            raise RuntimeError(f"the dashboard process did not start within {start_timeout} s"
+                               if not ready else "the dashboard process ended before it was serving")
+        kind, value = pickle.loads(blob)
+        if kind == "error":
+            self._process.wait()
+            raise value
+        self.url = value
+
+    @property
+    def pid(self):
+        return self._process.pid
+
+    def stop(self, timeout=10):
+        """Stop serving and wait up to ``timeout`` seconds for the child to exit (idempotent); returns whether it
+        exited. A child that does not exit in time is killed."""
+        if self._process.poll() is None:
+            self._process.terminate()                   # SIGTERM: the child closes its server and returns
+            try:
+                self._process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        return self._process.poll() is not None
+
+    def __repr__(self):
+        return f"<flowlab dashboard at {getattr(self, 'url', '?')} (process {self.pid})>"

@@ -48,14 +48,21 @@ def _wait_for_interrupt():
         pass
 
 
+# The demo's pace with its dashboard: slow enough to watch the curves grow; about a minute for its default epochs.
+DEMO_PACE = 15
+DEMO_EPOCHS = 60
+
+
 def _demo(args):
     from .examples import digits_mlp
     logdir = os.path.join(args.logdir, time.strftime("%Y%m%d-%H%M%S"))
     server = None
     if not args.no_serve:
-        from flowlab.dashboard.server import ServerThread, exposure_warning
+        # In a child process: a page's work (building plots, serialising them) then never takes the interpreter
+        # from the training loop, which keeps its speed with a page open.
+        from flowlab.dashboard.server import ServerProcess, exposure_warning
         try:
-            server = ServerThread(args.logdir, port=args.port, host=args.host)
+            server = ServerProcess(args.logdir, port=args.port, host=args.host)
         except OSError as e:
             print(f"flowlab demo: cannot listen on {args.host}:{args.port}: {e.strerror or e} "
                   f"(try --port 0, or --no-serve)", file=sys.stderr)
@@ -65,10 +72,11 @@ def _demo(args):
         print(f"flowlab dashboard for {os.path.abspath(args.logdir)} at {server.url}", flush=True)
     from . import device
     print(device(), flush=True)
-    print(f"flowlab demo: training an MLP on the bundled 8x8 digits for {args.epochs} epochs; summaries in {logdir}",
-          flush=True)
+    pace = args.pace if args.pace is not None else (None if args.no_serve else DEMO_PACE)
+    print(f"flowlab demo: training an MLP on the bundled 8x8 digits for {args.epochs} epochs"
+          + (f", {pace:g} steps a second" if pace else "") + f"; summaries in {logdir}", flush=True)
     try:
-        acc = digits_mlp.main(epochs=args.epochs, batch_size=args.batch_size, logdir=logdir)
+        acc = digits_mlp.main(epochs=args.epochs, batch_size=args.batch_size, logdir=logdir, pace=pace or None)
         print(f"final test accuracy {acc:.3f}", flush=True)
         # A second, short run with a classic bug, so the Anomalies tab (and the red ticks on Scalars) have something
         # real to show: the textbook cross-entropy takes log(softmax), which underflows to log(0) at lr 3.
@@ -115,7 +123,11 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = sub.add_parser("demo", help="train a small model on bundled data, log summaries and show them live")
-    demo.add_argument("--epochs", type=int, default=20, help="passes over the training set (default 20)")
+    demo.add_argument("--epochs", type=int, default=DEMO_EPOCHS,
+                      help=f"passes over the training set (default {DEMO_EPOCHS})")
+    demo.add_argument("--pace", type=float, default=None, metavar="STEPS",
+                      help=f"at most this many training steps a second (default {DEMO_PACE} with the dashboard, so it "
+                           "can be watched live, as fast as it goes with --no-serve; 0: as fast as it goes)")
     demo.add_argument("--batch-size", type=int, default=100, help="examples per step (default 100)")
     demo.add_argument("--logdir", default="runs",
                       help="summaries go to LOGDIR/<timestamp> and LOGDIR/<timestamp>-naive-loss (default runs)")
@@ -146,6 +158,8 @@ def main(argv=None):
         return 2
     if args.command == "demo" and (args.epochs <= 0 or args.batch_size <= 0):
         parser.error("--epochs and --batch-size must be positive")
+    if args.command == "demo" and args.pace is not None and not args.pace >= 0:
+        parser.error(f"--pace must be a number of steps a second >= 0, got {args.pace}")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be in 0..65535, got {args.port}")
     return args.run(args)

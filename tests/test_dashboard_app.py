@@ -795,10 +795,61 @@ def test_demo_serves_its_runs_while_training_and_stops_on_sigint(tmp_path):
         assert _get(port, "/")[0] == 200                 # still answering after training
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=15) == 0
+        with pytest.raises(OSError):                       # the server's own process went with it
+            _get(port, "/")
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_demo_trains_at_a_watchable_pace_with_its_dashboard_and_at_full_speed_without(tmp_path):
+    from flowlab.cli import DEMO_PACE
+    from flowlab.examples import digits_mlp
+    start = time.perf_counter()
+    digits_mlp.main(epochs=2, log=lambda line: None, pace=DEMO_PACE)        # 28 steps
+    paced = time.perf_counter() - start
+    assert 27 / DEMO_PACE <= paced
+    start = time.perf_counter()
+    digits_mlp.main(epochs=2, log=lambda line: None)
+    assert time.perf_counter() - start < paced / 2
+
+
+def test_a_server_process_serves_from_its_own_process_and_never_outlives_its_parent(tmp_path):
+    from flowlab.dashboard.server import ServerProcess
+    server = ServerProcess(tmp_path, port=0)
+    try:
+        assert server.pid != os.getpid()
+        port = int(re.search(r":(\d+)/$", server.url).group(1))
+        assert _get(port, "/")[0] == 200
+        with pytest.raises(OSError, match="in use"):    # start-up errors are raised in the caller's process
+            ServerProcess(tmp_path, port=port)
+    finally:
+        assert server.stop(timeout=10)
+    with pytest.raises(OSError):
+        _get(port, "/")
+    # a parent killed outright: its server notices within a few seconds and exits
+    parent = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from flowlab.dashboard.server import ServerProcess\n"
+                               f"s = ServerProcess({str(tmp_path)!r}, port=0)\n"
+                               "print(s.pid, s.url, flush=True)\n"
+                               "time.sleep(600)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        child, url = parent.stdout.readline().split()
+        assert _get(int(url.rstrip("/").rsplit(":", 1)[1]), "/")[0] == 200
+    finally:
+        parent.kill()
+        parent.wait()
+    def alive():
+        try:
+            return open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"   # a zombie has exited
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 20
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive()
 
 
 def test_views_that_read_files_update_on_every_tick_others_only_when_the_store_moves(tmp_path):

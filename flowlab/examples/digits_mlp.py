@@ -84,9 +84,10 @@ def accuracy(predict_job, images, labels):
     return float(np.mean([np.mean(predict_job(x) == y) for x, y in zip(images, labels)]))
 
 
-def main(epochs=20, batch_size=100, log=print, logdir=None, hidden=128, lr=0.1, naive_loss=False):
+def main(epochs=20, batch_size=100, log=print, logdir=None, hidden=128, lr=0.1, naive_loss=False, pace=None):
     """Train and return the final test accuracy; with ``logdir``, write summaries there (see the module doc).
-    ``naive_loss``: see ``build``."""
+    ``naive_loss``: see ``build``. ``pace``: at most this many steps a second (so a person can watch it live);
+    ``None`` trains as fast as it can."""
     (train_x, train_y), (test_x, test_y) = flow.data.load_digits(batch_size, batch_size)
     if naive_loss:
         train_y = [np.eye(10, dtype=np.float32)[y] for y in train_y]
@@ -105,6 +106,8 @@ def main(epochs=20, batch_size=100, log=print, logdir=None, hidden=128, lr=0.1, 
     for epoch in range(1, epochs + 1):
         losses = []
         for x, y in zip(train_x, train_y):
+            if pace:                  # hold to the schedule, not a fixed sleep: a slow step is not made slower
+                time.sleep(max(0.0, start + steps / pace - time.perf_counter()))
             losses.append(train_job(x, y).mean())
             if writer is not None:
                 writer.add_scalar("train/loss", float(losses[-1]), steps)
