@@ -34,7 +34,7 @@ from bokeh.layouts import column, row
 from bokeh.models import CustomJS, Div, TabPanel, Tabs
 from bokeh.themes import Theme
 
-from flowlab.plots.figures import EXPAND_TAG, nudge_next_turn
+from flowlab.plots.figures import EXPAND_TAG
 from flowlab.summary.redact import redact
 
 from . import url_state
@@ -153,15 +153,21 @@ _PAGE = get_env().from_string(
     '{% extends "file.html.jinja" %}{% block preamble %}<style>{{ flowlab_css }}</style>{% endblock %}')
 
 
-# A tab's models that left the document stay in the page's model table until BokehJS recomputes it, 30 s after the
-# last change that brought models (its ``recompute_timeout``): recompute it once the patch that swapped a tab's
-# layout is applied, so the page holds the shown tab's models alone. (``_recompute_all_models`` is BokehJS 3's own
-# step; where a later BokehJS lacks it, the page keeps its 30 s delay.)
-RELEASE_JS = """
-setTimeout(() => {
+# When a tab's layout is swapped in the page. The layout that came in (a tab shown again) brought its compact sources
+# (EXPAND_TAG) with their data, which fires nothing: expand them now, while the patch is applied and before any of
+# its views is built (drawn over unexpanded rows, a card's run filter points past them: BokehJS errors). And the
+# models of the layout that left stay in the page's model table until BokehJS recomputes it, 30 s after the last
+# change that brought models (its ``recompute_timeout``): recompute it once the patch is applied, so the page holds
+# the shown tab's models alone. (``_recompute_all_models`` is BokehJS 3's own step; where a later BokehJS lacks it,
+# the page keeps its 30 s delay.)
+SWAP_JS = f"""
+for (const child of cb_obj.children)
+  for (const m of child.references())
+    if (Array.isArray(m.tags) && m.tags.includes("{EXPAND_TAG}")) m.properties.data.change.emit();
+setTimeout(() => {{
   const doc = cb_obj.document;
   if (doc != null && typeof doc._recompute_all_models === "function") doc._recompute_all_models();
-}, 0);
+}}, 0);
 """
 
 
@@ -191,9 +197,9 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
     # its layout in the document only while its tab is shown (see the module doc).
     # (BokehJS 3.9 never draws a TabPanel child replaced in a live page: each tab holds a column whose children change)
     holders = [column(Div(text=""), sizing_mode="stretch_width") for _ in entries]
-    release = CustomJS(code=RELEASE_JS)
+    swapped = CustomJS(code=SWAP_JS)
     for holder in holders:
-        holder.js_on_change("children", release)
+        holder.js_on_change("children", swapped)
     panels = [TabPanel(title=getattr(cls, "title", name), child=holder, name=name)
               for (name, cls), holder in zip(entries, holders)]
     tabs = Tabs(tabs=panels, name="tabs", sizing_mode="stretch_width")
@@ -236,10 +242,8 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
         view, child = built[name], layouts[name]
         if view.fill_before_shown and name in stale:
             fill(name, view)
-        holders[index].children = [child]
+        holders[index].children = [child]          # (its compact sources are expanded in the page: SWAP_JS)
         attached.add(name)
-        # sources the page expands on change arrive with their data, which expands nothing: nudge them
-        nudge_next_turn(doc, *[m for m in child.references() if EXPAND_TAG in getattr(m, "tags", ())])
 
     def refresh():
         status.update()
