@@ -27,8 +27,10 @@ gives every card one shared x range in the page, so zooming or panning one zooms
 each run's value at the pointer's step into a line under the plot, nothing over the curves (``_READOUT_JS``); at rest
 those lines are each run's last value.
 
-Which runs are drawn is the run list's choice (``dashboard.runs``: checked and matching its search), applied as an
-index filter over each card's rows, and each run has the list's colour. Run names and tags reach the page as Bokeh
+Which runs are drawn is the run list's choice (``dashboard.runs``: checked and matching its search), applied to every
+mark of a card: an index filter over its lines' rows (the readout under it follows the filter), its one-point runs'
+dots and NaN/Inf ticks filled for the shown runs only, its groups' bands made of shown runs, and its own downloads
+taking the shown runs; each run has the list's colour. Run names and tags reach the page as Bokeh
 titles and source columns (plain text); the filter error is an escaped Div.
 """
 from __future__ import annotations
