@@ -4,20 +4,16 @@ this file's own WCAG and CIELAB formulas, against the backgrounds the dashboard'
 import numpy as np
 import pytest
 
+from dashboard_page import luminance
 from flowlab.dashboard import app
 from flowlab.dashboard.runs import palette_colour
 from flowlab.plots import colours
 from test_dashboard_app import cielab
 
 
-def wcag_luminance(hex_colour):
-    channels = [int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
-    r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b
-
-
 def wcag_contrast(a, b):
-    la, lb = sorted((wcag_luminance(a), wcag_luminance(b)), reverse=True)
+    """WCAG 2.1's contrast ratio of two ``#rrggbb`` colours."""
+    la, lb = sorted((luminance(a), luminance(b)), reverse=True)
     return (la + 0.05) / (lb + 0.05)
 
 
