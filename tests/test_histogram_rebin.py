@@ -113,6 +113,7 @@ def test_rebinning_spreads_each_bucket_and_keeps_point_masses():
     np.testing.assert_allclose(drawn[:, :2], np.column_stack([edges[:-1], edges[1:]]))
     np.testing.assert_allclose(drawn[:, 2], reference(buckets, edges), rtol=1e-12)
     np.testing.assert_allclose(drawn[:, 2], [3 + 4, 5, 5, 0, 1, 1], rtol=1e-12)     # a point on an edge: right of it
+    np.testing.assert_allclose(equal_width_buckets(buckets[[3, 1, 0, 2]], count=6), drawn)    # in any order
     # overlapping buckets (a malformed log) are spread the same way, bucket by bucket
     overlapping = np.array([[0.0, 2.0, 4.0], [1.0, 3.0, 2.0], [2.0, 10.0, 8.0]])
     drawn = equal_width_buckets(overlapping, count=5)

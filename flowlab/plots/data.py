@@ -380,14 +380,18 @@ def equal_width_buckets(buckets, count=EQUAL_BUCKETS):
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ValueError(f"equal_width_buckets: count must be an int >= 1, got {count!r}")
     b = np.asarray(buckets, np.float64).reshape(-1, 3)
-    widths = b[:, 1] - b[:, 0]
-    if len(b) < 2 or not np.isfinite(b[:, :2]).all() or np.ptp(widths) <= _SAME_WIDTH * widths.max():
+    if len(b) < 2:
         return b
-    lo, hi = b[:, 0].min(), b[:, 1].max()
+    widths = b[:, 1] - b[:, 0]
+    widest = widths.max()
+    lo, hi = b[:, 0].min(), b[:, 1].max()       # (NaN or ±Inf anywhere among the edges reaches one of these)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or widest - widths.min() <= _SAME_WIDTH * widest:
+        return b
     edges = np.linspace(lo, hi, count + 1)
     edges[-1] = hi                                          # (exact: the last point mass at hi falls inside)
     wide = b[widths > 0]
-    wide = wide[np.argsort(wide[:, 0], kind="stable")]
+    if (wide[1:, 0] < wide[:-1, 0]).any():                  # (logged buckets come in order)
+        wide = wide[np.argsort(wide[:, 0], kind="stable")]
     if len(wide) and (wide[1:, 0] < wide[:-1, 1]).any():  # overlapping: each bucket's share left of every edge
         share = np.clip((edges[:, None] - wide[:, 0]) / (wide[:, 1] - wide[:, 0]), 0.0, 1.0)
         below = share @ wide[:, 2]
