@@ -1,9 +1,12 @@
 """Which runs a session shows, and in which colour: the run list beside the tabs.
 
 A run has one colour for the life of the server, the same in every session and on every tab (``run_colour``): runs
-take the colours of a perceptually spaced palette (colorcet's Glasbey palette, which starts with Category10's ten)
-in the order the server first sees them, so 256 runs get 256 colours that each look different from all the others;
-past 256 the palette repeats (the list and hovers still name every run).
+take the colours of ``flowlab.plots.colours.run_colours`` in the order the server first sees them: colorcet's Glasbey
+palette (which starts with Category10's ten) moved to a mid lightness, so that every run colour has at least 3 : 1
+contrast with the plot's background in the light and in the dark scheme (Category10's orange, pink, olive and cyan
+had 2–2.6 : 1 on white, some Glasbey colours 1.2 : 1), and ordered so that the first 38 runs are each at least ΔE 20
+(CIE76) from every other. 255 runs get 255 colours; past that the palette repeats (the list and hovers still name
+every run).
 
 ``RunSelection`` is one session's run list: a table with a checkbox, a colour swatch and the name of each run, a
 search box (RE2, so a typed pattern cannot stall the server: see ``filters``), and buttons that check or uncheck the
@@ -20,7 +23,7 @@ from bokeh.layouts import column, row
 from bokeh.models import (Button, CDSView, ColumnDataSource, DataTable, Div, HTMLTemplateFormatter, IndexFilter,
                           StringFormatter, TableColumn, TextInput)
 
-from flowlab.plots.figures import CATEGORICAL
+from flowlab.plots.colours import run_colours
 
 from .filters import FilterError, compile_filter
 from .run_groups import RunGroups
@@ -33,7 +36,8 @@ _colours: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # store ->
 
 def palette_colour(i):
     """The ``i``-th run's colour."""
-    return CATEGORICAL[i % len(CATEGORICAL)]
+    colours = run_colours()
+    return colours[i % len(colours)]
 
 
 def run_colour(store, run):

@@ -299,8 +299,10 @@ def test_the_run_list_chooses_the_runs_every_tab_shows(tmp_path):
     assert runs.source.data["colour"] == [scalars.cards["loss"].lines[r].colour for r in "abc"]
     card = scalars.cards["loss"]
 
-    def shown():
+    def shown():            # each tab as it is shown (a tab not shown is brought up to date when shown again)
+        tabs.active = [panel.name for panel in tabs.tabs].index("scalars")
         lines = [card.rows.data["run"][i] for i in card.renderers[0].view.filter.indices or range(3)]
+        tabs.active = [panel.name for panel in tabs.tabs].index("histograms")
         cards = sorted(run for run, _, _ in histograms._cards)
         assert lines == cards, (lines, cards)                  # the same runs on both tabs
         return "".join(lines)
@@ -316,7 +318,10 @@ def test_the_run_list_chooses_the_runs_every_tab_shows(tmp_path):
     assert "Invalid regex" in runs.summary.text and shown() == "bc"      # the last good search stays
     runs.search.value = "c"
     runs.check_none._trigger_event(ButtonClick(runs.check_none))
-    assert card.renderers[0].view.filter.indices == [] and not histograms._cards     # c unchecked: nothing shown
+    assert not histograms._cards                                               # c unchecked: nothing shown
+    tabs.active = [panel.name for panel in tabs.tabs].index("scalars")
+    assert card.renderers[0].view.filter.indices == []
+    tabs.active = [panel.name for panel in tabs.tabs].index("histograms")
     assert "None of the checked runs" in histograms.empty.text and histograms.empty.visible
     runs.search.value = ""
     assert shown() == "ab" and runs.summary.text == "2 of 3 runs shown"
@@ -338,9 +343,12 @@ def test_hparams_and_anomalies_follow_the_run_list(tmp_path):
     runs = hparams.runs
     runs.source.selected.indices = [runs.source.data["run"].index("b")]
     assert hparams.table_source.data["run"] == ["b"]
+    tabs.active = [panel.name for panel in tabs.tabs].index("anomalies")     # (brought up to date when shown)
     assert {run: card.layout.visible for (_, run, _), card in anomalies._cards.items()} == {"a": False, "b": True}
     runs.source.selected.indices = []
-    assert anomalies.empty.visible and hparams.table_source.data["run"] == []
+    assert anomalies.empty.visible
+    tabs.active = [panel.name for panel in tabs.tabs].index("hparams")
+    assert hparams.table_source.data["run"] == []
 
 
 def test_projector_legend_is_beside_the_points_in_label_order_with_distinct_colours(tmp_path):

@@ -35,6 +35,7 @@ from bokeh.models import (ColumnDataSource, DataRange1d, DataTable, Div, HTMLTem
                           StringFormatter, TableColumn)
 
 from flowlab.health import STATISTICS
+from flowlab.plots.data import equal_width_buckets
 from flowlab.plots.figures import histogram_bars, histogram_columns, plain_figure, trend_source
 from flowlab.plots.health import LINEAR, AlertGroups, Divergence, HealthHeatmap, trend_overlay_figure
 from flowlab.summary.health_log import HISTOGRAM_KINDS
@@ -426,7 +427,7 @@ class HealthView(View):
                     continue
                 self._hist_figure(what)
                 at = self._nearest(sorted(kept), chosen)
-                buckets = np.asarray(kept[at], np.float64).reshape(-1, 3)
+                buckets = equal_width_buckets(kept[at])      # (a health log's are; another writer's may not be)
                 columns = histogram_columns({"left": buckets[:, 0], "right": buckets[:, 1], "top": buckets[:, 2]})
                 source.data = dict(columns, run=[f"{series.run} (step {at:,})"] * len(buckets))
                 colour = run_colour(self.store, series.run)

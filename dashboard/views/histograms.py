@@ -9,7 +9,10 @@ by step; and "runs" overlays, per tag, each shown run's histogram at one step as
 new ones. Hovering over a ridge, a bucket top or a bar reads its step, bucket range and count (and its run in "runs"
 mode); where ridges or tops overlap, the front one (the newest step). A card is one figure (``HistogramCard``:
 titles are canvas text, no Div to lay out) over one ``ColumnDataSource`` of flat float columns, one row per bucket
-that counted something: a step's histogram is exact (its buckets as logged). On the wire that is a few typed arrays
+that counted something: a step's histogram is exact (its buckets as logged) when its buckets are of equal width;
+tensorboardX's and TensorFlow's exponential buckets are first rebinned into equal ones, conserving counts
+(``drawable``), as TensorBoard draws them: drawn raw, a normal sample's hundreds of tiny buckets near 0 made a false
+dip there, in every mode. On the wire that is a few typed arrays
 however many steps (a renderer or a ragged array per step, and a Div per card, are what made this tab take minutes);
 the page turns the rows into one outline per step for the offset ridges (one path a step draws far faster than a
 quad a bucket). The y range (``DataRange1d``) and the step colours (a colour mapper without low/high) follow the
@@ -29,7 +32,7 @@ from bokeh.layouts import row
 from bokeh.models import DataRange1d, LinearColorMapper, RadioButtonGroup, Slider, Title
 from bokeh.palettes import Viridis256
 
-from flowlab.plots.data import StepBuckets
+from flowlab.plots.data import StepBuckets, equal_width_buckets
 from flowlab.plots.figures import HISTOGRAM_MODES, HistogramCard, card_figure, histogram_bars, nudge_next_turn
 
 from ..runs import run_colour
@@ -41,6 +44,13 @@ MAX_STEPS = 100
 RIDGE_ROWS = 4.0        # the tallest ridge spans this many step intervals, so neighbours overlap as in TensorBoard
 HEADROOM = 1.25         # the height scale leaves room for counts this much taller before it must be redone
 COLUMNS = ("step", "left", "right", "count", "top")
+
+
+def drawable(histograms):
+    """``histograms`` (``[k, 3]`` buckets each) as every mode draws them: in equal-width buckets
+    (``plots.data.equal_width_buckets``: tensorboardX's and TensorFlow's exponential buckets drawn raw show a false
+    dip at 0)."""
+    return [equal_width_buckets(h) for h in histograms]
 
 
 def _width(buckets):
@@ -227,11 +237,11 @@ class _RunsCard:
             epoch, length = (state[0], len(state[1])) if state else (None, 0)
             d = self.store.read(s, epoch, length)
             if d.reset:
-                self.runs[run] = [d.epoch, list(d.steps), list(d.values), run_colour(self.store, run)]
+                self.runs[run] = [d.epoch, list(d.steps), drawable(d.values), run_colour(self.store, run)]
                 changed = True
             elif d.steps:
                 state[1].extend(d.steps)
-                state[2].extend(d.values)
+                state[2].extend(drawable(d.values))
                 changed = True
         self.runs = dict(sorted(self.runs.items()))
         return changed
@@ -307,7 +317,7 @@ class HistogramsView(CardsView):
     def show(self, card, delta):
         if delta.reset:
             card.reset()
-        card.add(delta.steps, delta.values, replace=delta.reset)
+        card.add(delta.steps, drawable(delta.values), replace=delta.reset)
 
     def _send(self, key, card):
         if not isinstance(card, _RunsCard):

@@ -27,8 +27,10 @@ gives every card one shared x range in the page, so zooming or panning one zooms
 each run's value at the pointer's step into a line under the plot, nothing over the curves (``_READOUT_JS``); at rest
 those lines are each run's last value.
 
-Which runs are drawn is the run list's choice (``dashboard.runs``: checked and matching its search), applied as an
-index filter over each card's rows, and each run has the list's colour. Run names and tags reach the page as Bokeh
+Which runs are drawn is the run list's choice (``dashboard.runs``: checked and matching its search), applied to every
+mark of a card: an index filter over its lines' rows (the readout under it follows the filter), its one-point runs'
+dots and NaN/Inf ticks filled for the shown runs only, its groups' bands made of shown runs, and its own downloads
+taking the shown runs; each run has the list's colour. Run names and tags reach the page as Bokeh
 titles and source columns (plain text); the filter error is an escaped Div.
 """
 from __future__ import annotations
@@ -124,12 +126,13 @@ def wall_format():
     return DatetimeTickFormatter(seconds="%H:%M:%S", minsec="%H:%M:%S", minutes="%H:%M", hourmin="%H:%M",
                                  hours="%H:%M", days="%b %d", months="%b %Y", years="%Y")
 
-# Builds the file in the browser from the card's sources (what is on display: zoom in for every point), its cells
-# written as the server's export writes them (``export_cells``: formulas quoted away, NaN and ±Inf kept apart).
+# Builds the file in the browser from the card's sources (what is on display: zoom in for every point) of the runs
+# ``shown`` (the run list's choice, null: every run), its cells written as the server's export writes them
+# (``export_cells``: formulas quoted away, NaN and ±Inf kept apart).
 # ±Inf reach the page as NaN in ``flat`` (gaps in the line); the marks name each non-finite point, per run and step,
 # in the order of the points.
 _DOWNLOAD_JS = export_cells.CELLS_JS + """
-const f = flat.data, r = rows.data, m = marks.data;
+const f = flat.data, r = rows.data, m = marks.data, only = shown == null ? null : new Set(shown);
 const named = new Map(), SPECIAL = {"NaN": NaN, "+Inf": Infinity, "-Inf": -Infinity};
 for (let k = 0; k < m.run.length; k++) {
   const key = m.run[k] + "\\u0000" + m.steps[k];
@@ -138,7 +141,7 @@ for (let k = 0; k < m.run.length; k++) {
 }
 const rows_out = [];
 for (let i = 0; i < r.run.length; i++)
-  for (let j = r.start[i]; j < r.stop[i]; j++) {
+  for (let j = only != null && !only.has(r.run[i]) ? r.stop[i] : r.start[i]; j < r.stop[i]; j++) {
     let value = f.ys[j];
     const what = Number.isNaN(value) ? named.get(r.run[i] + "\\u0000" + f.steps[j]) : undefined;
     if (what && what.length)
@@ -394,8 +397,10 @@ class _Card:
         self.rows_shown = None                 # rows of the runs shown (None: all), for the y range
         self.ignore_outliers = False
         self.renderers = []
-        self.downloads = [CustomJS(args=dict(flat=self.flat, rows=self.rows, marks=self.marks, tag=tag, format=fmt),
-                                   code=_DOWNLOAD_JS)
+        self.shown = None                      # the runs the run list shows (None: every run)
+        self._marked_for = None                # the (shown, grouped) the dots and ticks were filled for
+        self.downloads = [CustomJS(args=dict(flat=self.flat, rows=self.rows, marks=self.marks, tag=tag, format=fmt,
+                                             shown=None), code=_DOWNLOAD_JS)
                           for fmt in ("csv", "json")]
         buttons = [Button(label=f"⤓ {fmt.upper()}", width=70, height=26, button_type="light", name=f"download-{fmt}")
                    for fmt in ("csv", "json")]
@@ -508,11 +513,18 @@ class _Card:
             self.extent.data = extent
 
     def _fill_marks(self):
-        """The one-point runs as dots (a line needs two points) and the red ticks of NaN/Inf points."""
+        """The one-point runs as dots (a line needs two points), those of the runs drawn as lines, and the red ticks
+        of NaN/Inf points of the runs shown (a group's members' too: the group's band holds them). A run the run list
+        hides has neither: they are filled here for the shown runs, not filtered in the page. The downloads are
+        told the shown runs too."""
+        shown, grouped = self.shown, self.grouped
+        self._marked_for = (shown, grouped)
         dots = {c: [] for c in self.dots.data}
         marks = {c: [] for c in self.marks.data}
         for line in self.lines.values():
-            if len(line.values) == 1:
+            if shown is not None and line.run not in shown:
+                continue
+            if len(line.values) == 1 and line.run not in grouped:
                 c = line.row_columns()
                 for name, value in (("run", line.run), ("colour", line.colour), ("steps", c["steps"][0]),
                                     ("walls", c["walls"][0]), ("rel", c["rel"][0]), ("smooth", c["smooth"][0])):
@@ -530,6 +542,12 @@ class _Card:
             self.dots.data = dots
         if marks != dict(self.marks.data):
             self.marks.data = marks
+        # the card's runs the downloads take (None: all of them; else this card's shown runs, however many runs the
+        # logdir has)
+        runs = None if shown is None or shown.issuperset(self.lines) else [r for r in self.lines if r in shown]
+        for callback in self.downloads:
+            if callback.args["shown"] != runs:
+                callback.args = dict(callback.args, shown=runs)
 
     def build(self, axis, log_y, visible_rows, on_zoom, log_x=False, x_range=None):
         """A new figure over the card's sources (for another x axis or scale), at the card's size. ``x_range``: a
@@ -617,7 +635,13 @@ class _Card:
         self.bands.data = columns
         self.grouped = frozenset(run for runs in groups.values() for run in runs)
 
-    def show_runs(self, visible_rows):
+    def show_runs(self, shown):
+        """Draw the runs ``shown`` (the run list's choice, None: every run): their lines (an index filter over the
+        rows: the page keeps every run's points), their dots and NaN/Inf ticks, and the downloads' runs."""
+        visible_rows = self.visible_rows(shown)
+        self.shown = shown
+        if self._marked_for != (self.shown, self.grouped):
+            self._fill_marks()
         for renderer in self.renderers:
             if renderer.view.filter.indices != visible_rows:
                 renderer.view.filter.indices = None if visible_rows is None else list(visible_rows)
@@ -760,7 +784,7 @@ class ScalarsView(View):
         for card in self.cards.values():             # the run list may have changed what is shown
             if regroup:
                 self._fill_groups(card, shown)
-            card.show_runs(card.visible_rows(shown))
+            card.show_runs(shown)
         self._show_message()
 
     def _order_tags(self, new_tags):
@@ -811,17 +835,17 @@ class ScalarsView(View):
         spread = doc is not None and doc.session_context is not None
         batch, self._pending = ((self._pending[:BUILD_BATCH], self._pending[BUILD_BATCH:]) if spread
                                 else (self._pending, []))
-        new = []
+        new, shown = [], self.runs.shown()
         for tag in batch:
             if tag in self._by_tag and tag not in self.cards and tag in self.pager.visible:
                 card = self.cards[tag] = _Card(tag)
+                card.shown = shown              # its first dots and ticks: those of the shown runs
                 card.resize(size=self.size)
                 card.enlarge.on_click(lambda card=card: self._toggle_enlarged(card))
                 new.append(card)
         self._grow(new)
-        shown = self.runs.shown()
         for card in new:
-            card.show_runs(card.visible_rows(shown))
+            card.show_runs(shown)
         self._place()
         self._show_message()
         if self._pending:

@@ -359,6 +359,55 @@ def merge_histograms(histograms):
     return merged[merged[:, 2] > 0] if len(merged) else merged
 
 
+# Equal-width buckets a non-uniform histogram is redrawn in: TensorBoard's histogram dashboard draws 30.
+EQUAL_BUCKETS = 30
+# Widths this close (relative to the widest) count as equal: float32 edges (TensorBoard's tensor form) and linspace
+# rounding differ by far less, exponential buckets (a 10 % ratio at least) by far more.
+_SAME_WIDTH = 1e-3
+
+
+def equal_width_buckets(buckets, count=EQUAL_BUCKETS):
+    """A ``[k, 3]`` (left, right, count) histogram as the one every histogram plot draws: equal-width buckets.
+
+    Buckets of unequal widths (tensorboardX's and TensorFlow's default ones grow exponentially away from 0, from
+    1e-12 wide to a third of the range) are rebinned into ``count`` equal buckets over the same range, each old
+    bucket's count spread evenly over its width (the within-bucket assumption ``compress_histogram`` makes too), so
+    the counts are conserved and the shape is the density's: drawn raw, a normal sample showed a false dip at 0,
+    where hundreds of tiny buckets each held almost nothing. A zero-width bucket (a point mass) adds its count to the
+    bucket holding its value. Buckets of equal widths (what flowlab and TensorBoard write, a constant tensor's
+    zero-width ones, a histogram of one bucket) and histograms with a non-finite edge come back unchanged (as
+    float64 rows). Overlapping input buckets are spread the same way (each one's share of every new bucket)."""
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"equal_width_buckets: count must be an int >= 1, got {count!r}")
+    b = np.asarray(buckets, np.float64).reshape(-1, 3)
+    if len(b) < 2:
+        return b
+    widths = b[:, 1] - b[:, 0]
+    widest = widths.max()
+    lo, hi = b[:, 0].min(), b[:, 1].max()       # (NaN or ±Inf anywhere among the edges reaches one of these)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or widest - widths.min() <= _SAME_WIDTH * widest:
+        return b
+    edges = np.linspace(lo, hi, count + 1)
+    edges[-1] = hi                                          # (exact: the last point mass at hi falls inside)
+    wide = b[widths > 0]
+    if (wide[1:, 0] < wide[:-1, 0]).any():                  # (logged buckets come in order)
+        wide = wide[np.argsort(wide[:, 0], kind="stable")]
+    if len(wide) and (wide[1:, 0] < wide[:-1, 1]).any():  # overlapping: each bucket's share left of every edge
+        share = np.clip((edges[:, None] - wide[:, 0]) / (wide[:, 1] - wide[:, 0]), 0.0, 1.0)
+        below = share @ wide[:, 2]
+    elif len(wide):                                         # the cumulative count is linear within each bucket
+        after = np.cumsum(wide[:, 2])
+        below = np.interp(edges, wide[:, :2].ravel(), np.column_stack([after - wide[:, 2], after]).ravel())
+    else:
+        below = np.zeros(count + 1)
+    counts = np.diff(np.maximum.accumulate(below))
+    points = b[widths <= 0]
+    if len(points):
+        np.add.at(counts, np.clip(np.searchsorted(edges, points[:, 0], side="right") - 1, 0, count - 1),
+                  points[:, 2])
+    return np.column_stack([edges[:-1], edges[1:], counts])
+
+
 def histogram_outline(buckets):
     """``(x, y)`` of the step curve outlining a ``[k, 3]`` histogram: up at the first left edge, along the top of each
     bucket, down at the last right edge, so a drawing of it is exact to the buckets. Empty input: empty arrays."""
