@@ -1,4 +1,5 @@
-"""``flow.gather`` and its gradient, a scatter-add that also offers itself as *indexed slices* to sparse updates.
+"""``flow.gather``, whose gradient is a scatter-add that also offers itself as *indexed slices* to sparse updates, and
+``flow.where``.
 
 The gradient of ``gather`` is ``GatherGrad``, a dense op (the table's shape, zeros outside the gathered rows) so that
 every optimizer, watch and health statistic works on it unchanged. For an embedding lookup (``axis=0``,
@@ -174,3 +175,65 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
         elif batch_dims > indices.ndim:
             raise shape_error(api, f"batch_dims ({batch_dims}) exceeds the rank of indices {indices.shape}")
     return apply(Gather, (params, indices), name, axis=axis, batch_dims=batch_dims)
+
+
+# ---------------------------------------------------------------------------------------------------------------- where
+
+class Where(Op):
+    """``x`` where ``condition`` is non-zero, else ``y``; the three broadcast together (NumPy's rule)."""
+    prefix, api = "Where_", "flow.where"
+
+    @staticmethod
+    def infer(condition, x, y):
+        if x.dtype != y.dtype:
+            raise ShapeError(f"x and y must share one dtype, got {x.logical_blob_name}: {x.dtype} and "
+                             f"{y.logical_blob_name}: {y.dtype}")
+        try:
+            shape = np.broadcast_shapes(condition.shape, x.shape, y.shape)
+        except ValueError:
+            raise ShapeError(f"condition {condition.shape}, x {x.shape} and y {y.shape} do not broadcast") from None
+        return spec(shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, condition, x, y):
+        return xp.where(condition != 0, x, y)
+
+    @staticmethod
+    def vjp(node, dy):
+        from .math import sum_to_shape
+        condition, x, y = node.inputs
+        return (None, sum_to_shape(apply(WhereGrad, (condition, dy), pick_x=True), x.shape),
+                sum_to_shape(apply(WhereGrad, (condition, dy), pick_x=False), y.shape))
+
+
+class WhereGrad(Op):
+    """``dy`` where the condition picked this side (``pick_x``: non-zero; else zero), 0 elsewhere."""
+    prefix, api = "WhereGrad_", "where_grad"
+
+    @staticmethod
+    def infer(condition, dy, pick_x):
+        return spec(dy.shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, condition, dy, pick_x):
+        chosen = (condition != 0) if pick_x else (condition == 0)
+        return xp.where(chosen, dy, dy.dtype.type(0))
+
+
+def where(condition, x=None, y=None, name=None):
+    """``flow.where(condition, x, y)``: elementwise ``x if condition else y`` (``condition`` of any numeric dtype,
+    non-zero meaning true), broadcasting the three; ``x`` or ``y`` may be a number. OneFlow's one-argument form
+    (``argwhere``: the coordinates of the non-zero entries) has a data-dependent shape, which flowlab's static
+    graphs cannot hold: it is refused."""
+    api = Where.api
+    if x is None and y is None:
+        raise ValueError(f"{api}: the one-argument form (argwhere) has a data-dependent shape, which flowlab does not "
+                         "support; give x and y")
+    if x is None or y is None:
+        raise ValueError(f"{api}: give both x and y, or neither (got only {'x' if y is None else 'y'})")
+    condition = as_tensor(condition, argument="condition")
+    tensor = x if hasattr(x, "graph") else y if hasattr(y, "graph") else None
+    if tensor is None:
+        raise TypeError(f"{api}: x or y must be a tensor, got {type(x).__name__} and {type(y).__name__}")
+    x, y = as_tensor(x, like=tensor, argument="x"), as_tensor(y, like=tensor, argument="y")
+    return apply(Where, (condition, x, y), name)

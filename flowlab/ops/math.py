@@ -289,6 +289,95 @@ class TanhGrad(OutputGrad):
         return xp.multiply(out, dy, out=out)
 
 
+_SQRT_HALF = 0.7071067811865476          # 1 / sqrt(2)
+_INV_SQRT_2PI = 0.3989422804014327       # 1 / sqrt(2 pi)
+
+
+def _normal_cdf(xp, x):
+    """``Φ(x) = erfc(-x / √2) / 2`` of a float array, through ``erfc``: ``1 + erf`` would cancel for negative x
+    (float32 GELU(-5) off by 25%). SciPy's (or CuPy's) kernel when installed; else the standard library's
+    ``math.erfc`` element by element (exact, about 100 ns an element)."""
+    z = x * x.dtype.type(-_SQRT_HALF)
+    if xp is not np:
+        from cupyx.scipy.special import erfc
+        cdf = erfc(z)
+    else:
+        try:
+            from scipy.special import erfc
+        except ImportError:
+            import math
+            cdf = np.frompyfunc(math.erfc, 1, 1)(z).astype(x.dtype)
+        else:
+            cdf = erfc(z)
+    cdf = cdf.astype(x.dtype, copy=False)
+    cdf *= x.dtype.type(0.5)
+    return cdf
+
+
+class Gelu(_FloatUnary):
+    """``x * Φ(x) = 0.5 x (1 + erf(x / √2))``, the exact GELU (OneFlow's kernel and PyTorch's default; OneFlow's
+    docstring shows the tanh approximation, which its kernel does not compute)."""
+    prefix, api = "Gelu_", "flow.math.gelu"
+    c_expr = f"((T)0.5 * {{0}} * erfc({{0}} * (T)-{_SQRT_HALF}))"
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        y = _normal_cdf(xp, x)
+        y *= x
+        return y if out is None else _assign(xp, out, y)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(GeluGrad, (node.inputs[0], dy)),)
+
+
+class GeluGrad(Op):
+    """``dy * (Φ(x) + x φ(x))``, ``φ`` the standard normal density."""
+    prefix, api = "GeluGrad_", "flow.math.gelu_grad"
+    c_expr = (f"({{1}} * ((T)0.5 * erfc({{0}} * (T)-{_SQRT_HALF}) "
+              f"+ {{0}} * (T){_INV_SQRT_2PI} * exp((T)-0.5 * {{0}} * {{0}})))")
+    supports_out = True
+
+    @staticmethod
+    def infer(x, dy):
+        return spec(dy.shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, x, dy, out=None):
+        t = x.dtype.type
+        cdf = _normal_cdf(xp, x)
+        density = xp.exp(x * x * t(-0.5))
+        density *= x
+        density *= t(_INV_SQRT_2PI)
+        cdf += density
+        return xp.multiply(cdf, dy, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        """d/dx of ``dy (Φ + x φ)`` is ``dy φ (2 - x²)``: a GELU's second derivative (for gradients of gradients)."""
+        x, g = node.inputs
+        density = multiply(exp(multiply(square(x), -0.5)), _INV_SQRT_2PI)
+        curvature = multiply(density, subtract(2.0, square(x)))
+        return multiply(multiply(dy, g), curvature), apply(GeluGrad, (x, dy))
+
+
+class Rsqrt(_FloatUnary):
+    """``1 / sqrt(x)``."""
+    prefix, api, c_expr = "Rsqrt_", "flow.math.rsqrt", "rsqrt({0})"
+    nonnegative = True
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        out = xp.sqrt(x, out=out)
+        return xp.divide(1, out, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        """d/dx x^(-1/2) = -y³ / 2."""
+        y = node.output
+        return (multiply(dy, multiply(multiply(square(y), y), -0.5)),)
+
+
 class Pow(Op):
     prefix, api, c_expr = "ScalarPow_", "flow.math.pow", "pow({0}, (T){exponent})"
     supports_out = True
@@ -334,6 +423,10 @@ abs = _unary(Abs)  # noqa: A001 - OneFlow's name
 sign = _unary(Sign)
 sigmoid = _unary(Sigmoid)
 tanh = _unary(Tanh)
+
+
+gelu = _unary(Gelu)
+rsqrt = _unary(Rsqrt)
 
 
 def pow(x, exponent, name=None):  # noqa: A001 - OneFlow's name
@@ -602,6 +695,60 @@ def argmax(input, axis=-1, name=None):  # noqa: A002 - OneFlow's name
     except ShapeError as e:
         raise shape_error("flow.math.argmax", e) from None
     return apply(ArgMax, (x,), name, axis=axis)
+
+
+class TopK(Op):
+    """The int32 indices of the ``k`` largest entries along the last axis, largest first when ``sorted`` (else in
+    index order); among equal values the lower index comes first."""
+    prefix, api = "TopK_", "flow.math.top_k"
+
+    @staticmethod
+    def infer(x, k, sorted):
+        return spec(x.shape[:-1] + (k,), np.int32)
+
+    @staticmethod
+    def forward(xp, x, k, sorted):
+        n = x.shape[-1]
+        if k == 1:
+            picked = xp.argmax(x, axis=-1)[..., None]
+        elif xp is np and 4 * k < n:   # a partition first, then sort only the k kept (stable on ties by index)
+            part = np.argpartition(-x, k - 1, axis=-1)[..., :k]
+            values = np.take_along_axis(x, part, axis=-1)
+            # order the k kept: by value (descending), then by index
+            order = np.lexsort((part, -values), axis=-1)
+            picked = np.take_along_axis(part, order, axis=-1)
+            threshold = np.take_along_axis(values, order[..., -1:], axis=-1)
+            # argpartition may keep a later index of a value tied with the k-th: fall back where that happened
+            ties = (x == threshold).sum(axis=-1) > (values == threshold).sum(axis=-1)
+            if ties.any():
+                full = np.argsort(-x, axis=-1, kind="stable")[..., :k]
+                picked = np.where(ties[..., None], full, picked)
+        else:
+            picked = xp.argsort(-x, axis=-1, kind="stable")[..., :k]
+        if not sorted:
+            picked = xp.sort(picked, axis=-1)
+        return picked.astype(np.int32)
+
+
+def top_k(input, axis=-1, k=1, sorted=True, name=None):  # noqa: A002 - OneFlow's names
+    """``flow.math.top_k(input, axis=-1, k=1, sorted=True)``: as OneFlow, only the int32 *indices* of the ``k``
+    largest entries along ``axis`` (largest first when ``sorted``; ties: lower index first)."""
+    api = TopK.api
+    x = as_tensor(input, argument="input")
+    from . import normalize_axis
+    try:
+        axis = normalize_axis(axis, x.ndim)
+    except ShapeError as e:
+        raise shape_error(api, e) from None
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= x.shape[axis]:
+        raise ValueError(f"{api}: k must be an int in [1, {x.shape[axis]}] (the size of axis {axis} of "
+                         f"{x.logical_blob_name} {x.shape}), got {k!r}")
+    from .array import transpose
+    last = x.ndim - 1
+    perm = tuple(i for i in range(x.ndim) if i != axis) + (axis,)
+    moved = x if axis == last else transpose(x, perm)
+    out = apply(TopK, (moved,), name, k=int(k), sorted=bool(sorted))
+    return out if axis == last else transpose(out, tuple(int(i) for i in np.argsort(perm)))
 
 
 class _Compare(Op):
