@@ -84,7 +84,7 @@ def test_slice_bad_arguments_are_named(call, match):
         run(call, rnd(2, 3, 4, dtype=np.float32))
 
 
-# ---------------------------------------------------------------------------------- squeeze, expand_dims, broadcast_like
+# ------------------------------------------------------------------------------- squeeze, expand_dims, broadcast_like
 
 def test_squeeze_and_expand_dims_match_torch():
     torch = pytest.importorskip("torch")

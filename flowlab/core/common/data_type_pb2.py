@@ -2,8 +2,9 @@
 (``import oneflow.core.common.data_type_pb2 as data_type_util``, e.g. OneFlow-Benchmark's BERT).
 
 The members are ``flowlab.dtypes.DataType``'s: ints with OneFlow's numbers (``kFloat == 2``), as a protobuf enum's
-values are, which every flowlab ``dtype=`` argument also accepts (``flow.get_variable(..., dtype=data_type_util.kFloat)``
-is ``dtype=flow.float32``); ``DataType.Name(2)`` / ``DataType.Value("kFloat")`` work as on the generated module.
+values are, which every flowlab ``dtype=`` argument also accepts (``flow.get_variable(...,
+dtype=data_type_util.kFloat)`` is ``dtype=flow.float32``); ``DataType.Name(2)`` / ``DataType.Value("kFloat")`` work
+as on the generated module.
 """
 from ...dtypes import DataType
 
