@@ -123,21 +123,25 @@ def test_examples_follow_the_rules():
     assert {k: v.shape for k, v in ex.items()} == {
         "input_ids": (64, 32), "input_mask": (64, 32), "segment_ids": (64, 32), "masked_lm_positions": (64, 5),
         "masked_lm_ids": (64, 5), "masked_lm_weights": (64, 5), "next_sentence_labels": (64, 1)}
-    ordinary = 100 - bert.FIRST_TOKEN
+    middle = bert.FIRST_TOKEN + (100 - bert.FIRST_TOKEN) // 2
     for n in range(64):
         ids = ex["input_ids"][n].copy()
         used = int(ex["input_mask"][n].sum())
         assert ids[0] == bert.CLS and ids[used - 1] == bert.SEP and not ids[used:].any()
         picked = ex["masked_lm_weights"][n] > 0
+        assert 2 <= picked.sum() <= 5 and not picked[picked.sum():].any()
         positions = ex["masked_lm_positions"][n][picked]
         assert np.all(ids[positions] == bert.MASK)
         ids[positions] = ex["masked_lm_ids"][n][picked]          # unmask
         seps = np.flatnonzero(ids == bert.SEP)
-        a, b = ids[1:seps[0]] - bert.FIRST_TOKEN, ids[seps[0] + 1:seps[1]] - bert.FIRST_TOKEN
-        step = (a[1] - a[0]) % ordinary
-        assert np.all((np.diff(a) % ordinary) == step)                   # an arithmetic run
-        continues = np.all((np.diff(np.concatenate([a, b])) % ordinary) == step)
-        assert ex["next_sentence_labels"][n, 0] == (0 if continues else 1)
+        a, b = ids[1:seps[0]], ids[seps[0] + 1:seps[1]]
+        for segment, start in ((a, 1), (b, seps[0] + 1)):
+            assert segment.size % 2 == 0 and np.all(segment[0::2] == segment[1::2])     # pairs: x x y y ...
+            masked_pairs = (positions[(positions >= start) & (positions < start + segment.size)] - start) // 2
+            assert len(set(masked_pairs)) == masked_pairs.size                           # never both of a pair
+        same_half = (a[0] >= middle) == (b[0] >= middle)
+        assert np.all((a >= middle) == (a[0] >= middle)) and np.all((b >= middle) == (b[0] >= middle))
+        assert ex["next_sentence_labels"][n, 0] == (0 if same_half else 1)
         assert np.all(ex["segment_ids"][n][seps[0] + 1:used] == 1) and not ex["segment_ids"][n][:seps[0] + 1].any()
     assert 0.25 < ex["next_sentence_labels"].mean() < 0.75
 

@@ -400,3 +400,14 @@ def test_cast_between_half_single_and_integers_matches_torch():
     np.testing.assert_array_equal(back, tx.half().float().numpy())
     np.testing.assert_array_equal(ints, tx.int().numpy())                # truncation toward zero
     np.testing.assert_array_equal(from_int, tx.int().half().numpy())
+
+
+def test_sparse_softmax_cross_entropy_takes_labels_with_a_trailing_axis_of_one():
+    """BERT's next-sentence labels are (batch, 1) against (batch, 2) logits: OneFlow squeezes that axis."""
+    logits = rnd(4, 2, dtype=np.float32)
+    labels = np.array([0, 1, 1, 0], np.int32)
+    flat, column = run(lambda lg, a, b: [flow.nn.sparse_softmax_cross_entropy_with_logits(a, lg),
+                                         flow.nn.sparse_softmax_cross_entropy_with_logits(b, lg)],
+                       logits, labels, labels[:, None])
+    assert column.shape == (4,)
+    np.testing.assert_array_equal(flat, column)

@@ -15,10 +15,10 @@ Each attention block names its ops so that watches and health find them: ``<laye
 (scaled ``q kᵀ`` plus the padding mask) and ``-attention_probs`` (their softmax over the keys, ``(batch, heads,
 query, key)``). ``scale_attention=False`` leaves out the ``1 / sqrt(head size)`` factor (a deliberately broken model).
 
-``pretraining_examples`` makes data the model can learn: each segment an arithmetic run of token ids (a random start
-and step), masked tokens predictable from their neighbours, and the next-sentence label 0 when the second segment
-continues the first's run, 1 when it is another run (BERT's convention: 0 = is next). ``write_pretraining_ofrecords``
-writes them as OFRecord files in BERT's keys for OneFlow-Benchmark's ``run_pretraining.py``.
+``pretraining_examples`` makes data the model can learn: each segment repeats every token id twice, so a masked token
+is a copy of its neighbour, and the next-sentence label is 0 ("is next", BERT's convention) when both segments draw
+their ids from the same half of the vocabulary, 1 when not. ``write_pretraining_ofrecords`` writes them as OFRecord
+files in BERT's keys for OneFlow-Benchmark's ``run_pretraining.py``.
 """
 # No ``from __future__ import annotations``: the train job's placeholder annotations are read at trace time and
 # name locals of ``pretrain_job``.
@@ -206,21 +206,30 @@ def pretrain_job(batch_size=8, seq_length=32, max_predictions=5, vocab_size=100,
     return bert_pretrain
 
 
+def _pairs(rng, tokens, length):
+    """``length`` ids in pairs (``x x y y ...``; an odd length ends with a single), each pair's id drawn from
+    ``tokens``."""
+    return np.repeat(rng.choice(tokens, (length + 1) // 2), 2)[:length]
+
+
 def pretraining_examples(count, seq_length=32, vocab_size=100, max_predictions=5, seed=0):
     """``count`` learnable pretraining examples as a dict of arrays in BERT's keys (see the module's docstring):
-    ``[CLS] A [SEP] B [SEP]`` then padding, ``A`` and ``B`` arithmetic runs of ordinary ids, between
-    ``max_predictions // 2`` and ``max_predictions`` of their tokens replaced by ``[MASK]`` (weight 1; the unused
+    ``[CLS] A [SEP] B [SEP]`` then padding. Each segment repeats every id twice (``x x y y ...``), so a masked
+    token is its unmasked neighbour's copy; ``A`` draws its ids from one half of the ordinary ids and ``B`` from
+    the same half (next-sentence label 0, "is next") or from the other (label 1). Between ``max_predictions // 2``
+    and ``max_predictions`` tokens, never both of a pair, are replaced by ``[MASK]`` (weight 1; the unused
     prediction slots weigh 0)."""
     if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 12:
         raise ValueError(f"pretraining_examples: seq_length must be an int >= 12, got {seq_length!r}")
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < FIRST_TOKEN + 8:
         raise ValueError(f"pretraining_examples: vocab_size must be an int >= {FIRST_TOKEN + 8}, got {vocab_size!r}")
     if isinstance(max_predictions, bool) or not isinstance(max_predictions, int) or \
-            not 1 <= max_predictions <= seq_length // 2:
-        raise ValueError(f"pretraining_examples: max_predictions must be an int in [1, {seq_length // 2}], got "
+            not 1 <= max_predictions <= seq_length // 4:
+        raise ValueError(f"pretraining_examples: max_predictions must be an int in [1, {seq_length // 4}], got "
                          f"{max_predictions!r}")
     rng = np.random.default_rng(seed)
-    ordinary = vocab_size - FIRST_TOKEN
+    middle = FIRST_TOKEN + (vocab_size - FIRST_TOKEN) // 2
+    halves = (np.arange(FIRST_TOKEN, middle), np.arange(middle, vocab_size))
     out = {"input_ids": np.zeros((count, seq_length), np.int32),
            "input_mask": np.zeros((count, seq_length), np.int32),
            "segment_ids": np.zeros((count, seq_length), np.int32),
@@ -228,26 +237,24 @@ def pretraining_examples(count, seq_length=32, vocab_size=100, max_predictions=5
            "masked_lm_ids": np.zeros((count, max_predictions), np.int32),
            "masked_lm_weights": np.zeros((count, max_predictions), np.float32),
            "next_sentence_labels": np.zeros((count, 1), np.int32)}
-    first_len = (seq_length - 3) // 2
+    first_len = 2 * ((seq_length - 3) // 4)
     for n in range(count):
-        start, step = int(rng.integers(ordinary)), int(rng.integers(1, 4))
-        second_len = int(rng.integers(max(2, first_len // 2), seq_length - 3 - first_len + 1))
-        a = FIRST_TOKEN + (start + step * np.arange(first_len)) % ordinary
+        half = int(rng.integers(2))
         is_next = bool(rng.integers(2))
-        if is_next:     # B continues A's run
-            b = FIRST_TOKEN + (start + step * np.arange(first_len, first_len + second_len)) % ordinary
-        else:           # another run: a new start and another step
-            other_step = int(rng.choice([s for s in (1, 2, 3) if s != step]))
-            b = FIRST_TOKEN + (int(rng.integers(ordinary)) + other_step * np.arange(second_len)) % ordinary
+        second_len = 2 * int(rng.integers(max(1, first_len // 4), (seq_length - 3 - first_len) // 2 + 1))
+        a = _pairs(rng, halves[half], first_len)
+        b = _pairs(rng, halves[half if is_next else 1 - half], second_len)
         tokens = np.concatenate([[CLS], a, [SEP], b, [SEP]]).astype(np.int32)
         used = tokens.size
         out["input_ids"][n, :used] = tokens
         out["input_mask"][n, :used] = 1
         out["segment_ids"][n, first_len + 2:used] = 1
         out["next_sentence_labels"][n, 0] = 0 if is_next else 1
-        candidates = np.flatnonzero(tokens >= FIRST_TOKEN)
-        picked = np.sort(rng.choice(candidates, int(rng.integers(max(1, max_predictions // 2), max_predictions + 1)),
-                                    replace=False))
+        # one token of some pairs: pairs start at 1 (A) and first_len + 2 (B)
+        starts = np.concatenate([1 + np.arange(0, first_len, 2), first_len + 2 + np.arange(0, second_len, 2)])
+        chosen = rng.choice(starts, int(rng.integers(max(1, max_predictions // 2), max_predictions + 1)),
+                            replace=False)
+        picked = np.sort(chosen + rng.integers(0, 2, chosen.size))
         out["masked_lm_positions"][n, :picked.size] = picked
         out["masked_lm_ids"][n, :picked.size] = tokens[picked]
         out["masked_lm_weights"][n, :picked.size] = 1.0
