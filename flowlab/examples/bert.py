@@ -13,7 +13,7 @@ and the next-sentence cross-entropy, each averaged over the batch, and their sum
 
 Each attention block names its ops so that watches and health find them: ``<layer>-attention-self-attention_scores``
 (scaled ``q kᵀ`` plus the padding mask) and ``-attention_probs`` (their softmax over the keys, ``(batch, heads,
-query, key)``). ``scale_attention=False`` leaves out the ``1 / sqrt(head size)`` factor (a deliberately broken model).
+query, key)``), and the residual sums ``<layer>-attention-output-residual`` and ``<layer>-output-residual``. ``scale_attention=False`` leaves out the ``1 / sqrt(head size)`` factor (a deliberately broken model).
 
 ``pretraining_examples`` makes data the model can learn: each segment repeats every token id twice, so a masked token
 is a copy of its neighbour, and the next-sentence label is 0 ("is next", BERT's convention) when both segments draw
@@ -115,12 +115,12 @@ class BertBuilder:
                     context = self.attention(x2d, mask_add, seq)
                 with flow.scope.namespace("output"):
                     attended = self.drop(self.dense(context, self.hidden, "dense"), self.dropout)
-                    attended = self.layer_norm(attended + x2d)
+                    attended = self.layer_norm(flow.math.add(attended, x2d, name="residual"))
             with flow.scope.namespace("intermediate"):
                 inner = self.dense(attended, self.intermediate, "dense", activation=flow.math.gelu)
             with flow.scope.namespace("output"):
                 out = self.drop(self.dense(inner, self.hidden, "dense"), self.dropout)
-                return self.layer_norm(out + attended)
+                return self.layer_norm(flow.math.add(out, attended, name="residual"))
 
     def encoder(self, input_ids, input_mask, segment_ids):
         """``(sequence output (batch, seq, hidden), word embedding table)``."""

@@ -130,7 +130,7 @@ def _quotient_join(node, kinds, kind):
     return kind if kind in ("sum", "mean") and kinds[1] == "broadcast" else None
 
 
-Add = ufunc_op(_Binary, "Add", "flow.math.add", "add", "({0} + {1})", partial_join=_sum_or_difference_join,
+Add = ufunc_op(_Binary, "Add", "flow.math.add", "add", "({0} + {1})", partial_join=_sum_or_difference_join, is_sum=True,
                vjp=lambda node, dy: tuple(sum_to_shape(dy, x.shape) for x in node.inputs))
 Subtract = ufunc_op(_Binary, "Subtract", "flow.math.subtract", "subtract", "({0} - {1})", prefix="Sub_",
                     partial_join=_sum_or_difference_join,

@@ -103,6 +103,10 @@ class Softmax(Op):
     nonnegative = True
 
     @staticmethod
+    def distribution_axis(node):
+        return node.attrs["axis"]
+
+    @staticmethod
     def infer(x, axis):
         if x.dtype.kind != "f":
             raise ShapeError(f"expects floating-point logits, got {x.dtype}")
