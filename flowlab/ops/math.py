@@ -352,25 +352,30 @@ class Gelu(_FloatUnary):
 
     @staticmethod
     def vjp(node, dy):
-        return (apply(GeluGrad, (node.inputs[0], dy)),)
+        return (apply(GeluGrad, (node.inputs[0], node.output, dy)),)
 
 
 class GeluGrad(Op):
-    """``dy * (Φ(x) + x φ(x))``, ``φ`` the standard normal density."""
+    """``dy * (Φ(x) + x φ(x))``, ``φ`` the standard normal density, with ``Φ(x) = y / x`` read back from the forward
+    output ``y`` (``Φ(0) = 1/2``): no second ``erfc``."""
     prefix, api = "GeluGrad_", "flow.math.gelu_grad"
-    c_expr = (f"({{1}} * ((T)0.5 * erfc({{0}} * (T)-{_SQRT_HALF}) "
+    c_expr = (f"({{2}} * (({{0}} != (T)0 ? {{1}} / {{0}} : (T)0.5) "
               f"+ {{0}} * (T){_INV_SQRT_2PI} * exp((T)-0.5 * {{0}} * {{0}})))")
     supports_out = True
 
     @staticmethod
-    def infer(x, dy):
+    def infer(x, y, dy):
         return spec(dy.shape, dy.dtype)
 
     @staticmethod
-    def forward(xp, x, dy, out=None):
+    def forward(xp, x, y, dy, out=None):
         t = x.dtype.type
-        cdf = _normal_cdf(xp, x)
-        density = xp.exp(x * x * t(-0.5))
+        zero = x == 0
+        cdf = xp.divide(y, xp.where(zero, t(1), x))
+        cdf[zero] = t(0.5)
+        density = xp.square(x)
+        density *= t(-0.5)
+        xp.exp(density, out=density)
         density *= x
         density *= t(_INV_SQRT_2PI)
         cdf += density
@@ -378,11 +383,12 @@ class GeluGrad(Op):
 
     @staticmethod
     def vjp(node, dy):
-        """d/dx of ``dy (Φ + x φ)`` is ``dy φ (2 - x²)``: a GELU's second derivative (for gradients of gradients)."""
-        x, g = node.inputs
+        """d/dx of ``g (Φ + x φ)`` is ``g φ (2 - x²)`` (a GELU's second derivative; ``y`` only caches ``x Φ(x)``, so
+        this is the whole derivative through ``x`` and ``y`` gets none), and d/dg is ``GeluGrad`` itself."""
+        x, y, g = node.inputs
         density = multiply(exp(multiply(square(x), -0.5)), _INV_SQRT_2PI)
         curvature = multiply(density, subtract(2.0, square(x)))
-        return multiply(multiply(dy, g), curvature), apply(GeluGrad, (x, dy))
+        return multiply(multiply(dy, g), curvature), None, apply(GeluGrad, (x, y, dy))
 
 
 class Rsqrt(_FloatUnary):
