@@ -1,5 +1,5 @@
 """Sources (placeholders, constants) and shape ops: ``reshape``, ``transpose``, ``concat``, ``slice`` / ``slice_v2``,
-``squeeze`` / ``expand_dims``, ``broadcast_like``, ``cast``."""
+``squeeze`` / ``expand_dims``, ``cast``."""
 from __future__ import annotations
 
 import numpy as np
@@ -393,30 +393,6 @@ def expand_dims(input, axis, name=None):  # noqa: A002 - OneFlow's name
                          f"{x.shape}, got {axis!r}")
     axis = int(axis) % (x.ndim + 1)
     return apply(ExpandDims, (x,), name, shape=x.shape[:axis] + (1,) + x.shape[axis:])
-
-
-def broadcast_like(x, like, broadcast_axes=None, name=None):
-    """``flow.broadcast_like(x, like, broadcast_axes=None)``: ``x`` repeated along ``broadcast_axes`` (axes of
-    ``like``; ``None``: all of them) to ``like``'s shape. ``x`` is ``like``'s shape with those axes either of size 1
-    or removed (the result of a reduction with or without ``keepdims``); the gradient sums them back."""
-    from .math import broadcast_to
-    api = "flow.broadcast_like"
-    x, like = as_tensor(x, argument="x"), as_tensor(like, argument="like")
-    if broadcast_axes is None:
-        broadcast_axes = tuple(range(like.ndim))
-    if not isinstance(broadcast_axes, (list, tuple)) or not 0 < len(broadcast_axes) <= like.ndim:
-        raise ValueError(f"{api}: broadcast_axes must be a non-empty list of at most {like.ndim} axes of like "
-                         f"{like.shape}, got {broadcast_axes!r}")
-    try:
-        axes = {normalize_axis(a, like.ndim, "broadcast_axes") for a in broadcast_axes}
-    except ShapeError as e:
-        raise ValueError(f"{api}: {e}") from None
-    kept = tuple(1 if i in axes else d for i, d in enumerate(like.shape))
-    removed = tuple(d for i, d in enumerate(like.shape) if i not in axes)
-    if x.shape not in (kept, removed):
-        raise shape_error(api, f"x {x.logical_blob_name} must have shape {kept} or {removed} (like {like.shape} "
-                               f"reduced over axes {sorted(axes)}), got {x.shape}")
-    return broadcast_to(reshape(x, kept), like.shape, name=name)
 
 
 class Cast(Op):

@@ -1,4 +1,5 @@
-"""``flow.math``: elementwise arithmetic with broadcasting, unary functions, reductions and ``matmul``."""
+"""``flow.math``: elementwise arithmetic with broadcasting (and ``flow.broadcast_like``), unary functions, reductions,
+``matmul`` and ``top_k``."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +7,8 @@ import numpy as np
 from .. import graph as g
 from ..errors import ShapeError
 from ..runtime import cublas
-from . import Op, apply, as_tensor, keeps_partials, normalize_axes, same_dtype, shape_error, spec, ufunc_op
+from . import (Op, apply, as_tensor, keeps_partials, normalize_axes, normalize_axis, same_dtype, shape_error, spec,
+               ufunc_op)
 from .array import reshape as _reshape
 
 
@@ -92,6 +94,29 @@ def sum_to_shape(x, shape, name=None):
 def broadcast_to(x, shape, name=None):
     shape = tuple(shape)
     return x if x.shape == shape else apply(BroadcastTo, (x,), name, shape=shape)
+
+
+def broadcast_like(x, like, broadcast_axes=None, name=None):
+    """``flow.broadcast_like(x, like, broadcast_axes=None)``: ``x`` repeated along ``broadcast_axes`` (axes of
+    ``like``; ``None``: all of them) to ``like``'s shape. ``x`` is ``like``'s shape with those axes either of size 1
+    or removed (the result of a reduction with or without ``keepdims``); the gradient sums them back."""
+    api = "flow.broadcast_like"
+    x, like = as_tensor(x, argument="x"), as_tensor(like, argument="like")
+    if broadcast_axes is None:
+        broadcast_axes = tuple(range(like.ndim))
+    if not isinstance(broadcast_axes, (list, tuple)) or not 0 < len(broadcast_axes) <= like.ndim:
+        raise ValueError(f"{api}: broadcast_axes must be a non-empty list of at most {like.ndim} axes of like "
+                         f"{like.shape}, got {broadcast_axes!r}")
+    try:
+        axes = {normalize_axis(a, like.ndim, "broadcast_axes") for a in broadcast_axes}
+    except ShapeError as e:
+        raise ValueError(f"{api}: {e}") from None
+    kept = tuple(1 if i in axes else d for i, d in enumerate(like.shape))
+    removed = tuple(d for i, d in enumerate(like.shape) if i not in axes)
+    if x.shape not in (kept, removed):
+        raise shape_error(api, f"x {x.logical_blob_name} must have shape {kept} or {removed} (like {like.shape} "
+                               f"reduced over axes {sorted(axes)}), got {x.shape}")
+    return broadcast_to(_reshape(x, kept), like.shape, name=name)
 
 
 # ------------------------------------------------------------------------------------------------- binary elementwise
