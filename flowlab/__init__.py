@@ -14,9 +14,11 @@ from .initializers import (constant_initializer, glorot_normal_initializer, glor
 from .blob import Blob
 from .job import global_function
 from .config import FunctionConfig, function_config
-from .ops.array import (cast, concat, constant, identity, identity_n, one_hot, ones_like, pad, reshape, transpose,
-                        zeros_like)
-from .ops.math import clip_by_value, matmul
+from .ops.array import (cast, concat, constant, expand_dims, identity, identity_n, one_hot, ones_like, pad, reshape,
+                        slice_v2, squeeze, transpose, zeros_like)
+from .ops.array import slice_ as slice  # noqa: A004 - OneFlow's name
+from .ops.indexing import gather, where
+from .ops.math import broadcast_like, clip_by_value, matmul
 
 clip = clamp = clip_by_scalar = clip_by_value     # OneFlow 0.3.4's other names of clip_by_value
 from .ops.variables import get_variable

@@ -34,6 +34,13 @@ Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   running variance collapsed), ``batch_mean_gap`` and ``batch_var_ratio`` (how far this call's batch statistics are
   from the moving ones: the train/eval gap; NaN without batch statistics), ``moving_nan``/``moving_inf``.
   ``HealthReport.loss`` is the mean of the loss being minimised. ``STATISTICS`` lists them all with a line each.
+Transformers (graphs with attention: a softmax over the last axis of a ``(batch, heads, queries, keys)`` tensor, by
+the op's ``distribution_axis`` trait): ``HealthReport.attention`` holds per attention block (the softmax's name
+scope, e.g. ``bert-encoder-layer_0-attention-self``) each head's normalized entropy (``ops.stats.attention_vector``:
+0 when every query attends to one key, 1 when to all alike), and ``HealthReport.residual`` per residual connection
+(an elementwise sum one of whose inputs, the stream, is an ancestor of the other, the branch; keyed by the sum's
+name) ``stream_norm``, ``growth`` (output RMS / stream RMS) and ``branch_ratio`` (branch RMS / stream RMS), in
+forward order: how the residual stream's norm grows layer by layer.
 Histograms: every ``histogram_every``-th report also carries, per layer, 30-bucket histograms of its activation,
 its kernel (the ``-weight`` variable, else its largest) and the kernel's gradient (``HealthReport.histograms``),
 counted where the tensors live as the plan makes them (``ops.stats.histogram_vector``: ~1 ms for 400,000 values on
@@ -72,8 +79,8 @@ from . import graph as g
 from .errors import TraceError
 from .ops import apply
 from .ops.normalization import batch_norm_parts
-from .ops.stats import (ActivationStats, BatchNormStats, MeanStat, Results, Scratch, SquareStats, activation_vector,
-                        batch_norm_vector, histogram_vector, mean_vector, square_vector)
+from .ops.stats import (ActivationStats, AttentionStats, BatchNormStats, MeanStat, Results, Scratch, SquareStats,
+                        activation_vector, batch_norm_vector, histogram_vector, mean_vector, square_vector)
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
@@ -88,6 +95,9 @@ THRESHOLDS = {
     "loss_spike_factor": 3.0,    # loss_spike: loss above this times its recent median
     "closed_gate": 0.1,          # a residual branch's closing batch norm with gamma, beta RMS below this is "closed"
     "window": 20,                # how many earlier reports "recent" means
+    "attention_collapsed": 0.05,  # attention_collapsed: a head's normalized entropy below this (one key per query)
+    "attention_uniform": 0.98,   # attention_uniform: a head's above this in this report and the last `window` ones
+    "residual_growth": 10.0,     # residual_growth: a residual add's output RMS above this times its stream's
 }
 MIN_HISTORY = 3                  # earlier reports needed before time-based alerts (loss_spike, exploding) speak
 # On a GPU the report is made in the dispatcher beside the next call (False: on the job's thread, as on the CPU);
@@ -127,8 +137,9 @@ COUNT_STATISTICS = tuple(s for s in STATISTICS if s.endswith(("_nan", "_inf")))
 
 class HealthAlert(NamedTuple):
     """Something wrong seen in a report: ``kind`` (``dead_relu``, ``vanishing_gradient``, ``exploding_gradient``,
-    ``update_ratio``, ``loss_spike``, ``nan``), the ``layer`` (None for the whole network), the ``step`` and a
-    ``message`` saying what was seen, where, and what usually causes it."""
+    ``update_ratio``, ``loss_spike``, ``nan``, ``attention_collapsed``, ``attention_uniform``, ``residual_growth``),
+    the ``layer`` (None for the whole network; the attention block or residual sum for the transformer alerts), the
+    ``step`` and a ``message`` saying what was seen, where, and what usually causes it."""
     kind: str
     layer: str | None
     step: int
@@ -142,13 +153,16 @@ class HealthReport:
     the first watched op, in run order, whose tensor held NaN/Inf (``{"op", "tensor", "layer", "what", "source"}``) or
     None, ``alerts`` a list of ``HealthAlert``, ``histograms`` None or ``{layer: {"activation" | "weight" |
     "gradient": [k, 3] float64 rows (left edge, right edge, count)}}`` (every ``histogram_every``-th report; the
-    weight and gradient of the layer's kernel)."""
+    weight and gradient of the layer's kernel), ``attention`` ``{block: [normalized entropy per head]}`` and
+    ``residual`` ``{sum: {"stream_norm", "growth", "branch_ratio"}}`` (transformers; see the module docstring)."""
     step: int
     table: dict
     loss: float | None = None
     first_nonfinite: dict | None = None
     alerts: list = field(default_factory=list)
     histograms: dict | None = None
+    attention: dict = field(default_factory=dict)
+    residual: dict = field(default_factory=dict)
 
     @functools.cached_property
     def total_grad_norm(self) -> float | None:
@@ -330,6 +344,43 @@ def _ancestors(tensor):
     return seen
 
 
+class Residual(NamedTuple):
+    """A residual connection: the sum ``out = stream + branch`` named ``name``."""
+    name: str
+    out: g.LazyTensor
+    stream: g.LazyTensor
+    branch: g.LazyTensor
+
+
+def _forward(node):
+    return not (node.name.startswith("System-AutoGrad-") or node.op.observes or node.op.updates_variable or
+                node.op.is_variable or not node.outputs)
+
+
+def find_attention(graph):
+    """``[(block, probabilities)]``: the forward softmaxes over the keys of ``(batch, heads, queries, keys)`` tensors,
+    each named by its name scope (its own name when that scope holds another)."""
+    found = [n for n in graph.nodes if _forward(n) and n.op.distribution_axis is not None and
+             n.outputs[0].ndim == 4 and n.op.distribution_axis(n) == 3 and n.outputs[0].dtype.kind == "f"]
+    scopes = [n.name.rsplit("-", 1)[0] if "-" in n.name else n.name for n in found]
+    return [(scope if scopes.count(scope) == 1 else n.name, n.outputs[0]) for scope, n in zip(scopes, found)]
+
+
+def find_residuals(graph):
+    """The forward residual connections (``Residual``), in forward order: sums of two tensors of the output's
+    shape one of which (the stream) the other (the branch) depends on."""
+    out = []
+    for node in graph.nodes:
+        if not (_forward(node) and node.op.is_sum and _merges(node)) or node.outputs[0].dtype.kind != "f":
+            continue
+        a, b = node.inputs
+        if id(a.node) in _ancestors(b):
+            out.append(Residual(node.name, node.outputs[0], a, b))
+        elif id(b.node) in _ancestors(a):
+            out.append(Residual(node.name, node.outputs[0], b, a))
+    return out
+
+
 def roles_of(layers):
     """``{layer: LayerRole}`` of ``find_layers``' layers (see ``health_alerts``)."""
     return {layer.name: LayerRole(layer.nonnegative, layer.normalised, layer.batch_norm is not None, layer.gate,
@@ -454,6 +505,7 @@ class _Monitor:
         self.lock = threading.Lock()
         self.results = Results()               # (GPU) the device buffer all statistics are written into
         self.order = []                        # (key, node, layer, what) in the order the plan makes them
+        self.extra = 0                         # vectors outside self.order (they end in no NaN/Inf counts)
         self.requests = []
         self._names = {node.name for node in graph.nodes}
         for layer in layers:
@@ -468,11 +520,20 @@ class _Monitor:
                               scratch=Scratch())
             if layer.moving is not None:
                 self._add_batch_norm(layer)
+        # transformers: each attention block's heads, and (then only) the residual stream at each residual sum
+        self.attention = find_attention(graph)
+        self.residuals = find_residuals(graph) if self.attention else []
+        for block, probs in self.attention:
+            self._add(("attn", block), probs, block, "attention", AttentionStats, ordered=False)
+        for r in self.residuals:
+            for part in ("out", "stream", "branch"):
+                self._add((f"res_{part}", r.name), getattr(r, part), r.name, f"residual {part}", SquareStats,
+                          scratch=Scratch())
         losses = [loss for _, loss in graph.losses]
         outputs = [layer.output for layer in layers if layer.output is not None]
         # the call is complete when this arrives: the loss, or in a predict job the last layer's output
         last = losses[0] if losses else outputs[-1] if outputs else layers[-1].params[0].read
-        self.expected = len(self.order)
+        self.expected = len(self.order) + self.extra
         self.roles = roles_of(layers)
         self.is_train = bool(losses)
         if self.host_side:
@@ -495,8 +556,13 @@ class _Monitor:
         self._names.add(name)
         return apply(op, (tensor, *extra), name, **attrs)
 
-    def _add(self, key, tensor, layer, what, op, **attrs):
-        self.order.append((key, tensor.node, layer, what))
+    def _add(self, key, tensor, layer, what, op, ordered=True, **attrs):
+        """Deliver ``op``'s vector of ``tensor`` under ``key``; ``ordered``: a vector ending in NaN and Inf counts,
+        searched for the first non-finite op."""
+        if ordered:
+            self.order.append((key, tensor.node, layer, what))
+        else:
+            self.extra += 1
         if self.host_side:
             def call(value, step, key=key):
                 whole = value.whole     # the op's own computation (and keep), on the joined whole
@@ -505,8 +571,8 @@ class _Monitor:
                     self._arrive_sample(key, step, histogram_vector(np, whole, HISTOGRAM_BINS))
             self.requests.append(self._request(tensor, call=call))
             return
-        into = self.results.reserve(7 if op is ActivationStats else 3)
-        stat = self._observe(op, tensor, f"{what}-{key[1]}", into=into, **attrs)
+        into = self.results.reserve(7 if op is ActivationStats else tensor.shape[1] if op is AttentionStats else 3)
+        stat = self._observe(op, tensor, f"{what}-{key[1]}".replace(" ", "_"), into=into, **attrs)
         self.requests.append(self._request(stat, put=functools.partial(self._arrive, key)))
         if key in self.histogram_keys:
             self.requests.append(WatchRequest(tensor, False, None, self.request.describe, every=self.histogram_every,
@@ -636,7 +702,9 @@ class _Monitor:
         host = {key: (v if type(v) is np.ndarray else _host(v)).tolist() for key, v in vectors.items()}
         table = self._table(host, step)
         report = HealthReport(step, table, loss, self._first_nonfinite(host, table),
-                              histograms=samples and self._histograms(samples))
+                              histograms=samples and self._histograms(samples),
+                              attention={block: host[("attn", block)] for block, _ in self.attention},
+                              residual={r.name: _residual_row(host, r.name) for r in self.residuals})
         report.alerts = health_alerts(self.history, report, self.request.thresholds, roles=self.roles)
         self.history.append(report)
         del self.history[:-self.request.thresholds["window"] - 1]
@@ -706,6 +774,14 @@ class _Monitor:
                 return {"op": node.name, "tensor": node.outputs[0].logical_blob_name, "layer": layer, "what": what,
                         "source": node.source, "nan": int(nan), "inf": int(inf)}
         return None
+
+
+def _residual_row(host, name):
+    """``stream_norm``, ``growth`` and ``branch_ratio`` of a residual sum from its three tensors' sums of squares."""
+    out, stream, branch = (host[(f"res_{part}", name)][0] for part in ("out", "stream", "branch"))
+    return {"stream_norm": math.sqrt(stream),
+            "growth": math.sqrt(out / stream) if stream > 0 else math.inf,
+            "branch_ratio": math.sqrt(branch / stream) if stream > 0 else math.inf}
 
 
 def _run_position(graph, node):
@@ -905,6 +981,45 @@ def _loss_spike_alert(seen):
         "high, a bad batch (mislabelled or unnormalised data), or the start of a divergence."))]
 
 
+def _attention_alerts(seen):
+    """A collapsed head (each query attends to one key: its softmax saturated, from unscaled scores or a learning
+    rate too high) says so at once; a uniform head only when it stayed uniform over the whole window, since every
+    head starts near uniform from a small initialisation."""
+    out, t = [], seen.t
+    earlier = seen.recent if len(seen.recent) >= t["window"] else None
+    for block, heads in seen.report.attention.items():
+        collapsed = [h for h, e in enumerate(heads) if e < t["attention_collapsed"]]
+        if collapsed:
+            out.append(seen.alert("attention_collapsed", block, (
+                f"head{'s' if len(collapsed) > 1 else ''} {', '.join(map(str, collapsed))} of attention block "
+                f"{block} attend{'' if len(collapsed) > 1 else 's'} to a single key (normalized entropy "
+                f"{min(heads[h] for h in collapsed):.3g}, threshold {t['attention_collapsed']:g}): the softmax has "
+                "saturated and passes almost no gradient. Usually attention scores missing their 1/sqrt(head size) "
+                "scale, too large an initialisation, or a learning rate too high without warm-up.")))
+        if earlier is None:
+            continue
+        uniform = [h for h, e in enumerate(heads) if e > t["attention_uniform"] and all(
+            (r.attention.get(block) or [0.0] * len(heads))[h] > t["attention_uniform"] for r in earlier)]
+        if uniform:
+            out.append(seen.alert("attention_uniform", block, (
+                f"head{'s' if len(uniform) > 1 else ''} {', '.join(map(str, uniform))} of attention block {block} "
+                f"still attend{'' if len(uniform) > 1 else 's'} to every key alike after {len(earlier) + 1} reports "
+                f"(normalized entropy above {t['attention_uniform']:g}): {'they' if len(uniform) > 1 else 'it'} "
+                "learn nothing. Usually query/key weights that do not train (a learning rate far too low, frozen "
+                "or zero-initialised projections) or scores scaled down to nothing.")))
+    return out
+
+
+def _residual_alerts(seen):
+    t = seen.t
+    return [seen.alert("residual_growth", name, (
+        f"the residual sum {name} makes the stream {row['growth']:.3g} times larger (its branch's RMS is "
+        f"{row['branch_ratio']:.3g} times the stream's, threshold {t['residual_growth']:g}x): the branch drowns "
+        "the residual stream, whose norm then grows layer after layer. Usually too large an initialisation of "
+        "the branch's last layer, a missing layer norm, or a learning rate too high."))
+        for name, row in seen.report.residual.items() if not row["growth"] <= t["residual_growth"]]
+
+
 # The rules, in the order their alerts are listed; each takes a _Seen and returns its alerts.
 ALERT_RULES = (_nan_alert, _dead_relu_alerts, _update_ratio_alerts, _depth_gradient_alerts, _total_gradient_alerts,
-               _loss_spike_alert)
+               _loss_spike_alert, _attention_alerts, _residual_alerts)

@@ -1,4 +1,5 @@
-"""Sources (placeholders, constants) and shape ops: ``reshape``, ``transpose``, ``concat``, ``slice``, ``cast``."""
+"""Sources (placeholders, constants) and shape ops: ``reshape``, ``transpose``, ``concat``, ``slice`` / ``slice_v2``,
+``squeeze`` / ``expand_dims``, ``cast``."""
 from __future__ import annotations
 
 import numpy as np
@@ -238,6 +239,160 @@ def slice_axis(x, axis, start, stop, name=None):
     if not 0 <= start < stop <= x.shape[axis]:
         raise ShapeError(f"slice: [{start}, {stop}) is not inside axis {axis} of size {x.shape[axis]}")
     return apply(SliceAxis, (x,), name, axis=axis, start=int(start), stop=int(stop))
+
+
+def _index(slices):
+    """The index of resolved ``(start, stop, step)`` triples; a resolved stop of -1 (a negative step running to the
+    axis' first element) must become ``None``, as -1 itself would mean the last element."""
+    return tuple(slice(start, None if stop < 0 else stop, step) for start, stop, step in slices)
+
+
+class Slice(Op):
+    """``x[start:stop:step, ...]`` with one ``(start, stop, step)`` per axis, already resolved against the axis sizes
+    (Python's ``slice.indices``): a view."""
+    prefix, api = "Slice_", "flow.slice"
+    is_view = True
+
+    @staticmethod
+    def infer(x, slices):
+        return spec([len(range(*s)) for s in slices], x.dtype)
+
+    @staticmethod
+    def forward(xp, x, slices):
+        return x[_index(slices)]
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(SliceGrad, (dy,), slices=node.attrs["slices"], shape=node.inputs[0].shape),)
+
+
+class SliceGrad(Op):
+    """Zeros of the sliced tensor's shape with ``dy`` written where the slice came from: the gradient of ``Slice``."""
+    prefix, api = "SliceGrad_", "slice_grad"
+
+    @staticmethod
+    def infer(dy, slices, shape):
+        return spec(shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, dy, slices, shape):
+        out = xp.zeros(shape, dy.dtype)
+        out[_index(slices)] = dy
+        return out
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(Slice, (dy,), slices=node.attrs["slices"]),)
+
+
+def _is_index(value):
+    return value is None or (isinstance(value, (int, np.integer)) and not isinstance(value, bool))
+
+
+def slice_v2(x, slice_tup_list, name=None):
+    """``flow.slice_v2(x, slice_tup_list)``: one ``(start, stop, step)`` per leading axis of ``x`` (missing axes are
+    taken whole), each entry an int or ``None`` with Python's meaning, negative values counting from the end.
+    As in OneFlow, ``start`` must lie in ``[-size, size)``, ``stop`` in ``[-size - 1, size]`` and ``step`` must not
+    be 0; a slice that selects nothing is refused (flowlab has no empty tensors)."""
+    api = "flow.slice_v2"
+    x = as_tensor(x, argument="x")
+    if not isinstance(slice_tup_list, (list, tuple)) or len(slice_tup_list) > x.ndim:
+        raise ValueError(f"{api}: slice_tup_list must be a list of at most {x.ndim} (start, stop, step) tuples, one "
+                         f"per axis of x {x.shape}, got {slice_tup_list!r}")
+    slices = []
+    for axis, size in enumerate(x.shape):
+        entry = slice_tup_list[axis] if axis < len(slice_tup_list) else (None, None, None)
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3 or not all(_is_index(v) for v in entry):
+            raise ValueError(f"{api}: entry {axis} of slice_tup_list must be a (start, stop, step) tuple of ints or "
+                             f"None, got {entry!r}")
+        start, stop, step = entry
+        if step == 0:
+            raise ValueError(f"{api}: the step of axis {axis} must not be 0")
+        if start is not None and not -size <= start < size:
+            raise ValueError(f"{api}: the start of axis {axis} must be in [{-size}, {size}), got {start}")
+        if stop is not None and not -size - 1 <= stop <= size:
+            raise ValueError(f"{api}: the stop of axis {axis} must be in [{-size - 1}, {size}], got {stop}")
+        resolved = slice(start, stop, step).indices(size)
+        if not len(range(*resolved)):
+            raise ValueError(f"{api}: slice ({start}, {stop}, {step}) of axis {axis} (size {size}) selects nothing")
+        slices.append(tuple(int(v) for v in resolved))
+    slices = tuple(slices)
+    if all(s == (0, size, 1) for s, size in zip(slices, x.shape)) and name is None:
+        return x
+    return apply(Slice, (x,), name, slices=slices)
+
+
+def slice_(x, begin, size, name=None):
+    """``flow.slice(x, begin, size)``: ``begin`` and ``size`` hold one entry per axis of ``x``. ``begin[i]`` is the
+    first index (negative counts from the end; ``None`` means 0), ``size[i]`` the number of elements (``-1`` or
+    ``None``: to the end of the axis; a size reaching past the end stops there, as in OneFlow). BERT's
+    ``flow.slice(position_table, begin=[None, 0, 0], size=[None, seq_length, -1])`` keeps the first ``seq_length``
+    positions."""
+    api = "flow.slice"
+    x = as_tensor(x, argument="x")
+    for argument, value in (("begin", begin), ("size", size)):
+        if not isinstance(value, (list, tuple)) or len(value) != x.ndim:
+            raise ValueError(f"{api}: {argument} must be a list with one entry per axis of x {x.shape} "
+                             f"({x.ndim}), got {value!r}")
+        if not all(_is_index(v) for v in value):
+            raise ValueError(f"{api}: the entries of {argument} must be ints or None, got {value!r}")
+    tuples = []
+    for axis, (b, s, dim) in enumerate(zip(begin, size, x.shape)):
+        if b is not None and not -dim <= b < dim:
+            raise ValueError(f"{api}: begin[{axis}] must be in [{-dim}, {dim}) for axis {axis} of size {dim}, got {b}")
+        start = 0 if b is None else b % dim
+        if s is None or s == -1:
+            stop = dim
+        elif 0 < s <= dim:
+            stop = min(start + s, dim)
+        else:
+            raise ValueError(f"{api}: size[{axis}] must be -1, None or in [1, {dim}] for axis {axis} of size {dim}, "
+                             f"got {s}")
+        tuples.append((start, stop, 1))
+    return slice_v2(x, tuples, name=name)
+
+
+class Squeeze(Reshape):
+    prefix, api = "Squeeze_", "flow.squeeze"
+
+
+class ExpandDims(Reshape):
+    prefix, api = "ExpandDims_", "flow.expand_dims"
+
+
+def squeeze(input, axis=None, name=None):  # noqa: A002 - OneFlow's name
+    """``flow.squeeze(input, axis=None)``: without the given axes of size 1 (``None``: every axis of size 1)."""
+    api = Squeeze.api
+    x = as_tensor(input, argument="input")
+    if axis is None:
+        axes = tuple(i for i, d in enumerate(x.shape) if d == 1)
+    else:
+        if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool):
+            axis = [axis]
+        if not isinstance(axis, (list, tuple)) or not all(isinstance(a, (int, np.integer)) and
+                                                          not isinstance(a, bool) for a in axis):
+            raise TypeError(f"{api}: axis must be an int, a list of ints or None, got {axis!r}")
+        try:
+            axes = tuple(sorted({normalize_axis(a, x.ndim) for a in axis}))
+        except ShapeError as e:
+            raise shape_error(api, e) from None
+        wide = [a for a in axes if x.shape[a] != 1]
+        if wide:
+            raise shape_error(api, f"axis {wide[0]} of {x.logical_blob_name} {x.shape} has size "
+                                   f"{x.shape[wide[0]]}, not 1")
+    shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return x if shape == x.shape and name is None else apply(Squeeze, (x,), name, shape=shape)
+
+
+def expand_dims(input, axis, name=None):  # noqa: A002 - OneFlow's name
+    """``flow.expand_dims(input, axis)``: a new axis of size 1 at ``axis`` (in ``[-ndim - 1, ndim]``)."""
+    api = ExpandDims.api
+    x = as_tensor(input, argument="input")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -x.ndim - 1 <= axis <= x.ndim:
+        raise ValueError(f"{api}: axis must be an int in [{-x.ndim - 1}, {x.ndim}] for {x.logical_blob_name} "
+                         f"{x.shape}, got {axis!r}")
+    axis = int(axis) % (x.ndim + 1)
+    return apply(ExpandDims, (x,), name, shape=x.shape[:axis] + (1,) + x.shape[axis:])
 
 
 class Cast(Op):

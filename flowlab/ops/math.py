@@ -1,4 +1,5 @@
-"""``flow.math``: elementwise arithmetic with broadcasting, unary functions, reductions and ``matmul``."""
+"""``flow.math``: elementwise arithmetic with broadcasting (and ``flow.broadcast_like``), unary functions, reductions,
+``matmul`` and ``top_k``."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +7,8 @@ import numpy as np
 from .. import graph as g
 from ..errors import ShapeError
 from ..runtime import cublas
-from . import Op, apply, as_tensor, keeps_partials, normalize_axes, same_dtype, shape_error, spec, ufunc_op
+from . import (Op, apply, as_tensor, keeps_partials, normalize_axes, normalize_axis, same_dtype, shape_error, spec,
+               ufunc_op)
 from .array import reshape as _reshape
 
 
@@ -94,6 +96,29 @@ def broadcast_to(x, shape, name=None):
     return x if x.shape == shape else apply(BroadcastTo, (x,), name, shape=shape)
 
 
+def broadcast_like(x, like, broadcast_axes=None, name=None):
+    """``flow.broadcast_like(x, like, broadcast_axes=None)``: ``x`` repeated along ``broadcast_axes`` (axes of
+    ``like``; ``None``: all of them) to ``like``'s shape. ``x`` is ``like``'s shape with those axes either of size 1
+    or removed (the result of a reduction with or without ``keepdims``); the gradient sums them back."""
+    api = "flow.broadcast_like"
+    x, like = as_tensor(x, argument="x"), as_tensor(like, argument="like")
+    if broadcast_axes is None:
+        broadcast_axes = tuple(range(like.ndim))
+    if not isinstance(broadcast_axes, (list, tuple)) or not 0 < len(broadcast_axes) <= like.ndim:
+        raise ValueError(f"{api}: broadcast_axes must be a non-empty list of at most {like.ndim} axes of like "
+                         f"{like.shape}, got {broadcast_axes!r}")
+    try:
+        axes = {normalize_axis(a, like.ndim, "broadcast_axes") for a in broadcast_axes}
+    except ShapeError as e:
+        raise ValueError(f"{api}: {e}") from None
+    kept = tuple(1 if i in axes else d for i, d in enumerate(like.shape))
+    removed = tuple(d for i, d in enumerate(like.shape) if i not in axes)
+    if x.shape not in (kept, removed):
+        raise shape_error(api, f"x {x.logical_blob_name} must have shape {kept} or {removed} (like {like.shape} "
+                               f"reduced over axes {sorted(axes)}), got {x.shape}")
+    return broadcast_to(_reshape(x, kept), like.shape, name=name)
+
+
 # ------------------------------------------------------------------------------------------------- binary elementwise
 
 class _Binary(Op):
@@ -130,7 +155,7 @@ def _quotient_join(node, kinds, kind):
     return kind if kind in ("sum", "mean") and kinds[1] == "broadcast" else None
 
 
-Add = ufunc_op(_Binary, "Add", "flow.math.add", "add", "({0} + {1})", partial_join=_sum_or_difference_join,
+Add = ufunc_op(_Binary, "Add", "flow.math.add", "add", "({0} + {1})", partial_join=_sum_or_difference_join, is_sum=True,
                vjp=lambda node, dy: tuple(sum_to_shape(dy, x.shape) for x in node.inputs))
 Subtract = ufunc_op(_Binary, "Subtract", "flow.math.subtract", "subtract", "({0} - {1})", prefix="Sub_",
                     partial_join=_sum_or_difference_join,
@@ -289,6 +314,125 @@ class TanhGrad(OutputGrad):
         return xp.multiply(out, dy, out=out)
 
 
+_SQRT_HALF = 0.7071067811865476          # 1 / sqrt(2)
+_INV_SQRT_2PI = 0.3989422804014327       # 1 / sqrt(2 pi)
+
+
+# Numerical Recipes' erfcc (Chebyshev fit of erfc(z) exp(z^2) in t = 1 / (1 + z/2), z >= 0): relative error below
+# 1.2e-7 everywhere, float32's own precision, in ~25 float32 array passes (SciPy's float32 erfc goes through
+# float64 element by element: ~3x slower on a BERT's GELU)
+_ERFC_COEFFICIENTS = (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418,
+                      0.37409196, 1.00002368, -1.26551223)
+
+
+def _erfc_single(z):
+    """erfc of a float32 NumPy array (see ``_ERFC_COEFFICIENTS``), in a new array."""
+    a = np.abs(z)
+    t = a * np.float32(0.5)
+    t += 1
+    np.reciprocal(t, out=t)
+    poly = np.full_like(z, _ERFC_COEFFICIENTS[0])
+    for c in _ERFC_COEFFICIENTS[1:]:
+        poly *= t
+        poly += np.float32(c)
+    np.square(a, out=a)
+    poly -= a
+    np.exp(poly, out=poly)
+    poly *= t
+    return np.where(z < 0, np.float32(2) - poly, poly)      # erfc(-z) = 2 - erfc(z)
+
+
+def _normal_cdf(xp, x):
+    """``Φ(x) = erfc(-x / √2) / 2`` of a float array, through ``erfc``: ``1 + erf`` would cancel for negative x
+    (float32 GELU(-5) off by 25%). float32 on NumPy: ``_erfc_single``; otherwise SciPy's (or CuPy's) kernel when
+    installed, in place in one new array, else the standard library's ``math.erfc`` element by element (exact,
+    about 100 ns an element)."""
+    z = x * x.dtype.type(-_SQRT_HALF)
+    if xp is not np:
+        from cupyx.scipy.special import erfc
+        z = erfc(z, out=z) if z.dtype != np.float16 else erfc(z).astype(np.float16)
+    elif z.dtype == np.float32:
+        z = _erfc_single(z)
+    else:
+        try:
+            from scipy.special import erfc
+        except ImportError:
+            import math
+            z = np.frompyfunc(math.erfc, 1, 1)(z).astype(x.dtype)
+        else:
+            z = erfc(z, out=z) if z.dtype != np.float16 else erfc(z).astype(np.float16)
+    z *= x.dtype.type(0.5)
+    return z
+
+
+class Gelu(_FloatUnary):
+    """``x * Φ(x) = 0.5 x (1 + erf(x / √2))``, the exact GELU (OneFlow's kernel and PyTorch's default; OneFlow's
+    docstring shows the tanh approximation, which its kernel does not compute)."""
+    prefix, api = "Gelu_", "flow.math.gelu"
+    c_expr = f"((T)0.5 * {{0}} * erfc({{0}} * (T)-{_SQRT_HALF}))"
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        return xp.multiply(_normal_cdf(xp, x), x, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(GeluGrad, (node.inputs[0], node.output, dy)),)
+
+
+class GeluGrad(Op):
+    """``dy * (Φ(x) + x φ(x))``, ``φ`` the standard normal density, with ``Φ(x) = y / x`` read back from the forward
+    output ``y`` (``Φ(0) = 1/2``): no second ``erfc``."""
+    prefix, api = "GeluGrad_", "flow.math.gelu_grad"
+    c_expr = (f"({{2}} * (({{0}} != (T)0 ? {{1}} / {{0}} : (T)0.5) "
+              f"+ {{0}} * (T){_INV_SQRT_2PI} * exp((T)-0.5 * {{0}} * {{0}})))")
+    supports_out = True
+
+    @staticmethod
+    def infer(x, y, dy):
+        return spec(dy.shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, x, y, dy, out=None):
+        t = x.dtype.type
+        zero = x == 0
+        cdf = xp.divide(y, xp.where(zero, t(1), x))
+        cdf[zero] = t(0.5)
+        density = xp.square(x)
+        density *= t(-0.5)
+        xp.exp(density, out=density)
+        density *= x
+        density *= t(_INV_SQRT_2PI)
+        cdf += density
+        return xp.multiply(cdf, dy, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        """d/dx of ``g (Φ + x φ)`` is ``g φ (2 - x²)`` (a GELU's second derivative; ``y`` only caches ``x Φ(x)``, so
+        this is the whole derivative through ``x`` and ``y`` gets none), and d/dg is ``GeluGrad`` itself."""
+        x, y, g = node.inputs
+        density = multiply(exp(multiply(square(x), -0.5)), _INV_SQRT_2PI)
+        curvature = multiply(density, subtract(2.0, square(x)))
+        return multiply(multiply(dy, g), curvature), None, apply(GeluGrad, (x, y, dy))
+
+
+class Rsqrt(_FloatUnary):
+    """``1 / sqrt(x)``."""
+    prefix, api, c_expr = "Rsqrt_", "flow.math.rsqrt", "rsqrt({0})"
+    nonnegative = True
+
+    @staticmethod
+    def forward(xp, x, out=None):
+        out = xp.sqrt(x, out=out)
+        return xp.divide(1, out, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        """d/dx x^(-1/2) = -y³ / 2."""
+        y = node.output
+        return (multiply(dy, multiply(multiply(square(y), y), -0.5)),)
+
+
 class Pow(Op):
     prefix, api, c_expr = "ScalarPow_", "flow.math.pow", "pow({0}, (T){exponent})"
     supports_out = True
@@ -334,6 +478,10 @@ abs = _unary(Abs)  # noqa: A001 - OneFlow's name
 sign = _unary(Sign)
 sigmoid = _unary(Sigmoid)
 tanh = _unary(Tanh)
+
+
+gelu = _unary(Gelu)
+rsqrt = _unary(Rsqrt)
 
 
 def pow(x, exponent, name=None):  # noqa: A001 - OneFlow's name
@@ -602,6 +750,60 @@ def argmax(input, axis=-1, name=None):  # noqa: A002 - OneFlow's name
     except ShapeError as e:
         raise shape_error("flow.math.argmax", e) from None
     return apply(ArgMax, (x,), name, axis=axis)
+
+
+class TopK(Op):
+    """The int32 indices of the ``k`` largest entries along the last axis, largest first when ``sorted`` (else in
+    index order); among equal values the lower index comes first."""
+    prefix, api = "TopK_", "flow.math.top_k"
+
+    @staticmethod
+    def infer(x, k, sorted):
+        return spec(x.shape[:-1] + (k,), np.int32)
+
+    @staticmethod
+    def forward(xp, x, k, sorted):
+        n = x.shape[-1]
+        if k == 1:
+            picked = xp.argmax(x, axis=-1)[..., None]
+        elif xp is np and 4 * k < n:   # a partition first, then sort only the k kept (stable on ties by index)
+            part = np.argpartition(-x, k - 1, axis=-1)[..., :k]
+            values = np.take_along_axis(x, part, axis=-1)
+            # order the k kept: by value (descending), then by index
+            order = np.lexsort((part, -values), axis=-1)
+            picked = np.take_along_axis(part, order, axis=-1)
+            threshold = np.take_along_axis(values, order[..., -1:], axis=-1)
+            # argpartition may keep a later index of a value tied with the k-th: fall back where that happened
+            ties = (x == threshold).sum(axis=-1) > (values == threshold).sum(axis=-1)
+            if ties.any():
+                full = np.argsort(-x, axis=-1, kind="stable")[..., :k]
+                picked = np.where(ties[..., None], full, picked)
+        else:
+            picked = xp.argsort(-x, axis=-1, kind="stable")[..., :k]
+        if not sorted:
+            picked = xp.sort(picked, axis=-1)
+        return picked.astype(np.int32)
+
+
+def top_k(input, axis=-1, k=1, sorted=True, name=None):  # noqa: A002 - OneFlow's names
+    """``flow.math.top_k(input, axis=-1, k=1, sorted=True)``: as OneFlow, only the int32 *indices* of the ``k``
+    largest entries along ``axis`` (largest first when ``sorted``; ties: lower index first)."""
+    api = TopK.api
+    x = as_tensor(input, argument="input")
+    from . import normalize_axis
+    try:
+        axis = normalize_axis(axis, x.ndim)
+    except ShapeError as e:
+        raise shape_error(api, e) from None
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= x.shape[axis]:
+        raise ValueError(f"{api}: k must be an int in [1, {x.shape[axis]}] (the size of axis {axis} of "
+                         f"{x.logical_blob_name} {x.shape}), got {k!r}")
+    from .array import transpose
+    last = x.ndim - 1
+    perm = tuple(i for i in range(x.ndim) if i != axis) + (axis,)
+    moved = x if axis == last else transpose(x, perm)
+    out = apply(TopK, (moved,), name, k=int(k), sorted=bool(sorted))
+    return out if axis == last else transpose(out, tuple(int(i) for i in np.argsort(perm)))
 
 
 class _Compare(Op):

@@ -103,6 +103,10 @@ class Softmax(Op):
     nonnegative = True
 
     @staticmethod
+    def distribution_axis(node):
+        return node.attrs["axis"]
+
+    @staticmethod
     def infer(x, axis):
         if x.dtype.kind != "f":
             raise ShapeError(f"expects floating-point logits, got {x.dtype}")
@@ -269,8 +273,13 @@ class SparseSoftmaxCrossEntropyGrad(Op):
 
 
 def sparse_softmax_cross_entropy_with_logits(labels, logits, name=None):
-    """Per-example softmax cross-entropy of ``logits`` (``[..., classes]``) against integer ``labels`` (``[...]``)."""
+    """Per-example softmax cross-entropy of ``logits`` (``[..., classes]``) against integer ``labels`` (``[...]``).
+    As in OneFlow, labels of the logits' rank whose last axis has size 1 (BERT's ``(batch, 1)`` next-sentence
+    labels) lose that axis first."""
     labels, logits = as_tensor(labels, argument="labels"), as_tensor(logits, argument="logits")
+    if labels.ndim == logits.ndim and labels.ndim and labels.shape[-1] == 1:
+        from .array import squeeze
+        labels = squeeze(labels, axis=[-1])
     loss, _ = apply(SparseSoftmaxCrossEntropy, (labels, logits), name)
     loss.node.attrs["name"] = loss.node.name   # for the out-of-range label warning
     return loss

@@ -1,4 +1,5 @@
-"""``flow.layers.batch_normalization`` and OneFlow's fused ``batch_normalization_relu`` / ``_add_relu``.
+"""``flow.layers.batch_normalization``, OneFlow's fused ``batch_normalization_relu`` / ``_add_relu``, and
+``flow.layers.layer_norm`` (at the end).
 
 OneFlow 0.3.4's rules, kept here:
 
@@ -405,3 +406,102 @@ def batch_normalization_add_relu(inputs, addend=None, axis=-1, momentum=0.99, ep
                                 epsilon, center, scale, beta_initializer, gamma_initializer, beta_regularizer,
                                 gamma_regularizer, moving_mean_initializer, moving_variance_initializer, trainable,
                                 training, name)
+
+
+# -------------------------------------------------------------------------------------------------------- layer norm
+
+class LayerNorm(Op):
+    """``(x - mean) / sqrt(var + epsilon)`` over the axes from ``begin_norm_axis`` on (the biased variance, as
+    PyTorch's ``LayerNorm``); also outputs ``mean`` and ``inv_variance`` (``1 / sqrt(var + epsilon)``) of shape
+    ``x.shape[:begin_norm_axis]``, as OneFlow's ``layer_norm`` op does. float16 inputs are normalized in float32."""
+    prefix, api = "LayerNorm_", "flow.layers.layer_norm"
+    outputs = ("out", "mean", "inv_variance")
+
+    @staticmethod
+    def infer(x, begin_norm_axis, epsilon):
+        if x.dtype.kind != "f":
+            raise ShapeError(f"expects a floating-point tensor, got {x.logical_blob_name} of dtype {x.dtype}")
+        stats = x.shape[:begin_norm_axis]
+        return [spec(x.shape, x.dtype), spec(stats, x.dtype), spec(stats, x.dtype)]
+
+    @staticmethod
+    def forward(xp, x, begin_norm_axis, epsilon):
+        stats_shape = x.shape[:begin_norm_axis]
+        x2 = x.reshape(math.prod(stats_shape), -1)
+        if x2.dtype == np.float16:
+            x2 = x2.astype(np.float32)
+        mean = x2.mean(axis=1, keepdims=True)
+        centered = x2 - mean
+        # a row-wise dot on NumPy: no squared temporary
+        squares = xp.einsum("ij,ij->i", centered, centered) if xp is np else (centered * centered).sum(axis=1)
+        variance = squares[:, None] / centered.shape[1]
+        inv = 1 / xp.sqrt(variance + variance.dtype.type(epsilon))
+        centered *= inv
+        out = centered.reshape(x.shape).astype(x.dtype, copy=False)
+        return out, mean.reshape(stats_shape).astype(x.dtype), inv.reshape(stats_shape).astype(x.dtype)
+
+    @staticmethod
+    def vjp(node, dy, dmean=None, dinv=None):
+        if dmean is not None or dinv is not None:
+            raise ShapeError("the mean and inv_variance outputs of layer_norm are not differentiable")
+        return (apply(LayerNormGrad, (node.outputs[0], node.outputs[2], dy)),)
+
+
+class LayerNormGrad(Op):
+    """``dx = inv * (dy - mean(dy) - y * mean(dy * y))`` over the normalized axes, ``y`` the normalized output."""
+    prefix, api = "LayerNormGrad_", "layer_norm_grad"
+
+    @staticmethod
+    def infer(y, inv, dy):
+        return spec(dy.shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, y, inv, dy):
+        rows = inv.size
+        y2, dy2 = y.reshape(rows, -1), dy.reshape(rows, -1)
+        if dy2.dtype == np.float16:
+            y2, dy2 = y2.astype(np.float32), dy2.astype(np.float32)
+        n = y2.shape[1]
+        mean_dy = dy2.mean(axis=1, keepdims=True)
+        mean_dy_y = (xp.einsum("ij,ij->i", dy2, y2) if xp is np else (dy2 * y2).sum(axis=1))[:, None] / n
+        dx = dy2 - mean_dy
+        dx -= y2 * mean_dy_y
+        dx *= inv.reshape(rows, 1).astype(dx.dtype, copy=False)
+        return dx.reshape(dy.shape).astype(dy.dtype, copy=False)
+
+
+def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=1, begin_params_axis=-1,
+               epsilon=1e-5, name="LayerNorm"):
+    """``flow.layers.layer_norm``: normalizes over the axes from ``begin_norm_axis`` on, then scales by
+    ``<name>-gamma`` (ones) and shifts by ``<name>-beta`` (zeros), of shape ``inputs.shape[begin_params_axis:]``
+    (broadcast over the axes before). ``center`` / ``scale`` False leave out beta / gamma; without both nothing is
+    trainable. With ``begin_norm_axis = begin_params_axis = -1`` it equals PyTorch's ``LayerNorm(last_dim)``. The
+    normalizing op is named ``<name>`` (outputs ``out``, ``mean``, ``inv_variance``), the affine ops
+    ``<name>_scale`` and ``<name>_center``."""
+    api = LayerNorm.api
+    x = as_tensor(inputs, argument="inputs")
+    if name is None:
+        name = "LayerNorm"
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{api}: name must be a non-empty string, got {name!r}")
+    try:
+        norm_axis = normalize_axis(begin_norm_axis, x.ndim, "begin_norm_axis")
+        params_axis = normalize_axis(begin_params_axis, x.ndim, "begin_params_axis")
+    except ShapeError as e:
+        raise ValueError(f"{api}: {e} for inputs {x.shape}") from None
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
+        raise ValueError(f"{api}: epsilon must be a positive number, got {epsilon!r}")
+    from .math import add, multiply
+    out = apply(LayerNorm, (x,), name, begin_norm_axis=norm_axis, epsilon=float(epsilon))[0]
+    trainable = bool(trainable) and bool(center or scale)
+    param_shape = x.shape[params_axis:]
+    with g.name_scope(name):
+        gamma = get_variable("gamma", shape=param_shape, dtype=x.dtype, initializer=ones_initializer(),
+                             trainable=trainable) if scale else None
+        beta = get_variable("beta", shape=param_shape, dtype=x.dtype, initializer=zeros_initializer(),
+                            trainable=trainable) if center else None
+    if gamma is not None:
+        out = multiply(out, gamma, name=f"{name}_scale")
+    if beta is not None:
+        out = add(out, beta, name=f"{name}_center")
+    return out

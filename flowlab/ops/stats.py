@@ -602,6 +602,39 @@ class BatchNormStats(Op):
         return _written(xp, vector, out)
 
 
+def attention_vector(xp, probs):
+    """Per head (axis 1 of ``(batch, heads, queries, keys)`` attention probabilities), float64 on their device: the
+    mean over the batch and the queries of each row's entropy over the keys divided by the log of the number of keys
+    it may attend to (those of non-zero probability: a padding mask's -10000 gives exactly 0). 0: every query
+    attends to one key (a collapsed head); 1: to all alike (a uniform head). A row with one key left counts 0."""
+    p = probs.astype(xp.float64)
+    positive = p > 0
+    plogp = p * xp.log(xp.where(positive, p, 1.0))
+    entropy = -plogp.sum(axis=-1)                                      # (batch, heads, queries)
+    keys = positive.sum(axis=-1)
+    scale = xp.log(xp.maximum(keys, 2).astype(xp.float64))
+    normalized = xp.where(keys > 1, entropy / scale, 0.0)
+    return normalized.mean(axis=(0, 2))
+
+
+class AttentionStats(Op):
+    """``attention_vector`` of attention probabilities (``watch_health``): one value per head."""
+    prefix, api = "System-Health-Attention_", "flow.watch_health"
+    observes = True
+
+    @staticmethod
+    def infer(probs, into=None):
+        return spec((probs.shape[1],), np.float64)
+
+    @staticmethod
+    def forward(xp, probs, into=None):
+        vector = attention_vector(xp, probs)
+        if xp is np:
+            return vector
+        out = _slot(xp, into, vector.size)
+        return _written(xp, vector, out)
+
+
 class TensorStats(Op):
     """``stats_vector`` of its input as a graph op, so ``watch(..., stats=True)`` summarises on the device."""
     prefix, api = "TensorStats_", "watch stats"

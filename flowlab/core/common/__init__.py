@@ -1,0 +1,1 @@
+"""``oneflow.core.common``: ``data_type_pb2``."""

@@ -1,0 +1,173 @@
+"""Transformer health (``flow.watch_health`` on ``flowlab.examples.bert``): every attention block, layer norm and
+feed-forward layer is listed; attention entropy per head and the residual stream's growth are measured, and their
+alerts fire on deliberately broken nets (unscaled scores at a large initialisation, heads that cannot learn, branches
+that drown the stream) and stay quiet on a healthy one."""
+import math
+
+import numpy as np
+import pytest
+
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.examples import bert
+from flowlab.health import HealthReport, find_attention, find_residuals, health_alerts
+from flowlab.ops.stats import attention_vector
+
+BATCH, SEQ, PREDICTIONS, VOCAB = 8, 16, 3, 24
+
+
+def watched_bert(steps, lr=1e-3, window=3, before_health=None, **builder_options):
+    """Reports of ``steps`` train steps of a 2-layer, 2-head BERT built with ``builder_options`` (and the job);
+    ``before_health()`` runs in the job before ``watch_health``."""
+    builder = bert.BertBuilder(VOCAB, hidden=16, layers=2, heads=2, max_positions=SEQ, dropout=0.0,
+                               attention_dropout=0.0, **builder_options)
+    ids = tp.Numpy.Placeholder((BATCH, SEQ), dtype=flow.int32)
+    picks = tp.Numpy.Placeholder((BATCH, PREDICTIONS), dtype=flow.int32)
+    weights = tp.Numpy.Placeholder((BATCH, PREDICTIONS), dtype=flow.float32)
+    labels = tp.Numpy.Placeholder((BATCH, 1), dtype=flow.int32)
+    reports = []
+
+    @flow.global_function(type="train")
+    def train(input_ids: ids, input_mask: ids, segment_ids: ids, positions: picks, label_ids: picks,
+              label_weights: weights, nsp: labels) -> tp.Numpy:
+        total, _, _ = builder.pretraining_losses(input_ids, input_mask, segment_ids, positions, label_ids,
+                                                 label_weights, nsp)
+        flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [lr]), do_bias_correction=True
+                            ).minimize(total)
+        if before_health is not None:
+            before_health()
+        flow.watch_health(reports.append, window=window)
+        return total
+
+    examples = bert.pretraining_examples(BATCH * steps, seq_length=SEQ, vocab_size=VOCAB,
+                                         max_predictions=PREDICTIONS, seed=5)
+    for batch in bert.batches(examples, BATCH):
+        train(*batch)
+    flow.sync_default_session()       # the handler runs on the watch dispatcher's thread
+    return reports, train
+
+
+def kinds(report):
+    return {a.kind for a in report.alerts}
+
+
+TRANSFORMER_ALERTS = {"attention_collapsed", "attention_uniform", "residual_growth"}
+
+
+def test_reports_list_every_block_and_a_healthy_net_raises_no_transformer_alert():
+    reports, _ = watched_bert(3)
+    report = reports[-1]
+    for i in range(2):
+        layer = f"bert-encoder-layer_{i}"
+        for name in ("attention-self-query", "attention-self-key", "attention-self-value", "attention-output-dense",
+                     "attention-output-LayerNorm", "intermediate-dense", "output-dense", "output-LayerNorm"):
+            assert f"{layer}-{name}" in report.table
+        assert len(report.attention[f"{layer}-attention-self"]) == 2                      # one entropy per head
+        assert {f"{layer}-attention-output-residual", f"{layer}-output-residual"} <= set(report.residual)
+    assert list(report.attention) == [f"bert-encoder-layer_{i}-attention-self" for i in range(2)]
+    assert len(report.residual) == 4
+    # a small initialisation: every head near uniform, every branch small beside its stream
+    for heads in report.attention.values():
+        assert all(0.99 < e <= 1.0 for e in heads)
+    for row in report.residual.values():
+        assert row["growth"] == pytest.approx(1.0, abs=0.05) and row["branch_ratio"] < 0.2
+        assert row["stream_norm"] == pytest.approx(math.sqrt(BATCH * SEQ * 16), rel=0.05)   # a layer norm's output
+    assert not any(kinds(r) & TRANSFORMER_ALERTS for r in reports)      # uniform, but not yet for a whole window
+
+
+def test_entropy_and_residual_numbers_are_those_of_the_tensors():
+    """The report's numbers recomputed from the same call's attention probabilities and residual tensors, watched."""
+    from flowlab import graph as g
+    seen = {}
+
+    def watch_parts():
+        graph = g.current_graph("test")
+        for block, probs in find_attention(graph):
+            flow.watch(probs, lambda v, block=block: seen.__setitem__(block, v))
+        for r in find_residuals(graph):
+            for part in ("out", "stream", "branch"):
+                flow.watch(getattr(r, part), lambda v, key=(r.name, part): seen.__setitem__(key, v))
+
+    reports, _ = watched_bert(1, init_range=0.5, before_health=watch_parts)
+    report = reports[-1]
+    for block, heads in report.attention.items():
+        np.testing.assert_allclose(heads, attention_vector(np, seen[block]), rtol=1e-6)
+        assert 0.05 < min(heads) < 0.99           # neither collapsed nor uniform at this initialisation
+    for name, row in report.residual.items():
+        norm = {part: np.linalg.norm(seen[(name, part)].astype(np.float64)) for part in ("out", "stream", "branch")}
+        assert row["stream_norm"] == pytest.approx(norm["stream"], rel=1e-5)
+        assert row["growth"] == pytest.approx(norm["out"] / norm["stream"], rel=1e-5)
+        assert row["branch_ratio"] == pytest.approx(norm["branch"] / norm["stream"], rel=1e-5)
+
+
+def test_attention_vector_against_a_direct_computation():
+    rng = np.random.default_rng(0)
+    scores = rng.standard_normal((3, 2, 5, 6)) * 3
+    scores[..., 4:] = -10000.0                       # two padded keys: the entropy is over the other four
+    scores[1, 0, :, :4] = 0.0                        # one uniform head of one example
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    want = np.zeros(2)
+    for h in range(2):
+        rows = [-(p[:4] * np.log(p[:4])).sum() / np.log(4) for b in range(3) for p in probs[b, h]]
+        want[h] = np.mean(rows)
+    np.testing.assert_allclose(attention_vector(np, probs.astype(np.float32)), want, rtol=1e-5)
+    one_hot = np.zeros((1, 1, 2, 3))
+    one_hot[..., 1] = 1.0
+    assert attention_vector(np, one_hot).tolist() == [0.0]
+
+
+def test_unscaled_scores_at_a_large_initialisation_collapse_the_heads():
+    reports, _ = watched_bert(1, init_range=1.0, scale_attention=False)
+    report = reports[0]
+    assert "attention_collapsed" in kinds(report)
+    alert = next(a for a in report.alerts if a.kind == "attention_collapsed")
+    assert alert.layer in report.attention and "1/sqrt(head size)" in alert.message
+    assert min(min(heads) for heads in report.attention.values()) < 0.05
+
+
+def test_heads_that_cannot_learn_stay_uniform_and_are_reported_after_a_window():
+    reports, _ = watched_bert(5, lr=0.0, window=3)
+    assert not any("attention_uniform" in kinds(r) for r in reports[:3])     # not before a whole window
+    assert all("attention_uniform" in kinds(r) for r in reports[3:])
+    alert = next(a for a in reports[-1].alerts if a.kind == "attention_uniform")
+    assert "learn nothing" in alert.message and alert.layer.endswith("attention-self")
+
+
+def test_branches_that_drown_the_stream_are_reported():
+    reports, _ = watched_bert(1, init_range=3.0)
+    report = reports[0]
+    grown = [a.layer for a in report.alerts if a.kind == "residual_growth"]
+    assert grown and all(report.residual[name]["growth"] > 10 for name in grown)
+    assert all(name.endswith("-residual") for name in grown)
+
+
+def test_rules_are_pure_functions_of_the_numbers():
+    def report(step, heads, growth):
+        return HealthReport(step, {}, attention={"blk": heads},
+                            residual={"sum": {"stream_norm": 1.0, "growth": growth, "branch_ratio": growth - 1}})
+    history = [report(s, [0.99, 0.5], 1.1) for s in range(2)]
+    now = report(2, [0.995, 0.01], 50.0)
+    got = [(a.kind, a.layer) for a in health_alerts(history, now, {"window": 2})]
+    assert got == [("attention_collapsed", "blk"), ("attention_uniform", "blk"), ("residual_growth", "sum")]
+    assert "head 0 of attention block blk still attends" in health_alerts(history, now, {"window": 2})[1].message
+    assert health_alerts(history, now, {"window": 3, "attention_collapsed": 0.001, "residual_growth": 100}) == []
+
+
+def test_networks_without_attention_get_no_transformer_rows():
+    @flow.global_function(type="train")
+    def residual_mlp(x: tp.Numpy.Placeholder((4, 8))) -> tp.Numpy:
+        h = flow.layers.dense(x, 8, activation=flow.nn.relu, name="hidden")
+        y = flow.layers.dense(x + h, 1, name="out")
+        loss = flow.math.reduce_mean(y * y)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        flow.watch_health(reports.append)
+        return loss
+    reports = []
+    residual_mlp(np.ones((4, 8), np.float32))
+    flow.sync_default_session()
+    assert reports[0].attention == {} and reports[0].residual == {}
+    graph = residual_mlp.compiled(((4, 8),)).graph
+    residuals = find_residuals(graph)
+    assert find_attention(graph) == [] and len(residuals) == 1     # a residual sum, but no attention: not watched
+    assert residuals[0].stream.node.op.is_placeholder and residuals[0].branch.node.name.startswith("hidden")

@@ -1,0 +1,414 @@
+"""The ops a transformer needs beyond the CNN set: slice / slice_v2, squeeze / expand_dims, broadcast_like, where,
+gelu, rsqrt, top_k, layer_norm, and the attention shapes of matmul / softmax / cast. Kernels against PyTorch (or
+NumPy where PyTorch has no such op), gradients by finite differences in float64 (``gradcheck.check_grad``)."""
+import inspect
+
+import numpy as np
+import pytest
+
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.errors import ShapeError
+from gradcheck import check_grad
+
+
+def run(build, *arrays, job_type="predict"):
+    """The outputs of ``build`` on ``arrays`` in one job (a list)."""
+    params = [inspect.Parameter(f"x{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                annotation=tp.Numpy.Placeholder(a.shape, dtype=a.dtype)) for i, a in enumerate(arrays)]
+
+    def job(*xs):
+        out = build(*xs)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+    job.__signature__ = inspect.Signature(params, return_annotation=tp.Bundle[tp.Numpy])
+    job.__name__ = "transformer_ops_job"
+    return flow.global_function(type=job_type)(job)(*arrays)
+
+
+def rnd(*shape, seed=0, dtype=np.float64):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------- slicing
+
+def test_slice_as_bert_takes_positions_and_the_first_token():
+    table = rnd(1, 16, 4, dtype=np.float32)
+    seq = rnd(2, 8, 4, seed=1, dtype=np.float32)
+    positions, first = run(lambda t, s: [flow.slice(t, begin=[None, 0, 0], size=[None, 5, -1]),
+                                         flow.slice(s, [None, 0, 0], [None, 1, -1])], table, seq)
+    np.testing.assert_array_equal(positions, table[:, :5, :])
+    np.testing.assert_array_equal(first, seq[:, :1, :])
+
+
+def test_slice_negative_begin_and_a_size_past_the_end():
+    x = np.arange(30, dtype=np.float32).reshape(5, 6)
+    out, = run(lambda t: flow.slice(t, [-2, 3], [None, 10 - 4]), x)    # rows 3..4, columns 3..5 (size clipped)
+    np.testing.assert_array_equal(out, x[3:, 3:])
+
+
+@pytest.mark.parametrize("tuples", [
+    [[None, None, None], [0, 5, 2], [0, 6, 3]],     # OneFlow's docstring example
+    [[1, None, None], [-1, None, -2]],              # negative step from the end; last axis taken whole
+    [[None, -1, 1], [4, 0, -1], [8, -10, -4]],
+])
+def test_slice_v2_matches_torch_and_python_slicing(tuples):
+    torch = pytest.importorskip("torch")
+    x = rnd(3, 6, 9, dtype=np.float32)
+    out, = run(lambda t: flow.slice_v2(t, tuples), x)
+    index = tuple(slice(*t) for t in tuples)
+    np.testing.assert_array_equal(out, x[index])
+    if all((t[2] or 1) > 0 for t in tuples):       # torch has no negative steps
+        np.testing.assert_array_equal(out, torch.from_numpy(x)[index].numpy())
+
+
+@pytest.mark.parametrize("build", [
+    lambda t: flow.slice(t, [None, 1, 0], [None, 3, -1]),
+    lambda t: flow.slice_v2(t, [[None, None, None], [4, 0, -2], [1, None, 2]]),
+], ids=["slice", "slice_v2_strided"])
+def test_slice_gradient(build):
+    check_grad(build, rnd(2, 5, 4))
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda t: flow.slice(t, [0, 0], [1, 1]), "begin must be a list with one entry per axis"),
+    (lambda t: flow.slice(t, [0, 0, 7], [1, 1, 1]), r"begin\[2\] must be in \[-4, 4\)"),
+    (lambda t: flow.slice(t, [0, 0, 0], [1, 0, 1]), r"size\[1\] must be -1, None or in \[1, 3\]"),
+    (lambda t: flow.slice(t, [0, 0.5, 0], [1, 1, 1]), "entries of begin must be ints or None"),
+    (lambda t: flow.slice_v2(t, [[0, 1, 0]]), "step of axis 0 must not be 0"),
+    (lambda t: flow.slice_v2(t, [[None, None, None], [3, None, None]]), r"start of axis 1 must be in \[-3, 3\)"),
+    (lambda t: flow.slice_v2(t, [[None, None, None], [2, 1, None]]), "selects nothing"),
+    (lambda t: flow.slice_v2(t, [(0, 1)]), r"entry 0 of slice_tup_list must be a \(start, stop, step\)"),
+])
+def test_slice_bad_arguments_are_named(call, match):
+    with pytest.raises(ValueError, match=match):
+        run(call, rnd(2, 3, 4, dtype=np.float32))
+
+
+# ------------------------------------------------------------------------------- squeeze, expand_dims, broadcast_like
+
+def test_squeeze_and_expand_dims_match_torch():
+    torch = pytest.importorskip("torch")
+    x = rnd(1, 3, 1, 2, dtype=np.float32)
+    every, some, grown, grown_end = run(lambda t: [flow.squeeze(t), flow.squeeze(t, axis=[-2]),
+                                                   flow.expand_dims(t, axis=1), flow.expand_dims(t, -1)], x)
+    tx = torch.from_numpy(x)
+    np.testing.assert_array_equal(every, tx.squeeze().numpy())
+    np.testing.assert_array_equal(some, tx.squeeze(2).numpy())
+    np.testing.assert_array_equal(grown, tx.unsqueeze(1).numpy())
+    assert grown_end.shape == (1, 3, 1, 2, 1)
+
+
+def test_squeeze_expand_dims_gradients():
+    check_grad(lambda t: flow.expand_dims(flow.squeeze(t, axis=[0]), 2) * 1.5, rnd(1, 3, 2))
+
+
+def test_squeeze_refuses_a_wide_axis():
+    with pytest.raises(ShapeError, match="axis 1 of .* has size 3, not 1"):
+        run(lambda t: flow.squeeze(t, axis=[1]), rnd(1, 3, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"axis must be an int in \[-3, 2\]"):
+        run(lambda t: flow.expand_dims(t, 3), rnd(1, 3, dtype=np.float32))
+
+
+def test_broadcast_like_keepdims_and_removed_axes():
+    like = np.zeros((3, 4, 2), np.float32)
+    kept = rnd(3, 1, 1, dtype=np.float32)
+    removed = rnd(4, seed=1, dtype=np.float32)
+    a, b = run(lambda lk, k, r: [flow.broadcast_like(k, lk, broadcast_axes=(1, 2)),
+                                 flow.broadcast_like(r, lk, broadcast_axes=[0, -1])], like, kept, removed)
+    np.testing.assert_array_equal(a, np.broadcast_to(kept, like.shape))
+    np.testing.assert_array_equal(b, np.broadcast_to(removed[None, :, None], like.shape))
+    with pytest.raises(ShapeError, match=r"must have shape \(3, 1, 2\) or \(3, 2\)"):
+        run(lambda lk, k: flow.broadcast_like(k, lk, broadcast_axes=[1]), like, kept)
+
+
+def test_broadcast_like_gradient_sums_the_broadcast_axes():
+    like = np.zeros((2, 3, 4))
+    check_grad(lambda k, lk: flow.broadcast_like(k, lk, broadcast_axes=[1]), rnd(2, 4), like, wrt=[0])
+
+
+# ------------------------------------------------------------------------------------------------------------ where
+
+def test_where_matches_torch_with_broadcasting():
+    torch = pytest.importorskip("torch")
+    cond = np.array([[3, 0, 1, 0]], np.int32)
+    x, y = rnd(3, 4, dtype=np.float32), rnd(3, 1, seed=1, dtype=np.float32)
+    out, with_number = run(lambda c, a, b: [flow.where(c, a, b), flow.where(c, a, -1.0)], cond, x, y)
+    want = torch.where(torch.from_numpy(cond) != 0, torch.from_numpy(x), torch.from_numpy(y)).numpy()
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(with_number, np.where(cond != 0, x, -1.0))
+
+
+def test_where_gradient():
+    cond = np.array([[1, 0, 0, 2], [0, 1, 1, 0], [5, 0, 0, 0]], np.int8)
+    check_grad(lambda c, a, b: flow.where(c, a, b), cond, rnd(3, 4), rnd(1, 4, seed=2))
+
+
+def test_where_refuses_the_argwhere_form_and_one_sided_calls():
+    with pytest.raises(ValueError, match="data-dependent shape"):
+        run(lambda c: flow.where(c), np.ones(3, np.int32))
+    with pytest.raises(ValueError, match="give both x and y"):
+        run(lambda c: flow.where(c, c), np.ones(3, np.int32))
+
+
+# --------------------------------------------------------------------------------------------------- gelu and rsqrt
+
+def test_gelu_matches_torch_erf_form():
+    """PyTorch's GELU is the erf form; flowlab's goes through erfc, so for very negative x it stays exact where
+    ``1 + erf`` cancels (PyTorch's float32 GELU(-5) is off by 25%, its float64 GELU(-8) by 2%): compared with
+    PyTorch in float64 to absolute 1e-15, and with the standard library's exact ``erfc`` relatively."""
+    import math
+    torch = pytest.importorskip("torch")
+    x = np.concatenate([np.linspace(-8, 8, 161), [-30.0, 30.0]])
+    exact = np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x])
+    single, double = run(lambda a, b: [flow.math.gelu(a), flow.math.gelu(b)], x.astype(np.float32), x)
+    np.testing.assert_allclose(double, torch.nn.functional.gelu(torch.from_numpy(x)).numpy(), rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(double, exact, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(single, exact.astype(np.float32), rtol=1e-5, atol=1e-30)
+
+
+def test_gelu_without_scipy_uses_the_standard_library(monkeypatch):
+    import sys
+    from flowlab.ops.math import _normal_cdf
+    x = np.linspace(-9, 9, 37)
+    with_scipy = _normal_cdf(np, x)
+    monkeypatch.setitem(sys.modules, "scipy.special", None)     # import scipy.special now raises ImportError
+    without = _normal_cdf(np, x.astype(np.float32))
+    assert without.dtype == np.float32
+    np.testing.assert_allclose(_normal_cdf(np, x), with_scipy, rtol=1e-14)
+    np.testing.assert_allclose(without, with_scipy, rtol=1e-5)     # float32 rounding of -x / sqrt(2)
+
+
+def test_gelu_gradient_matches_torch_and_finite_differences():
+    torch = pytest.importorskip("torch")
+    x = rnd(4, 5) * 2
+    x[0, 0] = 0.0                          # Φ(0) = 1/2: the gradient reads Φ back as y / x elsewhere
+    check_grad(flow.math.gelu, x)
+    upstream = rnd(4, 5, seed=1)
+    from flowlab.autodiff import gradients
+    grad, = run(lambda t, w: gradients([flow.math.reduce_sum(flow.math.gelu(t) * w)], [t],
+                                       [flow.constant(1.0, dtype=flow.float64)]), x, upstream)
+    tx = torch.from_numpy(x).requires_grad_()
+    (torch.nn.functional.gelu(tx) * torch.from_numpy(upstream)).sum().backward()
+    np.testing.assert_allclose(grad, tx.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_gelu_gradient_of_gradient():
+    """GeluGrad is differentiable (in x and in dy): a gradient penalty through a GELU."""
+    from flowlab.autodiff import gradients
+
+    def build(t):
+        y = flow.math.reduce_sum(flow.math.gelu(t))
+        dx, = gradients([y], [t], [flow.constant(1.0, dtype=flow.float64)])
+        return dx * dx
+    check_grad(build, rnd(3, 4))
+
+
+def test_rsqrt_matches_torch_and_its_gradient():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).uniform(0.1, 4.0, (3, 4))
+    out, = run(flow.math.rsqrt, x)
+    np.testing.assert_allclose(out, torch.rsqrt(torch.from_numpy(x)).numpy(), rtol=1e-15)
+    check_grad(flow.math.rsqrt, x)
+
+
+# ----------------------------------------------------------------------------------------------------------- top_k
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_top_k_indices_match_torch(k, axis):
+    torch = pytest.importorskip("torch")
+    x = rnd(8, 40, dtype=np.float32) if axis == -1 else rnd(40, 8, dtype=np.float32)
+    out, = run(lambda t: flow.math.top_k(t, axis=axis, k=k), x)
+    want = torch.topk(torch.from_numpy(x), k, dim=axis).indices.numpy()
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, want)
+
+
+def test_top_k_ties_take_the_lower_index_and_unsorted_keeps_index_order():
+    x = np.array([[1, 5, 5, 0, 5, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]], np.float32)
+    top, unsorted, near_tie = run(lambda t: [flow.math.top_k(t, k=2), flow.math.top_k(t, k=3, sorted=False),
+                                             flow.math.top_k(t, k=4)], x)
+    np.testing.assert_array_equal(top, [[1, 2]])
+    np.testing.assert_array_equal(unsorted, [[1, 2, 4]])
+    np.testing.assert_array_equal(near_tie, [[1, 2, 4, 5]])      # among the many 2s, the first
+
+
+def test_top_k_k_out_of_range():
+    with pytest.raises(ValueError, match=r"k must be an int in \[1, 4\]"):
+        run(lambda t: flow.math.top_k(t, k=5), rnd(2, 4, dtype=np.float32))
+
+
+def test_argmax_matches_torch():
+    torch = pytest.importorskip("torch")
+    x = rnd(3, 5, 4, dtype=np.float32)
+    out, = run(lambda t: flow.math.argmax(t, axis=1), x)
+    np.testing.assert_array_equal(out, torch.argmax(torch.from_numpy(x), dim=1).numpy())
+
+
+# ------------------------------------------------------------------------------------------------------- layer norm
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float32, 2e-5), (np.float64, 1e-12)])
+def test_layer_norm_matches_torch_layer_norm(dtype, rtol):
+    torch = pytest.importorskip("torch")
+    x = (rnd(4, 6, 16, dtype=dtype) * 3 + 1).astype(dtype)
+    gamma, beta = rnd(16, seed=1, dtype=dtype), rnd(16, seed=2, dtype=dtype)
+
+    def build(t):
+        return flow.layers.layer_norm(t, name="ln", begin_norm_axis=-1, begin_params_axis=-1)
+    flow.clear_default_session()
+    run(build, x)                          # declares ln-gamma / ln-beta
+    variables = flow.get_all_variables()
+    assert set(variables) == {"ln-gamma", "ln-beta"}
+    flow.load_variables({"ln-gamma": gamma, "ln-beta": beta})
+    out, = run(build, x)
+    layer = torch.nn.LayerNorm(16, eps=1e-5).to(torch.float64 if dtype == np.float64 else torch.float32)
+    with torch.no_grad():
+        layer.weight.copy_(torch.from_numpy(gamma))
+        layer.bias.copy_(torch.from_numpy(beta))
+        want = layer(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(out, want, rtol=rtol, atol=rtol)
+
+
+def test_layer_norm_over_several_axes_with_params_on_the_last():
+    """``begin_norm_axis=1``: statistics over every axis but the batch; gamma/beta of the last axis broadcast."""
+    torch = pytest.importorskip("torch")
+    x = rnd(3, 5, 4)
+    out, = run(lambda t: flow.layers.layer_norm(t, name="ln_wide", epsilon=1e-3), x)
+    want = torch.nn.functional.layer_norm(torch.from_numpy(x), (5, 4), eps=1e-3).numpy()
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("begin_norm_axis,begin_params_axis", [(-1, -1), (1, -1), (1, 1), (2, 1)])
+def test_layer_norm_gradient_wrt_input(begin_norm_axis, begin_params_axis):
+    def build(t):
+        return flow.layers.layer_norm(t, begin_norm_axis=begin_norm_axis, begin_params_axis=begin_params_axis,
+                                      name=f"ln_grad_{begin_norm_axis}_{begin_params_axis}")
+    check_grad(build, rnd(2, 3, 5) * 2 + 0.5)
+
+
+def test_layer_norm_gradients_match_torch_including_gamma_and_beta():
+    torch = pytest.importorskip("torch")
+    from flowlab.autodiff import gradients
+    x, upstream = rnd(6, 8) * 2, rnd(6, 8, seed=3)
+
+    def build(t, w):
+        y = flow.layers.layer_norm(t, name="ln_torch_grad", begin_norm_axis=-1)
+        graph_vars = [v for v in (flow.get_variable("ln_torch_grad-gamma", shape=(8,), dtype=flow.float64),
+                                  flow.get_variable("ln_torch_grad-beta", shape=(8,), dtype=flow.float64))]
+        return gradients([flow.math.reduce_sum(y * w)], [t] + graph_vars,
+                         [flow.constant(1.0, dtype=flow.float64)])
+    dx, dgamma, dbeta = run(build, x, upstream)
+    tx = torch.from_numpy(x).requires_grad_()
+    layer = torch.nn.LayerNorm(8, eps=1e-5).double()
+    (layer(tx) * torch.from_numpy(upstream)).sum().backward()
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(dgamma, layer.weight.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(dbeta, layer.bias.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_layer_norm_names_scope_and_flags():
+    @flow.global_function()
+    def job(x: tp.Numpy.Placeholder((2, 4))) -> tp.Numpy:
+        with flow.scope.namespace("enc"):
+            a = flow.layers.layer_norm(x, begin_norm_axis=-1)
+        b = flow.layers.layer_norm(x, center=False, name="only_scale")
+        c = flow.layers.layer_norm(x, center=False, scale=False, name="bare")
+        return a + b + c
+    job(np.ones((2, 4), np.float32))
+    graph = job.compiled(((2, 4),)).graph
+    names = {n.name for n in graph.nodes}
+    assert {"enc-LayerNorm", "enc-LayerNorm_scale", "enc-LayerNorm_center", "only_scale", "bare"} <= names
+    declared = flow.get_all_variables()
+    assert {"enc-LayerNorm-gamma", "enc-LayerNorm-beta", "only_scale-gamma"} <= set(declared)
+    assert "only_scale-beta" not in declared and not any(k.startswith("bare-") for k in declared)
+
+
+def test_layer_norm_float16_matches_float32():
+    x = rnd(4, 32, dtype=np.float32) * 4
+    half, single = run(lambda a, b: [flow.layers.layer_norm(a, name="h", begin_norm_axis=-1),
+                                     flow.layers.layer_norm(b, name="s", begin_norm_axis=-1)],
+                       x.astype(np.float16), x)
+    assert half.dtype == np.float16
+    np.testing.assert_allclose(half.astype(np.float32), single, atol=5e-3)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"begin_norm_axis": 3}, r"begin_norm_axis must be an int in \[-2, 2\)"),
+    ({"epsilon": 0}, "epsilon must be a positive number"),
+    ({"name": 5}, "name must be a non-empty string"),
+])
+def test_layer_norm_bad_arguments(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        run(lambda t: flow.layers.layer_norm(t, **kwargs), rnd(2, 4, dtype=np.float32))
+
+
+# ------------------------------------------------------------------------ attention shapes: matmul, softmax, cast
+
+def test_attention_scores_and_context_match_torch():
+    """(B, H, S, D) batched products with transpose_b, softmax over the last axis, as BERT's self-attention."""
+    torch = pytest.importorskip("torch")
+    q, k, v = (rnd(2, 3, 5, 4, seed=s, dtype=np.float32) for s in range(3))
+    mask = rnd(2, 1, 5, 5, seed=4, dtype=np.float32)
+    scores, probs, context = run(lambda a, b, c, m: _attention(a, b, c, m), q, k, v, mask)
+    tq, tk, tv, tm = map(torch.from_numpy, (q, k, v, mask))
+    want_scores = tq @ tk.transpose(-1, -2) * 0.5 + tm
+    want_probs = torch.softmax(want_scores, dim=-1)
+    np.testing.assert_allclose(scores, want_scores.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(probs, want_probs.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(context, (want_probs @ tv).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _attention(q, k, v, mask):
+    scores = flow.matmul(q, k, transpose_b=True) * 0.5 + mask
+    probs = flow.nn.softmax(scores)
+    return [scores, probs, flow.matmul(probs, v)]
+
+
+def test_attention_gradient():
+    check_grad(lambda a, b, c: _attention(a, b, c, flow.constant(0.0, dtype=flow.float64))[2],
+               rnd(2, 2, 3, 4), rnd(2, 2, 3, 4, seed=1), rnd(2, 2, 3, 4, seed=2))
+
+
+@pytest.mark.parametrize("transpose_a,transpose_b", [(True, False), (True, True)])
+def test_batched_matmul_transposes_match_torch(transpose_a, transpose_b):
+    torch = pytest.importorskip("torch")
+    a = rnd(2, 3, 4, 5, dtype=np.float32)
+    b = rnd(2, 3, 6, 4, seed=1, dtype=np.float32) if transpose_b else rnd(2, 3, 4, 6, seed=1, dtype=np.float32)
+    out, = run(lambda x, y: flow.matmul(x, y, transpose_a=transpose_a, transpose_b=transpose_b), a, b)
+    ta, tb = torch.from_numpy(a).transpose(-1, -2), torch.from_numpy(b)
+    want = ta @ (tb.transpose(-1, -2) if transpose_b else tb)
+    np.testing.assert_allclose(out, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_softmax_on_any_axis_matches_torch(axis):
+    torch = pytest.importorskip("torch")
+    x = rnd(3, 4, 5, dtype=np.float32) * 3
+    out, = run(lambda t: flow.nn.softmax(t, axis=axis), x)
+    np.testing.assert_allclose(out, torch.softmax(torch.from_numpy(x), dim=axis).numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")
+def test_cast_between_half_single_and_integers_matches_torch():
+    torch = pytest.importorskip("torch")
+    x = np.array([-2.7, -0.5, 0.4, 1.5, 65504.0, 70000.0, 3.14159], np.float32)
+    half, back, ints, from_int = run(lambda t: [flow.cast(t, flow.float16), flow.cast(flow.cast(t, flow.float16),
+                                                                                      flow.float32),
+                                                flow.cast(t, flow.int32),
+                                                flow.cast(flow.cast(t, flow.int32), flow.float16)], x)
+    tx = torch.from_numpy(x)
+    np.testing.assert_array_equal(half, tx.half().numpy())              # 70000 overflows to inf in both
+    np.testing.assert_array_equal(back, tx.half().float().numpy())
+    np.testing.assert_array_equal(ints, tx.int().numpy())                # truncation toward zero
+    np.testing.assert_array_equal(from_int, tx.int().half().numpy())
+
+
+def test_sparse_softmax_cross_entropy_takes_labels_with_a_trailing_axis_of_one():
+    """BERT's next-sentence labels are (batch, 1) against (batch, 2) logits: OneFlow squeezes that axis."""
+    logits = rnd(4, 2, dtype=np.float32)
+    labels = np.array([0, 1, 1, 0], np.int32)
+    flat, column = run(lambda lg, a, b: [flow.nn.sparse_softmax_cross_entropy_with_logits(a, lg),
+                                         flow.nn.sparse_softmax_cross_entropy_with_logits(b, lg)],
+                       logits, labels, labels[:, None])
+    assert column.shape == (4,)
+    np.testing.assert_array_equal(flat, column)
