@@ -4,9 +4,9 @@ A run has one colour for the life of the server, the same in every session and o
 take the colours of ``flowlab.plots.colours.run_colours`` in the order the server first sees them: colorcet's Glasbey
 palette (which starts with Category10's ten) moved to a mid lightness, so that every run colour has at least 3 : 1
 contrast with the plot's background in the light and in the dark scheme (Category10's orange, pink, olive and cyan
-had 2–2.6 : 1 on white, some Glasbey colours 1.2 : 1), and ordered so that the first 38 runs are each at least ΔE 20
-(CIE76) from every other. 255 runs get 255 colours; past that the palette repeats (the list and hovers still name
-every run).
+had 2–2.6 : 1 on white, some Glasbey colours 1.2 : 1), without the reds that would read as a NaN mark (Category10's red
+among them), and ordered so that the first 37 runs are each at least ΔE 20 (CIE76) from every other. 249 runs get
+249 colours; past that the palette repeats (the list and hovers still name every run).
 
 ``RunSelection`` is one session's run list: a table with a checkbox, a colour swatch and the name of each run, a
 search box (RE2, so a typed pattern cannot stall the server: see ``filters``), and buttons that check or uncheck the

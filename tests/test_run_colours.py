@@ -47,12 +47,12 @@ def test_twenty_runs_are_each_at_least_delta_e_20_from_every_other():
     assert palette_colour(len(colours.run_colours())) == palette_colour(0)
 
 
-def test_category10_hues_stay_first_moved_only_in_lightness():
-    """The first ten are Category10's hues: blue, orange, green, red, purple, brown, pink, grey, olive, cyan. Those
-    already readable stay exactly as they were."""
-    first = [palette_colour(i) for i in range(10)]
-    assert first[0] == "#1f77b3" and first[3] == "#d62628" and first[7] == "#7e7e7e"
-    source = cielab(["#1f77b3", "#ff7e0e", "#2ba02b", "#d62628", "#9367bc", "#8c564b", "#e277c1", "#7e7e7e",
+def test_category10_hues_but_red_stay_first_moved_only_in_lightness():
+    """The first nine are Category10's hues but its red, which is the NaN marks' (ALARM): blue, orange, green,
+    purple, brown, pink, grey, olive, cyan. Those already readable stay exactly as they were."""
+    first = [palette_colour(i) for i in range(9)]
+    assert first[0] == "#1f77b3" and first[3] == "#9367bc" and first[6] == "#7e7e7e"
+    source = cielab(["#1f77b3", "#ff7e0e", "#2ba02b", "#9367bc", "#8c564b", "#e277c1", "#7e7e7e",
                      "#bcbc21", "#16bdcf"])
     moved = cielab(first)
     hue = lambda lab: np.degrees(np.arctan2(lab[:, 2], lab[:, 1]))
@@ -69,3 +69,16 @@ def test_readable_palette_checks_what_it_is_given():
     rng = np.random.default_rng(0)
     made = colours.readable_palette(["#%06x" % v for v in rng.integers(0, 2 ** 24, 50)])
     assert min(wcag_contrast(c, b) for c in made for b in ("#ffffff", colours.DARK_BACKGROUND)) >= 3.0
+
+
+def test_no_run_or_category_colour_reads_as_the_nan_red():
+    """NaN/Inf ticks and alerts are ALARM red on every plot: a run's line, a graph category's box or a projector class
+    in that red would read as an alarm (the Graph tab drew activations in Category10's red beside its NaN legend)."""
+    from flowlab.dashboard.views.graph import CATEGORY_COLORS
+    from flowlab.plots.colours import ALARM, cielab, run_colours
+    palette = run_colours()
+    apart = np.linalg.norm(cielab(list(palette)) - cielab([ALARM]), axis=1)
+    assert apart.min() >= 20
+    assert set(CATEGORY_COLORS.values()) <= set(palette)
+    with_red = colours.readable_palette(["#1f77b4", "#d62728", "#2ca02c"], reserved=())
+    assert len(with_red) == 3 and len(colours.readable_palette(["#1f77b4", "#d62728", "#2ca02c"])) == 2

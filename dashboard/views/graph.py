@@ -54,7 +54,8 @@ from bokeh.plotting import figure
 from grandalf.graphs import Edge, Vertex, graph_core
 from grandalf.layouts import SugiyamaLayout
 
-from flowlab.plots.figures import ALARM, CATEGORICAL, value_labels
+from flowlab.plots.colours import run_colours
+from flowlab.plots.figures import ALARM, value_labels
 from flowlab.plots.health import LINEAR, NONFINITE, color_scale, scale_values, value_range
 from flowlab.summary import proto
 
@@ -103,7 +104,7 @@ CATEGORY_RULES = (
     ("shape", r"reshape|transpose|concat|split|squeeze|flatten|slice|gather|view|expand|identity|cast|pad|permute"),
 )
 CATEGORY_COLORS = dict(zip(("input", "variable", "matmul/conv", "activation", "loss", "shape", "gradient", "other",
-                            "optimizer", "scope"), CATEGORICAL))
+                            "optimizer", "scope"), run_colours()))
 
 
 def _tint(colour, share=0.22):

@@ -40,7 +40,7 @@ from bokeh.core.properties import value
 from bokeh.models import ColumnDataSource, Div, HoverTool, Legend, LegendItem, Select
 from bokeh.plotting import figure
 
-from flowlab.plots.figures import CATEGORICAL
+from flowlab.plots.colours import run_colours
 from flowlab.summary.projector import (CONFIG_FILE, MAX_SPRITE_BYTES, MAX_SPRITE_PIXELS, UnsafePath, read_file_capped,
                                       read_projector, unmatched_note)
 
@@ -190,7 +190,8 @@ def categories(labels: list, limit: int = 20) -> tuple[list, list]:
         except ValueError:
             return (1, 0.0, v)
     order = sorted(kept, key=key) if all(key(v)[0] == 0 for v in kept) else sorted(kept)
-    color = {v: CATEGORICAL[i % len(CATEGORICAL)] for i, v in enumerate(order)}
+    palette = run_colours()
+    color = {v: palette[i % len(palette)] for i, v in enumerate(order)}
     return ([v if v in kept else "other" for v in labels], [color.get(v, OTHER_COLOR) for v in labels])
 
 
@@ -405,7 +406,7 @@ class ProjectorView(View):
         first = {}
         for j, c in enumerate(category):
             first.setdefault(c, j)
-        rank = {c: i for i, c in enumerate(CATEGORICAL)}
+        rank = {c: i for i, c in enumerate(run_colours())}
         entries = sorted(first.items(), key=lambda item: rank.get(colors[item[1]], len(rank)))
         self.legend.items = [LegendItem(label=value(c), renderers=[self.points], index=j) for c, j in entries]
         self.hover.tooltips = _TOOLTIP_WITH_THUMB if any(thumbs) else [("label", "@label")]

@@ -18,6 +18,7 @@ import numpy as np
 LIGHT_BACKGROUND = "#ffffff"        # a card's plot in the light scheme
 DARK_BACKGROUND = "#1b1f24"         # ... and in the dark scheme (dashboard.app.DARK's --bk-background-fill-color)
 MIN_CONTRAST = 3.0                  # WCAG 2.1 SC 1.4.11, graphical objects
+ALARM = "#d62728"                   # NaN/Inf and alerts, on every plot: no run or category may look like it
 DISTINCT = (20.0, 10.0, 5.0, 0.0)   # the ΔE (CIE76) steps of the palette's order
 
 # sRGB (linear) to CIE XYZ, D65, and D65's white point: IEC 61966-2-1.
@@ -85,10 +86,11 @@ def _lightness_band(backgrounds, ratio):
 
 
 def readable_palette(colours, backgrounds=(LIGHT_BACKGROUND, DARK_BACKGROUND), ratio=MIN_CONTRAST,
-                     distinct=DISTINCT, margin=1.5):
+                     distinct=DISTINCT, margin=1.5, reserved=(ALARM,)):
     """``colours`` moved into the lightness band where each has ``ratio`` contrast with every one of
     ``backgrounds`` (``margin`` L* inside it, for the rounding to 8 bits), and ordered by distinctness (see the
-    module doc). Duplicates (after the move) appear once."""
+    module doc). Duplicates (after the move) appear once; colours closer than ``distinct[0]`` to a ``reserved`` one
+    are left out, so that a run's line never reads as a NaN mark."""
     low, high = _lightness_band(backgrounds, ratio)
     lab = cielab(colours)
     lab[:, 0] = np.clip(lab[:, 0], low + margin, high - margin)
@@ -108,6 +110,9 @@ def readable_palette(colours, backgrounds=(LIGHT_BACKGROUND, DARK_BACKGROUND), r
         ok = inside(mid)
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
     moved = list(dict.fromkeys(hex_colours(scaled(np.where(fits, 1.0, lo)))))
+    if reserved:
+        apart = np.linalg.norm(cielab(moved)[:, None] - cielab(list(reserved))[None], axis=2).min(axis=1)
+        moved = [c for c, d in zip(moved, apart) if d >= distinct[0]]
     lab = cielab(moved)
     distance = np.linalg.norm(lab[:, None] - lab[None], axis=2)
     order, nearest = [], np.full(len(moved), np.inf)      # each colour's distance to the nearest one taken
@@ -122,8 +127,9 @@ def readable_palette(colours, backgrounds=(LIGHT_BACKGROUND, DARK_BACKGROUND), r
 
 @functools.cache
 def run_colours():
-    """The runs' palette: colorcet's Glasbey palette (which starts with Category10's ten) made readable on both
-    schemes' backgrounds and ordered by distinctness (``readable_palette``): the first 38 are at least ΔE 20 apart.
+    """The runs' (and every category's) palette: colorcet's Glasbey palette (which starts with Category10's ten) made
+    readable on both schemes' backgrounds, without ALARM's reds, and ordered by distinctness (``readable_palette``):
+    the first 37 are at least ΔE 20 apart.
     Computed once, when first asked (some tens of milliseconds)."""
     from colorcet import palette
     return readable_palette(palette["glasbey_category10"])

@@ -21,19 +21,15 @@ from bokeh.models import (AllIndices, AllLabels, BasicTickFormatter, BasicTicker
                           DataRange1d, Div, HoverTool, Line, LinearAxis, LinearScale, Patches, Plot, Quad, Range1d,
                           Segment, Title, UnionRenderers, VArea)
 from bokeh.plotting import figure
-from colorcet import palette as colorcet_palettes
 
+from .colours import ALARM
 from .data import Trend, tensor_summary
 from .static import COMPACT_TICKS, SCALE_TICKS, VALUE_LABELS
 
 WIDTH, HEIGHT = 320, 200        # a dashboard card's figure
 LIVE_HEIGHT = 170               # a live widget's figure: this high, as wide as the cell
 STATS_WIDTH = 190
-VALUE, BAND, ENVELOPE, ALARM = "#4c78a8", "#f58518", "#9ecae9", "#d62728"
-
-# Categories (runs, classes) get colours that each look different from all the others: colorcet's Glasbey palette,
-# which starts with Category10's ten (ΔE > 27 between any two of the first 20; Category20's pale twins are ~10).
-CATEGORICAL = tuple(colorcet_palettes["glasbey_category10"])
+VALUE, BAND, ENVELOPE = "#4c78a8", "#f58518", "#9ecae9"
 
 # A plot whose glyphs carry fixed dark colours (labels, a palette's dark end) stays light on a page in a dark colour
 # scheme: these, as its ``styles``, give its canvas back Bokeh's light colours (the scheme's --bk-* ones are set
