@@ -5,7 +5,7 @@
 import logging as _logging
 
 from . import config, data, dtypes, initializers, layers, losses, math, nn, optim, scope, summary, train, typing
-from . import checkpoint, env, image, random, regularizers, unittest
+from . import checkpoint, env, errors, health, image, random, regularizers, unittest
 from .checkpoint import get_all_variables, load_variables
 from .dtypes import char, double, float, float16, float32, float64, int8, int32, int64, uint8
 from .initializers import (constant_initializer, glorot_normal_initializer, glorot_uniform_initializer,
@@ -19,8 +19,7 @@ from .config import FunctionConfig, function_config
 from .ops.array import (cast, concat, constant, identity, identity_n, one_hot, ones_like, pad, reshape, transpose,
                         zeros_like)
 from .ops.math import clip_by_value, matmul
-
-clip = clamp = clip_by_scalar = clip_by_value     # OneFlow 0.3.4's other names of clip_by_value
+from .ops.math import clip_by_value as clamp, clip_by_value as clip, clip_by_value as clip_by_scalar  # OneFlow's too
 from .ops.variables import get_variable
 from .runtime import session as _session
 from .runtime.session import clear as clear_default_session
@@ -28,7 +27,7 @@ from .typing import FixedTensorDef, MirroredTensorDef
 from .watching import watch, watch_diff, watch_scope
 from .health import HealthAlert, HealthReport, watch_health
 
-optimizer = optim
+from . import optim as optimizer
 
 
 def sync_default_session():
@@ -46,3 +45,19 @@ if not _log.handlers:
     _log.propagate = False
 
 __version__ = "0.1.0"
+
+# The public namespace: OneFlow 0.x's names and the namespaces a user imports (the API reference documents each;
+# tests/test_docs_site.py checks that). flowlab's machinery (graph, ops, compiler, runtime, ...) is not in it.
+__all__ = [
+    "Blob", "FixedTensorDef", "FunctionConfig", "HealthAlert", "HealthReport", "MirroredTensorDef", "cast", "char",
+    "checkpoint", "clamp", "clear_default_session", "clip", "clip_by_scalar", "clip_by_value", "concat", "config",
+    "constant", "constant_initializer", "data", "double", "dtypes", "env", "errors", "float", "float16", "float32",
+    "float64", "function_config", "get_all_variables", "get_variable", "global_function", "glorot_normal_initializer",
+    "glorot_uniform_initializer", "health", "identity", "identity_n", "image", "initializers", "int32", "int64",
+    "int8", "kaiming_initializer", "layers", "load_variables", "losses", "math", "matmul", "nn", "one_hot",
+    "ones_initializer", "ones_like", "optim", "optimizer", "pad", "random", "random_normal",
+    "random_normal_initializer", "random_uniform", "random_uniform_initializer", "regularizers", "reshape", "scope",
+    "summary", "sync_default_session", "train", "transpose", "truncated_normal", "truncated_normal_initializer",
+    "typing", "uint8", "unittest", "variance_scaling_initializer", "watch", "watch_diff", "watch_health",
+    "watch_scope", "xavier_normal_initializer", "xavier_uniform_initializer", "zeros_initializer", "zeros_like",
+]

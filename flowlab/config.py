@@ -20,7 +20,12 @@ def devices_supported(machine_num, device_num):
 def gpu_device_num(n):
     """Run jobs on ``n`` devices of this machine: ``n`` GPUs with CuPy, or, without a GPU, ``n`` NumPy devices
     (threads). A setting of the session, as in OneFlow; with ``cpu_device_num`` the last call counts, since
-    flowlab's backend (not the call) decides whether the devices are GPUs."""
+    flowlab's backend (not the call) decides whether the devices are GPUs.
+
+    Differs from OneFlow: one machine only, up to 8 devices. Under the consistent view a tensor inside the job has
+    its per-device shape (a batch of 100 on 2 devices reads ``(50, ...)``); a batch size written into
+    ``flow.reshape`` is read as the logical one and becomes each device's share.
+    """
     _check_count("gpu_device_num", n, MAX_DEVICE_NUM, "device(s) per machine")
     session.default().device_num = n
 

@@ -352,7 +352,10 @@ class Dropout(Op):
 
 
 def dropout(x, rate, noise_shape=None, seed=None, name=None):
-    """``flow.nn.dropout``. In predict jobs it is the identity, as users of every framework expect at inference."""
+    """``flow.nn.dropout``. In predict jobs it is the identity, as users of every framework expect at inference.
+
+    Differs from OneFlow: a per-op ``seed`` is refused with an error; seed jobs with ``flow.config.seed()``.
+    """
     from .. import graph as g
     x = as_tensor(x, argument="x")
     if not isinstance(rate, (int, float)) or not 0 <= rate < 1:

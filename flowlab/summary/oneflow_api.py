@@ -226,7 +226,11 @@ def _step_tensor(step):
 
 
 def create_summary_writer(logdir):
-    """Make ``logdir``'s event file the current writer when the job runs (in a job of its own)."""
+    """Make ``logdir``'s event file the current writer when the job runs (in a job of its own).
+
+    Differs from OneFlow: the file is named ``events.out.tfevents.*``, so TensorBoard and flowlab's dashboard find
+    it (OneFlow named it ``event.*.log``, which TensorBoard never read).
+    """
     if not isinstance(logdir, (str, os.PathLike)):
         raise TypeError(f"create_summary_writer: logdir must be a path, got {type(logdir).__name__} {logdir!r}")
     apply(CreateSummaryWriter, (), logdir=os.fspath(logdir))
