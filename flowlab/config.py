@@ -9,7 +9,9 @@ from .runtime import session
 # flow.unittest's skip_unless_<n>n<d>d() both ask devices_supported. Devices on one machine are replicas of the job
 # (runtime/devices.py): threads on the CPU, one GPU each with CuPy.
 MAX_MACHINE_NUM = 1
+"""Machines flowlab runs on: one (OneFlow's multi-machine settings above it are refused)."""
 MAX_DEVICE_NUM = 8
+"""Devices of one machine a job may run on (``gpu_device_num`` / ``cpu_device_num``)."""
 
 
 def devices_supported(machine_num, device_num):
@@ -42,6 +44,7 @@ def device_num():
 
 
 def machine_num(n):
+    """OneFlow's number of machines; flowlab runs on one, so only 1 is accepted (more is an error saying so)."""
     _check_count("machine_num", n, MAX_MACHINE_NUM, "machine(s)")
 
 
@@ -78,6 +81,7 @@ def enable_model_io_v2(val):
 
 
 def model_io_v2_enabled():
+    """Whether ``enable_model_io_v2(True)`` was set (OneFlow's model I/O v2, ``flow.checkpoint``)."""
     return session.default().model_io_v2
 
 
@@ -185,6 +189,8 @@ for _name, (_kind, _default, _why) in _COLLECTIVE_BOXING_SETTINGS.items():
         f"flow.config.collective_boxing.{_name}", f"collective_boxing.{_name}", _kind, _default, _why)))
 
 collective_boxing = _CollectiveBoxing()
+"""``flow.config.collective_boxing.*``: OneFlow's NCCL collective settings, checked and kept (there is no
+NCCL fusion to tune here)."""
 
 
 def settings() -> dict:
@@ -287,6 +293,7 @@ class _TensorRT(_Namespace):
 
 
 MEMORY_POLICIES = ("use_mem_size_first_algo", "use_mutual_exclusion_first_algo", "use_time_line_algo")
+"""The memory allocation policies ``FunctionConfig`` accepts, as OneFlow names them."""
 
 
 class _MemoryPolicies(_Namespace):
@@ -563,4 +570,16 @@ for _name, (_kind, _default) in _QAT_SETTINGS.items():
 
 
 def function_config():
+    """A new ``FunctionConfig``: the settings of one job, passed as ``global_function(function_config=...)``."""
     return FunctionConfig()
+
+
+__all__ = [
+    "gpu_device_num", "cpu_device_num", "device_num", "machine_num", "devices_supported", "enable_legacy_model_io",
+    "legacy_model_io_enabled", "enable_model_io_v2", "model_io_v2_enabled", "seed", "comm_net_worker_num",
+    "rdma_mem_block_mbyte", "rdma_recv_msg_buf_mbyte", "use_rdma", "max_mdsave_worker_num", "persistence_buf_byte",
+    "save_downloaded_file_to_local_fs", "enable_numa_aware_cuda_malloc_host", "reserved_host_mem_mbyte",
+    "reserved_device_mem_mbyte", "compute_thread_pool_size", "thread_enable_local_message_queue", "collect_act_event",
+    "enable_debug_mode", "enable_tensor_float_32_compute", "collective_boxing", "settings", "load_library",
+    "load_library_now", "FunctionConfig", "function_config", "MAX_MACHINE_NUM", "MAX_DEVICE_NUM", "MEMORY_POLICIES",
+]

@@ -23,6 +23,7 @@ double = float64
 """OneFlow's name of float64."""
 
 FLOATING = (float16, float32, float64)
+"""The floating-point dtypes."""
 
 
 def as_dtype(value, argument="dtype"):
@@ -37,4 +38,11 @@ def as_dtype(value, argument="dtype"):
 
 
 def is_floating(dtype):
+    """Whether ``dtype`` is a floating-point type."""
     return np.dtype(dtype).kind == "f"
+
+
+__all__ = [
+    "float32", "float16", "float64", "int8", "int32", "int64", "uint8", "char", "float", "double", "FLOATING",
+    "as_dtype", "is_floating",
+]

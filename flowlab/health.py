@@ -77,7 +77,6 @@ from .ops.stats import (ActivationStats, BatchNormStats, MeanStat, Results, Scra
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
-# Threshold keyword arguments of watch_health and their defaults (see health_alerts for what each means).
 THRESHOLDS = {
     "dead_fraction": 0.5,        # dead_relu: more than this fraction of a layer's units dead for the whole batch
     "vanishing_ratio": 1e-3,     # vanishing_gradient: a layer's gradient norm below this times the last layer's
@@ -89,13 +88,14 @@ THRESHOLDS = {
     "closed_gate": 0.1,          # a residual branch's closing batch norm with gamma, beta RMS below this is "closed"
     "window": 20,                # how many earlier reports "recent" means
 }
-MIN_HISTORY = 3                  # earlier reports needed before time-based alerts (loss_spike, exploding) speak
-# On a GPU the report is made in the dispatcher beside the next call (False: on the job's thread, as on the CPU);
-# ``benchmarks/health.py --diagnose`` measures both.
+"""The threshold keyword arguments of ``watch_health`` and their defaults (``health_alerts`` says what each
+means)."""
+MIN_HISTORY = 3
+"""Earlier reports needed before the time-based alerts (``loss_spike``, ``exploding_gradient``) speak."""
 REPORT_BESIDE_NEXT_CALL_ON_GPU = True
+"""On a GPU the report is made on the dispatcher thread beside the next call (False: on the job's thread, as
+on the CPU); ``benchmarks/health.py --diagnose`` measures both."""
 
-# Every statistic of HealthReport.table, in the order reports list them, with what it means (the first seven are
-# activation_vector's, in its order).
 STATISTICS = {
     "act_mean_abs": "mean |x| of the layer's output",
     "act_std": "standard deviation of the layer's output",
@@ -120,9 +120,14 @@ STATISTICS = {
     "moving_nan": "NaNs in a batch norm's moving statistics",
     "moving_inf": "Infs in a batch norm's moving statistics",
 }
+"""Every statistic of ``HealthReport.table``, in the order reports list them, with what it means (the first
+seven are the activation's, in the order ``activation_vector`` computes them)."""
 ACTIVATION_STATISTICS = tuple(STATISTICS)[:7]
+"""The statistics of a layer's output (activation)."""
 BATCH_NORM_STATISTICS = tuple(STATISTICS)[-7:]
+"""The statistics only a batch normalisation layer has."""
 COUNT_STATISTICS = tuple(s for s in STATISTICS if s.endswith(("_nan", "_inf")))
+"""The NaN and Inf counts among ``STATISTICS``."""
 
 
 class HealthAlert(NamedTuple):
@@ -161,6 +166,7 @@ class HealthReport:
 # ------------------------------------------------------------------------------------------------ statistics
 
 HISTOGRAM_BINS = 30
+"""Buckets of the histograms a report carries every ``histogram_every`` reports."""
 
 
 def histogram_buckets(v):
@@ -223,6 +229,7 @@ class _Layer:
 
 
 MOVING_STATISTICS = ("moving_mean", "moving_variance")     # a batch norm's non-trainable variables, by suffix
+"""A batch norm's non-trainable variables, by name suffix."""
 
 
 class LayerRole(NamedTuple):
@@ -905,6 +912,15 @@ def _loss_spike_alert(seen):
         "high, a bad batch (mislabelled or unnormalised data), or the start of a divergence."))]
 
 
-# The rules, in the order their alerts are listed; each takes a _Seen and returns its alerts.
 ALERT_RULES = (_nan_alert, _dead_relu_alerts, _update_ratio_alerts, _depth_gradient_alerts, _total_gradient_alerts,
                _loss_spike_alert)
+"""The alert rules, in the order their alerts are listed; each takes what the report saw and returns its
+alerts (``health_alerts`` runs them)."""
+
+
+# What a user of watch_health reads; the request, scratch and statistics machinery is the package's own.
+__all__ = [
+    "watch_health", "HealthReport", "HealthAlert", "health_alerts", "find_layers", "roles_of", "LayerRole",
+    "histogram_buckets", "THRESHOLDS", "STATISTICS", "ACTIVATION_STATISTICS", "BATCH_NORM_STATISTICS",
+    "COUNT_STATISTICS", "HISTOGRAM_BINS", "ALERT_RULES",
+]

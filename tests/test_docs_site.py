@@ -2,6 +2,7 @@
 guide, the OneFlow table made from the code, the notebooks as stored, the performance page from
 benchmarks/RESULTS.md, and an API reference in which every public name has a docstring."""
 import html
+import inspect
 import importlib
 import importlib.util
 import os
@@ -108,8 +109,9 @@ def public_names():
 
     import flowlab
     names = {"flowlab": list(flowlab.__all__)}
-    modules = [f"flowlab.{n}" for n in flowlab.__all__ if inspect.ismodule(getattr(flowlab, n))] + EXTRA_MODULES
-    for module_name in dict.fromkeys(importlib.import_module(m).__name__ for m in modules):
+    modules = [getattr(flowlab, n) for n in flowlab.__all__ if inspect.ismodule(getattr(flowlab, n))] + \
+        [importlib.import_module(m) for m in EXTRA_MODULES]
+    for module_name in dict.fromkeys(m.__name__ for m in modules):      # flowlab.optimizer is flowlab.optim
         module = importlib.import_module(module_name)
         if hasattr(module, "__all__"):
             names[module_name] = list(module.__all__)
@@ -132,7 +134,7 @@ def test_every_public_name_has_a_docstring_and_a_place_in_the_reference(site):
         for name in names:
             path = f"{module_name}.{name}"
             obj = getattr(module, name)
-            if callable(obj) or isinstance(obj, type) or hasattr(obj, "__path__"):
+            if callable(obj) or isinstance(obj, type) or inspect.ismodule(obj):
                 doc = getattr(obj, "__doc__", None)
             else:               # a value (a dtype): its docstring is the string after its assignment (griffe)
                 try:

@@ -324,6 +324,9 @@ class SoftmaxCrossEntropyGrad(Op):
 
 
 def softmax_cross_entropy_with_logits(labels, logits, name=None):
+    """Cross-entropy of ``softmax(logits)`` against the distributions ``labels`` (each row sums to 1), one
+    value per example; the gradient to ``logits`` is ``softmax(logits) * sum(labels) - labels``.
+    """
     labels, logits = as_tensor(labels, argument="labels"), as_tensor(logits, argument="logits")
     return apply(SoftmaxCrossEntropy, (labels, logits), name)[0]
 
