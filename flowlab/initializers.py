@@ -179,9 +179,13 @@ def kaiming_initializer(shape=None, distribution="random_normal", mode="fan_in",
 
 
 glorot_uniform_initializer = xavier_uniform_initializer
+"""OneFlow's other name of ``xavier_uniform_initializer``."""
 glorot_normal_initializer = xavier_normal_initializer
+"""OneFlow's other name of ``xavier_normal_initializer``."""
 random_normal = random_normal_initializer
+"""OneFlow's short name of ``random_normal_initializer``."""
 random_uniform = random_uniform_initializer
+"""OneFlow's short name of ``random_uniform_initializer``."""
 
 
 __all__ = [
