@@ -73,8 +73,10 @@ def outputs():
     from nbclient import NotebookClient
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
     NotebookClient(nb, timeout=300, kernel_name="python3").execute()
-    return {o["text"].split(" ", 1)[0]: o["text"] for cell in nb.cells for o in cell.outputs
-            if o.get("name") == "stdout" and o["text"].split(" ", 1)[0] in ("ANOMALY", "HEALTH", "SHAPE", "LOCATION")}
+    # a cell's stdout may come in several stream messages: join them, then cut at the markers the cells print
+    printed = "".join(o["text"] for cell in nb.cells for o in cell.outputs if o.get("name") == "stdout")
+    found = re.split(r"^(ANOMALY|HEALTH|SHAPE|LOCATION) ", printed, flags=re.M)
+    return dict(zip(found[1::2], found[2::2]))
 
 
 def test_anomaly_error_names_the_cell_and_line(outputs):
