@@ -9,7 +9,9 @@ from .runtime import session
 # flow.unittest's skip_unless_<n>n<d>d() both ask devices_supported. Devices on one machine are replicas of the job
 # (runtime/devices.py): threads on the CPU, one GPU each with CuPy.
 MAX_MACHINE_NUM = 1
+"""Machines flowlab runs on: one (OneFlow's multi-machine settings above it are refused)."""
 MAX_DEVICE_NUM = 8
+"""Devices of one machine a job may run on (``gpu_device_num`` / ``cpu_device_num``)."""
 
 
 def devices_supported(machine_num, device_num):
@@ -20,7 +22,12 @@ def devices_supported(machine_num, device_num):
 def gpu_device_num(n):
     """Run jobs on ``n`` devices of this machine: ``n`` GPUs with CuPy, or, without a GPU, ``n`` NumPy devices
     (threads). A setting of the session, as in OneFlow; with ``cpu_device_num`` the last call counts, since
-    flowlab's backend (not the call) decides whether the devices are GPUs."""
+    flowlab's backend (not the call) decides whether the devices are GPUs.
+
+    Differs from OneFlow: one machine only, up to 8 devices. Under the consistent view a tensor inside the job has
+    its per-device shape (a batch of 100 on 2 devices reads ``(50, ...)``); a batch size written into
+    ``flow.reshape`` is read as the logical one and becomes each device's share.
+    """
     _check_count("gpu_device_num", n, MAX_DEVICE_NUM, "device(s) per machine")
     session.default().device_num = n
 
@@ -37,6 +44,7 @@ def device_num():
 
 
 def machine_num(n):
+    """OneFlow's number of machines; flowlab runs on one, so only 1 is accepted (more is an error saying so)."""
     _check_count("machine_num", n, MAX_MACHINE_NUM, "machine(s)")
 
 
@@ -73,6 +81,7 @@ def enable_model_io_v2(val):
 
 
 def model_io_v2_enabled():
+    """Whether ``enable_model_io_v2(True)`` was set (OneFlow's model I/O v2, ``flow.checkpoint``)."""
     return session.default().model_io_v2
 
 
@@ -180,6 +189,8 @@ for _name, (_kind, _default, _why) in _COLLECTIVE_BOXING_SETTINGS.items():
         f"flow.config.collective_boxing.{_name}", f"collective_boxing.{_name}", _kind, _default, _why)))
 
 collective_boxing = _CollectiveBoxing()
+"""``flow.config.collective_boxing.*``: OneFlow's NCCL collective settings, checked and kept (there is no
+NCCL fusion to tune here)."""
 
 
 def settings() -> dict:
@@ -282,6 +293,7 @@ class _TensorRT(_Namespace):
 
 
 MEMORY_POLICIES = ("use_mem_size_first_algo", "use_mutual_exclusion_first_algo", "use_time_line_algo")
+"""The memory allocation policies ``FunctionConfig`` accepts, as OneFlow names them."""
 
 
 class _MemoryPolicies(_Namespace):
@@ -558,4 +570,16 @@ for _name, (_kind, _default) in _QAT_SETTINGS.items():
 
 
 def function_config():
+    """A new ``FunctionConfig``: the settings of one job, passed as ``global_function(function_config=...)``."""
     return FunctionConfig()
+
+
+__all__ = [
+    "gpu_device_num", "cpu_device_num", "device_num", "machine_num", "devices_supported", "enable_legacy_model_io",
+    "legacy_model_io_enabled", "enable_model_io_v2", "model_io_v2_enabled", "seed", "comm_net_worker_num",
+    "rdma_mem_block_mbyte", "rdma_recv_msg_buf_mbyte", "use_rdma", "max_mdsave_worker_num", "persistence_buf_byte",
+    "save_downloaded_file_to_local_fs", "enable_numa_aware_cuda_malloc_host", "reserved_host_mem_mbyte",
+    "reserved_device_mem_mbyte", "compute_thread_pool_size", "thread_enable_local_message_queue", "collect_act_event",
+    "enable_debug_mode", "enable_tensor_float_32_compute", "collective_boxing", "settings", "load_library",
+    "load_library_now", "FunctionConfig", "function_config", "MAX_MACHINE_NUM", "MAX_DEVICE_NUM", "MEMORY_POLICIES",
+]

@@ -31,3 +31,9 @@ class WatchCallbackError(FlowlabError, RuntimeError):
 
 class AnomalyError(FlowlabError, FloatingPointError):
     """A job with ``config.detect_anomaly(True)`` produced NaN or Inf; the message names the first op that did."""
+
+
+__all__ = [
+    "FlowlabError", "TraceError", "ShapeError", "FeedError", "CheckpointError", "DeviceError", "WatchCallbackError",
+    "AnomalyError",
+]

@@ -84,7 +84,6 @@ from .ops.stats import (ActivationStats, AttentionStats, BatchNormStats, MeanSta
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
-# Threshold keyword arguments of watch_health and their defaults (see health_alerts for what each means).
 THRESHOLDS = {
     "dead_fraction": 0.5,        # dead_relu: more than this fraction of a layer's units dead for the whole batch
     "vanishing_ratio": 1e-3,     # vanishing_gradient: a layer's gradient norm below this times the last layer's
@@ -99,13 +98,14 @@ THRESHOLDS = {
     "attention_uniform": 0.98,   # attention_uniform: a head's above this in this report and the last `window` ones
     "residual_growth": 10.0,     # residual_growth: a residual add's output RMS above this times its stream's
 }
-MIN_HISTORY = 3                  # earlier reports needed before time-based alerts (loss_spike, exploding) speak
-# On a GPU the report is made in the dispatcher beside the next call (False: on the job's thread, as on the CPU);
-# ``benchmarks/health.py --diagnose`` measures both.
+"""The threshold keyword arguments of ``watch_health`` and their defaults (``health_alerts`` says what each
+means)."""
+MIN_HISTORY = 3
+"""Earlier reports needed before the time-based alerts (``loss_spike``, ``exploding_gradient``) speak."""
 REPORT_BESIDE_NEXT_CALL_ON_GPU = True
+"""On a GPU the report is made on the dispatcher thread beside the next call (False: on the job's thread, as
+on the CPU); ``benchmarks/health.py --diagnose`` measures both."""
 
-# Every statistic of HealthReport.table, in the order reports list them, with what it means (the first seven are
-# activation_vector's, in its order).
 STATISTICS = {
     "act_mean_abs": "mean |x| of the layer's output",
     "act_std": "standard deviation of the layer's output",
@@ -130,9 +130,14 @@ STATISTICS = {
     "moving_nan": "NaNs in a batch norm's moving statistics",
     "moving_inf": "Infs in a batch norm's moving statistics",
 }
+"""Every statistic of ``HealthReport.table``, in the order reports list them, with what it means (the first
+seven are the activation's, in the order ``activation_vector`` computes them)."""
 ACTIVATION_STATISTICS = tuple(STATISTICS)[:7]
+"""The statistics of a layer's output (activation)."""
 BATCH_NORM_STATISTICS = tuple(STATISTICS)[-7:]
+"""The statistics only a batch normalisation layer has."""
 COUNT_STATISTICS = tuple(s for s in STATISTICS if s.endswith(("_nan", "_inf")))
+"""The NaN and Inf counts among ``STATISTICS``."""
 
 
 class HealthAlert(NamedTuple):
@@ -175,6 +180,7 @@ class HealthReport:
 # ------------------------------------------------------------------------------------------------ statistics
 
 HISTOGRAM_BINS = 30
+"""Buckets of the histograms a report carries every ``histogram_every`` reports."""
 
 
 def histogram_buckets(v):
@@ -237,6 +243,7 @@ class _Layer:
 
 
 MOVING_STATISTICS = ("moving_mean", "moving_variance")     # a batch norm's non-trainable variables, by suffix
+"""A batch norm's non-trainable variables, by name suffix."""
 
 
 class LayerRole(NamedTuple):
@@ -1020,6 +1027,15 @@ def _residual_alerts(seen):
         for name, row in seen.report.residual.items() if not row["growth"] <= t["residual_growth"]]
 
 
-# The rules, in the order their alerts are listed; each takes a _Seen and returns its alerts.
 ALERT_RULES = (_nan_alert, _dead_relu_alerts, _update_ratio_alerts, _depth_gradient_alerts, _total_gradient_alerts,
                _loss_spike_alert, _attention_alerts, _residual_alerts)
+"""The alert rules, in the order their alerts are listed; each takes what the report saw and returns its
+alerts (``health_alerts`` runs them)."""
+
+
+# What a user of watch_health reads; the request, scratch and statistics machinery is the package's own.
+__all__ = [
+    "watch_health", "HealthReport", "HealthAlert", "health_alerts", "find_layers", "roles_of", "LayerRole",
+    "histogram_buckets", "THRESHOLDS", "STATISTICS", "ACTIVATION_STATISTICS", "BATCH_NORM_STATISTICS",
+    "COUNT_STATISTICS", "HISTOGRAM_BINS", "ALERT_RULES",
+]

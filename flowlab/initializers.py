@@ -11,6 +11,9 @@ import numpy as np
 
 
 class Initializer:
+    """A variable initializer: called with ``(shape, dtype, rng)``, it returns the initial array; subclasses define
+    ``sample(shape, rng)``.
+    """
     def __call__(self, shape, dtype, rng: np.random.Generator) -> np.ndarray:
         return np.asarray(self.sample(tuple(shape), rng), dtype=dtype).reshape(shape)
 
@@ -23,6 +26,7 @@ class Initializer:
 
 
 class Constant(Initializer):
+    """Every element ``value``."""
     def __init__(self, value=0.0):
         if not isinstance(value, (int, float, np.number)):
             raise TypeError(f"constant_initializer: value must be a number, got {value!r}")
@@ -33,6 +37,7 @@ class Constant(Initializer):
 
 
 class RandomUniform(Initializer):
+    """Uniform draws in ``[minval, maxval)``."""
     def __init__(self, minval=0.0, maxval=1.0):
         if not minval < maxval:
             raise ValueError(f"random_uniform_initializer: minval must be < maxval, got {minval} and {maxval}")
@@ -43,6 +48,7 @@ class RandomUniform(Initializer):
 
 
 class RandomNormal(Initializer):
+    """Normal draws of mean ``mean`` and standard deviation ``stddev``."""
     def __init__(self, mean=0.0, stddev=1.0):
         if stddev < 0:
             raise ValueError(f"random_normal_initializer: stddev must be >= 0, got {stddev}")
@@ -107,26 +113,34 @@ class VarianceScaling(Initializer):
 
 
 def constant_initializer(value=0.0, dtype=None):
+    """Every element ``value`` (``dtype`` is the variable's own)."""
     return Constant(value)
 
 
 def zeros_initializer(dtype=None):
+    """Every element 0: ``get_variable``'s default and the bias of a layer."""
     return Constant(0.0)
 
 
 def ones_initializer(dtype=None):
+    """Every element 1."""
     return Constant(1.0)
 
 
 def random_uniform_initializer(minval=0.0, maxval=1.0, dtype=None):
+    """Uniform draws in ``[minval, maxval)``; also ``flow.random_uniform``."""
     return RandomUniform(minval, maxval)
 
 
 def random_normal_initializer(mean=0.0, stddev=1.0, seed=None, dtype=None):
+    """Normal draws of mean ``mean`` and standard deviation ``stddev``; also ``flow.random_normal``. Seed jobs
+    with ``flow.config.seed()`` (``seed`` is OneFlow's argument and changes nothing).
+    """
     return RandomNormal(mean, stddev)
 
 
 def truncated_normal_initializer(mean=0.0, stddev=1.0):
+    """Normal draws, each one farther than 2 standard deviations from ``mean`` drawn again (TF's rule)."""
     return TruncatedNormal(mean, stddev)
 
 
@@ -136,14 +150,21 @@ def truncated_normal(stddev=1.0, mean=0.0):
 
 
 def xavier_uniform_initializer(data_format=""):
+    """Xavier (Glorot) uniform: variance ``1 / fan_avg``; the default kernel of ``layers.dense`` and
+    ``layers.conv2d``. Also ``flow.glorot_uniform_initializer``.
+    """
     return VarianceScaling(1.0, "fan_avg", "random_uniform", data_format)
 
 
 def xavier_normal_initializer(data_format=""):
+    """Xavier (Glorot) normal: variance ``1 / fan_avg``. Also ``flow.glorot_normal_initializer``."""
     return VarianceScaling(1.0, "fan_avg", "random_normal", data_format)
 
 
 def variance_scaling_initializer(scale=1.0, mode="fan_in", distribution="truncated_normal", data_format=""):
+    """Variance ``scale / fan`` (``mode``: ``fan_in``, ``fan_out`` or ``fan_avg``) from a ``truncated_normal``,
+    ``random_normal`` or ``random_uniform`` draw; the fans follow the weight's ``data_format``.
+    """
     return VarianceScaling(scale, mode, distribution, data_format)
 
 
@@ -158,6 +179,19 @@ def kaiming_initializer(shape=None, distribution="random_normal", mode="fan_in",
 
 
 glorot_uniform_initializer = xavier_uniform_initializer
+"""OneFlow's other name of ``xavier_uniform_initializer``."""
 glorot_normal_initializer = xavier_normal_initializer
+"""OneFlow's other name of ``xavier_normal_initializer``."""
 random_normal = random_normal_initializer
+"""OneFlow's short name of ``random_normal_initializer``."""
 random_uniform = random_uniform_initializer
+"""OneFlow's short name of ``random_uniform_initializer``."""
+
+
+__all__ = [
+    "Initializer", "Constant", "RandomUniform", "RandomNormal", "TruncatedNormal", "VarianceScaling",
+    "constant_initializer", "zeros_initializer", "ones_initializer", "random_uniform_initializer",
+    "random_normal_initializer", "truncated_normal_initializer", "truncated_normal", "xavier_uniform_initializer",
+    "xavier_normal_initializer", "variance_scaling_initializer", "kaiming_initializer", "glorot_uniform_initializer",
+    "glorot_normal_initializer", "random_normal", "random_uniform",
+]

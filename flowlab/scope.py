@@ -12,6 +12,9 @@ from .graph import device_scope, name_scope
 
 @contextlib.contextmanager
 def placement(device_tag, machine_device_ids="0:0"):
+    """``with flow.scope.placement("gpu", "0:0"):`` tags the ops made inside with a device (``print(job.graph())``
+    shows it) without moving them: jobs run whole on each device that ``flow.config.gpu_device_num`` sets.
+    """
     if device_tag not in ("cpu", "gpu"):
         raise ValueError(f"flow.scope.placement: device_tag must be 'cpu' or 'gpu', got {device_tag!r}")
     with device_scope(f"{device_tag}:{machine_device_ids}"):
@@ -24,10 +27,14 @@ def namespace(name):
 
 
 def consistent_view():
+    """The consistent logical view (the default): a job's arguments and results are whole batches, split over the
+    devices and joined back.
+    """
     return "consistent"
 
 
 def mirrored_view():
+    """The mirrored logical view: ``tp.ListNumpy`` arguments and results hold one array a device."""
     return "mirrored"
 
 

@@ -72,6 +72,7 @@ env = types.SimpleNamespace(
     eager_execution_enabled=eager_execution_enabled, typing_check_enabled=typing_check_enabled,
     has_node_list=has_node_list, node_list=node_list, node_size=node_size, device_num=device_num,
     gpu_device_num=gpu_device_num)
+"""``flow.unittest.env``: OneFlow's test-environment queries (``device_num()``, ``node_size()``, ...)."""
 
 
 def skip_reason(n, d):
@@ -92,30 +93,37 @@ def skip_unless(n, d):
 
 
 def skip_unless_1n1d():
+    """``skip_unless(1, 1)``: run the test where 1 machine of 1 device each can run it, else skip it."""
     return skip_unless(1, 1)
 
 
 def skip_unless_1n2d():
+    """``skip_unless(1, 2)``: run the test where 1 machine of 2 devices each can run it, else skip it."""
     return skip_unless(1, 2)
 
 
 def skip_unless_1n3d():
+    """``skip_unless(1, 3)``: run the test where 1 machine of 3 devices each can run it, else skip it."""
     return skip_unless(1, 3)
 
 
 def skip_unless_1n4d():
+    """``skip_unless(1, 4)``: run the test where 1 machine of 4 devices each can run it, else skip it."""
     return skip_unless(1, 4)
 
 
 def skip_unless_2n1d():
+    """``skip_unless(2, 1)``: run the test where 2 machines of 1 device each can run it, else skip it."""
     return skip_unless(2, 1)
 
 
 def skip_unless_2n2d():
+    """``skip_unless(2, 2)``: run the test where 2 machines of 2 devices each can run it, else skip it."""
     return skip_unless(2, 2)
 
 
 def skip_unless_2n4d():
+    """``skip_unless(2, 4)``: run the test where 2 machines of 4 devices each can run it, else skip it."""
     return skip_unless(2, 4)
 
 

@@ -296,7 +296,11 @@ def watch(blob_watched, handler_or_prompt=None, stats=False, every=1):
 
 
 def watch_diff(blob_watched, handler_or_prompt=None, stats=False, every=1):
-    """Deliver the gradient of ``blob_watched`` (of the loss being minimised) on each call of a train job."""
+    """Deliver the gradient of ``blob_watched`` (of the loss being minimised) on each call of a train job.
+
+    Differs from OneFlow: watching the gradient of a tensor the loss does not depend on is an error naming it
+    (OneFlow skipped such a watch silently).
+    """
     _watch(blob_watched, handler_or_prompt, stats, every, diff=True)
 
 

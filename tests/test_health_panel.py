@@ -2,11 +2,14 @@
 page (through a recording comm, applied as live.js applies it), its terminal lines and bad input; then in real
 JupyterLab in headless Chromium: a cell trains a net with a dead ReLU layer under ``flow.watch_health(panel)`` and
 the test reads what the page draws, switches the statistic and clicks a layer's row."""
+import html
 import io
 import json
 import math
 import os
 import re
+import time
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -89,7 +92,10 @@ def test_a_dead_relu_nets_reports_reach_the_grid_and_the_alert_list():
     assert groups["steps"][dead] == "0 … 5" and groups["count"][dead] == 6
     page_html = HealthPanel._alerts_html(groups, panel.counts)
     assert re.search(r"dead_relu <b>\d+</b>", page_html)
-    assert page_html.count("<tr") == 1 + len(groups["kind"]) and page_html.count("0 … 5") == len(groups["kind"])
+    # grouped by kind: a heading a kind, then a row a layer with its latest message in full
+    assert page_html.count('<tr class="flowlab-alert-kind"') == len(set(groups["kind"]))
+    assert page_html.count('<tr class="flowlab-alert"') == len(groups["kind"])
+    assert all(html.escape(m) in page_html for m in groups["message"])
 
 
 def test_a_healthy_net_has_no_alert_and_the_first_layer_is_the_default():
@@ -124,6 +130,29 @@ def test_alert_list_is_escaped_newest_first_with_a_count_per_kind():
     assert "3 alerts" in text and "dead_relu <b>1</b>" in text and "nan <b>2</b>" in text
 
 
+def test_alert_list_shows_every_kind_with_full_messages_and_names_the_layers_beyond_the_first_few():
+    from flowlab.widgets.health import ALERT_LAYERS_SHOWN
+    long = "the update of layer {} is 2.55 of its weights' norm (healthy is around 1e-3; threshold 0.5): " \
+        "the weights are being overwritten. Usually a learning rate far too high. " + "x" * 300 + " END"
+    alerts = [HealthAlert("update_ratio", f"layer_{i}", s, long.format(f"layer_{i}")) for i in range(7)
+              for s in range(3)] + [HealthAlert(kind, None, 5, f"{kind} message END")
+                                    for kind in ("loss_spike", "exploding_gradient", "nan")] + \
+        [HealthAlert("dead_relu", "layer_1", 4, "dead END")]
+    groups = AlertGroups(alerts)
+    counts = Counter(a.kind for a in alerts)
+    text = HealthPanel._alerts_html(groups.columns(), counts)
+    kinds = re.findall(r'<tr class="flowlab-alert-kind" data-kind="([^"]+)"', text)
+    assert sorted(kinds) == sorted(counts) and len(kinds) == 5
+    assert kinds.index("dead_relu") < kinds.index("update_ratio")           # the kind seen last first
+    assert "update_ratio</b> <span style=\"color:#777\">· 21 alerts on 7 layers · steps 0 … 2" in text
+    assert "loss_spike</b> <span style=\"color:#777\">· 1 alert on the network · step 5" in text
+    assert text.count("END</td>") == ALERT_LAYERS_SHOWN + 4                 # messages whole, never cut
+    shown = re.findall(r"layer_(\d) is 2.55", text)
+    assert len(shown) == ALERT_LAYERS_SHOWN
+    rest = sorted(set(map(str, range(7))) - set(shown))
+    assert f"… and {len(rest)} more layers (times): " + ", ".join(f"layer_{i} (3)" for i in rest) in text
+
+
 def test_alert_groups_keep_a_row_a_kind_on_a_layer_however_the_alerts_arrive():
     alerts = [HealthAlert("dead_relu", "h", s, f"dead at {s}") for s in (3, 1, 7, 5)] + \
         [HealthAlert("loss_spike", None, 6, "spike"), HealthAlert("dead_relu", "out", 2, "out dead")]
@@ -131,7 +160,7 @@ def test_alert_groups_keep_a_row_a_kind_on_a_layer_however_the_alerts_arrive():
     started = [first for a in alerts for first in groups.add([a])]   # one at a time, as reports come, out of order
     assert started == [alerts[0], alerts[4], alerts[5]]       # each group's first alert, once
     assert groups.columns() == AlertGroups(alerts).columns() == {
-        "step": [7, 6, 2], "steps": ["1 … 7", "6", "2"], "count": [4, 1, 1],
+        "first": [1, 6, 2], "step": [7, 6, 2], "steps": ["1 … 7", "6", "2"], "count": [4, 1, 1],
         "kind": ["dead_relu", "loss_spike", "dead_relu"], "layer": ["h", "", "out"],
         "message": ["dead at 7", "spike", "out dead"]}
     assert len(groups) == 3 and groups.layers() == {"h", "", "out"}
@@ -416,3 +445,96 @@ def test_a_colour_scale_over_equal_counts_or_fractions_starts_at_zero():
     assert value_range([0.2, 0.7], linear=True) == (0.2, 0.7)
     assert value_range([-1.0, -1.0], linear=True) == (-1.5, -0.5)
     assert value_range([2.0, 2.0], linear=False) == (1.0, 4.0)
+
+
+DIVERGING = ["""\
+import json
+import numpy as np
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.widgets import HealthPanel
+
+panel = HealthPanel()
+display(panel)
+rng = np.random.default_rng(0)
+centres = rng.normal(size=(4, 12)) * 2
+
+@flow.global_function(type="train")
+def job(x: tp.Numpy.Placeholder((32, 12)), y: tp.Numpy.Placeholder((32,), dtype=flow.int32)) -> tp.Numpy:
+    h = flow.layers.dense(x, 16, activation=flow.nn.relu, name="hidden_0")
+    h = flow.layers.dense(h, 16, activation=flow.nn.relu, name="hidden_1")
+    loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, flow.layers.dense(h, 4, name="output"))
+    flow.watch_health(panel)
+    flow.optimizer.SGD(5.0, momentum=0).minimize(loss)      # far too high: the run diverges
+    return loss
+
+with np.errstate(all="ignore"):
+    for _ in range(40):
+        y = rng.integers(0, 4, 32).astype(np.int32)
+        job((centres[y] + rng.normal(size=(32, 12))).astype(np.float32), y)
+""", """\
+flow.sync_default_session()
+panel.refresh()
+print(json.dumps(panel.alert_groups.columns()))
+"""]
+
+# Each alert kind's heading and each message of the page's alert list: its text, and whether it is on screen whole
+# once scrolled to (the topmost element at its corners is itself, and its text does not overflow its cell).
+DEBUG_JS = """() => { const out = [];
+ for (const d of Bokeh.documents) { const m = d.get_model_by_name("health-alerts"); if (!m) continue;
+   const v = Bokeh.index.find_one(m); out.push([v?.constructor.name, v?.el.isConnected, !!v?.shadow_el,
+   (v?.shadow_el ?? v?.el.shadowRoot)?.innerHTML.slice(0, 300), m.text.slice(0, 100)]); }
+ return JSON.stringify(out); }"""
+ALERTS_JS = """() => {
+    const doc = (window.Bokeh ? Bokeh.documents : []).find((d) => d.get_model_by_name("health-alerts") &&
+        Bokeh.index.find_one(d.get_model_by_name("health-alerts"))?.el.isConnected);
+    if (!doc) return null;
+    const view = Bokeh.index.find_one(doc.get_model_by_name("health-alerts"));
+    const root = view.shadow_el ?? view.el.shadowRoot;
+    const seen = (el) => {
+        el.scrollIntoView({block: "center"});
+        const r = el.getBoundingClientRect();
+        const corners = [[r.left + 2, r.top + 2], [r.right - 2, r.bottom - 2]];
+        return r.width > 0 && corners.every(([x, y]) => { const hit = root.elementFromPoint(x, y);
+                                                         return hit !== null && el.contains(hit); }) &&
+            el.scrollWidth <= el.clientWidth + 1 && el.scrollHeight <= el.clientHeight + 1;
+    };
+    return {kinds: [...root.querySelectorAll("tr.flowlab-alert-kind")].map((tr) => ({kind: tr.dataset.kind,
+                                                                                   seen: seen(tr)})),
+            messages: [...root.querySelectorAll("td.flowlab-alert-message")].map((td) => ({text: td.textContent,
+                                                                                       seen: seen(td)}))};
+}"""
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_health_panel_in_jupyterlab_shows_every_alert_kind_of_a_diverging_run_with_whole_messages(jupyter_server,
+                                                                                                   chromium):
+    for module in ("playwright.sync_api", "jupyterlab", "anywidget", "nbformat"):
+        pytest.importorskip(module)
+    from jupyter_page import NotebookPage, write_notebook
+    from test_widgets_browser import SHOTS
+    write_notebook(jupyter_server.root_dir / "diverging.ipynb", DIVERGING)
+    with NotebookPage(chromium, jupyter_server, "diverging.ipynb", "lab") as nb:
+        for cell in (0, 1):
+            nb.run_cell(cell)
+            nb.wait_idle()
+        groups = json.loads(nb.text(nb.output_area(1)).split("]:", 1)[-1].strip())
+        kinds = set(groups["kind"])
+        assert len(kinds) >= 5, f"the run was meant to raise five kinds of alert, raised {sorted(kinds)}"
+        deadline = time.monotonic() + 60
+        while (state := nb.page.evaluate(ALERTS_JS)) is None or len(state["kinds"]) < len(kinds):
+            assert time.monotonic() < deadline, f"the page's alert list: {state} " + nb.page.evaluate(DEBUG_JS)
+            time.sleep(0.2)
+        nb.page.wait_for_function(IDLE, polling=50)
+        state = nb.page.evaluate(ALERTS_JS)
+        assert {k["kind"] for k in state["kinds"]} == kinds
+        assert all(k["seen"] for k in state["kinds"]), state["kinds"]
+        # each kind's first layers' latest messages, whole and readable
+        from flowlab.widgets.health import ALERT_LAYERS_SHOWN
+        expected = [m for kind in dict.fromkeys(groups["kind"])
+                    for m in [m for k, m in zip(groups["kind"], groups["message"]) if k == kind][:ALERT_LAYERS_SHOWN]]
+        assert sorted(m["text"] for m in state["messages"]) == sorted(expected)
+        assert all(m["seen"] for m in state["messages"]), [m for m in state["messages"] if not m["seen"]]
+        nb.page.mouse.move(5, 5)
+        nb.screenshot(SHOTS / "health-panel-diverging.png", nb.output_area(0))
+        assert nb.output_errors() == [] and nb.errors() == []

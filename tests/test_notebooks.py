@@ -109,7 +109,7 @@ def check_debug_diverging(nb):
     assert diverged < anomaly < fixed
     message = out[anomaly:out.index("the op was created")]
     assert "produced" in message and re.search(r"op Log_\d+ \(Log\)", message)
-    assert re.search(r"\(at \S*ipykernel\S*:\d+\)", message), "the message names the notebook cell's line"
+    assert re.search(r"\(at Cell In\[\d+\], line \d+\)", message), "the message names the notebook cell and line"
     assert re.search(r"ReduceSum_\d+/out_0 float32\[100\]: min 0 ", message)     # the log's input hit 0
     assert "return -flow.math.log(p_true)" in out[anomaly:]
     assert "all losses finite: True" in out[fixed - 200:]
@@ -198,7 +198,7 @@ def check_network_health(nb):
     assert alerted(diverging, "nan") and (alerted(diverging, "exploding_gradient") or
                                           alerted(diverging, "update_ratio"))
     # the nan alert names the first op that made NaN/Inf and the notebook line that created it
-    assert re.search(r"op hidden_\d_\w+ \(hidden_\d_\w+/out_0, at \S*ipykernel\S*:\d+\)", diverging)
+    assert re.search(r"op hidden_\d_\w+ \(hidden_\d_\w+/out_0, at Cell In\[\d+\], line \d+\)", diverging)
     assert "loss: first" in diverging and diverging.split("loss: first")[1].split("\n")[0].endswith("last nan")
     assert alerted(frozen, "update_ratio").group(1).split(", ") == ["hidden_0", "hidden_1", "output"]
     assert "no alerts" in healthy and "alert " not in healthy
@@ -225,7 +225,7 @@ def check_cnn_health(nb):
     assert not alerted(too_fast, "nan")
     # batch norm removed: the same learning rate diverges to NaN, the first op that made it named
     assert alerted(no_bn, "nan") and alerted(no_bn, "exploding_gradient")
-    assert re.search(r"op res\w+ \(res\w+/out_0, at \S*ipykernel\S*:\d+\)", no_bn)
+    assert re.search(r"op res\w+ \(res\w+/out_0, at Cell In\[\d+\], line \d+\)", no_bn)
     assert "no batch norm, lr 0.5: loss" in summary and "update_ratio" in summary and "first at step 0 on fc" in summary
 
 

@@ -33,12 +33,33 @@ def _internal(filename):
     return path.startswith(_FLOWLAB_DIR + os.sep) and not path.startswith(_EXAMPLES_DIR + os.sep)
 
 
+def describe_location(filename, lineno) -> str:
+    """Where a line is, for a message: ``Cell In[3], line 7`` for a notebook cell's code, as IPython's own tracebacks
+    name it (the kernel runs each cell from a temporary file, ``/tmp/ipykernel_24236/….py``, that means nothing to
+    the reader), else ``file:line``."""
+    cell = _cell_name(filename)
+    return f"{cell}, line {lineno}" if cell else f"{filename}:{lineno}"
+
+
+def _cell_name(filename):
+    """``Cell In[3]`` when ``filename`` is the code of an input cell of the running IPython, else None. IPython's
+    compiler keeps the map from its code names to execution counts (``CachingCompiler.format_code_name``, what
+    ``IPython.core.ultratb`` formats tracebacks with); IPython is only asked when it is already imported."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    format_code_name = getattr(getattr(shell, "compile", None), "format_code_name", None)
+    if format_code_name is None:
+        return None
+    named = format_code_name(filename)
+    return f"{named[0]} {named[1]}" if named else None
+
+
 def user_source_line() -> str:
-    """``file:line`` of the innermost stack frame outside flowlab: where the user called the op."""
+    """Where the user called the op: the innermost stack frame outside flowlab, as ``describe_location`` says it."""
     frame = sys._getframe(1)
     while frame is not None:
         if not _internal(frame.f_code.co_filename):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+            return describe_location(frame.f_code.co_filename, frame.f_lineno)
         frame = frame.f_back
     return "<unknown>"
 
@@ -56,10 +77,13 @@ def user_frames() -> tuple:
 
 
 def format_frames(frames) -> str:
-    """``frames`` (see ``user_frames``) as ``traceback.format_list`` writes a stack."""
+    """``frames`` (see ``user_frames``) as ``traceback.format_list`` writes a stack; a notebook cell's frame as
+    IPython writes it (``Cell In[3], line 7, in job``)."""
     out = []
     for filename, lineno, name in frames:
-        out.append(f'  File "{filename}", line {lineno}, in {name}\n')
+        cell = _cell_name(filename)
+        out.append(f"  {cell}, line {lineno}, in {name}\n" if cell else
+                   f'  File "{filename}", line {lineno}, in {name}\n')
         line = linecache.getline(filename, lineno).strip()
         if line:
             out.append(f"    {line}\n")
@@ -200,7 +224,7 @@ class Graph:
             source, frames = _state.grad_of.source, _state.grad_of.frames
         else:
             frames = user_frames()
-            source = f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown>"
+            source = describe_location(*frames[-1][:2]) if frames else "<unknown>"
         node = Node(op, name, inputs, attrs, source, device_tag, frames)
         self.nodes.append(node)
         for i, ((shape, dtype), arg) in enumerate(zip(out_specs, out_names)):

@@ -62,6 +62,7 @@ class Identity(Op):
 
 
 def identity(x, name=None):
+    """``x`` unchanged, as an op of its own (a name to watch, or a point the graph keeps)."""
     return apply(Identity, (as_tensor(x, argument="x"),), name)
 
 
@@ -418,6 +419,9 @@ class Cast(Op):
 
 
 def cast(x, dtype, name=None):
+    """``x`` converted to ``dtype`` (a flowlab dtype, NumPy dtype or name); the same tensor when it already has it.
+    The gradient flows back to a floating ``x`` in its own dtype.
+    """
     from ..dtypes import as_dtype
     x = as_tensor(x, argument="x")
     dtype = as_dtype(dtype)

@@ -27,7 +27,14 @@ def _prefix(name, default_prefix):
 
 def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None, bias_initializer=None,
           kernel_regularizer=None, bias_regularizer=None, trainable=True, name=None, model_distribute=None):
-    """Fully connected layer ``activation(inputs @ weight.T + bias)`` along the last axis (leading axes are kept)."""
+    """Fully connected layer ``activation(inputs @ weight.T + bias)`` along the last axis (leading axes are kept).
+
+    The weight is ``(units, in)``, named ``<p>-weight``, the bias ``<p>-bias``; ops ``<p>_matmul``, ``<p>_bias_add``,
+    ``<p>_activation``, ``<p>`` being ``name`` or ``Dense_<n>``.
+
+    Differs from OneFlow: the kernel defaults to Xavier-uniform (OneFlow's default, zeros, leaves every hidden unit
+    identical); ``model_distribute`` (model parallelism) is refused with an error.
+    """
     x = as_tensor(inputs, argument="inputs")
     if not isinstance(units, int) or isinstance(units, bool) or units <= 0:
         raise ValueError(f"flow.layers.dense: units must be a positive int, got {units!r}")
@@ -65,6 +72,9 @@ def conv2d(inputs, filters, kernel_size=1, strides=1, padding="VALID", data_form
     The weight is ``(filters, in/groups, kh, kw)`` for NCHW, ``(filters, kh, kw, in/groups)`` for NHWC, named
     ``weight_name`` or ``<p>-weight``; ops ``<p>_conv2d``, ``<p>_bias_add``, ``<p>_activation``, ``<p>`` being
     ``name`` or ``Conv2d_<n>``.
+
+    Differs from OneFlow: the kernel defaults to Xavier-uniform (OneFlow's default, zeros, leaves every filter
+    identical).
     """
     api = "flow.layers.conv2d"
     x = as_tensor(inputs, argument="inputs")

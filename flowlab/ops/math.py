@@ -207,7 +207,7 @@ def _binary(op):
     def fn(x, y, name=None):
         x, y = _binary_operands(x, y, op.api)
         return apply(op, (x, y), name)
-    fn.__name__ = op.api.rsplit(".", 1)[-1]
+    fn.__name__ = fn.__qualname__ = op.api.rsplit(".", 1)[-1]     # what reprs and the API reference name
     fn.__doc__ = f"``{op.api}(x, y)``: elementwise, with NumPy broadcasting; either side may be a number."
     return fn
 
@@ -430,7 +430,7 @@ def _assign(xp, out, value):
 def _unary(op):
     def fn(x, name=None):
         return apply(op, (as_tensor(x, argument="x"),), name)
-    fn.__name__ = op.api.rsplit(".", 1)[-1]
+    fn.__name__ = fn.__qualname__ = op.api.rsplit(".", 1)[-1]     # what reprs and the API reference name
     fn.__doc__ = f"Elementwise {fn.__name__} of a tensor (``{op.api}``)."
     return fn
 
@@ -451,6 +451,7 @@ rsqrt = _unary(Rsqrt)
 
 
 def pow(x, exponent, name=None):  # noqa: A001 - OneFlow's name
+    """``x`` raised to the number ``exponent``, elementwise."""
     if not isinstance(exponent, (int, float, np.number)):
         raise TypeError(f"flow.math.pow: exponent must be a number, got {type(exponent).__name__}")
     return apply(Pow, (as_tensor(x, argument="x"),), name, exponent=float(exponent))
@@ -577,7 +578,7 @@ def _reduce(op):
         except ShapeError as e:
             raise shape_error(op.api, e) from None
         return apply(op, (x,), name, axes=axes, keepdims=bool(keepdims))
-    fn.__name__ = op.api.rsplit(".", 1)[-1]
+    fn.__name__ = fn.__qualname__ = op.api.rsplit(".", 1)[-1]     # what reprs and the API reference name
     fn.__doc__ = f"``{op.api}(input_tensor, axis=None, keepdims=False, name=None)``."
     return fn
 
@@ -709,6 +710,7 @@ class ArgMax(Op):
 
 
 def argmax(input, axis=-1, name=None):  # noqa: A002 - OneFlow's name
+    """The index of the largest value of ``input`` along ``axis`` (int32); the first one on ties."""
     x = as_tensor(input, argument="input")
     from . import normalize_axis
     try:

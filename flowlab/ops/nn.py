@@ -333,6 +333,9 @@ class SoftmaxCrossEntropyGrad(Op):
 
 
 def softmax_cross_entropy_with_logits(labels, logits, name=None):
+    """Cross-entropy of ``softmax(logits)`` against the distributions ``labels`` (each row sums to 1), one
+    value per example; the gradient to ``logits`` is ``softmax(logits) * sum(labels) - labels``.
+    """
     labels, logits = as_tensor(labels, argument="labels"), as_tensor(logits, argument="logits")
     return apply(SoftmaxCrossEntropy, (labels, logits), name)[0]
 
@@ -361,7 +364,10 @@ class Dropout(Op):
 
 
 def dropout(x, rate, noise_shape=None, seed=None, name=None):
-    """``flow.nn.dropout``. In predict jobs it is the identity, as users of every framework expect at inference."""
+    """``flow.nn.dropout``. In predict jobs it is the identity, as users of every framework expect at inference.
+
+    Differs from OneFlow: a per-op ``seed`` is refused with an error; seed jobs with ``flow.config.seed()``.
+    """
     from .. import graph as g
     x = as_tensor(x, argument="x")
     if not isinstance(rate, (int, float)) or not 0 <= rate < 1:

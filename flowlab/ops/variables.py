@@ -29,6 +29,9 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
     ``initializer`` defaults to zeros; ``dtype`` to the job's default data type (``FunctionConfig.default_data_type``,
     float32 unless set), as in OneFlow. The same name in another job is the same variable. ``regularizer``
     (``flow.regularizers``) is this job's: its optimizer adds it to the variable's gradient.
+
+    Differs from OneFlow: ``random_seed`` and ``distribute`` are refused with an error (seed jobs with
+    ``flow.config.seed()``; there is no model parallelism).
     """
     graph = g.current_graph("flow.get_variable")
     if not isinstance(name, str) or not name:

@@ -65,6 +65,9 @@ class DynamicLossScalePolicy(LossScalePolicy):
 
 
 class loss_scale:  # noqa: N801 - OneFlow's namespace ``flow.optimizer.loss_scale``
+    """``flow.optimizer.loss_scale``: ``static_loss_scale(factor)`` and ``dynamic_loss_scale(...)``, the
+    policies an optimizer's ``loss_scale_policy`` takes (see this module's docstring).
+    """
     static_loss_scale = StaticLossScalePolicy
     dynamic_loss_scale = DynamicLossScalePolicy
 

@@ -357,6 +357,9 @@ class GlobalNormClipFactor(Op):
 
 
 class grad_clipping:  # noqa: N801 - OneFlow's namespace ``flow.optimizer.grad_clipping``
+    """``flow.optimizer.grad_clipping``: ``by_global_norm(clip_norm)`` scales every model gradient by
+    ``clip_norm / max(global_norm, clip_norm)`` before the update (``Optimizer(grad_clipping=...)``).
+    """
     class by_global_norm:  # noqa: N801
         def __init__(self, clip_norm):
             if not isinstance(clip_norm, (int, float)) or clip_norm <= 0:

@@ -62,6 +62,9 @@ class Warmup:
 
 
 class warmup:  # noqa: N801 - OneFlow's namespace ``flow.optimizer.warmup``
+    """``flow.optimizer.warmup``: ``linear(steps, start_multiplier)`` and ``constant(steps, multiplier)``, passed
+    as a scheduler's ``warmup``.
+    """
     @staticmethod
     def linear(steps, start_multiplier):
         """``base_lr * (start_multiplier + (1 - start_multiplier) * step / steps)`` while ``step < steps``."""

@@ -380,7 +380,8 @@ def trend_overlay_figure(sources, y_label="value"):
 class AlertGroups:
     """Alerts grouped by kind and layer as they arrive: a group's first and last step, its count and its newest
     message. It holds one entry a (kind, layer) however long the run, so a broken net that raises the same alerts
-    every step stays a few rows. ``columns()``: the groups, the one seen last first: ``step`` (its newest step),
+    every step stays a few rows. ``columns()``: the groups, the one seen last first: ``first`` and ``step`` (its first
+    and newest step),
     ``steps`` ("first … last"), ``count``, ``kind``, ``layer`` (empty for the whole network) and ``message``."""
 
     def __init__(self, alerts=()):
@@ -420,7 +421,7 @@ class AlertGroups:
 
     def columns(self):
         rows = sorted(self._groups.items(), key=lambda item: -item[1][1])
-        return {"step": [g[1] for _, g in rows],
+        return {"first": [g[0] for _, g in rows], "step": [g[1] for _, g in rows],
                 "steps": [f"{g[0]:,}" if g[0] == g[1] else f"{g[0]:,} … {g[1]:,}" for _, g in rows],
                 "count": [g[2] for _, g in rows], "kind": [k for (k, _), _ in rows], "layer": [ly for (_, ly), _ in rows],
                 "message": [str(g[3]) for _, g in rows]}

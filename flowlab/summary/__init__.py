@@ -22,3 +22,11 @@ from .projector import Projector, read_projector, write_embedding
 from .summary_writer import SummaryWriter
 from .reader import (LogdirTailer, read_graphs, read_health, read_histograms, read_hparams, read_images, read_scalars,
                      read_tensors, read_text)
+
+__all__ = [
+    "SummaryWriter", "create_summary_writer", "scalar", "histogram", "image", "pb", "text", "hparams", "HParam",
+    "RealRange", "IntegerRange", "ValueSet", "Metric", "flush_summary_writer", "close_summary_writer",
+    "NoSummaryWriterError", "Graph", "Projector", "read_projector", "write_embedding", "read_scalars",
+    "read_histograms", "read_images", "read_text", "read_tensors", "read_hparams", "read_health", "read_graphs",
+    "LogdirTailer",
+]

@@ -226,7 +226,11 @@ def _step_tensor(step):
 
 
 def create_summary_writer(logdir):
-    """Make ``logdir``'s event file the current writer when the job runs (in a job of its own)."""
+    """Make ``logdir``'s event file the current writer when the job runs (in a job of its own).
+
+    Differs from OneFlow: the file is named ``events.out.tfevents.*``, so TensorBoard and flowlab's dashboard find
+    it (OneFlow named it ``event.*.log``, which TensorBoard never read).
+    """
     if not isinstance(logdir, (str, os.PathLike)):
         raise TypeError(f"create_summary_writer: logdir must be a path, got {type(logdir).__name__} {logdir!r}")
     apply(CreateSummaryWriter, (), logdir=os.fspath(logdir))
@@ -238,18 +242,31 @@ def flush_summary_writer():
 
 
 def scalar(value, step, tag, name=None):
+    """In a job: write ``value`` (one real number) as the scalar ``tag`` at ``step`` to the current writer
+    (``create_summary_writer``) each time the job runs. ``tag`` is a str or OneFlow's int8 tensor of its bytes;
+    ``step`` an int or an int64 tensor of one element.
+    """
     apply(WriteScalar, (as_tensor(value, argument="value"), _step_tensor(step), _tag_tensor(tag)), name)
 
 
 def histogram(value, step, tag, name=None):
+    """In a job: write the histogram of ``value`` (real numbers) as ``tag`` at ``step`` each time the job runs
+    (``tag`` and ``step`` as in ``scalar``).
+    """
     apply(WriteHistogram, (as_tensor(value, argument="value"), _step_tensor(step), _tag_tensor(tag)), name)
 
 
 def image(value, step, tag, name=None):
+    """In a job: write ``value``, uint8 images ``(N, H, W, C)`` with C = 1, 3 or 4, as ``tag`` at ``step`` each time
+    the job runs (``tag`` and ``step`` as in ``scalar``).
+    """
     apply(WriteImage, (as_tensor(value, argument="value"), _step_tensor(step), _tag_tensor(tag)), name)
 
 
 def pb(value, step=None, name=None):
+    """In a job: write ``value``, an int8 tensor of a text-format ``Summary``'s bytes (``str(flow.summary.text(...))``
+    or ``str(flow.summary.hparams(...))``), at ``step`` (0 when None) each time the job runs.
+    """
     apply(WritePb, (as_tensor(value, argument="value"), _step_tensor(0 if step is None else step)), name)
 
 

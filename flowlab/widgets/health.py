@@ -2,9 +2,9 @@
 
 What it shows (every figure from ``flowlab.plots.health``, the plot layer the dashboard's Health tab uses too): a
 statistic selector, a ``HealthHeatmap`` of layers × steps for that statistic, the trend of one layer's statistic
-(the layer clicked in the heatmap; before any click, the first layer with an alert, else the first layer) and the
-alert list: a count per kind, then one row a kind on a layer (its steps, how often, the newest message), the
-latest first.
+(the layer clicked in the heatmap; before any click, the first layer with an alert, else the first layer) and,
+below it at the panel's width, the alert list: a count per kind, then every kind of the run (the one seen last
+first), each with one row for each of its first layers (its steps, how often, the newest message in full).
 
 Where the work happens: ``panel(report)`` only records: under a short data lock it keeps the report's table and
 alerts and pokes the refresh thread (``_live``), which folds the tables in bulk into a ``HealthGrid`` (the run's
@@ -50,9 +50,7 @@ WAITING = '<span style="color:#777">HealthPanel: waiting for the first health re
 DEFAULT_STATISTIC = "grad_norm"
 FOLD_EVERY = 256               # reports kept before they are folded into the grid (bounded without a refresher)
 ALERTS_KEPT = 500              # the newest alerts kept as ``alerts`` (the counts and the list cover every alert)
-ALERTS_SHOWN = 100             # rows (a kind on a layer) listed in the page
-ALERTS_SAVED = 20              # ... and in the static copy a saved notebook keeps
-ALERTS_WIDTH = 460             # px of the alert list beside the trend
+ALERT_LAYERS_SHOWN = 4         # layers of a kind listed with their message; the rest are named in one line
 PAD = "padding:0 8px 3px 0"   # an alert table cell's
 TERMINAL_TABLE_PERIOD = 5.0    # seconds between per-layer lines in a terminal
 
@@ -340,8 +338,9 @@ class HealthPanel(LiveView):
         self.trend.title.text_font_size = "9pt"
         self.select = Select(value=self.statistic, options=list(grid.statistics), width=190, name="health-statistic",
                              stylesheets=[":host { margin-top: 4px; }"])
-        self._alerts_div = Div(text="", width=ALERTS_WIDTH, height=self.trend.height, name="health-alerts",
-                               styles={"overflow-y": "auto", "font-size": "9pt"}, disable_math=True)
+        # below the trend, as wide as the panel and as high as its text: every kind shows, each message in full
+        self._alerts_div = Div(text="", name="health-alerts", sizing_mode="stretch_width",
+                               styles={"font-size": "9pt"}, disable_math=True)
         args = dict(key=self._key, cells=self._cells, meta=self._meta, heat=self.heatmap.source,
                     alarms=self.heatmap.alarms,
                     glyph=self.heatmap.glyph, log_bar=self.heatmap.bars[False], linear_bar=self.heatmap.bars[True],
@@ -360,7 +359,7 @@ class HealthPanel(LiveView):
         self._root.children = [
             row(Div(text=title, width=200, disable_math=True, stylesheets=[":host { margin-top: 10px; }"]),
                 self.select), fig,
-            row(self.trend, self._alerts_div, sizing_mode="stretch_width")]
+            self.trend, self._alerts_div]
 
     def _fill_models(self):
         """Write the panel's own choice (``statistic``, the default layer) into the heatmap and trend models, which
@@ -381,32 +380,54 @@ class HealthPanel(LiveView):
                 self._fill_models()
 
     @staticmethod
-    def _alerts_html(groups, counts, shown=ALERTS_SHOWN):
-        """The alert list: the count per kind, then the first ``shown`` rows of ``groups`` (``AlertGroups.columns()``:
-        one row a kind on a layer, the latest first), everything escaped."""
+    def _alerts_html(groups, counts, shown=ALERT_LAYERS_SHOWN):
+        """The alert list: the count per kind, then every kind (the one seen last first), each with its count, its
+        layers and steps, and one row for each of its first ``shown`` layers (``AlertGroups.columns()``: one group a
+        kind on a layer, the latest first): the steps it fired, how often and its latest message in full, wrapping.
+        A kind's further layers are named in one line (a broken ResNet has dozens; their messages differ only in
+        the layer). Everything escaped."""
         if not counts:
             return '<div style="color:#2a7d2a"><b>No alerts</b> so far.</div>'
         total = sum(counts.values())
         summary = " · ".join(f"{html.escape(kind)} <b>{n:,}</b>" for kind, n in sorted(counts.items()))
+        by_kind, firsts = {}, {}         # kind -> its groups' rows, in the order of columns(): the latest first
+        for first, *row_ in zip(groups["first"], groups["step"], groups["steps"], groups["count"], groups["kind"],
+                                groups["layer"], groups["message"]):
+            by_kind.setdefault(row_[3], []).append(row_)
+            firsts.setdefault(row_[3], []).append(first)
         rows = []
-        for steps, count, kind, layer, message in list(zip(groups["steps"], groups["count"], groups["kind"],
-                                                           groups["layer"], groups["message"]))[:shown]:
-            rows.append(f'<tr style="vertical-align:top"><td style="color:#777;white-space:nowrap;{PAD}">{steps}</td>'
-                        f'<td style="color:#777;text-align:right;{PAD}">{count:,}</td>'
-                        f'<td style="color:{ALARM};white-space:nowrap;{PAD}"><b>{html.escape(kind)}</b></td>'
-                        f'<td style="white-space:nowrap;{PAD}">{html.escape(layer) or "—"}</td>'
-                        # a message names layers (ResNet's res3_1_branch2c_bn_add_relu): a long name may break
-                        # anywhere, or the table would run past the list's width and the messages be cut (and
-                        # left-aligned: a saved notebook's stylesheet aligns table cells right)
-                        f'<td style="padding-bottom:3px;text-align:left;overflow-wrap:anywhere">'
-                        f'{html.escape(message)}</td></tr>')
-        hidden = len(groups["kind"]) - len(rows)
-        more = f'<div style="color:#777">… and {hidden} more (kind, layer) rows</div>' if hidden > 0 else ""
-        return (f'<div><b>{total:,} alert{"s" if total != 1 else ""}</b>: {summary}</div>'
-                '<table style="border-collapse:collapse;font-size:8.5pt">'
+        for kind, members in by_kind.items():
+            first, last = min(firsts[kind]), max(step for step, *_ in members)
+            span = f"step {first:,}" if first == last else f"steps {first:,} … {last:,}"
+            layers = [layer for *_, layer, _ in members if layer]
+            where = f"{len(layers)} layer{'s' if len(layers) != 1 else ''}" if layers else "the network"
+            n = counts.get(kind, sum(count for _, _, count, *_ in members))
+            rows.append(f'<tr class="flowlab-alert-kind" data-kind="{html.escape(kind)}">'
+                        f'<td colspan="4" style="padding:5px 0 2px 0;border-top:1px solid #ddd;text-align:left">'
+                        f'<b style="color:{ALARM}">{html.escape(kind)}</b> <span style="color:#777">· {n:,} '
+                        f'alert{"s" if n != 1 else ""} on {where} · {span}</span></td></tr>')
+            for _, steps, count, _, layer, message in members[:shown]:
+                rows.append(f'<tr class="flowlab-alert" style="vertical-align:top">'
+                            f'<td style="color:#777;white-space:nowrap;{PAD}">{steps}</td>'
+                            f'<td style="color:#777;text-align:right;{PAD}">{count:,}</td>'
+                            f'<td style="white-space:nowrap;{PAD}">{html.escape(layer) or "—"}</td>'
+                            # the whole message, wrapping; a long layer name in it (ResNet's
+                            # res3_1_branch2c_bn_add_relu) may break anywhere rather than widen the table (and
+                            # left-aligned: a saved notebook's stylesheet aligns table cells right)
+                            f'<td class="flowlab-alert-message" style="padding-bottom:3px;text-align:left;'
+                            f'white-space:normal;overflow-wrap:anywhere">{html.escape(message)}</td></tr>')
+            rest = members[shown:]
+            if rest:
+                names = ", ".join(f"{html.escape(layer) or '—'} ({count:,})" for _, _, count, _, layer, _ in rest)
+                rows.append(f'<tr class="flowlab-alert-more"><td colspan="4" style="color:#777;text-align:left;'
+                            f'white-space:normal;overflow-wrap:anywhere;{PAD}">… and {len(rest)} more layer'
+                            f'{"s" if len(rest) != 1 else ""} (times): {names}</td></tr>')
+        return (f'<div><b>{total:,} alert{"s" if total != 1 else ""}</b> of {len(by_kind)} '
+                f'kind{"s" if len(by_kind) != 1 else ""}: {summary}</div>'
+                '<table style="border-collapse:collapse;font-size:8.5pt;width:100%">'
                 f'<tr style="color:#777;text-align:left"><th style="{PAD}">steps</th><th style="{PAD}">times</th>'
-                f'<th style="{PAD}">kind</th><th style="{PAD}">layer</th><th>message (the latest)</th></tr>'
-                + "".join(rows) + "</table>" + more)
+                f'<th style="{PAD}">layer</th><th style="text-align:left">message (the latest)</th></tr>'
+                + "".join(rows) + "</table>")
 
     def _static_layout(self):
         """What a saved notebook shows: the heatmap as SVG, the default layer's trend and the alert list."""
@@ -417,17 +438,15 @@ class HealthPanel(LiveView):
                 layer = self._default_layer(self.statistic)
                 svg = heatmap_svg(self._grid, self.statistic)
                 source = ColumnDataSource(self._grid.trend_columns(layer, self.statistic))
-                alerts = self._alerts_html(self.alert_groups.columns(), self.alert_groups.kind_counts(),
-                                           ALERTS_SAVED)
+                alerts = self._alerts_html(self.alert_groups.columns(), self.alert_groups.kind_counts())
             trend = trend_figure(source, y_label=self.statistic)
             trend.title.text = f"layer {layer}: {self.statistic}"
             trend.title.text_font_size = "9pt"
             heading_html = (f"<b>HealthPanel</b> &nbsp;<span style=\"color:#777\">{len(self._grid.layers)} layers · "
                             f"statistic {html.escape(self.statistic)}</span>")
-            return column(heading(heading_html), Div(text=svg, sizing_mode="stretch_width"),
-                          row(trend, Div(text=alerts, width=ALERTS_WIDTH, styles={
-                              "font-size": "9pt", "max-height": f"{trend.height}px", "overflow-y": "auto"}),
-                              sizing_mode="stretch_width"), sizing_mode="stretch_width")
+            return column(heading(heading_html), Div(text=svg, sizing_mode="stretch_width"), trend,
+                          Div(text=alerts, sizing_mode="stretch_width", styles={"font-size": "9pt"}),
+                          sizing_mode="stretch_width")
 
     # ------------------------------------------------------------------------------------------------ terminal
 
