@@ -6,6 +6,7 @@ import logging as _logging
 
 from . import config, data, dtypes, initializers, layers, losses, math, nn, optim, scope, summary, train, typing
 from . import checkpoint, env, image, random, regularizers, unittest
+from . import distribute
 from .checkpoint import get_all_variables, load_variables
 from .dtypes import char, double, float, float16, float32, float64, int8, int32, int64, uint8
 from .initializers import (constant_initializer, glorot_normal_initializer, glorot_uniform_initializer,
@@ -19,6 +20,7 @@ from .config import FunctionConfig, function_config
 from .ops.array import (cast, concat, constant, identity, identity_n, one_hot, ones_like, pad, reshape, transpose,
                         zeros_like)
 from .ops.math import clip_by_value, matmul
+from .ops.placement import parallel_cast
 
 clip = clamp = clip_by_scalar = clip_by_value     # OneFlow 0.3.4's other names of clip_by_value
 from .ops.variables import get_variable
