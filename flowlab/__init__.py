@@ -19,6 +19,7 @@ from .job import global_function
 from .config import FunctionConfig, function_config
 from .ops.array import (cast, concat, constant, identity, identity_n, one_hot, ones_like, pad, reshape, transpose,
                         zeros_like)
+from .ops.indexing import gather
 from .ops.math import clip_by_value, matmul
 from .ops.placement import parallel_cast
 

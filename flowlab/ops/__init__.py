@@ -71,6 +71,8 @@ class Op:
     vjp = None              # ops without a vjp are not differentiable (integer ops, gradient ops)
     gemm_macs = None        # ops that call BLAS: (node) -> multiply-adds of their matrix product (see plan.py)
     host_args = None        # (node, step) -> extra keyword arguments computed on the host each call (schedules)
+    indexed_slices = None   # gradient ops that scatter rows into a table: (node) -> (ids, rows) tensors, or None for
+    #                         a node that cannot (sparse updates touch only those rows; ``ops.indexing.GatherGrad``)
 
     @classmethod
     def is_nonnegative(cls, node) -> bool:
