@@ -447,9 +447,16 @@ class Optimizer:
         graph.losses.append((self, loss))
 
     def _trained(self, graph):
+        """The variables this minimize trains: those given, else every variable this job declared trainable. A
+        variable is trainable per job, as in OneFlow (a GAN's discriminator job reads the generator with
+        ``trainable=False`` and its generator job trains it)."""
         sess = session.default()
-        names = self.variables if self.variables is not None else \
-            [n for n in graph.variables if sess.variables[n].trainable]
+
+        def trainable(name):
+            decl = graph.declarations.get(name)
+            return decl.trainable if decl is not None else sess.variables[name].trainable
+
+        names = self.variables if self.variables is not None else [n for n in graph.variables if trainable(n)]
         missing = [n for n in names if n not in graph.variables]
         if missing:
             raise TraceError(f"minimize: variables {missing} are not used by job {graph.name!r}")
