@@ -1,3 +1,4 @@
 """Small, complete programs shipped with flowlab: ``flowlab demo`` runs ``digits_mlp``; ``resnet`` is a ResNet as
 OneFlow-Benchmark writes it (its train job is the benchmarks' ResNet-50, and ``resnet.write_run`` the dashboard's
-Graph and Health tabs at real size)."""
+Graph and Health tabs at real size); ``dcgan`` a GAN of transposed convolutions and ``wide_deep`` a Wide & Deep
+click model with sparse embedding updates, both as OneFlow-Benchmark writes them."""
