@@ -8,31 +8,7 @@ import flowlab as flow
 import flowlab.typing as tp
 from flowlab.errors import ShapeError
 from gradcheck import check_grad
-
-
-def rnd(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape)
-
-
-def run(build, *arrays):
-    """``build`` on float64 placeholders shaped like ``arrays``, in a predict job."""
-    flow.clear_default_session()
-    specs = [tp.Numpy.Placeholder(a.shape, dtype=flow.float64) for a in arrays]
-    if len(arrays) == 1:
-        def job(x: specs[0]) -> tp.Numpy:
-            return build(x)
-    else:
-        def job(x: specs[0], w: specs[1]) -> tp.Numpy:
-            return build(x, w)
-    return flow.global_function()(job)(*arrays)
-
-
-def nhwc(a):
-    return np.ascontiguousarray(a.transpose(0, 2, 3, 1))
-
-
-def nchw(a):
-    return a.transpose(0, 3, 1, 2)
+from test_conv import nchw, nhwc, rnd, run
 
 
 # -------------------------------------------------------------------------------------------- conv2d_transpose

@@ -206,6 +206,16 @@ def _conv_macs(conv_output, filters_shape, data_format):
     return n * ho * wo * math.prod(filters_shape)
 
 
+def _check_operands(x, w, layout, data_format):
+    """Both 4-D, of one floating dtype (``layout`` describes the filters in messages)."""
+    if x.ndim != 4:
+        raise ShapeError(f"input must be a 4-D {data_format} tensor, got shape {x.shape}")
+    if w.ndim != 4:
+        raise ShapeError(f"filters must be 4-D {layout} for {data_format}, got shape {w.shape}")
+    if x.dtype != w.dtype or x.dtype.kind != "f":
+        raise ShapeError(f"input and filters must share one floating dtype, got {x.dtype} and {w.dtype}")
+
+
 class Conv2d(Op):
     prefix, api = "Conv2d_", "flow.nn.conv2d"
     amp = "float16"     # conv2d is on OneFlow 0.3.4's white list; its gradients are products too
@@ -218,12 +228,7 @@ class Conv2d(Op):
     def infer(x, w, strides, dilations, padding, groups, data_format):
         layout = "(out_channels, in_channels/groups, kh, kw)" if data_format == "NCHW" else \
             "(out_channels, kh, kw, in_channels/groups)"
-        if x.ndim != 4:
-            raise ShapeError(f"input must be a 4-D {data_format} tensor, got shape {x.shape}")
-        if w.ndim != 4:
-            raise ShapeError(f"filters must be 4-D {layout} for {data_format}, got shape {w.shape}")
-        if x.dtype != w.dtype or x.dtype.kind != "f":
-            raise ShapeError(f"input and filters must share one floating dtype, got {x.dtype} and {w.dtype}")
+        _check_operands(x, w, layout, data_format)
         n, c, h, wd = _nchw_shape(x.shape, data_format)
         o, cg, kh, kw = _nchw_shape(w.shape, data_format)
         if c != cg * groups:
@@ -369,12 +374,7 @@ class Conv2dTranspose(Op):
     def infer(x, w, output_hw, strides, dilations, padding, data_format):
         layout = "(in_channels, out_channels, kh, kw)" if data_format == "NCHW" else \
             "(in_channels, kh, kw, out_channels)"
-        if x.ndim != 4:
-            raise ShapeError(f"input must be a 4-D {data_format} tensor, got shape {x.shape}")
-        if w.ndim != 4:
-            raise ShapeError(f"filters must be 4-D {layout} for {data_format}, got shape {w.shape}")
-        if x.dtype != w.dtype or x.dtype.kind != "f":
-            raise ShapeError(f"input and filters must share one floating dtype, got {x.dtype} and {w.dtype}")
+        _check_operands(x, w, layout, data_format)
         n, c = _nchw_shape(x.shape, data_format)[:2]
         in_channels, out_channels = _nchw_shape(w.shape, data_format)[:2]
         if c != in_channels:
