@@ -162,7 +162,7 @@ def run(optimizer, args):
         print(f"  {name:14s} {ms:8.3f} ms")
     if "flowlab" in med and "torch" in med:
         ratio = med["flowlab"] / med["torch"]
-        print(f"  flowlab / torch sparse: {ratio:.2f}x (target <= {TARGET})")
+        print(f"  flowlab / torch sparse: {ratio:.3g}x (target <= {TARGET})")
     if "flowlab-dense" in med and "flowlab" in med:
         print(f"  flowlab dense / sparse: {med['flowlab-dense'] / med['flowlab']:.1f}x")
     return med
