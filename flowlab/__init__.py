@@ -4,6 +4,7 @@
 """
 from . import config, data, dtypes, initializers, layers, losses, math, nn, optim, scope, summary, train, typing
 from . import checkpoint, env, errors, health, image, random, regularizers, unittest
+from . import distribute
 from .checkpoint import get_all_variables, load_variables
 from .dtypes import char, double, float, float16, float32, float64, int8, int32, int64, uint8
 from .initializers import (constant_initializer, glorot_normal_initializer, glorot_uniform_initializer,
@@ -20,6 +21,7 @@ from .ops.array import slice_ as slice  # noqa: A004 - OneFlow's name
 from .ops.indexing import gather, where
 from .ops.math import broadcast_like, clip_by_value, matmul
 from .ops.math import clip_by_value as clamp, clip_by_value as clip, clip_by_value as clip_by_scalar  # OneFlow's too
+from .ops.placement import parallel_cast
 from .ops.variables import get_variable
 from .runtime import session as _session
 from .runtime.session import clear as clear_default_session
@@ -53,12 +55,12 @@ __version__ = "0.1.0"
 __all__ = [
     "Blob", "FixedTensorDef", "FunctionConfig", "HealthAlert", "HealthReport", "MirroredTensorDef", "broadcast_like",
     "cast", "char", "checkpoint", "clamp", "clear_default_session", "clip", "clip_by_scalar", "clip_by_value",
-    "concat", "config", "constant", "constant_initializer", "data", "device", "double", "dtypes", "env", "errors",
+    "concat", "config", "constant", "constant_initializer", "data", "device", "distribute", "double", "dtypes", "env", "errors",
     "expand_dims", "float", "float16", "float32", "float64", "function_config", "gather", "get_all_variables",
     "get_variable", "global_function", "glorot_normal_initializer",
     "glorot_uniform_initializer", "health", "identity", "identity_n", "image", "initializers", "int32", "int64",
     "int8", "kaiming_initializer", "layers", "load_variables", "losses", "math", "matmul", "nn", "one_hot",
-    "ones_initializer", "ones_like", "optim", "optimizer", "pad", "random", "random_normal",
+    "ones_initializer", "ones_like", "optim", "optimizer", "pad", "parallel_cast", "random", "random_normal",
     "random_normal_initializer", "random_uniform", "random_uniform_initializer", "regularizers", "reshape", "scope",
     "slice", "slice_v2", "squeeze", "summary", "sync_default_session", "train", "transpose", "truncated_normal", "truncated_normal_initializer",
     "typing", "uint8", "unittest", "variance_scaling_initializer", "watch", "watch_diff", "watch_health",

@@ -16,6 +16,8 @@ from __future__ import annotations
 import inspect
 import typing
 
+import numpy as np
+
 from . import typing as tp
 from .runtime.devices import DeviceValues
 
@@ -24,7 +26,7 @@ NO_ANNOTATION = inspect.Parameter.empty     # the same object as inspect.Signatu
 
 class Blob:
     """A job result or watched value on the host: ``.numpy()`` (or OneFlow's older ``.ndarray()``) gives the array;
-    NumPy attributes such as ``.mean()`` and ``.shape`` work directly. ``.numpy_list()`` (``.ndarray_list()``) gives
+    NumPy attributes such as ``.mean()`` and ``.shape``, indexing and arithmetic work directly. ``.numpy_list()`` (``.ndarray_list()``) gives
     one array a device under the mirrored view, else ``[array]``."""
 
     __slots__ = ("_array", "_pieces")
@@ -51,6 +53,26 @@ class Blob:
 
     def __repr__(self):
         return f"Blob({self._array!r})"
+
+
+def _forwarded(name):
+    def method(self, *args, **kwargs):
+        return getattr(self._array, name)(*(a._array if isinstance(a, Blob) else a for a in args), **kwargs)
+    method.__name__ = name
+    return method
+
+
+# The operators of the array too (indexing, arithmetic, len, iteration...), as OneFlow's LocalBlob forwards every
+# ndarray special method the class does not have already: DCGAN indexes its returned images, ``gout[i, 0]``. NumPy's
+# own protocols (``__array_ufunc__``, ``__array_function__``...) and the class-level hooks are not forwarded: NumPy
+# functions take a Blob through ``__array__``.
+_NOT_FORWARDED = ("__class_getitem__", "__init_subclass__", "__subclasshook__", "__reduce__", "__reduce_ex__",
+                  "__setstate__", "__getstate__")
+for _name in dir(np.ndarray):
+    if _name.startswith("__") and _name.endswith("__") and not _name.startswith("__array") \
+            and _name not in _NOT_FORWARDED and not hasattr(Blob, _name) and callable(getattr(np.ndarray, _name)):
+        setattr(Blob, _name, _forwarded(_name))
+del _name
 
 
 class BlobDef:

@@ -344,8 +344,8 @@ class FunctionConfig:
     memory reuse, XLA, NCCL) and change nothing in flowlab, whose compiler already does the equivalent or has no
     such mechanism: each setter's docstring says which and why. Three change results in OneFlow and are refused
     rather than silently ignored: ``enable_quantization_aware_training(True)``, reduced-precision
-    ``tensorrt.use_fp16/use_int8(True)`` and ``default_initializer_conf``; ``indexed_slices_optimizer_conf`` waits
-    for sparse embedding updates. ``enable_auto_mixed_precision`` runs matrix products and convolutions in float16
+    ``tensorrt.use_fp16/use_int8(True)`` and ``default_initializer_conf``. ``indexed_slices_optimizer_conf`` makes
+    the updates of the embedding tables it names sparse. ``enable_auto_mixed_precision`` runs matrix products and convolutions in float16
     on CuPy, with float32 master weights; on NumPy the job computes in float32 (see it).
     """
 
@@ -441,13 +441,34 @@ class FunctionConfig:
             self.optimizer_placement_optimization_mode("non_distributed")
 
     def indexed_slices_optimizer_conf(self, value):
-        """OneFlow's sparse (indexed-slices) updates of embedding rows: not yet in flowlab."""
+        """Sparse updates of embedding tables: ``{"include_op_names": {"op_name": [variable names]}}`` (and
+        ``"enable"``, default True), as OneFlow's ``IndexedSlicesOptimizerConf``. A listed variable whose gradient
+        comes from ``flow.gather`` (axis 0) is updated on the gathered rows only, at a cost that grows with the
+        batch, not the table: repeated ids are summed first, then SGD (with or without momentum) or Adam (LazyAdam,
+        AdamW, SGDW) runs on those rows alone, so rows no id touched keep their value and optimizer state exactly
+        (LazyAdam's semantics: their moments do not decay, they do not move by old momentum). As in OneFlow's
+        IndexedSlicesOptimizerRewritePass the update stays dense, with a warning naming the variable and why, when
+        the variable is also used other than through gathers, has a regularizer, or the optimizer clips gradients,
+        scales the loss or is not one of those (``flowlab.optim.optimizers``)."""
         if not isinstance(value, dict):
             raise TypeError(f"indexed_slices_optimizer_conf: expected a dict such as "
                             f"{{'include_op_names': {{'op_name': [...]}}}}, got {value!r}")
-        raise NotImplementedError("indexed_slices_optimizer_conf: flowlab's optimizers update every element densely; "
-                                  "sparse updates of only the gathered rows come with the issue \"sparse embedding "
-                                  "updates\". Without this setting the job trains densely, as LazyAdam documents")
+        unknown = sorted(set(value) - {"enable", "include_op_names"})
+        names = value.get("include_op_names")
+        names = names.get("op_name") if isinstance(names, dict) and set(names) <= {"op_name"} else None
+        names = [names] if isinstance(names, str) else names
+        enable = value.get("enable", True)
+        if unknown or not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n for n in names) \
+                or not isinstance(enable, bool):
+            raise ValueError(f"indexed_slices_optimizer_conf: expected {{'include_op_names': {{'op_name': [variable "
+                             f"names]}}}} and optionally 'enable': True/False, got {value!r}")
+        self.settings["indexed_slices_optimizer_conf"] = {"enable": enable,
+                                                          "include_op_names": {"op_name": list(names)}}
+
+    def indexed_slices_variables(self):
+        """The variable names whose updates ``indexed_slices_optimizer_conf`` asks to be sparse (empty when off)."""
+        conf = self.settings.get("indexed_slices_optimizer_conf")
+        return frozenset(conf["include_op_names"]["op_name"]) if conf and conf["enable"] else frozenset()
 
     def default_initializer_conf(self, value):
         """Refused: OneFlow's job-wide default initializer (an ``InitializerConf`` dict). Give

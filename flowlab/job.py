@@ -230,8 +230,9 @@ class JobFunction:
         if not graph.losses:
             raise TraceError(f"train job {self.name} never calls optimizer.minimize(loss) (or flow.losses.add_loss)")
         watched = watching.gradient_targets(graph)
+        sparse = self.config.indexed_slices_variables()
         for optimizer, loss in graph.losses:
-            (optimizer or self.config.train.make_optimizer()).build(graph, loss, watched)
+            (optimizer or self.config.train.make_optimizer()).build(graph, loss, watched, sparse)
 
     @property
     def _mixed_precision(self):

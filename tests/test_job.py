@@ -36,6 +36,11 @@ def test_old_style_fixed_tensor_def_and_unannotated_handle():
     np.testing.assert_array_equal(blob.ndarray(), [1, 4, 9])
     assert blob.mean() == pytest.approx(14 / 3)
     assert blob.shape == (3,)
+    # the array's operators too, as OneFlow's LocalBlob (DCGAN indexes the images it gets back)
+    assert blob[1] == 4 and len(blob) == 3 and list(blob) == [1, 4, 9]
+    np.testing.assert_array_equal(blob * 2 + blob, [3, 12, 27])
+    np.testing.assert_array_equal(np.sqrt(blob), [1, 2, 3])
+    assert float(blob[2]) == 9.0 and hash(blob) == hash(blob)      # a Blob stays hashable, as OneFlow's
 
 
 def test_list_numpy_accepts_smaller_shapes_and_retraces_with_the_same_names():

@@ -345,3 +345,38 @@ def test_cupy_updates_match_numpy(case):
             backend.use("cpu")
     for name, want in results["cpu"].items():
         np.testing.assert_allclose(results["gpu"][name], want, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_a_variable_is_trainable_per_job():
+    """As in OneFlow (a GAN: the discriminator's job reads the generator with trainable=False, the generator's job
+    trains it), whichever job is traced first."""
+    flow.clear_default_session()
+
+    def net(x, trainable):
+        w = flow.get_variable("shared", shape=(3,), initializer=flow.ones_initializer(), trainable=trainable)
+        return flow.math.reduce_sum(x * w)
+
+    def sgd():
+        return flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0)
+
+    @flow.global_function(type="train")
+    def frozen(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        own = flow.get_variable("own", shape=(3,), initializer=flow.ones_initializer())
+        loss = net(x, False) + flow.math.reduce_sum(x * own)
+        sgd().minimize(loss)
+        return loss
+
+    @flow.global_function(type="train")
+    def training(x: tp.Numpy.Placeholder((3,))) -> tp.Numpy:
+        loss = net(x, True)
+        sgd().minimize(loss)
+        return loss
+
+    variables = session.default().variables
+    frozen(np.ones(3, np.float32))
+    np.testing.assert_array_equal(variables["shared"].numpy(), 1.0)
+    np.testing.assert_allclose(variables["own"].numpy(), 0.9)
+    training(np.ones(3, np.float32))
+    np.testing.assert_allclose(variables["shared"].numpy(), 0.9)
+    frozen(np.ones(3, np.float32))
+    np.testing.assert_allclose(variables["shared"].numpy(), 0.9)

@@ -293,10 +293,11 @@ def _replica_lines(points, position, replica):
     if replica == 0 and position in points.release_before:
         lines.append(f"    R.release(0)  # updates of group {points.release_before[position]} done")
     if position in points.reduce_before:
-        group, grads, averaged = points.reduce_before[position]
+        group, grads, averaged, concatenated = points.reduce_before[position]
         names = "".join(f"t{t.id}, " for t in grads)
         target = f"{names}= " if replica == 0 and grads else ""
-        lines.append(f"    {target}R.all_reduce({replica}, ({names}), {averaged})  # model gradients, group {group}")
+        lines.append(f"    {target}R.all_reduce({replica}, ({names}), {averaged}, {concatenated})  "
+                     f"# model gradients, group {group}")
     return lines
 
 

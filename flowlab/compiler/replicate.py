@@ -1,8 +1,10 @@
 """Where a data-parallel replica combines model gradients (see ``runtime.devices``).
 
-Every update reads its variable's gradient as input 1. Before the first node of a run of updates (and of nodes that
-read those gradients, such as the global-norm clip factor) the replicas all-reduce the gradients produced so far;
-replica 0 alone runs the run, then releases the others. A job with several ``minimize`` calls has several runs.
+Every update reads its variable's gradient as input 1 (a sparse update, ``row_sparse``, its gradient rows as input 1
+and their ids as input 2). Before the first node of a run of updates (and of nodes that read those gradients, such as
+the global-norm clip factor) the replicas all-reduce the gradients produced so far (rows and ids are concatenated
+instead: each device's ids differ); replica 0 alone runs the run, then releases the others. A job with several
+``minimize`` calls has several runs.
 """
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from typing import NamedTuple
 
 
 class ReducePoints(NamedTuple):
-    reduce_before: dict      # node position -> (group number, [gradient tensors], positions always averaged)
+    reduce_before: dict      # node position -> (group number, [gradient tensors], positions always averaged,
+    #                          positions concatenated)
     release_before: dict     # node position (len(nodes): the end) -> group number
     first_only: set          # ids of the nodes only replica 0 runs
 
@@ -18,6 +21,8 @@ class ReducePoints(NamedTuple):
 def reduce_points(nodes) -> ReducePoints:
     gradients = {n.inputs[1].id for n in nodes if n.op.updates_variable}
     statistics = {n.inputs[1].id for n in nodes if n.op.updates_variable and n.op.averages_devices}
+    slices = {t.id for n in nodes if n.op.updates_variable and n.op.row_sparse for t in n.inputs[1:3]}
+    gradients |= slices
     pending, reduce_before, release_before, first_only = [], {}, {}, set()
     open_group = None
     for i, node in enumerate(nodes):
@@ -28,7 +33,8 @@ def reduce_points(nodes) -> ReducePoints:
                     release_before[i] = open_group
                 open_group = len(reduce_before)
                 reduce_before[i] = (open_group, pending,
-                                    tuple(k for k, t in enumerate(pending) if t.id in statistics))
+                                    tuple(k for k, t in enumerate(pending) if t.id in statistics),
+                                    tuple(k for k, t in enumerate(pending) if t.id in slices))
                 pending = []
             first_only.add(id(node))
         elif open_group is not None:

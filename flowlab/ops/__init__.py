@@ -57,6 +57,8 @@ class Op:
     updates_variable = False  # changes its first input (a variable) in place: optimizer updates
     averages_devices = False  # (updates) input 1 is a per-device statistic, not a gradient: replicas average it
     #                           whatever the loss (a batch norm's moving statistics under a summed loss)
+    row_sparse = False      # (updates) the gradient is indexed slices: input 1 its rows, input 2 their ids (repeats
+    #                         allowed); replicas concatenate both instead of adding them (``IndexedSlicesUpdate``)
     observes = False        # reads its inputs as this call made them (watch statistics): runs right after the last
     #                         of their producers
     is_placeholder = False  # a job argument: the plan reads it from the call's feeds, it has no kernel

@@ -206,6 +206,16 @@ def _conv_macs(conv_output, filters_shape, data_format):
     return n * ho * wo * math.prod(filters_shape)
 
 
+def _check_operands(x, w, layout, data_format):
+    """Both 4-D, of one floating dtype (``layout`` describes the filters in messages)."""
+    if x.ndim != 4:
+        raise ShapeError(f"input must be a 4-D {data_format} tensor, got shape {x.shape}")
+    if w.ndim != 4:
+        raise ShapeError(f"filters must be 4-D {layout} for {data_format}, got shape {w.shape}")
+    if x.dtype != w.dtype or x.dtype.kind != "f":
+        raise ShapeError(f"input and filters must share one floating dtype, got {x.dtype} and {w.dtype}")
+
+
 class Conv2d(Op):
     prefix, api = "Conv2d_", "flow.nn.conv2d"
     amp = "float16"     # conv2d is on OneFlow 0.3.4's white list; its gradients are products too
@@ -218,12 +228,7 @@ class Conv2d(Op):
     def infer(x, w, strides, dilations, padding, groups, data_format):
         layout = "(out_channels, in_channels/groups, kh, kw)" if data_format == "NCHW" else \
             "(out_channels, kh, kw, in_channels/groups)"
-        if x.ndim != 4:
-            raise ShapeError(f"input must be a 4-D {data_format} tensor, got shape {x.shape}")
-        if w.ndim != 4:
-            raise ShapeError(f"filters must be 4-D {layout} for {data_format}, got shape {w.shape}")
-        if x.dtype != w.dtype or x.dtype.kind != "f":
-            raise ShapeError(f"input and filters must share one floating dtype, got {x.dtype} and {w.dtype}")
+        _check_operands(x, w, layout, data_format)
         n, c, h, wd = _nchw_shape(x.shape, data_format)
         o, cg, kh, kw = _nchw_shape(w.shape, data_format)
         if c != cg * groups:
@@ -336,6 +341,124 @@ def conv2d(input, filters, strides, padding, data_format="NCHW", dilations=None,
     return apply(Conv2d, (x, w), name, strides=_pair(strides, "strides", api),
                  dilations=_pair(1 if dilations is None else dilations, "dilations", api),
                  padding=_padding(padding, fmt, api), groups=int(groups), data_format=fmt)
+
+
+def compat_conv2d(input, filters, strides, padding, data_format="NCHW", dilations=None, groups=1,  # noqa: A002
+                  name=None):
+    """``flow.nn.compat_conv2d``: ``conv2d`` with TensorFlow's padding words: ``"SAME"`` pads as TensorFlow does
+    (output ``ceil(in / stride)``, the odd pixel at the end), ``"VALID"`` not at all; OneFlow's ``"SAME_UPPER"`` and
+    ``"SAME_LOWER"`` pass through."""
+    mode = padding.upper() if isinstance(padding, str) else None
+    if mode not in ("SAME", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise ValueError(f"flow.nn.compat_conv2d: padding must be 'SAME' or 'VALID' (or 'SAME_UPPER' / "
+                         f"'SAME_LOWER'), got {padding!r}")
+    return conv2d(input, filters, strides, "SAME_UPPER" if mode == "SAME" else mode, data_format, dilations, groups,
+                  name)
+
+
+# ------------------------------------------------------------------------------------------ transposed convolution
+# A transposed convolution is the input gradient of the convolution that maps its output back to its input: the
+# kernels of ``ConvInputGrad`` compute it, and its own gradients are that convolution (input) and its filter
+# gradient (filters). Its filters are the convolution's, ``(in_channels, out_channels, kh, kw)`` for NCHW.
+
+
+class Conv2dTranspose(Op):
+    """``flow.nn.conv2d_transpose``; attrs are those of the convolution it transposes (``padding`` explicit)."""
+    prefix, api = "Deconv2d_", "flow.nn.conv2d_transpose"
+
+    @staticmethod
+    def gemm_macs(node):
+        return _conv_macs(node.inputs[0], node.inputs[1].shape, node.attrs["data_format"])
+
+    @staticmethod
+    def infer(x, w, output_hw, strides, dilations, padding, data_format):
+        layout = "(in_channels, out_channels, kh, kw)" if data_format == "NCHW" else \
+            "(in_channels, kh, kw, out_channels)"
+        _check_operands(x, w, layout, data_format)
+        n, c = _nchw_shape(x.shape, data_format)[:2]
+        in_channels, out_channels = _nchw_shape(w.shape, data_format)[:2]
+        if c != in_channels:
+            raise ShapeError(f"input {x.shape} has {c} channels ({data_format}) but filters {w.shape} {layout} "
+                             f"expect {in_channels}")
+        return spec(_layout_shape((n, out_channels) + tuple(output_hw), data_format), x.dtype)
+
+    @staticmethod
+    def forward(xp, x, w, output_hw, strides, dilations, padding, data_format):
+        n, out_channels = x.shape[0], _nchw_shape(w.shape, data_format)[1]
+        shape = _layout_shape((n, out_channels) + tuple(output_hw), data_format)
+        return ConvInputGrad.forward(xp, x, w, shape, strides, dilations, padding, 1, data_format)
+
+    @staticmethod
+    def vjp(node, dy):
+        x, w = node.inputs
+        conv = dict(strides=node.attrs["strides"], dilations=node.attrs["dilations"],
+                    padding=node.attrs["padding"], groups=1, data_format=node.attrs["data_format"])
+        return (apply(Conv2d, (dy, w), **conv), apply(ConvFilterGrad, (dy, x), filter_shape=w.shape, **conv))
+
+
+def _transpose_pads(api, in_hw, out_hw, kernel, strides, dilations, padding):
+    """The padding ``((top, bottom), (left, right))`` of the convolution from ``out_hw`` back to ``in_hw``, as
+    OneFlow 0.3.4's ``conv2d_transpose`` derives it: ``"VALID"`` pads nothing and takes outputs ``(in - 1) * stride
+    + span`` plus up to ``stride - 1`` (its ``output_padding``); ``"SAME"`` takes outputs with ``ceil(out /
+    stride) == in`` and crops ``max(0, (in - 1) * stride + span - out)`` pixels, the odd one at the end."""
+    pads = []
+    for axis, (n, out, k, s, d) in enumerate(zip(in_hw, out_hw, kernel, strides, dilations)):
+        span = (k - 1) * d + 1
+        if padding == "VALID":
+            low, high, before, after = (n - 1) * s + span, (n - 1) * s + span + s - 1, 0, 0
+        else:
+            low, high = (n - 1) * s + 1, n * s
+            before = max(0, (n - 1) * s + span - out) // 2
+            after = max(0, (n - 1) * s + span - out) - before
+        if not low <= out <= high:
+            raise ValueError(f"{api}: output_shape's {('height', 'width')[axis]} {out} cannot come from input "
+                             f"{('height', 'width')[axis]} {n} with kernel {k}, stride {s}, dilation {d} and "
+                             f"padding {padding!r}: expected {low}" + (f"..{high}" if high > low else ""))
+        pads.append((before, after))
+    return tuple(pads)
+
+
+def conv2d_transpose(value=None, filter=None, output_shape=None, strides=None, padding="VALID",  # noqa: A002
+                     data_format="NCHW", name=None, input=None, filters=None, dilations=None):  # noqa: A002
+    """``flow.nn.conv2d_transpose``: the transposed (fractionally strided) 2-D convolution, OneFlow's ``deconv2d``.
+
+    ``value`` (or ``input``) is ``(N, C_in, H, W)`` for NCHW; ``filter`` (or ``filters``) is ``(C_in, C_out, kh,
+    kw)`` for NCHW, ``(C_in, kh, kw, C_out)`` for NHWC. ``output_shape`` is the 4-D output shape in
+    ``data_format`` order: its batch must be the input's and its height and width must fit ``padding`` (see
+    ``_transpose_pads``); its channel entry is not read: the output has the filters' ``C_out`` channels (OneFlow
+    0.2 and 0.3.5 ignore it; 0.3.1-0.3.4 assert it, though OneFlow-Benchmark's DCGAN passes the input's channels).
+    Without ``output_shape`` the output is ``in * stride`` for ``"SAME"`` and ``(in - 1) * stride + span`` for
+    ``"VALID"``. ``strides`` and ``dilations`` are an int or a pair (default 1).
+    """
+    api = Conv2dTranspose.api
+    if (value is None) == (input is None):
+        raise ValueError(f"{api}: give the input as exactly one of value= and input=")
+    if (filter is None) == (filters is None):
+        raise ValueError(f"{api}: give the filters as exactly one of filter= and filters=")
+    x = as_tensor(value if input is None else input, argument="input")
+    w = as_tensor(filter if filters is None else filters, argument="filters")
+    fmt = _data_format(data_format, api)
+    mode = padding.upper() if isinstance(padding, str) else None
+    if mode not in ("SAME", "VALID"):
+        raise ValueError(f"{api}: padding must be 'SAME' or 'VALID', got {padding!r}")
+    strides = _pair(1 if strides is None else strides, "strides", api)
+    dilations = _pair(1 if dilations is None else dilations, "dilations", api)
+    if x.ndim != 4 or w.ndim != 4:
+        raise ValueError(f"{api}: input and filters must be 4-D, got shapes {x.shape} and {w.shape}")
+    in_hw, kernel = _nchw_shape(x.shape, fmt)[2:], _nchw_shape(w.shape, fmt)[2:]
+    if output_shape is None:
+        output_hw = tuple(n * s if mode == "SAME" else (n - 1) * s + (k - 1) * d + 1
+                          for n, k, s, d in zip(in_hw, kernel, strides, dilations))
+    else:
+        shape = tuple(output_shape) if isinstance(output_shape, (list, tuple)) else ()
+        if len(shape) != 4 or not all(_is_int(v, 1) for v in shape):
+            raise ValueError(f"{api}: output_shape must be 4 positive ints in {fmt} order, got {output_shape!r}")
+        if shape[0] != x.shape[0]:
+            raise ValueError(f"{api}: output_shape {shape} must keep the input's batch size {x.shape[0]}")
+        output_hw = _nchw_shape(shape, fmt)[2:]
+    pads = _transpose_pads(api, in_hw, output_hw, kernel, strides, dilations, mode)
+    return apply(Conv2dTranspose, (x, w), name, output_hw=tuple(int(v) for v in output_hw), strides=strides,
+                 dilations=dilations, padding=pads, data_format=fmt)
 
 
 # --------------------------------------------------------------------------------------------- 1x1 convolutions

@@ -126,10 +126,13 @@ class GatherGrad(Op):
         table.shape[0])``. ``None`` for other gathers."""
         if node.attrs["axis"] != 0 or node.attrs["batch_dims"] != 0:
             return None
-        from .array import reshape
+        from .array import Reshape
         indices, dy = node.inputs
         shape = node.attrs["shape"]
-        return reshape(indices, (-1,)), reshape(dy, (indices.size,) + tuple(shape[1:]))
+        # Reshape itself, not flow.reshape: on several devices flow.reshape reads a leading size equal to the
+        # logical batch as the user's and would make it this device's share
+        return (apply(Reshape, (indices,), shape=(indices.size,)),
+                apply(Reshape, (dy,), shape=(indices.size,) + tuple(shape[1:])))
 
 
 def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name=None):

@@ -14,6 +14,7 @@ from .conv import _data_format, _pair
 from .conv import conv2d as nn_conv2d
 from .math import matmul
 from .nn import bias_add
+from .placement import check_distribute
 from .variables import get_variable
 
 
@@ -40,8 +41,8 @@ def dense(inputs, units, activation=None, use_bias=True, kernel_initializer=None
         raise ValueError(f"flow.layers.dense: units must be a positive int, got {units!r}")
     if x.ndim < 2:
         raise ValueError(f"flow.layers.dense: inputs must have rank >= 2 (batch, features), got shape {x.shape}")
-    if model_distribute is not None:
-        raise ValueError("flow.layers.dense: model_distribute is not supported by flowlab")
+    if model_distribute is not None:        # checked against the weight (units, in); see flowlab.ops.placement
+        check_distribute("flow.layers.dense", "model_distribute", model_distribute, (units, x.shape[-1]))
     if activation is not None and not callable(activation):
         raise TypeError(f"flow.layers.dense: activation must be callable such as flow.nn.relu, got {activation!r}")
     prefix = _prefix(name, "Dense_")

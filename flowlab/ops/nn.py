@@ -50,6 +50,54 @@ def relu(x, name=None):
     return apply(Relu, (as_tensor(x, argument="x"),), name)
 
 
+class LeakyRelu(Op):
+    """``x`` where ``x > 0``, else ``alpha * x`` (OneFlow's kernel: NaN stays NaN)."""
+    prefix, api, c_expr = "LeakyRelu_", "flow.nn.leaky_relu", "({0} > (T)0 ? {0} : {0} * (T){alpha})"
+    supports_out = True
+    inplace = True
+
+    @classmethod
+    def is_nonnegative(cls, node):
+        return node.attrs["alpha"] == 0
+
+    @staticmethod
+    def infer(x, alpha):
+        if x.dtype.kind != "f":
+            raise ShapeError(f"expects a floating-point tensor, got {x.logical_blob_name} of dtype {x.dtype}")
+        return spec(x.shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, alpha, out=None):
+        slope = xp.where(x > 0, x.dtype.type(1), x.dtype.type(alpha))     # read before out (maybe x) is written
+        return xp.multiply(x, slope, out=out)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(LeakyReluGrad, (node.inputs[0], dy), alpha=node.attrs["alpha"]),)
+
+
+class LeakyReluGrad(Op):
+    """``dy`` where ``x > 0``, else ``alpha * dy``."""
+    prefix, api, c_expr = "LeakyReluGrad_", "leaky_relu_grad", "({0} > (T)0 ? {1} : {1} * (T){alpha})"
+    supports_out = True
+
+    @staticmethod
+    def infer(x, dy, alpha):
+        return spec(dy.shape, dy.dtype)
+
+    @staticmethod
+    def forward(xp, x, dy, alpha, out=None):
+        return xp.multiply(dy, xp.where(x > 0, dy.dtype.type(1), dy.dtype.type(alpha)), out=out)
+
+
+def leaky_relu(x, alpha=0.2, name=None):
+    """``flow.nn.leaky_relu``: ``x`` for ``x > 0``, ``alpha * x`` otherwise (OneFlow's default ``alpha`` 0.2)."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)) or \
+            not np.isfinite(alpha):
+        raise ValueError(f"flow.nn.leaky_relu: alpha must be a finite number, got {alpha!r}")
+    return apply(LeakyRelu, (as_tensor(x, argument="x"),), name, alpha=float(alpha))
+
+
 # ----------------------------------------------------------------------------------------------------------- bias_add
 
 class BiasAdd(Op):
@@ -338,6 +386,62 @@ def softmax_cross_entropy_with_logits(labels, logits, name=None):
     """
     labels, logits = as_tensor(labels, argument="labels"), as_tensor(logits, argument="logits")
     return apply(SoftmaxCrossEntropy, (labels, logits), name)[0]
+
+
+class SigmoidCrossEntropy(Op):
+    """Per-element logistic loss ``max(x, 0) - x * z + log(1 + exp(-|x|))`` of logits ``x`` against labels ``z``
+    (``-z log(sigmoid(x)) - (1 - z) log(1 - sigmoid(x))`` without overflow for any ``x``). Integer labels (Wide &
+    Deep's 0/1 clicks) are read as numbers of the logits' dtype and get no gradient."""
+    prefix, api = "SigmoidCrossEntropy_", "flow.nn.sigmoid_cross_entropy_with_logits"
+
+    @staticmethod
+    def infer(labels, logits):
+        if logits.dtype.kind != "f":
+            raise ShapeError(f"logits must be floating point, got dtype {logits.dtype}")
+        if labels.dtype.kind not in "fiub":
+            raise ShapeError(f"labels must be numbers, got dtype {labels.dtype}")
+        if labels.shape != logits.shape:
+            raise ShapeError(f"labels shape {labels.shape} must equal logits shape {logits.shape}")
+        return spec(logits.shape, logits.dtype)
+
+    @staticmethod
+    def forward(xp, labels, logits):
+        loss = xp.log1p(xp.exp(-xp.abs(logits)))
+        loss += xp.maximum(logits, 0)
+        loss -= logits * labels.astype(logits.dtype, copy=False)
+        return loss
+
+    @staticmethod
+    def vjp(node, dy):
+        labels, logits = node.inputs
+        d_logits = apply(SigmoidCrossEntropyGrad, (labels, logits, dy))
+        return (multiply(dy, negative(logits)) if labels.dtype == logits.dtype else None), d_logits
+
+
+class SigmoidCrossEntropyGrad(Op):
+    """``dy * (sigmoid(x) - z)``, the sigmoid written so that ``exp`` only sees ``-|x|``."""
+    prefix, api = "SigmoidCrossEntropyGrad_", "sigmoid_cross_entropy_grad"
+
+    @staticmethod
+    def infer(labels, logits, dy):
+        return spec(logits.shape, logits.dtype)
+
+    @staticmethod
+    def forward(xp, labels, logits, dy):
+        e = xp.exp(-xp.abs(logits))
+        e /= 1 + e                                      # sigmoid(-|x|)
+        prob = xp.where(logits >= 0, 1 - e, e)
+        prob -= labels.astype(logits.dtype, copy=False)
+        prob *= dy
+        return prob
+
+
+def sigmoid_cross_entropy_with_logits(labels, logits, name=None):
+    """``flow.nn.sigmoid_cross_entropy_with_logits``: the logistic loss of each element of ``logits`` against
+    ``labels`` of the same shape (floats in [0, 1], or integer 0/1 labels)."""
+    logits = as_tensor(logits, argument="logits")
+    labels = as_tensor(labels, like=logits, argument="labels")
+    return apply(SigmoidCrossEntropy, (labels, logits), name)
 
 
 # ------------------------------------------------------------------------------------------------------------ dropout

@@ -10,6 +10,7 @@ from ..dtypes import as_dtype
 from ..initializers import zeros_initializer
 from ..regularizers import check as check_regularizer
 from . import Op, apply, spec
+from .placement import check_distribute
 
 
 class Variable(Op):
@@ -28,23 +29,25 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
 
     ``initializer`` defaults to zeros; ``dtype`` to the job's default data type (``FunctionConfig.default_data_type``,
     float32 unless set), as in OneFlow. The same name in another job is the same variable. ``regularizer``
-    (``flow.regularizers``) is this job's: its optimizer adds it to the variable's gradient.
+    (``flow.regularizers``) is this job's: its optimizer adds it to the variable's gradient. ``distribute``
+    (``flow.distribute.split(axis)`` / ``broadcast()``) is checked against the shape; every device holds the whole
+    variable either way (``flowlab.ops.placement``).
 
-    Differs from OneFlow: ``random_seed`` and ``distribute`` are refused with an error (seed jobs with
-    ``flow.config.seed()``; there is no model parallelism).
+    Differs from OneFlow: ``random_seed`` is refused with an error (seed jobs with ``flow.config.seed()``).
     """
     graph = g.current_graph("flow.get_variable")
     if not isinstance(name, str) or not name:
         raise TypeError(f"flow.get_variable: name must be a non-empty string, got {name!r}")
     if shape is None:
         raise ValueError(f"flow.get_variable: shape is required for variable {name!r}")
-    if random_seed is not None or distribute is not None:
-        raise ValueError(f"flow.get_variable({name!r}): random_seed and distribute are not supported by flowlab; "
+    if random_seed is not None:
+        raise ValueError(f"flow.get_variable({name!r}): per-variable random_seed is not supported by flowlab; "
                          "use flow.config.seed()")
     regularizer = check_regularizer(regularizer, f"flow.get_variable({name!r}): regularizer")
     shape = tuple(int(d) for d in shape)
     if any(d <= 0 for d in shape):
         raise ValueError(f"flow.get_variable({name!r}): shape must hold positive ints, got {shape}")
+    check_distribute(f"flow.get_variable({name!r})", "distribute", distribute, shape)
     dtype = graph.default_dtype if dtype is None else as_dtype(dtype)
     if initializer is None:
         initializer = zeros_initializer()

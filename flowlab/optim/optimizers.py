@@ -14,6 +14,8 @@ a host copy (a dynamic loss scale's NaN/Inf count is the one exception).
 from __future__ import annotations
 
 import re
+import warnings
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,7 +24,8 @@ from ..autodiff import gradients
 from ..errors import TraceError
 from ..initializers import constant_initializer, zeros_initializer
 from ..ops import Op, apply, spec
-from ..ops.array import constant
+from ..ops.array import concat, constant, identity
+from ..ops.math import Add
 from ..ops.variables import get_variable
 from ..runtime import blas, session
 from .loss_scale import (DynamicLossScalePolicy, DynamicLossScaleSchedule, ScaledSeed, SkippedSteps,
@@ -323,6 +326,55 @@ class LAMBUpdate(_Update):
         w -= g
 
 
+def unique_rows(xp, ids, rows, n_rows):
+    """``(unique ids, summed rows)`` of indexed slices: each id in ``[0, n_rows)`` once, sorted, with the sum of its
+    rows (repeated ids add up; ids outside the table, which gathered zeros, are dropped). O(ids), never O(table)."""
+    ids = ids.reshape(-1).astype(np.int64, copy=False)
+    rows = rows.reshape((ids.size,) + rows.shape[1:])
+    keep = (ids >= 0) & (ids < n_rows)
+    if ids.size and not bool(keep.all()):
+        ids, rows = ids[keep], rows[keep]
+    if ids.size == 0:
+        return ids, rows[:0]
+    if xp is np:         # sort once, then one reduceat over the runs of equal ids
+        order = np.argsort(ids, kind="stable")
+        ordered = ids[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        return ordered[starts], np.add.reduceat(rows[order], starts, axis=0)
+    import cupyx        # CuPy: unique ids and an atomic scatter-add of the rows onto them
+    unique, inverse = xp.unique(ids, return_inverse=True)
+    summed = xp.zeros((unique.size,) + rows.shape[1:], np.float32 if rows.dtype == np.float16 else rows.dtype)
+    cupyx.scatter_add(summed, inverse.reshape(-1), rows.astype(summed.dtype, copy=False))
+    return unique, summed.astype(rows.dtype, copy=False)
+
+
+class IndexedSlicesUpdate(_Update):
+    """A dense update rule (attr ``update``: ``SGDUpdate``, ``AdamUpdate``, ``LazyAdamUpdate``) run on the rows of
+    an embedding table that the step's ids touched, and only those (``indexed_slices_optimizer_conf``). Inputs
+    ``(table, rows, ids, *state)``: ``rows`` the gradient rows of the ids (repeats allowed), then the rule's state,
+    of which the first ``row_states`` are per element like the table (moments) and the rest scalars (``beta1_t``).
+    The ids' rows of the table and its state are gathered, updated by the rule's own kernel, and written back:
+    a row no id touched keeps its value and state bit for bit, and a touched row gets exactly what the dense rule
+    gives it."""
+    prefix, api = "IndexedSlicesUpdate_", "minimize (indexed slices)"
+    row_sparse = True
+    donates = ()
+
+    @staticmethod
+    def host_args(node, step):
+        return node.attrs["update"].host_args(node, step)
+
+    @staticmethod
+    def forward(xp, table, rows, ids, *state, update, row_states, **attrs):
+        unique, summed = unique_rows(xp, ids, rows, table.shape[0])
+        touched = table[unique]
+        per_row = [s[unique] for s in state[:row_states]]
+        update.forward(xp, touched, summed, *per_row, *state[row_states:], writable=True, **attrs)
+        table[unique] = touched
+        for s, r in zip(state, per_row):
+            s[unique] = r
+
+
 class GlobalNormClipFactor(Op):
     """``min(1, clip_norm / |g|)`` over the gradients of one minimize as their updates apply them before clipping:
     ``grad * grad_scale`` (times ``1 / scale`` of a dynamic loss scale, the last input when ``dynamic``) plus each
@@ -398,20 +450,29 @@ class Optimizer:
         graph.losses.append((self, loss))
 
     def _trained(self, graph):
+        """The variables this minimize trains: those given, else every variable this job declared trainable. A
+        variable is trainable per job, as in OneFlow (a GAN's discriminator job reads the generator with
+        ``trainable=False`` and its generator job trains it)."""
         sess = session.default()
-        names = self.variables if self.variables is not None else \
-            [n for n in graph.variables if sess.variables[n].trainable]
+
+        def trainable(name):
+            decl = graph.declarations.get(name)
+            return decl.trainable if decl is not None else sess.variables[name].trainable
+
+        names = self.variables if self.variables is not None else [n for n in graph.variables if trainable(n)]
         missing = [n for n in names if n not in graph.variables]
         if missing:
             raise TraceError(f"minimize: variables {missing} are not used by job {graph.name!r}")
         return [graph.variables[n] for n in names]
 
-    def build(self, graph, loss, extra_targets=()):
+    def build(self, graph, loss, extra_targets=(), sparse_variables=frozenset()):
         """Add gradient and update nodes for ``loss`` (called once the job function has returned).
 
         In OneFlow's order: the model gradients are scaled by ``1 / loss.size`` and by ``1 / loss scale``; under a
         dynamic loss scale their NaN/Inf are counted (a step with any is skipped); each variable's regularization
-        is added; the global-norm clip factor is taken over the result; the updates apply it.
+        is added; the global-norm clip factor is taken over the result; the updates apply it. The variables named
+        in ``sparse_variables`` (``indexed_slices_optimizer_conf``) get sparse updates where they can
+        (``_indexed_slices``).
         """
         variables = self._trained(graph)
         policy = self.loss_scale_policy
@@ -425,6 +486,9 @@ class Optimizer:
             seed = constant(np.full(loss.shape, static_scale, loss.dtype), dtype=loss.dtype, name=seed_name)
         grads = gradients([loss], list(variables) + list(extra_targets), [seed])[:len(variables)]
         pairs = [(v, gr) for v, gr in zip(variables, grads) if gr is not None]
+        if sparse_variables:
+            pairs = [(v, self._indexed_slices(v, gr, policy) if v.op_name in sparse_variables else gr)
+                     for v, gr in pairs]
         if not pairs:
             raise TraceError(f"minimize: loss {loss.logical_blob_name} does not depend on any trainable variable "
                              f"of job {graph.name!r}; nothing would train")
@@ -467,6 +531,46 @@ class Optimizer:
         """Add ``var``'s update node: inputs ``(var, grad, *state, *extras)``, with the shared ``attrs``."""
         raise NotImplementedError
 
+    # Optimizers whose rule is elementwise (SGD, Adam and their kin) can update the gathered rows alone; LARS and
+    # LAMB take norms over the whole variable, and OneFlow has no sparse RMSProp.
+    row_sparse = False
+
+    def _indexed_slices(self, var, grad, policy):
+        """``grad`` as ``IndexedSlices`` (ids, rows) when ``var`` can be updated sparsely, as OneFlow's
+        IndexedSlicesOptimizerRewritePass decides: its gradient comes from gathers alone, it has no regularizer, and
+        the optimizer neither clips nor scales the loss. Otherwise ``grad`` as it is, with a warning saying why."""
+        reason = None
+        if not self.row_sparse:
+            reason = f"{type(self).__name__} has no sparse update (SGD, Adam, AdamW, SGDW and LazyAdam have)"
+        elif self.grad_clipping is not None:
+            reason = "the optimizer clips gradients by their global norm"
+        elif policy is not None:
+            reason = "the optimizer scales the loss"
+        elif any(_regularization(var)):
+            reason = "the variable has a regularizer"
+        else:
+            with g.grad_scope(var.node):        # named as the variable's gradient, off the global counter
+                slices = _gathered_slices(grad)
+                if slices is not None:
+                    ids = [identity(i) for i, _ in slices]      # tensors of their own, read by the update alone
+                    rows = [identity(r) for _, r in slices]
+                    if len(slices) > 1:
+                        ids, rows = [concat(ids, axis=0)], [concat(rows, axis=0)]
+                    return IndexedSlices(ids[0], rows[0])
+            reason = "its gradient does not come from flow.gather (axis 0) alone"
+        warnings.warn(f"indexed_slices_optimizer_conf: variable {var.op_name!r} is updated densely: {reason}",
+                      RuntimeWarning, stacklevel=2)
+        return grad
+
+    def _apply(self, op, var, grad, state, extras, row_states, name, **attrs):
+        """The update node of ``op`` with inputs ``(var, grad, *state, *extras)``, or, for ``IndexedSlices``, an
+        ``IndexedSlicesUpdate`` running ``op`` on the gathered rows (the first ``row_states`` of ``state`` are per
+        element). Sparse gradients never come with extras (``_indexed_slices`` rules out clipping and loss scales)."""
+        if isinstance(grad, IndexedSlices):
+            return apply(IndexedSlicesUpdate, (var, grad.rows, grad.ids) + tuple(state), name=name, update=op,
+                         row_states=row_states, **attrs)
+        return apply(op, (var, grad) + tuple(state) + tuple(extras), name=name, **attrs)
+
     def _slot(self, var, suffix):
         return get_variable(f"{var.op_name}-{suffix}", shape=var.shape, dtype=var.dtype,
                             initializer=zeros_initializer(), trainable=False)
@@ -475,6 +579,27 @@ class Optimizer:
         """A one-element state variable, as OneFlow declares ``beta1_t``: shape (1,), starting at ``value``."""
         return get_variable(f"{var.op_name}-{suffix}", shape=(1,), dtype=var.dtype,
                             initializer=constant_initializer(value), trainable=False)
+
+
+class IndexedSlices(NamedTuple):
+    """A table's gradient as the rows of the ids that touched it: ``ids`` 1-D ints, ``rows`` ``(ids.size,) +
+    table.shape[1:]``; the dense gradient sums the rows by id."""
+    ids: g.LazyTensor
+    rows: g.LazyTensor
+
+
+def _gathered_slices(grad):
+    """``[(ids, rows), ...]`` when ``grad`` is made only of gathers' gradients (one, or several added up: a table
+    gathered more than once), else None. Each op says whether it can through its ``indexed_slices`` trait."""
+    node = grad.node
+    offer = node.op.indexed_slices
+    if offer is not None:
+        slices = offer(node)
+        return None if slices is None else [slices]
+    if node.op is Add and all(t.shape == grad.shape for t in node.inputs):      # autodiff's sum of contributions
+        parts = [_gathered_slices(t) for t in node.inputs]
+        return None if None in parts else [s for part in parts for s in part]
+    return None
 
 
 def _regularization(var):
@@ -514,10 +639,12 @@ class SGD(Optimizer):
         super().__init__(lr_scheduler, loss_scale_factor, grad_clipping, variables, loss_scale_policy)
         self.momentum = 0.0 if momentum is None else _check_fraction("SGD", "momentum", momentum)
 
+    row_sparse = True
+
     def _update(self, var, grad, extras, attrs):
         state = (self._slot(var, "momentum"),) if self.momentum else ()
-        apply(SGDUpdate, (var, grad) + state + extras, name=f"{var.op_name}-SGDUpdate", momentum=self.momentum,
-              **attrs)
+        self._apply(SGDUpdate, var, grad, state, extras, len(state), f"{var.op_name}-SGDUpdate",
+                    momentum=self.momentum, **attrs)
 
 
 class Adam(Optimizer):
@@ -536,10 +663,13 @@ class Adam(Optimizer):
     def _weight_decay(self, name):
         return 0.0
 
+    row_sparse = True
+
     def _update(self, var, grad, extras, attrs):
-        apply(AdamUpdate, (var, grad, self._slot(var, "m"), self._slot(var, "v")) + extras,
-              name=f"{var.op_name}-AdamUpdate", beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon,
-              do_bias_correction=self.do_bias_correction, weight_decay=self._weight_decay(var.op_name), **attrs)
+        self._apply(AdamUpdate, var, grad, (self._slot(var, "m"), self._slot(var, "v")), extras, 2,
+                    f"{var.op_name}-AdamUpdate", beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon,
+                    do_bias_correction=self.do_bias_correction, weight_decay=self._weight_decay(var.op_name),
+                    **attrs)
 
 
 class _WeightDecayByName:
@@ -632,8 +762,8 @@ class LazyAdam(Optimizer):
     over *every* element: ``m = beta1*m + (1-beta1)*g``, ``v = beta2*v + (1-beta2)*g^2``, ``w -= lr * sqrt(1 -
     beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon)``; elements whose gradient is 0 still move by their ``m``.
 
-    OneFlow updates only the touched rows when the gradient is the sparse one of a gather (its
-    IndexedSlicesOptimizerRewritePass, off unless the job config enables it); flowlab's gradients are all dense.
+    With ``FunctionConfig.indexed_slices_optimizer_conf`` naming an embedding table, only the rows the step's ids
+    gathered are updated, each as above, and the others keep their value and moments (``IndexedSlicesUpdate``).
     State: ``<var>-m``, ``<var>-v`` and the scalars ``<var>-beta1_t``, ``<var>-beta2_t`` (``beta^t`` after step t),
     so the bias correction resumes exactly from a checkpoint.
     """
@@ -645,11 +775,13 @@ class LazyAdam(Optimizer):
         self.beta2 = _check_fraction("LazyAdam", "beta2", beta2)
         self.epsilon = _check_positive("LazyAdam", "epsilon", epsilon)
 
+    row_sparse = True
+
     def _update(self, var, grad, extras, attrs):
-        inputs = (var, grad, self._slot(var, "m"), self._slot(var, "v"),
-                  self._scalar_slot(var, "beta1_t", self.beta1), self._scalar_slot(var, "beta2_t", self.beta2))
-        apply(LazyAdamUpdate, inputs + extras, name=f"{var.op_name}-LazyAdamUpdate", beta1=self.beta1,
-              beta2=self.beta2, epsilon=self.epsilon, **attrs)
+        state = (self._slot(var, "m"), self._slot(var, "v"),
+                 self._scalar_slot(var, "beta1_t", self.beta1), self._scalar_slot(var, "beta2_t", self.beta2))
+        self._apply(LazyAdamUpdate, var, grad, state, extras, 2, f"{var.op_name}-LazyAdamUpdate",
+                    beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon, **attrs)
 
 
 class LAMB(_WeightDecayByName, Optimizer):

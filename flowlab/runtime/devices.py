@@ -171,9 +171,10 @@ class HostReduce:
         self._arrived = threading.Barrier(n)
         self._released = threading.Barrier(n)
 
-    def all_reduce(self, index, arrays, averaged=()):
+    def all_reduce(self, index, arrays, averaged=(), concatenated=()):
         """The combined ``arrays`` (summed, or averaged in ``mode`` "mean"; those at positions ``averaged`` are
-        averaged always) on replica 0; the others get theirs back once replica 0 released them."""
+        averaged always; those at ``concatenated``, a sparse gradient's rows and ids, are joined along axis 0, the
+        rows scaled as a sum's would be) on replica 0; the others get theirs back once replica 0 released them."""
         self._posted[index] = arrays
         self._arrived.wait()
         if index:
@@ -181,10 +182,13 @@ class HostReduce:
             return arrays
         combined = []
         for k, array in enumerate(arrays):
-            total = array.copy()
-            for other in self._posted[1:]:
-                total += other[k]
-            if self.mode == "mean" or k in averaged:
+            if k in concatenated:
+                total = np.concatenate([posted[k] for posted in self._posted])
+            else:
+                total = array.copy()
+                for other in self._posted[1:]:
+                    total += other[k]
+            if (self.mode == "mean" or k in averaged) and total.dtype.kind == "f":
                 total *= total.dtype.type(1 / self.n)
             combined.append(total)
         return combined
@@ -231,13 +235,17 @@ class NcclReduce(HostReduce):
             value = self.mirrors[index][name].value
             self._call(index, "broadcast", value, value, 0)
 
-    def all_reduce(self, index, arrays, averaged=()):
+    def all_reduce(self, index, arrays, averaged=(), concatenated=()):
         self._arrived.wait()
         combined = []
         for k, array in enumerate(arrays):
-            out = self.cupy.empty_like(array) if index == 0 else array
-            self._call(index, "reduce", array, out, self.nccl.NCCL_SUM, 0)
-            if index == 0 and (self.mode == "mean" or k in averaged):
+            if k in concatenated:          # every GPU's rows (ids) one after another: an all-gather
+                out = self.cupy.empty((self.n * array.shape[0],) + array.shape[1:], array.dtype)
+                self._call(index, "allGather", self.cupy.ascontiguousarray(array), out)
+            else:
+                out = self.cupy.empty_like(array) if index == 0 else array
+                self._call(index, "reduce", array, out, self.nccl.NCCL_SUM, 0)
+            if index == 0 and (self.mode == "mean" or k in averaged) and out.dtype.kind == "f":
                 out *= out.dtype.type(1 / self.n)
             combined.append(out)
         if index:

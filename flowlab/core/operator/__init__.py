@@ -1,0 +1,1 @@
+"""Compatibility: OneFlow 0.x's ``oneflow.core.operator`` protobuf modules (``op_conf_pb2``)."""
