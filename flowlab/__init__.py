@@ -53,16 +53,16 @@ __version__ = "0.1.0"
 # The public namespace: OneFlow 0.x's names and the namespaces a user imports (the API reference documents each;
 # tests/test_docs_site.py checks that). flowlab's machinery (graph, ops, compiler, runtime, ...) is not in it.
 __all__ = [
-    "Blob", "FixedTensorDef", "FunctionConfig", "HealthAlert", "HealthReport", "MirroredTensorDef", "broadcast_like",
-    "cast", "char", "checkpoint", "clamp", "clear_default_session", "clip", "clip_by_scalar", "clip_by_value",
-    "concat", "config", "constant", "constant_initializer", "data", "device", "distribute", "double", "dtypes", "env", "errors",
-    "expand_dims", "float", "float16", "float32", "float64", "function_config", "gather", "get_all_variables",
-    "get_variable", "global_function", "glorot_normal_initializer",
-    "glorot_uniform_initializer", "health", "identity", "identity_n", "image", "initializers", "int32", "int64",
-    "int8", "kaiming_initializer", "layers", "load_variables", "losses", "math", "matmul", "nn", "one_hot",
-    "ones_initializer", "ones_like", "optim", "optimizer", "pad", "parallel_cast", "random", "random_normal",
-    "random_normal_initializer", "random_uniform", "random_uniform_initializer", "regularizers", "reshape", "scope",
-    "slice", "slice_v2", "squeeze", "summary", "sync_default_session", "train", "transpose", "truncated_normal", "truncated_normal_initializer",
-    "typing", "uint8", "unittest", "variance_scaling_initializer", "watch", "watch_diff", "watch_health",
-    "watch_scope", "where", "xavier_normal_initializer", "xavier_uniform_initializer", "zeros_initializer", "zeros_like",
+    "Blob", "broadcast_like", "cast", "char", "checkpoint", "clamp", "clear_default_session", "clip", "clip_by_scalar",
+    "clip_by_value", "concat", "config", "constant", "constant_initializer", "data", "device", "distribute", "double",
+    "dtypes", "env", "errors", "expand_dims", "FixedTensorDef", "float", "float16", "float32", "float64",
+    "function_config", "FunctionConfig", "gather", "get_all_variables", "get_variable", "global_function",
+    "glorot_normal_initializer", "glorot_uniform_initializer", "health", "HealthAlert", "HealthReport", "identity",
+    "identity_n", "image", "initializers", "int32", "int64", "int8", "kaiming_initializer", "layers", "load_variables",
+    "losses", "math", "matmul", "MirroredTensorDef", "nn", "one_hot", "ones_initializer", "ones_like", "optim",
+    "optimizer", "pad", "parallel_cast", "random", "random_normal", "random_normal_initializer", "random_uniform",
+    "random_uniform_initializer", "regularizers", "reshape", "scope", "slice", "slice_v2", "squeeze", "summary",
+    "sync_default_session", "train", "transpose", "truncated_normal", "truncated_normal_initializer", "typing", "uint8",
+    "unittest", "variance_scaling_initializer", "watch", "watch_diff", "watch_health", "watch_scope", "where",
+    "xavier_normal_initializer", "xavier_uniform_initializer", "zeros_initializer", "zeros_like"
 ]
