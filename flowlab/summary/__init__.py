@@ -13,7 +13,8 @@ on a background thread. On top of these, two ways to write:
 
 Reading: ``read_scalars``, ``read_histograms``, ``read_images``, ``read_text``, ``read_tensors``, ``read_hparams``,
 ``read_health``, ``read_graphs`` (``reader``) give a logdir's data at once; ``LogdirTailer`` (``tailer``) follows it
-as it grows.
+as it grows, through ``logdir_files`` (finding and reading files, local or fsspec), ``framing`` (records and damage),
+``decode`` (records as items) and ``plugin_inference`` (which plugin a tag is).
 """
 from .hparams import HParam, IntegerRange, Metric, RealRange, ValueSet, hparams
 from .oneflow_api import (Graph, NoSummaryWriterError, close_summary_writer, create_summary_writer,
