@@ -6,17 +6,18 @@ one per ``(run, tag, kind)``. What a series keeps, so that memory stays bounded 
 
 - **scalars**: every point, as NumPy columns (``steps`` int64, ``wall_times`` and ``values`` float64) that grow by
   doubling and are handed to sessions as zero-copy slices. Past ``max_points`` a series is downsampled once to half
-  of it by ``flowlab.plots.data.downsample`` over its whole step range (each bucket's first, last, min and max point
+  of it by ``flowlab.summary.thinning.downsample`` over its whole step range (each bucket's first, last, min and max point
   and its first NaN/+Inf/-Inf), so coverage stays even and no spike or NaN is ever dropped.
 - **health** (``flow.watch_health`` reports, ``SummaryWriter.add_health``): every report folded at ingestion into
-  the series' ``grid``, a ``flowlab.plots.health.HealthGrid`` (a fixed number of step buckets keeping each cell's
+  the series' ``grid``, a ``flowlab.summary.thinning.HealthGrid`` (a fixed number of step buckets keeping each cell's
   min, max, sum and NaN/Inf counts: a whole run, with no spike or NaN hidden), plus a bounded sample of the reports
   themselves (decoded matrices) as for the kinds below. A record that does not decode (``health_log.decode``) is
   counted in ``status()["health_skipped"]`` and left out. A restart purge rebuilds the grid from the kept sample.
 - **other kinds** (histograms, images, text, tensors, ...): a bounded sample, ``samples[kind]`` per series (as
-  TensorBoard's ``--samples_per_plugin``): every ``stride``-th item, the stride doubling when the sample overflows
-  (an even spread over the whole run), plus the newest item of every poll, so the latest value is always there
-  (those extras have a budget of ``samples[kind]`` more before they are dropped).
+  TensorBoard's ``--samples_per_plugin``), ``flowlab.summary.thinning.EvenSample``: every ``stride``-th item, the
+  stride doubling when the sample overflows (an even spread over the whole run), plus the newest item of every poll,
+  so the latest value is always there (those extras have a budget of ``samples[kind]`` more before they are
+  dropped).
 
 A series only grows, except when a restart purge drops its tail, a file read again from its start (truncated,
 rewritten or replaced under the tailer: a ``reread`` item) drops the steps it had given (they come back merged in
@@ -37,11 +38,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from flowlab.plots.data import downsample
-from flowlab.plots.health import HealthGrid
 from flowlab.summary import health_log
 from flowlab.summary.redact import redact
 from flowlab.summary.tailer import LogdirTailer
+from flowlab.summary.thinning import EvenSample, HealthGrid, downsample
 
 # Kinds the store keeps (graph/hparams/text/images are few per run; scalars and histograms are the bulk).
 KEPT = ("scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "graph", "health")
@@ -120,18 +120,14 @@ class Series:
     series with ``Store.read``). ``grid``: a health series' ``HealthGrid`` (None for other kinds, and before a
     health series' first report); read it under the store's ``lock``."""
 
-    __slots__ = ("run", "tag", "kind", "plugin", "epoch", "limit", "_columns", "_items", "_stride", "_offered",
-                 "_pending", "_extras", "grid", "_merge")
+    __slots__ = ("run", "tag", "kind", "plugin", "epoch", "limit", "_columns", "_sample", "grid", "_merge")
 
     def __init__(self, run, tag, kind, plugin="", limit=MAX_POINTS):
         self.run, self.tag, self.kind, self.plugin = run, tag, kind, plugin
         self.epoch = 0
         self.limit = limit                  # scalars: points before downsampling; other kinds: items kept
         self._columns = _Columns() if kind == "scalar" else None
-        self._items: list[tuple] = []       # other kinds: (offered index, step, wall_time, value)
-        self._stride, self._offered = 1, 0
-        self._pending = None                # the newest item of this poll when it fell between strides
-        self._extras = 0                    # items kept off the stride (earlier polls' newest)
+        self._sample = EvenSample(limit) if kind != "scalar" else None    # other kinds: (index, step, wall, value)
         self.grid = None
         self._merge = False                 # scalars: a file was read again; its steps go back in step order
 
@@ -142,17 +138,17 @@ class Series:
     @property
     def offered(self):
         """Items this series has been given, kept or not (other kinds than scalars keep an even sample of them)."""
-        return self._offered
+        return self._sample.offered if self._sample is not None else len(self)
 
     def __len__(self):
-        return self._columns.n if self._columns is not None else len(self._items)
+        return self._columns.n if self._columns is not None else len(self._sample)
 
     def slice(self, start=0):
         """``(steps, wall_times, values)`` from item ``start`` on."""
         if self._columns is not None:
             c = self._columns
             return c.steps[start:c.n], c.walls[start:c.n], c.values[start:c.n]
-        items = self._items[start:]
+        items = self._sample.items[start:]
         return [i[1] for i in items], [i[2] for i in items], [i[3] for i in items]
 
     @property
@@ -182,41 +178,16 @@ class Series:
 
     def add(self, step, wall_time, value):
         """One item of a kind other than scalars, sampled (see the module doc)."""
-        index = self._offered
-        self._offered += 1
-        item = (index, int(step), float(wall_time), value)
-        if index % self._stride:
-            self._pending = item
-            return
-        self._pending = None
-        self._items.append(item)
-        self._thin()
+        if self._sample.add(step, wall_time, value):
+            self.epoch += 1
 
     def end_poll(self):
         """Keep this poll's newest item even when it fell between strides: the latest value is always shown. True
         when it was kept here."""
-        if self._pending is None:
-            return False
-        self._items.append(self._pending)
-        self._pending = None
-        self._extras += 1
-        self._thin()
-        return True
-
-    def _thin(self):
-        """Past ``limit`` items on the stride, double it; past ``2 * limit`` in all, drop the earlier polls' newest
-        items kept off the stride (the last item always stays). Either is a reset for sessions, so extras get a
-        budget of their own rather than forcing one every few polls."""
-        on_stride = len(self._items) - self._extras      # counted, not scanned: this runs for every item added
-        if on_stride <= self.limit and len(self._items) <= 2 * self.limit:
-            return
-        while on_stride > self.limit:
-            self._stride *= 2
-            on_stride = sum(1 for item in self._items if item[0] % self._stride == 0)
-        newest = self._items[-1]
-        self._items = [item for item in self._items if item[0] % self._stride == 0 or item is newest]
-        self._extras = len(self._items) - on_stride
-        self.epoch += 1
+        kept, thinned = self._sample.end_poll()
+        if thinned:
+            self.epoch += 1
+        return kept
 
     def purge_from(self, step):
         """Drop items with step >= ``step`` (a restarted run re-logs them)."""
@@ -233,13 +204,8 @@ class Series:
             if len(keep) == c.n:
                 return False
             c.keep(keep)
-        else:
-            kept = [item for item in self._items if item[1] < first or last is not None and item[1] > last]
-            if len(kept) == len(self._items):
-                return False
-            self._items = kept
-            self._extras = sum(1 for item in kept if item[0] % self._stride)
-        self._pending = None
+        elif not self._sample.drop_steps(first, last):
+            return False
         self.epoch += 1
         return True
 

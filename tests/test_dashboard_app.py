@@ -20,7 +20,7 @@ from flowlab.dashboard import app
 from flowlab.dashboard.store import Store
 from flowlab.dashboard.views import VIEWS
 from flowlab.dashboard.views.scalars import LIMIT, ema, smooth
-from flowlab.plots.data import downsample
+from flowlab.summary.thinning import downsample
 from flowlab.summary import SummaryWriter
 
 LONG = 5000          # points of the "loss" tag: more than LIMIT, so it is downsampled

@@ -55,8 +55,9 @@ from grandalf.graphs import Edge, Vertex, graph_core
 from grandalf.layouts import SugiyamaLayout
 
 from flowlab.plots.figures import ALARM, CATEGORICAL, value_labels
-from flowlab.plots.health import LINEAR, NONFINITE, color_scale, scale_values, value_range
+from flowlab.plots.health import LINEAR, color_scale, scale_values, value_range
 from flowlab.summary import proto
+from flowlab.summary.thinning import NONFINITE
 
 from .base import View
 

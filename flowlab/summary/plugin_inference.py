@@ -36,7 +36,7 @@ def tag_plugin(run, tag_plugins, tag, field, v) -> tuple[str, bytes]:
     return plugin, content
 
 
-# -- a value's plugin when no metadata says it ---------------------------------------------------------------------------
+# -- a value's plugin when no metadata says it ---------------------------------------------------------------
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM")
 _STRING, _FLOATS = 7, frozenset({1, 2, 19})           # DataType numbers: DT_STRING; DT_FLOAT, DT_DOUBLE, DT_HALF
 
