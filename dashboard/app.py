@@ -4,9 +4,9 @@ open tab, the run search and the views' settings live in the page's URL (``url_s
 
 ``build_document(doc, store)`` is what the server's ``FunctionHandler`` calls for each new session (tests call it on
 a bare ``Document``). A periodic callback on the session's IOLoop refreshes the status line and, when the store's
-``version`` has moved, every view opened so far (a tab's view first updates when the tab is shown) — and always the
-views that read files the store does not tail (``reads_files``: the projector's), which pace themselves; a view that
-raises is logged and the others keep updating.
+``version`` has moved, every view opened so far (a tab's view first updates when the tab is shown): views read only
+through the store (which also holds the run assets: projectors, structure graphs), so nothing else can change what
+they show. A view that raises is logged and the others keep updating.
 
 Colour scheme: the page follows the browser's ``prefers-color-scheme`` (``?theme=dark`` or ``?theme=light`` in the
 URL overrides it), in CSS alone, so it is right from the first paint and follows a change of the system's setting
@@ -209,7 +209,7 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
             stale.update(built)
         open_tab(tabs.active)
         for name in sorted(built):
-            if name in stale or built[name].reads_files:
+            if name in stale:
                 fill(name, built[name])
 
     def fill(name, view):

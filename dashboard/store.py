@@ -1,13 +1,15 @@
-"""The dashboard's one shared store: every event file is tailed once, here, and every browser session reads from it.
+"""The dashboard's one shared store, the cache of the logdir's ``LogdirProvider``: every event file is tailed once,
+here, every run asset (projector configs, structure graphs) is read once per change, here, and every browser session
+reads from it; no view opens a file.
 
-A background thread polls ``LogdirTailer`` every ``reload_interval`` seconds (less often when a poll takes long, so
+A background thread polls the provider every ``reload_interval`` seconds (less often when a poll takes long, so
 that polling uses at most ``POLL_SHARE`` of a core) and appends what arrived to ``Series``,
 one per ``(run, tag, kind)``. What a series keeps, so that memory stays bounded without losing what matters:
 
 - **scalars**: every point, as NumPy columns (``steps`` int64, ``wall_times`` and ``values`` float64) that grow by
   doubling and are handed to sessions as zero-copy slices. Past ``max_points`` a series is downsampled once to half
-  of it by ``flowlab.summary.thinning.downsample`` over its whole step range (each bucket's first, last, min and max point
-  and its first NaN/+Inf/-Inf), so coverage stays even and no spike or NaN is ever dropped.
+  of it by ``flowlab.summary.thinning.downsample`` over its whole step range (each bucket's first, last, min and max
+  point and its first NaN/+Inf/-Inf), so coverage stays even and no spike or NaN is ever dropped.
 - **health** (``flow.watch_health`` reports, ``SummaryWriter.add_health``): every report folded at ingestion into
   the series' ``grid``, a ``flowlab.summary.thinning.HealthGrid`` (a fixed number of step buckets keeping each cell's
   min, max, sum and NaN/Inf counts: a whole run, with no spike or NaN hidden), plus a bounded sample of the reports
@@ -27,6 +29,12 @@ an epoch change). A session remembers ``(epoch, length)`` per series it shows, s
 items, or everything, flagged ``reset``, after an epoch change: views stream deltas and never resend a whole series
 per poll.
 
+Run assets: after each poll the store reads again the projector configs and structure graphs whose files changed
+(``LogdirProvider.projector_signatures`` / ``structure_signatures``), keeping per run the last good read (``Asset``)
+and the error of a read that failed (retried after ``ASSET_RETRY`` seconds: a projector being written). Each change
+bumps ``version``, so views follow assets as they follow series (``projectors()``, ``structure_graph(run)``, and the
+sprites' bytes with ``sprite(run, embedding)``).
+
 Thread safety: the poll thread changes series under ``lock``; readers take it only to slice (scalar columns are
 never written in place below their length, so a slice taken stays valid after the lock is released).
 """
@@ -40,7 +48,7 @@ import numpy as np
 
 from flowlab.summary import health_log
 from flowlab.summary.redact import redact
-from flowlab.summary.tailer import LogdirTailer
+from flowlab.summary.provider import LogdirProvider
 from flowlab.summary.thinning import EvenSample, HealthGrid, downsample
 
 # Kinds the store keeps (graph/hparams/text/images are few per run; scalars and histograms are the bulk).
@@ -58,6 +66,7 @@ HEALTH_BUCKETS = 200
 RELOAD_INTERVAL = 0.25          # seconds between polls of a logdir that is quick to poll
 POLL_SHARE = 0.2                # ...and at most this share of a core on one that is not (1,000 runs: ~0.1 s a poll)
 POLL_BYTES = 1 << 20            # bytes decoded and stored at a time (bounds a big logdir's first poll)
+ASSET_RETRY = 5.0               # seconds before an unchanged run asset whose read failed is read again
 
 
 def parse_samples(text):
@@ -221,6 +230,18 @@ class Delta(NamedTuple):
     values: Any
 
 
+class Asset(NamedTuple):
+    """A run asset as the store last read it: ``value`` (None before a first good read) and ``version``, the
+    signature of the file it was read from; ``error`` says why the latest read failed (None when it did not), the
+    value then being the previous one. ``tried`` and ``retry_at``: the signature last read, and when a failed read
+    of an unchanged file is tried again."""
+    version: Any
+    value: Any
+    error: str | None = None
+    tried: Any = None
+    retry_at: float = 0.0
+
+
 class Store:
     """The shared store over ``logdir`` (a path or an fsspec URL). ``samples``: items kept per series of each kind
     (``DEFAULT_SAMPLES`` for the others); ``max_points``: exact scalar points per series."""
@@ -243,11 +264,13 @@ class Store:
         self._series: dict[tuple, Series] = {}
         self._sorted: dict[str | None, list[Series]] = {}    # kind -> series sorted by (run, tag), rebuilt on change
         self._runs: list[str] = []
-        self._tailer = LogdirTailer(logdir)
-        self.logdir = self._tailer.logdir       # absolute path, or the URL as normalised
+        self._provider = LogdirProvider(logdir)
+        self.logdir = self._provider.logdir     # absolute path, or the URL as normalised
         self._last_update = None
         self._last_error = None
-        self._tail_stats = self._tailer.stats()   # refreshed by the poll thread: readers never touch the tailer
+        self._tail_stats = self._provider.stats()   # refreshed by the poll thread: readers never touch the provider
+        self._projectors: dict[str, Asset] = {}     # run -> its projector config's embeddings ([Embedding])
+        self._structures: dict[str, Asset] = {}     # run -> its structure graph's jobs ([dict])
         self._health_layouts: dict[bytes, tuple] = {}     # a health tag's metadata content -> (layers, statistics)
         self._health_skipped = 0
         self._exists = False
@@ -283,12 +306,13 @@ class Store:
         stored, touched = 0, set()
         try:
             while True:
-                items = self._tailer.poll(kinds=KEPT, columnar=True, max_bytes=POLL_BYTES)
+                items = self._provider.poll(kinds=KEPT, max_bytes=POLL_BYTES)
                 stored += self._store(items, touched)
-                if not self._tailer.more or self._stop.is_set():
+                if not self._provider.more or self._stop.is_set():
                     break
-            self._tail_stats = self._tailer.stats()
-            self._exists = self._tailer.exists()        # (a request on a remote logdir: once a poll)
+            self._tail_stats = self._provider.stats()
+            self._exists = self._provider.exists()      # (a request on a remote logdir: once a poll)
+            self._refresh_assets()
             self._last_error = None
         except Exception as e:  # a store that dies stops the dashboard: report the failure and keep polling
             self._last_error = f"{type(e).__name__}: {e}"
@@ -421,7 +445,48 @@ class Store:
             if not purged:
                 series.epoch += 1
 
+    def _refresh_assets(self):
+        """Read again the run assets whose files changed (or whose failed read is due again); drop those gone."""
+        provider = self._provider
+        changed = False
+        for name, signatures, read in (("_projectors", provider.projector_signatures(), provider.read_projector),
+                                       ("_structures", provider.structure_signatures(), provider.read_structure_graph)):
+            assets = dict(getattr(self, name))
+            now = time.monotonic()
+            for run in set(assets) - set(signatures):
+                del assets[run]
+                changed = True
+            for run, signature in signatures.items():
+                old = assets.get(run)
+                if old is not None and old.tried == signature and (old.error is None or now < old.retry_at):
+                    continue
+                try:
+                    assets[run] = Asset(signature, read(run), tried=signature)
+                except Exception as e:      # noqa: BLE001 - a half-written or hostile asset: keep what we had, say why
+                    assets[run] = Asset(old.version if old else None, old.value if old else None,
+                                        redact(f"{type(e).__name__}: {e}"), signature, now + ASSET_RETRY)
+                changed = True
+            setattr(self, name, assets)     # replaced whole: readers never see a half-updated table
+        if changed:
+            with self.lock:
+                self.version += 1
+
     # ------------------------------------------------------------------------------------------------- reading
+    def projectors(self) -> dict[str, Asset]:
+        """{run: ``Asset``} of every run directory holding a projector config: ``value`` its embeddings
+        (``projector.Embedding``, exception samples among them), None when it could not be read yet."""
+        return self._projectors
+
+    def structure_graph(self, run) -> tuple[Any, list]:
+        """``(version, jobs)`` of ``run``'s structure_graph.json: ``(None, [])`` when it has none."""
+        asset = self._structures.get(run)
+        return (asset.version, asset.value) if asset is not None and asset.value is not None else (None, [])
+
+    def sprite(self, run, embedding) -> bytes | None:
+        """The bytes of an embedding's sprite image (size-capped), None when it has none. Raises ``OSError`` or
+        ``ValueError`` (``UnsafePath``) for one that cannot be read."""
+        return self._provider.read_sprite(run, embedding)
+
     def series(self, kind=None) -> list[Series]:
         """Series of one kind (all kinds for ``None``), sorted by run then tag (a shared list: do not change it)."""
         return self._sorted.get(kind, [])

@@ -3,13 +3,30 @@
 ``open_logdir(logdir)`` gives a ``LocalFiles`` (a path or file:// URL: ``os.walk``, ``os.stat`` and ``open``) or a
 ``RemoteFiles`` (``s3://``, ``gs://``, ``memory://``...: one recursive listing, which also gives every size, and
 byte-range reads). Both offer the same calls: ``exists``, ``listing`` (every file, as run name, file name, path and
-key), ``stat``, ``head`` and ``chunks`` (what the tailer reads of an event file).
+key), ``stat``, ``head`` and ``chunks`` (what the tailer reads of an event file), and for a log's other files (the
+projector's, the structure graph), which are read whole, ``signature`` (what changes when the file does) and
+``directory(run)``: a ``LocalDirectory`` or ``RemoteDirectory`` that reads paths named by a log confined to the run
+directory (``confined_path``: relative, no ``..``, no symbolic link out) and size-capped (``read_file_capped``).
+Nothing else on flowlab's reading side opens a logdir's files, so a local path and an fsspec URL behave alike.
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat as stat_mode
+from typing import Any, NamedTuple
 
 from .redact import redact
+
+
+class AssetFile(NamedTuple):
+    """A file of a run that is not an event file, as the last listing found it: ``path`` to show, ``key`` to open,
+    and for remote files the listed ``size`` and ``version`` (ETag or modification time), None for local ones."""
+    run: str
+    path: str
+    key: str
+    size: Any = None
+    version: Any = None
 
 
 class LocalFiles:
@@ -34,6 +51,20 @@ class LocalFiles:
             run_name = "." if rel == "." else rel.replace(os.sep, "/")
             for n in filenames:
                 yield run_name, n, os.path.join(dirpath, n), None
+
+    @staticmethod
+    def signature(asset: AssetFile):
+        """What changes when ``asset`` does (modification time, inode, size: writers replace such files by a rename),
+        or None when it is gone."""
+        try:
+            st = os.stat(asset.key)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_ino, st.st_size
+
+    def directory(self, run):
+        """The run directory ``run`` (``"."``: the logdir) for reading a log's own files."""
+        return LocalDirectory(self.root if run == "." else os.path.join(self.root, *run.split("/")))
 
     @staticmethod
     def stat(f):
@@ -80,7 +111,17 @@ class RemoteFiles:
             if info.get("type") != "file" or not key.startswith(prefix):
                 continue
             directory, _, name = key[len(prefix):].rpartition("/")
-            yield directory or ".", name, self.fs.unstrip_protocol(key), (key, int(info["size"]))
+            version = next((info[k] for k in ("ETag", "etag", "LastModified", "mtime", "created") if k in info), None)
+            yield directory or ".", name, self.fs.unstrip_protocol(key), (key, int(info["size"]), str(version))
+
+    @staticmethod
+    def signature(asset: AssetFile):
+        """What changes when ``asset`` does: its listed size and version (an object is replaced whole)."""
+        return asset.size, asset.version
+
+    def directory(self, run):
+        """The run directory ``run`` (``"."``: the logdir) for reading a log's own files."""
+        return RemoteDirectory(self.fs, self.root if run == "." else f"{self.root}/{run}")
 
     @staticmethod
     def stat(f):
@@ -97,6 +138,125 @@ class RemoteFiles:
                 return
             offset += len(data)
             yield data
+
+
+# ------------------------------------------------------------------------------------------ a log's own files
+
+class UnsafePath(ValueError):
+    """A path named by a log (a projector config's) that leaves its run directory or names no regular file of
+    bounded size."""
+
+
+def relative_parts(rel, what) -> list[str]:
+    """The components of ``rel``, a path a log names, when it is relative and has no ``..`` component; else
+    :class:`UnsafePath` naming ``what`` and the path."""
+    if not isinstance(rel, str) or not rel:
+        raise UnsafePath(f"{what} path is empty")
+    if "\0" in rel:
+        raise UnsafePath(f"{what} path {rel!r} holds a NUL character")
+    parts = rel.replace("\\", "/").split("/")
+    if os.path.isabs(rel) or rel.startswith("\\") or (len(parts[0]) == 2 and parts[0][1] == ":"):
+        raise UnsafePath(f"{what} path {rel!r} is absolute; expected a path relative to the run directory")
+    if ".." in parts:
+        raise UnsafePath(f"{what} path {rel!r} climbs out with '..'; expected a path inside the run directory")
+    return [p for p in parts if p not in ("", ".")]
+
+
+def confined_path(logdir, rel, what) -> str:
+    """The real path of ``rel`` (a path from ``logdir``'s projector config) when it stays inside ``logdir``: relative,
+    no ``..`` component, no symbolic link leading out. Raises :class:`UnsafePath` naming ``what`` and the path."""
+    parts = relative_parts(rel, what)
+    root = os.path.realpath(logdir)
+    real = os.path.realpath(os.path.join(root, *parts))
+    if os.path.commonpath([root, real]) != root:
+        raise UnsafePath(f"{what} path {rel!r} leads out of the run directory through a symbolic link (to {real!r})")
+    return real
+
+
+def read_file_capped(path, what, cap) -> bytes:
+    """The bytes of ``path`` when it is a regular file of at most ``cap`` bytes, else :class:`UnsafePath` naming
+    ``what``. Opened non-blocking (a FIFO would otherwise block the open) and checked on the open descriptor."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as e:
+        if e.errno == getattr(errno, "ELOOP", None):    # O_NOFOLLOW met a link swapped in after the check
+            raise UnsafePath(f"{what} ({path!r}) became a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat_mode.S_ISREG(st.st_mode):
+            mode = st.st_mode
+            kind = ("a FIFO" if stat_mode.S_ISFIFO(mode) else "a device" if stat_mode.S_ISCHR(mode)
+                    or stat_mode.S_ISBLK(mode) else "a directory" if stat_mode.S_ISDIR(mode) else "not a regular file")
+            raise UnsafePath(f"{what} ({path!r}) is {kind}; expected a regular file")
+        if st.st_size > cap:
+            raise UnsafePath(f"{what} ({path!r}) holds {st.st_size} bytes; at most {cap} are read")
+        chunks, size = [], 0
+        while size <= cap:
+            chunk = os.read(fd, min(1 << 20, cap + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > cap:                                      # grew after the fstat
+        raise UnsafePath(f"{what} ({path!r}) holds more than {cap} bytes; at most {cap} are read")
+    return b"".join(chunks)
+
+
+class LocalDirectory:
+    """A run directory on the local disk, read as a log's own files are: paths confined to it, files size-capped.
+    ``locate`` gives what ``read_located`` reads (a real path), so a path checked once is read later as it was."""
+
+    def __init__(self, root):
+        self.root = self.name = os.fspath(root)
+
+    def lexists(self, rel) -> bool:
+        return os.path.lexists(os.path.join(self.root, rel))
+
+    def locate(self, rel, what) -> str:
+        return confined_path(self.root, rel, what)
+
+    def read(self, rel, what, cap) -> bytes:
+        return read_file_capped(self.locate(rel, what), f"{what} {rel!r}", cap)
+
+    @staticmethod
+    def read_located(located, what, cap) -> bytes:
+        return read_file_capped(located, what, cap)
+
+
+class RemoteDirectory:
+    """A run directory behind an fsspec URL, read as ``LocalDirectory`` reads (objects have no symbolic links: a
+    path is confined by its components alone)."""
+
+    def __init__(self, fs, root):
+        self.fs, self.root = fs, root
+        self.name = fs.unstrip_protocol(root)
+
+    def _key(self, rel, what):
+        return "/".join([self.root, *relative_parts(rel, what)])
+
+    def lexists(self, rel) -> bool:
+        return self.fs.exists(f"{self.root}/{rel}")
+
+    def locate(self, rel, what) -> str:
+        return self._key(rel, what)
+
+    def read(self, rel, what, cap) -> bytes:
+        return self.read_located(self.locate(rel, what), f"{what} {rel!r}", cap)
+
+    def read_located(self, key, what, cap) -> bytes:
+        info = self.fs.info(key)
+        shown = redact(self.fs.unstrip_protocol(key))
+        if info.get("type") != "file":
+            raise UnsafePath(f"{what} ({shown!r}) is a directory; expected a regular file")
+        if int(info.get("size") or 0) > cap:
+            raise UnsafePath(f"{what} ({shown!r}) holds {info['size']} bytes; at most {cap} are read")
+        data = self.fs.cat_file(key, start=0, end=cap + 1)
+        if len(data) > cap:                             # grew after the listing
+            raise UnsafePath(f"{what} ({shown!r}) holds more than {cap} bytes; at most {cap} are read")
+        return data
 
 
 class LogdirError(ValueError):

@@ -48,7 +48,8 @@ from .decode import (EVENT_KINDS, GRAPH_TAG, KINDS, START, SUMMARY_LIKE, VALUE_E
                      ShapeMismatch, decode_value, event_datum, file_version, plain_scalars, shapes_agree,
                      tensor_to_array, value_kind)
 from .framing import RecordFramer
-from .logdir_files import SUPPORTED, UNLISTABLE, LocalFiles, LogdirError, RemoteFiles, open_logdir, reason
+from .logdir_files import (SUPPORTED, UNLISTABLE, AssetFile, LocalFiles, LogdirError, RemoteFiles, open_logdir,
+                           reason)
 from .plugin_inference import infer_plugin, tag_plugin
 from .record import FOOTER, HEADER
 from .redact import redact
@@ -106,14 +107,18 @@ class LogdirTailer:
 
     ``logdir``: a local path, or any fsspec URL (``s3://bucket/prefix``, ``gs://...``, ``memory://...``), with
     ``storage_options`` passed to its filesystem (credentials otherwise come from the usual environment).
-    ``.logdir`` is the absolute local path or the normalised URL; ``exists()`` says whether it is there now."""
+    ``.logdir`` is the absolute local path or the normalised URL; ``exists()`` says whether it is there now.
+    ``asset_names``: names of other files (not event files) whose places the same listing notes, per run, for
+    ``assets(name)`` (the provider reads projector configs and structure graphs so, without a walk of its own)."""
 
     max_record = 1 << 31
     resync_budget = 16 << 20     # bytes of damage searched per file and poll before the file waits for the next poll
 
-    def __init__(self, logdir, storage_options=None):
+    def __init__(self, logdir, storage_options=None, asset_names=()):
         self._files = open_logdir(logdir, storage_options)
         self.logdir = self._files.name
+        self._asset_names = frozenset(asset_names)
+        self._assets: dict[str, dict[str, AssetFile]] = {name: {} for name in self._asset_names}
         self._runs: dict[str, _Run] = {}
         self._errors: dict[str, str] = {}
         self._deferred: set[str] = set()
@@ -124,6 +129,15 @@ class LogdirTailer:
         self._framer = RecordFramer(self._counts, self.max_record)
         self._left, self.more = None, False     # this poll's byte allowance (poll's max_bytes); bytes left over
         self._reading = None                    # the name of the file being decoded
+
+    @property
+    def files(self):
+        """The logdir's file access (``logdir_files.LocalFiles`` or ``RemoteFiles``)."""
+        return self._files
+
+    def assets(self, name) -> dict[str, AssetFile]:
+        """{run: ``AssetFile``} of the files called ``name`` (one of ``asset_names``) the last listing found."""
+        return self._assets[name]
 
     @property
     def chunk_size(self):
@@ -184,15 +198,18 @@ class LogdirTailer:
     # -- discovery and reading ---------------------------------------------------------------------------------
     def _discover(self):
         present, new = set(), []
+        assets = {name: {} for name in self._asset_names}
         try:
             for run_name, n, path, remote in self._files.listing(self._errors):
+                if n in assets:
+                    assets[n][run_name] = AssetFile(run_name, path, *(remote or (path,)))
                 if "tfevents" not in n or n.endswith(".profile-empty"):
                     continue
                 run = self._runs.get(run_name) or self._runs.setdefault(run_name, _Run(run_name))
                 present.add(path)
                 f = run.files.get(n)
                 if f is None:
-                    f = run.files[n] = _File(n, path, *(remote or (path,)))
+                    f = run.files[n] = _File(n, path, *(remote[:2] if remote else (path,)))
                     if self._errors.get(path) == "vanished":
                         del self._errors[path]
                     new.append((run, f))
@@ -205,6 +222,7 @@ class LogdirTailer:
             return
         if isinstance(self._files, RemoteFiles):
             self._errors.pop(self.logdir, None)
+        self._assets = assets
         for run, f in new:
             self._match(run, f, present)
         for run in self._runs.values():
