@@ -29,6 +29,12 @@ an epoch change). A session remembers ``(epoch, length)`` per series it shows, s
 items, or everything, flagged ``reset``, after an epoch change: views stream deltas and never resend a whole series
 per poll.
 
+Runs: a run is a directory of event files, except tensorboardX's ``add_hparams`` sub-folders: each call writes a
+folder ``<run>/<time>`` (or ``<run>/<name>``) holding the experiment, the session's hparams and its metrics as
+scalars. Its user means them as that run's hparams and final metrics, so such a folder (``_fold_target``: first an
+experiment, below a run that logged training data) is no run of its own here: its items go to the parent run, which
+then is one HParams session with its metrics, and the folder takes no row nor colour in the run list.
+
 Run assets: after each poll the store reads again the projector configs and structure graphs whose files changed
 (``LogdirProvider.projector_signatures`` / ``structure_signatures``), keeping per run the last good read (``Asset``)
 and the error of a read that failed (retried after ``ASSET_RETRY`` seconds: a projector being written). Each change
@@ -40,6 +46,7 @@ never written in place below their length, so a slice taken stays valid after th
 """
 from __future__ import annotations
 
+import posixpath
 import threading
 import time
 from typing import Any, NamedTuple
@@ -243,10 +250,12 @@ class Asset(NamedTuple):
 
 
 class Store:
-    """The shared store over ``logdir`` (a path or an fsspec URL). ``samples``: items kept per series of each kind
-    (``DEFAULT_SAMPLES`` for the others); ``max_points``: exact scalar points per series."""
+    """The shared store over ``logdir`` (a path or an fsspec URL, ``storage_options`` going to its filesystem).
+    ``samples``: items kept per series of each kind (``DEFAULT_SAMPLES`` for the others); ``max_points``: exact
+    scalar points per series."""
 
-    def __init__(self, logdir, reload_interval=RELOAD_INTERVAL, max_points=MAX_POINTS, samples=None):
+    def __init__(self, logdir, reload_interval=RELOAD_INTERVAL, max_points=MAX_POINTS, samples=None,
+                 storage_options=None):
         if not reload_interval > 0:
             raise ValueError(f"reload_interval must be a positive number of seconds, got {reload_interval!r}")
         if not isinstance(max_points, int) or max_points < 100:
@@ -264,7 +273,7 @@ class Store:
         self._series: dict[tuple, Series] = {}
         self._sorted: dict[str | None, list[Series]] = {}    # kind -> series sorted by (run, tag), rebuilt on change
         self._runs: list[str] = []
-        self._provider = LogdirProvider(logdir)
+        self._provider = LogdirProvider(logdir, storage_options)
         self.logdir = self._provider.logdir     # absolute path, or the URL as normalised
         self._last_update = None
         self._last_error = None
@@ -274,6 +283,9 @@ class Store:
         self._health_layouts: dict[bytes, tuple] = {}     # a health tag's metadata content -> (layers, statistics)
         self._health_skipped = 0
         self._exists = False
+        self._folds: dict[str, str] = {}        # run -> where its items go: itself, or an add_hparams folder's parent
+        self._training_runs: set[str] = set()   # runs that gave items other than hparams (a parent folds need)
+        self._fed: dict[str, set] = {}          # folded add_hparams folder -> the tags it gave its parent
         self._stop = threading.Event()
         self._thread = None
 
@@ -334,6 +346,10 @@ class Store:
             chunks: dict[Series, list] = {}            # scalars of this poll, per series, until a purge
             reports: dict[Series, list] = {}           # health reports of this poll, per series, until a purge
             for d in items:
+                run = self._folds.get(d.run) or self._fold_target(d)
+                folded = run != d.run
+                if folded:
+                    d = self._folded(d, run)
                 if d.kind in ("purge", "reread"):
                     self._flush(chunks)
                     self._fold(reports)
@@ -347,12 +363,16 @@ class Store:
                     if layout is None:
                         self._health_skipped += 1
                         continue
+                if d.kind != "hparams":
+                    self._training_runs.add(d.run)
                 key = (d.run, d.tag, d.kind)
                 series = self._series.get(key)
                 if series is None:
                     limit = self.max_points if d.kind == "scalar" else self.samples[d.kind]
                     series = self._series[key] = Series(d.run, d.tag, d.kind, d.plugin, limit)
                     added = True
+                if folded and d.kind == "scalar":
+                    series._merge = True    # a folder's metrics (step 0, say) go in step order among the run's own
                 if d.kind == "scalar":      # columns, or single values (records the column decoder passes over)
                     chunks.setdefault(series, []).append((np.atleast_1d(d.step), np.atleast_1d(d.wall_time),
                                                           np.atleast_1d(d.value)))
@@ -373,6 +393,26 @@ class Store:
             self.version += 1
             self._last_update = time.time()
         return len(items)
+
+    def _fold_target(self, d):
+        """The run the items of ``d.run``, seen for the first time, go to: the parent run when ``d.run`` is a
+        tensorboardX ``add_hparams`` folder (see the module doc), else ``d.run`` itself. Such a folder begins with
+        the experiment; TensorFlow's hparams sessions (``<experiment>/<session>``) begin with their own hparams and
+        their parent holds only the experiment, so they stay runs, as TensorBoard shows them."""
+        parent = None if d.run == "." else posixpath.dirname(d.run) or "."
+        folds = (d.kind == "hparams" and parent in self._training_runs and isinstance(d.value, dict)
+                 and "experiment" in d.value)
+        target = self._folds[d.run] = parent if folds else d.run
+        return target
+
+    def _folded(self, d, run):
+        """``d`` of an add_hparams folder as an item of its parent ``run``; a purge of the whole folder drops only
+        what the folder gave."""
+        if d.kind == "purge" and d.value is None:
+            return d._replace(run=run, value=tuple(self._fed.get(d.run, ())))
+        if d.tag is not None:
+            self._fed.setdefault(d.run, set()).add(d.tag)
+        return d._replace(run=run)
 
     def _index(self):
         ordered = sorted(self._series.values(), key=lambda s: (s.run, s.tag or ""))

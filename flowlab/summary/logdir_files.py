@@ -277,7 +277,7 @@ def open_logdir(logdir, storage_options=None):
     fsspec. Raises ``LogdirError`` for a URL that cannot be a logdir (http:// and https:// among them)."""
     text = os.fspath(logdir)
     if "://" not in text and "::" not in text:
-        return LocalFiles(text)
+        return _not_a_file(LocalFiles(text), os.path.exists(text) and not os.path.isdir(text))
     import fsspec
     from fsspec.implementations.local import LocalFileSystem
     shown = redact(text)
@@ -290,13 +290,30 @@ def open_logdir(logdir, storage_options=None):
         raise LogdirError(f"logdir {shown!r}: expected a local path or an fsspec URL such as s3://bucket/prefix, "
                           f"but fsspec cannot open it: {redact(err)}") from None
     if isinstance(fs, LocalFileSystem):
-        return LocalFiles(root)
+        return _not_a_file(LocalFiles(root), os.path.exists(root) and not os.path.isdir(root))
     protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
     if protocols & set(UNLISTABLE):
         raise LogdirError(f"logdir {shown!r}: an http(s):// URL cannot be a logdir, because HTTP cannot list a "
                           f"directory (runs are found by listing the logdir and sizes are needed to tail each "
                           f"file); give {SUPPORTED}, or copy or mount the logs locally")
-    return RemoteFiles(fs, root)
+    files = RemoteFiles(fs, root)
+    try:
+        is_file = fs.isfile(files.root)
+    except Exception:                           # noqa: BLE001 - unreachable now: the polls will say so
+        is_file = False
+    return _not_a_file(files, is_file)
+
+
+def _not_a_file(files, is_file):
+    """``files``, unless its logdir is a file (an event file given for its folder, say): ``LogdirError`` then, where
+    the polls would otherwise wait forever for a folder to appear."""
+    if is_file:
+        name = redact(files.name)
+        hint = (f"; its folder {redact(os.path.dirname(files.name)) or '.'!r} holds it as a run"
+                if "tfevents" in os.path.basename(files.name) else "")
+        raise LogdirError(f"logdir {name!r} is a file; expected a folder of runs (a folder holding *tfevents* "
+                          f"files, or their parent folder){hint}")
+    return files
 
 
 
