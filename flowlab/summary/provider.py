@@ -34,6 +34,7 @@ MAX_STRUCTURE_BYTES = 64 << 20      # a structure graph larger than this is not 
 ASSET_NAMES = (CONFIG_FILE, STRUCTURE_GRAPH_FILE)
 TENSOR_KINDS = ("histogram", "text", "tensor")      # what ``read_tensors`` gives; blob sequences: images and audio
 BLOB_KINDS = ("image", "audio")
+RUN_KINDS = ("scalar", *TENSOR_KINDS, *BLOB_KINDS, "hparams", "graph", "health")
 
 
 class TimeSeries(NamedTuple):
@@ -127,19 +128,13 @@ class LogdirProvider:
 
     # ------------------------------------------------------------------------------------------ one-shot queries
     def _objects(self, kinds):
-        """{run: {tag: (kind, step, wall_time, values, first Datum)}} of the given non-scalar kinds."""
-        out: dict[str, dict[str, tuple]] = {}
-        for kind in kinds:
-            for run, tags in reader.read_kind(self.logdir, kind, self._storage_options).items():
-                for tag, (step, wall, values, first) in tags.items():
-                    out.setdefault(run, {})[tag] = (kind, step, wall, values, first)
-        return out
+        """{run: {tag: (kind, step, wall_time, values, first Datum)}} of the given non-scalar kinds (one read)."""
+        return {run: {tag: (first.kind, step, wall, values, first) for tag, (step, wall, values, first) in tags.items()}
+                for run, tags in reader.read_kinds(self.logdir, kinds, self._storage_options).items()}
 
     def list_runs(self) -> list[str]:
-        """Every run with event data, in name order."""
-        runs = set(reader.read_scalars(self.logdir, self._storage_options))
-        runs.update(self._objects(TENSOR_KINDS + BLOB_KINDS + ("hparams", "graph", "health")))
-        return sorted(runs)
+        """Every run with data of a kind the dashboard shows, in name order."""
+        return sorted(reader.read_kinds(self.logdir, RUN_KINDS, self._storage_options))
 
     def list_scalars(self) -> dict[str, dict[str, TimeSeries]]:
         return {run: {tag: TimeSeries("scalar", "scalars", b"", len(s.step), int(s.step.max()),

@@ -24,7 +24,7 @@ from .tailer import GRAPH_TAG, KINDS, Datum, Image, LogdirTailer, tensor_to_arra
 
 __all__ = ["LogdirTailer", "Datum", "Image", "KINDS", "GRAPH_TAG", "tensor_to_array", "ScalarSeries",
            "HistogramSeries", "Series", "TensorSeries", "read_scalars", "read_histograms", "read_images", "read_text",
-           "read_tensors", "read_hparams", "hparams_sessions", "read_graphs", "read_kind"]
+           "read_tensors", "read_hparams", "hparams_sessions", "read_graphs", "read_kind", "read_kinds"]
 
 
 class ScalarSeries(NamedTuple):
@@ -118,9 +118,14 @@ def _collect(logdir, kinds, storage_options=None) -> dict[str, dict[str, _Column
 
 def read_kind(logdir, kind, storage_options=None):
     """{run: {tag: (step, wall_time, values list, first Datum)}} for one non-scalar ``kind`` (the items of each tag
-    stably sorted by step; the first Datum tells its plugin)."""
+    stably sorted by step; the first Datum tells its plugin and kind)."""
+    return read_kinds(logdir, {kind}, storage_options)
+
+
+def read_kinds(logdir, kinds, storage_options=None):
+    """``read_kind`` for several kinds in one read of the logdir (a tag has one kind in a run)."""
     out = {}
-    for run, tags in _collect(logdir, {kind}, storage_options).items():
+    for run, tags in _collect(logdir, set(kinds), storage_options).items():
         for tag, column in tags.items():
             step, wall, chunks, order = column.columns()
             values = list(chain.from_iterable(chunks))
