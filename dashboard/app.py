@@ -4,9 +4,9 @@ open tab, the run search and the views' settings live in the page's URL (``url_s
 
 ``build_document(doc, store)`` is what the server's ``FunctionHandler`` calls for each new session (tests call it on
 a bare ``Document``). A periodic callback on the session's IOLoop refreshes the status line and, when the store's
-``version`` has moved, the view of the tab shown (a tab's view is made when the tab is first shown) — and on every
-tick if it reads files the store does not tail (``reads_files``: the projector's), which pace themselves; a view that
-raises is logged and the others keep updating.
+``version`` has moved, the view of the tab shown (a tab's view is made when the tab is first shown): views read only
+through the store (which also holds the run assets: projectors, structure graphs), so nothing else can change what
+they show. A view that raises is logged and the others keep updating.
 
 Only the shown tab's models are in the document. A tab that is left keeps its view (its settings, what it was sent,
 its caches) on the server, but its layout leaves the document, so the page releases its models; shown again, it is
@@ -253,7 +253,7 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
             stale.update(built)
         open_tab(tabs.active)
         for name in sorted(attached):
-            if name in stale or built[name].reads_files:
+            if name in stale:
                 fill(name, built[name])
 
     def fill(name, view):

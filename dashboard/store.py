@@ -1,22 +1,25 @@
-"""The dashboard's one shared store: every event file is tailed once, here, and every browser session reads from it.
+"""The dashboard's one shared store, the cache of the logdir's ``LogdirProvider``: every event file is tailed once,
+here, every run asset (projector configs, structure graphs) is read once per change, here, and every browser session
+reads from it; no view opens a file.
 
-A background thread polls ``LogdirTailer`` every ``reload_interval`` seconds (less often when a poll takes long, so
+A background thread polls the provider every ``reload_interval`` seconds (less often when a poll takes long, so
 that polling uses at most ``POLL_SHARE`` of a core) and appends what arrived to ``Series``,
 one per ``(run, tag, kind)``. What a series keeps, so that memory stays bounded without losing what matters:
 
 - **scalars**: every point, as NumPy columns (``steps`` int64, ``wall_times`` and ``values`` float64) that grow by
   doubling and are handed to sessions as zero-copy slices. Past ``max_points`` a series is downsampled once to half
-  of it by ``flowlab.plots.data.downsample`` over its whole step range (each bucket's first, last, min and max point
-  and its first NaN/+Inf/-Inf), so coverage stays even and no spike or NaN is ever dropped.
+  of it by ``flowlab.summary.thinning.downsample`` over its whole step range (each bucket's first, last, min and max
+  point and its first NaN/+Inf/-Inf), so coverage stays even and no spike or NaN is ever dropped.
 - **health** (``flow.watch_health`` reports, ``SummaryWriter.add_health``): every report folded at ingestion into
-  the series' ``grid``, a ``flowlab.plots.health.HealthGrid`` (a fixed number of step buckets keeping each cell's
+  the series' ``grid``, a ``flowlab.summary.thinning.HealthGrid`` (a fixed number of step buckets keeping each cell's
   min, max, sum and NaN/Inf counts: a whole run, with no spike or NaN hidden), plus a bounded sample of the reports
   themselves (decoded matrices) as for the kinds below. A record that does not decode (``health_log.decode``) is
   counted in ``status()["health_skipped"]`` and left out. A restart purge rebuilds the grid from the kept sample.
 - **other kinds** (histograms, images, text, tensors, ...): a bounded sample, ``samples[kind]`` per series (as
-  TensorBoard's ``--samples_per_plugin``): every ``stride``-th item, the stride doubling when the sample overflows
-  (an even spread over the whole run), plus the newest item of every poll, so the latest value is always there
-  (those extras have a budget of ``samples[kind]`` more before they are dropped).
+  TensorBoard's ``--samples_per_plugin``), ``flowlab.summary.thinning.EvenSample``: every ``stride``-th item, the
+  stride doubling when the sample overflows (an even spread over the whole run), plus the newest item of every poll,
+  so the latest value is always there (those extras have a budget of ``samples[kind]`` more before they are
+  dropped).
 
 A series only grows, except when a restart purge drops its tail, a file read again from its start (truncated,
 rewritten or replaced under the tailer: a ``reread`` item) drops the steps it had given (they come back merged in
@@ -26,22 +29,34 @@ an epoch change). A session remembers ``(epoch, length)`` per series it shows, s
 items, or everything, flagged ``reset``, after an epoch change: views stream deltas and never resend a whole series
 per poll.
 
+Runs: a run is a directory of event files, except tensorboardX's ``add_hparams`` sub-folders: each call writes a
+folder ``<run>/<time>`` (or ``<run>/<name>``) holding the experiment, the session's hparams and its metrics as
+scalars. Its user means them as that run's hparams and final metrics, so such a folder (``_fold_target``: first an
+experiment, below a run that logged training data) is no run of its own here: its items go to the parent run, which
+then is one HParams session with its metrics, and the folder takes no row nor colour in the run list.
+
+Run assets: after each poll the store reads again the projector configs and structure graphs whose files changed
+(``LogdirProvider.projector_signatures`` / ``structure_signatures``), keeping per run the last good read (``Asset``)
+and the error of a read that failed (retried after ``ASSET_RETRY`` seconds: a projector being written). Each change
+bumps ``version``, so views follow assets as they follow series (``projectors()``, ``structure_graph(run)``, and the
+sprites' bytes with ``sprite(run, embedding)``).
+
 Thread safety: the poll thread changes series under ``lock``; readers take it only to slice (scalar columns are
 never written in place below their length, so a slice taken stays valid after the lock is released).
 """
 from __future__ import annotations
 
+import posixpath
 import threading
 import time
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from flowlab.plots.data import downsample
-from flowlab.plots.health import HealthGrid
 from flowlab.summary import health_log
 from flowlab.summary.redact import redact
-from flowlab.summary.tailer import LogdirTailer
+from flowlab.summary.provider import LogdirProvider
+from flowlab.summary.thinning import EvenSample, HealthGrid, downsample
 
 # Kinds the store keeps (graph/hparams/text/images are few per run; scalars and histograms are the bulk).
 KEPT = ("scalar", "histogram", "image", "audio", "text", "tensor", "hparams", "graph", "health")
@@ -58,6 +73,7 @@ HEALTH_BUCKETS = 200
 RELOAD_INTERVAL = 0.25          # seconds between polls of a logdir that is quick to poll
 POLL_SHARE = 0.2                # ...and at most this share of a core on one that is not (1,000 runs: ~0.1 s a poll)
 POLL_BYTES = 1 << 20            # bytes decoded and stored at a time (bounds a big logdir's first poll)
+ASSET_RETRY = 5.0               # seconds before an unchanged run asset whose read failed is read again
 
 
 def parse_samples(text):
@@ -120,18 +136,14 @@ class Series:
     series with ``Store.read``). ``grid``: a health series' ``HealthGrid`` (None for other kinds, and before a
     health series' first report); read it under the store's ``lock``."""
 
-    __slots__ = ("run", "tag", "kind", "plugin", "epoch", "limit", "_columns", "_items", "_stride", "_offered",
-                 "_pending", "_extras", "grid", "_merge")
+    __slots__ = ("run", "tag", "kind", "plugin", "epoch", "limit", "_columns", "_sample", "grid", "_merge")
 
     def __init__(self, run, tag, kind, plugin="", limit=MAX_POINTS):
         self.run, self.tag, self.kind, self.plugin = run, tag, kind, plugin
         self.epoch = 0
         self.limit = limit                  # scalars: points before downsampling; other kinds: items kept
         self._columns = _Columns() if kind == "scalar" else None
-        self._items: list[tuple] = []       # other kinds: (offered index, step, wall_time, value)
-        self._stride, self._offered = 1, 0
-        self._pending = None                # the newest item of this poll when it fell between strides
-        self._extras = 0                    # items kept off the stride (earlier polls' newest)
+        self._sample = EvenSample(limit) if kind != "scalar" else None    # other kinds: (index, step, wall, value)
         self.grid = None
         self._merge = False                 # scalars: a file was read again; its steps go back in step order
 
@@ -142,17 +154,17 @@ class Series:
     @property
     def offered(self):
         """Items this series has been given, kept or not (other kinds than scalars keep an even sample of them)."""
-        return self._offered
+        return self._sample.offered if self._sample is not None else len(self)
 
     def __len__(self):
-        return self._columns.n if self._columns is not None else len(self._items)
+        return self._columns.n if self._columns is not None else len(self._sample)
 
     def slice(self, start=0):
         """``(steps, wall_times, values)`` from item ``start`` on."""
         if self._columns is not None:
             c = self._columns
             return c.steps[start:c.n], c.walls[start:c.n], c.values[start:c.n]
-        items = self._items[start:]
+        items = self._sample.items[start:]
         return [i[1] for i in items], [i[2] for i in items], [i[3] for i in items]
 
     @property
@@ -182,41 +194,16 @@ class Series:
 
     def add(self, step, wall_time, value):
         """One item of a kind other than scalars, sampled (see the module doc)."""
-        index = self._offered
-        self._offered += 1
-        item = (index, int(step), float(wall_time), value)
-        if index % self._stride:
-            self._pending = item
-            return
-        self._pending = None
-        self._items.append(item)
-        self._thin()
+        if self._sample.add(step, wall_time, value):
+            self.epoch += 1
 
     def end_poll(self):
         """Keep this poll's newest item even when it fell between strides: the latest value is always shown. True
         when it was kept here."""
-        if self._pending is None:
-            return False
-        self._items.append(self._pending)
-        self._pending = None
-        self._extras += 1
-        self._thin()
-        return True
-
-    def _thin(self):
-        """Past ``limit`` items on the stride, double it; past ``2 * limit`` in all, drop the earlier polls' newest
-        items kept off the stride (the last item always stays). Either is a reset for sessions, so extras get a
-        budget of their own rather than forcing one every few polls."""
-        on_stride = len(self._items) - self._extras      # counted, not scanned: this runs for every item added
-        if on_stride <= self.limit and len(self._items) <= 2 * self.limit:
-            return
-        while on_stride > self.limit:
-            self._stride *= 2
-            on_stride = sum(1 for item in self._items if item[0] % self._stride == 0)
-        newest = self._items[-1]
-        self._items = [item for item in self._items if item[0] % self._stride == 0 or item is newest]
-        self._extras = len(self._items) - on_stride
-        self.epoch += 1
+        kept, thinned = self._sample.end_poll()
+        if thinned:
+            self.epoch += 1
+        return kept
 
     def purge_from(self, step):
         """Drop items with step >= ``step`` (a restarted run re-logs them)."""
@@ -233,13 +220,8 @@ class Series:
             if len(keep) == c.n:
                 return False
             c.keep(keep)
-        else:
-            kept = [item for item in self._items if item[1] < first or last is not None and item[1] > last]
-            if len(kept) == len(self._items):
-                return False
-            self._items = kept
-            self._extras = sum(1 for item in kept if item[0] % self._stride)
-        self._pending = None
+        elif not self._sample.drop_steps(first, last):
+            return False
         self.epoch += 1
         return True
 
@@ -255,11 +237,25 @@ class Delta(NamedTuple):
     values: Any
 
 
-class Store:
-    """The shared store over ``logdir`` (a path or an fsspec URL). ``samples``: items kept per series of each kind
-    (``DEFAULT_SAMPLES`` for the others); ``max_points``: exact scalar points per series."""
+class Asset(NamedTuple):
+    """A run asset as the store last read it: ``value`` (None before a first good read) and ``version``, the
+    signature of the file it was read from; ``error`` says why the latest read failed (None when it did not), the
+    value then being the previous one. ``tried`` and ``retry_at``: the signature last read, and when a failed read
+    of an unchanged file is tried again."""
+    version: Any
+    value: Any
+    error: str | None = None
+    tried: Any = None
+    retry_at: float = 0.0
 
-    def __init__(self, logdir, reload_interval=RELOAD_INTERVAL, max_points=MAX_POINTS, samples=None):
+
+class Store:
+    """The shared store over ``logdir`` (a path or an fsspec URL, ``storage_options`` going to its filesystem).
+    ``samples``: items kept per series of each kind (``DEFAULT_SAMPLES`` for the others); ``max_points``: exact
+    scalar points per series."""
+
+    def __init__(self, logdir, reload_interval=RELOAD_INTERVAL, max_points=MAX_POINTS, samples=None,
+                 storage_options=None):
         if not reload_interval > 0:
             raise ValueError(f"reload_interval must be a positive number of seconds, got {reload_interval!r}")
         if not isinstance(max_points, int) or max_points < 100:
@@ -277,14 +273,19 @@ class Store:
         self._series: dict[tuple, Series] = {}
         self._sorted: dict[str | None, list[Series]] = {}    # kind -> series sorted by (run, tag), rebuilt on change
         self._runs: list[str] = []
-        self._tailer = LogdirTailer(logdir)
-        self.logdir = self._tailer.logdir       # absolute path, or the URL as normalised
+        self._provider = LogdirProvider(logdir, storage_options)
+        self.logdir = self._provider.logdir     # absolute path, or the URL as normalised
         self._last_update = None
         self._last_error = None
-        self._tail_stats = self._tailer.stats()   # refreshed by the poll thread: readers never touch the tailer
+        self._tail_stats = self._provider.stats()   # refreshed by the poll thread: readers never touch the provider
+        self._projectors: dict[str, Asset] = {}     # run -> its projector config's embeddings ([Embedding])
+        self._structures: dict[str, Asset] = {}     # run -> its structure graph's jobs ([dict])
         self._health_layouts: dict[bytes, tuple] = {}     # a health tag's metadata content -> (layers, statistics)
         self._health_skipped = 0
         self._exists = False
+        self._folds: dict[str, str] = {}        # run -> where its items go: itself, or an add_hparams folder's parent
+        self._training_runs: set[str] = set()   # runs that gave items other than hparams (a parent folds need)
+        self._fed: dict[str, set] = {}          # folded add_hparams folder -> the tags it gave its parent
         self._stop = threading.Event()
         self._thread = None
 
@@ -317,12 +318,13 @@ class Store:
         stored, touched = 0, set()
         try:
             while True:
-                items = self._tailer.poll(kinds=KEPT, columnar=True, max_bytes=POLL_BYTES)
+                items = self._provider.poll(kinds=KEPT, max_bytes=POLL_BYTES)
                 stored += self._store(items, touched)
-                if not self._tailer.more or self._stop.is_set():
+                if not self._provider.more or self._stop.is_set():
                     break
-            self._tail_stats = self._tailer.stats()
-            self._exists = self._tailer.exists()        # (a request on a remote logdir: once a poll)
+            self._tail_stats = self._provider.stats()
+            self._exists = self._provider.exists()      # (a request on a remote logdir: once a poll)
+            self._refresh_assets()
             self._last_error = None
         except Exception as e:  # a store that dies stops the dashboard: report the failure and keep polling
             self._last_error = f"{type(e).__name__}: {e}"
@@ -344,6 +346,10 @@ class Store:
             chunks: dict[Series, list] = {}            # scalars of this poll, per series, until a purge
             reports: dict[Series, list] = {}           # health reports of this poll, per series, until a purge
             for d in items:
+                run = self._folds.get(d.run) or self._fold_target(d)
+                folded = run != d.run
+                if folded:
+                    d = self._folded(d, run)
                 if d.kind in ("purge", "reread"):
                     self._flush(chunks)
                     self._fold(reports)
@@ -357,12 +363,16 @@ class Store:
                     if layout is None:
                         self._health_skipped += 1
                         continue
+                if d.kind != "hparams":
+                    self._training_runs.add(d.run)
                 key = (d.run, d.tag, d.kind)
                 series = self._series.get(key)
                 if series is None:
                     limit = self.max_points if d.kind == "scalar" else self.samples[d.kind]
                     series = self._series[key] = Series(d.run, d.tag, d.kind, d.plugin, limit)
                     added = True
+                if folded and d.kind == "scalar":
+                    series._merge = True    # a folder's metrics (step 0, say) go in step order among the run's own
                 if d.kind == "scalar":      # columns, or single values (records the column decoder passes over)
                     chunks.setdefault(series, []).append((np.atleast_1d(d.step), np.atleast_1d(d.wall_time),
                                                           np.atleast_1d(d.value)))
@@ -383,6 +393,26 @@ class Store:
             self.version += 1
             self._last_update = time.time()
         return len(items)
+
+    def _fold_target(self, d):
+        """The run the items of ``d.run``, seen for the first time, go to: the parent run when ``d.run`` is a
+        tensorboardX ``add_hparams`` folder (see the module doc), else ``d.run`` itself. Such a folder begins with
+        the experiment; TensorFlow's hparams sessions (``<experiment>/<session>``) begin with their own hparams and
+        their parent holds only the experiment, so they stay runs, as TensorBoard shows them."""
+        parent = None if d.run == "." else posixpath.dirname(d.run) or "."
+        folds = (d.kind == "hparams" and parent in self._training_runs and isinstance(d.value, dict)
+                 and "experiment" in d.value)
+        target = self._folds[d.run] = parent if folds else d.run
+        return target
+
+    def _folded(self, d, run):
+        """``d`` of an add_hparams folder as an item of its parent ``run``; a purge of the whole folder drops only
+        what the folder gave."""
+        if d.kind == "purge" and d.value is None:
+            return d._replace(run=run, value=tuple(self._fed.get(d.run, ())))
+        if d.tag is not None:
+            self._fed.setdefault(d.run, set()).add(d.tag)
+        return d._replace(run=run)
 
     def _index(self):
         ordered = sorted(self._series.values(), key=lambda s: (s.run, s.tag or ""))
@@ -455,7 +485,48 @@ class Store:
             if not purged:
                 series.epoch += 1
 
+    def _refresh_assets(self):
+        """Read again the run assets whose files changed (or whose failed read is due again); drop those gone."""
+        provider = self._provider
+        changed = False
+        for name, signatures, read in (("_projectors", provider.projector_signatures(), provider.read_projector),
+                                       ("_structures", provider.structure_signatures(), provider.read_structure_graph)):
+            assets = dict(getattr(self, name))
+            now = time.monotonic()
+            for run in set(assets) - set(signatures):
+                del assets[run]
+                changed = True
+            for run, signature in signatures.items():
+                old = assets.get(run)
+                if old is not None and old.tried == signature and (old.error is None or now < old.retry_at):
+                    continue
+                try:
+                    assets[run] = Asset(signature, read(run), tried=signature)
+                except Exception as e:      # noqa: BLE001 - a half-written or hostile asset: keep what we had, say why
+                    assets[run] = Asset(old.version if old else None, old.value if old else None,
+                                        redact(f"{type(e).__name__}: {e}"), signature, now + ASSET_RETRY)
+                changed = True
+            setattr(self, name, assets)     # replaced whole: readers never see a half-updated table
+        if changed:
+            with self.lock:
+                self.version += 1
+
     # ------------------------------------------------------------------------------------------------- reading
+    def projectors(self) -> dict[str, Asset]:
+        """{run: ``Asset``} of every run directory holding a projector config: ``value`` its embeddings
+        (``projector.Embedding``, exception samples among them), None when it could not be read yet."""
+        return self._projectors
+
+    def structure_graph(self, run) -> tuple[Any, list]:
+        """``(version, jobs)`` of ``run``'s structure_graph.json: ``(None, [])`` when it has none."""
+        asset = self._structures.get(run)
+        return (asset.version, asset.value) if asset is not None and asset.value is not None else (None, [])
+
+    def sprite(self, run, embedding) -> bytes | None:
+        """The bytes of an embedding's sprite image (size-capped), None when it has none. Raises ``OSError`` or
+        ``ValueError`` (``UnsafePath``) for one that cannot be read."""
+        return self._provider.read_sprite(run, embedding)
+
     def series(self, kind=None) -> list[Series]:
         """Series of one kind (all kinds for ``None``), sorted by run then tag (a shared list: do not change it)."""
         return self._sorted.get(kind, [])

@@ -1,6 +1,6 @@
 """The ``flowlab`` command: ``flowlab demo`` (train the digits MLP, log summaries, show them live) and
-``flowlab serve`` (the dashboard for a logdir); ``flowlab --version`` prints the version. Without a command it
-prints its help and exits with status 2, as argparse does for other usage errors."""
+``flowlab serve LOGDIR`` (the dashboard for a logdir; ``--logdir LOGDIR`` too); ``flowlab --version`` prints the
+version. Without a command it prints its help and exits with status 2, as argparse does for other usage errors."""
 from __future__ import annotations
 
 import argparse
@@ -16,8 +16,16 @@ import numpy as np
 def _serve(args):
     from flowlab.dashboard.server import serve
     from flowlab.summary.tailer import LogdirError
+    if args.logdir is not None and args.logdir_arg is not None and args.logdir != args.logdir_arg:
+        print(f"flowlab serve: two logdirs given, {args.logdir_arg!r} and --logdir {args.logdir!r}; give one",
+              file=sys.stderr)
+        return 2
+    logdir = args.logdir if args.logdir is not None else args.logdir_arg
+    if logdir is None:
+        print("flowlab serve: which logdir? give it as flowlab serve LOGDIR (or --logdir LOGDIR)", file=sys.stderr)
+        return 2
     try:
-        serve(args.logdir, port=args.port, host=args.host, reload_interval=args.reload_interval,
+        serve(logdir, port=args.port, host=args.host, reload_interval=args.reload_interval,
               out=lambda line: print(line, flush=True), samples=args.samples_per_plugin)
     except LogdirError as e:            # its message names the logdir, credentials redacted
         print(f"flowlab serve: {e}", file=sys.stderr)
@@ -137,10 +145,11 @@ def main(argv=None):
     demo.set_defaults(run=_demo)
 
     serve = sub.add_parser("serve", help="the live dashboard for a logdir of TensorBoard event files")
-    serve.add_argument("--logdir", required=True,
-                       help="folder of runs (any folder holding *tfevents* files), or an fsspec URL such as "
-                            "s3://bucket/prefix (pip install 'flowlab[s3]'); not http(s)://, which cannot list a "
-                            "folder. Credentials in a URL are never printed or shown")
+    logdir_help = ("folder of runs (any folder holding *tfevents* files), or an fsspec URL such as "
+                   "s3://bucket/prefix (pip install 'flowlab[s3]'); not http(s)://, which cannot list a "
+                   "folder. Credentials in a URL are never printed or shown")
+    serve.add_argument("logdir_arg", nargs="?", metavar="LOGDIR", help=logdir_help)
+    serve.add_argument("--logdir", help="the same as LOGDIR, as TensorBoard takes it")
     serve.add_argument("--port", type=int, default=6006, help="port (default 6006; 0 picks a free one)")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default 127.0.0.1; anything else exposes the logs)")

@@ -58,3 +58,20 @@ def chromium():
         browser = launch_chromium(pw)
         yield browser
         browser.close()
+
+
+# A real S3-compatible server for the tests of s3:// logdirs (test_remote_logdir, test_dashboard_s3).
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    """``http://127.0.0.1:PORT`` of a moto S3 server running for the test module (s3fs and boto3 talk to it over
+    HTTP with dummy credentials, exactly as they talk to AWS: no client is mocked)."""
+    import logging
+
+    moto_server = pytest.importorskip("moto.server")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)      # one log line per request otherwise
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()

@@ -1,5 +1,6 @@
-"""The ``flowlab`` command's own behaviour (``--version``, no command), ``flowlab.dashboard.show`` outside and inside a
-Jupyter kernel, and the one log line that says flowlab runs on NumPy."""
+"""The ``flowlab`` command's own behaviour (``--version``, no command, how ``serve`` takes its logdir),
+``flowlab.dashboard.show`` outside and inside a Jupyter kernel, and the one log line that says flowlab runs on
+NumPy."""
 import logging
 import re
 import subprocess
@@ -105,3 +106,44 @@ def test_the_backend_notice_stays_off_stderr_and_is_available_on_request():
     # the first choice said nothing; the warning still reached stderr; with INFO logging on, the notice is logged
     assert lines == ["a real warning", "INFO flowlab: running on NumPy, as FLOWLAB_DEVICE=cpu asks."], lines
     assert done.stdout == ""
+
+
+def test_serve_takes_the_logdir_as_its_argument(tmp_path):
+    """``flowlab serve DIR`` as ``flowlab serve --logdir DIR`` (TensorBoard's spelling stays)."""
+    import signal
+    proc = subprocess.Popen([sys.executable, "-m", "flowlab.cli", "serve", str(tmp_path), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith(f"flowlab dashboard for {tmp_path} at http://127.0.0.1:"), line
+        url = re.search(r"http://\S+", line).group(0)
+        assert urllib.request.urlopen(url, timeout=60).status == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("args, says", [
+    ((), "which logdir? give it as flowlab serve LOGDIR (or --logdir LOGDIR)"),
+    (("a", "--logdir", "b"), "two logdirs given, 'a' and --logdir 'b'; give one"),
+])
+def test_serve_without_one_logdir_says_so(args, says):
+    done = flowlab_command("serve", *args, "--port", "0")
+    assert (done.returncode, done.stdout) == (2, "") and done.stderr == f"flowlab serve: {says}\n"
+
+
+def test_a_file_as_logdir_is_refused_with_its_folder_named(tmp_path):
+    from flowlab.summary import SummaryWriter
+    with SummaryWriter(tmp_path / "run") as w:
+        w.add_scalar("loss", 1.0, 0)
+    (event_file,) = (tmp_path / "run").glob("*tfevents*")
+    for option in ((), ("--logdir",)):
+        done = flowlab_command("serve", *option, str(event_file), "--port", "0")
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr == (f"flowlab serve: logdir {str(event_file)!r} is a file; expected a folder of runs (a "
+                               f"folder holding *tfevents* files, or their parent folder); its folder "
+                               f"{str(tmp_path / 'run')!r} holds it as a run\n")
+    (tmp_path / "notes.txt").write_text("not a logdir")
+    done = flowlab_command("serve", str(tmp_path / "notes.txt"), "--port", "0")
+    assert done.returncode == 2 and "is a file; expected a folder of runs" in done.stderr and "No logdir" not in \
+        done.stderr and "its folder" not in done.stderr

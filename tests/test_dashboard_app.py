@@ -20,7 +20,7 @@ from flowlab.dashboard import app
 from flowlab.dashboard.store import Store
 from flowlab.dashboard.views import VIEWS
 from flowlab.dashboard.views.scalars import LIMIT, ema, smooth
-from flowlab.plots.data import downsample
+from flowlab.summary.thinning import downsample
 from flowlab.summary import SummaryWriter
 
 LONG = 5000          # points of the "loss" tag: more than LIMIT, so it is downsampled
@@ -383,7 +383,7 @@ def test_projector_with_nothing_to_show_is_one_line(tmp_path):
     assert view.note.text == "No embeddings in this logdir yet."
     with SummaryWriter(tmp_path / "run") as w:
         w.add_embedding(np.eye(4), metadata=list("abcd"), tag="feat")
-    view.rescan_seconds = 0
+    store.poll()                                        # the store reads the new projector config
     view.update()
     assert view.controls.visible and view.front.visible
     view.runs = type("NoRun", (), {"shown": staticmethod(lambda: frozenset()), "shows": staticmethod(lambda r: False)})()
@@ -848,6 +848,7 @@ def test_a_server_process_serves_from_its_own_process_and_never_outlives_its_par
     finally:
         parent.kill()
         parent.wait()
+
     def alive():
         try:
             return open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"   # a zombie has exited
@@ -860,7 +861,9 @@ def test_a_server_process_serves_from_its_own_process_and_never_outlives_its_par
     assert not alive()
 
 
-def test_views_that_read_files_update_on_every_tick_others_only_when_the_store_moves(tmp_path):
+def test_views_update_only_when_the_store_moves(tmp_path):
+    """Views read only through the store (its series and run assets), so a tick updates them only when its version
+    moved: a page left open on an unchanging logdir costs nothing."""
     from bokeh.document import Document
     from bokeh.models import Div
 
@@ -868,30 +871,26 @@ def test_views_that_read_files_update_on_every_tick_others_only_when_the_store_m
     from flowlab.dashboard.store import Store
     from flowlab.dashboard.views.base import View
 
-    counts = {"files": 0, "store": 0}
+    counts = {"store": 0}
 
-    class FileView(View):
-        reads_files = True
-
+    class StoreView(View):
         def layout(self):
-            return Div(text="f")
-
-        def update(self):
-            counts["files"] += 1
-
-    class StoreView(FileView):
-        reads_files = False
+            return Div(text="s")
 
         def update(self):
             counts["store"] += 1
 
     doc = Document()
-    build_document(doc, Store(tmp_path), views=[("files", FileView), ("store", StoreView)])
+    store = Store(tmp_path)
+    build_document(doc, store, views=[("store", StoreView)])
     tick = next(iter(doc.session_callbacks)).callback
-    before = dict(counts)
+    before = counts["store"]
     tick()
     tick()
-    assert counts["files"] == before["files"] + 2 and counts["store"] == before["store"]
+    assert counts["store"] == before
+    store.version += 1
+    tick()
+    assert counts["store"] == before + 1
 
 
 def test_a_tab_builds_its_view_when_first_shown(tmp_path):

@@ -113,7 +113,7 @@ def test_a_million_steps_keep_the_nan_step_and_the_spike_in_bounded_memory():
     content = health_log.content(layers, statistics)
     n, nan_step, spike_step = 1_000_000, 123_457, 876_543
 
-    class Tailer:                       # what LogdirTailer yields for such a log, a poll's batch at a time
+    class Provider:                     # what LogdirProvider yields for such a log, a poll's batch at a time
         def __init__(self):
             self.at, self.more, self.logdir = 0, False, "fake"
 
@@ -138,8 +138,13 @@ def test_a_million_steps_keep_the_nan_step_and_the_spike_in_bounded_memory():
         def exists(self):
             return True
 
+        def projector_signatures(self):
+            return {}
+
+        structure_signatures = projector_signatures
+
     store = Store("/nonexistent-logdir")
-    store._tailer = Tailer()
+    store._provider = Provider()
     store.poll()
     (series,) = store.series("health")
     grid = series.grid

@@ -75,7 +75,8 @@ def test_the_saved_heatmap_of_54_layers_keeps_every_name_whole(health_page, chro
     left edge at a fixed 100 px; its rows shrink past 32 layers but stay taller than their text."""
     import numpy as np
 
-    from flowlab.plots.health import HealthGrid, heatmap_svg
+    from flowlab.plots.health import heatmap_svg
+    from flowlab.summary.thinning import HealthGrid
 
     nodes = resnet.train_job(**resnet.SMALL).graph().nodes
     layers = [n.name for n in nodes if n.op.__name__ == "Conv2d"] + ["Resnet-fc1001"]

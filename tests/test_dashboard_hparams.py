@@ -167,19 +167,19 @@ def test_a_brush_keeps_its_values_when_new_sessions_stretch_the_axis(eight):
 
 def test_show_only_these_runs_checks_the_selected_sessions_runs(eight):
     tensorboardX = pytest.importorskip("tensorboardX")
-    with tensorboardX.SummaryWriter(str(eight / "tbx")) as w:       # its session is the child run tbx/trial
+    with tensorboardX.SummaryWriter(str(eight / "tbx")) as w:       # its session: the folder tbx/trial, folded
         w.add_scalar("train/loss", 0.5, 0)
         w.add_hparams({"lr": 0.02, "hidden": 64}, {"hparam/accuracy": 0.9}, name="trial")
     view = view_of(eight)
     runs = view.runs
     assert runs.shown() is None and view.show_only.disabled
     rows = table_runs(view)
-    view.table_source.selected.indices = [rows.index("lr0.003-h128"), rows.index("tbx/trial")]   # as in the page
+    view.table_source.selected.indices = [rows.index("lr0.003-h128"), rows.index("tbx")]   # as in the page
     assert not view.show_only.disabled and view.show_only.label == "Show only these 2 runs"
     view.show_only._trigger_event(ButtonClick(view.show_only))
-    assert runs.shown() == {"lr0.003-h128", "tbx/trial", "tbx"}     # with the run holding tbx's scalars
-    assert runs.summary.text == f"3 of {len(RUNS) + 2} runs shown"
-    assert table_runs(view) == ["lr0.003-h128", "tbx/trial"]        # this tab follows the run list too
+    assert runs.shown() == {"lr0.003-h128", "tbx"}
+    assert runs.summary.text == f"2 of {len(RUNS) + 1} runs shown"
+    assert table_runs(view) == ["lr0.003-h128", "tbx"]              # this tab follows the run list too
     assert view.table_source.selected.indices == [] and view.show_only.disabled     # rows changed: selection gone
 
 

@@ -515,7 +515,7 @@ def _catch(fn, *args):
 
 
 def test_read_file_capped_refuses_devices_and_fifos_without_blocking(tmp_path):
-    from flowlab.summary.projector import UnsafePath, read_file_capped
+    from flowlab.summary.logdir_files import UnsafePath, read_file_capped
     with pytest.raises(UnsafePath, match="a device"):
         read_file_capped("/dev/zero", "sprite", 1 << 20)
     os.mkfifo(tmp_path / "fifo")
@@ -555,11 +555,12 @@ def test_a_sprite_outside_the_run_or_too_large_is_not_decoded(tmp_path):
     from flowlab.summary.projector import CONFIG_FILE, MAX_SPRITE_PIXELS, UnsafePath, read_projector
     run, config = _embedding_run(tmp_path / "run", images=True)
     (embedding,) = read_projector(run)
-    assert thumbnails(embedding.sprite, 9, 9)[0].startswith("data:image/png;base64,")      # the real one works
+    sprite = (run / "feat_00000" / "sprite.png").read_bytes()
+    assert thumbnails(sprite, 9, 9)[0].startswith("data:image/png;base64,")                # the real one works
     Image.new("1", (9000, 9000)).save(tmp_path / "bomb.png")                              # small file, 81M pixels
     assert 9000 * 9000 > MAX_SPRITE_PIXELS
     with pytest.raises(UnsafePath, match="pixels"):
-        thumbnails(str(tmp_path / "bomb.png"), 9, 9)
+        thumbnails((tmp_path / "bomb.png").read_bytes(), 9, 9)
     (run / CONFIG_FILE).write_text(_point(config, "image_path", str(tmp_path / "bomb.png")))
     with pytest.raises(UnsafePath, match="absolute"):
         read_projector(run)

@@ -118,11 +118,11 @@ def test_the_newest_item_kept_after_a_poll_moves_the_version(tmp_path, monkeypat
         with SummaryWriter(tmp_path) as w:
             for i in range(3):
                 w.add_histogram("h", np.zeros(3), poll * 3 + i)
-        extras = store.series("histogram")[0]._extras if poll else 0
+        extras = store.series("histogram")[0]._sample._extras if poll else 0
         store.poll()
         (series,) = store.series("histogram")
         assert series.steps[-1] == poll * 3 + 2
-        if series._extras > extras:                     # this poll's newest was kept late, by end_poll
+        if series._sample._extras > extras:                     # this poll's newest was kept late, by end_poll
             late += 1
             assert store.version > after_storing[-1]
     assert late, "no poll kept its newest item late: the case is not tested"

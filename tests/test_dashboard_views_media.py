@@ -456,6 +456,7 @@ def test_anomalies_of_exception_projector_samples(logdir):
     # a new sample rewrites the projector config: only the new step is streamed
     events = record(doc)
     Projector(logdir / "train").exception_projector(value=exception_tensor(12), tag="bad_batch", step=12)
+    store.poll()                                    # the store reads the rewritten config
     view.update()
     streams = data_events(events, c.box)
     assert [(kind, d["step"]) for kind, d in streams] == [("stream", [12])]

@@ -279,11 +279,11 @@ def test_projector_view_pca_labels_thumbnails_and_steps(projector_logdir):
 def test_projector_rereads_its_config_when_it_changes(projector_logdir):
     logdir, _, _ = projector_logdir
     view = ProjectorView(store_of(logdir))
-    view.rescan_seconds = 0
     view.update()
     assert view.step_select.value == "2"
     Projector(logdir / "emb").embedding_projector(value=np.eye(3), label=["p", "q", "r"], tag="feat", step=3)
     os.utime(logdir / "emb" / "projector_config.pbtxt", ns=(0, 10**18))      # mtime surely differs
+    view.store.poll()                                   # the store reads the changed config again
     view.update()
     assert view.step_select.options == ["1", "2", "3"] and view.step_select.value == "3"   # follows the latest
     assert view.source.data["label"] == ["p", "q", "r"] and view.source.data["thumb"] == ["", "", ""]

@@ -250,7 +250,7 @@ def test_notebook_mode_sends_every_statistic_and_only_new_buckets(sent):    # no
 
 
 def test_static_heatmap_escapes_names_and_marks_missing_and_nonfinite_cells():
-    from flowlab.plots.health import HealthGrid
+    from flowlab.summary.thinning import HealthGrid
     grid = HealthGrid(["<b>x</b>", "y"], ["grad_norm", "grad_nan"], 10)
     grid.extend([0, 1, 2], [[[1.0, 0], [math.nan, 0]], [[10.0, 0], [1.0, 0]], [[100.0, 3], [1.0, 0]]])
     svg = heatmap_svg(grid, "grad_norm")
@@ -270,7 +270,7 @@ def test_static_heatmap_of_sparse_reports_has_no_gaps_and_labels_its_scale_and_s
     """Reports every 50 steps: each cell reaches the next bucket's first step (white stripes between them before);
     the colour bar and the step axis are labelled by plots.static's rules, as the live figure's BokehJS code is."""
     import re
-    from flowlab.plots.health import HealthGrid
+    from flowlab.summary.thinning import HealthGrid
     grid = HealthGrid(["a", "b"], ["grad_norm", "dead_fraction"], 100)
     steps = list(range(0, 20_000, 50))
     grid.extend(steps, [[[10.0 ** (1 + 2 * (s % 7 == 0)), 0.0], [1.0, 1.0]] for s in steps])

@@ -1,10 +1,9 @@
 """Remote logdirs: the tailer and readers on fsspec URLs, tested against a real S3-compatible server.
 
-A moto server runs on 127.0.0.1 for this module; s3fs talks to it over HTTP with dummy credentials, exactly as it
-talks to AWS (no client is mocked). Objects cannot be appended to, so a growing log is written the way a sync tool
+A moto server runs on 127.0.0.1 for this module (``s3_endpoint``, tests/conftest.py); s3fs talks to it over HTTP with
+dummy credentials, exactly as it talks to AWS (no client is mocked). Objects cannot be appended to, so a growing log is written the way a sync tool
 uploads one: the whole object replaced by a longer one.
 """
-import logging
 import os
 import shutil
 import struct
@@ -22,17 +21,6 @@ boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
 
 CREDENTIALS = dict(key="testing", secret="testing", client_kwargs={"region_name": "us-east-1"})
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    """``http://127.0.0.1:PORT`` of a moto S3 server running for this module."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)      # one log line per request otherwise
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture
@@ -263,3 +251,32 @@ def test_other_fsspec_urls_and_bad_ones(tmp_path):
     assert t.logdir == str(tmp_path) and items(t) == [("r", "f", "scalar", 5, 5.0)]    # file:// is a local path
     with pytest.raises(ValueError, match="expected a local path or an fsspec URL"):
         LogdirTailer("nosuchprotocol://x/y")
+
+
+def test_the_store_reads_projector_and_structure_graph_assets_from_s3(bucket, tmp_path):
+    """The dashboard's store (its provider) finds a run's projector config and structure graph in the same listing as
+    its event files, reads them through s3fs, sprites included, and reads them again when an object is replaced."""
+    import json
+
+    from flowlab.dashboard.store import Store
+    from flowlab.summary.summary_writer import SummaryWriter
+    name, options, fs = bucket
+    rng = np.random.default_rng(0)
+    with SummaryWriter(tmp_path / "train") as w:
+        w.add_scalar("loss", 1.0, 0)
+        w.add_embedding(rng.normal(size=(4, 3)), metadata=list("abcd"), label_img=rng.random((4, 3, 6, 6)), tag="f")
+    (tmp_path / "train" / "structure_graph.json").write_text(json.dumps({"jobs": [{"name": "train"}]}))
+    upload(fs, tmp_path, f"{name}/logs")
+    store = Store(f"s3://{name}/logs", storage_options=options)
+    store.poll()
+    (embedding,) = store.projectors()["train"].value
+    assert embedding.metadata == [[c] for c in "abcd"] and embedding.sprite.startswith(f"{name}/logs/train/")
+    sprite = store.sprite("train", embedding)
+    assert sprite == fs.cat_file(embedding.sprite) and sprite.startswith(b"\x89PNG")
+    version, jobs = store.structure_graph("train")
+    assert jobs == [{"name": "train"}] and version is not None
+    jobs = [{"name": "a"}, {"name": "b"}]
+    fs.pipe_file(f"{name}/logs/train/structure_graph.json", json.dumps({"jobs": jobs}).encode())
+    before = store.version
+    store.poll()
+    assert store.structure_graph("train")[1] == jobs and store.version > before

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from google.protobuf import json_format
 
-from flowlab.summary import proto, tailer as tailer_module
+from flowlab.summary import logdir_files, proto
 from flowlab.summary.reader import (GRAPH_TAG, Image, LogdirTailer, read_graphs, read_hparams, read_histograms,
                                     read_images, read_scalars, read_tensors, read_text)
 from flowlab.summary.record import frame
@@ -444,7 +444,7 @@ def test_unchanged_logdir_polls_read_nothing(tmp_path, monkeypatch):
     def no_open(*args, **kwargs):
         raise AssertionError("an unchanged file was opened")
 
-    monkeypatch.setattr(tailer_module, "open", no_open, raising=False)
+    monkeypatch.setattr(logdir_files, "open", no_open, raising=False)
     assert t.poll() == [] and t.poll(columnar=True) == []
     assert t.stats() == before
 
@@ -492,7 +492,7 @@ def test_unreadable_file_is_reported_and_retried(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied", name)
         return open(name, *args, **kwargs)
 
-    monkeypatch.setattr(tailer_module, "open", denied, raising=False)
+    monkeypatch.setattr(logdir_files, "open", denied, raising=False)
     t = LogdirTailer(tmp_path)
     assert [(d.run, d.step) for d in t.poll()] == [("other", 2)]
     assert t.stats()["errors"] == {path: "PermissionError: Permission denied"}

@@ -213,7 +213,8 @@ def test_damage_read_in_small_chunks_matches_one_read(tmp_path, monkeypatch):
 
 from collections import Counter  # noqa: E402
 
-from flowlab.summary.tailer import Image, infer_plugin  # noqa: E402
+from flowlab.summary.decode import Image  # noqa: E402
+from flowlab.summary.plugin_inference import infer_plugin  # noqa: E402
 
 DT_FLOAT, DT_DOUBLE, DT_STRING = 1, 2, 7
 
@@ -433,7 +434,7 @@ def test_a_declared_shape_must_agree_with_the_data_or_the_record_is_skipped(tmp_
 
 
 def test_tensor_to_array_refuses_a_shape_its_data_does_not_fill():
-    from flowlab.summary.tailer import ShapeMismatch, tensor_to_array
+    from flowlab.summary.decode import ShapeMismatch, tensor_to_array
     with pytest.raises(ShapeMismatch, match=r"declares 67,108,864 elements.*has 1"):
         tensor_to_array(bomb_tensor([8192, 8192], float_val=[1.0]))
     assert tensor_to_array(bomb_tensor([], float_val=[])).tolist() == 0.0       # TensorFlow's empty rank-0 zero

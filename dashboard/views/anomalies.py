@@ -1,8 +1,8 @@
 """Anomalies tab: where NaN or Inf turned up, and what the finite values around them looked like.
 
 One card per subject:
-  exception   samples logged with ``Projector.exception_projector`` (``read_projector`` entries of kind
-              "exception", exact tensors with NaN/Inf kept), re-read when a projector config file changes
+  exception   samples logged with ``Projector.exception_projector`` (projector entries of kind "exception", exact
+              tensors with NaN/Inf kept), as the store read them (``Store.projectors``, again when a config changes)
   tensor      a tensor summary some step of which holds NaN/Inf (the whole series is shown once one does)
   histogram   a histogram whose writer logged ``<tag>/nan_count`` and ``<tag>/inf_count`` (``SummaryWriter`` does
               from the first step a histogram met NaN/Inf); its box comes from the buckets
@@ -17,9 +17,6 @@ the logged steps are.
 """
 from __future__ import annotations
 
-import os
-import threading
-import time
 import warnings
 
 import numpy as np
@@ -30,7 +27,6 @@ from bokeh.palettes import Greys256
 from flowlab.plots.data import BOX_KEYS, box_stats, compress_histogram
 from flowlab.plots.figures import card, card_grid, plain_figure, text_div
 from flowlab.ops.stats import stats_vector
-from flowlab.summary.projector import CONFIG_FILE, read_projector
 from flowlab.summary.summary_writer import COUNT_SUFFIXES, counted_histogram
 
 from .base import View
@@ -89,43 +85,6 @@ def heat_cells(matrix, max_cells=HEAT_CELLS):
 def _as_matrix(array):
     a = np.asarray(array, np.float64)
     return a.reshape(1, -1) if a.ndim < 2 else a.reshape(a.shape[0], -1)
-
-
-# ------------------------------------------------------------------------------------------------ projector files
-
-_cache_lock = threading.Lock()
-_cache: dict[str, tuple] = {}       # projector directory -> (config signature, exception entries); all sessions
-
-
-def exception_entries(directory):
-    """The exception entries of the projector in ``directory``, re-read only when its config file changed."""
-    try:
-        st = os.stat(os.path.join(directory, CONFIG_FILE))
-    except OSError:
-        return []
-    signature = (st.st_mtime_ns, st.st_ino, st.st_size)        # the config is replaced by a rename on each write
-    with _cache_lock:
-        hit = _cache.get(directory)
-    if hit and hit[0] == signature:
-        return hit[1]
-    try:
-        found = [e for e in read_projector(directory) if e.kind == "exception"]
-    except Exception:   # a projector being rewritten or damaged must not break the tab: keep what we had, retry
-        return hit[1] if hit else []
-    with _cache_lock:
-        _cache[directory] = (signature, found)
-    return found
-
-
-def projector_directories(logdir):
-    """Directories under ``logdir`` holding a projector config (``Projector(logdir)`` need not be a run)."""
-    found = []
-    for path, dirs, files in os.walk(logdir):
-        if CONFIG_FILE in files:
-            found.append(path)
-            dirs[:] = [d for d in dirs if d != "exception"]           # one directory per logged sample: never runs
-        dirs.sort()
-    return found
 
 
 # ------------------------------------------------------------------------------------------------ cards
@@ -252,7 +211,6 @@ class _Card:
 
 class AnomaliesView(View):
     title = "Anomalies"
-    reads_files = True      # exception projector files are not event files: checked (paced) on every tick
 
     def __init__(self, store):
         super().__init__(store)
@@ -263,7 +221,6 @@ class AnomaliesView(View):
         self._sources: dict[tuple, list] = {}       # card key -> store series keys feeding it
         self._pending: dict[tuple, dict] = {}       # histogram card key -> {step: [nan, inf]} awaiting its pair
         self._sent_exceptions: dict[tuple, dict] = {}   # exception card key -> {step: tensor sent}
-        self._projectors, self._next_walk = [], 0.0
         self._store_version = None
         self._unplaced: list[_Card] = []            # made in this update, not yet in the grid (see _card)
         self._root = column(self.empty, self.grid)
@@ -381,15 +338,11 @@ class AnomaliesView(View):
             self._cards[key].add_boxes(d.steps, [histogram_box(b) for b in d.values])
 
     def _update_exceptions(self):
-        now = time.monotonic()
-        if now >= self._next_walk:                  # a walk finds new projector directories; stats are cheap
-            self._projectors = projector_directories(self.store.logdir)
-            self._next_walk = now + self.store.reload_interval
-        for directory in self._projectors:
-            run = os.path.relpath(directory, self.store.logdir).replace(os.sep, "/")
+        for run, asset in sorted(self.store.projectors().items()):
             by_tag: dict[str, list] = {}
-            for e in exception_entries(directory):
-                by_tag.setdefault(e.tag, []).append(e)
+            for e in asset.value or ():             # a projector not read yet, or unreadable: nothing yet
+                if e.kind == "exception":
+                    by_tag.setdefault(e.tag, []).append(e)
             for tag, entries in by_tag.items():
                 key = ("exception", run, tag)
                 card = self._card(key)

@@ -38,7 +38,6 @@ class EveryRun:
 
 class View:
     title = "View"
-    reads_files = False     # True: also reads files the store does not tail, so update() runs on every tick
     # True: the first update() runs before the view's layout joins the page, so the page gets the tab whole in one
     # message and lays it out once (a view that makes many models at once); False for views that spread their
     # building over IOLoop turns or compute in threads, which need the document

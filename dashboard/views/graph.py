@@ -1,9 +1,10 @@
 """The Graph tab: a job's graph as a layered DAG.
 
-Sources, per run: flowlab's ``structure_graph.json`` in the run directory when there is one (one graph per job,
-read again when its mtime changes), else the run's last ``GraphDef`` from its event files (``add_graph`` of
-flowlab, tensorboardX or torch), whose inputs are producer names with an optional ``^`` (control input) prefix and
-``:k`` (output k) suffix, and whose ``_output_shapes`` attr, when present, gives the output shapes.
+Sources, per run: flowlab's ``structure_graph.json`` in the run directory when there is one (one graph per job, as
+the store last read it: ``Store.structure_graph``, again whenever the file changes), else the run's last ``GraphDef``
+from its event files (``add_graph`` of flowlab, tensorboardX or torch), whose inputs are producer names with an
+optional ``^`` (control input) prefix and ``:k`` (output k) suffix, and whose ``_output_shapes`` attr, when present,
+gives the output shapes.
 
 What is drawn (``graph_data``, pure): one box per op, except that
 - name scopes (the prefixes of op names up to a ``/``; flowlab's structure graph also joins scopes with ``-``), and
@@ -37,7 +38,6 @@ from __future__ import annotations
 import html
 import json
 import logging
-import os
 import re
 import threading
 from collections import Counter
@@ -56,14 +56,15 @@ from grandalf.layouts import SugiyamaLayout
 
 from flowlab.plots.colours import run_colours
 from flowlab.plots.figures import ALARM, value_labels
-from flowlab.plots.health import LINEAR, NONFINITE, color_scale, scale_values, value_range
+from flowlab.plots.health import LINEAR, color_scale, scale_values, value_range
 from flowlab.summary import proto
+from flowlab.summary.oneflow_api import STRUCTURE_GRAPH_FILE as STRUCTURE_FILE
+from flowlab.summary.thinning import NONFINITE
 
 from .base import View
 
 log = logging.getLogger(__name__)
 
-STRUCTURE_FILE = "structure_graph.json"
 # Boxes laid out at most. grandalf takes 0.03-0.7 s for 300 boxes (a chain to a tangle of training ops), 1-2 s for
 # 1,000 (2 cores); past THREAD_BOXES the layout runs in a thread, and scopes are collapsed by default, so only a flat
 # graph or many expanded scopes reach this.
@@ -679,7 +680,7 @@ class GraphView(View):
     def __init__(self, store):
         super().__init__(store)
         self._graph_defs: dict[str, bytes] = {}     # run -> last GraphDef
-        self._structure: dict[str, tuple] = {}      # run -> (mtime, [job dicts]) of structure_graph.json
+        self._structure: dict[str, tuple] = {}      # run -> (version, [job dicts]) of structure_graph.json
         self._versions: dict[str, int] = {}         # run -> bumped when either source changes
         self._choices: dict[str, tuple] = {}        # Select value -> (run, job index or None for the GraphDef)
         self.expanded: set[str] = set()             # name scopes shown op by op
@@ -798,13 +799,9 @@ class GraphView(View):
                 self._graph_defs[series.run] = d.values[-1]      # TensorBoard shows a run's last graph too
                 changed.add(series.run)
         for run in self._graph_defs:
-            path = os.path.join(self.store.logdir, *run.split("/"), STRUCTURE_FILE)
-            try:
-                mtime = os.stat(path).st_mtime_ns
-            except OSError:
-                mtime = None
-            if mtime != self._structure.get(run, (None,))[0]:
-                self._structure[run] = (mtime, self._read_structure(path) if mtime is not None else [])
+            version, jobs = self.store.structure_graph(run)
+            if version != self._structure.get(run, (None,))[0]:
+                self._structure[run] = (version, jobs)
                 changed.add(run)
         for run in changed:
             self._versions[run] = self._versions.get(run, 0) + 1
@@ -812,16 +809,6 @@ class GraphView(View):
         self._follow_health()
         self._draw()
         self._paint_health()
-
-    @staticmethod
-    def _read_structure(path):
-        """The jobs of a structure_graph.json (only the dicts among them), [] when it is not one."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                jobs = json.load(f).get("jobs", [])
-        except (OSError, ValueError, AttributeError):   # written atomically, so only a foreign file fails here
-            return []
-        return [job for job in jobs if isinstance(job, dict)] if isinstance(jobs, list) else []
 
     def _sync_select(self):
         self._choices = {}

@@ -2,7 +2,8 @@
 
 Sessions are assembled exactly as ``flowlab.summary.read_hparams`` does (``hparams_sessions``), from the store's
 ``hparams`` series and the last point of the metric scalar series, so flowlab logs (hparams and metrics in the run
-itself) and tensorboardX / torch logs (a child run ``<run>/<timestamp>``) both work. Only sessions of runs the run
+itself) and tensorboardX / torch logs (``add_hparams`` folders ``<run>/<timestamp>``, which the store folds into
+their run) both work. Only sessions of runs the run
 list shows are listed, filtered further by one regex (RE2; searched in the run name and in ``name=value`` of every
 hparam).
 

@@ -1,8 +1,8 @@
 """The Projector tab: embeddings (``Projector`` / ``add_embedding``) reduced to 2-D or 3-D on the server.
 
-Every directory of the logdir holding a ``projector_config.pbtxt`` is a run here (the projector writes no event
-files, so the store never sees these); its config is read again with ``read_projector`` whenever its mtime changes.
-The logdir is searched again at most every ``rescan_seconds``.
+Every directory of the logdir holding a ``projector_config.pbtxt`` is a run here (the projector need not write event
+files); the store reads its embeddings (``Store.projectors``) again whenever the config changes, and the sprites'
+bytes for the hover thumbnails (``Store.sprite``).
 
 Reduction: PCA by NumPy's SVD of the centred data (deterministic signs: each component's largest loading positive),
 t-SNE when scikit-learn is installed and UMAP when umap-learn is (each only offered then; both seeded, so the same
@@ -25,9 +25,7 @@ import io
 import logging
 import math
 import multiprocessing
-import os
 import threading
-import time
 import warnings
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -41,8 +39,7 @@ from bokeh.models import ColumnDataSource, Div, HoverTool, Legend, LegendItem, S
 from bokeh.plotting import figure
 
 from flowlab.plots.colours import run_colours
-from flowlab.summary.projector import (CONFIG_FILE, MAX_SPRITE_BYTES, MAX_SPRITE_PIXELS, UnsafePath, read_file_capped,
-                                      read_projector, unmatched_note)
+from flowlab.summary.projector import MAX_SPRITE_PIXELS, UnsafePath, unmatched_note
 
 from .base import View
 
@@ -195,21 +192,20 @@ def categories(labels: list, limit: int = 20) -> tuple[list, list]:
     return ([v if v in kept else "other" for v in labels], [color.get(v, OTHER_COLOR) for v in labels])
 
 
-def thumbnails(sprite_path: str, total: int, n: int, size: int = THUMB_SIZE) -> list[str]:
-    """PNG data URLs of the first ``n`` images of a sprite made for ``total`` images (TensorBoard's layout: a square
-    grid of ceil(sqrt(total)) images a side, row-major), each scaled so its longest side is at most ``size``."""
+def thumbnails(data: bytes, total: int, n: int, size: int = THUMB_SIZE, name: str = "") -> list[str]:
+    """PNG data URLs of the first ``n`` images of a sprite (its encoded bytes, as ``Store.sprite`` reads them:
+    size-capped) made for ``total`` images (TensorBoard's layout: a square grid of ceil(sqrt(total)) images a side,
+    row-major), each scaled so its longest side is at most ``size``. ``name``: the sprite's, for errors."""
     from PIL import Image                           # Pillow only when there is a sprite
     side = math.ceil(math.sqrt(total))
     out = []
-    # the path came from a log: a regular file, size-capped, opened without blocking (read_projector confined it)
-    data = read_file_capped(sprite_path, "sprite", MAX_SPRITE_BYTES)
     try:
         sheet = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as e:
-        raise UnsafePath(f"sprite {sprite_path!r}: {e}") from None
+        raise UnsafePath(f"sprite {name!r}: {e}") from None
     with sheet:
         if sheet.width * sheet.height > MAX_SPRITE_PIXELS:   # a small PNG can declare a huge canvas
-            raise UnsafePath(f"sprite {sprite_path!r} is {sheet.width}x{sheet.height} pixels; at most "
+            raise UnsafePath(f"sprite {name!r} is {sheet.width}x{sheet.height} pixels; at most "
                              f"{MAX_SPRITE_PIXELS} pixels are decoded")
         w, h = sheet.width // side, sheet.height // side
         scale = min(1.0, size / max(w, h, 1))
@@ -228,13 +224,10 @@ def thumbnails(sprite_path: str, total: int, n: int, size: int = THUMB_SIZE) -> 
 
 class ProjectorView(View):
     title = "Projector"
-    rescan_seconds = 5.0
-    reads_files = True      # projector files are not event files: the store's version never moves for them
 
     def __init__(self, store):
         super().__init__(store)
-        self._configs: dict[str, tuple] = {}       # run -> (mtime, [Embedding])
-        self._scanned = -math.inf
+        self._configs: dict[str, tuple] = {}       # run -> (version, [Embedding]) as the store read them
         self._shown = None                  # the run list's choice the Run menu was made for
         self._cache: dict[tuple, tuple] = {}       # (run, mtime, entry, method, dims) -> (coords, explained)
         self.shown = None                          # (run, mtime, entry index, method, dims, label column) drawn
@@ -286,37 +279,22 @@ class ProjectorView(View):
         if shown != self._shown:                    # the run list's choice: its runs in the Run menu
             self._shown = shown
             self._draw()
-        now = time.monotonic()
-        if now - self._scanned < self.rescan_seconds:
-            return
-        self._scanned = now
         changed = False
-        found = set()
         errors = []
-        for run, path in self._config_paths():
-            found.add(run)
-            try:
-                mtime = os.stat(path).st_mtime_ns
-                if run not in self._configs or self._configs[run][0] != mtime:
-                    self._configs[run] = (mtime, read_projector(os.path.dirname(path)))
-                    changed = True
-            except (OSError, ValueError) as e:      # half-written files (read again next scan), unsafe paths
-                errors.append(f"Could not read {run}: {type(e).__name__}: {e}")
-        for run in set(self._configs) - found:
+        projectors = self.store.projectors()
+        for run, asset in projectors.items():
+            if asset.error is not None:             # half-written files (read again later), unsafe paths
+                errors.append(f"Could not read {run}: {asset.error}")
+            if asset.value is not None and self._configs.get(run, (None,))[0] != asset.version:
+                self._configs[run] = (asset.version, asset.value)
+                changed = True
+        for run in [run for run in self._configs if projectors.get(run) is None or projectors[run].value is None]:
             del self._configs[run]
             changed = True
         if changed:
             self._draw()
         if errors:                                  # after the draw, which rewrites the note
             self.note.text = html.escape("; ".join(([self.note.text] if self.note.text else []) + errors))
-
-    def _config_paths(self):
-        logdir = self.store.logdir
-        for directory, subdirs, files in os.walk(logdir):
-            if CONFIG_FILE in files:
-                yield os.path.relpath(directory, logdir).replace(os.sep, "/"), os.path.join(directory, CONFIG_FILE)
-            # An embedding's own directory holds tensors.tsv and never a config: no need to look inside.
-            subdirs[:] = sorted(d for d in subdirs if not os.path.exists(os.path.join(directory, d, "tensors.tsv")))
 
     def _embeddings(self):
         return self._configs.get(self.run_select.value, (None, []))[1]
@@ -392,10 +370,12 @@ class ProjectorView(View):
         self.legend.visible = column_index is not None
         thumbs = [""] * n
         sprite_error = None
-        if e.sprite and os.path.exists(e.sprite):
+        if e.sprite:
             cut = min(n, MAX_THUMBNAILS)
             try:
-                thumbs[:cut] = thumbnails(e.sprite, len(e.tensor), cut)
+                sprite = self.store.sprite(self.run_select.value, e)
+                if sprite is not None:              # None: gone since the config was read
+                    thumbs[:cut] = thumbnails(sprite, len(e.tensor), cut, name=e.sprite)
             except (OSError, ValueError) as error:      # a bad sprite: the points without thumbnails, and why
                 sprite_error = f"; sprite not shown: {error}"
         self.source.data = {"c0": coords[:, 0].tolist(), "c1": coords[:, 1].tolist(),

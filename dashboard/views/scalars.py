@@ -11,9 +11,9 @@ A card is one figure whose runs are rows of one ``ColumnDataSource`` drawn by tw
 smoothed, bold): its cost in the page and on the wire does not grow with a renderer per run (a thousand runs made
 ~15,000 Bokeh models and a 40 s first page). The server sends a card's points as a few flat arrays that the page
 expands into rows (see ``_Card``). Each row holds the points on display of one run: at most ``limit`` of
-them chosen by ``flowlab.plots.data.downsample`` (each pixel bucket's first, last, min and max and its NaN/Inf), so a
-spike survives at any zoom; NaN and ±Inf break the line and are marked by a red tick across the plot (the readout
-under the card names them). Zooming (a ``RangesUpdate`` from the browser) adds the exact points of the visible range
+them chosen by ``flowlab.summary.thinning.downsample`` (each pixel bucket's first, last, min and max and its
+NaN/Inf), so a spike survives at any zoom; NaN and ±Inf break the line and are marked by a red tick across the plot
+(the readout under the card names them). Zooming (a ``RangesUpdate`` from the browser) adds the exact points of the visible range
 when there are fewer than ``limit``. New points resend the card's flat arrays (one message); a row is downsampled
 again when it has grown past twice its budget. Lines read the store's columns without copying (see ``store``).
 
@@ -46,9 +46,10 @@ from bokeh.models import (Button, CDSView, ColumnDataSource, CrosshairTool, Cust
                           Switch, TextInput)
 from bokeh.plotting import figure
 
-from flowlab.plots.data import downsample, group_band
+from flowlab.plots.data import group_band
 from flowlab.plots.figures import compact_ticks, expand_in_page, nudge_next_turn, scale_ticker, value_labels
 from flowlab.summary.summary_writer import counted_histogram
+from flowlab.summary.thinning import downsample
 
 from .. import export_cells
 from ..export_stream import EXPORTS, export_chunks

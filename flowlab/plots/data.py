@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ..ops.stats import histogram_vector, stats_vector
+from ..summary.thinning import StepBuckets
 from ..watching import TensorHistogram, TensorStats
 
 SUMMARY_KEYS = ("shape", "min", "max", "mean", "std", "nan", "inf")
@@ -47,133 +48,6 @@ def tensor_summary(value):
     if x.dtype.kind not in "fiub":
         raise TypeError(f"tensor_summary: expects a real-valued array or TensorStats, got dtype {x.dtype}")
     return tensor_summary(TensorStats.from_vector(x.shape, stats_vector(np, x)))
-
-
-class StepBuckets:
-    """Per-step rows over a whole run in at most ``max_buckets`` buckets of consecutive steps, losing no extreme: the
-    one thinning of per-step summaries (a live widget's trend, a Distributions card).
-
-    Each field of a row folds into its bucket by a rule: ``"sum"``, ``"min"``, ``"max"`` or ``"any"`` (a field may be
-    a vector: shape ``(k, width)``), or ``("argmax", key)``: the field's value in the row whose ``key`` field is
-    largest (the earliest such row: a bucket's representative, e.g. the index of its widest histogram). A bucket holds ``stride`` steps once full; when a new bucket would pass
-    ``max_buckets``, neighbours merge pairwise by the same rules and each bucket holds twice as many steps from then on
-    (a run of a million steps costs what a short one does, and its start stays visible). ``first``/``last`` are a
-    bucket's first and newest step, ``n`` its steps. ``extend`` takes many rows at once, in NumPy (a bucket's rows
-    are reduced with ``reduceat``); ``take()`` gives the first bucket changed since the last call (a doubling
-    changes them all) or None.
-    """
-
-    _REDUCE = {"sum": np.add, "min": np.minimum, "max": np.maximum, "any": np.logical_or}
-    _EMPTY = {"sum": 0, "min": np.inf, "max": -np.inf, "any": False}
-
-    def __init__(self, max_buckets, fields):
-        if not isinstance(max_buckets, int) or isinstance(max_buckets, bool) or max_buckets < 2:
-            raise ValueError(f"StepBuckets: max_buckets must be an int of at least 2, got {max_buckets!r}")
-        self.max_buckets = max_buckets
-        self.rules, self.argmax = {}, {}
-        for name, rule in fields.items():
-            if isinstance(rule, tuple) and rule[0] == "argmax":
-                if fields.get(rule[1]) != "max":
-                    raise ValueError(f"StepBuckets: field {name!r} follows the largest {rule[1]!r}, which must be a "
-                                     f"field with rule 'max'")
-                self.argmax[name] = rule[1]
-                continue
-            rule, width = (rule, None) if isinstance(rule, str) else rule
-            if rule not in self._REDUCE:
-                raise ValueError(f"StepBuckets: field {name!r} has rule {rule!r}; expected one of {sorted(self._REDUCE)}")
-            self.rules[name] = (rule, width)
-        cap = max_buckets + 1
-        self.first, self.last = np.zeros(cap, np.int64), np.zeros(cap, np.int64)
-        self.n = np.zeros(cap, np.int64)
-        self.fields = {name: np.full((cap,) if width is None else (cap, width), self._EMPTY[rule],
-                                     bool if rule == "any" else np.float64)
-                       for name, (rule, width) in self.rules.items()}
-        self.fields.update({name: np.full(cap, -1, np.int64) for name in self.argmax})
-        self.count, self.stride = 0, 1
-        self._changed = 0
-
-    def __len__(self):
-        return self.count
-
-    def extend(self, steps, values):
-        """Fold rows ``steps`` (increasing) with ``values`` ``{field: array of len(steps) rows}`` into the buckets."""
-        steps = np.asarray(steps, np.int64)
-        values = {name: np.asarray(values[name]) for name in (*self.rules, *self.argmax)}
-        at = 0
-        while at < len(steps):
-            b = self.count - 1
-            if b >= 0 and self.n[b] < self.stride:          # the newest bucket has room: fill it first
-                take = min(self.stride - int(self.n[b]), len(steps) - at)
-                self._fold(b, slice(at, at + take), steps, values)
-                at += take
-                continue
-            if self.count == self.max_buckets:
-                self._merge_pairs()
-                continue
-            # new buckets of ``stride`` rows each, as many as fit
-            room = self.max_buckets - self.count
-            take = min(len(steps) - at, room * self.stride)
-            starts = np.arange(at, at + take, self.stride)
-            new = slice(self.count, self.count + len(starts))
-            self.first[new], self.last[new] = steps[starts], steps[np.minimum(starts + self.stride, at + take) - 1]
-            self.n[new] = np.diff(np.append(starts, at + take))
-            for name, key in self.argmax.items():            # the earliest row holding its bucket's largest key
-                rows = values[key][at:at + take]
-                largest = np.maximum.reduceat(rows, starts - at)
-                is_max = rows == np.repeat(largest, self.n[new])
-                index = np.where(is_max, np.arange(take), take)
-                self.fields[name][new] = values[name][at:at + take][np.minimum.reduceat(index, starts - at)]
-            for name, (rule, _) in self.rules.items():
-                self.fields[name][new] = self._REDUCE[rule].reduceat(values[name][at:at + take], starts - at, axis=0)
-            self._changed = min(self._changed, self.count)
-            self.count += len(starts)
-            at += take
-
-    def _fold(self, b, rows, steps, values):
-        self.last[b] = steps[rows.stop - 1]
-        self.n[b] += rows.stop - rows.start
-        for name, key in self.argmax.items():                # before the key itself moves on
-            new = values[key][rows]
-            i = int(np.argmax(new))
-            if new[i] > self.fields[key][b]:
-                self.fields[name][b] = values[name][rows][i]
-        for name, (rule, _) in self.rules.items():
-            reduce = self._REDUCE[rule]
-            self.fields[name][b] = reduce(self.fields[name][b], reduce.reduce(values[name][rows], axis=0))
-        self._changed = min(self._changed, b)
-
-    def _merge_pairs(self):
-        """Halve the buckets: each even bucket absorbs the next one (an odd last one stays alone, still filling)."""
-        k, odd = self.count // 2, self.count % 2
-        a, b = slice(0, 2 * k, 2), slice(1, 2 * k, 2)
-        last = self.count - 1
-        tail = (self.first[last], self.last[last], self.n[last], {f: v[last].copy() for f, v in self.fields.items()})
-        self.first[:k], self.last[:k], self.n[:k] = self.first[a], self.last[b], self.n[a] + self.n[b]
-        for name, key in self.argmax.items():                # before the keys merge
-            v, keys = self.fields[name], self.fields[key]
-            v[:k] = np.where(keys[b] > keys[a], v[b], v[a])
-        for name, (rule, _) in self.rules.items():
-            v = self.fields[name]
-            v[:k] = self._REDUCE[rule](v[a], v[b])
-        if odd:
-            self.first[k], self.last[k], self.n[k] = tail[:3]
-            for name, v in self.fields.items():
-                v[k] = tail[3][name]
-        self.count = k + odd
-        for name, (rule, _) in self.rules.items():      # the freed slots are empty again
-            self.fields[name][self.count:] = self._EMPTY[rule]
-        for name in self.argmax:
-            self.fields[name][self.count:] = -1
-        self.stride *= 2
-        self._changed = 0
-
-    def take(self):
-        """The first bucket changed or added since the last call, or None when nothing changed."""
-        at = self._changed
-        if at >= self.count:
-            return None
-        self._changed = self.count
-        return at
 
 
 class Trend:
@@ -241,60 +115,6 @@ class Trend:
         ``at`` rows and replaces the rest); None when nothing changed."""
         at = self.buckets.take()
         return None if at is None else (at, self.columns(at))
-
-
-# ------------------------------------------------------------------------------------------------------ downsampling
-
-def downsample(x, values, budget):
-    """Indices (sorted, unique) of about ``budget`` points of a series that draw like all of them: the one
-    downsampler of the dashboard and the store.
-
-    The x range is cut into ``budget // 4`` equal-width buckets (pixel columns, not equal counts, so a dense stretch
-    cannot crowd out a sparse one); each keeps its first and last point, its smallest and largest finite value and
-    its first NaN, +Inf and -Inf, so no spike and no non-finite value is ever dropped (a bucket full of extremes
-    keeps up to 7 points). ``x`` need not be sorted. ``len(values) <= budget``: every index.
-    """
-    v = np.asarray(values, np.float64)
-    n = len(v)
-    if n <= budget:
-        return np.arange(n)
-    if budget < 4:
-        raise ValueError(f"downsample: budget must be at least 4, got {budget!r}")
-    x = np.asarray(x, np.float64)
-    order = None
-    if np.any(x[1:] < x[:-1]):
-        order = np.argsort(x, kind="stable")
-        x, v = x[order], v[order]
-    buckets = budget // 4
-    lo, hi = x[0], x[-1]
-    if hi > lo:
-        bucket = ((x - lo) * (buckets / (hi - lo))).astype(np.int64)
-        np.minimum(bucket, buckets - 1, out=bucket)
-    else:
-        bucket = np.zeros(n, np.int64)
-    starts = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
-    ends = np.concatenate([starts[1:], [n]]) - 1
-    sizes = ends - starts + 1
-    group = np.repeat(np.arange(len(starts)), sizes)
-    finite = np.isfinite(v)
-    low = np.where(finite, v, np.inf)
-    high = np.where(finite, v, -np.inf)
-    picks = [starts, ends]
-    for extreme, reduce in ((low, np.minimum), (high, np.maximum)):
-        hits = np.flatnonzero(finite & (extreme == reduce.reduceat(extreme, starts)[group]))
-        picks.append(_first_per_group(hits, group))
-    for special in (np.isnan(v), v == np.inf, v == -np.inf):
-        picks.append(_first_per_group(np.flatnonzero(special), group))
-    index = np.unique(np.concatenate(picks))
-    return np.sort(order[index]) if order is not None else index
-
-
-def _first_per_group(hits, group):
-    """The first of ``hits`` (sorted indices) in each group they touch."""
-    if not len(hits):
-        return hits
-    g = group[hits]
-    return hits[np.concatenate([[True], g[1:] != g[:-1]])]
 
 
 # ---------------------------------------------------------------------------------------- histogram shapes and boxes

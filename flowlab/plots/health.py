@@ -1,9 +1,10 @@
 """Network health, drawn the same way in the notebook (``widgets.HealthPanel``) and the dashboard (Health tab).
 
-Data: ``HealthGrid`` keeps a run's reports (``flow.watch_health``: a ``layers × statistics`` matrix a step) over the
-whole run in ``StepBuckets``: each bucket folds, per cell, its steps' smallest and largest finite value, their sum and
-count, and per layer how many NaN/Inf its tensors held (the ``*_nan``/``*_inf`` statistics). A million steps cost
-what a few hundred do, and a spike or a NaN at one step stays visible.
+Data: ``HealthGrid`` (in ``flowlab.summary.thinning``, with the rest of the reading side's data code) keeps a run's
+reports (``flow.watch_health``: a ``layers × statistics`` matrix a step) over the whole run in ``StepBuckets``: each
+bucket folds, per cell, its steps' smallest and largest finite value, their sum and count, and per layer how many
+NaN/Inf its tensors held (the ``*_nan``/``*_inf`` statistics). A million steps cost what a few hundred do, and a
+spike or a NaN at one step stays visible.
 
 Figures, each fed from a ``HealthGrid``:
 - ``HealthHeatmap``: layers (forward order, top to bottom) × steps for one statistic. A cell is coloured by the
@@ -32,13 +33,11 @@ from bokeh.models import (ColorBar, ColumnDataSource, CustomJSHover, CustomJSTic
 from bokeh.palettes import Viridis256
 
 from ..health import COUNT_STATISTICS
-from .data import StepBuckets
 from .figures import ALARM, _figure, _live_figure, compact_ticks, draw_bands, scale_ticker, value_labels
 from .static import Scale, axis_ticks, linear_ticks, tick_texts
 
 # Statistics whose values are fractions or counts get a linear colour scale; norms and magnitudes span decades (log).
 LINEAR = frozenset({"act_zero_fraction", "dead_fraction", *COUNT_STATISTICS})
-NONFINITE = frozenset(COUNT_STATISTICS)
 NO_VALUE = "#d9d9d9"
 ZERO = "#e377c2"                # a zero on a log scale (below every colour of the palette)
 ROW_HEIGHT = 18                 # pixels a layer's row takes in a heatmap
@@ -69,68 +68,6 @@ ALARM_COLUMNS = ("left", "right", "bottom", "top")     # the red outlines: the c
 # ``value`` is what the log colour mapper reads and is never <= 0 (NaN instead); the linear mapper reads
 # ``linear_value``. BokehJS clones a renderer's selection/nonselection/decimated glyphs once, with the mapper it
 # first had, and they keep mapping ``value`` after a switch: a log mapper must never see a zero there.
-
-
-class HealthGrid:
-    """A run's health reports over steps in at most ``max_buckets`` step buckets, losing no extreme.
-
-    ``extend(steps, matrices)`` takes reports in step order (``matrices``: ``(n, layers, statistics)``; a step at or
-    before the last one taken is ignored, as a restarted run re-logs steps); ``take()`` is True when something
-    changed since the last call; ``cells`` and ``trend_columns`` read it."""
-
-    def __init__(self, layers, statistics, max_buckets=400):
-        self.layers, self.statistics = tuple(layers), tuple(statistics)
-        width = len(self.layers) * len(self.statistics)
-        self.buckets = StepBuckets(max_buckets, {"lo": ("min", width), "hi": ("max", width), "sum": ("sum", width),
-                                                 "finite": ("sum", width), "bad": ("sum", len(self.layers))})
-        self._counts = [j for j, s in enumerate(self.statistics) if s in NONFINITE]
-        self.last_step = None
-
-    def __len__(self):
-        return len(self.buckets)
-
-    def extend(self, steps, matrices):
-        steps = np.asarray(steps, np.int64).reshape(-1)
-        m = np.asarray(matrices, np.float64).reshape(len(steps), len(self.layers), len(self.statistics))
-        if self.last_step is not None:
-            keep = steps > self.last_step
-            steps, m = steps[keep], m[keep]
-        if not len(steps):
-            return
-        finite = np.isfinite(m)
-        bad = np.nansum(m[:, :, self._counts], axis=2) if self._counts else np.zeros(m.shape[:2])
-        flat = lambda a: a.reshape(len(steps), -1)      # noqa: E731
-        self.buckets.extend(steps, {"lo": flat(np.where(finite, m, np.inf)), "hi": flat(np.where(finite, m, -np.inf)),
-                                    "sum": flat(np.where(finite, m, 0.0)), "finite": flat(finite.astype(np.float64)),
-                                    "bad": bad})
-        self.last_step = int(steps[-1])
-
-    def take(self):
-        return self.buckets.take() is not None
-
-    def cells(self, statistic):
-        """``{"lo", "hi", "mean", "nonfinite"}`` as ``(layers, buckets)`` arrays for one statistic (NaN where a cell
-        saw no finite value; ``nonfinite``: NaN/Inf its layer's tensors held), and the buckets' ``first`` and
-        ``last`` steps."""
-        j = self.statistics.index(statistic)
-        b, n = self.buckets, len(self.statistics)
-        rows = slice(0, b.count)
-        pick = lambda name: b.fields[name][rows][:, j::n].T       # noqa: E731 - (layers, buckets)
-        finite = pick("finite")
-        with np.errstate(invalid="ignore", divide="ignore"):
-            none = np.where(finite > 0, 0.0, np.nan)
-            return {"lo": pick("lo") + none, "hi": pick("hi") + none, "mean": pick("sum") / finite + none,
-                    "nonfinite": b.fields["bad"][rows].T.copy(), "first": b.first[rows].copy(),
-                    "last": b.last[rows].copy()}
-
-    def trend_columns(self, layer, statistic):
-        """One layer's statistic over steps as ``Trend.COLUMNS`` (plus ``mark``) for ``figures.trend_figure``."""
-        i = self.layers.index(layer)
-        c = self.cells(statistic)
-        mean = c["mean"][i]
-        return {"step": c["first"].astype(np.float64), "end": c["last"].astype(np.float64) + 1.0, "mean": mean,
-                "lower": mean, "upper": mean, "min": c["lo"][i], "max": c["hi"][i], "nonfinite": c["nonfinite"][i],
-                "mark": np.where(c["nonfinite"][i] > 0, 1.0, np.nan)}
 
 
 class HealthHeatmap:

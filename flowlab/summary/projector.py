@@ -27,12 +27,10 @@ OneFlow stored a projector's ``label`` and ``x`` as given, whatever their sample
 """
 from __future__ import annotations
 
-import errno
 import io
 import json
 import math
 import os
-import stat
 import tempfile
 import threading
 import urllib.parse
@@ -43,6 +41,7 @@ from google.protobuf import text_format
 
 from . import proto
 from .encode import as_array, image_array
+from .logdir_files import LocalDirectory, UnsafePath
 
 CONFIG_FILE = "projector_config.pbtxt"
 # Caps on what reading a run's projector files may cost (the paths come from a config anyone could have written):
@@ -62,7 +61,7 @@ class Embedding(NamedTuple):
     tensor: np.ndarray              # [n, d]; the exact values (NaN/Inf included) for kind "exception"
     metadata: list                  # rows of str, one per sample ([] without metadata)
     metadata_header: list | None    # column names when the metadata has several columns
-    sprite: str | None              # path of sprite.png
+    sprite: str | None              # sprite.png: its path (or object key, remotely), for ``read_located``
     kind: str                       # "embedding" or "exception"
     info: dict                      # info.json: sample_name, sample_type, nan_count, inf_count, ...
     labels: np.ndarray | None = None    # labels.npy: labels as given, when not one per point (else in metadata)
@@ -169,14 +168,15 @@ def _directory(kind, tag, step) -> str:
     return name if kind == "embedding" else f"{kind}/{name}"
 
 
-def _read_config(logdir):
+def _read_config(directory):
+    """The ProjectorConfig of ``directory`` (a ``logdir_files`` directory), empty when it has none."""
     config = proto.ProjectorConfig()
-    if os.path.lexists(os.path.join(logdir, CONFIG_FILE)):
-        text = read_confined(logdir, CONFIG_FILE, "the config", MAX_CONFIG_BYTES).decode("utf-8")
+    if directory.lexists(CONFIG_FILE):
+        text = directory.read(CONFIG_FILE, "the config", MAX_CONFIG_BYTES).decode("utf-8")
         try:
             text_format.Parse(text, config)
         except text_format.ParseError as e:         # a ValueError, as the view expects of a bad file
-            raise ValueError(f"{CONFIG_FILE} in {logdir!r} is no ProjectorConfig text: {e}") from None
+            raise ValueError(f"{CONFIG_FILE} in {directory.name!r} is no ProjectorConfig text: {e}") from None
     return config
 
 
@@ -254,7 +254,7 @@ def write(logdir, kind, tag, step, value, metadata=None, metadata_header=None, i
         json.dump(info, f, indent=1)
 
     with _lock:         # the config last: TensorBoard only learns of an embedding once its files are complete
-        config = _read_config(logdir)
+        config = _read_config(LocalDirectory(logdir))
         kept = [e for e in config.embeddings if e.tensor_name != embedding.tensor_name]
         del config.embeddings[:]
         config.embeddings.extend(kept + [embedding])
@@ -341,105 +341,48 @@ class Projector:
 
 # ------------------------------------------------------------------------------------------------------ reading
 
-class UnsafePath(ValueError):
-    """A path in a projector config that leaves its run directory or names no regular file of bounded size."""
-
-
-def confined_path(logdir, rel, what) -> str:
-    """The real path of ``rel`` (a path from ``logdir``'s projector config) when it stays inside ``logdir``: relative,
-    no ``..`` component, no symbolic link leading out. Raises :class:`UnsafePath` naming ``what`` and the path."""
-    if not isinstance(rel, str) or not rel:
-        raise UnsafePath(f"{what} path is empty")
-    if "\0" in rel:
-        raise UnsafePath(f"{what} path {rel!r} holds a NUL character")
-    parts = rel.replace("\\", "/").split("/")
-    if os.path.isabs(rel) or rel.startswith("\\") or (len(parts[0]) == 2 and parts[0][1] == ":"):
-        raise UnsafePath(f"{what} path {rel!r} is absolute; expected a path relative to the run directory")
-    if ".." in parts:
-        raise UnsafePath(f"{what} path {rel!r} climbs out with '..'; expected a path inside the run directory")
-    root = os.path.realpath(logdir)
-    real = os.path.realpath(os.path.join(root, *parts))
-    if os.path.commonpath([root, real]) != root:
-        raise UnsafePath(f"{what} path {rel!r} leads out of the run directory through a symbolic link (to {real!r})")
-    return real
-
-
-def read_file_capped(path, what, cap) -> bytes:
-    """The bytes of ``path`` when it is a regular file of at most ``cap`` bytes, else :class:`UnsafePath` naming
-    ``what``. Opened non-blocking (a FIFO would otherwise block the open) and checked on the open descriptor."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as e:
-        if e.errno == getattr(errno, "ELOOP", None):    # O_NOFOLLOW met a link swapped in after the check
-            raise UnsafePath(f"{what} ({path!r}) became a symbolic link") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            mode = st.st_mode
-            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                    else "a directory" if stat.S_ISDIR(mode) else "not a regular file")
-            raise UnsafePath(f"{what} ({path!r}) is {kind}; expected a regular file")
-        if st.st_size > cap:
-            raise UnsafePath(f"{what} ({path!r}) holds {st.st_size} bytes; at most {cap} are read")
-        chunks, size = [], 0
-        while size <= cap:
-            chunk = os.read(fd, min(1 << 20, cap + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    if size > cap:                                      # grew after the fstat
-        raise UnsafePath(f"{what} ({path!r}) holds more than {cap} bytes; at most {cap} are read")
-    return b"".join(chunks)
-
-
-def read_confined(logdir, rel, what, cap) -> bytes:
-    """``read_file_capped`` of ``confined_path(logdir, rel, what)``."""
-    return read_file_capped(confined_path(logdir, rel, what), f"{what} {rel!r}", cap)
-
-
-def read_projector(logdir) -> list[Embedding]:
+def read_projector(logdir, directory=None) -> list[Embedding]:
     """Every embedding listed in ``logdir``'s config, in the order written.
 
     Paths in the config are confined to ``logdir`` (relative, no ``..``, no symbolic link out), must name regular
-    files and are size-capped (the ``MAX_*`` constants); a config breaking that raises :class:`UnsafePath`."""
-    logdir = os.fspath(logdir)
+    files and are size-capped (the ``MAX_*`` constants); a config breaking that raises :class:`UnsafePath`.
+    ``directory``: how to read it (a ``logdir_files`` directory: ``LocalFiles.directory`` or, for an fsspec URL,
+    ``RemoteFiles.directory``); by default ``logdir`` is a local path. ``Embedding.sprite`` is then what that
+    directory's ``read_located`` reads."""
+    files = directory if directory is not None else LocalDirectory(os.fspath(logdir))
     out = []
-    for entry in _read_config(logdir).embeddings:
+    for entry in _read_config(files).embeddings:
         name, _, step = entry.tensor_name.rpartition(":")
         what = f"embedding {entry.tensor_name!r}:"
-        confined_path(logdir, entry.tensor_path, f"{what} tensor_path")       # its folder holds the files below
+        files.locate(entry.tensor_path, f"{what} tensor_path")       # its folder holds the files below
         directory = os.path.dirname(entry.tensor_path.replace("\\", "/"))
         info = {}
         info_rel = f"{directory}/info.json" if directory else "info.json"
-        if os.path.lexists(os.path.join(logdir, info_rel)):
-            info = json.loads(read_confined(logdir, info_rel, f"{what} info.json", MAX_INFO_BYTES))
+        if files.lexists(info_rel):
+            info = json.loads(files.read(info_rel, f"{what} info.json", MAX_INFO_BYTES))
             if not isinstance(info, dict):
                 raise UnsafePath(f"{what} info.json holds {type(info).__name__}; expected an object")
         exact_rel = f"{directory}/tensor.npy" if directory else "tensor.npy"
-        if os.path.lexists(os.path.join(logdir, exact_rel)):
-            data = read_confined(logdir, exact_rel, f"{what} tensor.npy", MAX_TENSOR_BYTES)
+        if files.lexists(exact_rel):
+            data = files.read(exact_rel, f"{what} tensor.npy", MAX_TENSOR_BYTES)
             tensor = np.load(io.BytesIO(data), allow_pickle=False)
         else:
-            data = read_confined(logdir, entry.tensor_path, f"{what} tensor_path", MAX_TENSOR_BYTES)
+            data = files.read(entry.tensor_path, f"{what} tensor_path", MAX_TENSOR_BYTES)
             tensor = np.loadtxt(io.StringIO(data.decode("utf-8")), dtype=np.float32, delimiter="\t", ndmin=2)
         rows, header = [], None
         if entry.metadata_path:
-            text = read_confined(logdir, entry.metadata_path, f"{what} metadata_path", MAX_METADATA_BYTES)
+            text = files.read(entry.metadata_path, f"{what} metadata_path", MAX_METADATA_BYTES)
             lines = text.decode("utf-8").split("\n")
             rows = [line.split("\t") for line in (lines[:-1] if lines[-1] == "" else lines)]
             if len(rows) == len(tensor) + 1:    # TensorBoard's rule: a header exactly when there are several columns
                 header, rows = rows[0], rows[1:]
         sprite = None
-        if entry.sprite.image_path:             # checked here; the view reads it with read_file_capped
-            sprite = confined_path(logdir, entry.sprite.image_path, f"{what} sprite image_path")
+        if entry.sprite.image_path:             # checked here; the view reads it with read_located
+            sprite = files.locate(entry.sprite.image_path, f"{what} sprite image_path")
         labels = None
         labels_rel = f"{directory}/labels.npy" if directory else "labels.npy"
-        if os.path.lexists(os.path.join(logdir, labels_rel)):
-            data = read_confined(logdir, labels_rel, f"{what} labels.npy", MAX_METADATA_BYTES)
+        if files.lexists(labels_rel):
+            data = files.read(labels_rel, f"{what} labels.npy", MAX_METADATA_BYTES)
             labels = np.load(io.BytesIO(data), allow_pickle=False)
         out.append(Embedding(tag=info.get("tag", name), step=int(info.get("step", step or 0)), tensor=tensor,
                              metadata=rows, metadata_header=header, sprite=sprite,

@@ -8,7 +8,8 @@ returns ``{run: {tag: series}}`` with each series stably sorted by step.
 
 ``logdir`` is a local path or any fsspec URL (``s3://bucket/prefix``...); ``storage_options`` go to its filesystem.
 
-The live dashboard uses :class:`LogdirTailer` directly (see ``tailer.py``); ``Datum`` and ``Image`` are re-exported.
+The live dashboard reads through ``provider.LogdirProvider`` (the tailer's feed, and the run assets); ``Datum`` and
+``Image`` are re-exported.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .tailer import GRAPH_TAG, KINDS, Datum, Image, LogdirTailer, tensor_to_arra
 
 __all__ = ["LogdirTailer", "Datum", "Image", "KINDS", "GRAPH_TAG", "tensor_to_array", "ScalarSeries",
            "HistogramSeries", "Series", "TensorSeries", "read_scalars", "read_histograms", "read_images", "read_text",
-           "read_tensors", "read_hparams", "hparams_sessions", "read_graphs"]
+           "read_tensors", "read_hparams", "hparams_sessions", "read_graphs", "read_kind", "read_kinds"]
 
 
 class ScalarSeries(NamedTuple):
@@ -115,10 +116,16 @@ def _collect(logdir, kinds, storage_options=None) -> dict[str, dict[str, _Column
     return runs
 
 
-def _objects(logdir, kind, storage_options):
-    """{run: {tag: (step, wall_time, values list, first Datum)}} for one non-scalar kind."""
+def read_kind(logdir, kind, storage_options=None):
+    """{run: {tag: (step, wall_time, values list, first Datum)}} for one non-scalar ``kind`` (the items of each tag
+    stably sorted by step; the first Datum tells its plugin and kind)."""
+    return read_kinds(logdir, {kind}, storage_options)
+
+
+def read_kinds(logdir, kinds, storage_options=None):
+    """``read_kind`` for several kinds in one read of the logdir (a tag has one kind in a run)."""
     out = {}
-    for run, tags in _collect(logdir, {kind}, storage_options).items():
+    for run, tags in _collect(logdir, set(kinds), storage_options).items():
         for tag, column in tags.items():
             step, wall, chunks, order = column.columns()
             values = list(chain.from_iterable(chunks))
@@ -144,32 +151,32 @@ def read_scalars(logdir, storage_options=None) -> dict[str, dict[str, ScalarSeri
 def read_histograms(logdir, storage_options=None) -> dict[str, dict[str, HistogramSeries]]:
     """Buckets: float64 [k, 3] arrays of (left, right, count); legacy HistogramProtos converted as TensorBoard does."""
     return {run: {tag: HistogramSeries(*s[:3]) for tag, s in tags.items()}
-            for run, tags in _objects(logdir, "histogram", storage_options).items()}
+            for run, tags in read_kind(logdir, "histogram", storage_options).items()}
 
 
 def read_images(logdir, storage_options=None) -> dict[str, dict[str, Series]]:
     """Values are :class:`Image` (width, height, encoded PNG bytes list)."""
     return {run: {tag: Series(*s[:3]) for tag, s in tags.items()}
-            for run, tags in _objects(logdir, "image", storage_options).items()}
+            for run, tags in read_kind(logdir, "image", storage_options).items()}
 
 
 def read_text(logdir, storage_options=None) -> dict[str, dict[str, Series]]:
     """Values are str (rank-0 text tensors) or NumPy arrays of str."""
     return {run: {tag: Series(*s[:3]) for tag, s in tags.items()}
-            for run, tags in _objects(logdir, "text", storage_options).items()}
+            for run, tags in read_kind(logdir, "text", storage_options).items()}
 
 
 def read_tensors(logdir, storage_options=None) -> dict[str, dict[str, TensorSeries]]:
     """Tensors whose plugin has no kind of its own (or no plugin), with that plugin's name and content."""
     return {run: {tag: TensorSeries(*s[:3], s[3].plugin, s[3].plugin_content) for tag, s in tags.items()}
-            for run, tags in _objects(logdir, "tensor", storage_options).items()}
+            for run, tags in read_kind(logdir, "tensor", storage_options).items()}
 
 
 def read_health(logdir, storage_options=None) -> dict[str, dict[str, Series]]:
     """``flow.watch_health`` reports written by ``SummaryWriter.add_health``: values are ``health_log.HealthRecord``
     (layers, statistics, matrix); a record that does not fit its tag's layout is left out."""
     out = {}
-    for run, tags in _objects(logdir, "health", storage_options).items():
+    for run, tags in read_kind(logdir, "health", storage_options).items():
         for tag, (step, wall, values, first) in tags.items():
             records, keep = [], []
             for i, value in enumerate(values):
@@ -184,7 +191,7 @@ def read_health(logdir, storage_options=None) -> dict[str, dict[str, Series]]:
 
 def read_graphs(logdir, storage_options=None) -> dict[str, list[bytes]]:
     """Serialized GraphDefs of each run, in step order."""
-    return {run: tags[GRAPH_TAG][2] for run, tags in _objects(logdir, "graph", storage_options).items()
+    return {run: tags[GRAPH_TAG][2] for run, tags in read_kind(logdir, "graph", storage_options).items()
             if GRAPH_TAG in tags}
 
 

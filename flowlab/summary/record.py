@@ -31,7 +31,7 @@ def frame(data: bytes) -> bytes:
 class RecordScanner:
     """Pull complete records out of a growing byte stream, surviving corruption: the plain reference reader.
 
-    ``tailer.LogdirTailer`` applies the same rules with a vectorised fast path; tests hold the two to each other.
+    ``framing.RecordFramer`` applies the same rules with a vectorised fast path; tests hold the two to each other.
 
     ``feed(chunk)`` appends bytes; ``read()`` returns each complete, checksum-valid payload. A partial record at
     the end waits for more bytes. A record whose length or data checksum is wrong is skipped: the scanner moves one

@@ -41,7 +41,8 @@ from bokeh.models import ColumnDataSource, CustomJS, Div, Select
 from ..health import STATISTICS, HealthReport
 from ..plots import heading, trend_figure, trend_source
 from ..plots.figures import ALARM
-from ..plots.health import LINEAR, AlertGroups, HealthGrid, HealthHeatmap, heatmap_svg
+from ..plots.health import LINEAR, AlertGroups, HealthHeatmap, heatmap_svg
+from ..summary.thinning import HealthGrid
 from ..summary import health_log
 from ._live import DEFAULT_HZ, LiveView, Refresher, check_hz, resolve_mode
 from .live import LiveDocument
