@@ -15,6 +15,11 @@ Before any of Bokeh's routes, every request
   500); otherwise 400. A path that tries to climb (``..``, encoded or not) or names an absolute path (``//``) gets
   a 404 before Bokeh's static handler could answer 403 for it.
 
+Session ids are signed with a key the server makes at each start (Bokeh's ``sign_sessions``): a page request with a
+``bokeh-session-id`` or ``bokeh-token`` the server did not issue gets a plain 403, and a websocket whose token it did
+not sign is closed (``_forged``, ``_WS.open``). Unsigned, Bokeh took a client's id as it came, so a client could make
+a session of any id or join a live one whose id it knew.
+
 Every response carries a Content-Security-Policy (inline scripts only with this response's nonce; ``unsafe-eval``
 because BokehJS compiles ``CustomJS`` code with ``new Function``; framing only by loopback pages, as
 ``flowlab.dashboard.show`` embeds it in an IFrame of a local Jupyter page), ``X-Frame-Options``,

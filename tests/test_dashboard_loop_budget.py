@@ -3,10 +3,9 @@ in logs"): a run with thousands of scalar tags builds one page of Scalars cards,
 clients are answered, and its tag search pages through every tag; the "all shown" export of hundreds of thousands of
 points is formatted in a worker thread and streamed, and the loop keeps answering meanwhile.
 
-The loop's longest stall is measured in the server's own process: a task on its loop that sleeps ``PROBE_S`` and
-records how late it wakes (``LoopProbe``).
+The loop's longest stall is measured in the server's own process: a task on its loop that sleeps a few milliseconds
+and records how late it wakes (``loop_probe.LoopProbe``).
 """
-import asyncio
 import csv
 import io
 import json
@@ -23,43 +22,14 @@ from dashboard_page import IDLE_JS, open_dashboard
 from flowlab.dashboard.server import ServerThread
 from flowlab.summary import SummaryWriter
 from jupyter_page import CHROMIUM
+from loop_probe import LoopProbe
 
 pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"needs Debian's chromium at {CHROMIUM}")
 
-PROBE_S = 0.005
 # The loop's budget per request is ~100 ms; this shared 2-core machine adds scheduling noise on top.
 STALL_BOUND_S = 0.25
-
-
-class LoopProbe:
-    """Records the longest gap beyond ``PROBE_S`` between wake-ups of a task on ``server``'s event loop."""
-
-    def __init__(self, server):
-        self.server, self.longest, self.running = server, 0.0, True
-        self.started = threading.Event()
-        self.gaps, self.t0 = [], time.perf_counter()
-        server._loop.call_soon_threadsafe(lambda: server._loop.create_task(self._run()))
-        self.started.wait(10)
-
-    async def _run(self):
-        self.started.set()
-        last = time.perf_counter()
-        while self.running:
-            await asyncio.sleep(PROBE_S)
-            now = time.perf_counter()
-            self.longest = max(self.longest, now - last - PROBE_S)
-            if now - last - PROBE_S > 0.05:       # (when, how long): which step of a test held the loop
-                self.gaps.append((round(last - self.t0, 3), round(now - last - PROBE_S, 3)))
-            last = now
-
-    def reset(self):
-        self.longest = 0.0
-
-    def stop(self):
-        self.running = False
-        return self.longest
 
 
 def plain_get_seconds(url):
