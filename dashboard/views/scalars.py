@@ -609,8 +609,12 @@ class _Card:
         extent = self._draw(self.rows, Segment(x0="x0", y0="y0", x1="x1", y1="y1"), "rows", visible=False)
         # (a shared range takes every renderer of its cards: the same x as these)
         self._x_renderers, self._y_renderers = [raw, extent], [raw, smoothed, extent]
-        x_range = DataRange1d(renderers=list(self._x_renderers)) if x_range is None else x_range
-        y_range = Range1d(0, 1) if self.ignore_outliers else DataRange1d(renderers=list(self._y_renderers))
+        # The figure and its fitted ranges are not synced back: nothing on the server reads what the page computes
+        # for them (fitted starts and ends, the plot's inner size), and applying those patches cost the server three
+        # messages a card. (A zoom still reaches it: ``RangesUpdate`` is an event.)
+        x_range = DataRange1d(renderers=list(self._x_renderers), syncable=False) if x_range is None else x_range
+        y_range = Range1d(0, 1) if self.ignore_outliers else \
+            DataRange1d(renderers=list(self._y_renderers), syncable=False)
         # hover: the readout under the plot, not a tooltip over the curves (see _READOUT_JS), and a thin vertical
         # line at the pointer, the x it reads (drawn on the overlay canvas: the lines are not drawn again)
         box_zoom = BoxZoomTool()
@@ -625,7 +629,7 @@ class _Card:
                                                     major_label_policy=parts.labels)
         # (a ``figure`` for its model name, which the page's scripts and tests look for; nothing of its defaults)
         fig = figure(title=Title(text=self.tag, text_font_size="10pt"), x_range=x_range, y_range=y_range,
-                     x_axis_type=None, y_axis_type=None, tools=tools, output_backend="canvas")
+                     x_axis_type=None, y_axis_type=None, tools=tools, output_backend="canvas", syncable=False)
         fig.update(x_scale=parts.scale(log_x), y_scale=parts.scale(log_y), below=[x_axis], left=[y_axis],
                    center=[parts.grid(0, x_ticker), parts.grid(1, y_ticker)], renderers=[raw, smoothed, extent])
         fig.toolbar.logo = None                 # (room for every tool button on a small card)
@@ -1072,7 +1076,7 @@ class ScalarsView(View):
     def _build(self, card):
         card.ignore_outliers = self.outliers.active
         if self.link_x.active and self._shared_x is None:
-            self._shared_x = DataRange1d()
+            self._shared_x = DataRange1d(syncable=False)      # (see ``_Card.build``)
         card.build(self.axis, self.log_y.active, card.visible_rows(self.runs.shown()), self._zoomed,
                    log_x=self.log_x.active, x_range=self._shared_x if self.link_x.active else None)
 
