@@ -2,9 +2,11 @@
 tens of thousands of tags.
 
 Only a page of cards exists at a time (``PAGE_SIZE``, the shared ``Pager``): a card costs the server tens of
-milliseconds to build and as many to serialise, so 20,000 tags built at once held the event loop for minutes. In a
-server session a page's cards are built one per IOLoop turn, from the turn after the request, and a card that leaves
-the page is dropped with what the session had seen of it. The tag filter (RE2) picks among all tags and the pager
+milliseconds to build and as many to join the document and be serialised, so 20,000 tags built at once held the
+event loop for minutes. In a server session each card of a page is built in one IOLoop turn and joins the page in
+the next, from the turn after the request, and a card that leaves the page is dropped with what the session had
+seen of it. A card is 37 Bokeh models of its own (``_Card.build``; the models every card shares are ``_Parts``):
+what a turn costs grows with them, Bokeh walking every model of the document each time one joins it. The tag filter (RE2) picks among all tags and the pager
 pages the matches. The "all shown" export is formatted off the loop and streamed over HTTP (``export_stream``).
 
 A card is one figure whose runs are rows of one ``ColumnDataSource`` drawn by two ``MultiLine`` glyphs (raw, faint;
@@ -59,9 +61,10 @@ from .base import View
 from .paging import Pager
 
 LIMIT = 2000                       # points per line on display
-# A card costs the server some 40-90 ms to build and serialise (its figure's ~100 Bokeh models): a page of 8 (two
-# rows of four medium cards) is built one card per IOLoop turn in a server session, so no turn holds the loop for
-# much more than one card, whatever the number of tags (20,000 tags built every card at once: minutes).
+# A card costs the server some 25 ms to build and 20-40 ms to join the page (37 Bokeh models; see ``_Card.build``):
+# a page of 8 (two rows of four medium cards) is built one card per IOLoop turn in a server session, and joins the
+# page in the next, so no turn holds the loop for more than one card, whatever the number of tags (20,000 tags built
+# every card at once: minutes).
 PAGE_SIZE = 8
 BUILD_BATCH = 1
 X_AXES = ("step", "relative", "wall")
