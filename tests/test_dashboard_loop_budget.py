@@ -170,8 +170,10 @@ def test_thousands_of_tags_build_one_page_and_the_search_pages_through_all(many_
         assert cards == sorted(f"card:layer00/w{i:04}" for i in range(PAGE_SIZE))     # the first page only
         assert grid == [0, PAGE_SIZE] and pager == [PAGE_SIZE, 0, TAGS // PAGE_SIZE]
         assert first_get < STALL_BOUND_S + 0.1 and second_session < 3.0
-        # One card (~145 Bokeh models) costs ~40-90 ms to build and as much to serialise: one card per loop turn is
-        # the bound (before: every card of every tag in one turn, minutes for 20,000 tags).
+        # A card is built in one loop turn and joins the page in the next: one card's work is the bound (before: every
+        # card of every tag in one turn, minutes for 20,000 tags). Wall time here also counts Chromium and the other
+        # sessions of this shared machine; a card turn's own cost, models and bytes are bounded, machine-independently,
+        # in test_dashboard_paging.test_a_scalars_card_costs_a_server_turn_under_the_loops_budget.
         assert stall < 0.5, f"the event loop stalled {stall * 1000:.0f} ms (gaps: {probe.gaps})"
 
         box = page.locator(".bk-input[placeholder='all tags']")            # a tag on the last page
