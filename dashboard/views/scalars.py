@@ -5,7 +5,7 @@ Only a page of cards exists at a time (``PAGE_SIZE``, the shared ``Pager``): a c
 milliseconds to build and as many to join the document and be serialised, so 20,000 tags built at once held the
 event loop for minutes. In a server session each card of a page is built in one IOLoop turn and joins the page in
 the next, from the turn after the request, and a card that leaves the page is dropped with what the session had
-seen of it. A card is 37 Bokeh models of its own (``_Card.build``; the models every card shares are ``_Parts``):
+seen of it. A card is 42 Bokeh models of its own (``_Card.build``; the models every card shares are ``_Parts``):
 what a turn costs grows with them, Bokeh walking every model of the document each time one joins it. The tag filter (RE2) picks among all tags and the pager
 pages the matches. The "all shown" export is formatted off the loop and streamed over HTTP (``export_stream``).
 
@@ -46,7 +46,7 @@ from bokeh.models import (AllIndices, AllLabels, BasicTickFormatter, BasicTicker
                           DataRange1d, DatetimeAxis, DatetimeTicker, DatetimeTickFormatter, Div, GlyphRenderer, Grid,
                           IndexFilter, InlineStyleSheet, LinearAxis, LinearScale, LogAxis, LogScale, MultiLine,
                           PanTool, Patches, RadioButtonGroup, Range1d, ResetTool, SaveTool, Scatter, Segment,
-                          Selection, Slider, Switch, TextInput, Title, UnionRenderers, VSpan, WheelZoomTool)
+                          Slider, Switch, TextInput, Title, UnionRenderers, VSpan, WheelZoomTool)
 from bokeh.plotting import figure
 
 from flowlab.plots.data import downsample, group_band
@@ -61,7 +61,7 @@ from .base import View
 from .paging import Pager
 
 LIMIT = 2000                       # points per line on display
-# A card costs the server some 25 ms to build and 20-40 ms to join the page (37 Bokeh models; see ``_Card.build``):
+# A card costs the server some 25 ms to build and 20-40 ms to join the page (42 Bokeh models; see ``_Card.build``):
 # a page of 8 (two rows of four medium cards) is built one card per IOLoop turn in a server session, and joins the
 # page in the next, so no turn holds the loop for more than one card, whatever the number of tags (20,000 tags built
 # every card at once: minutes).
@@ -369,13 +369,13 @@ _READOUT_CSS = """
 
 class _Parts:
     """Models every card of one view (one document) shares, because the page keeps no per-card state in them: the
-    sources' selection and its policy (nothing selects: no selection tool), the "every row" filter, scales, tickers,
+    sources' selection policy, the "every row" filter, scales, tickers,
     tick formatters, label policy, grids, the box-zoom overlay's handles and the readout's stylesheet. Made per card
     they were half of a card's ~100 Bokeh models, and a card's models are what its loop turn costs: building them,
     Bokeh's walk over every model of the document when the card joins it, and serialising them."""
 
     def __init__(self):
-        self.selection, self.policy, self.all_rows = Selection(), UnionRenderers(), AllIndices()
+        self.policy, self.all_rows = UnionRenderers(), AllIndices()
         self.labels = AllLabels()
         self.handles = BoxZoomTool().overlay.handles           # (Bokeh's default look: built by its own default)
         self.readout_css = InlineStyleSheet(css=_READOUT_CSS)
@@ -387,7 +387,7 @@ class _Parts:
         return self._made[key]
 
     def source(self, data, **kwargs):
-        return ColumnDataSource(data, selected=self.selection, selection_policy=self.policy, **kwargs)
+        return ColumnDataSource(data, selection_policy=self.policy, **kwargs)
 
     def scale(self, log):
         return self._one(("scale", log), LogScale if log else LinearScale)
@@ -643,9 +643,9 @@ class _Card:
         fig.on_event(RangesUpdate, lambda event: on_zoom(self, event))
         self.renderers = [raw, smoothed]
         self._extras = {}
+        for name in self._wanted:                # (before it joins the page: one message, not one per extra)
+            self._draw_extra(name, fig)
         self.layout.children[0] = fig
-        for name in self._wanted:
-            self._draw_extra(name)
         self._apply_size()
         return fig
 
@@ -655,11 +655,11 @@ class _Card:
         view = CDSView(filter=self.parts.all_rows) if view is None else self._views[view]
         return GlyphRenderer(data_source=source, glyph=glyph, view=view, **kwargs)
 
-    def _draw_extra(self, name):
+    def _draw_extra(self, name, fig=None):
         """Draw ``name`` ("dots": one-point runs; "groups": the run groups' bands and means; "marks": the NaN/Inf
         ticks) on this card from now on, in this figure and any it is rebuilt with."""
         self._wanted.add(name)
-        fig = self.figure
+        fig = self.figure if fig is None else fig
         if fig is None or name in self._extras:
             return
         if name == "dots":
