@@ -6,8 +6,9 @@ milliseconds to build and as many to join the document and be serialised, so 20,
 event loop for minutes. In a server session each card of a page is built in one IOLoop turn and joins the page in
 the next, from the turn after the request, and a card that leaves the page is dropped with what the session had
 seen of it. A card is 42 Bokeh models of its own (``_Card.build``; the models every card shares are ``_Parts``):
-what a turn costs grows with them, Bokeh walking every model of the document each time one joins it. The tag filter (RE2) picks among all tags and the pager
-pages the matches. The "all shown" export is formatted off the loop and streamed over HTTP (``export_stream``).
+what a turn costs grows with them, Bokeh walking every model of the document each time one joins it. The tag filter
+(RE2) picks among all tags and the pager pages the matches. The "all shown" export is formatted off the loop and
+streamed over HTTP (``export_stream``).
 
 A card is one figure whose runs are rows of one ``ColumnDataSource`` drawn by two ``MultiLine`` glyphs (raw, faint;
 smoothed, bold): its cost in the page and on the wire does not grow with a renderer per run (a thousand runs made
@@ -598,9 +599,9 @@ class _Card:
 
         Only what the card draws and the shared parts (``_Parts``): ``figure()``'s own defaults and plotting methods
         made ~60 models a card (a selection and a muted glyph per renderer, tickers, grids, scales...), and a card's
-        models are what its loop turns cost. Glyph renderers keep BokehJS's own selection and muted glyphs ("auto"). The dots of
-        one-point runs, the run groups' bands and means, and the NaN/Inf ticks are drawn from when a card first has
-        them (``_draw_extra``): most cards never do."""
+        models are what its loop turns cost. Glyph renderers keep BokehJS's own selection and muted glyphs
+        ("auto"). The dots of one-point runs, the run groups' bands and means, and the NaN/Inf ticks are drawn from
+        when a card first has them (``_draw_extra``): most cards never do."""
         parts = self.parts
         log_x = log_x and axis != "wall"
         self.axis = axis
