@@ -15,6 +15,11 @@ Before any of Bokeh's routes, every request
   500); otherwise 400. A path that tries to climb (``..``, encoded or not) or names an absolute path (``//``) gets
   a 404 before Bokeh's static handler could answer 403 for it.
 
+Session ids are signed with a key the server makes at each start (Bokeh's ``sign_sessions``): a page request with a
+``bokeh-session-id`` or ``bokeh-token`` the server did not issue gets a plain 403, and a websocket whose token it did
+not sign is closed (``_forged``, ``_WS.open``). Unsigned, Bokeh took a client's id as it came, so a client could make
+a session of any id or join a live one whose id it knew.
+
 Every response carries a Content-Security-Policy (inline scripts only with this response's nonce; ``unsafe-eval``
 because BokehJS compiles ``CustomJS`` code with ``new Function``; framing only by loopback pages, as
 ``flowlab.dashboard.show`` embeds it in an IFrame of a local Jupyter page), ``X-Frame-Options``,
@@ -50,11 +55,14 @@ from urllib.parse import unquote, unquote_to_bytes, urlsplit
 
 from bokeh.application import Application
 from bokeh.application.handlers import FunctionHandler
+from bokeh.protocol.exceptions import ProtocolError
 from bokeh.server.server import BaseServer
 from bokeh.server.tornado import BokehTornado
 from bokeh.server.util import bind_sockets
 from bokeh.server.views.autoload_js_handler import AutoloadJsHandler
+from bokeh.server.views.doc_handler import DocHandler
 from bokeh.server.views.ws import WSHandler
+from bokeh.util.token import check_session_id_signature, check_token_signature
 from tornado.httpserver import HTTPServer
 from tornado.ioloop import IOLoop
 from tornado.routing import Matcher
@@ -242,7 +250,41 @@ _log = logging.getLogger(__name__)
 OPEN_WAIT_S = 10.0              # how long a message that came before its websocket was set up waits for it
 
 
-class _AutoloadJs(AutoloadJsHandler):
+def _forged(handler):
+    """Why a page request's ``bokeh-token`` or session id (argument or ``Bokeh-Session-Id`` header) was not made by
+    this server, or None when it was (or none was sent: the server makes one). Bokeh reads a token before it checks
+    its signature, so a malformed one was a 500 with a traceback; an unsigned session id was taken as it came."""
+    app = handler.application
+    token = handler.get_argument("bokeh-token", default=None)
+    if token is not None and not check_token_signature(token, secret_key=app.secret_key, signed=app.sign_sessions):
+        return "bokeh-token was not issued by this server"
+    session_id = handler.get_argument("bokeh-session-id", default=None) or \
+        handler.request.headers.get("Bokeh-Session-Id")
+    if session_id is not None and not check_session_id_signature(session_id, secret_key=app.secret_key,
+                                                                 signed=app.sign_sessions):
+        return "bokeh-session-id was not issued by this server"
+    return None
+
+
+class _SessionIdsChecked:
+    """Refuses (403, plain text, nothing logged beyond the status line) a page request whose token or session id
+    this server did not sign (``_forged``), before Bokeh's handler reads it."""
+
+    def prepare(self):
+        why = _forged(self)
+        if why is not None:
+            self.set_status(403)
+            self.set_header("Content-Type", "text/plain; charset=utf-8")
+            self.finish(why + "\n")
+            return None
+        return super().prepare()
+
+
+class _Doc(_SessionIdsChecked, DocHandler):
+    """Bokeh's page handler, session ids checked first (``_SessionIdsChecked``)."""
+
+
+class _AutoloadJs(_SessionIdsChecked, AutoloadJsHandler):
     """Bokeh's ``/autoload.js`` whose CORS preflight answers a request without ``Origin`` (Bokeh 3.9 reads the
     header unconditionally: ``KeyError``, a 500 and a traceback in the log). Without an origin there is nothing
     to allow: 204 with the allowed methods, no ``Access-Control-Allow-Origin``."""
@@ -269,6 +311,21 @@ class _WS(WSHandler):
 
     closed_here = False
 
+    def open(self):
+        """Bokeh's ``open``, except that a connection without the ``bokeh`` subprotocol or without a token this server
+        signed (forged, malformed, expired) is closed with a warning: Bokeh raised, and Tornado logged a traceback
+        (a malformed token failed even inside Bokeh's own error message)."""
+        app, token = self.application, self._token
+        if self.selected_subprotocol != "bokeh" or token is None or \
+                not check_token_signature(token, secret_key=app.secret_key, signed=app.sign_sessions):
+            _log.warning("websocket from %s refused: no session token this server issued", self.request.remote_ip)
+            self.close(1008, "no session token issued by this server")
+            return
+        try:
+            super().open()
+        except ProtocolError as e:               # an expired token: Bokeh closed the socket already
+            _log.warning("websocket from %s refused: %s", self.request.remote_ip, e)
+
     async def on_message(self, fragment):
         deadline = time.monotonic() + OPEN_WAIT_S
         while self.receiver is None:
@@ -290,7 +347,7 @@ class _WS(WSHandler):
         super().on_close()
 
 
-_GUARDED = {WSHandler: _WS, AutoloadJsHandler: _AutoloadJs}
+_GUARDED = {WSHandler: _WS, AutoloadJsHandler: _AutoloadJs, DocHandler: _Doc}
 
 
 class _Bokeh(BokehTornado):
@@ -347,8 +404,12 @@ class DashboardServer:
         # Bokeh's own websocket check stays as a second line: the same names, never a pattern
         origins = [_host_port(n, self.port) for n in self.allow.names]
         app = Application(FunctionHandler(partial(build_document, store=self.store)))
+        # Session ids (and the tokens that carry them) are signed with a key of this server's own, made afresh at each
+        # start: unsigned, any client could name the session it gets, another client's included (its page and its
+        # websocket both took a client's id as it came, and a forged token joined a live session).
         self._tornado = _Bokeh({"/": app}, extra_websocket_origins=origins, serve_traceback=False,
-                               keep_alive_milliseconds=KEEP_ALIVE_MS)
+                               keep_alive_milliseconds=KEEP_ALIVE_MS, sign_sessions=True,
+                               secret_key=secrets.token_bytes(32), generate_session_ids=True)
         self._tornado.add_handlers(r".*", [(_Refused(self.allow), _Refuse),      # checked before Bokeh's routes
                                            (EXPORT_ROUTE, ExportHandler, {"store": self.store})])
         ancestors = self.allow.frame_ancestors(frame_ancestors)

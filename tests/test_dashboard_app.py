@@ -190,8 +190,9 @@ def test_new_runs_and_tags_appear_without_a_new_session(logdir):
     assert colours["c"] not in (colours["a"], colours["b"])        # a new run gets its own colour
     other = app.build_document(Document(), store)["scalars"]         # ... and the same in every session
     assert dict(zip(other.cards["loss"].rows.data["run"], other.cards["loss"].rows.data["colour"])) == colours
-    dots = cards["grad_norm"].dots.data                              # a one-point series shows as a dot
-    assert dots["run"] == ["c"] and dots["smooth"] == [2.0]
+    dots = cards["grad_norm"].rows.data                              # a one-point series shows as a dot
+    assert dots["run"] == ["c"] and dots["dot_y"] == [2.0] and dots["dot_x"] == [float(dots["x0"][0])]
+    assert [type(r.glyph).__name__ for r in cards["grad_norm"].figure.renderers][-1] == "Scatter"
 
 
 def cielab(hex_colours):

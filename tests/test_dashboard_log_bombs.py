@@ -120,6 +120,117 @@ def test_a_big_allowed_image_is_decoded_once_at_card_size_for_every_session(tmp_
         assert (pixels_of(picture) == [0, 0, 0, 255]).all()
 
 
+class _Session:
+    """What a Bokeh server gives a session's document, as far as views look: a session context (no request)."""
+    request = None
+
+
+def served_session(view_class, store):
+    """``session``, in a document that says it is served: callbacks added with ``add_next_tick_callback`` wait in
+    ``doc.session_callbacks`` for the test to run them (the loop's next turn)."""
+    import weakref
+    view, doc, context = view_class(store), Document(), _Session()
+    doc._session_context = weakref.ref(context)
+    doc.add_root(view.layout())
+    view.update()
+    return view, doc, context
+
+
+def next_turns(doc, timeout=60.0):
+    """Wait for callbacks to be added to ``doc`` (from any thread), then run them as the loop would."""
+    deadline = time.monotonic() + timeout
+    while not doc.session_callbacks and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for callback in list(doc.session_callbacks):
+        doc.remove_next_tick_callback(callback)
+        callback.callback()
+
+
+def test_a_served_session_decodes_a_big_image_off_the_loop_once_for_every_session(tmp_path, monkeypatch):
+    """A 4000 × 4000 PNG (under the cap): its first decode took 0.13-0.48 s on the IOLoop, in the request that
+    showed the card. In a served document the card says "decoding", the decode runs in the thumbnails' worker thread
+    (once, however many sessions wait for it), and the card is drawn on the loop turn after."""
+    import threading
+    thumbnails.clear_cache()
+    width = height = 4000
+    write_png(tmp_path, "run", "big", png_of_zeros(width, height, color_type=2, bit_depth=8), width, height)
+    store = Store(tmp_path)
+    store.poll()
+    threads, decode, release = [], thumbnails.decode_thumbnail, threading.Event()
+
+    def recorded(*args):
+        threads.append(threading.current_thread())
+        release.wait(30)                            # both sessions ask before the decode ends
+        return decode(*args)
+
+    monkeypatch.setattr(thumbnails, "decode_thumbnail", recorded)
+    sessions = [served_session(ImagesView, store) for _ in range(2)]
+    release.set()
+    for view, doc, _ in sessions:
+        card = view._cards[("run", "big", "image")]
+        assert card.source.data["image"] == [] and card.caption.text == "decoding…"     # not drawn yet
+    for view, doc, _ in sessions:
+        next_turns(doc)
+        card = view._cards[("run", "big", "image")]
+        (picture,) = card.source.data["image"]
+        assert picture.shape == (SIZE, SIZE) and (pixels_of(picture) == [0, 0, 0, 255]).all()
+        assert card.caption.text == ""
+    assert len(threads) == 1 and threads[0] is not threading.main_thread()       # once, in the worker
+    assert threads[0].name.startswith("flowlab-thumbnails")
+    view, doc, _ = served_session(ImagesView, store)       # a third session: from the cache, at once
+    assert view._cards[("run", "big", "image")].source.data["image"][0] is picture and not doc.session_callbacks
+    assert len(threads) == 1
+
+
+def test_the_loop_is_not_held_while_a_big_image_is_decoded_for_a_session(tmp_path, monkeypatch):
+    """A real server, a session on ``/?tab=images`` (filled on the loop without a browser), and a run that then logs
+    a 4000 × 4000 PNG: the event loop's longest stall from the image's arrival until its card is drawn (before: the
+    whole decode ran on the loop, 0.13-0.48 s here, seconds on a loaded machine). The decode is held 0.5 s before
+    it runs, so that it cannot be quick by chance."""
+    from loop_probe import LoopProbe
+    from flowlab.dashboard.server import ServerThread
+    from test_dashboard_security import request
+    thumbnails.clear_cache()
+    write_png(tmp_path, "run", "big", png_of_zeros(8, 8, color_type=2, bit_depth=8), 8, 8, step=0)
+    width = height = 4000
+    png = png_of_zeros(width, height, color_type=2, bit_depth=8)
+    decode, timings = thumbnails.decode_thumbnail, []
+
+    def slow(encoded, size):
+        if encoded != png:                          # (the store's copy: equal, not the same object)
+            return decode(encoded, size)
+        time.sleep(0.5)
+        started = time.perf_counter()
+        try:
+            return decode(encoded, size)
+        finally:
+            timings.append(time.perf_counter() - started)
+
+    monkeypatch.setattr(thumbnails, "decode_thumbnail", slow)
+    server = ServerThread(tmp_path, reload_interval=0.1)
+    try:
+        deadline = time.monotonic() + 30
+        while not server.server.store.series("image") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        probe = LoopProbe(server)
+        assert request(server.server.port, "/?tab=images")[0] == 200
+        time.sleep(1.0)                             # the page's own turns (its document, the tab) are done
+        probe.reset()
+        write_png(tmp_path, "run", "big", png, width, height, step=1)
+        deadline = time.monotonic() + 60
+        while not timings and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)                             # the card is drawn on the turn after
+        stall = probe.stop()
+    finally:
+        server.stop()
+    assert timings, "the big image was never decoded"
+    print(f"one decode: {timings[0] * 1000:.0f} ms; longest loop stall from the image's arrival until its card was "
+          f"drawn: {stall * 1000:.0f} ms")
+    assert thumbnails.cached_thumbnail(png, SIZE) is not None
+    assert stall < 0.1, f"the event loop stalled {stall * 1000:.0f} ms (gaps: {probe.gaps})"
+
+
 def test_the_thumbnail_cache_is_bounded(monkeypatch):
     monkeypatch.setattr(thumbnails, "CACHE_BYTES", 3 * (SIZE * SIZE * 4))
     pngs = [png_of_zeros(SIZE + k, SIZE + k, color_type=2, bit_depth=8) for k in range(6)]

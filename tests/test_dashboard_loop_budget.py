@@ -3,10 +3,9 @@ in logs"): a run with thousands of scalar tags builds one page of Scalars cards,
 clients are answered, and its tag search pages through every tag; the "all shown" export of hundreds of thousands of
 points is formatted in a worker thread and streamed, and the loop keeps answering meanwhile.
 
-The loop's longest stall is measured in the server's own process: a task on its loop that sleeps ``PROBE_S`` and
-records how late it wakes (``LoopProbe``).
+The loop's longest stall is measured in the server's own process: a task on its loop that sleeps a few milliseconds
+and records how late it wakes (``loop_probe.LoopProbe``).
 """
-import asyncio
 import csv
 import io
 import json
@@ -23,43 +22,14 @@ from dashboard_page import IDLE_JS, open_dashboard
 from flowlab.dashboard.server import ServerThread
 from flowlab.summary import SummaryWriter
 from jupyter_page import CHROMIUM
+from loop_probe import LoopProbe
 
 pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM),
                                 reason=f"needs Debian's chromium at {CHROMIUM}")
 
-PROBE_S = 0.005
 # The loop's budget per request is ~100 ms; this shared 2-core machine adds scheduling noise on top.
 STALL_BOUND_S = 0.25
-
-
-class LoopProbe:
-    """Records the longest gap beyond ``PROBE_S`` between wake-ups of a task on ``server``'s event loop."""
-
-    def __init__(self, server):
-        self.server, self.longest, self.running = server, 0.0, True
-        self.started = threading.Event()
-        self.gaps, self.t0 = [], time.perf_counter()
-        server._loop.call_soon_threadsafe(lambda: server._loop.create_task(self._run()))
-        self.started.wait(10)
-
-    async def _run(self):
-        self.started.set()
-        last = time.perf_counter()
-        while self.running:
-            await asyncio.sleep(PROBE_S)
-            now = time.perf_counter()
-            self.longest = max(self.longest, now - last - PROBE_S)
-            if now - last - PROBE_S > 0.05:       # (when, how long): which step of a test held the loop
-                self.gaps.append((round(last - self.t0, 3), round(now - last - PROBE_S, 3)))
-            last = now
-
-    def reset(self):
-        self.longest = 0.0
-
-    def stop(self):
-        self.running = False
-        return self.longest
 
 
 def plain_get_seconds(url):
@@ -200,8 +170,10 @@ def test_thousands_of_tags_build_one_page_and_the_search_pages_through_all(many_
         assert cards == sorted(f"card:layer00/w{i:04}" for i in range(PAGE_SIZE))     # the first page only
         assert grid == [0, PAGE_SIZE] and pager == [PAGE_SIZE, 0, TAGS // PAGE_SIZE]
         assert first_get < STALL_BOUND_S + 0.1 and second_session < 3.0
-        # One card (~145 Bokeh models) costs ~40-90 ms to build and as much to serialise: one card per loop turn is
-        # the bound (before: every card of every tag in one turn, minutes for 20,000 tags).
+        # A card is built in one loop turn and joins the page in the next: one card's work is the bound (before: every
+        # card of every tag in one turn, minutes for 20,000 tags). Wall time here also counts Chromium and the other
+        # sessions of this shared machine; a card turn's own cost, models and bytes are bounded, machine-independently,
+        # in test_dashboard_paging.test_a_scalars_card_costs_a_server_turn_under_the_loops_budget.
         assert stall < 0.5, f"the event loop stalled {stall * 1000:.0f} ms (gaps: {probe.gaps})"
 
         box = page.locator(".bk-input[placeholder='all tags']")            # a tag on the last page

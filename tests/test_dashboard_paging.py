@@ -1,5 +1,9 @@
 """The pager every card view shares (dashboard/views/paging.py) and what CardsView builds with it, without a browser:
-which keys are on a page, that only a page's cards exist, and that what leaves a page is forgotten."""
+which keys are on a page, that only a page's cards exist, and that what leaves a page is forgotten; and what one
+Scalars card costs a served session's event loop, turn by turn."""
+import gc
+import time
+
 import numpy as np
 import pytest
 from bokeh.document import Document
@@ -185,3 +189,87 @@ def test_a_new_tag_goes_last_in_its_group_and_is_built_only_on_its_page(tagged):
     view.update()
     assert view.cards == first                                           # nothing on screen moved
     assert view.pager._keys.index("g0/a-new-one") == 10 and view.pager.label.text == f"1–{PAGE_SIZE} of 31"
+
+
+# ------------------------------------------------------------------------------------------- a Scalars card's turn
+
+class _Served:
+    """What a Bokeh server gives a session's document, as far as the dashboard looks: a session context."""
+    request = None
+
+
+def served_turns(store):
+    """A whole session document (``app.build_document``) that says it is served, its IOLoop turns run one by one as
+    the server runs them: each next-tick callback is a turn, and each change it makes to the document becomes a
+    PATCH-DOC message as the server makes it, in the turn (Bokeh serialises there). Returns, per turn, ``(CPU
+    seconds, models that joined the document, bytes of the messages)``, and the session's views."""
+    import weakref
+    from bokeh.protocol import Protocol
+    from flowlab.dashboard import app
+    doc, context = Document(), _Served()
+    doc._session_context = weakref.ref(context)
+    views = app.build_document(doc, store)
+    protocol, sent = Protocol(), []
+
+    def patched(event):          # (what ServerSession._document_patched does for each subscribed connection)
+        if hasattr(event, "to_serializable"):
+            message = protocol.create("PATCH-DOC", [event])
+            sent.append(len(message.content_json) + sum(len(b.data) for b in message.buffers))
+
+    doc.on_change(patched)
+    turns = []
+    gc.collect()
+    gc.freeze()             # what earlier tests left is not the turns' work (a full collection of it cost 0.2 s)
+    try:
+        _run_turns(doc, sent, turns)
+    finally:
+        gc.unfreeze()
+    return turns, views
+
+
+def _run_turns(doc, sent, turns):
+    for _ in range(200):
+        ticks = [cb for cb in doc.session_callbacks if type(cb).__name__ == "NextTickCallback"]
+        if not ticks:
+            break
+        for tick in ticks:
+            doc.remove_next_tick_callback(tick)
+            sent.clear()
+            before = len(doc.models)
+            started = time.process_time()
+            tick.callback()
+            turns.append((time.process_time() - started, len(doc.models) - before, sum(sent)))
+
+
+def test_a_scalars_card_costs_a_server_turn_under_the_loops_budget(tmp_path):
+    """16 tags in 3 runs (a NaN and an +Inf among them): the Scalars tab of a served session, built turn by turn as
+    the server runs it. Issue 29: no request may hold the event loop for more than ~100 ms; one card's
+    turn held it 150-270 ms (~96 Bokeh models a card: building them, Bokeh's walk over every model of the document
+    when a card joins it, and serialising ~32 KB). Machine-independent bounds: the models a card adds and the bytes
+    a turn sends; and the CPU time of the longest turn (time.process_time: the turn's own work, on this machine)."""
+    from flowlab.dashboard.views.scalars import PAGE_SIZE
+    for r, run in enumerate("abc"):
+        with SummaryWriter(tmp_path / run) as w:
+            for step in range(50):
+                for i in range(16):
+                    spike = {(0, 20): float("nan"), (0, 30): float("inf")}.get((i, step)) if run == "a" else None
+                    w.add_scalar(f"layer{i // 8}/w{i:02}", spike if spike is not None else i + step * 0.1 + r, step)
+    store = Store(tmp_path)
+    store.poll()
+    turns, views = served_turns(store)
+    view = views["scalars"]
+    assert len(view.cards) == PAGE_SIZE and view.grid.tags == [0, PAGE_SIZE]        # the page is complete
+    assert view.cards["layer0/w00"].marks.data["what"] == ["NaN", "+Inf"]            # the ticks are there
+    card_turns = [t for t in turns if t[1] > 0][1:]         # (the first: the session's document, the tab's controls)
+    joined = [models for _, models, _ in card_turns]
+    print(f"{len(turns)} turns; models joining per card turn: {joined}; bytes per turn: "
+          f"{[b for _, _, b in card_turns]}; CPU ms per turn: {[round(t * 1000) for t, _, _ in turns]}")
+    sent = [b for _, _, b in card_turns]
+    assert len(card_turns) == PAGE_SIZE                     # one turn joins one card (another one built it)
+    # was 96 models and ~32,600 bytes a card (98 and ~35,000 for the first: its group's header); the first now
+    # brings the parts every card shares
+    assert max(joined[1:]) <= 45 and joined[0] <= 65, joined
+    assert max(sent[1:]) <= 24_000 and sent[0] <= 28_000, sent
+    # was 104-206 ms of CPU a card turn on the shared 2-core machine, now 25-70 (the longest: the last card's, when
+    # Bokeh's walk covers a whole page)
+    assert max(t for t, _, _ in turns) < 0.1, [round(t * 1000) for t, _, _ in turns]

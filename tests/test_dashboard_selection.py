@@ -43,8 +43,15 @@ def views(tmp_path):
     return app.build_document(Document(), store)
 
 
+def dots_of(card):
+    """The one-point runs drawn as dots: rows with a dot that the card's filter (the runs shown) lets through."""
+    rows, kept = card.rows.data, card.filter.indices
+    return [(run, y) for i, (run, x, y) in enumerate(zip(rows["run"], rows["dot_x"], rows["dot_y"]))
+            if not math.isnan(x) and (kept is None or i in kept)]
+
+
 def marks_of(card):
-    return sorted(set(card.marks.data["run"])), sorted(card.dots.data["run"])
+    return sorted(set(card.marks.data["run"])), sorted(run for run, _ in dots_of(card))
 
 
 def test_dots_ticks_and_downloads_follow_the_run_list(views):
@@ -53,23 +60,23 @@ def test_dots_ticks_and_downloads_follow_the_run_list(views):
     loss, acc = scalars.cards["loss"], scalars.cards["hparam/acc"]
     assert marks_of(loss) == (RUNS, []) and marks_of(acc) == ([], RUNS)
     assert sorted(loss.marks.data["what"]) == ["+Inf"] + ["NaN"] * 4
-    assert [cb.args["shown"] for cb in loss.downloads + acc.downloads] == [None] * 4       # every run
+    assert [card.download.args["shown"] for card in (loss, acc)] == [None] * 2       # every run
 
     runs.check_only(["b", "c"])
     assert marks_of(loss) == (["b", "c"], []) and marks_of(acc) == ([], ["b", "c"])
     assert list(zip(loss.marks.data["run"], loss.marks.data["what"], loss.marks.data["steps"])) == [
         ("b", "NaN", 6.0), ("c", "NaN", 7.0), ("c", "+Inf", 15.0)]
-    assert acc.dots.data["smooth"] == pytest.approx([0.6, 0.7])            # (float32 in the log)
-    assert [cb.args["shown"] for cb in loss.downloads + acc.downloads] == [["b", "c"]] * 4
+    assert [y for _, y in dots_of(acc)] == pytest.approx([0.6, 0.7])            # (float32 in the log)
+    assert [card.download.args["shown"] for card in (loss, acc)] == [["b", "c"]] * 2
 
     runs.check_only([])                                     # nothing checked: nothing drawn, not even a dot
     assert marks_of(loss) == ([], []) and marks_of(acc) == ([], [])
-    assert loss.renderers[0].view.filter.indices == [] and acc.renderers[0].view.filter.indices == []
-    assert [cb.args["shown"] for cb in loss.downloads] == [[], []]
+    assert loss.filter.indices == [] and acc.filter.indices == []
+    assert loss.download.args["shown"] == []
 
     runs.check_only(RUNS)
     assert marks_of(loss) == (RUNS, []) and marks_of(acc) == ([], RUNS)
-    assert [cb.args["shown"] for cb in loss.downloads] == [None, None]
+    assert loss.download.args["shown"] is None
 
 
 def test_a_new_run_brings_its_marks_only_when_shown(tmp_path):
@@ -87,7 +94,7 @@ def test_a_new_run_brings_its_marks_only_when_shown(tmp_path):
     (callback,) = doc.session_callbacks
     callback.callback()
     assert marks_of(scalars.cards["loss"]) == (["a"], [])
-    assert marks_of(acc) == ([], ["a", "e"]) and [cb.args["shown"] for cb in acc.downloads] == [["a", "e"]] * 2
+    assert marks_of(acc) == ([], ["a", "e"]) and acc.download.args["shown"] == ["a", "e"]
 
 
 def test_grouped_runs_keep_their_ticks_and_leave_their_dots_to_the_group(views):
@@ -109,9 +116,14 @@ needs_chromium = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs
 MARKS_JS = """() => { const out = {};
     for (const m of Bokeh.documents[0].all_models) {
       if (m.constructor.__name__ !== "Figure" || !m.title || !m.renderers) continue;
-      const sources = m.renderers.map((r) => r.data_source.data);
-      const dots = sources.find((d) => d.smooth && d.rel && !d.what), ticks = sources.find((d) => d.what);
-      if (dots && ticks) out[m.title.text] = {dots: [...dots.run].sort(), ticks: [...new Set(ticks.run)].sort()};
+      const ticks = m.renderers.find((r) => r.data_source.data.what), ones = m.renderers.find(
+        (r) => r.data_source.data.dot_x), dots = [];
+      if (ones) {                       // rows with a dot that the card's filter (the runs shown) lets through
+        const d = ones.data_source.data, kept = ones.view.filter.indices;
+        for (let i = 0; i < d.run.length; i++)
+          if (!Number.isNaN(d.dot_x[i]) && (kept == null || kept.includes(i))) dots.push(d.run[i]);
+      }
+      out[m.title.text] = {dots: dots.sort(), ticks: ticks ? [...new Set(ticks.data_source.data.run)].sort() : []};
     }
     for (const m of Bokeh.documents[0].all_models)
       if (m.name && m.name.startsWith("card:")) {

@@ -162,3 +162,63 @@ def test_a_message_before_the_websocket_is_set_up_leaves_no_traceback(fast_pings
     assert _all_lost(handle)
     assert not records.tracebacks(), records.tracebacks()[0]
     assert [r for r in records.records if "protocol error" in r.getMessage()]     # it was handled, not dropped
+
+
+# ----------------------------------------------------------------------------------------------------- session ids
+
+def _unsigned_token(session_id):
+    """A token as Bokeh's client sends it, for ``session_id``, with no signature: what anyone can write."""
+    import json
+    payload = json.dumps({"session_id": session_id, "session_expiry": int(time.time()) + 300}).encode()
+    return base64.urlsafe_b64encode(payload).decode().rstrip("=")
+
+
+def test_session_ids_and_tokens_the_server_did_not_issue_are_refused(tmp_path, records):
+    """A client named the session it got: ``GET /?bokeh-session-id=../../x`` made a session of that id (answered
+    200), the id of a live session joined it (its page, then over the websocket with a token anyone can write), and a
+    malformed ``bokeh-token`` was a 500 with a traceback. The ids never reached a path (Bokeh keeps sessions in a
+    dict), but taking them as they came let any client act in another's session once it knew its id. Ids and tokens
+    are now signed with a key of the server's own (made at each start); others are refused, 403 on the page,
+    closed on the websocket, with nothing but a status line or a warning in the log."""
+    from bokeh.util.token import generate_session_id, get_session_id
+    from test_dashboard_security import websocket
+
+    flowlab_log = logging.getLogger("flowlab")          # (it does not propagate to the root)
+    flowlab_log.addHandler(records)
+    handle = ServerThread(_logdir(tmp_path), port=0, reload_interval=0.2)
+    try:
+        port, tornado = handle.server.port, handle.server._tornado
+        status, _, body = request(port)
+        assert status == 200
+        token = re.search(rb'"token":"([^"]+)"', body).group(1).decode()
+        own = get_session_id(token)
+        sessions = lambda: sorted(session.id for session in tornado.get_sessions("/"))
+        assert sessions() == [own] and "." in own                     # an id and its signature
+        other_server = generate_session_id(secret_key=os.urandom(32), signed=True)
+        for forged in ["../../x", "../../../etc/passwd", own.split(".")[0], own.split(".")[0] + ".AAAA",
+                       other_server, "%0aINFO:forged"]:
+            status, headers, body = request(port, f"/?bokeh-session-id={forged}")
+            assert (status, body) == (403, b"bokeh-session-id was not issued by this server\n"), (forged, status)
+            assert headers["Content-Type"].startswith("text/plain")
+        status, _, body = request(port, "/", headers={"Bokeh-Session-Id": "../../x"})
+        assert status == 403 and b"not issued by this server" in body
+        for forged in ["abc", _unsigned_token(own), _unsigned_token("../../x")]:
+            status, _, body = request(port, f"/?bokeh-token={forged}")
+            assert (status, body) == (403, b"bokeh-token was not issued by this server\n"), (forged, status)
+        assert sessions() == [own]                                     # none made, none joined
+        # over the websocket: a token that names a live session (or any other) without the signature, garbage
+        for forged in [_unsigned_token(own), _unsigned_token("../../y"), "not-a-token!"]:
+            assert websocket(port, f"127.0.0.1:{port}", None, forged) == "closed", forged
+        assert sessions() == [own]
+        assert websocket(port, f"127.0.0.1:{port}", None, token) == "open"    # the page's own token still works
+        # The id the server issued is the session's key, as in any Bokeh server: its holder gets that session.
+        status, _, body = request(port, f"/?bokeh-session-id={own}")
+        assert status == 200 and get_session_id(re.search(rb'"token":"([^"]+)"', body).group(1).decode()) == own
+        assert sessions() == [own]
+    finally:
+        handle.stop()
+        flowlab_log.removeHandler(records)
+    assert not records.tracebacks(), records.tracebacks()[0]
+    assert not [r for r in records.records if re.match(r"500 ", r.getMessage())]
+    refusals = [r.getMessage() for r in records.records if "refused: no session token" in r.getMessage()]
+    assert len(refusals) == 3 and not any("../../y" in m for m in refusals)     # nothing of the client's in the log

@@ -9,7 +9,9 @@ moved back stays on the step they chose, or the closest kept step before it. Car
 (``CardsView``), so only the images of the page are decoded and sent.
 
 Decoding is bounded (``flowlab.plots.thumbnails``): each image is decoded once per server process, shrunk to the
-card's ``SIZE`` while decoding, and shared by every session; an image declaring more than ``MAX_PIXELS``
+card's ``SIZE`` while decoding, and shared by every session. In a server session an image not decoded yet is decoded
+in the thumbnails' worker thread, never on the event loop (a 4000 × 4000 PNG held it for 0.1-0.5 s): the card says
+"decoding" and is drawn on the loop turn after its images are ready. An image declaring more than ``MAX_PIXELS``
 (4096 × 4096) pixels, or one that cannot be decoded, is drawn as a grey tile and the card's caption says why, so one
 hostile image costs neither memory nor the other cards.
 """
@@ -17,18 +19,21 @@ from __future__ import annotations
 
 import bisect
 import html
+import logging
 import math
+from functools import partial
 
 import numpy as np
 from bokeh.models import ColumnDataSource, Div, Range1d, Slider, TapTool
 
 from flowlab.plots.figures import card, plain_figure
-from flowlab.plots.thumbnails import Refused, thumbnail_rgba
+from flowlab.plots.thumbnails import Refused, cached_thumbnail, thumbnail_later, thumbnail_rgba
 
 from .base import CardsView
 
 SIZE = 320              # the longer side of the drawn image, in screen pixels
 MAX_TILES = 16          # images of one step drawn as a grid
+log = logging.getLogger(__name__)
 
 
 # What a refused image is drawn as: a light grey square (packed RGBA, as image_rgba wants it)
@@ -57,9 +62,13 @@ def grid_shape(n):
 
 class _Card:
     """One run × tag: the images of the step the slider selects, as a grid (at most ``MAX_TILES``); a tap on one
-    shows it alone, at the card's full size, and a tap on it goes back to the grid."""
+    shows it alone, at the card's full size, and a tap on it goes back to the grid. ``document()`` gives the session's
+    document (None outside one): in a server session, images not decoded yet are decoded off the event loop."""
 
-    def __init__(self, series):
+    def __init__(self, series, document=lambda: None):
+        self.document = document
+        self._waiting = set()                       # images whose decode in the worker this card waits for
+        self._failed = {}                           # image -> Refused, for a decode that raised in the worker
         self.items = []                             # (step, tailer.Image), references into the store's series
         self._shown = None                          # (Image, enlarged sample or None) on show
         self.enlarged = None                        # the sample shown alone, or None for the grid
@@ -96,6 +105,36 @@ class _Card:
         self.step.value = max(index, 0)                 # triggers show() only when the value changed
         self.show()
 
+    def _decoded(self, encoded):
+        """The thumbnails of ``encoded`` (a list of images), or None when some are still to decode: then, in a
+        server session, they are decoded in the worker thread and ``show`` runs again on the loop turn after the last
+        of them (outside a server they are decoded here)."""
+        doc = self.document()
+        if doc is None or doc.session_context is None:
+            return [decode_rgba(e) for e in encoded]
+        pictures = [self._failed.get(e) or cached_thumbnail(e, SIZE) for e in encoded]
+        missing = {e for e, p in zip(encoded, pictures) if p is None}
+        for e in missing - self._waiting:
+            self._waiting.add(e)
+            thumbnail_later(e, SIZE).add_done_callback(partial(self._decoded_in_worker, doc, e))
+        return None if missing else pictures
+
+    def _decoded_in_worker(self, doc, encoded, future):
+        """(In the worker thread.) Hand the decoded image to the loop: ``add_next_tick_callback`` is the document's
+        one thread-safe call."""
+        error = future.exception()
+        if error is not None:                   # (Pillow's own errors come back as Refused: this is anything else)
+            self._failed[encoded] = Refused(f"cannot be decoded ({type(error).__name__}: {error})")
+        try:
+            doc.add_next_tick_callback(partial(self._ready, encoded))
+        except Exception:                       # the session ended meanwhile: nothing to draw into
+            log.debug("images card: session gone before its image was decoded", exc_info=True)
+
+    def _ready(self, encoded):
+        self._waiting.discard(encoded)
+        if not self._waiting:
+            self.show()
+
     def _tapped(self, indices):
         if not indices:
             return
@@ -115,9 +154,12 @@ class _Card:
             self.enlarged = None
         if n == 0 or self._shown == (image, self.enlarged):
             return
-        self._shown = (image, self.enlarged)
         samples = [self.enlarged] if self.enlarged is not None else list(range(min(n, MAX_TILES)))
-        decoded = [decode_rgba(image.encoded[i]) for i in samples]
+        decoded = self._decoded([image.encoded[i] for i in samples])
+        if decoded is None:
+            self.caption.text = "decoding…"             # drawn when the worker has them (``_ready``)
+            return
+        self._shown = (image, self.enlarged)
         refused = [(i, p.reason) for i, p in zip(samples, decoded) if isinstance(p, Refused)]
         pictures = [_REFUSED_TILE if isinstance(p, Refused) else p for p in decoded]
         cell_w, cell_h = max(p.shape[1] for p in pictures), max(p.shape[0] for p in pictures)
@@ -160,4 +202,4 @@ class ImagesView(CardsView):
     empty_text = "No images in this logdir yet."
 
     def new_card(self, series):
-        return _Card(series)
+        return _Card(series, document=lambda: self._root.document)

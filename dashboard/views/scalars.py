@@ -2,10 +2,13 @@
 tens of thousands of tags.
 
 Only a page of cards exists at a time (``PAGE_SIZE``, the shared ``Pager``): a card costs the server tens of
-milliseconds to build and as many to serialise, so 20,000 tags built at once held the event loop for minutes. In a
-server session a page's cards are built one per IOLoop turn, from the turn after the request, and a card that leaves
-the page is dropped with what the session had seen of it. The tag filter (RE2) picks among all tags and the pager
-pages the matches. The "all shown" export is formatted off the loop and streamed over HTTP (``export_stream``).
+milliseconds to build and as many to join the document and be serialised, so 20,000 tags built at once held the
+event loop for minutes. In a server session each card of a page is built in one IOLoop turn and joins the page in
+the next, from the turn after the request, and a card that leaves the page is dropped with what the session had
+seen of it. A card is 42 Bokeh models of its own (``_Card.build``; the models every card shares are ``_Parts``):
+what a turn costs grows with them, Bokeh walking every model of the document each time one joins it. The tag filter
+(RE2) picks among all tags and the pager pages the matches. The "all shown" export is formatted off the loop and
+streamed over HTTP (``export_stream``).
 
 A card is one figure whose runs are rows of one ``ColumnDataSource`` drawn by two ``MultiLine`` glyphs (raw, faint;
 smoothed, bold): its cost in the page and on the wire does not grow with a renderer per run (a thousand runs made
@@ -28,9 +31,9 @@ each run's value at the pointer's step into a line under the plot, nothing over 
 those lines are each run's last value.
 
 Which runs are drawn is the run list's choice (``dashboard.runs``: checked and matching its search), applied to every
-mark of a card: an index filter over its lines' rows (the readout under it follows the filter), its one-point runs'
-dots and NaN/Inf ticks filled for the shown runs only, its groups' bands made of shown runs, and its own downloads
-taking the shown runs; each run has the list's colour. Run names and tags reach the page as Bokeh
+mark of a card: an index filter over its lines' and one-point dots' rows (the readout under it follows the filter), its
+NaN/Inf ticks filled for the shown runs only, its groups' bands made of shown runs, and its download taking the shown
+runs; each run has the list's colour. Run names and tags reach the page as Bokeh
 titles and source columns (plain text); the filter error is an escaped Div.
 """
 from __future__ import annotations
@@ -41,9 +44,12 @@ import math
 import numpy as np
 from bokeh.events import MouseLeave, MouseMove, RangesUpdate
 from bokeh.layouts import column, row
-from bokeh.models import (Button, CDSView, ColumnDataSource, CrosshairTool, CustomJS, CustomJSTickFormatter,
-                          DataRange1d, DatetimeTickFormatter, Div, IndexFilter, RadioButtonGroup, Range1d, Slider,
-                          Switch, TextInput)
+from bokeh.models import (AllIndices, AllLabels, BasicTickFormatter, BasicTicker, BoxZoomTool, Button, CDSView,
+                          ColumnDataSource, CrosshairTool, CustomJS, CustomJSTickFormatter,
+                          DataRange1d, DatetimeAxis, DatetimeTicker, DatetimeTickFormatter, Div, GlyphRenderer, Grid,
+                          IndexFilter, InlineStyleSheet, LinearAxis, LinearScale, LogAxis, LogScale, MultiLine,
+                          PanTool, Patches, RadioButtonGroup, Range1d, ResetTool, SaveTool, Scatter, Segment,
+                          Slider, Switch, TextInput, Title, UnionRenderers, VSpan, WheelZoomTool)
 from bokeh.plotting import figure
 
 from flowlab.plots.data import group_band
@@ -59,9 +65,10 @@ from .base import View
 from .paging import Pager
 
 LIMIT = 2000                       # points per line on display
-# A card costs the server some 40-90 ms to build and serialise (its figure's ~100 Bokeh models): a page of 8 (two
-# rows of four medium cards) is built one card per IOLoop turn in a server session, so no turn holds the loop for
-# much more than one card, whatever the number of tags (20,000 tags built every card at once: minutes).
+# A card costs the server some 25 ms to build and 20-40 ms to join the page (42 Bokeh models; see ``_Card.build``):
+# a page of 8 (two rows of four medium cards) is built one card per IOLoop turn in a server session, and joins the
+# page in the next, so no turn holds the loop for more than one card, whatever the number of tags (20,000 tags built
+# every card at once: minutes).
 PAGE_SIZE = 8
 BUILD_BATCH = 1
 X_AXES = ("step", "relative", "wall")
@@ -127,13 +134,13 @@ def wall_format():
     return DatetimeTickFormatter(seconds="%H:%M:%S", minsec="%H:%M:%S", minutes="%H:%M", hourmin="%H:%M",
                                  hours="%H:%M", days="%b %d", months="%b %Y", years="%Y")
 
-# Builds the file in the browser from the card's sources (what is on display: zoom in for every point) of the runs
-# ``shown`` (the run list's choice, null: every run), its cells written as the server's export writes them
-# (``export_cells``: formulas quoted away, NaN and ±Inf kept apart).
+# Builds the file in the browser from the card's sources (what is on display: zoom in for every point), its cells
+# written as the server's export writes them (``export_cells``: formulas quoted away, NaN and ±Inf kept apart).
 # ±Inf reach the page as NaN in ``flat`` (gaps in the line); the marks name each non-finite point, per run and step,
 # in the order of the points.
 _DOWNLOAD_JS = export_cells.CELLS_JS + """
 const f = flat.data, r = rows.data, m = marks.data, only = shown == null ? null : new Set(shown);
+const format = cb_obj.origin.name === "download-json" ? "json" : "csv";       // the button clicked
 const named = new Map(), SPECIAL = {"NaN": NaN, "+Inf": Infinity, "-Inf": -Infinity};
 for (let k = 0; k < m.run.length; k++) {
   const key = m.run[k] + "\\u0000" + m.steps[k];
@@ -268,6 +275,8 @@ class _Line:
         return True
 
 
+_ROW_COLUMNS = ("run", "colour", "start", "stop", "first_wall", "axis", "x0", "x1", "y0", "y1", "dot_x", "dot_y")
+
 # Expands a card's flat columns into the MultiLine rows in the page: one typed array per column on the wire, however
 # many runs (a thousand runs as a list of arrays each was 5,000 buffers and seconds of Bokeh encoding per page).
 _EXPAND_JS = """
@@ -362,29 +371,76 @@ _READOUT_CSS = """
 """
 
 
+class _Parts:
+    """Models every card of one view (one document) shares, because the page keeps no per-card state in them: the
+    sources' selection policy, the "every row" filter, scales, tickers,
+    tick formatters, label policy, grids, the box-zoom overlay's handles and the readout's stylesheet. Made per card
+    they were half of a card's ~100 Bokeh models, and a card's models are what its loop turn costs: building them,
+    Bokeh's walk over every model of the document when the card joins it, and serialising them."""
+
+    def __init__(self):
+        self.policy, self.all_rows = UnionRenderers(), AllIndices()
+        self.labels = AllLabels()
+        self.handles = BoxZoomTool().overlay.handles           # (Bokeh's default look: built by its own default)
+        self.readout_css = InlineStyleSheet(css=_READOUT_CSS)
+        self._made = {}
+
+    def _one(self, key, make):
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
+
+    def source(self, data, **kwargs):
+        return ColumnDataSource(data, selection_policy=self.policy, **kwargs)
+
+    def scale(self, log):
+        return self._one(("scale", log), LogScale if log else LinearScale)
+
+    def x_ticks(self, axis, log):
+        """(ticker, formatter) of an x axis: steps (whole, compact: 200k), durations since a run's start, wall-clock
+        times; on a log scale every decade or its 1-2-5 multiples labelled (BokehJS's own gives "1" and "0.5" over
+        1.5 decades)."""
+        if axis == "wall":
+            return (self._one("wall-ticker", lambda: DatetimeTicker(desired_num_ticks=5)),
+                    self._one("wall-labels", wall_format))
+        ticker = self._one("log-ticker", scale_ticker) if log else \
+            self._one(("x-ticker", axis), lambda: BasicTicker(desired_num_ticks=5,
+                                                              min_interval=1 if axis == "step" else 0.0))
+        if axis == "relative":
+            return ticker, self._one("durations", lambda: CustomJSTickFormatter(code=_DURATION_JS))
+        return ticker, (self._one("value-labels", value_labels) if log else self._one("steps", compact_ticks))
+
+    def y_ticks(self, log):
+        if log:
+            return self._one("log-ticker", scale_ticker), self._one("value-labels", value_labels)
+        return self._one("y-ticker", BasicTicker), self._one("y-labels", BasicTickFormatter)
+
+    def grid(self, dimension, ticker):
+        """A grid on ``ticker``'s ticks: the same model in every card (it keeps no state of its own)."""
+        return self._one(("grid", dimension, ticker.id), lambda: Grid(dimension=dimension, ticker=ticker))
+
+
 class _Card:
     """One tag: a figure drawing every run as a row of one MultiLine source, a red tick at each NaN/Inf, the hover
     readout under it, downloads and the enlarge button.
 
     The server sends ``flat`` (the shown points of every run, one after another: ``steps``, ``walls`` in ms, ``ys``,
-    ``smooth``) and ``rows`` (per run: ``run``, ``colour``, ``start``/``stop`` in ``flat``, ``first_wall``, and the x
-    ``axis``); the page expands them into ``source`` (``_EXPAND_JS``), which the glyphs draw. ±Inf travel as NaN
-    (gaps: the ticks show them). ``layout`` is ``column(figure, readout, buttons)``."""
+    ``smooth``) and ``rows`` (per run: ``run``, ``colour``, ``start``/``stop`` in ``flat``, ``first_wall``, the x
+    ``axis``, the box its shown points span on that axis, ``x0``..``y1``, and ``dot_x``/``dot_y``, the point of a
+    run that has only one, which a line cannot draw; NaN otherwise); the page expands them into ``source``
+    (``_EXPAND_JS``), which the lines draw. ±Inf travel as NaN (gaps: the ticks show them). ``layout`` is
+    ``column(figure, readout, buttons)``. ``parts`` are the view's shared models (``_Parts``)."""
 
-    def __init__(self, tag):
-        self.tag = tag
+    def __init__(self, tag, parts):
+        self.tag, self.parts = tag, parts
         self.lines: dict[str, _Line] = {}
         self.window = None                    # the zoomed x range, if any
         # tagged: the page re-emits it once the document is ready (app.READY_JS), expanding a card that arrived full
-        self.flat = ColumnDataSource({c: np.zeros(0) for c in ("steps", "walls", "ys", "smooth")})
-        self.rows = ColumnDataSource({"run": [], "colour": [], "start": [], "stop": [], "first_wall": [], "axis": []})
+        self.flat = parts.source({c: np.zeros(0) for c in ("steps", "walls", "ys", "smooth")})
+        self.rows = parts.source({c: [] for c in _ROW_COLUMNS})
         # filled in the page only: never synced back (the server would get every expanded point of every run)
-        self.source = ColumnDataSource({c: [] for c in ("run", "colour", "xs", "ys", "smooth")}, syncable=False)
-        self.dots = ColumnDataSource({c: [] for c in ("run", "colour", "steps", "walls", "rel", "smooth")})
-        self.marks = ColumnDataSource({c: [] for c in ("run", "colour", "steps", "walls", "rel", "what")})
-        # per run, the box its shown points span on the card's axis: the ranges have it at the first paint, before
-        # the page has expanded the lines (BokehJS warns "could not set initial ranges" when it cannot)
-        self.extent = ColumnDataSource({c: [] for c in ("x0", "x1", "y0", "y1")})
+        self.source = parts.source({c: [] for c in ("run", "colour", "xs", "ys", "smooth")}, syncable=False)
+        self.marks = parts.source({c: [] for c in ("run", "colour", "steps", "walls", "rel", "what")})
         # the page rebuilds the drawn rows whenever either part changes (new points, another x axis)
         expand = CustomJS(args=dict(flat=self.flat, rows=self.rows, target=self.source), code=_EXPAND_JS)
         expand_in_page(self.flat, self.source, expand)
@@ -392,25 +448,28 @@ class _Card:
         self.axis = "step"
         self._visible = (None, [])             # (shown runs, line count), rows shown
         # run groups: a mean line and a band (± std or min-max) per group, built on the server (few points)
-        self.bands = ColumnDataSource({c: [] for c in ("group", "runs", "colour", "xs", "ys", "band_xs", "band_ys")})
+        self.bands = parts.source({c: [] for c in ("group", "runs", "colour", "xs", "ys", "band_xs", "band_ys")})
         self.grouped = frozenset()             # runs drawn as part of a group, not as lines of their own
         self.y_range = None
         self.rows_shown = None                 # rows of the runs shown (None: all), for the y range
         self.ignore_outliers = False
         self.renderers = []
+        self._wanted, self._extras = set(), {}     # what the card draws besides its lines (``_draw_extra``)
+        # one filter, the runs shown, for the drawn rows (``source``) and the per-run rows (``rows``)
+        self.filter = IndexFilter(None)
+        # both buttons: the format is the clicked button's (its name)
         self.shown = None                      # the runs the run list shows (None: every run)
-        self._marked_for = None                # the (shown, grouped) the dots and ticks were filled for
-        self.downloads = [CustomJS(args=dict(flat=self.flat, rows=self.rows, marks=self.marks, tag=tag, format=fmt,
-                                             shown=None), code=_DOWNLOAD_JS)
-                          for fmt in ("csv", "json")]
+        self._marked_for = None                # the (shown, grouped) the ticks were filled for
+        self.download = CustomJS(args=dict(flat=self.flat, rows=self.rows, marks=self.marks, tag=tag, shown=None),
+                                 code=_DOWNLOAD_JS)
         buttons = [Button(label=f"⤓ {fmt.upper()}", width=70, height=26, button_type="light", name=f"download-{fmt}")
                    for fmt in ("csv", "json")]
-        for button, callback in zip(buttons, self.downloads):
-            button.js_on_event("button_click", callback)
+        for button in buttons:
+            button.js_on_event("button_click", self.download)
         self.size, self.enlarged = SIZES["M"], False
         self.enlarge = Button(label="⤢", width=30, height=26, button_type="light", name="enlarge")
         # never synced back: the page writes the hover readout into its DOM, not into its text
-        self.readout = Div(text='<div class="readout"></div>', syncable=False, stylesheets=[_READOUT_CSS],
+        self.readout = Div(text='<div class="readout"></div>', syncable=False, stylesheets=[parts.readout_css],
                            height=READOUT_LINE_PX, margin=(0, 5, 0, 5))
         self.layout = column(Div(), self.readout, row(*buttons, self.enlarge), name=f"card:{tag}")
         self.show_values = CustomJS(args=dict(readout=self.readout, card=self.layout, source=self.source,
@@ -421,6 +480,7 @@ class _Card:
             source.js_on_change("data", self.show_values)
         for prop in ("width", "height", "sizing_mode"):   # (the readout's view draws itself again, empty)
             self.readout.js_on_change(prop, self.show_values)
+        self.filter.js_on_change("indices", self.show_values)
         self._apply_size()
 
     @property
@@ -463,7 +523,8 @@ class _Card:
         return line
 
     def fill(self):
-        """Send every run's shown points for the card's ``axis`` (one message for the card, whatever changed)."""
+        """Send every run's shown points for the card's ``axis`` (two messages for the card, whatever changed: the
+        per-run ``rows``, then the points, ``flat``, on whose arrival the page expands them)."""
         lines = list(self.lines.values())
         parts = [line.row_columns() for line in lines]
         stops = np.cumsum([len(p["steps"]) for p in parts], dtype=np.int64)
@@ -473,10 +534,11 @@ class _Card:
                 "start": (stops - [len(p["steps"]) for p in parts]).tolist(), "stop": stops.tolist(),
                 "first_wall": [float(ln.walls[0]) * 1000.0 if len(ln.walls) else 0.0 for ln in lines],
                 "axis": [self.axis] * len(lines)}
-        if {k: list(v) for k, v in self.rows.data.items()} != rows:
-            self.rows.data = rows
+        rows.update(self._extent_and_dots(lines, parts))
+        self.rows.data = rows
+        if any(np.isfinite(rows["dot_x"])):
+            self._draw_extra("dots")
         self.flat.data = flat            # after rows: the page expands when flat arrives
-        self._fill_extent(parts)
         self._fill_marks()
         self.scale_y()
 
@@ -501,35 +563,33 @@ class _Card:
             pad = (hi - lo) * 0.05 or abs(hi) * 0.1 or 1.0
             self.y_range.update(start=lo - pad, end=hi + pad)
 
-    def _fill_extent(self, parts):
-        """Each run's box (one row a run, as the drawn rows: the run list's filter applies) on the card's axis."""
-        x = {"step": "steps", "wall": "walls", "relative": "rel"}[self.axis]
-        extent = {c: [] for c in self.extent.data}
-        for part in parts:
+    def _extent_and_dots(self, lines, parts):
+        """Per run (a row each, as the drawn rows: the run list's filter applies), on the card's axis: the box its
+        shown points span, which the ranges have at the first paint, before the page has expanded the lines (BokehJS
+        warns "could not set initial ranges" when it cannot); and its point when it has only one (a dot: a line
+        needs two), else NaN."""
+        x = _X_COLUMN[self.axis]
+        columns = {c: [] for c in ("x0", "x1", "y0", "y1", "dot_x", "dot_y")}
+        for line, part in zip(lines, parts):
             xs, ys = part[x], part["ys"][np.isfinite(part["ys"])]
             for name, values, pick in (("x", xs, xs.size), ("y", ys, ys.size)):
-                extent[name + "0"].append(float(values.min()) if pick else math.nan)
-                extent[name + "1"].append(float(values.max()) if pick else math.nan)
-        if extent != dict(self.extent.data):
-            self.extent.data = extent
+                columns[name + "0"].append(float(values.min()) if pick else math.nan)
+                columns[name + "1"].append(float(values.max()) if pick else math.nan)
+            one = len(line.values) == 1 and len(xs) == 1
+            columns["dot_x"].append(float(xs[0]) if one else math.nan)
+            columns["dot_y"].append(float(part["smooth"][0]) if one else math.nan)
+        return columns
 
     def _fill_marks(self):
-        """The one-point runs as dots (a line needs two points), those of the runs drawn as lines, and the red ticks
-        of NaN/Inf points of the runs shown (a group's members' too: the group's band holds them). A run the run list
-        hides has neither: they are filled here for the shown runs, not filtered in the page. The downloads are
-        told the shown runs too."""
-        shown, grouped = self.shown, self.grouped
-        self._marked_for = (shown, grouped)
-        dots = {c: [] for c in self.dots.data}
+        """The red ticks of NaN/Inf points of the runs shown (a group's members' too: the group's band holds them), one
+        row each (run, step, what): a run the run list hides has none, filled here for the shown runs, not filtered
+        in the page. The download is told the shown runs too."""
+        shown = self.shown
+        self._marked_for = (shown, self.grouped)
         marks = {c: [] for c in self.marks.data}
         for line in self.lines.values():
             if shown is not None and line.run not in shown:
                 continue
-            if len(line.values) == 1 and line.run not in grouped:
-                c = line.row_columns()
-                for name, value in (("run", line.run), ("colour", line.colour), ("steps", c["steps"][0]),
-                                    ("walls", c["walls"][0]), ("rel", c["rel"][0]), ("smooth", c["smooth"][0])):
-                    dots[name].append(value)
             bad = line.nonfinite()
             if len(bad):
                 v = line.values[bad]
@@ -539,72 +599,108 @@ class _Card:
                 marks["walls"] += (line.walls[bad] * 1000.0).tolist()
                 marks["rel"] += line._rel(line.walls[bad]).tolist()
                 marks["what"] += ["NaN" if math.isnan(x) else "+Inf" if x > 0 else "-Inf" for x in v]
-        if dots != dict(self.dots.data):
-            self.dots.data = dots
         if marks != dict(self.marks.data):
             self.marks.data = marks
-        # the card's runs the downloads take (None: all of them; else this card's shown runs, however many runs the
+        if marks["run"]:
+            self._draw_extra("marks")
+        # the card's runs the download takes (None: all of them; else this card's shown runs, however many runs the
         # logdir has)
         runs = None if shown is None or shown.issuperset(self.lines) else [r for r in self.lines if r in shown]
-        for callback in self.downloads:
-            if callback.args["shown"] != runs:
-                callback.args = dict(callback.args, shown=runs)
+        if self.download.args["shown"] != runs:
+            self.download.args = dict(self.download.args, shown=runs)
 
     def build(self, axis, log_y, visible_rows, on_zoom, log_x=False, x_range=None):
         """A new figure over the card's sources (for another x axis or scale), at the card's size. ``x_range``: a
-        range the figure shares with other cards (linked x zoom), else its own."""
-        x_type = "datetime" if axis == "wall" else "log" if log_x else "linear"
-        fig = figure(title=self.tag, x_axis_type=x_type,
-                     y_axis_type="log" if log_y else "linear", x_axis_label=_X_LABEL[axis],
-                     tools="pan,wheel_zoom,box_zoom,reset,save", output_backend="canvas")
-        fig.title.text_font_size = "10pt"
-        fig.xaxis.ticker.desired_num_ticks = 5
-        if axis == "step" and not log_x:
-            fig.xaxis.ticker.min_interval = 1                       # no ticks between steps
-            fig.xaxis.formatter = compact_ticks()                   # 200k, not 2.000e+5
-        elif axis == "relative":
-            fig.xaxis.formatter = CustomJSTickFormatter(code=_DURATION_JS)
-        elif axis == "wall":
-            fig.xaxis.formatter = wall_format()
-        # log axes: every decade or its 1-2-5 multiples labelled (BokehJS's own: "1" and "0.5" over 1.5 decades)
-        if log_y:
-            fig.yaxis.ticker, fig.yaxis.formatter = scale_ticker(), value_labels()
-        if log_x and axis != "wall":
-            fig.xaxis.ticker = scale_ticker()
-            if axis == "step":
-                fig.xaxis.formatter = value_labels()
+        range the figure shares with other cards (linked x zoom), else its own.
+
+        Only what the card draws and the shared parts (``_Parts``): ``figure()``'s own defaults and plotting methods
+        made ~60 models a card (a selection and a muted glyph per renderer, tickers, grids, scales...), and a card's
+        models are what its loop turns cost. Glyph renderers keep BokehJS's own selection and muted glyphs
+        ("auto"). The dots of one-point runs, the run groups' bands and means, and the NaN/Inf ticks are drawn from
+        when a card first has them (``_draw_extra``): most cards never do."""
+        parts = self.parts
+        log_x = log_x and axis != "wall"
         self.axis = axis
-        view = CDSView(filter=IndexFilter(visible_rows))
-        raw = fig.multi_line("xs", "ys", source=self.source, view=view, line_color="colour", line_alpha=0.25)
-        smoothed = fig.multi_line("xs", "smooth", source=self.source, view=view, line_color="colour", line_width=2)
-        x = _X_COLUMN[axis]
-        dots = fig.scatter(x, "smooth", source=self.dots, color="colour", size=5)
-        band = fig.patches("band_xs", "band_ys", source=self.bands, fill_color="colour", fill_alpha=0.25,
-                           line_color=None)
-        fig.multi_line("xs", "ys", source=self.bands, line_color="colour", line_width=2.5)    # the groups' means
-        extent = fig.segment("x0", "y0", "x1", "y1", source=self.extent, view=view, visible=False)
+        self.filter.indices = None if visible_rows is None else list(visible_rows)
+        self._views = {"lines": CDSView(filter=self.filter), "rows": CDSView(filter=self.filter)}
+        raw = self._draw(self.source, MultiLine(xs="xs", ys="ys", line_color="colour", line_alpha=0.25), "lines")
+        smoothed = self._draw(self.source, MultiLine(xs="xs", ys="smooth", line_color="colour", line_width=2),
+                              "lines")
+        extent = self._draw(self.rows, Segment(x0="x0", y0="y0", x1="x1", y1="y1"), "rows", visible=False)
         # (a shared range takes every renderer of its cards: the same x as these)
-        fig.x_range = DataRange1d(renderers=[raw, dots, band, extent]) if x_range is None else x_range
-        # the NaN ticks do not stretch the axis
-        fig.y_range = Range1d(0, 1) if self.ignore_outliers else \
-            DataRange1d(renderers=[raw, smoothed, dots, band, extent])
-        self.y_range = fig.y_range
-        self.scale_y()
-        fig.extra_y_ranges = {"marks": Range1d(0, 1)}
-        fig.segment(x0=x, x1=x, y0=0, y1=1, y_range_name="marks", source=self.marks, line_color=ALARM,
-                    line_width=1.5, line_alpha=0.8)
+        self._x_renderers, self._y_renderers = [raw, extent], [raw, smoothed, extent]
+        # The figure and its fitted ranges are not synced back: nothing on the server reads what the page computes
+        # for them (fitted starts and ends, the plot's inner size), and applying those patches cost the server three
+        # messages a card. (A zoom still reaches it: ``RangesUpdate`` is an event.)
+        x_range = DataRange1d(renderers=list(self._x_renderers), syncable=False) if x_range is None else x_range
+        y_range = Range1d(0, 1) if self.ignore_outliers else \
+            DataRange1d(renderers=list(self._y_renderers), syncable=False)
         # hover: the readout under the plot, not a tooltip over the curves (see _READOUT_JS), and a thin vertical
         # line at the pointer, the x it reads (drawn on the overlay canvas: the lines are not drawn again)
-        fig.add_tools(CrosshairTool(dimensions="height", line_color="#888", line_alpha=0.6, visible=False))
+        box_zoom = BoxZoomTool()
+        box_zoom.overlay.handles = parts.handles
+        tools = [PanTool(), WheelZoomTool(), box_zoom, ResetTool(), SaveTool(),
+                 CrosshairTool(dimensions="height", line_color="#888", line_alpha=0.6, visible=False)]
+        x_ticker, x_labels = parts.x_ticks(axis, log_x)
+        y_ticker, y_labels = parts.y_ticks(log_y)
+        x_axis = (DatetimeAxis if axis == "wall" else LogAxis if log_x else LinearAxis)(
+            axis_label=_X_LABEL[axis], ticker=x_ticker, formatter=x_labels, major_label_policy=parts.labels)
+        y_axis = (LogAxis if log_y else LinearAxis)(ticker=y_ticker, formatter=y_labels,
+                                                    major_label_policy=parts.labels)
+        # (a ``figure`` for its model name, which the page's scripts and tests look for; nothing of its defaults)
+        fig = figure(title=Title(text=self.tag, text_font_size="10pt"), x_range=x_range, y_range=y_range,
+                     x_axis_type=None, y_axis_type=None, tools=tools, output_backend="canvas", syncable=False)
+        fig.update(x_scale=parts.scale(log_x), y_scale=parts.scale(log_y), below=[x_axis], left=[y_axis],
+                   center=[parts.grid(0, x_ticker), parts.grid(1, y_ticker)], renderers=[raw, smoothed, extent])
         fig.toolbar.logo = None                 # (room for every tool button on a small card)
+        self.y_range = y_range
+        self.scale_y()
         fig.js_on_event(MouseMove, self.show_values)
         fig.js_on_event(MouseLeave, self.show_values)
-        view.filter.js_on_change("indices", self.show_values)
         fig.on_event(RangesUpdate, lambda event: on_zoom(self, event))
         self.renderers = [raw, smoothed]
+        self._extras = {}
+        for name in self._wanted:                # (before it joins the page: one message, not one per extra)
+            self._draw_extra(name, fig)
         self.layout.children[0] = fig
         self._apply_size()
         return fig
+
+    def _draw(self, source, glyph, view, **kwargs):
+        """A renderer of ``glyph`` over ``source`` through the named view (``lines``: the drawn rows; ``rows``: the
+        per-run rows, both filtered to the runs shown), or every row when ``view`` is None."""
+        view = CDSView(filter=self.parts.all_rows) if view is None else self._views[view]
+        return GlyphRenderer(data_source=source, glyph=glyph, view=view, **kwargs)
+
+    def _draw_extra(self, name, fig=None):
+        """Draw ``name`` ("dots": one-point runs; "groups": the run groups' bands and means; "marks": the NaN/Inf
+        ticks) on this card from now on, in this figure and any it is rebuilt with."""
+        self._wanted.add(name)
+        fig = self.figure if fig is None else fig
+        if fig is None or name in self._extras:
+            return
+        if name == "dots":
+            drawn = [self._draw(self.rows, Scatter(x="dot_x", y="dot_y", fill_color="colour", line_color="colour",
+                                                   size=5), "rows")]
+            on_x, on_y = drawn, drawn
+        elif name == "groups":
+            view = CDSView(filter=self.parts.all_rows)
+            band = GlyphRenderer(data_source=self.bands, view=view, glyph=Patches(
+                xs="band_xs", ys="band_ys", fill_color="colour", fill_alpha=0.25, line_color=None))
+            means = GlyphRenderer(data_source=self.bands, view=view,
+                                  glyph=MultiLine(xs="xs", ys="ys", line_color="colour", line_width=2.5))
+            drawn, on_x, on_y = [band, means], [band], [band]
+        else:       # the plot's whole height, and they stretch neither axis
+            drawn = [self._draw(self.marks, VSpan(x=_X_COLUMN[self.axis], line_color=ALARM, line_width=1.5,
+                                                  line_alpha=0.8), None)]
+            on_x, on_y = [], []
+        self._extras[name] = drawn
+        fig.renderers = [*fig.renderers, *drawn]
+        self._x_renderers += on_x
+        self._y_renderers += on_y
+        for rng, renderers in ((fig.x_range, self._x_renderers), (fig.y_range, self._y_renderers)):
+            if isinstance(rng, DataRange1d) and rng.renderers:         # (not a linked x range: it takes them all)
+                rng.renderers = list(renderers)
 
     def fill_groups(self, groups, band, axis, colour_of, weight):
         """Draw ``groups`` (``{name: [runs]}`` of shown runs, each with at least one) as a mean line and a band
@@ -635,17 +731,19 @@ class _Card:
             columns["band_ys"].append(np.concatenate([upper[ok], lower[ok][::-1]]))
         self.bands.data = columns
         self.grouped = frozenset(run for runs in groups.values() for run in runs)
+        if columns["group"]:
+            self._draw_extra("groups")
 
     def show_runs(self, shown):
-        """Draw the runs ``shown`` (the run list's choice, None: every run): their lines (an index filter over the
-        rows: the page keeps every run's points), their dots and NaN/Inf ticks, and the downloads' runs."""
+        """Draw the runs ``shown`` (the run list's choice, None: every run): their lines and one-point dots (an index
+        filter over the rows: the page keeps every run's points), their NaN/Inf ticks and the download's runs."""
         visible_rows = self.visible_rows(shown)
         self.shown = shown
         if self._marked_for != (self.shown, self.grouped):
             self._fill_marks()
-        for renderer in self.renderers:
-            if renderer.view.filter.indices != visible_rows:
-                renderer.view.filter.indices = None if visible_rows is None else list(visible_rows)
+        indices = None if visible_rows is None else list(visible_rows)
+        if self.filter.indices != indices:
+            self.filter.indices = indices
         if self.rows_shown != visible_rows:
             self.rows_shown = visible_rows
             self.scale_y()
@@ -706,6 +804,7 @@ class ScalarsView(View):
         super().__init__(store)
         self.limit = limit
         self.cards: dict[str, _Card] = {}      # the current page's cards only: a tag off the page costs nothing
+        self.parts = _Parts()                  # models every card shares
         self.pager = Pager("scalars", PAGE_SIZE, on_change=self._repage)
         self._by_tag: dict[str, list] = {}     # every tag's series (one per run), in the store's run order
         self._rank: dict[str, tuple] = {}      # each tag's (group's place, own place, group) in the order tags came
@@ -714,6 +813,7 @@ class ScalarsView(View):
         self._matching: list[str] = []         # the tags the filter leaves, in display order: the pager's keys
         self._pending: list[str] = []          # tags of the page whose cards are still to build
         self._scheduled = False                # a next-turn build of pending cards is on its way
+        self._unplaced: list[_Card] = []       # cards built and not yet in the page (``_place`` puts them there)
         self.tag_filter = TextInput(title="Tags (regex)", placeholder="all tags", width=200, name="tag-filter")
         self.smoothing = Slider(title="Smoothing", start=0, end=0.999, step=0.001, value=0.6, width=200,
                                 name="smoothing")
@@ -829,27 +929,34 @@ class ScalarsView(View):
         self._place()
 
     def _build_some(self):
-        """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server): a card costs the server
-        tens of milliseconds to build and as many to serialise, and no other session may wait for a whole page."""
+        """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server), then, on the next IOLoop
+        turn, place them in the page. A card costs the server tens of milliseconds to build, and as much again to
+        join the document (Bokeh walks every model of the document) and be serialised: a turn of its own for each,
+        and no other session waits for a whole page."""
         self._scheduled = False
         doc = self.grid.document
         spread = doc is not None and doc.session_context is not None
-        batch, self._pending = ((self._pending[:BUILD_BATCH], self._pending[BUILD_BATCH:]) if spread
-                                else (self._pending, []))
-        new, shown = [], self.runs.shown()
-        for tag in batch:
-            if tag in self._by_tag and tag not in self.cards and tag in self.pager.visible:
-                card = self.cards[tag] = _Card(tag)
-                card.shown = shown              # its first dots and ticks: those of the shown runs
-                card.resize(size=self.size)
-                card.enlarge.on_click(lambda card=card: self._toggle_enlarged(card))
-                new.append(card)
-        self._grow(new)
-        for card in new:
-            card.show_runs(shown)
-        self._place()
-        self._show_message()
-        if self._pending:
+        if spread and self._unplaced:          # built last turn: they join the page in this one
+            self._place()
+            self._show_message()
+        else:
+            batch, self._pending = ((self._pending[:BUILD_BATCH], self._pending[BUILD_BATCH:]) if spread
+                                    else (self._pending, []))
+            new, shown = [], self.runs.shown()
+            for tag in batch:
+                if tag in self._by_tag and tag not in self.cards and tag in self.pager.visible:
+                    card = self.cards[tag] = _Card(tag, self.parts)
+                    card.shown = shown          # its first ticks: those of the shown runs
+                    card.resize(size=self.size)
+                    card.enlarge.on_click(lambda card=card: self._toggle_enlarged(card))
+                    new.append(card)
+            self._grow(new)
+            for card in new:
+                card.show_runs(shown)
+            if not spread:
+                self._place()
+                self._show_message()
+        if spread and (self._pending or self._unplaced):
             self._scheduled = True
             doc.add_next_tick_callback(self._build_some)
 
@@ -873,11 +980,11 @@ class ScalarsView(View):
                 lines.append(line)
             if lines:
                 grown.append(card)
-        live, shown = self.grid.document, self.runs.shown()
+        shown = self.runs.shown()
         for card in grown:
             if not card.renderers:
                 self._build(card)
-                nudge_next_turn(live, card.flat)     # it reaches a live page with its data
+                self._unplaced.append(card)         # (``_place`` has the page expand it once it is in)
             card.fill()
             self._fill_groups(card, shown)
 
@@ -911,6 +1018,11 @@ class ScalarsView(View):
         layouts = [self.groups[name].layout for name in on_page] or [Div()]
         if layouts != list(self.grid.children):
             self.grid.children = layouts
+        placed = {id(card) for cards in on_page.values() for card in cards}
+        joined = [card for card in self._unplaced if id(card) in placed]
+        nudge_next_turn(self.grid.document, *[card.flat for card in joined])    # it reached a live page with its data
+        self._unplaced = [card for card in self._unplaced
+                          if id(card) not in placed and self.cards.get(card.tag) is card]
         built = sum(len(cards) for cards in on_page.values())
         if self.grid.tags != [self.pager.page, built]:
             self.grid.tags = [self.pager.page, built]
@@ -990,7 +1102,7 @@ class ScalarsView(View):
     def _build(self, card):
         card.ignore_outliers = self.outliers.active
         if self.link_x.active and self._shared_x is None:
-            self._shared_x = DataRange1d()
+            self._shared_x = DataRange1d(syncable=False)      # (see ``_Card.build``)
         card.build(self.axis, self.log_y.active, card.visible_rows(self.runs.shown()), self._zoomed,
                    log_x=self.log_x.active, x_range=self._shared_x if self.link_x.active else None)
 

@@ -15,6 +15,12 @@ A log's image is data from anyone: a 49 KB PNG can declare 20000 × 20000 pixels
   plus the encoded bytes they are keyed by), so every browser session showing the same image shares one decode.
   The key is the encoded ``bytes`` object itself: the store hands every session the same one, whose hash Python
   computes once.
+
+A server must not decode on its event loop (a 4000 × 4000 PNG takes 0.1-0.5 s, seconds on a busy machine):
+``thumbnail_later`` decodes in this module's one worker thread and calls back when the thumbnail is in the cache;
+one decode serves every caller that asks for the same image meanwhile, and ``cached_thumbnail`` reads the cache
+without ever decoding. (Pillow releases the GIL while it inflates and resamples, so the loop keeps running.) One
+worker: at most one decode's transient memory at a time.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import io
 import struct
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -83,16 +90,26 @@ _cache_bytes = 0
 _lock = threading.Lock()
 
 
-def thumbnail_rgba(encoded: bytes, size: int) -> np.ndarray | Refused:
-    """:func:`decode_thumbnail`, decoded once per process for every session (see the module docstring). The
-    returned array is shared: do not modify it."""
-    global _cache_bytes
+def cached_thumbnail(encoded: bytes, size: int) -> np.ndarray | Refused | None:
+    """The cached :func:`thumbnail_rgba` of ``encoded`` at ``size``, or None when it is not decoded yet (this never
+    decodes: cheap enough for an event loop)."""
     key = (encoded, int(size))
     with _lock:
         hit = _cache.get(key)
-        if hit is not None:
-            _cache.move_to_end(key)
-            return hit[0]
+        if hit is None:
+            return None
+        _cache.move_to_end(key)
+        return hit[0]
+
+
+def thumbnail_rgba(encoded: bytes, size: int) -> np.ndarray | Refused:
+    """:func:`decode_thumbnail`, decoded once per process for every session (see the module docstring), here and
+    now: not on an event loop (see :func:`thumbnail_later`). The returned array is shared: do not modify it."""
+    global _cache_bytes
+    key = (encoded, int(size))
+    hit = cached_thumbnail(encoded, size)
+    if hit is not None:
+        return hit
     picture = decode_thumbnail(encoded, size)
     if isinstance(picture, np.ndarray):
         picture.flags.writeable = False
@@ -104,6 +121,36 @@ def thumbnail_rgba(encoded: bytes, size: int) -> np.ndarray | Refused:
             while _cache_bytes > CACHE_BYTES and len(_cache) > 1:
                 _cache_bytes -= _cache.popitem(last=False)[1][1]
     return picture
+
+
+_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flowlab-thumbnails")
+_in_flight: dict = {}                               # (encoded, size) -> the Future of its decode
+
+
+def thumbnail_later(encoded: bytes, size: int) -> Future:
+    """A ``Future`` of :func:`thumbnail_rgba`, decoded in the worker thread (done at once when it is cached). Callers
+    asking for the same image before it is decoded share one decode; ``add_done_callback`` runs in the worker
+    thread."""
+    key = (encoded, int(size))
+    with _lock:
+        future = _in_flight.get(key)
+        if future is not None:
+            return future
+        hit = _cache.get(key)
+        if hit is not None:
+            done = Future()
+            done.set_result(hit[0])
+            return done
+        future = _in_flight[key] = _worker.submit(_decode_in_worker, encoded, int(size))
+    return future
+
+
+def _decode_in_worker(encoded, size):
+    try:
+        return thumbnail_rgba(encoded, size)
+    finally:
+        with _lock:
+            _in_flight.pop((encoded, size), None)
 
 
 def clear_cache():
