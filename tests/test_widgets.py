@@ -526,7 +526,7 @@ def test_panel_shows_latest_histogram_every_steps_statistics_and_a_stats_only_ro
         hist = page.model(row.hist_source).data
         np.testing.assert_array_equal(hist["top"], histogram_data(values[kind][1], 10)["top"])
         for figure in row.layout.children[1].children[0].children:      # linear and log: each names its step
-            assert page.model(figure.xaxis[0]).axis_label == f"{kind} at step 1"
+            assert page.model(figure.title).text == f"{kind} at step 1"
         trend = page.model(row.trend_source).data
         assert trend["step"].tolist() == [0, 1, 2, 3]
         np.testing.assert_allclose(trend["mean"], [v.astype(np.float64).mean() for v in values[kind]], atol=1e-7)
@@ -537,6 +537,33 @@ def test_panel_shows_latest_histogram_every_steps_statistics_and_a_stats_only_ro
     assert stats_row.hist_source is None and "(stats" in stats_row.header_html()
     assert page.model(stats_row.trend_source).data["step"].tolist() == [0, 1, 2, 3]
     panel.close()
+
+
+def test_panel_updates_change_no_axis_and_no_div_so_the_page_only_repaints(sent):
+    """BokehJS lays a plot out again whenever one of its axes changes, and the whole document when a Div's text
+    does; a refresh of the panel (and of a progress widget beside it) sends data and titles only."""
+    from bokeh.models import Axis, Div
+    panel = WatchPanel(mode="notebook", bins=10)
+    progress = TrainingProgress(mode="notebook", total_steps=100)
+    for view in (panel, progress):
+        view._refresher.stop()
+    job = watched_job(panel, {"value": [], "gradient": []})
+    for _ in range(4):
+        loss = job(*batch())
+        flow.sync_default_session()
+        progress.update(loss=float(loss.mean()))
+        panel.refresh()
+        progress.refresh()
+    for view in (panel, progress):
+        relaid = {m.id for m in view.widget._document.models if isinstance(m, (Axis, Div))}
+        updates = [data["content"] for method, data, _ in sent.of(view.widget) if method == "custom"]
+        assert len(updates) >= 3 and all(update["data"] for update in updates)
+        assert not [model for update in updates for model, _ in update["props"] if model in relaid]
+    titles = {m.id for row in panel._rows.values() for figure in row.hist_figures for m in [figure.title]}
+    assert titles and {model for method, data, _ in sent.of(panel.widget) if method == "custom"
+                       for model, _ in data["content"]["props"]} >= titles          # the step moved to the title
+    panel.close()
+    progress.close()
 
 
 def test_panel_counts_nan_and_inf_in_table_and_trend(sent):
@@ -748,8 +775,10 @@ def test_bad_arguments():
         WatchPanel(max_points=1)
     with pytest.raises(ValueError, match="total_steps"):
         TrainingProgress(total_steps=0)
-    with pytest.raises(ValueError, match="step must be"):
-        TrainingProgress(mode="terminal").update(-1)
+    for step in (-1, True, 2.0, "3"):
+        with pytest.raises(ValueError, match="step must be"):
+            TrainingProgress(mode="terminal").update(step)
+    TrainingProgress(mode="terminal").update(np.int64(3))     # a NumPy integer is a step
     assert WatchPanel().mode == "terminal"     # no Jupyter kernel under pytest
     with pytest.raises(ValueError, match="nothing to watch"):
         WatchPanel().watch(None, values=False)

@@ -198,13 +198,19 @@ def histogram_bars(fig, source, color=VALUE, alpha=0.7, log=False, top="top", to
     return renderer
 
 
-def histogram_view(source, log=False):
+def histogram_view(source, log=False, title=""):
     """Bars of ``source`` (see ``histogram_columns``) on a linear and on a log count axis, one shown at a time, and the
-    ``Checkbox`` that switches between them in the browser. Returns ``(view, toggle)``."""
-    linear = _live_figure(y_axis_label="count")
+    ``Checkbox`` that switches between them in the browser. Returns ``(view, toggle)``.
+
+    What changes with each new histogram (which step it is) goes in the figures' ``title`` (given from the start, so
+    its line is there from the first paint), not in an axis label: BokehJS lays a plot out again whenever an axis
+    property changes, while new title text of the same height only repaints it."""
+    linear = _live_figure(title=title, y_axis_label="count")
     histogram_bars(linear, source)
     linear.y_range.start = 0
-    logarithmic = _live_figure(y_axis_label="count (log)", y_axis_type="log", x_range=linear.x_range)
+    logarithmic = _live_figure(title=title, y_axis_label="count (log)", y_axis_type="log", x_range=linear.x_range)
+    for fig in (linear, logarithmic):
+        fig.title.text_font_size, fig.title.text_font_style, fig.title.text_color = "8pt", "normal", "#555555"
     logarithmic.yaxis.ticker, logarithmic.yaxis.formatter = scale_ticker(), value_labels()
     histogram_bars(logarithmic, source, log=True)
     linear.visible, logarithmic.visible = not log, log

@@ -196,7 +196,7 @@ class WatchPanel(LiveView):
                 # histograms come one per refresh: say which step this one is (the table shows the latest step)
                 label = f"{row.kind} at step {hist_step}" + ("" if len(columns["top"]) else ": no finite value")
                 for figure in row.hist_figures:
-                    live.set(figure.xaxis[0], axis_label=label)
+                    live.set(figure.title, text=label)      # a title repaints; an axis label would lay out again
                 if not row.log_decided:
                     self._set_log(row, bool(is_spiky(columns["top"])))
                 self._wanted[(row.lbn, row.kind)] = True       # the next call ships a fresh one
@@ -218,7 +218,7 @@ class WatchPanel(LiveView):
         if row.histograms:
             row.hist_source = histogram_source()
             log = self.log_counts if self.log_counts != "auto" else columns is not None and is_spiky(columns["top"])
-            view, row.toggle = histogram_view(row.hist_source, log=bool(log))
+            view, row.toggle = histogram_view(row.hist_source, log=bool(log), title=row.kind)
             row.hist_figures = tuple(view.children)
             row.log_decided = self.log_counts != "auto" or columns is not None
             head.append(row.toggle)
