@@ -121,10 +121,6 @@ export default {
 
   async render({ model, el }) {
     el.classList.add("flowlab-live");
-    // Layout and style containment: what BokehJS changes inside (a plot laid out again, its stylesheets rewritten
-    // on every paint) is recalculated and laid out within this element, not across JupyterLab's whole page. (No
-    // paint containment: a hover tooltip near the edge must still show.)
-    el.style.contain = "layout style";
     let view = null;
     let chain = Promise.resolve();           // builds and updates run one after the other
     const run = (step) => (chain = chain.then(step).catch((e) => showError(el, e)));
