@@ -41,6 +41,7 @@ class _Row:
         self.trend = Trend(max_points)
         self.stats = self.step = None       # the latest TensorStats and its step
         self.hist = self.hist_step = None   # the latest TensorHistogram (or array) not yet shown, and its step
+        self.hist_label = ""                # the stats table's "hist" row: the step of the histogram shown
         self.dirty = False
         self.layout = self.stats_source = self.hist_source = self.trend_source = self.toggle = None
         self.hist_figures = ()      # (linear, log) count axes
@@ -193,15 +194,14 @@ class WatchPanel(LiveView):
                 built = True
             if columns is not None and row.hist_source is not None:
                 live.splice(row.hist_source, 0, columns)
-                # histograms come one per refresh: say which step this one is (the table shows the latest step)
-                label = f"{row.kind} at step {hist_step}" + ("" if len(columns["top"]) else ": no finite value")
-                for figure in row.hist_figures:
-                    live.set(figure.title, text=label)      # a title repaints; an axis label would lay out again
+                # histograms come one per refresh: the table's "hist" row says which step this one is (canvas text:
+                # an axis label or a title that changes would make the page lay the plot out again)
+                row.hist_label = str(hist_step) + ("" if len(columns["top"]) else ": no finite")
                 if not row.log_decided:
                     self._set_log(row, bool(is_spiky(columns["top"])))
                 self._wanted[(row.lbn, row.kind)] = True       # the next call ships a fresh one
             if stats is not None:
-                live.splice(row.stats_source, 0, stats_columns(stats, step))
+                live.splice(row.stats_source, 0, stats_columns(stats, step, row.hist_label))
             if trend is not None:
                 at, values = trend
                 live.splice(row.trend_source, at, trend_columns(values))
@@ -218,7 +218,7 @@ class WatchPanel(LiveView):
         if row.histograms:
             row.hist_source = histogram_source()
             log = self.log_counts if self.log_counts != "auto" else columns is not None and is_spiky(columns["top"])
-            view, row.toggle = histogram_view(row.hist_source, log=bool(log), title=row.kind)
+            view, row.toggle = histogram_view(row.hist_source, log=bool(log), x_label=row.kind)
             row.hist_figures = tuple(view.children)
             row.log_decided = self.log_counts != "auto" or columns is not None
             head.append(row.toggle)
