@@ -3,7 +3,8 @@
 Each watched ``(tensor, value|gradient)`` gets a row: its name and step, a histogram of its latest value (linear or
 log count axis, switched in the page; log from the start when the first histogram is spiky; hover reads a bar's
 bucket and count), the trend of its statistics over every step (mean ± std, the min…max envelope, red bands over
-steps that held NaN/Inf) and a table of the latest step's statistics. A ``stats=True`` watch gets no histogram.
+steps that held NaN/Inf) and a table of the latest step's statistics (its "hist" row: the step of the histogram
+shown). A ``stats=True`` watch gets no histogram.
 
 Where the work happens: as a watch handler the panel asks for summaries computed where the tensor lives
 (``watch_summary``): every call appends the tensor's six statistics to the row's ``StatsFeed``, and a histogram is
