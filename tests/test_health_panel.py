@@ -249,6 +249,38 @@ def test_notebook_mode_sends_every_statistic_and_only_new_buckets(sent):    # no
     panel.close()
 
 
+def test_a_burst_of_reports_sends_a_bounded_number_of_updates_and_every_step_reaches_the_grid(sent):  # noqa: F811
+    hz, steps, spike, bad = 10, 3000, 1234, 2345
+    panel = HealthPanel(mode="notebook", refresh_hz=hz, max_steps=100)
+
+    def table(step):
+        norm = 1e6 if step == spike else math.nan if step == bad else 1.0 + step % 7 / 10
+        return {layer: {"grad_norm": norm, "grad_nan": float(step == bad)} for layer in ("a", "b")}
+
+    panel(report(0, table(0)))
+    panel.refresh()
+    start, t0 = sent.count(panel.widget), time.monotonic()
+    for step in range(1, steps):
+        panel(report(step, table(step)))
+    elapsed = time.monotonic() - t0
+    during = sent.count(panel.widget) - start
+    panel.refresh()
+    assert during <= hz * elapsed + 2, (during, elapsed)        # at most refresh_hz updates a second, however fast
+    page = Page(panel.widget, sent).update()
+    cells = page.model(panel._cells).data
+    for layer in (0, 1):
+        rows = np.asarray(cells["row"]) == layer
+        first, last = np.asarray(cells["first"])[rows], np.asarray(cells["last"])[rows]
+        # the buckets tile every step, in at most max_steps columns
+        assert len(first) <= 100 and first[0] == 0 and last[-1] == steps - 1 and (first[1:] == last[:-1] + 1).all()
+        holding = {s: int(np.flatnonzero((first <= s) & (s <= last))[0]) for s in (spike, bad)}
+        hi, nonfinite = np.asarray(cells["hi|grad_norm"])[rows], np.asarray(cells["nonfinite"])[rows]
+        assert hi[holding[spike]] == 1e6                              # the spike's bucket keeps it
+        assert np.nanmax(np.delete(hi, holding[spike])) == pytest.approx(1.6)
+        assert nonfinite[holding[bad]] == 1 and nonfinite.sum() == 1  # the NaN step is counted, in its own bucket
+    panel.close()
+
+
 def test_static_heatmap_escapes_names_and_marks_missing_and_nonfinite_cells():
     from flowlab.summary.thinning import HealthGrid
     grid = HealthGrid(["<b>x</b>", "y"], ["grad_norm", "grad_nan"], 10)

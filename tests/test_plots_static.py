@@ -319,8 +319,8 @@ def test_stats_table_text_is_drawn_row_by_row_with_nonfinite_counts_in_red():
     drawn = [(t.get("x"), float(t.get("y")), t.text, t.get("fill")) for t in svg.iter(f"{SVG}text")]
     labels = [text for x, _, text, _ in drawn if float(x) < 20]
     values = {label: (text, fill) for label, (_, _, text, fill) in zip(labels, [d for d in drawn if float(d[0]) > 20])}
-    assert labels == ["step", "shape", "min", "max", "mean", "std", "NaN", "Inf"]
-    assert [y for _, y, _, _ in drawn[:8]] == sorted(y for _, y, _, _ in drawn[:8])    # top to bottom, in order
+    assert labels == ["step", "shape", "min", "max", "mean", "std", "NaN", "Inf", "hist"]
+    assert [y for _, y, _, _ in drawn[:9]] == sorted(y for _, y, _, _ in drawn[:9])    # top to bottom, in order
     assert values["step"][0] == "41" and values["max"][0] == "2" and values["mean"][0] == "1.5"
     assert values["NaN"] == ("2", ALARM) and values["Inf"] == ("1", ALARM) and values["min"][1] != ALARM
 

@@ -525,18 +525,46 @@ def test_panel_shows_latest_histogram_every_steps_statistics_and_a_stats_only_ro
         row = rows[("out_bias_add/out_0", kind)]
         hist = page.model(row.hist_source).data
         np.testing.assert_array_equal(hist["top"], histogram_data(values[kind][1], 10)["top"])
-        for figure in row.layout.children[1].children[0].children:      # linear and log: each names its step
-            assert page.model(figure.xaxis[0]).axis_label == f"{kind} at step 1"
+        for figure in row.layout.children[1].children[0].children:      # linear and log
+            assert page.model(figure.xaxis[0]).axis_label == kind
         trend = page.model(row.trend_source).data
         assert trend["step"].tolist() == [0, 1, 2, 3]
         np.testing.assert_allclose(trend["mean"], [v.astype(np.float64).mean() for v in values[kind]], atol=1e-7)
         np.testing.assert_allclose(trend["max"], [v.max() for v in values[kind]], rtol=1e-6)
         table = shown(page.model(row.stats_source).data)
         assert table["step"][0] == "3" and table["shape"][0] == "(16, 4)"
+        assert table["hist"][0] == "1"                                  # the histogram shown is step 1's
     stats_row = rows[("h_activation/out_0", "value")]
     assert stats_row.hist_source is None and "(stats" in stats_row.header_html()
     assert page.model(stats_row.trend_source).data["step"].tolist() == [0, 1, 2, 3]
     panel.close()
+
+
+def test_panel_updates_change_no_axis_and_no_div_so_the_page_only_repaints(sent):
+    """BokehJS lays a plot out again whenever one of its axes changes, and the whole document when a Div's text
+    does; a refresh of the panel (and of a progress widget beside it) sends data only."""
+    from bokeh.models import Axis, Div
+    panel = WatchPanel(mode="notebook", bins=10)
+    progress = TrainingProgress(mode="notebook", total_steps=100)
+    for view in (panel, progress):
+        view._refresher.stop()
+    job = watched_job(panel, {"value": [], "gradient": []})
+    for _ in range(4):
+        loss = job(*batch())
+        flow.sync_default_session()
+        progress.update(loss=float(loss.mean()))
+        panel.refresh()
+        progress.refresh()
+    for view in (panel, progress):
+        relaid = {m.id for m in view.widget._document.models if isinstance(m, (Axis, Div))}
+        updates = [data["content"] for method, data, _ in sent.of(view.widget) if method == "custom"]
+        assert len(updates) >= 3 and all(update["data"] for update in updates)
+        assert not [model for update in updates for model, _ in update["props"] if model in relaid]
+    page = Page(panel.widget, sent).update()
+    for row in panel._rows.values():                    # which step the histogram is: canvas text in the table
+        assert shown(page.model(row.stats_source).data)["hist"][0] == (str(row.hist_step) if row.histograms else "")
+    panel.close()
+    progress.close()
 
 
 def test_panel_counts_nan_and_inf_in_table_and_trend(sent):
@@ -562,6 +590,13 @@ def test_panel_counts_nan_and_inf_in_table_and_trend(sent):
     trend = page.model(row.trend_source).data                             # the trend: every step
     assert trend["nonfinite"].tolist() == [3, 0] and trend["mark"][0] == 1 and np.isnan(trend["mark"][1])
     np.testing.assert_array_equal(trend["max"], [3, 1])
+    job(np.full((2, 3), np.nan, np.float32))                              # a step with no finite value at all
+    flow.sync_default_session()
+    panel.refresh()
+    page.update()
+    table = shown(page.model(row.stats_source).data)
+    assert table["NaN"] == ("6", ALARM) and table["hist"][0] == "2: no finite"    # no bars, and the table says so
+    assert len(page.model(row.hist_source).data["top"]) == 0
     panel.close()
 
 
@@ -748,8 +783,10 @@ def test_bad_arguments():
         WatchPanel(max_points=1)
     with pytest.raises(ValueError, match="total_steps"):
         TrainingProgress(total_steps=0)
-    with pytest.raises(ValueError, match="step must be"):
-        TrainingProgress(mode="terminal").update(-1)
+    for step in (-1, True, 2.0, "3"):
+        with pytest.raises(ValueError, match="step must be"):
+            TrainingProgress(mode="terminal").update(step)
+    TrainingProgress(mode="terminal").update(np.int64(3))     # a NumPy integer is a step
     assert WatchPanel().mode == "terminal"     # no Jupyter kernel under pytest
     with pytest.raises(ValueError, match="nothing to watch"):
         WatchPanel().watch(None, values=False)

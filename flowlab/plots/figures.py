@@ -194,13 +194,18 @@ def histogram_bars(fig, source, color=VALUE, alpha=0.7, log=False, top="top", to
     return renderer
 
 
-def histogram_view(source, log=False):
+def histogram_view(source, log=False, x_label=None):
     """Bars of ``source`` (see ``histogram_columns``) on a linear and on a log count axis, one shown at a time, and the
-    ``Checkbox`` that switches between them in the browser. Returns ``(view, toggle)``."""
-    linear = _live_figure(y_axis_label="count")
+    ``Checkbox`` that switches between them in the browser. Returns ``(view, toggle)``.
+
+    Nothing of the figures themselves changes as new histograms come (which step one is shows in ``stats_view``'s
+    "hist" row, canvas text): BokehJS lays a plot out again whenever an axis property changes, and moves a title's
+    element when its width does, each forcing the page to recalculate styles."""
+    linear = _live_figure(x_axis_label=x_label, y_axis_label="count")
     histogram_bars(linear, source)
     linear.y_range.start = 0
-    logarithmic = _live_figure(y_axis_label="count (log)", y_axis_type="log", x_range=linear.x_range)
+    logarithmic = _live_figure(x_axis_label=x_label, y_axis_label="count (log)", y_axis_type="log",
+                               x_range=linear.x_range)
     logarithmic.yaxis.ticker, logarithmic.yaxis.formatter = scale_ticker(), value_labels()
     histogram_bars(logarithmic, source, log=True)
     linear.visible, logarithmic.visible = not log, log
@@ -273,7 +278,7 @@ def trend_figure(source, y_label="value"):
 # text changes (measured: a third of the page's time while a panel updated 20 times a second), whereas new text in
 # a figure repaints that figure only.
 
-STATS_ROWS = ("step", "shape", "min", "max", "mean", "std", "NaN", "Inf")
+STATS_ROWS = ("step", "shape", "min", "max", "mean", "std", "NaN", "Inf", "hist")
 TEXT_FONT, TEXT_SIZE, TEXT_COLOR, LABEL_COLOR = value("monospace"), "9pt", "#222222", "#777777"
 
 
@@ -294,12 +299,13 @@ def stats_source():
     return ColumnDataSource(stats_columns(None))
 
 
-def stats_columns(summary, step=None):
+def stats_columns(summary, step=None, histogram=""):
     """The source columns of ``stats_view`` for a ``tensor_summary`` (or an array / ``TensorStats``) at ``step``;
-    non-zero NaN/Inf counts in red. ``summary=None``: the labels alone."""
+    non-zero NaN/Inf counts in red; ``histogram``: what the "hist" row says (the step of the histogram shown beside
+    the table). ``summary=None``: the labels alone."""
     if summary is not None and not isinstance(summary, dict):
         summary = tensor_summary(summary)
-    values = {"step": "" if step is None else str(step)}
+    values = {"step": "" if step is None else str(step), "hist": histogram}
     for key, label in (("shape", "shape"), ("min", "min"), ("max", "max"), ("mean", "mean"), ("std", "std"),
                        ("nan", "NaN"), ("inf", "Inf")):
         values[label] = "" if summary is None else _number(summary.get(key, ""))

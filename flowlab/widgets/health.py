@@ -56,11 +56,20 @@ PAD = "padding:0 8px 3px 0"   # an alert table cell's
 TERMINAL_TABLE_PERIOD = 5.0    # seconds between per-layer lines in a terminal
 
 # Fills the heatmap and the trend from the cells for the statistic and layer chosen in the page. One script, called
-# on document_ready (``event`` "ready"), a new statistic ("select"), a tap in the heatmap ("tap") and new data.
+# on document_ready (``event`` "ready"), a new statistic ("select"), a tap in the heatmap ("tap") and new data. An
+# update changes two sources (``cells``, then ``meta``): their "data" events are folded into one drawing, in a
+# microtask that runs once the whole update is applied.
 _PAGE_JS = """
 const chosen = (globalThis.__flowlab_health_choice ??= new Map());
 const choice = chosen.get(key) ?? {};
 chosen.set(key, choice);
+if (event === "data") {
+  const pending = (globalThis.__flowlab_health_pending ??= new WeakSet());    // this view's cells source
+  if (pending.has(cells)) return;
+  pending.add(cells);
+  queueMicrotask(() => { pending.delete(cells); draw(); });
+  return;
+}
 if (event === "ready") {
   if (choice.statistic && choice.statistic !== select.value && select.options.includes(choice.statistic))
     select.value = choice.statistic;        // the choice made before the document was rebuilt
@@ -72,6 +81,9 @@ if (event === "ready") {
   choice.layer = heat.data.bottom[picked[0]];   // a cell's row is its layer
   heat.selected.indices = [];               // no dimmed cells: the trend's title says which layer is shown
 }
+draw();
+
+function draw() {
 const stat = select.value, d = cells.data, n = d.row.length;
 const linear = linear_statistics.includes(stat);
 const hi = d["hi|" + stat], lo = d["lo|" + stat], mean = d["mean|" + stat];
@@ -119,6 +131,7 @@ trend.data = {step: pick(d.first), end: pick(d.end), mean: m, lower: m, upper: m
 // trend's narrow title was cut by the alert list
 trend_figure.title.text = `layer ${names[layer]}: ${stat}`;
 trend_axis.axis_label = stat;
+}
 """
 
 

@@ -3,7 +3,8 @@
 Each watched ``(tensor, value|gradient)`` gets a row: its name and step, a histogram of its latest value (linear or
 log count axis, switched in the page; log from the start when the first histogram is spiky; hover reads a bar's
 bucket and count), the trend of its statistics over every step (mean ± std, the min…max envelope, red bands over
-steps that held NaN/Inf) and a table of the latest step's statistics. A ``stats=True`` watch gets no histogram.
+steps that held NaN/Inf) and a table of the latest step's statistics (its "hist" row: the step of the histogram
+shown). A ``stats=True`` watch gets no histogram.
 
 Where the work happens: as a watch handler the panel asks for summaries computed where the tensor lives
 (``watch_summary``): every call appends the tensor's six statistics to the row's ``StatsFeed``, and a histogram is
@@ -41,6 +42,7 @@ class _Row:
         self.trend = Trend(max_points)
         self.stats = self.step = None       # the latest TensorStats and its step
         self.hist = self.hist_step = None   # the latest TensorHistogram (or array) not yet shown, and its step
+        self.hist_label = ""                # the stats table's "hist" row: the step of the histogram shown
         self.dirty = False
         self.layout = self.stats_source = self.hist_source = self.trend_source = self.toggle = None
         self.hist_figures = ()      # (linear, log) count axes
@@ -193,15 +195,14 @@ class WatchPanel(LiveView):
                 built = True
             if columns is not None and row.hist_source is not None:
                 live.splice(row.hist_source, 0, columns)
-                # histograms come one per refresh: say which step this one is (the table shows the latest step)
-                label = f"{row.kind} at step {hist_step}" + ("" if len(columns["top"]) else ": no finite value")
-                for figure in row.hist_figures:
-                    live.set(figure.xaxis[0], axis_label=label)
+                # histograms come one per refresh: the table's "hist" row says which step this one is (canvas text:
+                # an axis label or a title that changes would make the page lay the plot out again)
+                row.hist_label = str(hist_step) + ("" if len(columns["top"]) else ": no finite")
                 if not row.log_decided:
                     self._set_log(row, bool(is_spiky(columns["top"])))
                 self._wanted[(row.lbn, row.kind)] = True       # the next call ships a fresh one
             if stats is not None:
-                live.splice(row.stats_source, 0, stats_columns(stats, step))
+                live.splice(row.stats_source, 0, stats_columns(stats, step, row.hist_label))
             if trend is not None:
                 at, values = trend
                 live.splice(row.trend_source, at, trend_columns(values))
@@ -218,7 +219,7 @@ class WatchPanel(LiveView):
         if row.histograms:
             row.hist_source = histogram_source()
             log = self.log_counts if self.log_counts != "auto" else columns is not None and is_spiky(columns["top"])
-            view, row.toggle = histogram_view(row.hist_source, log=bool(log))
+            view, row.toggle = histogram_view(row.hist_source, log=bool(log), x_label=row.kind)
             row.hist_figures = tuple(view.children)
             row.log_decided = self.log_counts != "auto" or columns is not None
             head.append(row.toggle)

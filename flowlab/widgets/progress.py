@@ -104,13 +104,16 @@ class TrainingProgress(LiveView):
             if step is None:
                 step = -1 if self._step is None else self._step
                 step += 1 + len(self._feed)
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        if type(step) is not int:       # the common case (a plain int, or the job's own count) checks nothing more
+            if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+                raise ValueError(f"TrainingProgress.update: step must be a non-negative int or None, got {step!r}")
+            step = int(step)
+        if step < 0:
             raise ValueError(f"TrainingProgress.update: step must be a non-negative int or None, got {step!r}")
-        vector = _loss_vector(loss)
         if metrics:
             with self._data_lock:
                 self._metrics.update(metrics)
-        self._feed.put(int(step), vector)
+        self._feed.put(step, _NO_LOSS if loss is None else _loss_vector(loss))
 
     def _track_speed(self, now, step):
         if self._sample is None:
