@@ -16,9 +16,9 @@ from flowlab.ops.stats import attention_vector
 BATCH, SEQ, PREDICTIONS, VOCAB = 8, 16, 3, 24
 
 
-def watched_bert(steps, lr=1e-3, window=3, before_health=None, **builder_options):
+def watched_bert(steps, lr=1e-3, window=3, before_health=None, writer=None, **builder_options):
     """Reports of ``steps`` train steps of a 2-layer, 2-head BERT built with ``builder_options`` (and the job);
-    ``before_health()`` runs in the job before ``watch_health``."""
+    ``before_health()`` runs in the job before ``watch_health``; ``writer`` also takes the reports."""
     builder = bert.BertBuilder(VOCAB, hidden=16, layers=2, heads=2, max_positions=SEQ, dropout=0.0,
                                attention_dropout=0.0, **builder_options)
     ids = tp.Numpy.Placeholder((BATCH, SEQ), dtype=flow.int32)
@@ -36,7 +36,7 @@ def watched_bert(steps, lr=1e-3, window=3, before_health=None, **builder_options
                             ).minimize(total)
         if before_health is not None:
             before_health()
-        flow.watch_health(reports.append, window=window)
+        flow.watch_health(reports.append, window=window, writer=writer)
         return total
 
     examples = bert.pretraining_examples(BATCH * steps, seq_length=SEQ, vocab_size=VOCAB,
