@@ -130,6 +130,13 @@ STATISTICS = {
     "moving_nan": "NaNs in a batch norm's moving statistics",
     "moving_inf": "Infs in a batch norm's moving statistics",
 }
+# Transformers' numbers (``HealthReport.attention``, ``.residual``) as their log records name them (``summary.health_log``)
+TRANSFORMER_STATISTICS = {
+    "attention_entropy": "a head's normalized attention entropy (0: each query attends to one key; 1: to all alike)",
+    "stream_norm": "norm of the residual stream entering a residual sum",
+    "growth": "RMS of a residual sum's output / its stream's (how much the layer grows the stream)",
+    "branch_ratio": "RMS of a residual branch / its stream's",
+}
 ACTIVATION_STATISTICS = tuple(STATISTICS)[:7]
 BATCH_NORM_STATISTICS = tuple(STATISTICS)[-7:]
 COUNT_STATISTICS = tuple(s for s in STATISTICS if s.endswith(("_nan", "_inf")))
