@@ -15,8 +15,9 @@ has no activation statistics. A batch normalization (``flow.layers.batch_normali
 ``<b>-gamma``, ``<b>-beta`` and the non-trainable ``<b>-moving_mean``, ``<b>-moving_variance``; OneFlow's ResNet
 names them ``<conv>_bn_relu``, ``<conv>_bn_add_relu``, ``<conv>_bn``) is a layer of its own, also when frozen.
 
-Roles (``LayerRole``, read from the graph, for ``health_alerts``): a layer is *ReLU-like* when its output op is
-non-negative (``batch_normalization_relu`` is); *normalised* when a batch norm normalizes its output (a conv before
+Roles (``LayerRole``, read from the graph, for ``health_alerts``): a layer *makes attention scores* when its
+output reaches an attention softmax through ops of no other layer (a query or key projection); a layer is
+*ReLU-like* when its output op is non-negative (``batch_normalization_relu`` is); *normalised* when a batch norm normalizes its output (a conv before
 its batch norm: its weights are scale-invariant); a *batch norm*; and in a residual branch behind a *gate*, the
 batch norm closing the branch: ``batch_normalization_add_relu`` (the branch: what its normalized input depends on
 and its addend does not), or in the unfused form ``relu(add(batch_normalization(x), shortcut))`` the batch norm
@@ -240,6 +241,7 @@ class _Layer:
     batch_norm: object = None    # the BatchNormParts of its batch-normalization node
     normalised: bool = False     # one of its ops' outputs is what a batch normalization normalizes
     gate: str | None = None      # the batch norm closing the residual branch it is in
+    attention: str | None = None     # the attention block whose scores its output makes (a query or key projection)
     made: list = field(default_factory=list)     # the first output of each of its forward nodes
 
 
@@ -251,12 +253,17 @@ class LayerRole(NamedTuple):
     ``relu``: its output is ReLU-like (dead units mean something); ``normalised``: its output feeds a batch
     normalization (so its weights are scale-invariant); ``batch_norm``: it is a batch normalization (its weights
     are the per-channel gamma and beta); ``gate``: the batch norm whose ``batch_normalization_add_relu`` closes the
-    residual branch it is in; ``size``: how many trainable values it has."""
+    residual branch it is in; ``size``: how many trainable values it has; ``attention``: the attention block
+    (``find_attention``) whose scores its output makes (a query or key projection: its output reaches the block's
+    softmax through no other layer); ``vectors_only``: not a batch norm, and all its trainable variables are vectors
+    (biases, a layer norm's gamma and beta: no kernel)."""
     relu: bool = True
     normalised: bool = False
     batch_norm: bool = False
     gate: str | None = None
     size: int = 0
+    attention: str | None = None
+    vectors_only: bool = False
 
 
 def find_layers(graph):
@@ -297,7 +304,28 @@ def find_layers(graph):
             owner.batch_norm = parts
             owner.unit_axis = node.attrs["axis"]
     _find_normalisation(graph, layers.values())
+    _find_attention_scores(graph, layers.values())
     return sorted(layers.values(), key=lambda layer: (layer.position, layer.name))
+
+
+def _find_attention_scores(graph, layers):
+    """Mark the layers whose output makes an attention block's scores: walking back from each block's softmax
+    (``find_attention``) through ops of no layer (reshapes, transposes, the scores' matmul, the mask's add), the
+    layers reached first (BERT's query and key projections; the value projection feeds the context, not the
+    scores)."""
+    owner = {t.id: layer for layer in layers for t in layer.made}
+    for block, probs in find_attention(graph):
+        seen, stack = set(), list(probs.node.inputs)
+        while stack:
+            t = stack.pop()
+            if t.id in seen:
+                continue
+            seen.add(t.id)
+            layer = owner.get(t.id)
+            if layer is not None:
+                layer.attention = layer.attention or block
+            elif not t.node.op.is_variable:
+                stack.extend(t.node.inputs)
 
 
 def _find_normalisation(graph, layers):
@@ -391,7 +419,9 @@ def find_residuals(graph):
 def roles_of(layers):
     """``{layer: LayerRole}`` of ``find_layers``' layers (see ``health_alerts``)."""
     return {layer.name: LayerRole(layer.nonnegative, layer.normalised, layer.batch_norm is not None, layer.gate,
-                                  sum(math.prod(p.read.shape) for p in layer.params))
+                                  sum(math.prod(p.read.shape) for p in layer.params), layer.attention,
+                                  layer.batch_norm is None and bool(layer.params) and
+                                  all(len(p.read.shape) <= 1 for p in layer.params))
             for layer in layers}
 
 
@@ -817,7 +847,11 @@ def health_alerts(history, report, thresholds=None, relu_layers=None, roles=None
     behind a closed gate (its batch norm's gamma and beta RMS below ``closed_gate``) is expected to get small or no
     gradients and updates; a normalised layer and a batch norm leave the across-depth gradient comparison; a
     normalised layer's update ratio alerts high only when it stayed high over the ``MIN_HISTORY`` reports before;
-    a batch norm whose weights are still near zero has no high update ratio.
+    a batch norm whose weights are still near zero has no high update ratio. On transformers likewise: a layer making
+    an attention block's scores (``LayerRole.attention``: a query or key projection) leaves the across-depth
+    comparison while the block's heads are all near uniform (``_Seen.scores_idle``: its gradient is tiny then by
+    design), and a layer of vectors only (a zero-initialised output bias) whose weights are still near zero has no
+    high update ratio unless it stayed high over the ``MIN_HISTORY`` reports before.
     """
     t = {**THRESHOLDS, **(thresholds or {})}
     if roles is None:
@@ -846,6 +880,17 @@ class _Seen:
         if gate is None:
             return False
         return _weight_rms(self.report.table.get(gate, {}), self.role(gate)) < self.t["closed_gate"]
+
+    def scores_idle(self, layer):
+        """``layer`` makes the scores of an attention block whose heads are all (still) near uniform (normalized
+        entropy above ``attention_uniform``). Its gradient is then tiny by design, not for want of signal: the
+        scores' gradient is the softmax's Jacobian times the context's gradient, which at uniform attention only
+        keeps each key's deviation from the mean value, and a query's gradient is proportional to the keys (a key's
+        to the queries), themselves the other projection's output, as small as its small initialisation. It grows
+        as the heads learn to attend (BERT's query and key gradients start ~1e-4 of the output's)."""
+        block = self.role(layer).attention
+        heads = self.report.attention.get(block) if block is not None else None
+        return bool(heads) and all(e > self.t["attention_uniform"] for e in heads)
 
     def alert(self, kind, layer, message):
         return HealthAlert(kind, layer, self.report.step, message)
@@ -900,6 +945,12 @@ def _update_ratio_alerts(seen):
         # is large whatever the step, so it says nothing about the learning rate.
         if not low and role.batch_norm and _weight_rms(row, role) < t["closed_gate"]:
             continue
+        # Likewise a layer of vectors only (BERT's masked-LM output bias, zero-initialised) while they are still
+        # near zero: Adam's first steps move every element by about the learning rate, the ratio to a norm of a
+        # few such steps is near 1 whatever the rate.
+        if not low and role.vectors_only and _weight_rms(row, role) < t["closed_gate"] and not _stays_high(seen,
+                                                                                                          layer):
+            continue
         # A layer that feeds a batch norm is scale-invariant: its gradient is orthogonal to its weights and
         # proportional to 1 / their norm, so a large step grows the norm and shrinks the next steps' ratio (from a
         # small initialisation the first steps are large by design). Only a ratio that stays high says the learning
@@ -931,8 +982,9 @@ def _depth_gradient_alerts(seen):
     out, t, table = [], seen.t, seen.report.table
     grads = [(layer, row["grad_norm"]) for layer, row in table.items()
              if math.isfinite(row.get("grad_norm", math.nan))]
+    # a layer making attention scores while its heads are uniform gets a tiny gradient by design (_Seen.scores_idle)
     plain = [(layer, norm) for layer, norm in grads
-             if not seen.role(layer).normalised and not seen.role(layer).batch_norm]
+             if not seen.role(layer).normalised and not seen.role(layer).batch_norm and not seen.scores_idle(layer)]
     last_layer, last = plain[-1] if plain else (None, 0.0)
     zero = next((layer for layer, norm in grads[:-1] if norm == 0 and not seen.gate_closed(layer)), None)
     if zero is not None:

@@ -171,3 +171,54 @@ def test_networks_without_attention_get_no_transformer_rows():
     residuals = find_residuals(graph)
     assert find_attention(graph) == [] and len(residuals) == 1     # a residual sum, but no attention: not watched
     assert residuals[0].stream.node.op.is_placeholder and residuals[0].branch.node.name.startswith("hidden")
+
+
+# ------------------------------------------------------------------------------------------------ transformer-aware
+
+def test_query_and_key_projections_are_read_as_making_their_blocks_scores():
+    """Roles from the graph: the layers a block's softmax reaches through no other layer (query, key), not the value
+    projection; a layer of vectors only (the masked-LM output bias) is one."""
+    from flowlab.health import find_layers, roles_of
+    _, job = watched_bert(1)
+    roles = roles_of(find_layers(job.graph()))
+    for i in range(2):
+        block = f"bert-encoder-layer_{i}-attention-self"
+        assert roles[f"{block}-query"].attention == block and roles[f"{block}-key"].attention == block
+        assert roles[f"{block}-value"].attention is None
+        assert roles[f"bert-encoder-layer_{i}-intermediate-dense"].attention is None
+    assert [name for name, role in roles.items() if role.attention] == [
+        f"bert-encoder-layer_{i}-attention-self-{p}" for i in range(2) for p in ("query", "key")]
+    assert roles["cls-predictions"].vectors_only and not roles["cls-predictions-transform-dense"].vectors_only
+
+
+def test_a_healthy_bert_raises_no_alert_in_its_first_steps_and_a_broken_one_still_vanishes():
+    """At initialisation the query and key gradients are ~1e-4 of the output layer's (uniform attention, small
+    weights): by design, no vanishing_gradient while the heads are uniform. Nor an update_ratio on the zero-initialised
+    output bias. No warm-up at a learning rate of 1 saturates the heads: the query/key gradients then do vanish,
+    and the alert says so."""
+    healthy, _ = watched_bert(10, window=20)
+    q = healthy[0].table["bert-encoder-layer_0-attention-self-query"]["grad_norm"]
+    assert q < 1e-3 * healthy[0].table["cls-seq_relationship"]["grad_norm"]      # what used to raise the alert
+    assert [(r.step, a.kind, a.layer) for r in healthy for a in r.alerts] == []
+    broken, _ = watched_bert(10, window=20, lr=1.0)
+    vanished = {a.layer for r in broken for a in r.alerts if a.kind == "vanishing_gradient"}
+    assert vanished & {f"bert-encoder-layer_{i}-attention-self-{p}" for i in range(2) for p in ("query", "key")}
+    assert any(a.kind == "attention_collapsed" for r in broken for a in r.alerts)
+
+
+def test_the_score_layers_relief_holds_only_while_their_heads_are_uniform():
+    from flowlab.health import LayerRole
+    roles = {"q": LayerRole(relu=False, attention="block", size=10), "v": LayerRole(relu=False, size=10),
+             "out": LayerRole(relu=False, size=10)}
+
+    def alerts(q_grad, heads):
+        table = {"q": {"grad_norm": q_grad}, "v": {"grad_norm": 0.5}, "out": {"grad_norm": 1.0}}
+        return [(a.kind, a.layer) for a in health_alerts([], HealthReport(0, table, attention={"block": heads}),
+                                                         roles=roles)]
+    assert alerts(1e-5, [0.999, 0.995]) == []                               # uniform heads: tiny by design
+    assert alerts(1e-5, [0.999, 0.6]) == [("vanishing_gradient", "q")]       # a head attends: it must learn
+    assert alerts(0.0, [0.999, 0.995]) == [("vanishing_gradient", "q")]      # no gradient at all: always
+    plain = {**roles, "q": LayerRole(relu=False, size=10)}
+    table = {"q": {"grad_norm": 1e-5}, "v": {"grad_norm": 0.5}, "out": {"grad_norm": 1.0}}
+    assert [a.layer for a in health_alerts([], HealthReport(0, table, attention={"block": [1.0]}), roles=plain)] \
+        == ["q"]                                                             # a layer not making scores: as before
