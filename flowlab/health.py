@@ -11,7 +11,8 @@ Layers, as OneFlow names them. ``flow.layers.dense``/``conv2d`` with prefix ``<p
 forward op named ``<layer>_<something>``, or ``<layer>`` itself (OneFlow's ResNet names its ``flow.nn.conv2d``
 ``res2_0_branch2a`` beside the variable ``res2_0_branch2a-weight``); the longest matching layer wins, so
 ``hidden_2_matmul`` belongs to ``hidden_2``, not ``hidden``. A layer of variables only (used by the user's own ops)
-has no activation statistics. A batch normalization (``flow.layers.batch_normalization*`` named ``<b>``: variables
+has no activation statistics, and comes in the forward order where its variables are first read. A batch
+normalization (``flow.layers.batch_normalization*`` named ``<b>``: variables
 ``<b>-gamma``, ``<b>-beta`` and the non-trainable ``<b>-moving_mean``, ``<b>-moving_variance``; OneFlow's ResNet
 names them ``<conv>_bn_relu``, ``<conv>_bn_add_relu``, ``<conv>_bn``) is a layer of its own, also when frozen.
 
@@ -303,6 +304,14 @@ def find_layers(graph):
         if parts is not None and owner.moving is not None:
             owner.batch_norm = parts
             owner.unit_axis = node.attrs["axis"]
+    # a layer of variables only (BERT's embedding tables, read by ops of other names) comes where they are first read
+    unplaced = {p.read.id: layer for layer in layers.values() if layer.output is None for p in layer.params}
+    for i, node in enumerate(graph.nodes):
+        if unplaced and _forward(node):
+            for t in node.inputs:
+                layer = unplaced.get(t.id)
+                if layer is not None:
+                    layer.position = min(layer.position, i)
     _find_normalisation(graph, layers.values())
     _find_attention_scores(graph, layers.values())
     return sorted(layers.values(), key=lambda layer: (layer.position, layer.name))

@@ -75,6 +75,31 @@ def test_reports_list_every_block_and_a_healthy_net_raises_no_transformer_alert(
     assert not any(kinds(r) & TRANSFORMER_ALERTS for r in reports)      # uniform, but not yet for a whole window
 
 
+def test_watch_health_lists_the_whole_encoder_in_forward_order():
+    """Every layer of the encoder, each with its statistics: the embeddings (a layer of tables, where they are first
+    read), every layer norm and feed-forward layer with activation statistics (the layer norm's output: its beta
+    add), every attention block with a row per head, then the heads of the two losses."""
+    reports, _ = watched_bert(1)
+    report = reports[0]
+    per_layer = ["attention-self-query", "attention-self-key", "attention-self-value", "attention-output-dense",
+                 "attention-output-LayerNorm", "intermediate-dense", "output-dense", "output-LayerNorm"]
+    assert list(report.table) == ["bert-embeddings", "bert-embeddings-LayerNorm"] + [
+        f"bert-encoder-layer_{i}-{name}" for i in range(2) for name in per_layer] + [
+        "cls-predictions-transform-dense", "cls-predictions-transform-LayerNorm", "cls-predictions",
+        "bert-pooler-dense", "cls-seq_relationship"]
+    for layer, row in report.table.items():
+        assert row["grad_norm"] > 0 and row["weight_norm"] > 0 or layer == "cls-predictions", layer
+        if "LayerNorm" in layer or "dense" in layer:
+            assert row["act_std"] > 0, layer
+    # a layer norm's output is normalized: per row mean 0, variance 1 (gamma 1, beta 0 at the first step)
+    for i in range(2):
+        row = report.table[f"bert-encoder-layer_{i}-output-LayerNorm"]
+        assert row["act_std"] == pytest.approx(1.0, abs=0.01)
+    assert "act_std" not in report.table["bert-embeddings"]          # tables only: read by ops of other names
+    assert list(report.attention) == [f"bert-encoder-layer_{i}-attention-self" for i in range(2)]
+    assert all(len(heads) == 2 for heads in report.attention.values())
+
+
 def test_entropy_and_residual_numbers_are_those_of_the_tensors():
     """The report's numbers recomputed from the same call's attention probabilities and residual tensors, watched."""
     from flowlab import graph as g
