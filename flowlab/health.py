@@ -859,8 +859,9 @@ def health_alerts(history, report, thresholds=None, relu_layers=None, roles=None
     a batch norm whose weights are still near zero has no high update ratio. On transformers likewise: a layer making
     an attention block's scores (``LayerRole.attention``: a query or key projection) leaves the across-depth
     comparison while the block's heads are all near uniform (``_Seen.scores_idle``: its gradient is tiny then by
-    design), and a layer of vectors only (a zero-initialised output bias) whose weights are still near zero has no
-    high update ratio unless it stayed high over the ``MIN_HISTORY`` reports before.
+    design), and a layer of vectors only (a zero-initialised output bias) whose weights are still near zero (RMS
+    below ``closed_gate``) has no high update ratio; an update of exactly zero
+    despite a gradient (a warm-up's first step, at a learning rate of 0) alerts only when it stayed zero over them.
     """
     t = {**THRESHOLDS, **(thresholds or {})}
     if roles is None:
@@ -950,15 +951,20 @@ def _update_ratio_alerts(seen):
         # A branch behind a closed gate moves slowly by design (see _Seen.gate_closed), not for want of a rate.
         if low and seen.gate_closed(layer):
             continue
+        # An update of exactly zero despite a gradient is a learning rate of zero at this step: a linear warm-up's
+        # first step (OneFlow's warmup.linear starts at 0, as BERT's schedule does), by design. Only one that stays
+        # zero over the MIN_HISTORY reports before says the rate is wrong.
+        if ratio == 0 and row.get("grad_norm", 0) > 0 and not _stays(seen, layer, lambda r: r == 0):
+            continue
         # A batch norm whose gamma and beta start (near) zero (the gate itself): a ratio to a norm of almost nothing
         # is large whatever the step, so it says nothing about the learning rate.
         if not low and role.batch_norm and _weight_rms(row, role) < t["closed_gate"]:
             continue
         # Likewise a layer of vectors only (BERT's masked-LM output bias, zero-initialised) while they are still
-        # near zero: Adam's first steps move every element by about the learning rate, the ratio to a norm of a
-        # few such steps is near 1 whatever the rate.
-        if not low and role.vectors_only and _weight_rms(row, role) < t["closed_gate"] and not _stays_high(seen,
-                                                                                                          layer):
+        # near zero: Adam's first steps move every element by about the learning rate, so the ratio to a norm of
+        # k such steps is about 1/k (2/k under a linear warm-up) whatever the rate. Too high a rate soon takes them
+        # past closed_gate, and then alerts.
+        if not low and role.vectors_only and _weight_rms(row, role) < t["closed_gate"]:
             continue
         # A layer that feeds a batch norm is scale-invariant: its gradient is orthogonal to its weights and
         # proportional to 1 / their norm, so a large step grows the norm and shrinks the next steps' ratio (from a
@@ -977,9 +983,13 @@ def _update_ratio_alerts(seen):
 
 
 def _stays_high(seen, layer):
+    return _stays(seen, layer, lambda r: not r <= seen.t["update_ratio_high"])
+
+
+def _stays(seen, layer, holds):
+    """``holds(update_ratio)`` of ``layer`` in each of the MIN_HISTORY reports before this one."""
     earlier = [r.table.get(layer, {}).get("update_ratio") for r in seen.recent[-MIN_HISTORY:]]
-    return len(earlier) == MIN_HISTORY and all(r is not None and not r <= seen.t["update_ratio_high"]
-                                                for r in earlier)
+    return len(earlier) == MIN_HISTORY and all(r is not None and holds(r) for r in earlier)
 
 
 def _depth_gradient_alerts(seen):
