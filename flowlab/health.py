@@ -18,11 +18,11 @@ names them ``<conv>_bn_relu``, ``<conv>_bn_add_relu``, ``<conv>_bn``) is a layer
 
 Roles (``LayerRole``, read from the graph, for ``health_alerts``): a layer *makes attention scores* when its
 output reaches an attention softmax through ops of no other layer (a query or key projection); a layer is
-*ReLU-like* when its output op is non-negative (``batch_normalization_relu`` is); *normalised* when a batch norm normalizes its output (a conv before
-its batch norm: its weights are scale-invariant); a *batch norm*; and in a residual branch behind a *gate*, the
-batch norm closing the branch: ``batch_normalization_add_relu`` (the branch: what its normalized input depends on
-and its addend does not), or in the unfused form ``relu(add(batch_normalization(x), shortcut))`` the batch norm
-whose output the add reads.
+*ReLU-like* when its output op is non-negative (``batch_normalization_relu`` is); *normalised* when a batch norm
+normalizes its output (a conv before its batch norm: its weights are scale-invariant); a *batch norm*; and in a
+residual branch behind a *gate*, the batch norm closing the branch: ``batch_normalization_add_relu`` (the branch:
+what its normalized input depends on and its addend does not), or in the unfused form
+``relu(add(batch_normalization(x), shortcut))`` the batch norm whose output the add reads.
 
 Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   activation: ``act_mean_abs``, ``act_std``, ``act_zero_fraction`` (exact zeros among all elements),
@@ -132,7 +132,7 @@ STATISTICS = {
     "moving_nan": "NaNs in a batch norm's moving statistics",
     "moving_inf": "Infs in a batch norm's moving statistics",
 }
-# Transformers' numbers (``HealthReport.attention``, ``.residual``) as their log records name them (``summary.health_log``)
+# Transformers' numbers (``HealthReport.attention``, ``.residual``), named as their log records (``summary.health_log``)
 TRANSFORMER_STATISTICS = {
     "attention_entropy": "a head's normalized attention entropy (0: each query attends to one key; 1: to all alike)",
     "stream_norm": "norm of the residual stream entering a residual sum",

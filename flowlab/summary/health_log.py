@@ -115,7 +115,7 @@ def attention_of(record):
     """``{block: [normalized entropy per head]}`` (a report's ``attention``) from a ``<tag>/attention`` record."""
     out = {}
     for row, value in zip(record.layers, record.matrix[:, record.statistics.index(ATTENTION_STATISTIC)]):
-        block, _, head = row.rpartition(HEAD)
+        block = row.rpartition(HEAD)[0]
         out.setdefault(block, []).append(float(value))
     return out
 
