@@ -11,16 +11,18 @@ Layers, as OneFlow names them. ``flow.layers.dense``/``conv2d`` with prefix ``<p
 forward op named ``<layer>_<something>``, or ``<layer>`` itself (OneFlow's ResNet names its ``flow.nn.conv2d``
 ``res2_0_branch2a`` beside the variable ``res2_0_branch2a-weight``); the longest matching layer wins, so
 ``hidden_2_matmul`` belongs to ``hidden_2``, not ``hidden``. A layer of variables only (used by the user's own ops)
-has no activation statistics. A batch normalization (``flow.layers.batch_normalization*`` named ``<b>``: variables
+has no activation statistics, and comes in the forward order where its variables are first read. A batch
+normalization (``flow.layers.batch_normalization*`` named ``<b>``: variables
 ``<b>-gamma``, ``<b>-beta`` and the non-trainable ``<b>-moving_mean``, ``<b>-moving_variance``; OneFlow's ResNet
 names them ``<conv>_bn_relu``, ``<conv>_bn_add_relu``, ``<conv>_bn``) is a layer of its own, also when frozen.
 
-Roles (``LayerRole``, read from the graph, for ``health_alerts``): a layer is *ReLU-like* when its output op is
-non-negative (``batch_normalization_relu`` is); *normalised* when a batch norm normalizes its output (a conv before
-its batch norm: its weights are scale-invariant); a *batch norm*; and in a residual branch behind a *gate*, the
-batch norm closing the branch: ``batch_normalization_add_relu`` (the branch: what its normalized input depends on
-and its addend does not), or in the unfused form ``relu(add(batch_normalization(x), shortcut))`` the batch norm
-whose output the add reads.
+Roles (``LayerRole``, read from the graph, for ``health_alerts``): a layer *makes attention scores* when its
+output reaches an attention softmax through ops of no other layer (a query or key projection); a layer is
+*ReLU-like* when its output op is non-negative (``batch_normalization_relu`` is); *normalised* when a batch norm
+normalizes its output (a conv before its batch norm: its weights are scale-invariant); a *batch norm*; and in a
+residual branch behind a *gate*, the batch norm closing the branch: ``batch_normalization_add_relu`` (the branch:
+what its normalized input depends on and its addend does not), or in the unfused form
+``relu(add(batch_normalization(x), shortcut))`` the batch norm whose output the add reads.
 
 Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   activation: ``act_mean_abs``, ``act_std``, ``act_zero_fraction`` (exact zeros among all elements),
@@ -132,6 +134,14 @@ STATISTICS = {
 }
 """Every statistic of ``HealthReport.table``, in the order reports list them, with what it means (the first
 seven are the activation's, in the order ``activation_vector`` computes them)."""
+TRANSFORMER_STATISTICS = {
+    "attention_entropy": "a head's normalized attention entropy (0: each query attends to one key; 1: to all alike)",
+    "stream_norm": "norm of the residual stream entering a residual sum",
+    "growth": "RMS of a residual sum's output / its stream's (how much the layer grows the stream)",
+    "branch_ratio": "RMS of a residual branch / its stream's",
+}
+"""Transformers' numbers (``HealthReport.attention``, ``.residual``), named as their log records
+(``summary.health_log``)."""
 ACTIVATION_STATISTICS = tuple(STATISTICS)[:7]
 """The statistics of a layer's output (activation)."""
 BATCH_NORM_STATISTICS = tuple(STATISTICS)[-7:]
@@ -239,6 +249,7 @@ class _Layer:
     batch_norm: object = None    # the BatchNormParts of its batch-normalization node
     normalised: bool = False     # one of its ops' outputs is what a batch normalization normalizes
     gate: str | None = None      # the batch norm closing the residual branch it is in
+    attention: str | None = None     # the attention block whose scores its output makes (a query or key projection)
     made: list = field(default_factory=list)     # the first output of each of its forward nodes
 
 
@@ -251,12 +262,17 @@ class LayerRole(NamedTuple):
     ``relu``: its output is ReLU-like (dead units mean something); ``normalised``: its output feeds a batch
     normalization (so its weights are scale-invariant); ``batch_norm``: it is a batch normalization (its weights
     are the per-channel gamma and beta); ``gate``: the batch norm whose ``batch_normalization_add_relu`` closes the
-    residual branch it is in; ``size``: how many trainable values it has."""
+    residual branch it is in; ``size``: how many trainable values it has; ``attention``: the attention block
+    (``find_attention``) whose scores its output makes (a query or key projection: its output reaches the block's
+    softmax through no other layer); ``vectors_only``: not a batch norm, and all its trainable variables are vectors
+    (biases, a layer norm's gamma and beta: no kernel)."""
     relu: bool = True
     normalised: bool = False
     batch_norm: bool = False
     gate: str | None = None
     size: int = 0
+    attention: str | None = None
+    vectors_only: bool = False
 
 
 def find_layers(graph):
@@ -296,8 +312,37 @@ def find_layers(graph):
         if parts is not None and owner.moving is not None:
             owner.batch_norm = parts
             owner.unit_axis = node.attrs["axis"]
+    # a layer of variables only (BERT's embedding tables, read by ops of other names) comes where they are first read
+    unplaced = {p.read.id: layer for layer in layers.values() if layer.output is None for p in layer.params}
+    for i, node in enumerate(graph.nodes):
+        if unplaced and _forward(node):
+            for t in node.inputs:
+                layer = unplaced.get(t.id)
+                if layer is not None:
+                    layer.position = min(layer.position, i)
     _find_normalisation(graph, layers.values())
+    _find_attention_scores(graph, layers.values())
     return sorted(layers.values(), key=lambda layer: (layer.position, layer.name))
+
+
+def _find_attention_scores(graph, layers):
+    """Mark the layers whose output makes an attention block's scores: walking back from each block's softmax
+    (``find_attention``) through ops of no layer (reshapes, transposes, the scores' matmul, the mask's add), the
+    layers reached first (BERT's query and key projections; the value projection feeds the context, not the
+    scores)."""
+    owner = {t.id: layer for layer in layers for t in layer.made}
+    for block, probs in find_attention(graph):
+        seen, stack = set(), list(probs.node.inputs)
+        while stack:
+            t = stack.pop()
+            if t.id in seen:
+                continue
+            seen.add(t.id)
+            layer = owner.get(t.id)
+            if layer is not None:
+                layer.attention = layer.attention or block
+            elif not t.node.op.is_variable:
+                stack.extend(t.node.inputs)
 
 
 def _find_normalisation(graph, layers):
@@ -391,7 +436,9 @@ def find_residuals(graph):
 def roles_of(layers):
     """``{layer: LayerRole}`` of ``find_layers``' layers (see ``health_alerts``)."""
     return {layer.name: LayerRole(layer.nonnegative, layer.normalised, layer.batch_norm is not None, layer.gate,
-                                  sum(math.prod(p.read.shape) for p in layer.params))
+                                  sum(math.prod(p.read.shape) for p in layer.params), layer.attention,
+                                  layer.batch_norm is None and bool(layer.params) and
+                                  all(len(p.read.shape) <= 1 for p in layer.params))
             for layer in layers}
 
 
@@ -817,7 +864,12 @@ def health_alerts(history, report, thresholds=None, relu_layers=None, roles=None
     behind a closed gate (its batch norm's gamma and beta RMS below ``closed_gate``) is expected to get small or no
     gradients and updates; a normalised layer and a batch norm leave the across-depth gradient comparison; a
     normalised layer's update ratio alerts high only when it stayed high over the ``MIN_HISTORY`` reports before;
-    a batch norm whose weights are still near zero has no high update ratio.
+    a batch norm whose weights are still near zero has no high update ratio. On transformers likewise: a layer making
+    an attention block's scores (``LayerRole.attention``: a query or key projection) leaves the across-depth
+    comparison while the block's heads are all near uniform (``_Seen.scores_idle``: its gradient is tiny then by
+    design), and a layer of vectors only (a zero-initialised output bias) whose weights are still near zero (RMS
+    below ``closed_gate``) has no high update ratio; an update of exactly zero
+    despite a gradient (a warm-up's first step, at a learning rate of 0) alerts only when it stayed zero over them.
     """
     t = {**THRESHOLDS, **(thresholds or {})}
     if roles is None:
@@ -846,6 +898,17 @@ class _Seen:
         if gate is None:
             return False
         return _weight_rms(self.report.table.get(gate, {}), self.role(gate)) < self.t["closed_gate"]
+
+    def scores_idle(self, layer):
+        """``layer`` makes the scores of an attention block whose heads are all (still) near uniform (normalized
+        entropy above ``attention_uniform``). Its gradient is then tiny by design, not for want of signal: the
+        scores' gradient is the softmax's Jacobian times the context's gradient, which at uniform attention only
+        keeps each key's deviation from the mean value, and a query's gradient is proportional to the keys (a key's
+        to the queries), themselves the other projection's output, as small as its small initialisation. It grows
+        as the heads learn to attend (BERT's query and key gradients start ~1e-4 of the output's)."""
+        block = self.role(layer).attention
+        heads = self.report.attention.get(block) if block is not None else None
+        return bool(heads) and all(e > self.t["attention_uniform"] for e in heads)
 
     def alert(self, kind, layer, message):
         return HealthAlert(kind, layer, self.report.step, message)
@@ -896,9 +959,20 @@ def _update_ratio_alerts(seen):
         # A branch behind a closed gate moves slowly by design (see _Seen.gate_closed), not for want of a rate.
         if low and seen.gate_closed(layer):
             continue
+        # An update of exactly zero despite a gradient is a learning rate of zero at this step: a linear warm-up's
+        # first step (OneFlow's warmup.linear starts at 0, as BERT's schedule does), by design. Only one that stays
+        # zero over the MIN_HISTORY reports before says the rate is wrong.
+        if ratio == 0 and row.get("grad_norm", 0) > 0 and not _stays(seen, layer, lambda r: r == 0):
+            continue
         # A batch norm whose gamma and beta start (near) zero (the gate itself): a ratio to a norm of almost nothing
         # is large whatever the step, so it says nothing about the learning rate.
         if not low and role.batch_norm and _weight_rms(row, role) < t["closed_gate"]:
+            continue
+        # Likewise a layer of vectors only (BERT's masked-LM output bias, zero-initialised) while they are still
+        # near zero: Adam's first steps move every element by about the learning rate, so the ratio to a norm of
+        # k such steps is about 1/k (2/k under a linear warm-up) whatever the rate. Too high a rate soon takes them
+        # past closed_gate, and then alerts.
+        if not low and role.vectors_only and _weight_rms(row, role) < t["closed_gate"]:
             continue
         # A layer that feeds a batch norm is scale-invariant: its gradient is orthogonal to its weights and
         # proportional to 1 / their norm, so a large step grows the norm and shrinks the next steps' ratio (from a
@@ -917,9 +991,13 @@ def _update_ratio_alerts(seen):
 
 
 def _stays_high(seen, layer):
+    return _stays(seen, layer, lambda r: not r <= seen.t["update_ratio_high"])
+
+
+def _stays(seen, layer, holds):
+    """``holds(update_ratio)`` of ``layer`` in each of the MIN_HISTORY reports before this one."""
     earlier = [r.table.get(layer, {}).get("update_ratio") for r in seen.recent[-MIN_HISTORY:]]
-    return len(earlier) == MIN_HISTORY and all(r is not None and not r <= seen.t["update_ratio_high"]
-                                                for r in earlier)
+    return len(earlier) == MIN_HISTORY and all(r is not None and holds(r) for r in earlier)
 
 
 def _depth_gradient_alerts(seen):
@@ -931,8 +1009,9 @@ def _depth_gradient_alerts(seen):
     out, t, table = [], seen.t, seen.report.table
     grads = [(layer, row["grad_norm"]) for layer, row in table.items()
              if math.isfinite(row.get("grad_norm", math.nan))]
+    # a layer making attention scores while its heads are uniform gets a tiny gradient by design (_Seen.scores_idle)
     plain = [(layer, norm) for layer, norm in grads
-             if not seen.role(layer).normalised and not seen.role(layer).batch_norm]
+             if not seen.role(layer).normalised and not seen.role(layer).batch_norm and not seen.scores_idle(layer)]
     last_layer, last = plain[-1] if plain else (None, 0.0)
     zero = next((layer for layer, norm in grads[:-1] if norm == 0 and not seen.gate_closed(layer)), None)
     if zero is not None:
@@ -1037,5 +1116,5 @@ alerts (``health_alerts`` runs them)."""
 __all__ = [
     "watch_health", "HealthReport", "HealthAlert", "health_alerts", "find_layers", "roles_of", "LayerRole",
     "histogram_buckets", "THRESHOLDS", "STATISTICS", "ACTIVATION_STATISTICS", "BATCH_NORM_STATISTICS",
-    "COUNT_STATISTICS", "HISTOGRAM_BINS", "ALERT_RULES",
+    "COUNT_STATISTICS", "HISTOGRAM_BINS", "ALERT_RULES", "TRANSFORMER_STATISTICS",
 ]

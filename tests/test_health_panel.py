@@ -570,3 +570,51 @@ def test_health_panel_in_jupyterlab_shows_every_alert_kind_of_a_diverging_run_wi
         nb.page.mouse.move(5, 5)
         nb.screenshot(SHOTS / "health-panel-diverging.png", nb.output_area(0))
         assert nb.output_errors() == [] and nb.errors() == []
+
+
+def test_a_transformers_panel_adds_a_compact_attention_heatmap(sent):    # noqa: F811
+    from test_health_transformer import watched_bert
+    panel = HealthPanel(mode="notebook")
+    panel._refresher.stop()
+    reports, _ = watched_bert(4, before_health=None)          # the reports, then the panel takes them as they came
+    for r in reports:
+        panel(r)
+    panel.refresh()
+    page = Page(panel.widget, sent).update()
+    grid = panel.attention_grid
+    heads = [f"bert-encoder-layer_{i}-attention-self/head_{h}" for i in range(2) for h in range(2)]
+    assert grid.layers == tuple(heads) and grid.statistics == ("attention_entropy",)
+    for layer in heads:
+        block, h = layer.rsplit("/head_", 1)
+        np.testing.assert_array_equal(grid.trend_columns(layer, "attention_entropy")["mean"],
+                                      [r.attention[block][int(h)] for r in reports])
+    heat = page.model(panel.attention_map.source).data
+    assert len(heat["bottom"]) == 4 * len(heads)                          # a cell a head and step, in the page
+    np.testing.assert_array_equal(heat["linear_value"][np.asarray(heat["bottom"]) == 0],
+                                  [r.attention["bert-encoder-layer_0-attention-self"][0] for r in reports])
+    assert page.model(panel.attention_map.linear).high == 1.0 and page.model(panel.attention_map.linear).low == 0.0
+    # a new report reaches the page's attention heatmap too
+    later = HealthReport(10, reports[-1].table, attention={b: [0.01] * 2 for b in reports[-1].attention})
+    panel(later)
+    panel.refresh()
+    page.update()
+    heat = page.model(panel.attention_map.source).data
+    assert len(heat["bottom"]) == 5 * len(heads) and heat["hi"][-1] == 0.01
+    assert panel.widget.static_html().count("<svg") >= 3                 # its static copy has it too
+    with pytest.raises(ValueError, match=r"HealthPanel: this panel shows the attention blocks of"):
+        panel(HealthReport(11, reports[-1].table, attention={"other": [0.5]}))
+    panel.close()
+
+
+def test_many_heads_are_drawn_a_row_per_block_by_its_lowest_head():
+    panel = HealthPanel(mode="terminal", file=io.StringIO())
+    attention = {f"layer_{i}": [0.9 - 0.01 * h for h in range(12)] for i in range(12)}     # 144 heads
+    panel(HealthReport(0, {"dense": {"grad_norm": 1.0}}, attention=attention))
+    grid = panel.attention_grid
+    assert grid.layers == tuple(f"layer_{i} (lowest head)" for i in range(12))
+    assert grid.trend_columns("layer_3 (lowest head)", "attention_entropy")["mean"].tolist() == [pytest.approx(0.79)]
+    panel.close()
+    plain = HealthPanel(mode="terminal", file=io.StringIO())
+    plain(HealthReport(0, {"dense": {"grad_norm": 1.0}}))
+    assert plain.attention_grid is None
+    plain.close()

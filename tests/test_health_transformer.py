@@ -16,9 +16,9 @@ from flowlab.ops.stats import attention_vector
 BATCH, SEQ, PREDICTIONS, VOCAB = 8, 16, 3, 24
 
 
-def watched_bert(steps, lr=1e-3, window=3, before_health=None, **builder_options):
+def watched_bert(steps, lr=1e-3, window=3, before_health=None, writer=None, **builder_options):
     """Reports of ``steps`` train steps of a 2-layer, 2-head BERT built with ``builder_options`` (and the job);
-    ``before_health()`` runs in the job before ``watch_health``."""
+    ``before_health()`` runs in the job before ``watch_health``; ``writer`` also takes the reports."""
     builder = bert.BertBuilder(VOCAB, hidden=16, layers=2, heads=2, max_positions=SEQ, dropout=0.0,
                                attention_dropout=0.0, **builder_options)
     ids = tp.Numpy.Placeholder((BATCH, SEQ), dtype=flow.int32)
@@ -36,7 +36,7 @@ def watched_bert(steps, lr=1e-3, window=3, before_health=None, **builder_options
                             ).minimize(total)
         if before_health is not None:
             before_health()
-        flow.watch_health(reports.append, window=window)
+        flow.watch_health(reports.append, window=window, writer=writer)
         return total
 
     examples = bert.pretraining_examples(BATCH * steps, seq_length=SEQ, vocab_size=VOCAB,
@@ -73,6 +73,31 @@ def test_reports_list_every_block_and_a_healthy_net_raises_no_transformer_alert(
         assert row["growth"] == pytest.approx(1.0, abs=0.05) and row["branch_ratio"] < 0.2
         assert row["stream_norm"] == pytest.approx(math.sqrt(BATCH * SEQ * 16), rel=0.05)   # a layer norm's output
     assert not any(kinds(r) & TRANSFORMER_ALERTS for r in reports)      # uniform, but not yet for a whole window
+
+
+def test_watch_health_lists_the_whole_encoder_in_forward_order():
+    """Every layer of the encoder, each with its statistics: the embeddings (a layer of tables, where they are first
+    read), every layer norm and feed-forward layer with activation statistics (the layer norm's output: its beta
+    add), every attention block with a row per head, then the heads of the two losses."""
+    reports, _ = watched_bert(1)
+    report = reports[0]
+    per_layer = ["attention-self-query", "attention-self-key", "attention-self-value", "attention-output-dense",
+                 "attention-output-LayerNorm", "intermediate-dense", "output-dense", "output-LayerNorm"]
+    assert list(report.table) == ["bert-embeddings", "bert-embeddings-LayerNorm"] + [
+        f"bert-encoder-layer_{i}-{name}" for i in range(2) for name in per_layer] + [
+        "cls-predictions-transform-dense", "cls-predictions-transform-LayerNorm", "cls-predictions",
+        "bert-pooler-dense", "cls-seq_relationship"]
+    for layer, row in report.table.items():
+        assert row["grad_norm"] > 0 and row["weight_norm"] > 0 or layer == "cls-predictions", layer
+        if "LayerNorm" in layer or "dense" in layer:
+            assert row["act_std"] > 0, layer
+    # a layer norm's output is normalized: per row mean 0, variance 1 (gamma 1, beta 0 at the first step)
+    for i in range(2):
+        row = report.table[f"bert-encoder-layer_{i}-output-LayerNorm"]
+        assert row["act_std"] == pytest.approx(1.0, abs=0.01)
+    assert "act_std" not in report.table["bert-embeddings"]          # tables only: read by ops of other names
+    assert list(report.attention) == [f"bert-encoder-layer_{i}-attention-self" for i in range(2)]
+    assert all(len(heads) == 2 for heads in report.attention.values())
 
 
 def test_entropy_and_residual_numbers_are_those_of_the_tensors():
@@ -171,3 +196,54 @@ def test_networks_without_attention_get_no_transformer_rows():
     residuals = find_residuals(graph)
     assert find_attention(graph) == [] and len(residuals) == 1     # a residual sum, but no attention: not watched
     assert residuals[0].stream.node.op.is_placeholder and residuals[0].branch.node.name.startswith("hidden")
+
+
+# ------------------------------------------------------------------------------------------------ transformer-aware
+
+def test_query_and_key_projections_are_read_as_making_their_blocks_scores():
+    """Roles from the graph: the layers a block's softmax reaches through no other layer (query, key), not the value
+    projection; a layer of vectors only (the masked-LM output bias) is one."""
+    from flowlab.health import find_layers, roles_of
+    _, job = watched_bert(1)
+    roles = roles_of(find_layers(job.graph()))
+    for i in range(2):
+        block = f"bert-encoder-layer_{i}-attention-self"
+        assert roles[f"{block}-query"].attention == block and roles[f"{block}-key"].attention == block
+        assert roles[f"{block}-value"].attention is None
+        assert roles[f"bert-encoder-layer_{i}-intermediate-dense"].attention is None
+    assert [name for name, role in roles.items() if role.attention] == [
+        f"bert-encoder-layer_{i}-attention-self-{p}" for i in range(2) for p in ("query", "key")]
+    assert roles["cls-predictions"].vectors_only and not roles["cls-predictions-transform-dense"].vectors_only
+
+
+def test_a_healthy_bert_raises_no_alert_in_its_first_steps_and_a_broken_one_still_vanishes():
+    """At initialisation the query and key gradients are ~1e-4 of the output layer's (uniform attention, small
+    weights): by design, no vanishing_gradient while the heads are uniform. Nor an update_ratio on the zero-initialised
+    output bias. No warm-up at a learning rate of 1 saturates the heads: the query/key gradients then do vanish,
+    and the alert says so."""
+    healthy, _ = watched_bert(10, window=20)
+    q = healthy[0].table["bert-encoder-layer_0-attention-self-query"]["grad_norm"]
+    assert q < 1e-3 * healthy[0].table["cls-seq_relationship"]["grad_norm"]      # what used to raise the alert
+    assert [(r.step, a.kind, a.layer) for r in healthy for a in r.alerts] == []
+    broken, _ = watched_bert(10, window=20, lr=1.0)
+    vanished = {a.layer for r in broken for a in r.alerts if a.kind == "vanishing_gradient"}
+    assert vanished & {f"bert-encoder-layer_{i}-attention-self-{p}" for i in range(2) for p in ("query", "key")}
+    assert any(a.kind == "attention_collapsed" for r in broken for a in r.alerts)
+
+
+def test_the_score_layers_relief_holds_only_while_their_heads_are_uniform():
+    from flowlab.health import LayerRole
+    roles = {"q": LayerRole(relu=False, attention="block", size=10), "v": LayerRole(relu=False, size=10),
+             "out": LayerRole(relu=False, size=10)}
+
+    def alerts(q_grad, heads):
+        table = {"q": {"grad_norm": q_grad}, "v": {"grad_norm": 0.5}, "out": {"grad_norm": 1.0}}
+        return [(a.kind, a.layer) for a in health_alerts([], HealthReport(0, table, attention={"block": heads}),
+                                                         roles=roles)]
+    assert alerts(1e-5, [0.999, 0.995]) == []                               # uniform heads: tiny by design
+    assert alerts(1e-5, [0.999, 0.6]) == [("vanishing_gradient", "q")]       # a head attends: it must learn
+    assert alerts(0.0, [0.999, 0.995]) == [("vanishing_gradient", "q")]      # no gradient at all: always
+    plain = {**roles, "q": LayerRole(relu=False, size=10)}
+    table = {"q": {"grad_norm": 1e-5}, "v": {"grad_norm": 0.5}, "out": {"grad_norm": 1.0}}
+    assert [a.layer for a in health_alerts([], HealthReport(0, table, attention={"block": [1.0]}), roles=plain)] \
+        == ["q"]                                                             # a layer not making scores: as before

@@ -229,6 +229,36 @@ def check_cnn_health(nb):
     assert "no batch norm, lr 0.5: loss" in summary and "update_ratio" in summary and "first at step 0 on fc" in summary
 
 
+def check_transformer_health(nb):
+    out = text_output(nb)
+    assert "Traceback" not in out and "failed to refresh" not in out
+    assert widget_views(nb) == 3                                   # a HealthPanel per case shown
+    data, healthy, too_fast, unscaled, summary = cell_texts(nb)
+    assert "40 batches of 16 sequences of 16 tokens" in data
+    alerted = lambda text, kind: re.search(rf"^alert {kind}: (.*) \(\d+ in all\)$", text, re.M)   # noqa: E731
+    entropy = lambda text: [float(e) for e in re.findall(r"^entropy at the end, \S+: ([\d.]+)$", text, re.M)]  # noqa
+    # healthy: learns, heads sharpen, and no alert (neither the warm-up's zero first step nor the query/key
+    # projections' tiny gradients while their heads are uniform)
+    assert "no alerts" in healthy and "alert " not in healthy
+    first, last = map(float, re.search(r"loss: first ([\d.]+), mean of the last 5 ([\d.]+)", healthy).groups())
+    assert last < first * 0.9
+    assert len(entropy(healthy)) == 4 and all(0.3 < e < 0.98 for e in entropy(healthy))
+    # no warm-up at lr 0.1: overwritten layers, a growing residual stream, a collapsed first layer, and the
+    # vanishing gradient named on a query or key projection
+    for kind in ("update_ratio", "residual_growth", "attention_collapsed", "vanishing_gradient"):
+        assert alerted(too_fast, kind), kind
+    assert alerted(too_fast, "attention_collapsed").group(1).startswith("bert-encoder-layer_0-attention-self")
+    assert re.search(r"bert-encoder-layer_\d-attention-self-(query|key)", alerted(too_fast, "vanishing_gradient")
+                     .group(1))
+    assert "attends to a single key" in too_fast
+    # the attention scale removed: the first layer collapses from step 0; with the scale it does not
+    assert alerted(unscaled, "attention_collapsed").group(1) == "bert-encoder-layer_0-attention-self"
+    assert max(entropy(unscaled)[:2]) < 0.1
+    assert "with the scale: attention_collapsed 0 times" in unscaled
+    assert re.search(r"attention_collapsed +\d+x, first at step 0 on bert-encoder-layer_0-attention-self", summary)
+    assert re.search(r"healthy: .*\n    no alerts", summary)
+
+
 CHECKS = {
     "01_train_digits.ipynb": check_train_digits,
     "02_watch_relu.ipynb": check_watch_relu,
@@ -240,6 +270,7 @@ CHECKS = {
     "08_multi_device.ipynb": check_multi_device,
     "09_network_health.ipynb": check_network_health,
     "10_cnn_health.ipynb": check_cnn_health,
+    "11_transformer_health.ipynb": check_transformer_health,
 }
 
 

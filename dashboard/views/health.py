@@ -8,6 +8,9 @@ statistic and, when the runs log several, a health tag. The tab draws, all with 
   counts), all three over one shared step range;
 - each run's alerts (the ``<tag>/alerts`` text series) grouped by kind and layer, the latest group first, with its
   steps, count and newest message, and a count of each kind;
+- for a transformer (a report with ``HealthReport.attention``: the ``<tag>/attention`` and ``<tag>/residual`` records of
+  ``summary.health_log``), under each run's heatmap: its heads' attention entropy (one row per head of each attention
+  block, 0 collapsed … 1 uniform, on a linear scale) and its residual sums' growth of the stream, over the same steps;
 - for one layer (tap a heatmap cell, or pick it): its trend in both runs overlaid (``trend_overlay_figure``), and its
   activation, weight and gradient histograms at one step in both runs' colours, overlaid (``histogram_bars``), the
   step chosen on a slider over the steps both runs logged histograms at (snapped to the nearest one).
@@ -34,11 +37,11 @@ from bokeh.layouts import column, row
 from bokeh.models import (ColumnDataSource, DataRange1d, DataTable, Div, HTMLTemplateFormatter, Select, Slider,
                           StringFormatter, TableColumn)
 
-from flowlab.health import STATISTICS
+from flowlab.health import STATISTICS, TRANSFORMER_STATISTICS
 from flowlab.plots.data import equal_width_buckets
 from flowlab.plots.figures import histogram_bars, histogram_columns, plain_figure, trend_source
 from flowlab.plots.health import LINEAR, AlertGroups, Divergence, HealthHeatmap, trend_overlay_figure
-from flowlab.summary.health_log import HISTOGRAM_KINDS
+from flowlab.summary.health_log import ATTENTION, ATTENTION_STATISTIC, HISTOGRAM_KINDS, PARTS, RESIDUAL
 
 from ..runs import run_colour
 from .base import View
@@ -55,6 +58,9 @@ TABLE_ROWS = 6                  # alert groups shown before the table scrolls (a
 WRAPPED = '<div style="white-space:normal;line-height:1.25;font-size:11px"><%- value %></div>'
 
 
+# a transformer's records beside a report's tag, each drawn as a heatmap of one statistic, with its title
+PART_SHOWN = {ATTENTION: (ATTENTION_STATISTIC, "attention entropy per head (0 collapsed, 1 uniform)"),
+              RESIDUAL: ("growth", "residual stream growth per sum (output RMS / stream RMS)")}
 ALERT_FIELDS = [field for field, _ in ALERT_COLUMNS]
 LAYER_COLUMN_MAX = 300          # px the layer column may grow to, for long layer names
 
@@ -98,6 +104,10 @@ class _Side:
         self.counts = Div(text="", disable_math=True, name=f"health-alert-counts:{name}",
                           styles={"font-size": "12px"})
         self.box = column(self.counts, self.table)
+        # a transformer's attention and residual heatmaps (``PART_SHOWN``), made when its run has them
+        self.parts = row(Div(text=""), sizing_mode="stretch_width", visible=False, name=f"health-parts:{name}")
+        self.part_maps = {}             # part -> HealthHeatmap
+        self.part_drawn = {}            # part -> (series key, epoch, grid, last step) drawn
 
 
 class HealthView(View):
@@ -138,6 +148,7 @@ class HealthView(View):
         self._trend_drawn, self._divergence_drawn, self._redrawn_at = None, None, 0.0
         self.body = column(row(self.sides["A"].holder, self.sides["B"].holder, self.divergence_holder,
                                sizing_mode="stretch_width"),
+                           self.sides["A"].parts, self.sides["B"].parts,
                            self.sides["A"].box, self.sides["B"].box,
                            self.detail, self.trend_holder, row(self.step, self.step_note), self.hist_row,
                            sizing_mode="stretch_width", visible=False)
@@ -200,7 +211,7 @@ class HealthView(View):
         _set_options(self.layer, layers)
         if self.layer.value not in layers:
             self.layer.value = layers[0]
-        meaning = STATISTICS.get(self.statistic.value, "")
+        meaning = STATISTICS.get(self.statistic.value) or TRANSFORMER_STATISTICS.get(self.statistic.value, "")
         self.meaning.text = html.escape(f"{self.statistic.value}: {meaning}" if meaning else self.statistic.value)
         return a, b
 
@@ -223,6 +234,10 @@ class HealthView(View):
 
     def _update(self):
         shown = [s for s in self.store.series("health") if self.runs.shows(s.run) and s.grid is not None]
+        # a report's transformer records (<tag>/attention, <tag>/residual) are drawn with it, not chosen as tags
+        tags = {(s.run, s.tag) for s in shown}
+        shown = [s for s in shown if not any(s.tag.endswith(f"/{part}") and (s.run, s.tag[:-len(part) - 1]) in tags
+                                             for part in PARTS)]
         if not shown:
             self.body.visible = False
             self.message.visible = True
@@ -239,6 +254,7 @@ class HealthView(View):
         changed = False
         for name, series in (("A", a), ("B", b)):
             changed |= self._draw_side(self.sides[name], series, stat)
+            self._draw_parts(self.sides[name], series)
         choice = (a.key, b.key if b else None, stat)
         if choice != self._divergence_drawn or (changed and due):
             self._draw_divergence(a, b, stat)
@@ -275,6 +291,33 @@ class HealthView(View):
         new_reports = side.drawn is not None and side.drawn[:3] == drawn[:3]
         side.series, side.drawn = series, drawn
         return new_reports
+
+    def _draw_parts(self, side, series):
+        """Draw one run's transformer heatmaps (``PART_SHOWN``) when its reports have them."""
+        shown = []
+        for part, (stat, title) in PART_SHOWN.items():
+            s = None if series is None else self._series_of((series.run, f"{series.tag}/{part}", "health"))
+            with self.store.lock:
+                grid = None if s is None else s.grid
+                if grid is None or stat not in grid.statistics:
+                    side.part_maps.pop(part, None)
+                    side.part_drawn.pop(part, None)
+                    continue
+                heatmap = side.part_maps.get(part)
+                if heatmap is None or heatmap.layers != grid.layers:
+                    heatmap = side.part_maps[part] = HealthHeatmap(grid.layers)
+                    heatmap.source.name = f"health-{part}:{side.name}"
+                    heatmap.figure.name = f"health-{part}-figure:{side.name}"
+                    heatmap.figure.x_range = self.steps
+                    side.part_drawn.pop(part, None)
+                drawn = (s.key, s.epoch, grid, grid.last_step)
+                if drawn != side.part_drawn.get(part):
+                    heatmap.update(grid, stat, title=f"{side.name}: {series.run} · {title}")
+                    side.part_drawn[part] = drawn
+            shown.append(heatmap.figure)
+        if [id(f) for f in shown] != [id(f) for f in side.parts.children]:
+            side.parts.children = shown or [Div(text="")]
+        side.parts.visible = bool(shown)
 
     def _draw_divergence(self, a, b, stat):
         if b is None:

@@ -37,7 +37,7 @@ from .figures import ALARM, _figure, _live_figure, compact_ticks, draw_bands, sc
 from .static import Scale, axis_ticks, linear_ticks, tick_texts
 
 # Statistics whose values are fractions or counts get a linear colour scale; norms and magnitudes span decades (log).
-LINEAR = frozenset({"act_zero_fraction", "dead_fraction", *COUNT_STATISTICS})
+LINEAR = frozenset({"act_zero_fraction", "dead_fraction", "attention_entropy", *COUNT_STATISTICS})
 NO_VALUE = "#d9d9d9"
 ZERO = "#e377c2"                # a zero on a log scale (below every colour of the palette)
 ROW_HEIGHT = 18                 # pixels a layer's row takes in a heatmap

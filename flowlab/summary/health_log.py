@@ -15,7 +15,19 @@ tag                         value                                               
                             at steps with alerts
 ``<tag>/<layer>/<what>``    histograms of the layer's ``activation``, ``weight`` and   Histograms/Distributions
                             ``gradient`` (its kernel's), on reports that carry them
+``<tag>/attention``         transformers (``HealthReport.attention``): a               (not shown: our plugin)
+                            ``flowlab_health`` matrix ``[heads, 1]``, one row per
+                            head ``<block>/head_<h>``, statistic
+                            ``attention_entropy``
+``<tag>/residual``          transformers (``HealthReport.residual``): a               (not shown: our plugin)
+                            ``flowlab_health`` matrix ``[sums, 3]``, statistics
+                            ``stream_norm``, ``growth``, ``branch_ratio``
 ==========================  =======================================================  ==========================
+
+The two transformer tags are health records of their own (same plugin, same layout rules), so every reader of
+health records (``read_health``, the dashboard's store, the tailer) takes them as they are; ``attention_of`` and
+``residual_of`` turn their records back into a report's ``attention`` and ``residual`` dicts, and ``PARTS`` names
+the suffixes (the Health tab draws them beside their report's tag).
 
 TensorBoard (and our tailer) keep the first metadata of a tag, so the layer and statistic names are fixed per tag and
 written with a writer's first report of it only: a writer refuses a later report of the same tag with other layers
@@ -34,6 +46,11 @@ from . import encode
 PLUGIN = "flowlab_health"
 VERSION = 1
 HISTOGRAM_KINDS = ("activation", "weight", "gradient")
+ATTENTION, RESIDUAL = "attention", "residual"
+PARTS = (ATTENTION, RESIDUAL)            # a report's transformer records: tags ``<tag>/attention``, ``<tag>/residual``
+ATTENTION_STATISTIC = "attention_entropy"
+RESIDUAL_STATISTICS = ("stream_norm", "growth", "branch_ratio")
+HEAD = "/head_"                          # an attention record's rows: ``<block>/head_<h>``
 
 
 class HealthRecord(NamedTuple):
@@ -60,27 +77,54 @@ def content(layers, statistics) -> bytes:
     return json.dumps({"version": VERSION, "layers": list(layers), "statistics": list(statistics)}).encode()
 
 
-def values(report, tag, layout=None):
-    """The ``Summary.Value``s of ``report`` (see the module docstring). ``layout``: the ``(layers, statistics)`` this
-    tag was first written with (its metadata), or None for a first report."""
-    layers = tuple(report.table)
-    first = layout is None
-    if first:
-        layout = (layers, columns(report.table))
-    elif layers != layout[0]:
-        raise ValueError(f"add_health: tag {tag!r} already holds reports of layers {list(layout[0])}, this report has "
-                         f"{list(layers)}; write another job's reports under another tag (tag=...)")
-    # the metadata (the names) goes with a tag's first report only: readers keep the first they see, as TensorBoard
-    out = [encode.tensor(tag, matrix(report.table, layout[1]), PLUGIN, content(*layout) if first else b"",
-                         metadata=first)]
+def values(report, tag, layouts=None):
+    """The ``Summary.Value``s of ``report`` (see the module docstring) and the ``{tag: (layers, statistics)}`` layouts
+    they were written with. ``layouts``: those a writer's earlier reports fixed (their tags' metadata), by tag."""
+    layouts = dict(layouts or {})
+    tables = [(tag, report.table)]
+    if report.attention:
+        tables.append((f"{tag}/{ATTENTION}", {f"{block}{HEAD}{h}": {ATTENTION_STATISTIC: float(e)}
+                                              for block, heads in report.attention.items()
+                                              for h, e in enumerate(heads)}))
+    if report.residual:
+        tables.append((f"{tag}/{RESIDUAL}", {name: {s: float(row[s]) for s in RESIDUAL_STATISTICS}
+                                             for name, row in report.residual.items()}))
+    out, first_report = [], tag not in layouts
+    for name, table in tables:
+        layers, layout = tuple(table), layouts.get(name)
+        first = layout is None
+        if first:
+            layout = layouts[name] = (layers, columns(table))
+        elif layers != layout[0]:
+            raise ValueError(f"add_health: tag {name!r} already holds reports of layers {list(layout[0])}, this report "
+                             f"has {list(layers)}; write another job's reports under another tag (tag=...)")
+        # the metadata (the names) goes with a tag's first report only: readers keep the first they see, as TensorBoard
+        out.append(encode.tensor(name, matrix(table, layout[1]), PLUGIN, content(*layout) if first else b"",
+                                 metadata=first))
     if report.loss is not None:
-        out.append(encode.scalar(f"{tag}/loss", report.loss, metadata=first))
+        out.append(encode.scalar(f"{tag}/loss", report.loss, metadata=first_report))
     if report.alerts:
         out.append(encode.text(f"{tag}/alerts", [[a.kind, a.layer or "", a.message] for a in report.alerts]))
     for layer, kinds in (report.histograms or {}).items():
         for what, buckets in kinds.items():
             out.append(encode.histogram_of_buckets(f"{tag}/{layer}/{what}", buckets))
-    return out, layout
+    return out, layouts
+
+
+def attention_of(record):
+    """``{block: [normalized entropy per head]}`` (a report's ``attention``) from a ``<tag>/attention`` record."""
+    out = {}
+    for row, value in zip(record.layers, record.matrix[:, record.statistics.index(ATTENTION_STATISTIC)]):
+        block = row.rpartition(HEAD)[0]
+        out.setdefault(block, []).append(float(value))
+    return out
+
+
+def residual_of(record):
+    """``{sum: {"stream_norm", "growth", "branch_ratio"}}`` (a report's ``residual``) from a ``<tag>/residual``
+    record."""
+    return {name: {s: float(v) for s, v in zip(record.statistics, row)}
+            for name, row in zip(record.layers, record.matrix)}
 
 
 def decode(array, plugin_content) -> HealthRecord:

@@ -125,7 +125,7 @@ class SummaryWriter:
         self._nonfinite_tags = set()    # histogram tags that have met NaN/Inf: their counts are written from then on
         self._hparams = None            # (hparam_dict, metric tags) once this run holds an hparams session
         self._session_ended = False
-        self._health_layouts = {}       # add_health tag -> (layers, statistics) of its first report
+        self._health_layouts = {}       # add_health tag (and its parts) -> (layers, statistics) of its first report
 
     def get_logdir(self):
         return self.logdir
@@ -195,9 +195,9 @@ class SummaryWriter:
                             f"got {type(report).__name__}")
         encode.check_tag(tag)
         step = _step(report.step if global_step is None else global_step)
-        summary, layout = health_log.values(report, tag, self._health_layouts.get(tag))
+        summary, layouts = health_log.values(report, tag, self._health_layouts)
         self.file_writer.add_summary(summary, step, _walltime(walltime))
-        self._health_layouts.setdefault(tag, layout)
+        self._health_layouts = layouts
 
     # ------------------------------------------------------------------------------------------------ hparams
 

@@ -4,7 +4,10 @@ What it shows (every figure from ``flowlab.plots.health``, the plot layer the da
 statistic selector, a ``HealthHeatmap`` of layers × steps for that statistic, the trend of one layer's statistic
 (the layer clicked in the heatmap; before any click, the first layer with an alert, else the first layer) and,
 below it at the panel's width, the alert list: a count per kind, then every kind of the run (the one seen last
-first), each with one row for each of its first layers (its steps, how often, the newest message in full).
+first), each with one row for each of its first layers (its steps, how often, the newest message in full). A
+transformer's reports (``HealthReport.attention``) add a compact heatmap under the main one: each head's normalized
+attention entropy over steps (0 collapsed, 1 uniform; one row a head, or, past ``ATTENTION_ROWS`` heads, one row a
+block holding its lowest head's: the head nearest collapse), on a fixed 0…1 scale.
 
 Where the work happens: ``panel(report)`` only records: under a short data lock it keeps the report's table and
 alerts and pokes the refresh thread (``_live``), which folds the tables in bulk into a ``HealthGrid`` (the run's
@@ -38,12 +41,13 @@ import numpy as np
 from bokeh.layouts import column, row
 from bokeh.models import ColumnDataSource, CustomJS, Div, Select
 
-from ..health import STATISTICS, HealthReport
+from ..health import STATISTICS, TRANSFORMER_STATISTICS, HealthReport
 from ..plots import heading, trend_figure, trend_source
 from ..plots.figures import ALARM
 from ..plots.health import LINEAR, AlertGroups, HealthHeatmap, heatmap_svg
 from ..summary.thinning import HealthGrid
 from ..summary import health_log
+from ..summary.health_log import ATTENTION_STATISTIC
 from ._live import DEFAULT_HZ, LiveView, Refresher, check_hz, resolve_mode
 from .live import LiveDocument
 
@@ -54,6 +58,7 @@ ALERTS_KEPT = 500              # the newest alerts kept as ``alerts`` (the count
 ALERT_LAYERS_SHOWN = 4         # layers of a kind listed with their message; the rest are named in one line
 PAD = "padding:0 8px 3px 0"   # an alert table cell's
 TERMINAL_TABLE_PERIOD = 5.0    # seconds between per-layer lines in a terminal
+ATTENTION_ROWS = 32            # heads drawn a row each; more (BERT-base: 144) are drawn a row per block
 
 # Fills the heatmap and the trend from the cells for the statistic and layer chosen in the page. One script, called
 # on document_ready (``event`` "ready"), a new statistic ("select"), a tap in the heatmap ("tap") and new data. An
@@ -183,6 +188,9 @@ class HealthPanel(LiveView):
         self.max_steps, self._wanted_statistic, self._file = max_steps, statistic, file
         self._grid = None                      # HealthGrid, made by the first report (read it as ``grid``)
         self._pending = []                     # (step, table) of reports not yet folded into the grid
+        self._attention = None                 # HealthGrid of attention entropy (``attention_grid``), transformers
+        self._attention_pending = []           # (step, [one entropy a row]) not yet folded
+        self.attention_map = None              # its HealthHeatmap, once built
         self.statistic = None                  # the statistic shown first (and in the static copy)
         self.step = None                       # the latest report's step
         self.alerts = deque(maxlen=ALERTS_KEPT)    # the newest HealthAlerts, oldest first
@@ -218,6 +226,8 @@ class HealthPanel(LiveView):
             elif layers != self._grid.layers:
                 raise ValueError(f"HealthPanel: this panel shows the layers {list(self._grid.layers)}; a report of "
                                  f"layers {list(layers)} came (another job?): use one panel per job")
+            if report.attention:
+                self._keep_attention(report)
             self._pending.append((report.step, report.table))
             if len(self._pending) >= FOLD_EVERY:
                 self._fold()
@@ -228,8 +238,31 @@ class HealthPanel(LiveView):
                 self._alerts_changed = True
         self._refresher.poke()
 
+    def _keep_attention(self, report):
+        """Keep a report's attention entropies as one row a head, or a block's lowest (``ATTENTION_ROWS``)."""
+        per_head = sum(map(len, report.attention.values())) <= ATTENTION_ROWS
+        rows = {f"{block}/head_{h}": e for block, heads in report.attention.items() for h, e in enumerate(heads)} \
+            if per_head else {f"{block} (lowest head)": min(heads) for block, heads in report.attention.items()}
+        if self._attention is None:
+            self._attention = HealthGrid(tuple(rows), (ATTENTION_STATISTIC,), self.max_steps)
+        elif tuple(rows) != self._attention.layers:
+            raise ValueError(f"HealthPanel: this panel shows the attention blocks of {list(self._attention.layers)}; "
+                             f"a report of {list(rows)} came (another job?): use one panel per job")
+        self._attention_pending.append((report.step, list(rows.values())))
+
     def _fold(self):
         """Fold the pending tables into the grid at once (under the data lock)."""
+        if self._attention_pending:
+            pending, self._attention_pending = self._attention_pending, []
+            last = self._attention.last_step if self._attention.last_step is not None else -1
+            kept = []
+            for step, values in pending:        # in step order, as the main grid's fold
+                if step > last:
+                    kept.append((step, values))
+                    last = step
+            if kept:
+                self._attention.extend([step for step, _ in kept],
+                                       np.array([row for _, row in kept], np.float64)[:, :, None])
         pending, self._pending = self._pending, []
         last = self._grid.last_step if self._grid.last_step is not None else -1
         steps, tables = [], []
@@ -252,6 +285,15 @@ class HealthPanel(LiveView):
             if self._pending:
                 self._fold()
             return self._grid
+
+    @property
+    def attention_grid(self):
+        """The attention entropies' ``HealthGrid`` (rows as the module docstring says, statistic
+        ``attention_entropy``), every report so far folded in; None for a network without attention."""
+        with self._data_lock:
+            if self._attention_pending:
+                self._fold()
+            return self._attention
 
     def default_layer(self, statistic=None):
         """The layer whose trend shows before a click: the first layer (in forward order) with an alert, else the
@@ -305,6 +347,8 @@ class HealthPanel(LiveView):
                 # from the bucket before the first changed one: its right edge is where the next one starts
                 start = None if at is None else max(at - 1, 0)
                 cells = None if at is None or self.mode == "terminal" else self.cells_columns(start)
+                attention = None if cells is None or self._attention is None else HealthHeatmap._columns(
+                    self._attention.layers, self._attention.cells(ATTENTION_STATISTIC), True, 0)
                 alerts_changed, self._alerts_changed = self._alerts_changed, False
                 alerts = self.alert_groups.columns() if alerts_changed else None
                 counts = self.alert_groups.kind_counts()
@@ -315,14 +359,16 @@ class HealthPanel(LiveView):
             if self.mode == "terminal":
                 self._print(new_alerts, step, latest, counts)
             else:
-                self._show(start, cells, alerts, counts, step)
+                self._show(start, cells, alerts, counts, step, attention)
 
-    def _show(self, start, cells, alerts, counts, step):
+    def _show(self, start, cells, alerts, counts, step, attention=None):
         live, built = self.widget, self._cells is None
         if built:
             self._build()
         if cells is not None:
             live.splice(self._cells, start * len(self._grid.layers), cells)
+        if attention is not None and self.attention_map is not None:    # a few rows a head: sent whole
+            live.splice(self.attention_map.source, 0, attention)
         default = self._grid.layers.index(self.default_layer())
         live.splice(self._meta, 0, {"step": [step], "default_layer": [default]})
         if alerts is not None:
@@ -372,8 +418,22 @@ class HealthPanel(LiveView):
         title = f'<b>HealthPanel</b> &nbsp;<span style="color:#777">{len(names)} layers · statistic</span>'
         self._root.children = [
             row(Div(text=title, width=200, disable_math=True, stylesheets=[":host { margin-top: 10px; }"]),
-                self.select), fig,
+                self.select), fig] + self._build_attention() + [
             self.trend, self._alerts_div]
+
+    def _build_attention(self):
+        """The attention heatmap's figure (a list of none for a network without attention): a linear 0…1 scale,
+        fixed, so that a head's colour means the same at every step."""
+        if self._attention is None:
+            return []
+        self.attention_map = HealthHeatmap(self._attention.layers)
+        self.attention_map.figure.name, self.attention_map.source.name = "health-attention", "health-attention-heat"
+        self.attention_map.figure.x_range = self.heatmap.figure.x_range      # the steps of the heatmap above
+        with self._data_lock:
+            self.attention_map.update(self._attention, ATTENTION_STATISTIC, linear=True,
+                                      title=f"{ATTENTION_STATISTIC}: {TRANSFORMER_STATISTICS[ATTENTION_STATISTIC]}")
+        self.attention_map.linear.update(low=0.0, high=1.0)
+        return [self.attention_map.figure]
 
     def _fill_models(self):
         """Write the panel's own choice (``statistic``, the default layer) into the heatmap and trend models, which
@@ -456,9 +516,11 @@ class HealthPanel(LiveView):
             trend = trend_figure(source, y_label=self.statistic)
             trend.title.text = f"layer {layer}: {self.statistic}"
             trend.title.text_font_size = "9pt"
+            attention = [] if self._attention is None else [Div(text=heatmap_svg(
+                self._attention, ATTENTION_STATISTIC), sizing_mode="stretch_width")]
             heading_html = (f"<b>HealthPanel</b> &nbsp;<span style=\"color:#777\">{len(self._grid.layers)} layers · "
                             f"statistic {html.escape(self.statistic)}</span>")
-            return column(heading(heading_html), Div(text=svg, sizing_mode="stretch_width"), trend,
+            return column(heading(heading_html), Div(text=svg, sizing_mode="stretch_width"), *attention, trend,
                           Div(text=alerts, sizing_mode="stretch_width", styles={"font-size": "9pt"}),
                           sizing_mode="stretch_width")
 

@@ -1,0 +1,173 @@
+#!/usr/bin/env python
+"""The small BERT encoder's train step (``flowlab.examples.bert.pretrain_job``: masked-LM and next-sentence losses,
+Adam with bias correction), flowlab vs a PyTorch eager transcription with the same weights, on the CPU.
+
+Model (defaults): hidden 128, 2 layers, 2 heads, intermediate 512, vocabulary 100, batch 8 x 32 tokens, 5 masked
+predictions, no dropout (so that both compute the same thing), Adam lr 1e-3 with no warm-up. PyTorch's module holds
+flowlab's initial weights (float32) and runs the same graph op for op (``torch.nn.functional``: layer norm, GELU with
+erf, softmax, cross-entropy); its optimizer is ``torch.optim.Adam`` (``foreach``), with OneFlow's bias correction;
+epsilon sits outside the corrected root there, beside it here (the same at the first step with eps / sqrt(1 - beta2),
+which the check below uses).
+
+Before timing, one step of each from the same weights and batch must give the same three losses (rtol 1e-5) and the
+same updated weights (within 1e-3 of each variable's largest change or 1e-4 of a step, but for at most one value in
+a thousand). Then R rounds each time a block of N steps of
+both (the order alternates), after 0.3 s idle and one untimed step each (the other library's worker threads stop
+spinning); reported: the median ms/step of each, and their ratio (target: flowlab <= 1.0x PyTorch eager).
+
+    python benchmarks/bert.py                    # ~1 minute on 2 cores
+    python benchmarks/bert.py --rounds 5 --steps 5 --hidden 64
+"""
+# No `from __future__ import annotations`: flowlab reads the job's placeholder annotations at runtime.
+import argparse
+import datetime
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+TARGET = 1.0                                   # flowlab ms / PyTorch eager ms
+
+
+def flowlab_step(flow, bert, args):
+    """``(step(batch) -> [total, mlm, nsp], {name: initial weights})``."""
+    flow.clear_default_session()
+    job = bert.pretrain_job(batch_size=args.batch, seq_length=args.seq, max_predictions=args.predictions,
+                            vocab_size=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
+                            lr=args.lr, warmup_steps=0, dropout=0.0, attention_dropout=0.0)
+    weights = {name: np.array(v.numpy()) for name, v in flow.get_all_variables().items()}
+    return (lambda batch: job(*batch)), weights
+
+
+class TorchBert:
+    """BERT's pretraining losses from ``weights`` (flowlab's names) in PyTorch eager, float32, trained by Adam."""
+
+    def __init__(self, torch, weights, args):
+        self.torch, self.F, self.args = torch, torch.nn.functional, args
+        self.p = {name: torch.nn.Parameter(torch.from_numpy(np.array(w, np.float32))) for name, w in weights.items()
+                  if not name.endswith(("-m", "-v"))}
+        self.optimizer = torch.optim.Adam(self.p.values(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, foreach=True)
+
+    def losses(self, batch):
+        torch, F, p, a = self.torch, self.F, self.p, self.args
+        ids, mask, segments, positions, label_ids = (torch.from_numpy(x).long() for x in batch[:5])
+        weights, nsp = torch.from_numpy(batch[5]), torch.from_numpy(batch[6]).long()
+        b, s, h, heads = ids.shape[0], ids.shape[1], a.hidden, a.heads
+        size = h // heads
+
+        def dense(x, name):
+            return torch.addmm(p[f"{name}-bias"], x, p[f"{name}-weight"])
+
+        def norm(x, name):
+            return F.layer_norm(x, (h,), p[f"{name}-LayerNorm-gamma"], p[f"{name}-LayerNorm-beta"], eps=1e-5)
+
+        e = "bert-embeddings"
+        x = p[f"{e}-word_embeddings"][ids] + p[f"{e}-token_type_embeddings"][segments] + \
+            p[f"{e}-position_embeddings"][:, :s]
+        x = norm(x, e).reshape(b * s, h)
+        add_mask = (mask.float().reshape(b, 1, 1, s) - 1.0) * 10000.0
+        for i in range(a.layers):
+            n = f"bert-encoder-layer_{i}"
+            q, k, v = (dense(x, f"{n}-attention-self-{part}").reshape(b, s, heads, size).transpose(1, 2)
+                       for part in ("query", "key", "value"))
+            probs = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(size) + add_mask, dim=-1)
+            context = torch.matmul(probs, v).transpose(1, 2).reshape(b * s, h)
+            attended = norm(dense(context, f"{n}-attention-output-dense") + x, f"{n}-attention-output")
+            inner = F.gelu(dense(attended, f"{n}-intermediate-dense"))
+            x = norm(dense(inner, f"{n}-output-dense") + attended, f"{n}-output")
+        sequence = x.reshape(b, s, h)
+        picked = torch.gather(sequence, 1, positions[:, :, None].expand(-1, -1, h)).reshape(-1, h)
+        picked = norm(F.gelu(dense(picked, "cls-predictions-transform-dense")), "cls-predictions-transform")
+        logits = picked @ p[f"{e}-word_embeddings"].T + p["cls-predictions-output_bias"]
+        per_token = F.cross_entropy(logits, label_ids.reshape(-1), reduction="none").reshape(b, -1) * weights
+        mlm = (per_token.sum(-1) / (weights.sum(-1) + 1e-5)).mean()
+        pooled = torch.tanh(dense(sequence[:, 0], "bert-pooler-dense"))
+        nsp_logits = pooled @ p["cls-seq_relationship-output_weights"].T + p["cls-seq_relationship-output_bias"]
+        return mlm + F.cross_entropy(nsp_logits, nsp.reshape(-1)), mlm
+
+    def step(self, batch):
+        total, mlm = self.losses(batch)
+        total.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total, mlm
+
+
+def check_same(flow, torch, step, model, batch, before):
+    """One step of each from the same weights: the same losses and the same updated weights."""
+    got = [float(np.asarray(v).mean()) for v in step(batch)]
+    # OneFlow's Adam is lr * m_hat / (sqrt(v_hat) + eps / sqrt(1 - beta2^t)): PyTorch's with that epsilon at step 1
+    # (the query and key gradients start ~1e-7 an element, where the two placements part)
+    model.optimizer.param_groups[0]["eps"] = 1e-8 / math.sqrt(1 - 0.999)
+    total, mlm = (t.detach() for t in model.step(batch))
+    model.optimizer.param_groups[0]["eps"] = 1e-8
+    want = [float(total), float(mlm), float(total - mlm)]
+    np.testing.assert_allclose(got, want, rtol=1e-5, err_msg="losses differ")
+    after = {name: v.numpy() for name, v in flow.get_all_variables().items()}
+    for name, param in model.p.items():
+        change = np.abs(after[name] - before[name]).max()
+        # (1e-4 of a step: a key's bias has no gradient in exact arithmetic, the softmax being shift-invariant, and
+        # moves by its rounding noise only; and Adam's first step is about +-lr whatever |g|, so a float32 gradient
+        # near zero, rounded apart in the two, may move one value in a thousand differently, never by more than lr)
+        diff = np.abs(after[name] - param.detach().numpy())
+        apart = np.mean(diff > max(1e-3 * change, 1e-4 * model.args.lr))
+        assert apart <= 1e-3 and diff.max() <= 2 * model.args.lr, \
+            f"updated {name} differs: {apart:.2%} of its values, by up to {diff.max():.3g}"
+    return got
+
+
+def timed(run, batches, steps):
+    time.sleep(0.3)
+    run(batches[0])                            # untimed: the other library's threads have stopped spinning
+    start = time.perf_counter()
+    for i in range(steps):
+        run(batches[i % len(batches)])
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for name, default in (("hidden", 128), ("layers", 2), ("heads", 2), ("vocab", 100), ("batch", 8), ("seq", 32),
+                          ("predictions", 5), ("rounds", 15), ("steps", 10)):
+        parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    args = parser.parse_args()
+    import torch
+
+    import flowlab as flow
+    from flowlab.examples import bert
+    examples = bert.pretraining_examples(args.batch * 8, seq_length=args.seq, vocab_size=args.vocab,
+                                         max_predictions=args.predictions, seed=0)
+    batches = bert.batches(examples, args.batch)
+    step, weights = flowlab_step(flow, bert, args)
+    model = TorchBert(torch, weights, args)
+    losses = check_same(flow, torch, step, model, batches[0], weights)
+    torch_step = lambda batch: float(model.step(batch)[0].detach())          # noqa: E731 - (a float: the step is done)
+    flow_step = lambda batch: np.asarray(step(batch)[0]).mean()     # noqa: E731
+    times = {"flowlab": [], "torch": []}
+    for r in range(args.rounds):
+        order = ("flowlab", "torch") if r % 2 == 0 else ("torch", "flowlab")
+        for name in order:
+            times[name].append(timed(flow_step if name == "flowlab" else torch_step, batches, args.steps))
+    median = {name: statistics.median(t) for name, t in times.items()}
+    ratio = median["flowlab"] / median["torch"]
+    print(f"# BERT encoder train step, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
+          f"({torch.get_num_threads()} threads), numpy {np.__version__}")
+    print(f"hidden {args.hidden}, {args.layers} layers, {args.heads} heads, batch {args.batch} x {args.seq} tokens, "
+          f"vocab {args.vocab}; first-step losses equal (total {losses[0]:.5f}); {args.rounds} rounds x "
+          f"{args.steps} steps")
+    for name, t in times.items():
+        print(f"{name:8s} median {median[name]:7.2f} ms/step  (min {min(t):.2f}, max {max(t):.2f})")
+    print(f"flowlab / torch eager: {ratio:.2f}x (target <= {TARGET:.1f}x: {'met' if ratio <= TARGET else 'MISSED'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
