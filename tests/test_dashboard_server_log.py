@@ -183,8 +183,6 @@ def test_session_ids_and_tokens_the_server_did_not_issue_are_refused(tmp_path, r
     from bokeh.util.token import generate_session_id, get_session_id
     from test_dashboard_security import websocket
 
-    flowlab_log = logging.getLogger("flowlab")          # (it does not propagate to the root)
-    flowlab_log.addHandler(records)
     handle = ServerThread(_logdir(tmp_path), port=0, reload_interval=0.2)
     try:
         port, tornado = handle.server.port, handle.server._tornado
@@ -217,7 +215,6 @@ def test_session_ids_and_tokens_the_server_did_not_issue_are_refused(tmp_path, r
         assert sessions() == [own]
     finally:
         handle.stop()
-        flowlab_log.removeHandler(records)
     assert not records.tracebacks(), records.tracebacks()[0]
     assert not [r for r in records.records if re.match(r"500 ", r.getMessage())]
     refusals = [r.getMessage() for r in records.records if "refused: no session token" in r.getMessage()]
