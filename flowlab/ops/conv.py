@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..runtime import cublas
+from ..runtime import host_threads
 from . import Op, apply, as_tensor, spec
 
 
@@ -364,9 +365,9 @@ def _pointwise_forward(xp, x, w, strides, out_hw, data_format):
     w2 = w.reshape(w.shape[0], -1)                          # (O, C) in both filter layouts
     if data_format == "NCHW":
         n, c = x.shape[:2]
-        y = xp.matmul(w2, x.reshape(n, c, -1))               # (N, O, Ho*Wo)
+        y = host_threads.matmul(w2, x.reshape(n, c, -1))     # (N, O, Ho*Wo)
         return y.reshape((n, w2.shape[0]) + tuple(out_hw))
-    y = x.reshape(-1, x.shape[3]) @ w2.T
+    y = host_threads.matmul(x.reshape(-1, x.shape[3]), w2.T)
     return y.reshape(x.shape[:3] + (w2.shape[0],))
 
 
@@ -374,9 +375,9 @@ def _pointwise_input_grad(xp, dy, w, input_shape, strides, data_format):
     w2 = w.reshape(w.shape[0], -1)
     if data_format == "NCHW":
         n, o, ho, wo = dy.shape
-        d = xp.matmul(w2.T, dy.reshape(n, o, -1)).reshape(n, w2.shape[1], ho, wo)
+        d = host_threads.matmul(w2.T, dy.reshape(n, o, -1)).reshape(n, w2.shape[1], ho, wo)
     else:
-        d = (dy.reshape(-1, dy.shape[3]) @ w2).reshape(dy.shape[:3] + (w2.shape[1],))
+        d = host_threads.matmul(dy.reshape(-1, dy.shape[3]), w2).reshape(dy.shape[:3] + (w2.shape[1],))
     if strides == (1, 1):
         return d
     dx = xp.zeros(input_shape, d.dtype)                    # pixels the stride skipped get no gradient
@@ -387,16 +388,23 @@ def _pointwise_input_grad(xp, dy, w, input_shape, strides, data_format):
 def _pointwise_filter_grad(xp, x, dy, filter_shape, strides, data_format):
     x = _subsample(x, strides, data_format)
     if data_format == "NHWC":
-        dw = dy.reshape(-1, dy.shape[3]).T @ x.reshape(-1, x.shape[3])
+        dw = host_threads.matmul(dy.reshape(-1, dy.shape[3]).T, x.reshape(-1, x.shape[3]))
         return dw.reshape(filter_shape)
     n, c = x.shape[:2]
     x3, dy3 = x.reshape(n, c, -1), dy.reshape(n, dy.shape[1], -1)
     if x3.shape[2] < _FOLD_BELOW:       # thin per-image products: one product with the batch in the contraction
-        dw = dy3.transpose(1, 0, 2).reshape(dy3.shape[1], -1) @ x3.transpose(1, 0, 2).reshape(c, -1).T
-    else:                               # long contractions: accumulate per image, no transposed copies
-        dw = dy3[0] @ x3[0].T
+        dw = host_threads.matmul(dy3.transpose(1, 0, 2).reshape(dy3.shape[1], -1),
+                                 x3.transpose(1, 0, 2).reshape(c, -1).T)
+        return dw.reshape(filter_shape)
+    dw = xp.empty((dy3.shape[1], c), np.result_type(x3, dy3))
+
+    def accumulate(rows):               # long contractions: per image, no transposed copies; threads split rows
+        part = dw[rows]
+        np.matmul(dy3[0, rows], x3[0].T, out=part)
         for i in range(1, n):
-            dw += dy3[i] @ x3[i].T
+            part += dy3[i, rows] @ x3[i].T
+
+    host_threads.each(accumulate, dw.shape[0], 8, work=dw.size * n * x3.shape[2])
     return dw.reshape(filter_shape)
 
 
@@ -448,50 +456,76 @@ def _folded_columns(xp, x, kernel, strides, dilations, pads, out_hw):
     n, c = x.shape[:2]
     cols = xp.empty((c,) + tuple(kernel) + (n,) + tuple(out_hw), x.dtype)
     images = x.transpose(1, 0, 2, 3)                         # (C, N, H, W) view: rows of cols are channels
-    for i, j, out_index, in_index in _folded_positions(x.shape[2:], kernel, strides, dilations, pads, out_hw):
-        target = cols[:, i, j]
-        if out_index is None:
-            target[...] = 0
-            continue
-        (rows, columns), (h, w) = out_index, in_index
-        target[:, :, rows, columns] = images[:, :, h, w]
-        if rows.start > 0:                                   # padding above, below, left and right: zeros
-            target[:, :, :rows.start] = 0
-        if rows.stop < out_hw[0]:
-            target[:, :, rows.stop:] = 0
-        if columns.start > 0:
-            target[:, :, rows, :columns.start] = 0
-        if columns.stop < out_hw[1]:
-            target[:, :, rows, columns.stop:] = 0
+    positions = list(_folded_positions(x.shape[2:], kernel, strides, dilations, pads, out_hw))
+
+    def gather(channels):                                    # threads take blocks of channels
+        for i, j, out_index, in_index in positions:
+            target = cols[channels, i, j]
+            if out_index is None:
+                target[...] = 0
+                continue
+            (rows, columns), (h, w) = out_index, in_index
+            target[:, :, rows, columns] = images[channels, :, h, w]
+            if rows.start > 0:                               # padding above, below, left and right: zeros
+                target[:, :, :rows.start] = 0
+            if rows.stop < out_hw[0]:
+                target[:, :, rows.stop:] = 0
+            if columns.start > 0:
+                target[:, :, rows, :columns.start] = 0
+            if columns.stop < out_hw[1]:
+                target[:, :, rows, columns.stop:] = 0
+
+    host_threads.each(gather, c, work=cols.size)
     return cols.reshape(c * kernel[0] * kernel[1], -1)
+
+
+def _to_images(y, n):
+    """A ``(K, N*...)`` product (rows are channels) as a contiguous ``(N, K, ...)`` array; threads copy blocks of
+    channels."""
+    k = y.shape[0]
+    y = y.reshape((k, n, -1))
+    out = np.empty((n, k, y.shape[2]), y.dtype)
+    host_threads.each(lambda rows: np.copyto(out[:, rows], y[rows].transpose(1, 0, 2)), k, work=y.size)
+    return out
 
 
 def _folded_dy(dy):
     """NCHW ``dy`` as ``(O, N*Ho*Wo)``, columns ordered like ``_folded_columns``."""
-    return np.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(dy.shape[1], -1)
+    n, o = dy.shape[:2]
+    d = dy.reshape(n, o, -1)
+    out = np.empty((o, n, d.shape[2]), dy.dtype)
+    host_threads.each(lambda rows: np.copyto(out[rows], d[:, rows].transpose(1, 0, 2)), o, work=d.size)
+    return out.reshape(o, -1)
 
 
 def _folded_forward(xp, x, w, kernel, strides, dilations, pads, out_hw):
     cols = _folded_columns(xp, x, kernel, strides, dilations, pads, out_hw)
-    y = w.reshape(w.shape[0], -1) @ cols                    # (O, N*Ho*Wo)
-    return xp.ascontiguousarray(y.reshape((w.shape[0], x.shape[0]) + tuple(out_hw)).transpose(1, 0, 2, 3))
+    y = host_threads.matmul(w.reshape(w.shape[0], -1), cols)          # (O, N*Ho*Wo)
+    return _to_images(y, x.shape[0]).reshape((x.shape[0], w.shape[0]) + tuple(out_hw))
 
 
 def _folded_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw):
     n, o = dy.shape[:2]
     c = input_shape[1]
-    dcols = (w.reshape(o, -1).T @ _folded_dy(dy)).reshape((c,) + tuple(kernel) + (n,) + tuple(out_hw))
-    dx = xp.zeros(input_shape, dy.dtype)
+    dcols = host_threads.matmul(w.reshape(o, -1).T, _folded_dy(dy))
+    dcols = dcols.reshape((c,) + tuple(kernel) + (n,) + tuple(out_hw))
+    dx = xp.empty(input_shape, dy.dtype)
     images = dx.transpose(1, 0, 2, 3)                        # (C, N, H, W) view of dx
-    for i, j, out_index, in_index in _folded_positions(input_shape[2:], kernel, strides, dilations, pads, out_hw):
-        if out_index is not None:                  # one position never reads an element twice: += is exact
-            images[(slice(None), slice(None)) + in_index] += dcols[(slice(None), i, j, slice(None)) + out_index]
+    positions = list(_folded_positions(input_shape[2:], kernel, strides, dilations, pads, out_hw))
+
+    def scatter(channels):                                   # threads take blocks of channels
+        images[channels] = 0
+        for i, j, out_index, in_index in positions:
+            if out_index is not None:              # one position never reads an element twice: += is exact
+                images[(channels, slice(None)) + in_index] += dcols[(channels, i, j, slice(None)) + out_index]
+
+    host_threads.each(scatter, c, work=dcols.size)
     return dx
 
 
 def _folded_filter_grad(xp, x, dy, filter_shape, kernel, strides, dilations, pads, out_hw):
     cols = _folded_columns(xp, x, kernel, strides, dilations, pads, out_hw)
-    return (_folded_dy(dy) @ cols.T).reshape(filter_shape)     # long N*Ho*Wo axis inner in both operands
+    return host_threads.matmul(_folded_dy(dy), cols.T).reshape(filter_shape)   # N*Ho*Wo inner in both operands
 
 
 # --------------------------------------------------------------------------------------------- depthwise convolution
@@ -622,7 +656,19 @@ class MaxPool2D(_Pool):
 
     @staticmethod
     def forward(xp, x, ksize, strides, padding, data_format):
-        return _max_windows(xp, x, ksize, strides, padding, data_format)[2]
+        if xp is not np or host_threads.width() == 1:
+            return _max_windows(xp, x, ksize, strides, padding, data_format)[2]
+        # host threads take blocks of channels (NCHW: each channel pools alone) or images
+        x4 = x.reshape((-1, 1) + x.shape[2:]) if data_format == "NCHW" else x
+        n, c = _nchw_shape(x4.shape, data_format)[:2]
+        y = np.empty(_layout_shape((n, c) + _pool_geometry(x4.shape, ksize, strides, padding, data_format)[2],
+                                   data_format), x.dtype)
+
+        def pool(part):
+            y[part] = _max_windows(xp, x4[part], ksize, strides, padding, data_format)[2]
+
+        host_threads.each(pool, n, work=x.size)
+        return y.reshape(x.shape[:2] + y.shape[2:]) if data_format == "NCHW" else y
 
     @staticmethod
     def vjp(node, dy):
@@ -649,9 +695,13 @@ class MaxPoolGrad(Op):
             x, dy = x.reshape((-1, 1) + shape[2:]), dy.reshape((-1, 1) + dy.shape[2:])
         dx = np.empty(x.shape, dy.dtype)
         rows = max(1, _POOL_BLOCK // max(1, dy[0].size))
-        for start in range(0, x.shape[0], rows):
-            block = slice(start, start + rows)
-            dx[block] = _max_pool_grad(xp, x[block], dy[block], ksize, strides, padding, data_format)
+
+        def blocks(part):                   # a host thread's share of the blocks
+            for start in range(part.start, part.stop, rows):
+                block = slice(start, min(start + rows, part.stop))
+                dx[block] = _max_pool_grad(xp, x[block], dy[block], ksize, strides, padding, data_format)
+
+        host_threads.each(blocks, x.shape[0], rows, work=x.size)
         return dx.reshape(shape)
 
 
