@@ -243,10 +243,10 @@ def test_a_host_plan_with_large_products_runs_its_kernels_spread(monkeypatch):
     flow.clear_default_session()
 
     @flow.global_function()
-    def conv(x: tp.Numpy.Placeholder((2, 16, 40, 40)), w: tp.Numpy.Placeholder((32, 16, 3, 3))) -> tp.Numpy:
-        return flow.nn.conv2d(x, w, 1, "SAME", "NCHW")      # 2 x 40 x 40 x 32 x 144 = 14.7M multiply-adds
+    def conv(x: tp.Numpy.Placeholder((2, 16, 40, 40)), w: tp.Numpy.Placeholder((32, 16, 5, 5))) -> tp.Numpy:
+        return flow.nn.conv2d(x, w, 1, "SAME", "NCHW")      # 2 x 40 x 40 x 32 x 400 = 41M multiply-adds
 
-    x, w = rnd(2, 16, 40, 40, seed=11).astype(np.float32), rnd(32, 16, 3, 3, seed=12).astype(np.float32)
+    x, w = rnd(2, 16, 40, 40, seed=11).astype(np.float32), rnd(32, 16, 5, 5, seed=12).astype(np.float32)
     with threadpool_limits(2, user_api="blas"):
         y = conv(x, w)
         assert _blas_threads() == 2
