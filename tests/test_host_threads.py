@@ -254,3 +254,18 @@ def test_a_host_plan_with_large_products_runs_its_kernels_spread(monkeypatch):
     want = C.Conv2d.forward(np, x, w, strides=(1, 1), dilations=(1, 1), padding="SAME_UPPER", groups=1,
                             data_format="NCHW")
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_a_forked_child_starts_its_own_pool(split_everything):
+    import multiprocessing
+    with host_threads.using(2):
+        host_threads.run([lambda: 1, lambda: 2])          # the parent's pool exists
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        assert pool.apply_async(_run_in_child).get(timeout=60) == [1, 2]
+
+
+def _run_in_child():
+    with host_threads.using(2):
+        return host_threads.run([lambda: 1, lambda: 2])

@@ -113,6 +113,16 @@ def _executor(workers):
         return _pool
 
 
+def _forget_pool():
+    """In a forked child the pool's threads do not exist: start a new pool when one is next needed."""
+    global _pool, _pool_size, _pool_lock
+    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def run(tasks):
     """The results of calling each of ``tasks`` (zero-argument callables), in order: the first on the calling thread,
     the others on the pool at the same time. The first error raised is raised here, once every task has ended."""
