@@ -43,7 +43,10 @@ ATTRS = dict(strides=(1, 1), dilations=(1, 1), groups=1, data_format="NCHW")
 ])
 def test_which_convolutions_take_the_winograd_route(x_shape, w_shape, strides, dilations, groups, data_format, taken):
     kernel, _, out_hw = C._conv_geometry(x_shape, w_shape, strides, dilations, "SAME_UPPER", data_format)
-    assert C._is_winograd(np, x_shape, w_shape, kernel, strides, dilations, groups, data_format, out_hw) is taken
+    assert C._is_winograd(np, np.float32, x_shape, w_shape, kernel, strides, dilations, groups, data_format,
+                          out_hw) is taken
+    assert not C._is_winograd(np, np.float16, x_shape, w_shape, kernel, strides, dilations, groups, data_format,
+                              out_hw)         # its transforms would lose ~10% in float16
 
 
 def _routes(monkeypatch):
@@ -124,6 +127,6 @@ def test_winograd_in_float32_stays_within_its_documented_rounding():
 def test_winograd_gradients_by_finite_differences():
     x, w = rnd(2, 3, 6, 5, seed=7), rnd(4, 3, 3, 3, seed=8)
     kernel, _, out_hw = C._conv_geometry(x.shape, w.shape, (1, 1), (1, 1), "SAME_UPPER", "NCHW")
-    assert C._is_winograd(np, x.shape, w.shape, kernel, (1, 1), (1, 1), 1, "NCHW", out_hw)
+    assert C._is_winograd(np, x.dtype, x.shape, w.shape, kernel, (1, 1), (1, 1), 1, "NCHW", out_hw)
     check_grad(lambda x, w: flow.nn.conv2d(x, w, 1, "SAME", "NCHW"), x, w, max_points=30)
     check_grad(lambda x, w: flow.nn.conv2d(x, w, 1, [(2, 0), (1, 3)], "NCHW"), x, w, max_points=30)

@@ -244,7 +244,7 @@ class Conv2d(Op):
             return _depthwise_forward(xp, x, w, kernel, strides, dilations, pads, out_hw, data_format)
         if _is_pointwise(xp, kernel, groups, pads):
             return _pointwise_forward(xp, x, w, strides, out_hw, data_format)
-        if _is_winograd(xp, x.shape, w.shape, kernel, strides, dilations, groups, data_format, out_hw):
+        if _is_winograd(xp, x.dtype, x.shape, w.shape, kernel, strides, dilations, groups, data_format, out_hw):
             return _winograd_forward(xp, x, w, pads, out_hw)
         if _is_folded(xp, groups, data_format):
             return _folded_forward(xp, x, w, kernel, strides, dilations, pads, out_hw)
@@ -282,7 +282,7 @@ class ConvInputGrad(Op):
             return _depthwise_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw, data_format)
         if _is_pointwise(xp, kernel, groups, pads):
             return _pointwise_input_grad(xp, dy, w, input_shape, strides, data_format)
-        if _is_winograd(xp, input_shape, w.shape, kernel, strides, dilations, groups, data_format, out_hw):
+        if _is_winograd(xp, dy.dtype, input_shape, w.shape, kernel, strides, dilations, groups, data_format, out_hw):
             return _winograd_input_grad(xp, dy, w, input_shape, pads, out_hw)
         if _is_folded(xp, groups, data_format):
             return _folded_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw)
@@ -320,7 +320,7 @@ class ConvFilterGrad(Op):
                                           data_format)
         if _is_pointwise(xp, kernel, groups, pads):
             return _pointwise_filter_grad(xp, x, dy, filter_shape, strides, data_format)
-        if _is_winograd(xp, x.shape, filter_shape, kernel, strides, dilations, groups, data_format, out_hw):
+        if _is_winograd(xp, x.dtype, x.shape, filter_shape, kernel, strides, dilations, groups, data_format, out_hw):
             return _winograd_filter_grad(xp, x, dy, filter_shape, pads, out_hw)
         if _is_folded(xp, groups, data_format):
             return _folded_filter_grad(xp, x, dy, filter_shape, kernel, strides, dilations, pads, out_hw)
@@ -549,11 +549,12 @@ def _folded_filter_grad(xp, x, dy, filter_shape, kernel, strides, dilations, pad
 # strided slices. The price is rounding: the transforms scale values by up to ~100, so float32 results differ from
 # a direct convolution by ~1e-5 relative to the output's scale (against ~1e-7); float64 stays within ~1e-13.
 #
-# Taken for NCHW convolutions with 3x3 filters, stride 1, no dilation and one group on NumPy, when the batch has
-# at least ``_WINOGRAD_PIXELS`` output pixels per input and output channel: there the transforms cost less than the
-# products they save (ResNet-50 at batch 4, one thread: 56x56x64 layers 17 -> 11 ms forward, 28x28x128 13 -> 7 ms);
-# on smaller images with more channels (14x14x256, 7x7x512) transforming the filters (36 numbers for each 9) costs
-# more than it saves.
+# Taken for float32 and float64 NCHW convolutions with 3x3 filters, stride 1, no dilation and one group on NumPy
+# (float16 would lose ~10 % in the transforms), when the batch has at least ``_WINOGRAD_PIXELS`` output pixels per
+# input and output channel: there the transforms cost less than the products they save (ResNet-50 at batch 4, one
+# thread, forward / input gradient / filter gradient: 56x56x64 layers 19/20/17 -> 14/15/15 ms, 28x28x128 15/15/14
+# -> 9/11/9 ms); on smaller images with more channels (14x14x256, 7x7x512) transforming the filters (36 numbers for
+# each 9) costs more than it saves.
 
 _WINOGRAD_PIXELS = 8
 _WINO_TILE = 4                                                      # output pixels per tile side, F(4x4, 3x3)
@@ -565,9 +566,9 @@ _WINO_AT = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0
                     np.float64)
 
 
-def _is_winograd(xp, x_shape, w_shape, kernel, strides, dilations, groups, data_format, out_hw):
-    if not (xp is np and kernel == (3, 3) and strides == (1, 1) and dilations == (1, 1) and groups == 1 and
-            data_format == "NCHW"):
+def _is_winograd(xp, dtype, x_shape, w_shape, kernel, strides, dilations, groups, data_format, out_hw):
+    if not (xp is np and dtype in (np.float32, np.float64) and kernel == (3, 3) and strides == (1, 1) and
+            dilations == (1, 1) and groups == 1 and data_format == "NCHW"):     # float16 would lose ~1e-1
         return False
     return x_shape[0] * out_hw[0] * out_hw[1] >= _WINOGRAD_PIXELS * max(x_shape[1], w_shape[0])
 
@@ -599,7 +600,8 @@ def _wino_input(xp, x, pads, tiles):
             target[:, :, first:stop, :left] = 0
             target[:, :, first:stop, left + w:] = 0
             if stop > first:
-                target[:, :, first:stop, left:left + w] = images[channels, :, source:source + (stop - first - 1) * m + 1:m]
+                last = source + (stop - first - 1) * m + 1
+                target[:, :, first:stop, left:left + w] = images[channels, :, source:last:m]
 
     host_threads.each(gather, c, work=rows.size)
     mixed = _wino_matmul(xp, bt, rows.reshape(t, -1)).reshape(rows.shape)        # over p: (a, C, N, th, W')
