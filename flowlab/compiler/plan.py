@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import AnomalyError
 from ..ops.stats import stats_vector
-from ..runtime import cuda_graph, host_memory
+from ..runtime import cuda_graph, host_memory, host_threads
 from . import passes
 from .replicate import reduce_points
 
@@ -236,10 +236,9 @@ class Plan:
             if self.replay is not None:
                 return self.replay(self._run_eager, self._run_device, feeds, step, emit)
             return self._run_eager(feeds, step, emit)
-        if self.blas_limit is not None:
-            with self.blas_limit:
-                return self._run(feeds, step, emit)
-        return self._run(feeds, step, emit)
+        # small products: BLAS on one thread; large ones: kernels split their work over the cores themselves
+        with self.blas_limit if self.blas_limit is not None else host_threads.spread_kernels:
+            return self._run(feeds, step, emit)
 
     def _run_eager(self, feeds, step, emit):
         return self._run([self.backend.asarray(f) for f in feeds], step, emit)

@@ -1,9 +1,11 @@
 """``flow.nn.conv2d``, ``max_pool2d`` and ``avg_pool2d`` with OneFlow 0.x's arguments, layouts and op names.
 
-Convolutions take one of four routes. On NumPy, a 1x1 convolution without padding is a plain matrix product in the
-caller's layout (no im2col, no transposes), and any other NCHW convolution with one group gathers its im2col matrix
+Convolutions take one of five routes. On NumPy, a 1x1 convolution without padding is a plain matrix product in the
+caller's layout (no im2col, no transposes); a 3x3 stride-1 NCHW convolution over large enough images runs Winograd's
+F(4x4, 3x3) (4x fewer multiply-adds); and any other NCHW convolution with one group gathers its im2col matrix
 straight from NCHW with the batch folded into the long axis (one BLAS product per convolution and gradient, no
-padded copy, no NHWC transposes); see those sections below. Depthwise convolutions (groups == in_channels ==
+padded copy, no NHWC transposes); see those sections below. On NumPy these kernels split their work over host
+threads inside a host plan's call (``runtime.host_threads``). Depthwise convolutions (groups == in_channels ==
 out_channels, MobileNet's) skip im2col: one multiply-add of the whole output per kernel position. Everything else
 (NHWC, other grouped convolutions, and every convolution on CuPy) computes in NHWC, where an im2col row is long
 contiguous runs of channels: NCHW tensors are transposed on the way in and back on the way out, and NCHW filters
@@ -23,6 +25,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..runtime import cublas
+from ..runtime import host_threads
 from . import Op, apply, as_tensor, spec
 
 
@@ -246,6 +249,8 @@ class Conv2d(Op):
             return _depthwise_forward(xp, x, w, kernel, strides, dilations, pads, out_hw, data_format)
         if _is_pointwise(xp, kernel, groups, pads):
             return _pointwise_forward(xp, x, w, strides, out_hw, data_format)
+        if _is_winograd(xp, x.dtype, x.shape, w.shape, kernel, strides, dilations, groups, data_format, out_hw):
+            return _winograd_forward(xp, x, w, pads, out_hw)
         if _is_folded(xp, groups, data_format):
             return _folded_forward(xp, x, w, kernel, strides, dilations, pads, out_hw)
         x, w = _nhwc(xp, x, data_format), _nhwc(xp, w, data_format)
@@ -282,6 +287,8 @@ class ConvInputGrad(Op):
             return _depthwise_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw, data_format)
         if _is_pointwise(xp, kernel, groups, pads):
             return _pointwise_input_grad(xp, dy, w, input_shape, strides, data_format)
+        if _is_winograd(xp, dy.dtype, input_shape, w.shape, kernel, strides, dilations, groups, data_format, out_hw):
+            return _winograd_input_grad(xp, dy, w, input_shape, pads, out_hw)
         if _is_folded(xp, groups, data_format):
             return _folded_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw)
         dy, w = _nhwc(xp, dy, data_format), _nhwc(xp, w, data_format)
@@ -318,6 +325,8 @@ class ConvFilterGrad(Op):
                                           data_format)
         if _is_pointwise(xp, kernel, groups, pads):
             return _pointwise_filter_grad(xp, x, dy, filter_shape, strides, data_format)
+        if _is_winograd(xp, x.dtype, x.shape, filter_shape, kernel, strides, dilations, groups, data_format, out_hw):
+            return _winograd_filter_grad(xp, x, dy, filter_shape, pads, out_hw)
         if _is_folded(xp, groups, data_format):
             return _folded_filter_grad(xp, x, dy, filter_shape, kernel, strides, dilations, pads, out_hw)
         x, dy = _nhwc(xp, x, data_format), _nhwc(xp, dy, data_format)
@@ -487,9 +496,9 @@ def _pointwise_forward(xp, x, w, strides, out_hw, data_format):
     w2 = w.reshape(w.shape[0], -1)                          # (O, C) in both filter layouts
     if data_format == "NCHW":
         n, c = x.shape[:2]
-        y = xp.matmul(w2, x.reshape(n, c, -1))               # (N, O, Ho*Wo)
+        y = host_threads.matmul(w2, x.reshape(n, c, -1))     # (N, O, Ho*Wo)
         return y.reshape((n, w2.shape[0]) + tuple(out_hw))
-    y = x.reshape(-1, x.shape[3]) @ w2.T
+    y = host_threads.matmul(x.reshape(-1, x.shape[3]), w2.T)
     return y.reshape(x.shape[:3] + (w2.shape[0],))
 
 
@@ -497,9 +506,9 @@ def _pointwise_input_grad(xp, dy, w, input_shape, strides, data_format):
     w2 = w.reshape(w.shape[0], -1)
     if data_format == "NCHW":
         n, o, ho, wo = dy.shape
-        d = xp.matmul(w2.T, dy.reshape(n, o, -1)).reshape(n, w2.shape[1], ho, wo)
+        d = host_threads.matmul(w2.T, dy.reshape(n, o, -1)).reshape(n, w2.shape[1], ho, wo)
     else:
-        d = (dy.reshape(-1, dy.shape[3]) @ w2).reshape(dy.shape[:3] + (w2.shape[1],))
+        d = host_threads.matmul(dy.reshape(-1, dy.shape[3]), w2).reshape(dy.shape[:3] + (w2.shape[1],))
     if strides == (1, 1):
         return d
     dx = xp.zeros(input_shape, d.dtype)                    # pixels the stride skipped get no gradient
@@ -510,16 +519,23 @@ def _pointwise_input_grad(xp, dy, w, input_shape, strides, data_format):
 def _pointwise_filter_grad(xp, x, dy, filter_shape, strides, data_format):
     x = _subsample(x, strides, data_format)
     if data_format == "NHWC":
-        dw = dy.reshape(-1, dy.shape[3]).T @ x.reshape(-1, x.shape[3])
+        dw = host_threads.matmul(dy.reshape(-1, dy.shape[3]).T, x.reshape(-1, x.shape[3]))
         return dw.reshape(filter_shape)
     n, c = x.shape[:2]
     x3, dy3 = x.reshape(n, c, -1), dy.reshape(n, dy.shape[1], -1)
     if x3.shape[2] < _FOLD_BELOW:       # thin per-image products: one product with the batch in the contraction
-        dw = dy3.transpose(1, 0, 2).reshape(dy3.shape[1], -1) @ x3.transpose(1, 0, 2).reshape(c, -1).T
-    else:                               # long contractions: accumulate per image, no transposed copies
-        dw = dy3[0] @ x3[0].T
+        dw = host_threads.matmul(dy3.transpose(1, 0, 2).reshape(dy3.shape[1], -1),
+                                 x3.transpose(1, 0, 2).reshape(c, -1).T)
+        return dw.reshape(filter_shape)
+    dw = xp.empty((dy3.shape[1], c), np.result_type(x3, dy3))
+
+    def accumulate(rows):               # long contractions: per image, no transposed copies; threads split rows
+        part = dw[rows]
+        np.matmul(dy3[0, rows], x3[0].T, out=part)
         for i in range(1, n):
-            dw += dy3[i] @ x3[i].T
+            part += dy3[i, rows] @ x3[i].T
+
+    host_threads.each(accumulate, dw.shape[0], 8, work=dw.size * n * x3.shape[2])
     return dw.reshape(filter_shape)
 
 
@@ -571,50 +587,236 @@ def _folded_columns(xp, x, kernel, strides, dilations, pads, out_hw):
     n, c = x.shape[:2]
     cols = xp.empty((c,) + tuple(kernel) + (n,) + tuple(out_hw), x.dtype)
     images = x.transpose(1, 0, 2, 3)                         # (C, N, H, W) view: rows of cols are channels
-    for i, j, out_index, in_index in _folded_positions(x.shape[2:], kernel, strides, dilations, pads, out_hw):
-        target = cols[:, i, j]
-        if out_index is None:
-            target[...] = 0
-            continue
-        (rows, columns), (h, w) = out_index, in_index
-        target[:, :, rows, columns] = images[:, :, h, w]
-        if rows.start > 0:                                   # padding above, below, left and right: zeros
-            target[:, :, :rows.start] = 0
-        if rows.stop < out_hw[0]:
-            target[:, :, rows.stop:] = 0
-        if columns.start > 0:
-            target[:, :, rows, :columns.start] = 0
-        if columns.stop < out_hw[1]:
-            target[:, :, rows, columns.stop:] = 0
+    positions = list(_folded_positions(x.shape[2:], kernel, strides, dilations, pads, out_hw))
+
+    def gather(channels):                                    # threads take blocks of channels
+        for i, j, out_index, in_index in positions:
+            target = cols[channels, i, j]
+            if out_index is None:
+                target[...] = 0
+                continue
+            (rows, columns), (h, w) = out_index, in_index
+            target[:, :, rows, columns] = images[channels, :, h, w]
+            if rows.start > 0:                               # padding above, below, left and right: zeros
+                target[:, :, :rows.start] = 0
+            if rows.stop < out_hw[0]:
+                target[:, :, rows.stop:] = 0
+            if columns.start > 0:
+                target[:, :, rows, :columns.start] = 0
+            if columns.stop < out_hw[1]:
+                target[:, :, rows, columns.stop:] = 0
+
+    host_threads.each(gather, c, work=cols.size)
     return cols.reshape(c * kernel[0] * kernel[1], -1)
+
+
+def _to_images(y, n):
+    """A ``(K, N*...)`` product (rows are channels) as a contiguous ``(N, K, ...)`` array; threads copy blocks of
+    channels."""
+    k = y.shape[0]
+    y = y.reshape((k, n, -1))
+    out = np.empty((n, k, y.shape[2]), y.dtype)
+    host_threads.each(lambda rows: np.copyto(out[:, rows], y[rows].transpose(1, 0, 2)), k, work=y.size)
+    return out
 
 
 def _folded_dy(dy):
     """NCHW ``dy`` as ``(O, N*Ho*Wo)``, columns ordered like ``_folded_columns``."""
-    return np.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(dy.shape[1], -1)
+    n, o = dy.shape[:2]
+    d = dy.reshape(n, o, -1)
+    out = np.empty((o, n, d.shape[2]), dy.dtype)
+    host_threads.each(lambda rows: np.copyto(out[rows], d[:, rows].transpose(1, 0, 2)), o, work=d.size)
+    return out.reshape(o, -1)
 
 
 def _folded_forward(xp, x, w, kernel, strides, dilations, pads, out_hw):
     cols = _folded_columns(xp, x, kernel, strides, dilations, pads, out_hw)
-    y = w.reshape(w.shape[0], -1) @ cols                    # (O, N*Ho*Wo)
-    return xp.ascontiguousarray(y.reshape((w.shape[0], x.shape[0]) + tuple(out_hw)).transpose(1, 0, 2, 3))
+    y = host_threads.matmul(w.reshape(w.shape[0], -1), cols)          # (O, N*Ho*Wo)
+    return _to_images(y, x.shape[0]).reshape((x.shape[0], w.shape[0]) + tuple(out_hw))
 
 
 def _folded_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw):
     n, o = dy.shape[:2]
     c = input_shape[1]
-    dcols = (w.reshape(o, -1).T @ _folded_dy(dy)).reshape((c,) + tuple(kernel) + (n,) + tuple(out_hw))
-    dx = xp.zeros(input_shape, dy.dtype)
+    dcols = host_threads.matmul(w.reshape(o, -1).T, _folded_dy(dy))
+    dcols = dcols.reshape((c,) + tuple(kernel) + (n,) + tuple(out_hw))
+    dx = xp.empty(input_shape, dy.dtype)
     images = dx.transpose(1, 0, 2, 3)                        # (C, N, H, W) view of dx
-    for i, j, out_index, in_index in _folded_positions(input_shape[2:], kernel, strides, dilations, pads, out_hw):
-        if out_index is not None:                  # one position never reads an element twice: += is exact
-            images[(slice(None), slice(None)) + in_index] += dcols[(slice(None), i, j, slice(None)) + out_index]
+    positions = list(_folded_positions(input_shape[2:], kernel, strides, dilations, pads, out_hw))
+
+    def scatter(channels):                                   # threads take blocks of channels
+        images[channels] = 0
+        for i, j, out_index, in_index in positions:
+            if out_index is not None:              # one position never reads an element twice: += is exact
+                images[(channels, slice(None)) + in_index] += dcols[(channels, i, j, slice(None)) + out_index]
+
+    host_threads.each(scatter, c, work=dcols.size)
     return dx
 
 
 def _folded_filter_grad(xp, x, dy, filter_shape, kernel, strides, dilations, pads, out_hw):
     cols = _folded_columns(xp, x, kernel, strides, dilations, pads, out_hw)
-    return (_folded_dy(dy) @ cols.T).reshape(filter_shape)     # long N*Ho*Wo axis inner in both operands
+    return host_threads.matmul(_folded_dy(dy), cols.T).reshape(filter_shape)   # N*Ho*Wo inner in both operands
+
+
+# ------------------------------------------------------------------------------- Winograd 3x3 stride-1 convolutions
+# Winograd's minimal filtering F(4x4, 3x3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
+# 2016): each 4x4 block of output pixels ("tile") is ``A^T [(G g G^T) * (B^T d B)] A`` of the 6x6 input window ``d``
+# under it and the 3x3 filter ``g``, so that after transforming filters (``U = G g G^T``) and input windows
+# (``V = B^T d B``), a convolution is 36 independent products ``M[xi] = U[xi] @ V[xi]`` over channels, one per
+# position ``xi`` of the 6x6 transformed tile: 36 multiply-adds per tile and channel pair against 144 directly (4x
+# fewer), the rest is linear maps of the input and output. Both gradients are the transposed maps of the same
+# algebra, exact in exact arithmetic: ``dM = A dy A^T`` per tile, input ``dV = U^T dM`` mapped back by ``B dV B^T``
+# and added over the overlapping windows, filters ``dU = dM V^T`` mapped back by ``G^T dU G``. The transforms are
+# small matrix products over a tile axis, taken here as products with the whole tensor (BLAS), and gathers of
+# strided slices. The price is rounding: the transforms scale values by up to ~100, so float32 results differ from
+# a direct convolution by ~1e-5 relative to the output's scale (against ~1e-7); float64 stays within ~1e-13.
+#
+# Taken for float32 and float64 NCHW convolutions with 3x3 filters, stride 1, no dilation and one group on NumPy
+# (float16 would lose ~10 % in the transforms), when the batch has at least ``_WINOGRAD_PIXELS`` output pixels per
+# input and output channel: there the transforms cost less than the products they save (ResNet-50 at batch 4, one
+# thread, forward / input gradient / filter gradient: 56x56x64 layers 19/20/17 -> 14/15/15 ms, 28x28x128 15/15/14
+# -> 9/11/9 ms); on smaller images with more channels (14x14x256, 7x7x512) transforming the filters (36 numbers for
+# each 9) costs more than it saves.
+
+_WINOGRAD_PIXELS = 8
+_WINO_TILE = 4                                                      # output pixels per tile side, F(4x4, 3x3)
+_WINO_BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0],
+                     [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64)           # interpolation points 0, +-1,
+_WINO_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                    [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64)                # +-2 and infinity
+_WINO_AT = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+                    np.float64)
+
+
+def _is_winograd(xp, dtype, x_shape, w_shape, kernel, strides, dilations, groups, data_format, out_hw):
+    if not (xp is np and dtype in (np.float32, np.float64) and kernel == (3, 3) and strides == (1, 1) and
+            dilations == (1, 1) and groups == 1 and data_format == "NCHW"):     # float16 would lose ~1e-1
+        return False
+    return x_shape[0] * out_hw[0] * out_hw[1] >= _WINOGRAD_PIXELS * max(x_shape[1], w_shape[0])
+
+
+def _wino_matmul(xp, a, b):
+    return host_threads.matmul(a, b) if xp is np else xp.matmul(a, b)
+
+
+def _wino_tiles(out_hw):
+    return tuple(-(-o // _WINO_TILE) for o in out_hw)
+
+
+def _wino_input(xp, x, pads, tiles):
+    """``V = B^T d B`` of every 6x6 input window ``d`` (zero over padding) as ``(36, C, N*th*tw)``; position
+    ``xi = 6 b + a`` holds row ``a``, column ``b`` of the transformed tile."""
+    n, c, h, w = x.shape
+    (th, tw), m, t = tiles, _WINO_TILE, _WINO_TILE + 2
+    (top, _), (left, _) = pads
+    bt = xp.asarray(_WINO_BT, x.dtype)
+    images = x.transpose(1, 0, 2, 3)                                # (C, N, H, W) view
+    rows = xp.empty((t, c, n, th, tw * m + 2), x.dtype)             # rows[p][:, :, i] = padded input row 4 i + p
+    spans = _valid_range(h, t, m, 1, top, th)
+
+    def gather(channels):
+        for p, (first, stop, source) in enumerate(spans):
+            target = rows[p, channels]
+            target[:, :, :first] = 0
+            target[:, :, stop:] = 0
+            target[:, :, first:stop, :left] = 0
+            target[:, :, first:stop, left + w:] = 0
+            if stop > first:
+                last = source + (stop - first - 1) * m + 1
+                target[:, :, first:stop, left:left + w] = images[channels, :, source:last:m]
+
+    host_threads.each(gather, c, work=rows.size)
+    mixed = _wino_matmul(xp, bt, rows.reshape(t, -1)).reshape(rows.shape)        # over p: (a, C, N, th, W')
+    windows = xp.empty((t, t, c, n, th, tw), x.dtype)               # windows[q, a] = column 4 j + q of row a
+
+    def columns(channels):
+        for q in range(t):
+            windows[q, :, channels] = mixed[:, channels, :, :, q:q + m * (tw - 1) + 1:m]
+
+    host_threads.each(columns, c, work=windows.size)
+    return _wino_matmul(xp, bt, windows.reshape(t, -1)).reshape(t * t, c, -1)     # over q: (b, a, C, T)
+
+
+def _wino_filters(xp, w):
+    """``U = G g G^T`` of each 3x3 filter as ``(36, O, C)``, positions as in ``_wino_input``."""
+    o, c = w.shape[:2]
+    t, g = _WINO_TILE + 2, xp.asarray(_WINO_G, w.dtype)
+    by_column = (w.reshape(-1, 3) @ g.T).reshape(o, c, 3, t)         # over q: (O, C, p, b)
+    by_column = xp.ascontiguousarray(by_column.transpose(3, 2, 0, 1)).reshape(t, 3, o * c)
+    return xp.matmul(g, by_column).reshape(t * t, o, c)                # over p: (b, a, O, C)
+
+
+def _wino_output_grad(xp, dy, tiles):
+    """``A dy A^T`` of every 4x4 tile of ``dy`` (zero beyond its edge) as ``(36, O, N*th*tw)``: the transpose of
+    the output transform."""
+    n, o, ho, wo = dy.shape
+    (th, tw), m, t = tiles, _WINO_TILE, _WINO_TILE + 2
+    if (ho, wo) != (th * m, tw * m):
+        padded = xp.zeros((n, o, th * m, tw * m), dy.dtype)
+        padded[:, :, :ho, :wo] = dy
+        dy = padded
+    blocks = xp.empty((m, m, o, n, th, tw), dy.dtype)               # blocks[v, u] = pixel (u, v) of each tile
+    grid = dy.reshape(n, o, th, m, tw, m)
+
+    def gather(channels):
+        xp.copyto(blocks[:, :, channels], grid[:, channels].transpose(5, 3, 1, 0, 2, 4))
+
+    host_threads.each(gather, o, work=blocks.size)
+    a = xp.asarray(_WINO_AT.T, dy.dtype)                            # (6, 4)
+    by_column = _wino_matmul(xp, a, blocks.reshape(m, -1)).reshape(t, m, -1)     # over v: (b, u, O*T)
+    return _wino_matmul(xp, a, by_column).reshape(t * t, o, -1)                  # over u: (b, a, O, T)
+
+
+def _winograd_forward(xp, x, w, pads, out_hw):
+    n, o = x.shape[0], w.shape[0]
+    tiles = _wino_tiles(out_hw)
+    (th, tw), m, t = tiles, _WINO_TILE, _WINO_TILE + 2
+    products = _wino_matmul(xp, _wino_filters(xp, w), _wino_input(xp, x, pads, tiles))   # (36, O, T)
+    at = xp.asarray(_WINO_AT, x.dtype)
+    by_row = _wino_matmul(xp, at, products.reshape(t, t, -1))                  # over a: (b, u, O*T)
+    pixels = _wino_matmul(xp, at, by_row.reshape(t, -1)).reshape(m, m, o, n, th, tw)     # over b: (v, u, ...)
+    y = xp.empty((n, o, th * m, tw * m), x.dtype)
+    grid = y.reshape(n, o, th, m, tw, m)
+
+    def scatter(channels):
+        xp.copyto(grid[:, channels], pixels[:, :, channels].transpose(3, 2, 4, 1, 5, 0))
+
+    host_threads.each(scatter, o, work=y.size)
+    return y if y.shape[2:] == tuple(out_hw) else xp.ascontiguousarray(y[:, :, :out_hw[0], :out_hw[1]])
+
+
+def _winograd_input_grad(xp, dy, w, input_shape, pads, out_hw):
+    n, c, h, wd = input_shape
+    tiles = _wino_tiles(out_hw)
+    t = _WINO_TILE + 2
+    dv = _wino_matmul(xp, _wino_filters(xp, w).transpose(0, 2, 1), _wino_output_grad(xp, dy, tiles))  # (36, C, T)
+    b = xp.asarray(_WINO_BT.T, dy.dtype)
+    by_column = _wino_matmul(xp, b, dv.reshape(t, -1))                          # over b: (q, a, C*T)
+    windows = _wino_matmul(xp, b, by_column.reshape(t, t, -1)).reshape((t, t, c, n) + tiles)   # over a: (q, p)
+    dx = xp.empty(input_shape, dy.dtype)
+    images = dx.transpose(1, 0, 2, 3)                               # (C, N, H, W) view of dx
+    positions = list(_folded_positions((h, wd), (t, t), (_WINO_TILE,) * 2, (1, 1), pads, tiles))
+
+    def scatter(channels):                     # col2im of the 6x6 windows; each position's += is exact
+        images[channels] = 0
+        for p, q, tile_index, in_index in positions:
+            if tile_index is not None:
+                images[(channels, slice(None)) + in_index] += windows[(q, p, channels, slice(None)) + tile_index]
+
+    host_threads.each(scatter, c, work=windows.size)
+    return dx
+
+
+def _winograd_filter_grad(xp, x, dy, filter_shape, pads, out_hw):
+    o, c = filter_shape[:2]
+    tiles = _wino_tiles(out_hw)
+    t = _WINO_TILE + 2
+    du = _wino_matmul(xp, _wino_output_grad(xp, dy, tiles), _wino_input(xp, x, pads, tiles).transpose(0, 2, 1))
+    g = xp.asarray(_WINO_G.T, x.dtype)                              # (3, 6)
+    by_row = xp.matmul(g, du.reshape(t, t, -1))                       # over a: (b, p, O*C)
+    taps = (g @ by_row.reshape(t, -1)).reshape(3, 3, o, c)           # over b: (q, p, O, C)
+    return xp.ascontiguousarray(taps.transpose(2, 3, 1, 0))
 
 
 # --------------------------------------------------------------------------------------------- depthwise convolution
@@ -745,7 +947,19 @@ class MaxPool2D(_Pool):
 
     @staticmethod
     def forward(xp, x, ksize, strides, padding, data_format):
-        return _max_windows(xp, x, ksize, strides, padding, data_format)[2]
+        if xp is not np or host_threads.width() == 1:
+            return _max_windows(xp, x, ksize, strides, padding, data_format)[2]
+        # host threads take blocks of channels (NCHW: each channel pools alone) or images
+        x4 = x.reshape((-1, 1) + x.shape[2:]) if data_format == "NCHW" else x
+        n, c = _nchw_shape(x4.shape, data_format)[:2]
+        y = np.empty(_layout_shape((n, c) + _pool_geometry(x4.shape, ksize, strides, padding, data_format)[2],
+                                   data_format), x.dtype)
+
+        def pool(part):
+            y[part] = _max_windows(xp, x4[part], ksize, strides, padding, data_format)[2]
+
+        host_threads.each(pool, n, work=x.size)
+        return y.reshape(x.shape[:2] + y.shape[2:]) if data_format == "NCHW" else y
 
     @staticmethod
     def vjp(node, dy):
@@ -772,9 +986,13 @@ class MaxPoolGrad(Op):
             x, dy = x.reshape((-1, 1) + shape[2:]), dy.reshape((-1, 1) + dy.shape[2:])
         dx = np.empty(x.shape, dy.dtype)
         rows = max(1, _POOL_BLOCK // max(1, dy[0].size))
-        for start in range(0, x.shape[0], rows):
-            block = slice(start, start + rows)
-            dx[block] = _max_pool_grad(xp, x[block], dy[block], ksize, strides, padding, data_format)
+
+        def blocks(part):                   # a host thread's share of the blocks
+            for start in range(part.start, part.stop, rows):
+                block = slice(start, min(start + rows, part.stop))
+                dx[block] = _max_pool_grad(xp, x[block], dy[block], ksize, strides, padding, data_format)
+
+        host_threads.each(blocks, x.shape[0], rows, work=x.size)
         return dx.reshape(shape)
 
 

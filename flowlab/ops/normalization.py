@@ -33,6 +33,7 @@ import numpy as np
 from .. import graph as g
 from ..errors import ShapeError
 from ..initializers import ones_initializer, zeros_initializer
+from ..runtime import host_threads
 from . import Op, apply, as_tensor, normalize_axis, spec
 from .array import constant
 from .nn import ReluGrad
@@ -93,9 +94,28 @@ def _fit(scratch, block):
     return scratch[:block.shape[0], :block.shape[1]]
 
 
-def _moments(xp, x3):
-    """Per-channel mean and biased variance (float64) in one pass over memory: each block's own mean and centred
-    sum of squares, combined as Chan, Golub and LeVeque do (as stable as two passes)."""
+def _regions(xp, shape3):
+    """``(rows, channels)`` slice pairs that split a ``(outer, C, inner)`` array between ``host_threads`` (one region
+    spanning everything on CuPy, on one thread, or for small arrays): blocks of rows where there are enough rows,
+    else blocks of channels. Each region is then worked through in ``_blocks``."""
+    outer, c, inner = shape3
+    if xp is not np:
+        return [(slice(0, outer), slice(0, c))]
+    work = outer * c * inner
+    if outer >= host_threads.width():
+        return [(rows, slice(0, c)) for rows in host_threads.parts(outer, work=work)]
+    return [(slice(0, outer), channels) for channels in host_threads.parts(c, work=work)]
+
+
+def _in_regions(xp, function, x3):
+    """``function(region)`` for each of ``_regions``, on threads: ``[(region, result), ...]``."""
+    regions = _regions(xp, x3.shape)
+    return list(zip(regions, host_threads.run([lambda r=r: function(r) for r in regions])))
+
+
+def _moments_of(xp, x3):
+    """Per-channel mean and centred sum of squares (float64) of ``x3`` in one pass over memory: each block's own
+    mean and centred sum of squares, combined as Chan, Golub and LeVeque do (as stable as two passes)."""
     outer, c, inner = x3.shape
     blocks = _blocks(xp, x3.shape)
     mean, m2 = xp.zeros(c, np.float64), xp.zeros(c, np.float64)
@@ -109,6 +129,24 @@ def _moments(xp, x3):
         total = seen + count
         mean[channels] += delta * (count / total)
         m2[channels] += _channel_dot(xp, centred, centred) + delta * delta * (seen * count / total)
+    return mean, m2
+
+
+def _moments(xp, x3):
+    """Per-channel mean and biased variance (float64): ``_moments_of`` each region, the regions' moments combined
+    the same way."""
+    outer, c, inner = x3.shape
+    mean, m2, seen = xp.zeros(c, np.float64), xp.zeros(c, np.float64), 0
+    for (rows, channels), (part_mean, part_m2) in _in_regions(xp, lambda r: _moments_of(xp, x3[r]), x3):
+        count = (rows.stop - rows.start) * inner
+        if channels.stop - channels.start < c:        # regions of channels: each channel in one region
+            mean[channels], m2[channels] = part_mean, part_m2
+            continue
+        total = seen + count
+        delta = part_mean - mean
+        mean += delta * (count / total)
+        m2 += part_m2 + delta * delta * (seen * count / total)
+        seen = total
     return mean, m2 / (outer * inner)
 
 
@@ -121,14 +159,20 @@ def _normalize(xp, x3, mean, k, beta, addend3, relu):
     """``(x - mean) * k + beta`` (+ addend, through ReLU), block by block so that each block's passes hit cache."""
     y3 = xp.empty_like(x3)
     per = [_per_channel(v, x3.dtype) for v in (mean, k, beta)]
-    for rows, channels in _blocks(xp, x3.shape):
-        y = xp.subtract(x3[rows, channels], per[0][:, channels], out=y3[rows, channels])
-        y *= per[1][:, channels]
-        y += per[2][:, channels]
-        if addend3 is not None:
-            y += addend3[rows, channels]
-        if relu:
-            xp.maximum(y, 0, out=y)
+
+    def region(where):
+        x_r, y_r, add_r = x3[where], y3[where], None if addend3 is None else addend3[where]
+        per_r = [p[:, where[1]] for p in per]
+        for rows, channels in _blocks(xp, x_r.shape):
+            y = xp.subtract(x_r[rows, channels], per_r[0][:, channels], out=y_r[rows, channels])
+            y *= per_r[1][:, channels]
+            y += per_r[2][:, channels]
+            if add_r is not None:
+                y += add_r[rows, channels]
+            if relu:
+                xp.maximum(y, 0, out=y)
+
+    _in_regions(xp, region, x3)
     return y3
 
 
@@ -245,27 +289,44 @@ class BatchNormGrad(Op):
         inv_std = spread if training else 1 / xp.sqrt(spread + epsilon)
         x3, dy3 = _channel_view(xp, x, axis), _channel_view(xp, dy, axis)
         n = x3.shape[0] * x3.shape[2]
-        blocks = _blocks(xp, x3.shape)
-        scratch = _scratch(xp, blocks, x3)
         centre = _per_channel(mean, x.dtype)
+
+        def sums(where):                  # one pass over memory for both sums, per region
+            x_r, dy_r, centre_r = x3[where], dy3[where], centre[:, where[1]]
+            blocks = _blocks(xp, x_r.shape)
+            scratch = _scratch(xp, blocks, x_r)
+            dbeta, dot = xp.zeros(x_r.shape[1], np.float64), xp.zeros(x_r.shape[1], np.float64)
+            for rows, channels in blocks:
+                block = dy_r[rows, channels]
+                dbeta[channels] += _channel_sum(xp, block)
+                centred = xp.subtract(x_r[rows, channels], centre_r[:, channels], out=_fit(scratch, block))
+                dot[channels] += _channel_dot(xp, block, centred)
+            return dbeta, dot
+
         dbeta, dot = xp.zeros(mean.shape, np.float64), xp.zeros(mean.shape, np.float64)
-        for rows, channels in blocks:     # one pass over memory for both sums
-            block = dy3[rows, channels]
-            dbeta[channels] += _channel_sum(xp, block)
-            centred = xp.subtract(x3[rows, channels], centre[:, channels], out=_fit(scratch, block))
-            dot[channels] += _channel_dot(xp, block, centred)
+        for (_, channels), (part_dbeta, part_dot) in _in_regions(xp, sums, x3):
+            dbeta[channels] += part_dbeta
+            dot[channels] += part_dot
         dgamma = dot * inv_std
         k = gamma * inv_std
         dx3 = xp.empty_like(x3)
         # training: dx = k * (dy - mean(dy) - xhat * mean(dy * xhat)), xhat = (x - mean) * inv_std
         per = [_per_channel(v, x.dtype) for v in (k, -k * inv_std * dgamma / n, -k * dbeta / n)]
-        for rows, channels in blocks:
-            dx = xp.multiply(dy3[rows, channels], per[0][:, channels], out=dx3[rows, channels])
-            if training:
-                centred = xp.subtract(x3[rows, channels], centre[:, channels], out=_fit(scratch, dx))
-                centred *= per[1][:, channels]
-                dx += centred
-                dx += per[2][:, channels]
+
+        def gradient(where):
+            x_r, dy_r, dx_r, centre_r = x3[where], dy3[where], dx3[where], centre[:, where[1]]
+            per_r = [p[:, where[1]] for p in per]
+            blocks = _blocks(xp, x_r.shape)
+            scratch = _scratch(xp, blocks, x_r) if training else None
+            for rows, channels in blocks:
+                dx = xp.multiply(dy_r[rows, channels], per_r[0][:, channels], out=dx_r[rows, channels])
+                if training:
+                    centred = xp.subtract(x_r[rows, channels], centre_r[:, channels], out=_fit(scratch, dx))
+                    centred *= per_r[1][:, channels]
+                    dx += centred
+                    dx += per_r[2][:, channels]
+
+        _in_regions(xp, gradient, x3)
         return dx3.reshape(x.shape), dgamma.astype(gamma.dtype), dbeta.astype(gamma.dtype)
 
 

@@ -27,7 +27,7 @@ from ..ops import Op, apply, spec
 from ..ops.array import concat, constant, identity
 from ..ops.math import Add
 from ..ops.variables import get_variable
-from ..runtime import blas, session
+from ..runtime import blas, host_threads, session
 from .loss_scale import (DynamicLossScalePolicy, DynamicLossScaleSchedule, ScaledSeed, SkippedSteps,
                          StaticLossScalePolicy, as_policy)
 from .schedulers import as_scheduler
@@ -151,12 +151,17 @@ class SGDUpdate(_Update):
                 w -= decay
             return
         scale = (extras[0] * grad_scale if clipped else grad_scale) * lr      # one pass over the gradient
-        if _blas_pass(xp, w, grad):
-            if momentum:
-                blas.axpby(m, grad, -float(scale), momentum)                # m = momentum m - scale g
-                w += m
-            else:
-                blas.axpy(w, grad, -float(scale))                           # w -= scale g, one pass
+        if _blas_pass(xp, w, grad) and (m is None or m.flags.c_contiguous):
+            flat_w, flat_g, flat_m = w.reshape(-1), grad.reshape(-1), None if m is None else m.reshape(-1)
+
+            def step(part):             # host threads take blocks of the flattened arrays
+                if momentum:
+                    blas.axpby(flat_m[part], flat_g[part], -float(scale), momentum)   # m = momentum m - scale g
+                    flat_w[part] += flat_m[part]
+                else:
+                    blas.axpy(flat_w[part], flat_g[part], -float(scale))          # w -= scale g, one pass
+
+            host_threads.each(step, w.size, 4096, work=w.size)
             return
         if momentum:
             m *= momentum

@@ -70,7 +70,9 @@ class Backend:
 
     def blas_limit(self, largest_product):
         """The context a plan whose largest matrix product has ``largest_product`` multiply-adds runs in: one BLAS
-        thread below ``ONE_BLAS_THREAD_BELOW`` on NumPy (see below), else None (BLAS as configured)."""
+        thread below ``ONE_BLAS_THREAD_BELOW`` on NumPy (see below), else None (on NumPy the plan then runs in
+        ``host_threads.spread_kernels``: BLAS on one thread, kernels splitting their work over as many threads as
+        BLAS had)."""
         return one_blas_thread if not self.is_gpu and largest_product < ONE_BLAS_THREAD_BELOW else None
 
     def random_generator(self, seed):
@@ -85,7 +87,8 @@ class Backend:
 # product 0.8M multiply-adds) trains 1.07x faster on one thread on an idle 2-core machine, 1.24x beside a bursty
 # load and 2.9x beside a busy core. From a few million multiply-adds two threads win on an idle machine (2.5M: 1.35x,
 # 40M: 1.7x) though they still lose beside a busy core (benchmarks/blas_threads.py, RESULTS.md). So plans whose
-# products are all below this many multiply-adds run BLAS on one thread; larger ones keep BLAS as configured.
+# products are all below this many multiply-adds run BLAS on one thread; in larger ones the kernels split their
+# work over the BLAS thread count themselves (runtime/host_threads.py).
 ONE_BLAS_THREAD_BELOW = 2_000_000
 
 

@@ -1,0 +1,172 @@
+"""NumPy kernels that split their work over the CPU's cores themselves, with BLAS on one thread.
+
+On NumPy a step of a convolutional network is about three quarters BLAS products and one quarter NumPy work outside
+BLAS (batch norm, im2col and col2im, pooling, ReLU gradients, optimizer updates), which runs on one core. Splitting
+that work over threads gains nothing while OpenBLAS's own threads are in use: after each product OpenBLAS's idle
+thread spins on the second core (up to 2**28 cycles, ~0.1 s, unless ``OPENBLAS_THREAD_TIMEOUT`` was set before NumPy
+loaded), so a batch norm split over two threads took as long as on one (ResNet-50, 2 cores: 6.8-7.1 ms against
+6.4-6.6). So a host plan with large products runs ``with spread_kernels:``: BLAS goes to one thread (through
+``backend.one_blas_thread``; its idle threads then sleep, as nothing wakes them), and kernels split their products and
+their other work over ``width()`` threads, as many as BLAS had (the user's ``OMP_NUM_THREADS`` /
+``OPENBLAS_NUM_THREADS`` / ``threadpoolctl`` limit keeps its meaning), at most the usable cores. NumPy releases the
+GIL inside BLAS calls, ufunc loops and copies, so the threads run at once.
+
+Outside such a block (CuPy, small plans, direct kernel calls) ``width()`` is 1 and the helpers run inline.
+``FLOWLAB_HOST_THREADS=0`` turns it off (BLAS keeps its own threads; kernels run on one).
+
+- ``run(tasks)``: call each zero-argument callable, the first on the calling thread and the others on the pool.
+- ``parts(total, minimum)``: ``width()`` or fewer contiguous slices of ``range(total)`` for ``run``.
+- ``matmul(a, b, out=None)``: ``np.matmul`` split over rows of ``a`` or columns of ``b`` (whichever is longer).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .backend import one_blas_thread
+
+SPLIT_MACS = 1 << 21        # a product below this many multiply-adds runs on one thread (hand-offs cost ~20-50 us)
+SPLIT_ELEMENTS = 1 << 16    # likewise for kernels' other work, in elements
+
+_local = threading.local()
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+
+
+def width() -> int:
+    """Threads the calling thread's kernels may use now (1 outside ``spread_kernels``)."""
+    return getattr(_local, "width", 1)
+
+
+def enabled() -> bool:
+    return os.environ.get("FLOWLAB_HOST_THREADS", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _usable_cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _blas_threads():
+    """The thread count NumPy's BLAS is set to now, or None where it cannot be read."""
+    libraries = one_blas_thread._controllers()
+    return max((lib.num_threads for lib in libraries), default=None)
+
+
+class _Width:
+    """``with using(n):`` kernels of the calling thread split work over ``n`` threads (tests and ``spread_kernels``)."""
+
+    def __init__(self, n):
+        self.n = max(1, int(n))
+
+    def __enter__(self):
+        self._saved = width()
+        _local.width = self.n
+        return self
+
+    def __exit__(self, *exc):
+        _local.width = self._saved
+
+
+def using(n):
+    return _Width(n)
+
+
+class SpreadKernels:
+    """``with spread_kernels:`` (a host plan's call): BLAS on one thread and ``width()`` = the BLAS thread count it
+    had, at most the usable cores. Nothing changes where that is 1, BLAS cannot be controlled, or it is turned off."""
+
+    def __enter__(self):
+        n = _blas_threads() if enabled() else None
+        n = min(n, _usable_cores()) if n else 1
+        stack = _local.__dict__.setdefault("spread", [])
+        if n <= 1 or width() > 1:       # nothing to split, or already inside (a nested plan call)
+            stack.append(None)
+            return self
+        one_blas_thread.__enter__()
+        entered = _Width(n)
+        entered.__enter__()
+        stack.append(entered)
+        return self
+
+    def __exit__(self, *exc):
+        entered = _local.spread.pop()
+        if entered is not None:
+            entered.__exit__(*exc)
+            one_blas_thread.__exit__(*exc)
+
+
+spread_kernels = SpreadKernels()
+
+
+def _executor(workers):
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < workers:
+            old = _pool
+            _pool, _pool_size = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flowlab-kernel"), workers
+            if old is not None:
+                old.shutdown(wait=False)
+        return _pool
+
+
+def _forget_pool():
+    """In a forked child the pool's threads do not exist: start a new pool when one is next needed."""
+    global _pool, _pool_size, _pool_lock
+    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def run(tasks):
+    """The results of calling each of ``tasks`` (zero-argument callables), in order: the first on the calling thread,
+    the others on the pool at the same time. The first error raised is raised here, once every task has ended."""
+    tasks = list(tasks)
+    if len(tasks) <= 1 or width() <= 1:
+        return [task() for task in tasks]
+    futures = [_executor(len(tasks) - 1).submit(task) for task in tasks[1:]]
+    try:
+        first = tasks[0]()
+    finally:
+        rest = [f.exception() for f in futures]     # waits: no task may outlive the arrays it writes
+    for error in rest:
+        if error is not None:
+            raise error
+    return [first] + [f.result() for f in futures]
+
+
+def parts(total, minimum=1, work=None):
+    """At most ``width()`` contiguous slices covering ``range(total)``, each at least ``minimum`` long (one slice when
+    ``total < 2 * minimum``, or when ``work``, the elements the whole job touches, is below ``SPLIT_ELEMENTS``)."""
+    if work is not None and work < SPLIT_ELEMENTS:
+        return [slice(0, total)]
+    count = max(1, min(width(), total // max(1, minimum)))
+    bounds = [total * i // count for i in range(count + 1)]
+    return [slice(bounds[i], bounds[i + 1]) for i in range(count)]
+
+
+def each(function, total, minimum=1, work=None):
+    """``run`` of ``function(part)`` for each of ``parts(total, minimum, work)``."""
+    return run([lambda part=part: function(part) for part in parts(total, minimum, work)])
+
+
+def matmul(a, b, out=None):
+    """``np.matmul(a, b, out=out)`` (``a``, ``b`` at least 2-D, NumPy), split into row blocks of ``a`` or column
+    blocks of ``b`` (the longer side; each block one product writing its own block of ``out``)."""
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    stack = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    macs = int(np.prod(stack, dtype=np.int64)) * m * k * n
+    if width() <= 1 or macs < SPLIT_MACS:
+        return np.matmul(a, b, out=out)
+    if out is None:
+        out = np.empty(stack + (m, n), np.result_type(a, b))
+    if m >= n:
+        each(lambda rows: np.matmul(a[..., rows, :], b, out=out[..., rows, :]), m, 8)
+    else:
+        each(lambda cols: np.matmul(a, b[..., :, cols], out=out[..., :, cols]), n, 8)
+    return out
