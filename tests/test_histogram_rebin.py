@@ -10,7 +10,7 @@ from flowlab.dashboard.views.distributions import COLUMNS, DistributionsView
 from flowlab.dashboard.views.histograms import HistogramsView
 from flowlab.plots.data import EQUAL_BUCKETS, NORMAL_HISTOGRAM_BPS, compress_histogram, equal_width_buckets
 from flowlab.summary import SummaryWriter, encode, proto
-from flowlab.summary.tailer import _legacy_histogram
+from flowlab.summary.decode import _legacy_histogram
 
 tensorboardX = pytest.importorskip("tensorboardX")
 
