@@ -66,3 +66,17 @@ def _output_shape(probe, inputs):
     # The loss weights build's output by a named multiply: its first input is that output.
     mul = next(n for n in graph.nodes if n.name == "gradcheck_weight")
     return mul.inputs[0].shape
+
+
+def run(build, *arrays, job_type="predict"):
+    """The outputs of ``build`` on ``arrays`` in one job of ``job_type`` (a list): each array a placeholder of its
+    shape and dtype, a single output or a list/tuple of them returned."""
+    params = [inspect.Parameter(f"x{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                annotation=tp.Numpy.Placeholder(a.shape, dtype=a.dtype)) for i, a in enumerate(arrays)]
+
+    def job(*xs):
+        out = build(*xs)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+    job.__signature__ = inspect.Signature(params, return_annotation=tp.Bundle[tp.Numpy])
+    job.__name__ = f"{getattr(build, '__name__', 'op')}_job".replace("<lambda>", "op")
+    return flow.global_function(type=job_type)(job)(*arrays)

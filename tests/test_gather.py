@@ -8,21 +8,7 @@ import flowlab.typing as tp
 from flowlab.autodiff import gradients
 from flowlab.errors import ShapeError
 from flowlab.ops.indexing import GatherGrad, sum_rows
-from gradcheck import check_grad
-
-
-def run(build, *arrays):
-    """The outputs of ``build`` on ``arrays`` in one predict job (a list)."""
-    import inspect
-    params = [inspect.Parameter(f"x{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                annotation=tp.Numpy.Placeholder(a.shape, dtype=a.dtype)) for i, a in enumerate(arrays)]
-
-    def job(*xs):
-        out = build(*xs)
-        return list(out) if isinstance(out, (list, tuple)) else [out]
-    job.__signature__ = inspect.Signature(params, return_annotation=tp.Bundle[tp.Numpy])
-    job.__name__ = "gather_job"
-    return flow.global_function()(job)(*arrays)
+from gradcheck import check_grad, run
 
 
 def test_embedding_lookup_matches_torch():

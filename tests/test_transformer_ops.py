@@ -1,7 +1,6 @@
 """The ops a transformer needs beyond the CNN set: slice / slice_v2, squeeze / expand_dims, broadcast_like, where,
 gelu, rsqrt, top_k, layer_norm, and the attention shapes of matmul / softmax / cast. Kernels against PyTorch (or
 NumPy where PyTorch has no such op), gradients by finite differences in float64 (``gradcheck.check_grad``)."""
-import inspect
 import math
 
 import numpy as np
@@ -10,20 +9,7 @@ import pytest
 import flowlab as flow
 import flowlab.typing as tp
 from flowlab.errors import ShapeError
-from gradcheck import check_grad
-
-
-def run(build, *arrays, job_type="predict"):
-    """The outputs of ``build`` on ``arrays`` in one job (a list)."""
-    params = [inspect.Parameter(f"x{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                annotation=tp.Numpy.Placeholder(a.shape, dtype=a.dtype)) for i, a in enumerate(arrays)]
-
-    def job(*xs):
-        out = build(*xs)
-        return list(out) if isinstance(out, (list, tuple)) else [out]
-    job.__signature__ = inspect.Signature(params, return_annotation=tp.Bundle[tp.Numpy])
-    job.__name__ = "transformer_ops_job"
-    return flow.global_function(type=job_type)(job)(*arrays)
+from gradcheck import check_grad, run
 
 
 def rnd(*shape, seed=0, dtype=np.float64):
