@@ -548,8 +548,9 @@ def _serve_child(result_fd, parent, args):
             blob = pickle.dumps(message)
         except Exception:                              # an exception that does not pickle: its words still travel
             blob = pickle.dumps(("error", RuntimeError(str(message[1]))))
-        with os.fdopen(result_fd, "wb") as out:
-            out.write(blob)
+        while blob:                                    # a pipe to the parent, closed once written
+            blob = blob[os.write(result_fd, blob):]
+        os.close(result_fd)
 
     async def main():
         try:
@@ -588,15 +589,22 @@ class ServerProcess:
                                              pass_fds=(write_fd,), start_new_session=False)
         finally:
             os.close(write_fd)
-        with os.fdopen(read_fd, "rb") as results:
+        try:
             self._process.stdin.write(pickle.dumps(args))
             self._process.stdin.close()
-            ready, _, _ = select.select([results], [], [], start_timeout)
-            blob = results.read() if ready else b""
+            blob, deadline, ready = b"", time.monotonic() + start_timeout, True
+            while ready:                                # until the child closes its end (or the time is up)
+                ready = select.select([read_fd], [], [], max(0.0, deadline - time.monotonic()))[0]
+                chunk = os.read(read_fd, 1 << 16) if ready else b""
+                blob += chunk
+                ready = ready and chunk
+        finally:
+            os.close(read_fd)
         if not blob:
+            timed_out = self._process.poll() is None
             self.stop(timeout=1)
-            raise RuntimeError(f"the dashboard process did not start within {start_timeout} s"
-                               if not ready else "the dashboard process ended before it was serving")
+            raise RuntimeError(f"the dashboard process did not start within {start_timeout} s" if timed_out
+                               else "the dashboard process ended before it served")
         kind, value = pickle.loads(blob)
         if kind == "error":
             self._process.wait()

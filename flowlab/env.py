@@ -87,8 +87,8 @@ def data_port(val):
 
 def log_dir(val):
     """Where OneFlow writes its log files. flowlab creates the directory and adds a handler writing the
-    ``flowlab`` logger's lines to ``<val>/flowlab.log`` (replacing the file of an earlier ``log_dir``); they still
-    go to stderr too."""
+    ``flowlab`` logger's lines, INFO and above (the backend notice among them), to ``<val>/flowlab.log`` (replacing
+    the file of an earlier ``log_dir``); warnings still reach stderr too."""
     global _log_handler
     if not isinstance(val, str) or not val:
         raise TypeError(f"flow.env.log_dir: expected a directory path (non-empty str), got {val!r}")
@@ -99,13 +99,16 @@ def log_dir(val):
         _log_handler.close()
     _log_handler = logging.FileHandler(os.path.join(val, LOG_FILE))
     _log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    _log_handler.setLevel(logging.INFO)
     logger.addHandler(_log_handler)
+    if logger.getEffectiveLevel() > logging.INFO:      # a log file is asked for: it gets the INFO lines
+        logger.setLevel(logging.INFO)
     _settings["log_dir"] = val
 
 
 def logtostderr(val):
-    """OneFlow's glog switch (an int). Checked and kept; changes nothing: flowlab's log lines always go to stderr
-    (silence them through ``logging.getLogger("flowlab")``)."""
+    """OneFlow's glog switch (an int). Checked and kept; changes nothing: flowlab's warnings go to stderr and its
+    INFO lines only where the application's logging (or ``log_dir``) sends them (``logging.getLogger("flowlab")``)."""
     if isinstance(val, bool) or not isinstance(val, int):
         raise TypeError(f"flow.env.logtostderr: expected an int, got {val!r}")
     _settings["logtostderr"] = val
