@@ -37,11 +37,14 @@ def _not_contiguous(a, data_format="NCHW"):
     return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
 
-def _routes(monkeypatch):
-    """Count calls of each route's kernels."""
+ROUTES = ("_pointwise_forward", "_pointwise_input_grad", "_pointwise_filter_grad", "_folded_forward",
+          "_folded_input_grad", "_folded_filter_grad")
+
+
+def _routes(monkeypatch, names=ROUTES):
+    """Count calls of each route's kernels (``names``: functions of ``flowlab.ops.conv``)."""
     calls = {}
-    for name in ("_pointwise_forward", "_pointwise_input_grad", "_pointwise_filter_grad", "_folded_forward",
-                 "_folded_input_grad", "_folded_filter_grad"):
+    for name in names:
         original = getattr(C, name)
 
         def counted(*a, _name=name, _original=original, **k):

@@ -9,6 +9,7 @@ import flowlab as flow
 from flowlab.ops import conv as C
 from flowlab.runtime import host_threads
 from gradcheck import check_grad
+from test_conv_routes import _routes as count_routes
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -50,16 +51,8 @@ def test_which_convolutions_take_the_winograd_route(x_shape, w_shape, strides, d
 
 
 def _routes(monkeypatch):
-    calls = {}
-    for name in ("_winograd_forward", "_winograd_input_grad", "_winograd_filter_grad", "_folded_forward",
-                 "_folded_input_grad", "_folded_filter_grad"):
-        original = getattr(C, name)
-
-        def counted(*a, _name=name, _original=original, **k):
-            calls[_name] = calls.get(_name, 0) + 1
-            return _original(*a, **k)
-        monkeypatch.setattr(C, name, counted)
-    return calls
+    return count_routes(monkeypatch, ("_winograd_forward", "_winograd_input_grad", "_winograd_filter_grad",
+                                      "_folded_forward", "_folded_input_grad", "_folded_filter_grad"))
 
 
 def _kernels(x, w, dy, padding):
