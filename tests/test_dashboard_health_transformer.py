@@ -1,15 +1,13 @@
 """The Health tab on a transformer: a small BERT's attention entropy per head and residual growth per sum
 (``<tag>/attention``, ``<tag>/residual`` records) drawn as heatmaps under the run's layer heatmap, on the server and in
 the page; the records are drawn with their report's tag, never offered as health tags of their own."""
-import os
 
 import numpy as np
 import pytest
 
 import flowlab as flow
 from flowlab.summary import SummaryWriter
-from jupyter_page import CHROMIUM
-from test_dashboard_health import model, view_of
+from test_dashboard_health import model, served, view_of  # noqa: F401 (served: a fixture)
 from test_dashboard_health import train as train_mlp
 from test_health_transformer import watched_bert
 
@@ -58,16 +56,6 @@ def test_the_tab_draws_each_heads_entropy_and_each_sums_growth(logdir):
     view.run_a.value = "mlp"
     view.update()
     assert not view.sides["A"].parts.visible and view.sides["A"].part_maps == {}
-
-
-@pytest.fixture(scope="module")
-def served(logdir, tmp_path_factory, chromium):
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"needs Debian's chromium at {CHROMIUM}")
-    pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
-    from dashboard_page import flowlab_serve
-    with flowlab_serve(logdir[0], tmp_path_factory.mktemp("server") / "stderr.txt") as (url, log):
-        yield url, log
 
 
 # a heatmap's rows as its y axis names them

@@ -7,22 +7,15 @@ experiment)."""
 import numpy as np
 import pytest
 
-from flowlab.dashboard.runs import RunSelection
-from flowlab.dashboard.store import Store
-from flowlab.dashboard.views.hparams import HParamsView
+from test_dashboard_hparams import view_of as hparams_view_of
 
 tensorboardX = pytest.importorskip("tensorboardX")
 
 
 def view_of(logdir):
-    store = Store(logdir)
-    store.poll()
-    runs = RunSelection(store)
-    runs.update()
-    view = HParamsView(store)
-    view.runs = runs
-    view.update()
-    return store, runs, view
+    """The store, run list and HParams view over ``logdir``, as the app wires them (``test_dashboard_hparams``)."""
+    view = hparams_view_of(logdir)
+    return view.store, view.runs, view
 
 
 def test_add_hparams_folders_fold_into_their_runs(tmp_path):
