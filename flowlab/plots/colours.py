@@ -110,10 +110,10 @@ def readable_palette(colours, backgrounds=(LIGHT_BACKGROUND, DARK_BACKGROUND), r
         ok = inside(mid)
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
     moved = list(dict.fromkeys(hex_colours(scaled(np.where(fits, 1.0, lo)))))
-    if reserved:
-        apart = np.linalg.norm(cielab(moved)[:, None] - cielab(list(reserved))[None], axis=2).min(axis=1)
-        moved = [c for c, d in zip(moved, apart) if d >= distinct[0]]
     lab = cielab(moved)
+    if reserved:
+        keep = np.linalg.norm(lab[:, None] - cielab(list(reserved))[None], axis=2).min(axis=1) >= distinct[0]
+        moved, lab = [c for c, k in zip(moved, keep) if k], lab[keep]
     distance = np.linalg.norm(lab[:, None] - lab[None], axis=2)
     order, nearest = [], np.full(len(moved), np.inf)      # each colour's distance to the nearest one taken
     for least in distinct:
