@@ -182,14 +182,14 @@ def test_a_served_session_decodes_a_big_image_off_the_loop_once_for_every_sessio
     assert len(threads) == 1
 
 
-def test_the_loop_is_not_held_while_a_big_image_is_decoded_for_a_session(tmp_path, monkeypatch):
-    """A real server, a session on ``/?tab=images`` (filled on the loop without a browser), and a run that then logs
-    a 4000 × 4000 PNG: the event loop's longest stall from the image's arrival until its card is drawn (before: the
+def test_the_loop_is_not_held_while_a_big_image_is_decoded_for_a_session(tmp_path, monkeypatch, chromium):
+    """A real server, a page on ``/?tab=images`` in Chromium (a session's cards are built once a page has connected),
+    and a run that then logs a 4000 × 4000 PNG: the event loop's longest stall from the image's arrival until its card is drawn (before: the
     whole decode ran on the loop, 0.13-0.48 s here, seconds on a loaded machine). The decode is held 0.5 s before
     it runs, so that it cannot be quick by chance."""
     from loop_probe import LoopProbe
     from flowlab.dashboard.server import ServerThread
-    from test_dashboard_security import request
+    from dashboard_page import open_dashboard
     thumbnails.clear_cache()
     write_png(tmp_path, "run", "big", png_of_zeros(8, 8, color_type=2, bit_depth=8), 8, 8, step=0)
     width = height = 4000
@@ -213,8 +213,8 @@ def test_the_loop_is_not_held_while_a_big_image_is_decoded_for_a_session(tmp_pat
         while not server.server.store.series("image") and time.monotonic() < deadline:
             time.sleep(0.05)
         probe = LoopProbe(server)
-        assert request(server.server.port, "/?tab=images")[0] == 200
-        time.sleep(1.0)                             # the page's own turns (its document, the tab) are done
+        page, errors = open_dashboard(chromium, server.url + "?tab=images")
+        time.sleep(0.5)                             # the page's own turns (its document, the tab) are done
         probe.reset()
         write_png(tmp_path, "run", "big", png, width, height, step=1)
         deadline = time.monotonic() + 60
@@ -222,6 +222,8 @@ def test_the_loop_is_not_held_while_a_big_image_is_decoded_for_a_session(tmp_pat
             time.sleep(0.01)
         time.sleep(0.3)                             # the card is drawn on the turn after
         stall = probe.stop()
+        assert errors == []
+        page.close()
     finally:
         server.stop()
     assert timings, "the big image was never decoded"

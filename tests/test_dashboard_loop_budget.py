@@ -165,16 +165,24 @@ def test_thousands_of_tags_build_one_page_and_the_search_pages_through_all(many_
         page.wait_for_function(IDLE_JS, polling=50, timeout=60000)
         cards, grid, pager = page.evaluate(SCALARS_PAGE_JS)
         stall = probe.stop()
-        print(f"{TAGS} tags: longest loop stall {stall * 1000:.0f} ms; a cheap request while the first session "
-              f"built: {first_get * 1000:.0f} ms; a second session's page: {second_session * 1000:.0f} ms")
+        print(f"{TAGS} tags: longest loop stall {stall * 1000:.0f} ms ({probe.longest_cpu * 1000:.0f} ms of CPU); a "
+              f"cheap request while the first session built: {first_get * 1000:.0f} ms; a second session's page: "
+              f"{second_session * 1000:.0f} ms; gaps (when, wall, CPU): {probe.gaps}")
         assert cards == sorted(f"card:layer00/w{i:04}" for i in range(PAGE_SIZE))     # the first page only
         assert grid == [0, PAGE_SIZE] and pager == [PAGE_SIZE, 0, TAGS // PAGE_SIZE]
-        assert first_get < STALL_BOUND_S + 0.1 and second_session < 3.0
-        # A card is built in one loop turn and joins the page in the next: one card's work is the bound (before: every
-        # card of every tag in one turn, minutes for 20,000 tags). Wall time here also counts Chromium and the other
-        # sessions of this shared machine; a card turn's own cost, models and bytes are bounded, machine-independently,
-        # in test_dashboard_paging.test_a_scalars_card_costs_a_server_turn_under_the_loops_budget.
-        assert stall < 0.5, f"the event loop stalled {stall * 1000:.0f} ms (gaps: {probe.gaps})"
+        # (wall times: a second client waited minutes before; 0.45 s was seen here at load 5, while Chromium drew)
+        assert first_get < 1.0 and second_session < 3.0
+        # A card is built in one loop turn and joins the page in the next, once the page has pulled the document (the
+        # pull serialises all of it in one turn): one card's work is the bound (before: every card of every tag in one
+        # turn, minutes for 20,000 tags). The bound is on the loop thread's own CPU time; its wall time also counts
+        # Chromium drawing the page and whatever else shares the machine's two cores (a 40 ms turn took 300-400 ms
+        # of wall time at load 6), so it only has to stay far from the minutes this was. A card turn's own cost,
+        # models and bytes are also bounded in test_dashboard_paging (a served document's turns, run one by one).
+        held = f"(gaps (when, wall, CPU): {probe.gaps}; collections: {probe.collections})"
+        # (a probe's gap holds the turn in progress and the one queued behind it: a card's build, then its joining;
+        # each is 25-50 ms of CPU here, the page's pull ~30)
+        assert probe.longest_cpu < 0.15, f"the event loop's thread held it {probe.longest_cpu * 1000:.0f} ms {held}"
+        assert stall < 2.0, f"the event loop stalled {stall * 1000:.0f} ms {held}"
 
         box = page.locator(".bk-input[placeholder='all tags']")            # a tag on the last page
         box.fill("w1999$")

@@ -61,7 +61,7 @@ from .. import export_cells
 from ..export_stream import EXPORTS, export_chunks
 from ..filters import FilterError, compile_filter
 from ..runs import run_colour
-from .base import View
+from .base import PAGE_POLL_MS, View, no_page_yet
 from .paging import Pager
 
 LIMIT = 2000                       # points per line on display
@@ -932,9 +932,13 @@ class ScalarsView(View):
         """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server), then, on the next IOLoop
         turn, place them in the page. A card costs the server tens of milliseconds to build, and as much again to
         join the document (Bokeh walks every model of the document) and be serialised: a turn of its own for each,
-        and no other session waits for a whole page."""
-        self._scheduled = False
+        and no other session waits for a whole page. A server session's cards wait for its page to connect
+        (``no_page_yet``)."""
         doc = self.grid.document
+        if no_page_yet(doc):                 # (still scheduled: a repage meanwhile only changes what is pending)
+            doc.add_timeout_callback(self._build_some, PAGE_POLL_MS)
+            return
+        self._scheduled = False
         spread = doc is not None and doc.session_context is not None
         if spread and self._unplaced:          # built last turn: they join the page in this one
             self._place()
