@@ -200,12 +200,12 @@ def test_gradients_through_a_job_split_over_threads_by_finite_differences(split_
 # -------------------------------------------------------------------------------------------------- host plans
 
 def _blas_threads():
-    return max((lib.num_threads for lib in one_blas_thread._controllers()), default=None)
+    return max((lib.num_threads for lib in one_blas_thread.controllers()), default=None)
 
 
 def test_spread_kernels_takes_blas_threads_for_the_kernels(monkeypatch):
     from threadpoolctl import threadpool_limits
-    if not one_blas_thread._controllers():
+    if not one_blas_thread.controllers():
         pytest.skip("NumPy's BLAS cannot be controlled here")
     monkeypatch.setattr(host_threads, "_usable_cores", lambda: 4)
     with threadpool_limits(3, user_api="blas"):
@@ -229,7 +229,7 @@ def test_spread_kernels_takes_blas_threads_for_the_kernels(monkeypatch):
 
 def test_a_host_plan_with_large_products_runs_its_kernels_spread(monkeypatch):
     from threadpoolctl import threadpool_limits
-    if not one_blas_thread._controllers():
+    if not one_blas_thread.controllers():
         pytest.skip("NumPy's BLAS cannot be controlled here")
     monkeypatch.setattr(host_threads, "_usable_cores", lambda: 2)
     seen = []

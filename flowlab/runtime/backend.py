@@ -102,7 +102,11 @@ class OneBlasThread:
         self._libraries = None
         self._saved = ()
 
-    def _controllers(self):
+    def controllers(self):
+        """threadpoolctl's controllers of the BLAS libraries loaded when first asked (NumPy's, and SciPy's when it
+        was loaded by then), the ones this context limits; ``runtime.blas`` binds its routines from one of them, so
+        the BLAS flowlab calls directly is always one the context limits (a library loaded later is not: SciPy's
+        came first in threadpoolctl's list once loaded, and was left at two threads)."""
         if self._libraries is None:
             try:
                 from threadpoolctl import ThreadpoolController
@@ -115,7 +119,7 @@ class OneBlasThread:
     def __enter__(self):
         with self._lock:
             if self._inside == 0:
-                libraries = self._controllers()
+                libraries = self.controllers()
                 self._saved = [lib.num_threads for lib in libraries]
                 for lib in libraries:
                     if lib.num_threads != 1:

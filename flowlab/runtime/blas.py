@@ -57,9 +57,11 @@ def _bind(library):
 
 def _load():
     """The BLAS routines by dtype, or {} where they cannot be found or do not compute what NumPy does."""
+    from .backend import one_blas_thread        # (the libraries it limits: the one bound here is among them)
     try:
-        from threadpoolctl import ThreadpoolController
-        for controller in ThreadpoolController().select(internal_api="openblas").lib_controllers:
+        for controller in one_blas_thread.controllers():
+            if controller.internal_api != "openblas":
+                continue
             routines = _bind(ctypes.CDLL(controller.filepath))
             if routines and _agrees(routines):
                 return routines

@@ -52,7 +52,7 @@ def _usable_cores():
 
 def _blas_threads():
     """The thread count NumPy's BLAS is set to now, or None where it cannot be read."""
-    libraries = one_blas_thread._controllers()
+    libraries = one_blas_thread.controllers()
     return max((lib.num_threads for lib in libraries), default=None)
 
 
