@@ -19,6 +19,10 @@ Data parallelism, as OneFlow runs both of its logical views on one machine:
   batch (``join_kinds``): along the batch axis they are concatenated; reductions over it (a mean loss) are averaged,
   summed or maxed, so a scalar mean loss comes out as on one device; values of variables alone are taken from
   device 0. A loss summed over the batch has its gradients summed instead of averaged, as OneFlow's consistent view.
+  Where the job itself needs the logical value of such a reduction (``x / reduce_sum(x)``), the trace puts an
+  all-reduce before that op (``ops.placement.box_partials``; ``combine`` below exchanges the values).
+- **Data ops** in the job (readers, seeded random sources) make one batch a call for all devices and hand each its
+  rows (``BatchShares``), so n devices read exactly what one device reads.
 - **Execution.** CPU: the replicas are threads of this process (NumPy releases the GIL in BLAS and in its loops).
   GPU: replica k runs on GPU k with copies of the variables, broadcast from GPU 0 with NCCL at the start of each
   call; gradients are reduced to GPU 0 with NCCL (``cupy.cuda.nccl``).
@@ -275,7 +279,7 @@ class NcclReduce(HostReduce):
             self._call(index, "broadcast", value, value, 0)
 
     def combine(self, index, array, how):
-        array = self.cupy.ascontiguousarray(array)
+        array = self.cupy.ascontiguousarray(array).reshape(array.shape)     # a 0-d value stays 0-d
         out = self.cupy.empty_like(array)
         op = {"sum": "NCCL_SUM", "mean": "NCCL_SUM", "max": "NCCL_MAX", "min": "NCCL_MIN"}[how]
         self._call(index, "allReduce", array, out, getattr(self.nccl, op))
