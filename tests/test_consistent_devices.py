@@ -166,15 +166,15 @@ def test_wide_and_deep_reading_its_records_trains_on_n_devices_as_on_one(click_r
 
 # --------------------------------------------------------------------------------- the all-reduce and its gradient
 
-def boxed_loss_numpy(x, w):
+def boxed_loss_numpy(x, w, reduce="mean"):
     h = x @ w
     centered = h - h.mean(axis=0)
     per_example = centered ** 2 / ((h * h).sum(axis=0) + 1.0) + h / (h.max(axis=0) + 10.0) + \
         h / (h.min(axis=0) - 10.0)
-    return per_example.mean()
+    return per_example.mean() if reduce == "mean" else per_example.sum()
 
 
-def boxed_loss(x, w):
+def boxed_loss(x, w, reduce):
     """Per-device reductions over the batch (sum, mean, max, min) used where only their logical value serves."""
     h = flow.matmul(x, w)
     centered = h - flow.math.reduce_mean(h, axis=[0])
@@ -182,10 +182,10 @@ def boxed_loss(x, w):
     low = -flow.math.reduce_max(-h, axis=[0])
     per_example = centered * centered / (flow.math.reduce_sum(h * h, axis=[0]) + 1.0) + h / (peak + 10.0) + \
         h / (low - 10.0)
-    return flow.math.reduce_mean(per_example)
+    return flow.math.reduce_mean(per_example) if reduce == "mean" else flow.math.reduce_sum(per_example)
 
 
-def gradient_on(devices, x, w0):
+def gradient_on(devices, x, w0, reduce):
     flow.clear_default_session()
     flow.config.gpu_device_num(devices)
     config = flow.FunctionConfig()
@@ -194,7 +194,7 @@ def gradient_on(devices, x, w0):
     @flow.global_function(type="train", function_config=config)
     def job(x_: tp.Numpy.Placeholder(x.shape, dtype=flow.double)) -> tp.Numpy:
         w = flow.get_variable("w", shape=w0.shape, dtype=flow.double, initializer=flow.zeros_initializer())
-        loss = boxed_loss(x_, w)
+        loss = boxed_loss(x_, w, reduce)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0]), momentum=0).minimize(loss)
         return loss
 
@@ -203,17 +203,18 @@ def gradient_on(devices, x, w0):
     return loss, w0 - session.default().variables["w"].numpy(), job
 
 
+@pytest.mark.parametrize("reduce", ["mean", "sum"])      # a summed loss sums the devices' gradients
 @pytest.mark.parametrize("devices", [1, 2, 4])
-def test_all_reduce_gradients_match_finite_differences(devices):
+def test_all_reduce_gradients_match_finite_differences(devices, reduce):
     rng = np.random.default_rng(4)
     x, w0 = rng.normal(size=(8, 3)), rng.normal(size=(3, 2))
-    loss, grad, job = gradient_on(devices, x, w0)
-    assert loss == pytest.approx(boxed_loss_numpy(x, w0), rel=1e-12)
+    loss, grad, job = gradient_on(devices, x, w0, reduce)
+    assert loss == pytest.approx(boxed_loss_numpy(x, w0, reduce), rel=1e-12)
     numeric = np.zeros_like(w0)
     for index in np.ndindex(*w0.shape):
         step = np.zeros_like(w0)
         step[index] = 1e-6
-        numeric[index] = (boxed_loss_numpy(x, w0 + step) - boxed_loss_numpy(x, w0 - step)) / 2e-6
+        numeric[index] = (boxed_loss_numpy(x, w0 + step, reduce) - boxed_loss_numpy(x, w0 - step, reduce)) / 2e-6
     np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-9)
     hows = sorted(n.attrs["how"] for n in job.graph().nodes if n.op is AllReduce)
     assert hows == ([] if devices == 1 else ["max", "max", "mean", "sum"])
