@@ -11,7 +11,8 @@ itself) that makes that op's output for the record. The first call of the job st
 
 and every call of the job takes the next ``Batch`` off the queue (``next_batch``, from the reader node's host
 arguments) and its field nodes pick their arrays out of it: all outputs of one reader in one call come from the
-same records. An error in the producer (a damaged record, a missing key) is put on the queue in the batch's place
+same records. On several devices one call takes one ``Batch`` of ``batch_size`` records for all of them and each
+device's nodes read its ``piece_size`` rows (``batch[rows]``; ``runtime.devices.BatchShares``). An error in the producer (a damaged record, a missing key) is put on the queue in the batch's place
 and raised by the job call that needs that batch; the pipeline then stays failed. ``close()`` stops the thread;
 ``flow.clear_default_session()`` closes the session's pipelines.
 """

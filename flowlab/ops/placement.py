@@ -214,5 +214,5 @@ def box_partials(graph):
     return added
 
 
-__all__ = ["AllReduce", "AllReduceGrad", "AutoDistribute", "BroadcastDistribute", "Distribute", "SplitDistribute", "assert_is_valid_distribute",
-           "auto", "box_partials", "broadcast", "parallel_cast", "split"]
+__all__ = ["AllReduce", "AllReduceGrad", "AutoDistribute", "BroadcastDistribute", "Distribute", "SplitDistribute",
+           "assert_is_valid_distribute", "auto", "box_partials", "broadcast", "parallel_cast", "split"]
