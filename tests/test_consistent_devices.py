@@ -166,17 +166,18 @@ def test_wide_and_deep_reading_its_records_trains_on_n_devices_as_on_one(click_r
 
 # --------------------------------------------------------------------------------- the all-reduce and its gradient
 
-def boxed_loss_numpy(x, w, reduce="mean"):
-    h = x @ w
+def boxed_loss_numpy(x, w1, w2, reduce="mean"):
+    h = np.tanh(x @ w1) @ w2
     centered = h - h.mean(axis=0)
     per_example = centered ** 2 / ((h * h).sum(axis=0) + 1.0) + h / (h.max(axis=0) + 10.0) + \
         h / (h.min(axis=0) - 10.0)
     return per_example.mean() if reduce == "mean" else per_example.sum()
 
 
-def boxed_loss(x, w, reduce):
-    """Per-device reductions over the batch (sum, mean, max, min) used where only their logical value serves."""
-    h = flow.matmul(x, w)
+def boxed_loss(x, w1, w2, reduce):
+    """Per-device reductions over the batch (sum, mean, max, min) used where only their logical value serves,
+    behind two layers: the all-reduces' gradients lie between the two variables' updates."""
+    h = flow.matmul(flow.math.tanh(flow.matmul(x, w1)), w2)
     centered = h - flow.math.reduce_mean(h, axis=[0])
     peak = flow.math.reduce_max(h, axis=[0])
     low = -flow.math.reduce_max(-h, axis=[0])
@@ -185,7 +186,8 @@ def boxed_loss(x, w, reduce):
     return flow.math.reduce_mean(per_example) if reduce == "mean" else flow.math.reduce_sum(per_example)
 
 
-def gradient_on(devices, x, w0, reduce):
+def gradients_on(devices, x, w0, reduce):
+    """The loss and the gradients of ``w1``, ``w2`` (starting at ``w0``) of one SGD step at rate 1."""
     flow.clear_default_session()
     flow.config.gpu_device_num(devices)
     config = flow.FunctionConfig()
@@ -193,29 +195,33 @@ def gradient_on(devices, x, w0, reduce):
 
     @flow.global_function(type="train", function_config=config)
     def job(x_: tp.Numpy.Placeholder(x.shape, dtype=flow.double)) -> tp.Numpy:
-        w = flow.get_variable("w", shape=w0.shape, dtype=flow.double, initializer=flow.zeros_initializer())
-        loss = boxed_loss(x_, w, reduce)
+        w1, w2 = (flow.get_variable(name, shape=w0[name].shape, dtype=flow.double,
+                                    initializer=flow.zeros_initializer()) for name in ("w1", "w2"))
+        loss = boxed_loss(x_, w1, w2, reduce)
         flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [1.0]), momentum=0).minimize(loss)
         return loss
 
-    flow.load_variables({"w": w0})
+    flow.load_variables(w0)
     loss = float(job(x))
-    return loss, w0 - session.default().variables["w"].numpy(), job
+    return loss, {name: w0[name] - session.default().variables[name].numpy() for name in w0}, job
 
 
 @pytest.mark.parametrize("reduce", ["mean", "sum"])      # a summed loss sums the devices' gradients
 @pytest.mark.parametrize("devices", [1, 2, 4])
 def test_all_reduce_gradients_match_finite_differences(devices, reduce):
     rng = np.random.default_rng(4)
-    x, w0 = rng.normal(size=(8, 3)), rng.normal(size=(3, 2))
-    loss, grad, job = gradient_on(devices, x, w0, reduce)
-    assert loss == pytest.approx(boxed_loss_numpy(x, w0, reduce), rel=1e-12)
-    numeric = np.zeros_like(w0)
-    for index in np.ndindex(*w0.shape):
-        step = np.zeros_like(w0)
-        step[index] = 1e-6
-        numeric[index] = (boxed_loss_numpy(x, w0 + step, reduce) - boxed_loss_numpy(x, w0 - step, reduce)) / 2e-6
-    np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-9)
+    x, w0 = rng.normal(size=(8, 3)), {"w1": rng.normal(size=(3, 4)), "w2": rng.normal(size=(4, 2))}
+    loss, grads, job = gradients_on(devices, x, w0, reduce)
+    assert loss == pytest.approx(boxed_loss_numpy(x, w0["w1"], w0["w2"], reduce), rel=1e-12)
+    for name in w0:
+        numeric = np.zeros_like(w0[name])
+        for index in np.ndindex(*numeric.shape):
+            moved = [{**w0, name: w0[name].copy()} for _ in range(2)]
+            moved[0][name][index] += 1e-6
+            moved[1][name][index] -= 1e-6
+            numeric[index] = (boxed_loss_numpy(x, moved[0]["w1"], moved[0]["w2"], reduce) -
+                              boxed_loss_numpy(x, moved[1]["w1"], moved[1]["w2"], reduce)) / 2e-6
+        np.testing.assert_allclose(grads[name], numeric, rtol=1e-6, atol=1e-9, err_msg=name)
     hows = sorted(n.attrs["how"] for n in job.graph().nodes if n.op is AllReduce)
     assert hows == ([] if devices == 1 else ["max", "max", "mean", "sum"])
 
