@@ -26,7 +26,8 @@ def gpu_device_num(n):
 
     Differs from OneFlow: one machine only, up to 8 devices. Under the consistent view a tensor inside the job has
     its per-device shape (a batch of 100 on 2 devices reads ``(50, ...)``); a batch size written into
-    ``flow.reshape`` is read as the logical one and becomes each device's share.
+    ``flow.reshape`` is read as the logical one and becomes each device's share. Data readers in the job read one
+    batch a call and hand each device its rows (OneFlow gives each device its own part files).
     """
     _check_count("gpu_device_num", n, MAX_DEVICE_NUM, "device(s) per machine")
     session.default().device_num = n

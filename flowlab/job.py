@@ -26,6 +26,7 @@ from .errors import FeedError, TraceError
 from .ops import apply
 from .ops import operators  # noqa: F401 - gives lazy tensors their Python operators (x + y) before any trace
 from .ops.array import Input
+from .ops.placement import box_partials
 from .runtime import backend, devices, dispatch, session
 
 
@@ -199,7 +200,8 @@ class JobFunction:
         """Trace the job function for these argument shapes into a graph, then declare its variables to the session
         (``undo`` collects how to take the declarations back if compiling fails later)."""
         graph = g.Graph(self.name, self.is_train, self.config.default_dtype)
-        if devices > 1 and self.config.logical_view == "consistent":
+        graph.devices, graph.logical_view = devices, self.config.logical_view
+        if graph.splits_batches:
             graph.split_batches = {d.shape[0]: s[0] for d, s in zip(self.arg_defs, shapes)
                                    if not d.dynamic and len(s) and s[0] != d.shape[0]}
         replay = self._first_id
@@ -214,6 +216,8 @@ class JobFunction:
                 raise TypeError(f"job {self.name} is annotated `-> None` but returned {type(result).__name__}")
             outputs, rebuild = _flatten(result, f"the return value of job {self.name}")
             graph.outputs = outputs
+            if graph.splits_batches:    # per-device reductions over the batch made whole where ops need them
+                box_partials(graph)
             if self.is_train:
                 # the forward trace succeeded; optimizers ask the session which of its variables are trainable
                 undo.append(sess.declare_all(list(graph.declarations.values()), self.name, True))
@@ -264,6 +268,10 @@ class JobFunction:
             if shapes not in traced:
                 traced[shapes] = self._trace(shapes, undo, devices=n)
         graph, rebuild = traced[device_shapes[0]]
+        if len(traced) > 1 and any(node.op.takes_device for g_, _ in traced.values() for node in g_.nodes):
+            raise TraceError(f"job {self.name}: its data ops hand each of the {n} devices its rows of one batch a "
+                             "call, so every device's arguments must have the same shapes; got "
+                             f"{', '.join(str(list(s)) for s in device_shapes)}")
         view = self.config.logical_view
         kinds = devices.join_kinds(graph) if view == "consistent" else {}
         deliveries = Deliveries(graph, view, kinds)
@@ -295,11 +303,40 @@ class JobFunction:
                                kinds)
 
     def compiled(self, shapes=None):
-        """The compiled signature for these argument shapes (declared shapes by default); traces on first use."""
+        """The compiled signature for these argument shapes (declared shapes by default); traces on first use. On
+        several devices the declared shapes give each device its piece: under the consistent view a share of the
+        batch, under the mirrored view the declared shape itself."""
+        n = session.default().device_num
+        if n > 1 and shapes is None:
+            return self._compiled_on_devices(n, tuple(self._device_shapes(n) for _ in range(n)))
         shapes = tuple(tuple(d.shape) for d in self.arg_defs) if shapes is None else shapes
         compiled = self._compiled.get(shapes)
         if compiled is None:
             compiled = self._compiled[shapes] = self._declaring(self._compile, shapes)
+        self._last = compiled
+        return compiled
+
+    def _device_shapes(self, n):
+        """Each argument's shape on one of ``n`` devices, from its declared shape."""
+        shapes = []
+        for name, d in zip(self.arg_names, self.arg_defs):
+            shape = tuple(d.shape)
+            if not d.dynamic and self.config.logical_view == "consistent":
+                if not shape or shape[0] % n:
+                    raise FeedError(f"job {self.name} argument {name!r}: the consistent view splits the batch (axis "
+                                    f"0) evenly over {n} devices, but its placeholder has shape {shape}; declare a "
+                                    f"batch size divisible by {n}")
+                shape = (shape[0] // n,) + shape[1:]
+            shapes.append(shape)
+        return tuple(shapes)
+
+    def _compiled_on_devices(self, n, device_shapes):
+        """The compiled signature of ``n`` devices whose feeds have ``device_shapes`` (one tuple of shapes a
+        device); traces on first use."""
+        key = (n,) + device_shapes
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = self._compiled[key] = self._declaring(self._compile_on_devices, device_shapes)
         self._last = compiled
         return compiled
 
@@ -370,11 +407,7 @@ class JobFunction:
         dispatcher.settle()
         dispatcher.raise_pending()
         with self._lock:
-            key = (n,) + tuple(tuple(a.shape for a in feeds) for feeds in per_device)
-            compiled = self._compiled.get(key)
-            if compiled is None:
-                compiled = self._compiled[key] = self._declaring(self._compile_on_devices, key[1:])
-            self._last = compiled
+            compiled = self._compiled_on_devices(n, tuple(tuple(a.shape for a in feeds) for feeds in per_device))
             self._ready_variables(compiled, stacklevel=3)
             try:
                 outputs = compiled.run(per_device, self.step)

@@ -548,11 +548,12 @@ def test_undecodable_image_names_record_and_key(tmp_path):
         job()
 
 
-def test_several_devices_are_refused_clearly(tmp_path):
+def test_a_batch_that_does_not_split_over_the_devices_is_named(tmp_path):
     d = _label_dataset(tmp_path)
-    flow.config.gpu_device_num(2)
-    job = _job_on(d)
-    with pytest.raises(TraceError, match="do not split it over the 2 devices"):
+    flow.config.gpu_device_num(4)
+    job = _job_on(d, batch_size=6)
+    with pytest.raises(ValueError, match=r"flow.data.ofrecord_reader: batch_size must split evenly over the 4 "
+                                         r"devices set by flow.config .*got 6"):
         job()
 
 

@@ -103,7 +103,7 @@ class Plan:
 
     def _generate(self, variables):
         xp = self.backend.xp
-        ns = {"xp": xp, "B": self.buffers, "RNG": self.rng, "host": self.backend.to_host_copy,
+        ns = {"xp": xp, "B": self.buffers, "RNG": self.rng, "D": self.replica, "host": self.backend.to_host_copy,
               "deliver": self.backend.host_copy_async, "check": self._check}
         delivery_lines, graph_lines = {}, {}
         guards = {}             # tensor id -> the guards of its deliveries
@@ -170,8 +170,11 @@ class Plan:
                         node.inputs[p].id in self.buffer_of and self._last_use[node.inputs[p].id] == i
                         for p in op.donates):
                     args.append("writable=True")     # its scratch inputs die here: it may overwrite them
+                if op.takes_device:
+                    args.append("device=D")
                 if op.host_args is not None:
-                    ns[f"h{i}"] = functools.partial(op.host_args, node)
+                    ns[f"h{i}"] = functools.partial(op.host_args, node, **({"device": self.replica}
+                                                                           if op.takes_device else {}))
                     self._hooks.append(ns[f"h{i}"])
                     args.append(f"**h{i}(step)")
                 line = f"    {target}k{i}({', '.join(args)}){comment}"

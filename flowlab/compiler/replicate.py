@@ -26,7 +26,9 @@ def reduce_points(nodes) -> ReducePoints:
     pending, reduce_before, release_before, first_only = [], {}, {}, set()
     open_group = None
     for i, node in enumerate(nodes):
-        in_run = not node.op.observes and (node.op.updates_variable or any(t.id in gradients for t in node.inputs))
+        # an op that exchanges values with the other devices (``takes_device``) runs on every replica, never in a run
+        in_run = not node.op.observes and not node.op.takes_device and \
+            (node.op.updates_variable or any(t.id in gradients for t in node.inputs))
         if in_run:
             if open_group is None or pending:
                 if open_group is not None:

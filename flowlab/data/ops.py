@@ -9,8 +9,11 @@ work with the reader's ``Pipeline`` while the job is traced; its graph node only
 the batch the reader node pulled for this call. Outputs of fixed shape are arrays ``(batch_size, ...)``; decoded
 images of varying size are lists (object arrays of shape ``(batch_size,)``, OneFlow's tensor buffers), which only
 the ``flow.image`` ops take. Every registered op runs for every batch, even one whose output the job never uses.
-The data ops make whole batches on the host: under ``flow.config.gpu_device_num(n)``, n > 1, they refuse clearly
-(``TraceError``) instead of splitting them over the devices.
+On n devices (``flow.config.gpu_device_num(n)``) a reader, a seeded ``CoinFlip`` and ``decode_random`` make one
+whole batch a call, and each device takes its rows (``runtime.devices.BatchShares``): under the consistent view
+``batch_size`` is the logical batch, each device gets ``batch_size / n`` (OneFlow's rule; it must divide evenly);
+under the mirrored view each device gets ``batch_size`` of its own. n devices so read the very records one device
+reads, in the same order (OneFlow instead hands each device its own part files).
 
 ``CropMirrorNormalize``'s mirror flags (``flow.random.CoinFlip``, a tensor of the job) are applied in the graph, on
 the cropped and normalized batch: the rest of its work is done ahead, on the pipeline's thread.
@@ -32,6 +35,7 @@ from ..errors import ShapeError, TraceError
 from ..initializers import Initializer, random_uniform_initializer
 from ..ops import Op, apply, spec
 from ..runtime import session
+from ..runtime.devices import BatchShares, device_rows
 from . import images
 from .ofrecord import part_files, raw_values, single_bytes
 from .pipeline import RECORD, Collate, Field, Pipeline, RecordSource, reader_seed, register
@@ -39,13 +43,24 @@ from .pipeline import RECORD, Collate, Field, Pipeline, RecordSource, reader_see
 OBJECT = np.dtype(object)       # the dtype of a reader's batch and of image lists (OneFlow's tensor_buffer)
 
 
-def _single_device(api):
-    n = session.default().device_num
-    if n > 1:
-        raise TraceError(
-            f"{api}: flowlab's data ops make the whole batch on the host and do not split it over the {n} devices "
-            f"set by flow.config; read the data outside the job and feed it through a placeholder "
-            f"(tp.Numpy.Placeholder), which the consistent view splits along the batch, or use one device")
+def _device_share(api, batch_size, graph):
+    """How many rows of a ``batch_size`` data op each device of ``graph`` gets (module docstring)."""
+    n = graph.devices
+    if n == 1 or graph.logical_view == "mirrored":
+        return batch_size
+    if batch_size % n:
+        raise ValueError(f"{api}: batch_size must split evenly over the {n} devices set by flow.config (the "
+                         f"consistent view gives each device batch_size / {n} rows), got {batch_size}")
+    graph.split_batches.setdefault(batch_size, batch_size // n)     # flow.reshape(x, [batch_size, -1]) still works
+    return batch_size // n
+
+
+def _shared_rows(node, step, device, make):
+    """``make()`` on one device; on several, this device's rows of the call's one ``make()`` (``BatchShares``)."""
+    if device is None:
+        return make()
+    whole = node.attrs["shares"].take(step, device, make)
+    return whole[device_rows(len(whole), device)]
 
 
 def _positive_int(value, name, api):
@@ -71,17 +86,18 @@ class OFRecordReader(Op):
     prefix, api = "OFRecord_Reader_", "flow.data.ofrecord_reader"
     side_effect = True      # takes one batch every call, and keeps a CuPy plan eager (new host data every call)
     batch_source = True     # its output is a whole batch, like a placeholder's (devices split such outputs)
+    takes_device = True     # on several devices each takes its rows of the call's one batch
 
     @staticmethod
-    def infer(pipeline):
-        return spec((pipeline.batch_size,), OBJECT)
+    def infer(pipeline, shares):
+        return spec((pipeline.piece_size,), OBJECT)
 
     @staticmethod
-    def host_args(node, step):
-        return {"batch": node.attrs["pipeline"].next_batch()}
+    def host_args(node, step, device=None):
+        return {"batch": _shared_rows(node, step, device, node.attrs["pipeline"].next_batch)}
 
     @staticmethod
-    def forward(xp, pipeline, batch):
+    def forward(xp, pipeline, shares, batch, device):
         return batch
 
 
@@ -178,9 +194,9 @@ def ofrecord_reader(ofrecord_dir, batch_size=1, data_part_num=1, part_name_prefi
     error here, when the job is traced; a damaged record is an error of the call whose batch holds it.
     """
     api = "flow.data.ofrecord_reader"
-    g.current_graph(api)
-    _single_device(api)
+    graph = g.current_graph(api)
     batch_size = _positive_int(batch_size, "batch_size", api)
+    piece_size = _device_share(api, batch_size, graph)
     data_part_num = _positive_int(data_part_num, "data_part_num", api)
     if not isinstance(part_name_prefix, str):
         raise TypeError(f"{api}: part_name_prefix must be a string, got {part_name_prefix!r}")
@@ -190,8 +206,9 @@ def ofrecord_reader(ofrecord_dir, batch_size=1, data_part_num=1, part_name_prefi
     shuffle_buffer_size = _positive_int(shuffle_buffer_size, "shuffle_buffer_size", api)
     paths = part_files(ofrecord_dir, data_part_num, part_name_prefix, int(part_name_suffix_length), api)
     source = RecordSource(paths, bool(random_shuffle), shuffle_buffer_size, bool(shuffle_after_epoch))
-    pipeline = Pipeline("?", source, batch_size)
-    out = apply(OFRecordReader, (), name, pipeline=pipeline)
+    # a call reads the rows of every device: the logical batch (consistent view), batch_size a device (mirrored)
+    pipeline = Pipeline("?", source, piece_size * graph.devices, piece_size=piece_size)
+    out = apply(OFRecordReader, (), name, pipeline=pipeline, shares=BatchShares() if graph.devices > 1 else None)
     pipeline.name = out.node.name       # the node's name seeds its shuffles and random fields: runs repeat
     pipeline.seed = source.seed = reader_seed(session.default().seed, pipeline.name)
     register(pipeline)
@@ -221,7 +238,7 @@ def OFRecordRawDecoder(input_blob, blob_name, shape, dtype, dim1_varying_length=
     def decode(inputs, rng):
         return (raw_values(inputs[0], key, dtype, count, pad, api).reshape(shape),)
     op = _output_op("OFRecordRawDecoder", "OFRecordRawDecoder_", api)
-    return _add(op, source, (), decode, [((source[0].batch_size,) + shape, dtype)], f"{api}({key!r})", name)
+    return _add(op, source, (), decode, [((source[0].piece_size,) + shape, dtype)], f"{api}({key!r})", name)
 
 
 def OFRecordBytesDecoder(input_blob, blob_name, name=None):
@@ -234,7 +251,7 @@ def OFRecordBytesDecoder(input_blob, blob_name, name=None):
     def decode(inputs, rng):
         return (np.frombuffer(single_bytes(inputs[0], key, api), dtype=np.uint8),)
     op = _output_op("OFRecordBytesDecoder", "OFRecordBytesDecoder_", api)
-    return _add(op, source, (), decode, [((source[0].batch_size,), OBJECT)], f"{api}({key!r})", name)
+    return _add(op, source, (), decode, [((source[0].piece_size,), OBJECT)], f"{api}({key!r})", name)
 
 
 def _image_key_decoder(api, key, color_space, crop=None):
@@ -256,7 +273,7 @@ def OFRecordImageDecoder(input_blob, blob_name, color_space="BGR", name=None):
     source = _reader_source(input_blob, api)
     key, color_space = _key(blob_name, api), images.check_color_space(color_space, api)
     op = _output_op("OFRecordImageDecoder", "OFRecordImageDecoder_", api)
-    return _add(op, source, (), _image_key_decoder(api, key, color_space), [((source[0].batch_size,), OBJECT)],
+    return _add(op, source, (), _image_key_decoder(api, key, color_space), [((source[0].piece_size,), OBJECT)],
                 f"{api}({key!r})", name)
 
 
@@ -269,7 +286,7 @@ def OFRecordImageDecoderRandomCrop(input_blob, blob_name, color_space="BGR", num
     key, color_space = _key(blob_name, api), images.check_color_space(color_space, api)
     crop = images.RandomCropWindow(num_attempts, random_area, random_aspect_ratio, api)
     op = _output_op("OFRecordImageDecoderRandomCrop", "OFRecordImageDecoderRandomCrop_", api)
-    return _add(op, source, (), _image_key_decoder(api, key, color_space, crop), [((source[0].batch_size,), OBJECT)],
+    return _add(op, source, (), _image_key_decoder(api, key, color_space, crop), [((source[0].piece_size,), OBJECT)],
                 f"{api}({key!r})", name, random=True, seed=_seed(seed, api))
 
 
@@ -307,7 +324,7 @@ def ImageDecoderRandomCropResize(input_blob, target_width, target_height, num_at
     def decode(inputs, rng):
         return (_decode_crop_resize(bytes(inputs[0]), crop, rng, width, height),)
     op = _output_op("ImageDecoderRandomCropResize", "ImageDecoderRandomCropResize_", api)
-    return _add(op, found, (input_blob,), decode, [((found[0].batch_size, height, width, 3), np.uint8)],
+    return _add(op, found, (input_blob,), decode, [((found[0].piece_size, height, width, 3), np.uint8)],
                 f"{api}", name, random=True, seed=_seed(seed, api))
 
 
@@ -396,7 +413,7 @@ def Resize(image, target_size=None, min_size=None, max_size=None, keep_aspect_ra
                          f"got {interpolation_type!r}")
     if channels not in (1, 3):
         raise ValueError(f"{api}: channels must be 1 or 3, got {channels!r}")
-    n = found[0].batch_size
+    n = found[0].piece_size
     if keep_aspect_ratio:
         if isinstance(target_size, bool) or not isinstance(target_size, numbers.Integral) or target_size < 1:
             raise ValueError(f"{api}: target_size must be a positive int when keep_aspect_ratio is True, "
@@ -466,7 +483,7 @@ def image_decode(images_bytes_buffer, dtype=np.uint8, color_space="BGR", name=No
     def decode(inputs, rng):
         return (images.decode(bytes(inputs[0]), color_space),)
     op = _output_op("ImageDecode", "ImageDecode_", api)
-    return _add(op, found, (images_bytes_buffer,), decode, [((found[0].batch_size,), OBJECT)], api, name)
+    return _add(op, found, (images_bytes_buffer,), decode, [((found[0].piece_size,), OBJECT)], api, name)
 
 
 def image_random_crop(input_blob, num_attempts=10, seed=None, random_area=None, random_aspect_ratio=None,
@@ -483,7 +500,7 @@ def image_random_crop(input_blob, num_attempts=10, seed=None, random_area=None, 
         y, x, h, w = crop(img.shape[0], img.shape[1], rng)
         return (np.ascontiguousarray(img[y:y + h, x:x + w]),)
     op = _output_op("ImageRandomCrop", "ImageRandomCrop_", api)
-    return _add(op, found, (input_blob,), cut, [((found[0].batch_size,), OBJECT)], api, name, random=True,
+    return _add(op, found, (input_blob,), cut, [((found[0].piece_size,), OBJECT)], api, name, random=True,
                 seed=_seed(seed, api))
 
 
@@ -595,49 +612,70 @@ def _per_channel(values, name, c, api):
 # --------------------------------------------------------------------------------------------- random sources
 
 class CoinFlip(Op):
-    """int8 ``(batch_size,)``: 1 with probability ``probability``, new every call."""
+    """int8 ``(batch_size,)``: 1 with probability ``probability``, new every call. With a ``generator`` of its own
+    (a ``seed``) the flags of all devices come from it, drawn once a call; without one each device draws its own
+    from its plan's stream, as dropout does."""
     prefix, api = "CoinFlip_", "flow.random.CoinFlip"
     random = True
     batch_source = True
+    takes_device = True
 
     @staticmethod
-    def infer(batch_size, probability, generator):
+    def infer(batch_size, probability, generator, shares):
         return spec((batch_size,), np.int8)
 
     @staticmethod
-    def forward(xp, batch_size, probability, generator, rng):
-        if generator is None:               # the plan's stream (flow.config.seed)
+    def host_args(node, step, device=None):
+        generator, probability = node.attrs["generator"], node.attrs["probability"]
+        if generator is None:
+            return {"flags": None}
+        rows = node.attrs["batch_size"] * (device.count if device is not None else 1)
+        return {"flags": _shared_rows(node, step, device,
+                                      lambda: (generator.random(rows) < probability).astype(np.int8))}
+
+    @staticmethod
+    def forward(xp, batch_size, probability, generator, shares, flags, device, rng):
+        if flags is None:               # the plan's stream (flow.config.seed)
             return (rng.random(batch_size, dtype=np.float32) < probability).astype(np.int8)
-        return xp.asarray((generator.random(batch_size) < probability).astype(np.int8))
+        return xp.asarray(flags)
 
 
 def coin_flip(batch_size=1, seed=None, probability=0.5, name=None):
     """``flow.random.CoinFlip``: int8 flags ``(batch_size,)``, each 1 with ``probability`` (mirror flags for
     ``flow.image.CropMirrorNormalize``). ``seed`` gives it a stream of its own."""
     api = "flow.random.CoinFlip"
-    g.current_graph(api)
-    _single_device(api)
-    batch_size = _positive_int(batch_size, "batch_size", api)
+    graph = g.current_graph(api)
+    batch_size = _device_share(api, _positive_int(batch_size, "batch_size", api), graph)
     if not isinstance(probability, numbers.Real) or not 0 <= probability <= 1:
         raise ValueError(f"{api}: probability must be a number in [0, 1], got {probability!r}")
     seed = _seed(seed, api)
     generator = None if seed is None else np.random.default_rng(seed)
-    return apply(CoinFlip, (), name, batch_size=batch_size, probability=float(probability), generator=generator)
+    return apply(CoinFlip, (), name, batch_size=batch_size, probability=float(probability), generator=generator,
+                 shares=BatchShares() if graph.devices > 1 else None)
 
 
 class DecodeRandom(Op):
-    """``(batch_size,) + shape`` values of an initializer, new every call (the inputs, a ``tick``, only order it)."""
+    """``(batch_size,) + shape`` values of an initializer, new every call (the inputs, a ``tick``, only order it);
+    on several devices drawn once a call for all and handed out in rows."""
     prefix, api = "DecodeRandom_", "flow.data.decode_random"
     random = True           # new values every call: keeps a CuPy plan eager
     batch_source = True
+    takes_device = True
 
     @staticmethod
-    def infer(*tick, shape, dtype, initializer, generator):
+    def infer(*tick, shape, dtype, initializer, generator, shares):
         return spec(shape, dtype)
 
     @staticmethod
-    def forward(xp, *tick, shape, dtype, initializer, generator, rng):
-        return xp.asarray(initializer(shape, dtype, generator))
+    def host_args(node, step, device=None):
+        shape, dtype = node.attrs["shape"], node.attrs["dtype"]
+        whole = (shape[0] * (device.count if device is not None else 1),) + tuple(shape[1:])
+        return {"values": _shared_rows(node, step, device,
+                                       lambda: node.attrs["initializer"](whole, dtype, node.attrs["generator"]))}
+
+    @staticmethod
+    def forward(xp, *tick, shape, dtype, initializer, generator, shares, values, device, rng):
+        return xp.asarray(values)
 
 
 def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=None):
@@ -645,11 +683,10 @@ def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=
     ``initializer`` (``flow.random_uniform_initializer()``, [0, 1), by default). New values every call (OneFlow
     fills its buffer once and repeats it); the stream is seeded by ``flow.config.seed`` and the op's name."""
     api = "flow.data.decode_random"
-    g.current_graph(api)
-    _single_device(api)
+    graph = g.current_graph(api)
     shape = _shape(shape, api)
     dtype = as_dtype(dtype, f"{api} dtype")
-    batch_size = _positive_int(batch_size, "batch_size", api)
+    batch_size = _device_share(api, _positive_int(batch_size, "batch_size", api), graph)
     initializer = random_uniform_initializer() if initializer is None else initializer
     if not isinstance(initializer, Initializer) and not callable(initializer):
         raise TypeError(f"{api}: initializer must be a flowlab initializer (flow.random_uniform_initializer() …), "
@@ -657,7 +694,7 @@ def decode_random(shape, dtype, batch_size=1, initializer=None, tick=None, name=
     if tick is not None and not isinstance(tick, g.LazyTensor):
         raise TypeError(f"{api}: tick must be a tensor of the job, got {type(tick).__name__}")
     out = apply(DecodeRandom, (tick,) if tick is not None else (), name, shape=(batch_size,) + shape, dtype=dtype,
-                initializer=initializer, generator=None)
+                initializer=initializer, generator=None, shares=BatchShares() if graph.devices > 1 else None)
     out.node.attrs["generator"] = np.random.default_rng(
         [session.default().seed, zlib.crc32(out.node.name.encode())])
     return out
@@ -848,6 +885,6 @@ def decode_ofrecord(ofrecord_dir, blobs, batch_size=1, data_part_num=1, part_nam
             return (value,)
         random_ = isinstance(blob.codec, ImageCodec) and any(
             isinstance(s, ImagePreprocessor) and s.preprocessor == "mirror" for s in blob.codec.image_preprocessors)
-        outputs.append(_add(op, source, (), decode, [((source[0].batch_size,) + blob.shape, blob.dtype)],
+        outputs.append(_add(op, source, (), decode, [((source[0].piece_size,) + blob.shape, blob.dtype)],
                             f"{api}({blob.name!r})", f"{name}_{blob.name.replace('/', '_')}", random=random_))
     return tuple(outputs)

@@ -11,7 +11,8 @@ itself) that makes that op's output for the record. The first call of the job st
 
 and every call of the job takes the next ``Batch`` off the queue (``next_batch``, from the reader node's host
 arguments) and its field nodes pick their arrays out of it: all outputs of one reader in one call come from the
-same records. An error in the producer (a damaged record, a missing key) is put on the queue in the batch's place
+same records. On several devices one call takes one ``Batch`` of ``batch_size`` records for all of them and each
+device's nodes read its ``piece_size`` rows (``batch[rows]``; ``runtime.devices.BatchShares``). An error in the producer (a damaged record, a missing key) is put on the queue in the batch's place
 and raised by the job call that needs that batch; the pipeline then stays failed. ``close()`` stops the thread;
 ``flow.clear_default_session()`` closes the session's pipelines.
 """
@@ -55,12 +56,19 @@ class Field(NamedTuple):
 
 
 class Batch:
-    """One call's prepared values: ``values[(field, output)]``."""
+    """One call's prepared values: ``values[(field, output)]``. ``batch[rows]`` (a slice) is the batch of those
+    records only: one device's piece."""
     __slots__ = ("values", "records")
 
     def __init__(self, values, records):
         self.values = values
         self.records = records          # [(path, offset)], for tests and messages
+
+    def __len__(self):
+        return len(self.records)
+
+    def __getitem__(self, rows: slice) -> Batch:
+        return Batch({key: value[rows] for key, value in self.values.items()}, self.records[rows])
 
 
 class RecordSource:
@@ -123,10 +131,12 @@ class _Failure(NamedTuple):
 class Pipeline:
     """The background preparation of one reader's batches (see the module docstring)."""
 
-    def __init__(self, name, source: RecordSource, batch_size, seed=0, workers=WORKERS, prefetch=PREFETCH):
+    def __init__(self, name, source: RecordSource, batch_size, seed=0, workers=WORKERS, prefetch=PREFETCH,
+                 piece_size=None):
         self.name = name
         self.source = source
-        self.batch_size = batch_size
+        self.batch_size = batch_size    # records a call
+        self.piece_size = batch_size if piece_size is None else piece_size    # records a device gets of them
         self.seed = seed
         self.workers = workers
         self.prefetch = prefetch

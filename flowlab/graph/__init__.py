@@ -217,7 +217,16 @@ class Graph:
         # A replica's graph under the consistent view of several devices: logical batch size -> this device's.
         # Shapes a program writes out (flow.reshape(x, [100, -1])) are logical, as in OneFlow.
         self.split_batches: dict[int, int] = {}
+        # The devices each running a replica of this graph (flow.config.gpu_device_num) and their logical view: under
+        # the consistent view with several devices every batch is split along axis 0, one piece a device.
+        self.devices = 1
+        self.logical_view = "consistent"
         self._local_counter = itertools.count()
+
+    @property
+    def splits_batches(self) -> bool:
+        """Whether this graph is one device's replica under the consistent view of several devices."""
+        return self.devices > 1 and self.logical_view == "consistent"
 
     def add_node(self, op, inputs, attrs, name, out_specs, out_names, device_tag=None) -> list[LazyTensor]:
         if _state.grad_of is not None:      # a gradient op: where its forward op was made

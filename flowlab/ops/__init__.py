@@ -73,6 +73,9 @@ class Op:
     vjp = None              # ops without a vjp are not differentiable (integer ops, gradient ops)
     gemm_macs = None        # ops that call BLAS: (node) -> multiply-adds of their matrix product (see plan.py)
     host_args = None        # (node, step) -> extra keyword arguments computed on the host each call (schedules)
+    takes_device = False    # forward and host_args also take ``device=``: the plan's ``runtime.devices.Replica`` on
+    #                         several devices, else None (an all-reduce between devices, a reader handing each
+    #                         device its piece of the batch)
     indexed_slices = None   # gradient ops that scatter rows into a table: (node) -> (ids, rows) tensors, or None for
     #                         a node that cannot (sparse updates touch only those rows; ``ops.indexing.GatherGrad``)
     distribution_axis = None  # (node) -> the axis along which every slice of the output sums to one (softmax), or None:

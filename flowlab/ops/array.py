@@ -67,16 +67,25 @@ def identity(x, name=None):
 
 
 class Reshape(Op):
+    """``batch_leading`` (only in a replica's graph under the consistent view of several devices): the shape
+    was written with the batch in front (-1, the logical batch size, or this device's leading axes merged), so the
+    devices' pieces still lie one after another along axis 0."""
     prefix, api = "Reshape_", "flow.reshape"
     is_view = True
 
     @staticmethod
-    def infer(x, shape):
+    def infer(x, shape, batch_leading=False):
         return spec(shape, x.dtype)
 
     @staticmethod
-    def forward(xp, x, shape):
+    def forward(xp, x, shape, batch_leading=False):
         return x.reshape(shape)
+
+    @staticmethod
+    def split_join(node, kinds):
+        if "batch_leading" in node.attrs:
+            return "split" if node.attrs["batch_leading"] else None
+        return Op.split_join(node, kinds)       # squeeze, expand_dims: while axis 0 stays the batch's
 
     @staticmethod
     def vjp(node, dy):
@@ -92,7 +101,11 @@ def reshape(x, shape, name=None):
         raise TypeError(f"flow.reshape: shape must be a sequence of ints, got {shape!r}") from None
     # On several devices under the consistent view a program writes the logical batch size; this device has its
     # share of the batch (graph.split_batches)
-    split = g.current_graph("flow.reshape").split_batches
+    graph = g.current_graph("flow.reshape")
+    split = graph.split_batches
+    batch_leading = bool(shape) and x.ndim > 0 and (
+        shape[0] == -1 or shape[0] in split and x.shape[0] == split[shape[0]] or
+        shape[0] in np.cumprod(x.shape).tolist())
     if shape and x.ndim and shape[0] in split and x.shape[0] == split[shape[0]]:
         shape = (split[shape[0]],) + shape[1:]
     known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
@@ -106,7 +119,10 @@ def reshape(x, shape, name=None):
     elif known != x.size:
         raise shape_error("flow.reshape", f"cannot reshape {x.shape} ({x.size} elements) to {shape} "
                                           f"({known} elements)")
-    return x if shape == x.shape and name is None else apply(Reshape, (x,), name, shape=shape)
+    if shape == x.shape and name is None:
+        return x
+    attrs = {"batch_leading": batch_leading} if graph.splits_batches else {}
+    return apply(Reshape, (x,), name, shape=shape, **attrs)
 
 
 class Transpose(Op):

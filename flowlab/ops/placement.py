@@ -7,11 +7,18 @@ its ``gpu_device_num(n)`` logical devices data-parallel (``runtime.devices``): e
 whole and its share of the batch, and the devices' pieces are joined by what each tensor is, not by annotations. So
 these annotations are checked (a split axis must exist) and kept in the graph, where ``print(job.graph())`` shows
 them, and training on n devices equals training on one, as OneFlow promises for the consistent view.
+
+What flowlab does move between devices is what OneFlow's "boxing" moves from a partial value to a whole one: a
+reduction over the batch axis (``reduce_sum(weights)``) is, on each device, a sum over its own piece only. Where such
+a value meets an op that does not commute with joining it (``sum / count``, ``x / sum``), ``box_partials`` puts an
+``AllReduce`` before that op when the job is traced: every device then holds the logical value (the devices' values
+summed, averaged, or their max / min), exactly what one device computes; its gradient is all-reduced likewise.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.devices import join_rule
 from . import Op, apply, as_tensor, keeps_partials, spec
 
 
@@ -124,5 +131,88 @@ def parallel_cast(input, name=None, distribute=None, gradient_distribute=None): 
     return apply(ParallelCast, (x,), name, **attrs)
 
 
-__all__ = ["AutoDistribute", "BroadcastDistribute", "Distribute", "SplitDistribute", "assert_is_valid_distribute",
-           "auto", "broadcast", "parallel_cast", "split"]
+# ---------------------------------------------------------------------------------------------------- boxing
+
+_PARTIALS = ("sum", "mean", "max", "min")
+
+
+class AllReduce(Op):
+    """The logical value of a per-device reduction over the batch (``how``: "sum", "mean", "max", "min"), the same
+    on every device (``runtime.devices.HostReduce.combine``). Added by ``box_partials``, never by users."""
+    prefix, api = "AllReduce_", "all-reduce between devices (consistent view)"
+    takes_device = True
+
+    @staticmethod
+    def partial_join(node, kinds, kind):
+        return "broadcast"
+
+    @staticmethod
+    def infer(x, how):
+        return spec(x.shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, how, device):
+        return device.reducer.combine(device.index, x, how)
+
+    @staticmethod
+    def vjp(node, dy):
+        return (apply(AllReduceGrad, (node.inputs[0], node.output, dy), how=node.attrs["how"]),)
+
+
+class AllReduceGrad(Op):
+    """Gradient of ``AllReduce``: every device's gradient of the whole value is its share of the loss's, so they are
+    summed (and divided by the device count for a mean); for max / min it goes to the devices whose piece is the
+    extreme, shared equally between devices that tie."""
+    prefix, api = "AllReduceGrad_", "all-reduce gradient between devices (consistent view)"
+    takes_device = True
+
+    @staticmethod
+    def infer(x, y, dy, how):
+        return spec(x.shape, x.dtype)
+
+    @staticmethod
+    def forward(xp, x, y, dy, how, device):
+        combine = device.reducer.combine
+        total = combine(device.index, dy, "mean" if how == "mean" else "sum")
+        if how in ("sum", "mean"):
+            return total
+        holds = (x == y).astype(dy.dtype)
+        return holds * total / xp.maximum(combine(device.index, holds, "sum"), 1)
+
+
+def box_partials(graph):
+    """Put an ``AllReduce`` before every op of ``graph`` (a replica's forward trace under the consistent view of
+    several devices) that reads a per-device reduction over the batch it does not commute with, so that it reads
+    the logical value: the op then joins as it would have with that input the same on every device. Each partial
+    tensor is boxed once, however many ops read it. Returns the ``AllReduce`` nodes added."""
+    kinds, boxed, nodes, added = {}, {}, [], []
+    for node in list(graph.nodes):
+        input_kinds = [kinds.get(t.id) for t in node.inputs]
+        kind = join_rule(node, input_kinds)
+        if kind is None and any(k in _PARTIALS for k in input_kinds) and \
+                join_rule(node, ["broadcast" if k in _PARTIALS else k for k in input_kinds]) is not None:
+            inputs = []
+            for t, k in zip(node.inputs, input_kinds):
+                if k in _PARTIALS:
+                    if t.id not in boxed:
+                        box = graph.add_node(AllReduce, (t,), {"how": k}, graph.local_name("System-Boxing-AllReduce_"),
+                                             [(t.shape, t.dtype)], AllReduce.outputs, node.device_tag)[0].node
+                        graph.nodes.pop()           # placed here, right before its first reader
+                        box.source, box.frames = node.source, node.frames
+                        nodes.append(box)
+                        added.append(box)
+                        boxed[t.id] = box.outputs[0]
+                        kinds[box.outputs[0].id] = "broadcast"
+                    t = boxed[t.id]
+                inputs.append(t)
+            node.inputs = tuple(inputs)
+            kind = join_rule(node, [kinds.get(t.id) for t in node.inputs])
+        nodes.append(node)
+        for t in node.outputs:
+            kinds[t.id] = kind
+    graph.nodes[:] = nodes
+    return added
+
+
+__all__ = ["AllReduce", "AllReduceGrad", "AutoDistribute", "BroadcastDistribute", "Distribute", "SplitDistribute",
+           "assert_is_valid_distribute", "auto", "box_partials", "broadcast", "parallel_cast", "split"]

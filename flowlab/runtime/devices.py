@@ -19,6 +19,10 @@ Data parallelism, as OneFlow runs both of its logical views on one machine:
   batch (``join_kinds``): along the batch axis they are concatenated; reductions over it (a mean loss) are averaged,
   summed or maxed, so a scalar mean loss comes out as on one device; values of variables alone are taken from
   device 0. A loss summed over the batch has its gradients summed instead of averaged, as OneFlow's consistent view.
+  Where the job itself needs the logical value of such a reduction (``x / reduce_sum(x)``), the trace puts an
+  all-reduce before that op (``ops.placement.box_partials``; ``combine`` below exchanges the values).
+- **Data ops** in the job (readers, seeded random sources) make one batch a call for all devices and hand each its
+  rows (``BatchShares``), so n devices read exactly what one device reads.
 - **Execution.** CPU: the replicas are threads of this process (NumPy releases the GIL in BLAS and in its loops).
   GPU: replica k runs on GPU k with copies of the variables, broadcast from GPU 0 with NCCL at the start of each
   call; gradients are reduced to GPU 0 with NCCL (``cupy.cuda.nccl``).
@@ -105,9 +109,10 @@ def join(pieces, kind, view):
 _PARTIAL = ("sum", "mean", "max", "min")
 
 
-def _rule(node, kinds):
-    """How the per-device values of ``node``'s outputs make its logical value (see ``join_kinds``); each op says
-    it through its traits (``flowlab.ops.Op``: ``batch_source``, ``partial_join``, ``split_join``)."""
+def join_rule(node, kinds):
+    """How the per-device values of ``node``'s outputs make its logical value, given its inputs' ``kinds`` (see
+    ``join_kinds``); each op says it through its traits (``flowlab.ops.Op``: ``batch_source``, ``partial_join``,
+    ``split_join``)."""
     op = node.op
     if op.batch_source:
         return "split"
@@ -129,7 +134,7 @@ def join_kinds(graph):
     averaged for mean losses."""
     kinds = {}
     for node in graph.nodes:
-        kind = _rule(node, [kinds.get(t.id) for t in node.inputs])
+        kind = join_rule(node, [kinds.get(t.id) for t in node.inputs])
         for t in node.outputs:
             kinds[t.id] = kind
     loss_kinds = {kinds.get(loss.id) for _, loss in graph.losses}
@@ -150,12 +155,17 @@ def gradient_mode(graph, view):
 
 
 def check_joinable(graph, tensors, kinds, n):
-    for t in tensors:
+    """Under the consistent view every returned or watched tensor, and every loss, must have a join kind: a loss
+    flowlab cannot join would train n devices differently from one, silently."""
+    losses = {loss.id for _, loss in graph.losses}
+    for t in list(tensors) + [loss for _, loss in graph.losses]:
         if kinds.get(t.id) is None:
+            what = "the loss " if t.id in losses else ""
             raise TraceError(
                 f"job {graph.name}: under the consistent view on {n} devices flowlab cannot tell how the devices' "
-                f"values of {t.logical_blob_name} make its logical value (it is neither split along the batch axis "
-                "nor a sum, mean or max over it); use the mirrored view "
+                f"values of {what}{t.logical_blob_name} make its logical value (it is neither split along the batch "
+                "axis nor a sum, mean, max or min over it; made at "
+                f"{t.node.source}); use the mirrored view "
                 "(config.default_logical_view(flow.scope.mirrored_view())) to get each device's piece")
 
 
@@ -170,6 +180,20 @@ class HostReduce:
         self._posted = [None] * n
         self._arrived = threading.Barrier(n)
         self._released = threading.Barrier(n)
+        self._exchanged = [None] * n        # combine's: one value a device
+        self._all_posted = threading.Barrier(n)
+        self._all_read = threading.Barrier(n)
+
+    def combine(self, index, array, how):
+        """The logical value of a per-device reduction over the batch, on every device (the consistent view's
+        boxing, ``ops.placement.AllReduce``): the devices' ``array`` s summed (``how`` "sum"), averaged ("mean") or
+        their elementwise "max" / "min". Each device combines the pieces in device order: all get the same bits."""
+        self._exchanged[index] = array
+        self._all_posted.wait()
+        try:
+            return combine_pieces(self._exchanged, how)
+        finally:
+            self._all_read.wait()       # no device posts its next value before every one has read these
 
     def all_reduce(self, index, arrays, averaged=(), concatenated=()):
         """The combined ``arrays`` (summed, or averaged in ``mode`` "mean"; those at positions ``averaged`` are
@@ -199,14 +223,33 @@ class HostReduce:
     def prepare(self, index):
         pass
 
+    def _barriers(self):
+        return self._arrived, self._released, self._all_posted, self._all_read
+
     def abort(self):
-        self._arrived.abort()
-        self._released.abort()
+        for barrier in self._barriers():
+            barrier.abort()
 
     def reset(self):
-        self._arrived.reset()
-        self._released.reset()
+        for barrier in self._barriers():
+            barrier.reset()
         self._posted = [None] * self.n
+        self._exchanged = [None] * self.n
+
+
+def combine_pieces(pieces, how):
+    """``pieces`` (one array a device) combined as ``HostReduce.combine`` says, into a new array."""
+    total = np.array(pieces[0], copy=True)
+    if how in ("max", "min"):
+        pick = np.maximum if how == "max" else np.minimum
+        for piece in pieces[1:]:
+            pick(total, piece, out=total)
+        return total
+    for piece in pieces[1:]:
+        total += piece
+    if how == "mean":
+        total *= total.dtype.type(1 / len(pieces))
+    return total
 
 
 _NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
@@ -235,6 +278,15 @@ class NcclReduce(HostReduce):
             value = self.mirrors[index][name].value
             self._call(index, "broadcast", value, value, 0)
 
+    def combine(self, index, array, how):
+        array = self.cupy.ascontiguousarray(array).reshape(array.shape)     # a 0-d value stays 0-d
+        out = self.cupy.empty_like(array)
+        op = {"sum": "NCCL_SUM", "mean": "NCCL_SUM", "max": "NCCL_MAX", "min": "NCCL_MIN"}[how]
+        self._call(index, "allReduce", array, out, getattr(self.nccl, op))
+        if how == "mean":
+            out *= out.dtype.type(1 / self.n)
+        return out
+
     def all_reduce(self, index, arrays, averaged=(), concatenated=()):
         self._arrived.wait()
         combined = []
@@ -258,6 +310,46 @@ class Replica(NamedTuple):
     """What makes a ``compiler.Plan`` one replica: its device's index and the reducer all replicas share."""
     index: int
     reducer: Any
+
+    @property
+    def count(self) -> int:
+        """How many devices run the job."""
+        return self.reducer.n
+
+
+def device_rows(rows, device):
+    """The slice of a whole batch of ``rows`` rows that ``device`` (a ``Replica``) holds: its share along axis 0."""
+    share = rows // device.count
+    return slice(device.index * share, (device.index + 1) * share)
+
+
+class BatchShares:
+    """A batch that a data op (a reader, a seeded random source) makes once a call for all the devices: the first
+    device to ask for call ``step`` makes it, each device takes it once (and cuts out its ``device_rows``), the last
+    one drops it. So n devices read the very records, in the very order, that one device reads (OneFlow instead
+    gives each device its own part files). An error making the batch is raised on every device."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._calls = {}        # step -> [batch, error, devices that took it]
+
+    def take(self, step, device, make):
+        with self._lock:
+            entry = self._calls.get(step)
+            if entry is None:
+                for old in [s for s in self._calls if s < step]:
+                    del self._calls[old]        # left by a call on which a device failed before taking its piece
+                try:
+                    entry = [make(), None, 0]
+                except BaseException as e:      # every device of this call raises it
+                    entry = [None, e, 0]
+                self._calls[step] = entry
+            entry[2] += 1
+            if entry[2] == device.count:
+                del self._calls[step]
+        if entry[1] is not None:
+            raise entry[1]
+        return entry[0]
 
 
 class _Mirror:
@@ -323,5 +415,6 @@ class Replicas:
         return results
 
 
-__all__ = ["DeviceValues", "HostReduce", "NcclReduce", "Replica", "Replicas", "check_joinable", "gpu_mirrors",
-           "gradient_mode", "join", "join_kinds", "split_feeds"]
+__all__ = ["BatchShares", "DeviceValues", "HostReduce", "NcclReduce", "Replica", "Replicas", "check_joinable",
+           "combine_pieces", "device_rows", "gpu_mirrors", "gradient_mode", "join", "join_kinds", "join_rule",
+           "split_feeds"]
