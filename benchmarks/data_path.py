@@ -237,7 +237,7 @@ CHROMIUM = "/usr/bin/chromium"
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 ROWS = ("first_page", "histograms", "million", "health", "graph", "memory", "training", "demo", "latency", "sigint",
-        "reader")
+        "reader", "tabs")
 FULL = dict(runs=1000, run_scalars=100, hist_runs=5, hist_tags=8, hist_steps=100, million=1_000_000,
             img_tags=20, img_steps=100, mem_hist_tags=20, mem_hist_steps=5000, block_s=10.0, latency_samples=20,
             garbage_mib=8, damaged=100_000, health_layers=24, health_steps=100_000, wait_s=120.0, rounds=3)
@@ -1552,6 +1552,138 @@ def row_reader(ctx, row):
         row.verdict = "PASS" if g <= 0.5 and d <= 0.5 else "MISS"
 
 
+# ------------------------------------------------------------------------------------------------- tabs
+# The ten tabs, in the order of their headers; the tabs row clicks through them twice on two logdirs.
+DASHBOARD_TABS = ("scalars", "histograms", "distributions", "images", "text", "anomalies", "health", "hparams",
+                  "projector", "graph")
+TBX_RUNS = [f"lr={lr:g},seed={seed}" for lr in (0.1, 0.03, 0.01, 0.003, 0.001) for seed in range(4)]
+
+# What the open tab shows: its plots holding rows, and the text of its visible Divs.
+SHOWN_JS = """() => {
+  const tabs = Bokeh.documents[0].get_model_by_name("tabs"), seen = new Set(), plots = [], texts = [];
+  const visit = (m) => {
+    if (m == null || typeof m !== "object" || seen.has(m)) return;
+    seen.add(m);
+    if (Array.isArray(m)) { m.forEach(visit); return; }
+    if (!m.constructor || m.visible === false) return;
+    const kind = m.constructor.__name__;
+    if (kind === "Plot" || kind === "Figure") {
+      const rows = m.renderers.map((r) => r.data_source ? r.data_source.get_length() || 0 : 0)
+                              .reduce((a, b) => a + b, 0);
+      if (rows > 0) plots.push(m.title ? m.title.text : "");
+      return;
+    }
+    if (kind === "Div" && m.text) texts.push(m.text);
+    for (const key of ["children", "child", "tabs"]) if (key in m) visit(m[key]);
+  };
+  visit(tabs.tabs[tabs.active].child);
+  return {plots, text: texts.join(" ")};
+}"""
+# Drawn: tab ``i`` is the active one, shows a plot with data or a text that is not a "No ..." placeholder (or, for a
+# tab the logdir has nothing for, ``empty``, any text: its placeholder), and every root view is idle.
+TAB_DRAWN_JS = f"""([i, empty]) => {{ const tabs = Bokeh.documents[0].get_model_by_name("tabs");
+    if (tabs.active !== i) return false;
+    const s = ({SHOWN_JS})();
+    return (s.plots.length > 0 || (s.text.length > 0 && (empty || !/^No /.test(s.text.trim()))))
+        && Bokeh.index.roots.every((v) => v.is_idle); }}"""
+# The tabs each tabs-row logdir has nothing for (tensorboardX writes no health reports, NaN counts or graph).
+EMPTY_TABS = {"demo": (), "tbx20": ("anomalies", "health", "graph")}
+MODELS_JS = "() => Bokeh.documents[0].all_models.size"
+
+
+def write_tabs_logdirs(root):
+    """The tabs row's logdirs: ``flowlab demo``'s (2 epochs: every kind of summary, health, graph, projector) and 20
+    runs written by tensorboardX (another writer's logs: scalars, histograms, images, text, an embedding, hparams)."""
+    demo, tbx = root / "demo", root / "tbx20"
+    if not demo.exists():
+        subprocess.run([PY, "-m", "flowlab.cli", "demo", "--no-serve", "--epochs", "2", "--logdir", str(demo)],
+                       check=True, capture_output=True, timeout=900)
+    if not tbx.exists():
+        import tensorboardX
+        from tensorboardX.summary import hparams
+        rng = np.random.default_rng(0)
+        for k, run in enumerate(TBX_RUNS):
+            with tensorboardX.SummaryWriter(str(tbx / run)) as w:
+                for step in range(200):
+                    loss = float(np.exp(-step / (30 + 3 * k)) + 0.03 * rng.random())
+                    w.add_scalar("train/loss", loss, step)
+                    w.add_scalar("train/accuracy", 1 - loss / 2, step)
+                    if step % 20 == 0:
+                        w.add_scalar("eval/loss", loss * 1.1, step)
+                for step in range(0, 200, 40):
+                    w.add_histogram("layer1/weights", rng.normal(k / 20, 1 + step / 400, 500), step)
+                if k < 4:
+                    w.add_image("samples", rng.random((3, 16, 16)), 0)
+                    w.add_text("notes", f"run **{run}**: lr and seed from its name", 0)
+                if k == 0:
+                    w.add_embedding(rng.normal(size=(60, 8)) + np.repeat(np.eye(3, 8) * 4, 20, axis=0),
+                                    metadata=[f"class {i // 20}" for i in range(60)], global_step=0)
+                for summary in hparams({"lr": float(run.split(",")[0][3:]), "seed": k % 4}, {"hparam/loss": loss}):
+                    w.file_writer.add_summary(summary)
+                w.add_scalar("hparam/loss", loss, 199)
+    return {"demo": demo, "tbx20": tbx}
+
+
+def row_tabs(ctx, row):
+    """Each tab's time from a click on its header to drawn, through all ten tabs twice in one page, and the page's
+    Bokeh models after each, against the models of that tab alone (a fresh page opened on it) and of the largest."""
+    cfg, tmp, br = ctx.cfg, ctx.tmp, ctx.browser
+    logdirs = write_tabs_logdirs(tmp / "tabs")
+    worst_s, worst_ratio, failed = 0.0, 0.0, False
+    summary = []
+    for name, logdir in logdirs.items():
+        server = None
+        try:
+            server = Flowlab(logdir, tmp / f"tabs-{name}.log", cfg["wait_s"])
+            alone = {}
+            for i, tab in enumerate(DASHBOARD_TABS):          # each tab alone: a fresh page opened on it
+                page = br.page()
+                try:
+                    goto(page, server.url + f"?tab={tab}", cfg["wait_s"])
+                    wait(page, f"(a) => ({RENDERED_JS})() && ({TAB_DRAWN_JS})(a)", cfg["wait_s"],
+                         [i, tab in EMPTY_TABS[name]])
+                    alone[tab] = ask(page, MODELS_JS, 10)
+                finally:
+                    br.close(page)
+            largest = max(alone.values())
+            page = br.page()
+            times = {tab: [] for tab in DASHBOARD_TABS}
+            try:
+                flowlab_page_ready(page, server.url, cfg["wait_s"])
+                wait(page, TAB_DRAWN_JS, cfg["wait_s"], [0, False])
+                order = DASHBOARD_TABS[1:] + DASHBOARD_TABS[:1]
+                for rnd in range(2):
+                    for tab in order:
+                        i = DASHBOARD_TABS.index(tab)
+                        start = time.perf_counter()
+                        page.locator(".bk-tab").nth(i).click()
+                        wait(page, TAB_DRAWN_JS, cfg["wait_s"], [i, tab in EMPTY_TABS[name]])
+                        seconds = time.perf_counter() - start
+                        page.wait_for_timeout(300)                 # the tab's later rounds of updates
+                        wait(page, RENDERED_JS, cfg["wait_s"])
+                        models = ask(page, MODELS_JS, 10)
+                        times[tab].append(seconds)
+                        worst_ratio = max(worst_ratio, models / largest)
+                        row.note(f"{name} round {rnd + 1} {tab:>13}: drawn {seconds:.2f} s, {models} models "
+                                 f"(alone {alone[tab]}, largest tab {largest})")
+            finally:
+                br.close(page)
+            slowest = max((max(v), tab) for tab, v in times.items())
+            worst_s = max(worst_s, slowest[0])
+            summary.append(f"{name}: slowest {slowest[1]} {slowest[0]:.2f} s, median "
+                           f"{median([t for v in times.values() for t in v]):.2f} s")
+        except Timeout as e:
+            failed = True
+            row.note(f"{name}: TIMEOUT ({e})")
+        finally:
+            if server is not None:
+                server.stop()
+    row.flowlab = "; ".join(summary) + f"; models <= {worst_ratio:.2f}x the largest tab's" if summary else "TIMEOUT"
+    row.tensorboard = "(not measured: its plugins share no drawn condition)"
+    row.verdict = "TIMEOUT" if failed or not summary else \
+        "PASS" if worst_s <= 1.5 and worst_ratio <= 1.5 else "MISS"
+
+
 CASES = {
     "first_page": ("first page, 1,000 runs x 100 scalars", "<= 2 s", row_first_page),
     "histograms": ("Histograms tab filled, 5 runs x 8 tags x 100 steps", "<= 1 s", row_histograms),
@@ -1564,6 +1696,8 @@ CASES = {
     "sigint": ("flowlab serve SIGINT -> exit (Histograms tab opened)", "<= 1 s, no warnings", row_sigint),
     "graph": ("Graph tab, ResNet-50 train job (~1,000 ops); open a block", "<= 2 s; <= 1 s", row_graph),
     "reader": ("read 8 MiB garbage; 100k records, 1% damaged", "<= 0.5 s; <= 0.5 s", row_reader),
+    "tabs": ("every tab twice, demo and 20 tensorboardX runs: click -> drawn; models", "<= 1.5 s; <= 1.5x",
+             row_tabs),
 }
 
 

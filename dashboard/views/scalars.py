@@ -929,21 +929,20 @@ class ScalarsView(View):
         self._place()
 
     def _build_some(self):
-        """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server), then, on the next IOLoop
-        turn, place them in the page. A card costs the server tens of milliseconds to build, and as much again to
-        join the document (Bokeh walks every model of the document) and be serialised: a turn of its own for each,
-        and no other session waits for a whole page. A server session's cards wait for its page to connect
-        (``no_page_yet``)."""
-        doc = self.grid.document
-        if no_page_yet(doc):                 # (still scheduled: a repage meanwhile only changes what is pending)
-            doc.add_timeout_callback(self._build_some, PAGE_POLL_MS)
-            return
+        """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server), or have the next
+        ``BUILD_BATCH`` built ones join the page; one or the other a server turn. A card costs the server tens of
+        milliseconds to build, and as much again to join the document (Bokeh walks every model of the document) and
+        be serialised: a turn of its own for each, and no other session waits for a whole page. Cards are built
+        while the session has no page yet (the browser loads BokehJS meanwhile), and join only once one has
+        connected: its first pull serialises the whole document in one turn (``no_page_yet``)."""
         self._scheduled = False
+        doc = self.grid.document
         spread = doc is not None and doc.session_context is not None
-        if spread and self._unplaced:          # built last turn: they join the page in this one
-            self._place()
+        waiting = spread and no_page_yet(doc)
+        if spread and self._unplaced and not waiting:
+            self._place(self._unplaced[:BUILD_BATCH])
             self._show_message()
-        else:
+        elif self._pending:
             batch, self._pending = ((self._pending[:BUILD_BATCH], self._pending[BUILD_BATCH:]) if spread
                                     else (self._pending, []))
             new, shown = [], self.runs.shown()
@@ -958,11 +957,16 @@ class ScalarsView(View):
             for card in new:
                 card.show_runs(shown)
             if not spread:
-                self._place()
+                self._place(self._unplaced)
                 self._show_message()
-        if spread and (self._pending or self._unplaced):
+        if not spread:
+            return
+        if self._pending or (self._unplaced and not waiting):
             self._scheduled = True
             doc.add_next_tick_callback(self._build_some)
+        elif self._unplaced:                   # built, waiting for a page: look again soon
+            self._scheduled = True
+            doc.add_timeout_callback(self._build_some, PAGE_POLL_MS)
 
     def _grow(self, cards):
         """Bring ``cards`` up to date with the store: what each session has not seen of each run's series."""
@@ -1001,17 +1005,21 @@ class ScalarsView(View):
             card.fill_groups(groups, grouping.band, self.axis, lambda run: run_colour(self.store, run),
                              self.smoothing.value)
 
-    def _place(self):
-        """Lay out the page's built cards under their groups' headers, in display order; the grid's ``tags`` say
-        ``[page index, cards built]`` (for tests and benchmarks: the page is complete when that is the pager's)."""
+    def _place(self, joining=()):
+        """Lay out the page's cards under their groups' headers, in display order: those already in it and
+        ``joining``, built cards that join it now (the other built ones wait: ``_build_some`` has them join a few a
+        turn). The grid's ``tags`` say ``[page index, cards placed]`` (for tests and benchmarks: the page is complete
+        when that is the pager's)."""
+        waiting = {id(card) for card in self._unplaced} - {id(card) for card in joining}
         totals: dict[str, int] = {}
         for tag in self._matching:
             group = self._rank[tag][2]
             totals[group] = totals.get(group, 0) + 1
         on_page: dict[str, list] = {}
         for tag in self.pager.visible:
-            if tag in self.cards:
-                on_page.setdefault(group_of(tag), []).append(self.cards[tag])
+            card = self.cards.get(tag)
+            if card is not None and id(card) not in waiting:
+                on_page.setdefault(group_of(tag), []).append(card)
         for name in on_page:
             if name not in self.groups:
                 self.groups[name] = _Group(name)
