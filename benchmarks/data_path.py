@@ -86,6 +86,9 @@ from pathlib import Path
 import numpy as np
 
 from flowlab.dashboard.views.paging import FILLED_JS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))   # the tab tour's logdirs and JS
+from dashboard_page import SHOWN_JS, TABS, demo_logdir, tensorboardx_logdir  # noqa: E402
 from machine import cpu_model
 
 # ------------------------------------------------------------------------------------------- page detection (JS)
@@ -1553,32 +1556,6 @@ def row_reader(ctx, row):
 
 
 # ------------------------------------------------------------------------------------------------- tabs
-# The ten tabs, in the order of their headers; the tabs row clicks through them twice on two logdirs.
-DASHBOARD_TABS = ("scalars", "histograms", "distributions", "images", "text", "anomalies", "health", "hparams",
-                  "projector", "graph")
-TBX_RUNS = [f"lr={lr:g},seed={seed}" for lr in (0.1, 0.03, 0.01, 0.003, 0.001) for seed in range(4)]
-
-# What the open tab shows: its plots holding rows, and the text of its visible Divs.
-SHOWN_JS = """() => {
-  const tabs = Bokeh.documents[0].get_model_by_name("tabs"), seen = new Set(), plots = [], texts = [];
-  const visit = (m) => {
-    if (m == null || typeof m !== "object" || seen.has(m)) return;
-    seen.add(m);
-    if (Array.isArray(m)) { m.forEach(visit); return; }
-    if (!m.constructor || m.visible === false) return;
-    const kind = m.constructor.__name__;
-    if (kind === "Plot" || kind === "Figure") {
-      const rows = m.renderers.map((r) => r.data_source ? r.data_source.get_length() || 0 : 0)
-                              .reduce((a, b) => a + b, 0);
-      if (rows > 0) plots.push(m.title ? m.title.text : "");
-      return;
-    }
-    if (kind === "Div" && m.text) texts.push(m.text);
-    for (const key of ["children", "child", "tabs"]) if (key in m) visit(m[key]);
-  };
-  visit(tabs.tabs[tabs.active].child);
-  return {plots, text: texts.join(" ")};
-}"""
 # Drawn: tab ``i`` is the active one, shows a plot with data or a text that is not a "No ..." placeholder (or, for a
 # tab the logdir has nothing for, ``empty``, any text: its placeholder), and every root view is idle.
 TAB_DRAWN_JS = f"""([i, empty]) => {{ const tabs = Bokeh.documents[0].get_model_by_name("tabs");
@@ -1592,35 +1569,13 @@ MODELS_JS = "() => Bokeh.documents[0].all_models.size"
 
 
 def write_tabs_logdirs(root):
-    """The tabs row's logdirs: ``flowlab demo``'s (2 epochs: every kind of summary, health, graph, projector) and 20
-    runs written by tensorboardX (another writer's logs: scalars, histograms, images, text, an embedding, hparams)."""
+    """The tabs row's logdirs, as the browser tests' tab tour writes them (tests/dashboard_page.py): ``flowlab
+    demo``'s and twenty runs written by tensorboardX."""
     demo, tbx = root / "demo", root / "tbx20"
     if not demo.exists():
-        subprocess.run([PY, "-m", "flowlab.cli", "demo", "--no-serve", "--epochs", "2", "--logdir", str(demo)],
-                       check=True, capture_output=True, timeout=900)
+        demo_logdir(demo)
     if not tbx.exists():
-        import tensorboardX
-        from tensorboardX.summary import hparams
-        rng = np.random.default_rng(0)
-        for k, run in enumerate(TBX_RUNS):
-            with tensorboardX.SummaryWriter(str(tbx / run)) as w:
-                for step in range(200):
-                    loss = float(np.exp(-step / (30 + 3 * k)) + 0.03 * rng.random())
-                    w.add_scalar("train/loss", loss, step)
-                    w.add_scalar("train/accuracy", 1 - loss / 2, step)
-                    if step % 20 == 0:
-                        w.add_scalar("eval/loss", loss * 1.1, step)
-                for step in range(0, 200, 40):
-                    w.add_histogram("layer1/weights", rng.normal(k / 20, 1 + step / 400, 500), step)
-                if k < 4:
-                    w.add_image("samples", rng.random((3, 16, 16)), 0)
-                    w.add_text("notes", f"run **{run}**: lr and seed from its name", 0)
-                if k == 0:
-                    w.add_embedding(rng.normal(size=(60, 8)) + np.repeat(np.eye(3, 8) * 4, 20, axis=0),
-                                    metadata=[f"class {i // 20}" for i in range(60)], global_step=0)
-                for summary in hparams({"lr": float(run.split(",")[0][3:]), "seed": k % 4}, {"hparam/loss": loss}):
-                    w.file_writer.add_summary(summary)
-                w.add_scalar("hparam/loss", loss, 199)
+        tensorboardx_logdir(tbx)
     return {"demo": demo, "tbx20": tbx}
 
 
@@ -1636,7 +1591,7 @@ def row_tabs(ctx, row):
         try:
             server = Flowlab(logdir, tmp / f"tabs-{name}.log", cfg["wait_s"])
             alone = {}
-            for i, tab in enumerate(DASHBOARD_TABS):          # each tab alone: a fresh page opened on it
+            for i, tab in enumerate(TABS):          # each tab alone: a fresh page opened on it
                 page = br.page()
                 try:
                     goto(page, server.url + f"?tab={tab}", cfg["wait_s"])
@@ -1647,14 +1602,14 @@ def row_tabs(ctx, row):
                     br.close(page)
             largest = max(alone.values())
             page = br.page()
-            times = {tab: [] for tab in DASHBOARD_TABS}
+            times = {tab: [] for tab in TABS}
             try:
                 flowlab_page_ready(page, server.url, cfg["wait_s"])
                 wait(page, TAB_DRAWN_JS, cfg["wait_s"], [0, False])
-                order = DASHBOARD_TABS[1:] + DASHBOARD_TABS[:1]
+                order = TABS[1:] + TABS[:1]
                 for rnd in range(2):
                     for tab in order:
-                        i = DASHBOARD_TABS.index(tab)
+                        i = TABS.index(tab)
                         start = time.perf_counter()
                         page.locator(".bk-tab").nth(i).click()
                         wait(page, TAB_DRAWN_JS, cfg["wait_s"], [i, tab in EMPTY_TABS[name]])

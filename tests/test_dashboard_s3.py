@@ -10,7 +10,7 @@ import pytest
 
 from dashboard_page import IDLE_JS, flowlab_serve, open_dashboard
 from jupyter_page import CHROMIUM
-from test_dashboard_tour import SHOWN_JS, TABS, _demo_logdir
+from dashboard_page import SHOWN_JS, TABS, demo_logdir
 from test_dashboard_views_structure import mlp_job
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Debian's chromium at {CHROMIUM}")
@@ -30,7 +30,7 @@ GRAPH_MENU_JS = """() => [...Bokeh.documents[0].all_models].filter((m) => m.cons
 @pytest.fixture(scope="module")
 def served(s3_endpoint, tmp_path_factory):
     import flowlab as flow
-    local = _demo_logdir(tmp_path_factory.mktemp("demo"))
+    local = demo_logdir(tmp_path_factory.mktemp("demo"))
     first = sorted(p for p in local.iterdir() if p.is_dir())[0]
     flow.clear_default_session()
     mlp_job()

@@ -87,8 +87,8 @@ def single_tab_models(logdir):
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Debian's chromium at {CHROMIUM}")
 def test_clicking_through_every_tab_twice_keeps_the_page_at_one_tabs_models(chromium, tmp_path_factory):
     pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
-    from test_dashboard_tour import SHOWN_JS, _demo_logdir
-    logdir = _demo_logdir(tmp_path_factory.mktemp("demo"))
+    from dashboard_page import SHOWN_JS, demo_logdir
+    logdir = demo_logdir(tmp_path_factory.mktemp("demo"))
     single = single_tab_models(logdir)
     largest = max(single.values())
     drawn_js = (f"() => {{ const s = ({SHOWN_JS})(); return (s.plots.length > 0 || (s.text.length > 0 && "

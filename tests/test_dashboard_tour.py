@@ -4,79 +4,18 @@ runs written by tensorboardX (another writer's logs, more runs than a 10-colour 
 holds, without a console warning or error, and leaves a screenshot in ``artifacts/screenshots/tour-<logdir>-<tab>.png``
 to be looked at."""
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from dashboard_page import IDLE_JS, flowlab_serve, open_dashboard
+from dashboard_page import IDLE_JS, SHOWN_JS, TABS, demo_logdir, flowlab_serve, open_dashboard, \
+    tensorboardx_logdir
 from jupyter_page import CHROMIUM
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"needs Debian's chromium at {CHROMIUM}")
 pytest.importorskip("playwright.sync_api", reason="needs playwright (pip install -e '.[test]')")
 
 SHOTS = Path(__file__).resolve().parent.parent / "artifacts" / "screenshots"
-TABS = ("scalars", "histograms", "distributions", "images", "text", "anomalies", "health", "hparams", "projector",
-        "graph")
-TBX_RUNS = [f"lr={lr:g},seed={seed}" for lr in (0.1, 0.03, 0.01, 0.003, 0.001) for seed in range(4)]
-
-# What the open tab shows: its plots that are drawn (visible, with rows to draw) and the text of its visible Divs.
-SHOWN_JS = """() => {
-  const tabs = Bokeh.documents[0].get_model_by_name("tabs"), seen = new Set(), plots = [], texts = [];
-  const visit = (m) => {
-    if (m == null || typeof m !== "object" || seen.has(m)) return;
-    seen.add(m);
-    if (Array.isArray(m)) { m.forEach(visit); return; }
-    if (!m.constructor || m.visible === false) return;
-    const kind = m.constructor.__name__;
-    if (kind === "Plot" || kind === "Figure") {
-      const rows = m.renderers.map((r) => r.data_source ? r.data_source.get_length() || 0 : 0)
-                              .reduce((a, b) => a + b, 0);
-      if (rows > 0) plots.push(m.title ? m.title.text : "");
-      return;
-    }
-    if (kind === "Div" && m.text) texts.push(m.text);
-    for (const key of ["children", "child", "tabs"]) if (key in m) visit(m[key]);
-  };
-  visit(tabs.tabs[tabs.active].child);
-  return {plots, text: texts.join(" ")};
-}"""
-
-
-def _demo_logdir(root):
-    subprocess.run([sys.executable, "-m", "flowlab.cli", "demo", "--no-serve", "--epochs", "2", "--logdir",
-                    str(root)], check=True, capture_output=True, timeout=600)
-    return root
-
-
-def _tensorboardx_logdir(root):
-    tensorboardX = pytest.importorskip("tensorboardX")
-    from tensorboardX.summary import hparams
-    rng = np.random.default_rng(0)
-    for k, run in enumerate(TBX_RUNS):
-        with tensorboardX.SummaryWriter(str(root / run)) as w:
-            for step in range(200):
-                loss = float(np.exp(-step / (30 + 3 * k)) + 0.03 * rng.random())
-                w.add_scalar("train/loss", loss, step)
-                w.add_scalar("train/accuracy", 1 - loss / 2, step)
-                if step % 20 == 0:
-                    w.add_scalar("eval/loss", loss * 1.1, step)
-            for step in range(0, 200, 40):
-                w.add_histogram("layer1/weights", rng.normal(k / 20, 1 + step / 400, 500), step)
-            if k < 4:
-                w.add_image("samples", rng.random((3, 16, 16)), 0)
-                w.add_text("notes", f"run **{run}**: lr and seed from its name", 0)
-            if k == 0:
-                w.add_embedding(rng.normal(size=(60, 8)) + np.repeat(np.eye(3, 8) * 4, 20, axis=0),
-                                metadata=[f"class {i // 20}" for i in range(60)], global_step=0)
-            # what add_hparams writes, into the run itself (add_hparams opens a second writer in a subfolder)
-            for summary in hparams({"lr": float(run.split(",")[0][3:]), "seed": k % 4}, {"hparam/loss": loss}):
-                w.file_writer.add_summary(summary)
-            w.add_scalar("hparam/loss", loss, 199)
-    return root
-
 
 # tab -> does it draw something in this logdir (False: its one-line empty message is right)
 EXPECTED = {
@@ -88,7 +27,7 @@ EXPECTED = {
 @pytest.fixture(scope="module", params=["demo", "tbx20"])
 def served(request, tmp_path_factory, chromium):
     root = tmp_path_factory.mktemp(request.param)
-    logdir = _demo_logdir(root) if request.param == "demo" else _tensorboardx_logdir(root)
+    logdir = demo_logdir(root) if request.param == "demo" else tensorboardx_logdir(root)
     with flowlab_serve(logdir, tmp_path_factory.mktemp("server") / "stderr.txt") as (url, log):
         yield request.param, url, log
 
