@@ -12,9 +12,10 @@
 
 Needs what the browser tests need (``pip install -e '.[test]'``: playwright, jupyterlab, anywidget, nbformat) and
 Debian's chromium at ``/usr/bin/chromium``; it reuses ``tests/jupyter_page.py`` and ``tests/dashboard_page.py``.
-Training is seeded (variables are initialised from their names), so only the clock in the dashboard's status line
-and the progress line's steps/s change from one run to the next. ``--only NAME`` (repeatable) makes some of them;
-``--out DIR`` writes elsewhere. Each PNG is optimised with Pillow and kept under ``MAX_BYTES``.
+Training is seeded (variables are initialised from their names), so what changes from one run to the next is only
+what depends on the machine's pace: the clock in the dashboard's status line, the progress line's steps/s and which
+step the watch panel's histogram is from (its stats table's "hist" row). ``--only NAME`` (repeatable) makes some
+of them; ``--out DIR`` writes elsewhere. Each PNG is optimised with Pillow and kept under ``MAX_BYTES``.
 """
 from __future__ import annotations
 
