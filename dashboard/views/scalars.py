@@ -795,8 +795,8 @@ class _Group:
         group is as wide as its cards in one line, shrunk to the tab's width (its cards then wrap); one holding the
         enlarged card takes a line of its own."""
         styles = {"flex": "1 1 100%"} if whole_line else {"flex": "0 1 auto", "min-width": "0"}
-        if self.layout.styles != styles:
-            self.layout.styles = styles
+        if self.layout.styles != styles:        # (as the enlarged card: stretched, else BokehJS sizes it to fit)
+            self.layout.update(sizing_mode="stretch_width" if whole_line else None, styles=styles)
 
     def fold(self):
         self.grid.visible = not self.grid.visible
