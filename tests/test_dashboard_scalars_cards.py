@@ -1,5 +1,5 @@
-"""The Scalars tab's cards in a real headless Chromium: the size control, enlarging one card to the tab's width, x
-zoom linked across cards and the hover readout under each card.
+"""The Scalars tab's cards in a real headless Chromium: groups side by side, the size control, enlarging one card to
+the tab's width, x zoom linked across cards and the hover readout under each card.
 
 One ``flowlab serve`` over three runs written by tensorboardX (``train/loss``, ``train/acc``, ``eval/loss``, and a
 ``long`` tag of more points than a card shows), one page for the module, opened with no smoothing so that the
@@ -51,7 +51,9 @@ def dashboard(tmp_path_factory, chromium):
         warnings = []
         page, errors = open_dashboard(chromium, url + "?smoothing=0", viewport={"width": 1400, "height": 900},
                                       warnings=warnings)
-        page.wait_for_function(f"() => {fig_js(TAGS[-1])}.renderers[0].data_source.data.run.length === 3",
+        # (the cards are built after the page is first idle: until the last one is, it has no model to read)
+        page.wait_for_function(f"""() => {{ const card = Bokeh.documents[0].get_model_by_name("card:{TAGS[-1]}");
+            return card != null && card.children[0].renderers[0].data_source.data.run.length === 3; }}""",
                                polling=50, timeout=30000)
         yield dict(page=page, errors=errors, warnings=warnings, url=url, log=log)
         page.close()
@@ -126,6 +128,20 @@ def test_the_size_control_resizes_every_card_and_keeps_its_zoom(dashboard):
     assert_clean(dashboard)
 
 
+def test_groups_flow_side_by_side_and_wrap_their_own_cards(dashboard):
+    """A group of one card does not keep its line to itself: "long" (top level) and eval/loss share the first line;
+    train's two cards do not fit beside them, so that group starts the next line, its cards side by side."""
+    page = dashboard["page"]
+    settled(page)
+    tab = rect(page, 'Bokeh.documents[0].get_model_by_name("scalar-groups")')
+    where = {tag: rect(page, fig_js(tag)) for tag in TAGS}
+    assert where["eval/loss"][1] == where["long"][1] and where["eval/loss"][0] > where["long"][0] + SIZES["M"][0]
+    assert where["train/acc"][1] > where["long"][1] + SIZES["M"][1]
+    assert where["train/loss"][1] == where["train/acc"][1] and where["train/loss"][0] > where["train/acc"][0]
+    assert all(x + width <= tab[0] + tab[2] for x, _, width, _ in where.values())      # all inside the tab
+    assert_clean(dashboard)
+
+
 def test_one_card_at_a_time_is_enlarged_to_the_tab_width_and_back(dashboard):
     page = dashboard["page"]
     tab = rect(page, 'Bokeh.documents[0].get_model_by_name("scalar-groups")')
@@ -140,6 +156,11 @@ def test_one_card_at_a_time_is_enlarged_to_the_tab_width_and_back(dashboard):
     assert all(got[tag] == list(SIZES["M"]) for tag in TAGS if tag != "train/acc")
     figure = rect(page, fig_js("train/acc"))
     assert figure[0] - tab[0] < 40                           # a line of its own, from the left
+    for width, height in ((1200, 900), (1400, 1800), (1400, 900)):    # and it follows the window
+        page.set_viewport_size({"width": width, "height": height})
+        settled(page)
+        now = rect(page, 'Bokeh.documents[0].get_model_by_name("scalar-groups")')
+        assert now[2] - 40 < sizes(page)["train/acc"][0] <= now[2], (width, height)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "scalars-cards.png"), full_page=True)
 

@@ -483,14 +483,18 @@ def test_log_and_colour_bar_ticks_and_their_labels_are_the_same_in_bokehjs_and_i
     assert set(y_labels) <= {"0.05", "0.1", "0.2", "0.5", "1"} and {"0.05", "1"} <= set(y_labels)
 
 
-def test_compact_step_labels_are_the_same_in_bokehjs_and_in_the_static_copy(chromium):
-    """A step axis past 100,000 reads "0, 20k, 40k" live (``figures.compact_ticks``, not BokehJS's "2.000e+4") and
-    the same in a saved notebook's copy (``plots.static``), which draws a formatter tagged so as its own labels."""
+def test_compact_labels_are_the_same_in_bokehjs_and_in_the_static_copy(chromium):
+    """A step axis past 100,000 reads "0, 20k, 40k" live (``figures.compact_ticks``, not BokehJS's "2.000e+4"), a
+    trend's values past 1e15 "1e+18" (not "1.000e+18"), and the same in a saved notebook's copy (``plots.static``),
+    which draws a formatter tagged so as its own labels."""
     from flowlab.plots.figures import _COMPACT_TICKS_JS, compact_ticks
     from flowlab.plots.static import tick_texts
     cases = [[0, 20_000, 40_000, 60_000, 80_000, 100_000], [0, 200_000, 400_000, 600_000, 800_000, 1_000_000],
              [0, 5, 10, 15, 20], [0, 2.5, 5, 7.5], [-0.5, 0, 0.5, 1], [100_000, 150_000, 200_000], [0, 0.001, 0.002],
-             [1_000_000, 1_000_500, 1_001_000], [0, 2e9, 4e9]]
+             [1_000_000, 1_000_500, 1_001_000], [0, 2e9, 4e9],
+             # past T and below 0.001: e-notation with the fewest digits (BokehJS wrote "3.000e+18", "0.000e+0")
+             [0, 1e18, 2e18, 3e18], [2.5e15, 5e15, 7.5e15], [0, 2e-5, 4e-5, 6e-5], [3e-8, 3.2e-8, 3.4e-8],
+             [-1e-4, 0, 1e-4], [1e-7, 1.5e-7]]
     page = chromium.new_page()
     try:
         live = page.evaluate(f"""(cases) => cases.map((ticks) => ticks.map((tick, index) =>
@@ -499,7 +503,8 @@ def test_compact_step_labels_are_the_same_in_bokehjs_and_in_the_static_copy(chro
         page.close()
     assert live == [tick_texts(ticks, ticks[1] - ticks[0]) for ticks in cases]
     assert live[0] == ["0", "20k", "40k", "60k", "80k", "100k"] and live[1][-1] == "1M"
+    assert live[9] == ["0", "1e+18", "2e+18", "3e+18"] and live[11] == ["0", "2e-05", "4e-05", "6e-05"]
     fig = trend_figure(trend_source(), y_label="loss")
-    assert fig.xaxis[0].formatter.tags == compact_ticks().tags
+    assert fig.xaxis[0].formatter.tags == compact_ticks().tags == fig.yaxis[0].formatter.tags
     svg, = svgs(to_html(fig))                     # drawn, not refused as an unknown formatter
     assert svg is not None

@@ -24,7 +24,9 @@ Smoothing is TensorBoard's debiased exponential moving average, computed server-
 does not depend on what is on display) and carried forward incrementally as points stream in. The x axis (step /
 relative / wall), the log toggles, "ignore outliers" and "link x" rebuild the figures over the same sources.
 
-Cards come in three sizes (a control; in the URL) and one at a time can be enlarged to the tab's width; "link x"
+Cards sit under a header per tag group; the groups flow side by side, so groups of one card share a line rather than
+each leaving the rest of its line empty. Cards come in three sizes (a control; in the URL) and one at a time can be
+enlarged to the tab's width (its group then takes a line of its own); "link x"
 gives every card one shared x range in the page, so zooming or panning one zooms them all (each card's
 ``RangesUpdate`` still brings its exact points) and reset gives back the range of all of them. Hovering a card reads
 each run's value at the pointer's step into a line under the plot, nothing over the curves (``_READOUT_JS``); at rest
@@ -775,7 +777,8 @@ class _Group:
         self.toggle = Button(label="", button_type="light", height=28, align="start", name=f"group:{name}",
                              styles={"font-weight": "bold"})
         self.grid = row(children=[Div()], sizing_mode="stretch_width", styles={"flex-wrap": "wrap"}, spacing=12)
-        self.layout = column(self.toggle, self.grid, sizing_mode="stretch_width")
+        self.layout = column(self.toggle, self.grid)
+        self.widen(False)
         self.toggle.on_click(self.fold)
         self._label()
 
@@ -786,6 +789,14 @@ class _Group:
         if layouts != list(self.grid.children):
             self.grid.children = layouts
         self._label()
+
+    def widen(self, whole_line):
+        """Groups flow side by side in the tab (a group of one card does not leave the rest of its line empty): a
+        group is as wide as its cards in one line, shrunk to the tab's width (its cards then wrap); one holding the
+        enlarged card takes a line of its own."""
+        styles = {"flex": "1 1 100%"} if whole_line else {"flex": "0 1 auto", "min-width": "0"}
+        if self.layout.styles != styles:        # (as the enlarged card: stretched, else BokehJS sizes it to fit)
+            self.layout.update(sizing_mode="stretch_width" if whole_line else None, styles=styles)
 
     def fold(self):
         self.grid.visible = not self.grid.visible
@@ -835,7 +846,8 @@ class ScalarsView(View):
             button.on_click(lambda fmt=fmt: self.export_shown(fmt))
         # a group per tag prefix, in the order they came (a blank Div until the first: Bokeh warns about empty layouts)
         self.groups: dict[str, _Group] = {}
-        self.grid = column(children=[Div()], sizing_mode="stretch_width", name="scalar-groups")
+        self.grid = row(children=[Div()], sizing_mode="stretch_width", name="scalar-groups",
+                        styles={"flex-wrap": "wrap", "align-items": "flex-start"}, spacing=24)
         self._tags_re = compile_filter("")
         self._error = ""                       # what is wrong with the typed tag filter (the last good one holds)
         self.counts_elsewhere = 0              # histograms whose NaN/Inf count scalars are left to the Anomalies tab
@@ -1027,6 +1039,7 @@ class ScalarsView(View):
             group.show(on_page.get(name, []), totals.get(name, 0))
             if group.layout.visible != (name in on_page):        # (a group off the page is out of the grid too)
                 group.layout.visible = name in on_page
+        self._widen_groups()
         layouts = [self.groups[name].layout for name in on_page] or [Div()]
         if layouts != list(self.grid.children):
             self.grid.children = layouts
@@ -1110,6 +1123,13 @@ class ScalarsView(View):
             previous.resize(enlarged=False)
         if self.enlarged is not None:
             card.resize(enlarged=True)
+        self._widen_groups()
+
+    def _widen_groups(self):
+        """The group holding the enlarged card takes a line of its own; the others flow side by side."""
+        wide = None if self.enlarged is None else group_of(self.enlarged.tag)
+        for name, group in self.groups.items():
+            group.widen(name == wide)
 
     def _build(self, card):
         card.ignore_outliers = self.outliers.active

@@ -51,9 +51,9 @@ const trim = (s) => {
 """
 
 
-# Tick labels of a long step axis as plots.static writes them ("0, 20k, 40k", "0.5M"), not BokehJS's default, which
-# turns every label of an axis reaching 100,000 into e-notation ("2.000e+4"). ``tags`` tell plots.static which
-# labels these are.
+# Tick labels of a linear axis as plots.static writes them (``tick_texts``: "0, 20k, 40k", "0.5M", "0, 1e+18,
+# 2e+18"), not BokehJS's default, which turns every label of an axis reaching 100,000 into e-notation ("2.000e+4",
+# "0.000e+0"). ``tags`` tell plots.static which labels these are. ``g`` is Python's "{:.<digits>g}" format.
 _COMPACT_TICKS_JS = _TRIM_JS + """
 const big = Math.max(...ticks.map(Math.abs));
 const step = ticks.length > 1 ? Math.abs(ticks[1] - ticks[0]) : 1;
@@ -65,14 +65,27 @@ if (big >= 1e4 && big < 1e15) {
   const k = Math.min(Math.floor(Math.log10(big) / 3), 4);
   return trim((tick / 1000 ** k).toFixed(decimals(step / 1000 ** k))) + (tick ? "kMGT"[k - 1] : "");
 }
-if (big >= 1e-3) return trim(tick.toFixed(decimals(step)));
-return tick.toPrecision(3);
+if (big >= 1e-3 && big < 1e4) return trim(tick.toFixed(decimals(step)));
+const g = (t, digits) => {
+  if (t === 0) return "0";
+  const [mantissa, e] = t.toExponential(digits - 1).split("e"), exponent = Number(e);
+  if (exponent < -4 || exponent >= digits)
+    return trim(mantissa) + "e" + (exponent < 0 ? "-" : "+") + String(Math.abs(exponent)).padStart(2, "0");
+  return trim(t.toFixed(digits - 1 - exponent));
+};
+for (let digits = 1; digits <= 16; digits++) {    // the fewest digits that tell the ticks apart and match them
+  const labels = ticks.map((t) => g(t, digits));
+  if (new Set(labels).size === labels.length && ticks.every((t, i) => Math.abs(Number(labels[i]) - t) <= 0.01 * step))
+    return labels[index];
+}
+return g(tick, 6);
 """
 
 
 def compact_ticks():
-    """A tick formatter for step axes: thousands as k/M/G/T with the decimals the tick spacing needs (see
-    ``_COMPACT_TICKS_JS``), drawn the same by ``plots.static``."""
+    """A tick formatter for linear axes (steps, and the values of the widgets' trends): thousands as k/M/G/T with the
+    decimals the tick spacing needs, e-notation past them and for tiny numbers (see ``_COMPACT_TICKS_JS``), drawn the
+    same by ``plots.static``."""
     return CustomJSTickFormatter(code=_COMPACT_TICKS_JS, tags=[COMPACT_TICKS])
 
 
@@ -266,6 +279,7 @@ def trend_figure(source, y_label="value"):
     behind, and a red band the plot's height over every step that held NaN/Inf. Hover reads a bucket's numbers."""
     fig = _live_figure(x_axis_label="step", y_axis_label=y_label)
     fig.xaxis.formatter = compact_ticks()
+    fig.yaxis.formatter = compact_ticks()      # a diverging gradient norm: "3e+18", not BokehJS's "3.000e+18"
     draw_bands(fig, source, [("min", "max", ENVELOPE, 0.35), ("lower", "upper", BAND, 0.3)], ("mean", BAND),
                ("step", "end", "mark"), tooltips=[
                    ("step", "@step{0,0}"), ("mean", "@mean{%0.4g}"), ("mean ± std", "@lower{%0.4g} … @upper{%0.4g}"),
