@@ -1047,7 +1047,7 @@ class ScalarsView(View):
                 if not (d.reset or len(d.steps)):
                     continue
                 line = card.line(series.run, self.store, self.limit)
-                whole = self.store.read(series)           # the whole series, zero-copy
+                whole = d if d.reset else self.store.read(series)     # the whole series, zero-copy
                 if d.reset:
                     reset.append((line, whole))
                 elif line.append(whole.steps, whole.wall_times, whole.values, weight):
