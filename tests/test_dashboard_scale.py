@@ -178,3 +178,22 @@ def test_a_card_models_and_y_range_do_not_depend_on_the_run_count(many_runs):
     lo, hi = np.percentile(card.lines["run0000"].values, [5, 95])
     pad = (hi - lo) * 0.05
     assert (card.y_range.start, card.y_range.end) == pytest.approx((lo - pad, hi + pad))
+
+
+def test_a_first_poll_of_many_batches_sorts_the_series_once(tmp_path, monkeypatch):
+    from flowlab.dashboard import store as store_module
+    write_runs(tmp_path, [np.arange(40) + r for r in range(300)])
+    monkeypatch.setattr(store_module, "POLL_BYTES", 4096)           # about a hundred batches
+    batches, sorts = [], []
+    original_store, original_index = Store._store, Store._index
+    monkeypatch.setattr(Store, "_store", lambda self, items, touched: batches.append(1) or
+                        original_store(self, items, touched))
+    monkeypatch.setattr(Store, "_index", lambda self: sorts.append(1) or original_index(self))
+    store = Store(tmp_path)
+    version = store.version
+    store.poll()
+    assert len(batches) > 50 and len(sorts) == 1                      # not once a batch: runs x batches
+    assert store.runs() == [f"run{r:04d}" for r in range(300)] and store.version > version
+    assert [len(s) for s in store.series("scalar")] == [40] * 300
+    store.poll()                                                      # nothing new: nothing sorted again
+    assert len(sorts) == 1
