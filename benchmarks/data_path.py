@@ -250,6 +250,19 @@ TB_RUNLIST_JS = """() => {
     const names = [...rows].map((row) => (row.querySelector(".table-column-run") || row).textContent.trim());
     return {total: rows.length, names};
 }"""
+# flowlab's Scalars cards drawn: each card's per-run rows (a source with run, start, stop) expanded by the page into
+# its drawn lines (a source with run, xs, smooth), as many of them, and every root view idle (painted).
+FL_LINES_DRAWN_JS = """() => {
+    if (!window.Bokeh || Bokeh.documents.length === 0) return false;
+    let rows = 0, drawn = 0, cards = 0;
+    for (const m of Bokeh.documents[0].all_models) {
+        if (m.constructor.__name__ !== "ColumnDataSource") continue;
+        const d = m.data;
+        if ("start" in d && "stop" in d && "run" in d) { rows += d.run.length; cards++; }
+        else if ("xs" in d && "smooth" in d && "run" in d) drawn += d.run.length;
+    }
+    return cards > 0 && rows > 0 && drawn === rows && Bokeh.index.roots.every((v) => v.is_idle);
+}"""
 FL_SEARCH_BOX = ".bk-input[placeholder='filter runs (regex)']"
 TB_SEARCH_BOX = "runs-data-table input[placeholder='Filter runs (regex)']"
 
@@ -885,9 +898,13 @@ def row_ten_thousand(ctx, row):
     serve is a process of its own, as TensorBoard is, so its RSS is its own) and, for TensorBoard, wait until its
     API holds the data; then in a fresh page:
       usable   goto -> the first page usable: flowlab as the first_page row's condition (document rendered, a scalar
-               source non-empty) and the run list drawn with rows; TensorBoard its scalar card drawn (TB_CARDS_JS)
-               and its runs table drawn with rows.
-      listed   goto -> the run list holds every run (the search below needs them all).
+               source non-empty), its cards' lines drawn (every run's row expanded into drawn lines, views idle:
+               FL_LINES_DRAWN_JS) and the run list drawn with rows; TensorBoard its scalar card drawn
+               (TB_CARDS_JS) and its runs table drawn with rows.
+      listed   goto -> the run list holds every run (the search below needs them all); also from the server's start
+               (ready + listed). flowlab's server answers after at most ``store.FIRST_POLL_S`` of reading and
+               lists the rest of a big logdir as it reads on, so its usable page may show part of the runs;
+               TensorBoard's page is opened once its API holds every run (its own list also fills as it loads).
       search   a pattern typed key by key into the run list's search box (flowlab: then Enter, which sends a
                TextInput's value; TensorBoard filters as keys are typed) ->
                the list drawn holds exactly the runs it matches (the last ten, the last page of a paged list).
@@ -903,7 +920,8 @@ def row_ten_thousand(ctx, row):
     pattern, wanted = search_case(n)
     row.note(f"search: {pattern!r} -> {len(wanted)} runs ({wanted[0]} ... {wanted[-1]})")
     sides = {"flowlab": (FL_RUNLIST_JS, FL_SEARCH_BOX), "TensorBoard": (TB_RUNLIST_JS, TB_SEARCH_BOX)}
-    got = {side: {"ready": [], "usable": [], "listed": [], "search": [], "peak": [], "steady": []} for side in sides}
+    got = {side: {"ready": [], "usable": [], "listed": [], "search": [], "peak": [], "steady": [], "start_to_listed": []}
+           for side in sides}
     dead, errored = set(), set()
     for rnd in range(ctx.rounds):
         for side in (("flowlab", "TensorBoard") if rnd % 2 == 0 else ("TensorBoard", "flowlab")):
@@ -926,8 +944,8 @@ def row_ten_thousand(ctx, row):
                 page = br.page(tensorboard=side == "TensorBoard")
                 start = time.perf_counter()
                 goto(page, server.url, wait_s)
-                drawn = (f"({RENDERED_JS})() && (({SCALARS_JS})()).nonempty > 0" if side == "flowlab"
-                         else f"({TB_CARDS_JS})('scalar')")
+                drawn = (f"({RENDERED_JS})() && (({SCALARS_JS})()).nonempty > 0 && ({FL_LINES_DRAWN_JS})()"
+                         if side == "flowlab" else f"({TB_CARDS_JS})('scalar')")
                 wait(page, f"() => {{ const l = ({runlist_js})(); return l && l.names.length > 0 && {drawn}; }}",
                      wait_s - (time.perf_counter() - start))
                 usable = time.perf_counter() - start
@@ -949,7 +967,7 @@ def row_ten_thousand(ctx, row):
                 steady, peak, settled = settle_rss(server, 60)
                 peak = max(sampler.stop(), peak)
                 for key, value in (("ready", ready), ("usable", usable), ("listed", listed), ("search", searched),
-                                   ("peak", peak), ("steady", steady)):
+                                   ("peak", peak), ("steady", steady), ("start_to_listed", ready + listed)):
                     got[side][key].append(value)
                 row.note(f"round {rnd + 1} {side:11s}: server ready {ready:.2f} s, usable page {usable:.2f} s, "
                          f"every run listed {listed:.2f} s, search {searched:.2f} s; RSS peak {peak:.0f} MB, "
@@ -975,7 +993,7 @@ def row_ten_thousand(ctx, row):
         if side in dead or not g["usable"]:
             return "ERROR" if side in errored else f"TIMEOUT > {wait_s:.0f} s"
         return (f"{fmt_s(median(g['usable']))}; {fmt_s(median(g['search']))}; {median(g['peak']):.0f} MB peak, "
-                f"{median(g['steady']):.0f} steady")
+                f"{median(g['steady']):.0f} steady; all listed {fmt_s(median(g['start_to_listed']))} from start")
     row.flowlab, row.tensorboard = cell("flowlab"), cell("TensorBoard")
     for side in sides:
         if got[side]["usable"]:
