@@ -902,9 +902,8 @@ def row_ten_thousand(ctx, row):
                FL_LINES_DRAWN_JS) and the run list drawn with rows; TensorBoard its scalar card drawn
                (TB_CARDS_JS) and its runs table drawn with rows.
       listed   goto -> the run list holds every run (the search below needs them all); also from the server's start
-               (ready + listed). flowlab's server answers after at most ``store.FIRST_POLL_S`` of reading and
-               lists the rest of a big logdir as it reads on, so its usable page may show part of the runs;
-               TensorBoard's page is opened once its API holds every run (its own list also fills as it loads).
+               (ready + listed: flowlab's server answers once its store has read the logdir, TensorBoard's page is
+               opened once its API holds every run).
       search   a pattern typed key by key into the run list's search box (flowlab: then Enter, which sends a
                TextInput's value; TensorBoard filters as keys are typed) ->
                the list drawn holds exactly the runs it matches (the last ten, the last page of a paged list).

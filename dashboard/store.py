@@ -2,10 +2,8 @@
 here, every run asset (projector configs, structure graphs) is read once per change, here, and every browser session
 reads from it; no view opens a file.
 
-``start()`` reads the logdir before the server answers, for at most ``FIRST_POLL_S`` (a big logdir's rest is read
-by the poll thread, its runs listed as they come); then a background thread polls the provider every
-``reload_interval`` seconds (less often when a poll takes long, so that polling uses at most ``POLL_SHARE`` of a
-core) and appends what arrived to ``Series``,
+A background thread polls the provider every ``reload_interval`` seconds (less often when a poll takes long, so
+that polling uses at most ``POLL_SHARE`` of a core) and appends what arrived to ``Series``,
 one per ``(run, tag, kind)``. What a series keeps, so that memory stays bounded without losing what matters:
 
 - **scalars**: every point, as NumPy columns (``steps`` int64, ``wall_times`` and ``values`` float64) that grow by
@@ -75,10 +73,6 @@ HEALTH_BUCKETS = 200
 RELOAD_INTERVAL = 0.25          # seconds between polls of a logdir that is quick to poll
 POLL_SHARE = 0.2                # ...and at most this share of a core on one that is not (1,000 runs: ~0.1 s a poll)
 POLL_BYTES = 1 << 20            # bytes decoded and stored at a time (bounds a big logdir's first poll)
-# The read before the server answers: a big logdir's first read goes on in the poll thread past this (10,000 runs
-# took 7-19 s to read on a loaded 2-core machine, and no page could open meanwhile)
-FIRST_POLL_S = 2.0
-INDEX_EVERY_S = 1.0             # while a big read goes on, new runs and series are listed this often
 ASSET_RETRY = 5.0               # seconds before an unchanged run asset whose read failed is read again
 
 
@@ -299,9 +293,7 @@ class Store:
     # ------------------------------------------------------------------------------------------------- polling
     def start(self):
         if self._thread is None:
-            # the first page already has data: all of it, or what ``FIRST_POLL_S`` read of a big logdir, whose rest
-            # the poll thread reads on (the page then shows runs as they come, as TensorBoard's does)
-            self.poll(budget_s=FIRST_POLL_S)
+            self.poll()                         # the first page already has data
             self._thread = threading.Thread(target=self._loop, name="flowlab-dashboard-store", daemon=True)
             self._thread.start()
         return self
@@ -312,39 +304,25 @@ class Store:
             self._thread.join(timeout=5)
 
     def _loop(self):
-        wait = 0.0 if self._provider.more else self.reload_interval    # a first read that stopped goes on at once
+        wait = self.reload_interval
         while not self._stop.wait(wait):
-            start, first_read = time.perf_counter(), self._provider.more
+            start = time.perf_counter()
             self.poll()
-            # (the rest of a big first read is no measure of what a poll of new records costs)
-            wait = self.reload_interval if first_read else \
-                max(self.reload_interval, (time.perf_counter() - start) * (1 - POLL_SHARE) / POLL_SHARE)
+            wait = max(self.reload_interval, (time.perf_counter() - start) * (1 - POLL_SHARE) / POLL_SHARE)
 
-    def poll(self, budget_s=None) -> int:
+    def poll(self) -> int:
         """Read what the logdir gained; returns the number of items stored. Never raises for bad logs.
 
         Reads ``POLL_BYTES`` at a time and stores (samples) each batch before reading the next, so a big logdir's
         first poll never holds much more than that in decoded items (all 100,000 histograms of a logdir at once
-        were twice the store's own size). ``budget_s``: stop after the batch that passes that many seconds; the
-        next poll goes on where this one stopped. New series are sorted into ``series()`` and ``runs()`` at the end
-        and at most every ``INDEX_EVERY_S`` seconds between batches (sessions see a big read's runs come)."""
+        were twice the store's own size)."""
         stored, touched = 0, set()
-        start = indexed = time.perf_counter()
         try:
             while True:
                 items = self._provider.poll(kinds=KEPT, max_bytes=POLL_BYTES)
                 stored += self._store(items, touched)
                 if not self._provider.more or self._stop.is_set():
                     break
-                now = time.perf_counter()
-                if budget_s is not None and now - start >= budget_s:
-                    break
-                if self._unindexed and now - indexed >= INDEX_EVERY_S:
-                    with self.lock:
-                        self._index()
-                        self._unindexed = False
-                        self.version += 1
-                    indexed = now
             self._tail_stats = self._provider.stats()
             self._exists = self._provider.exists()      # (a request on a remote logdir: once a poll)
             self._refresh_assets()

@@ -3,7 +3,6 @@ many byte allowances its first read takes; the run list costs the page the same 
 and its search finds a run on the last page; a Scalars card of hundreds of runs, built from their points
 concatenated, sends what a per-run reference computes (extents, one-point dots, smoothing)."""
 import math
-import time
 
 import numpy as np
 import pytest
@@ -185,7 +184,6 @@ def test_a_first_poll_of_many_batches_sorts_the_series_once(tmp_path, monkeypatc
     from flowlab.dashboard import store as store_module
     write_runs(tmp_path, [np.arange(40) + r for r in range(300)])
     monkeypatch.setattr(store_module, "POLL_BYTES", 4096)           # about a hundred batches
-    monkeypatch.setattr(store_module, "INDEX_EVERY_S", 1e9)         # (no listing between batches, however slow)
     batches, sorts = [], []
     original_store, original_index = Store._store, Store._index
     monkeypatch.setattr(Store, "_store", lambda self, items, touched: batches.append(1) or
@@ -200,24 +198,3 @@ def test_a_first_poll_of_many_batches_sorts_the_series_once(tmp_path, monkeypatc
     store.poll()                                                      # nothing new: nothing sorted again
     assert len(sorts) == 1
 
-
-def test_start_reads_a_big_logdir_for_its_budget_and_the_poll_thread_reads_on(tmp_path, monkeypatch):
-    import threading
-    from flowlab.dashboard import store as store_module
-    write_runs(tmp_path, [np.arange(40) + r for r in range(300)])
-    monkeypatch.setattr(store_module, "POLL_BYTES", 4096)
-    monkeypatch.setattr(store_module, "FIRST_POLL_S", 0.0)          # one batch before start() returns
-    gate, loop = threading.Event(), Store._loop
-    monkeypatch.setattr(Store, "_loop", lambda self: gate.wait(30) and loop(self))
-    store = Store(tmp_path, reload_interval=0.05).start()
-    try:
-        first = store.runs()
-        assert 0 < len(first) < 300 and first == [f"run{r:04d}" for r in range(len(first))]   # the server can answer
-        gate.set()                                                    # the poll thread reads the rest
-        deadline = time.monotonic() + 120
-        while len(store.runs()) < 300 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert store.runs() == [f"run{r:04d}" for r in range(300)]
-        assert [len(s) for s in store.series("scalar")] == [40] * 300
-    finally:
-        store.stop()
