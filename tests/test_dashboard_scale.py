@@ -198,3 +198,18 @@ def test_a_first_poll_of_many_batches_sorts_the_series_once(tmp_path, monkeypatc
     store.poll()                                                      # nothing new: nothing sorted again
     assert len(sorts) == 1
 
+
+
+def test_a_card_of_many_runs_draws_thin_smoothed_lines_until_few_are_shown(many_runs, monkeypatch):
+    from flowlab.dashboard.views import scalars
+    store, _ = many_runs
+    monkeypatch.setattr(scalars, "DENSE_LINES", 100)
+    view = app.build_document(Document(), store)["scalars"]
+    smoothed = view.cards["loss"].renderers[1].glyph
+    assert smoothed.ys == "smooth" and smoothed.line_width == 1          # 400 runs drawn
+    view.runs.check_only([f"run{r:04d}" for r in range(10)])
+    view.runs._changed()
+    assert smoothed.line_width == 2                                     # 10 drawn
+    view.runs.check_only([f"run{r:04d}" for r in range(400)])
+    view.runs._changed()
+    assert smoothed.line_width == 1

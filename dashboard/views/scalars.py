@@ -11,7 +11,7 @@ what a turn costs grows with them, Bokeh walking every model of the document eac
 streamed over HTTP (``export_stream``).
 
 A card is one figure whose runs are rows of one ``ColumnDataSource`` drawn by two ``MultiLine`` glyphs (raw, faint;
-smoothed, bold): its cost in the page and on the wire does not grow with a renderer per run (a thousand runs made
+smoothed, bold, or 1 px past ``DENSE_LINES`` runs drawn, which the page's canvas strokes four times faster): its cost in the page and on the wire does not grow with a renderer per run (a thousand runs made
 ~15,000 Bokeh models and a 40 s first page). The server sends a card's points as a few flat arrays that the page
 expands into rows (see ``_Card``). Each row holds the points on display of one run: at most ``limit`` of
 them chosen by ``flowlab.summary.thinning.downsample`` (each pixel bucket's first, last, min and max and its
@@ -79,6 +79,7 @@ ALARM = "#d62728"
 SIZES = {"S": (300, 200), "M": (400, 270), "L": (560, 380)}
 ENLARGED_HEIGHT = 600
 READOUT_LINES = 5                  # the hover readout's lines at most (the runs nearest the pointer)
+DENSE_LINES = 1000                 # a card drawing more runs than this draws its smoothed lines 1 px wide
 READOUT_LINE_PX = 15
 
 
@@ -607,6 +608,18 @@ class _Card:
         self.flat.data = flat            # after rows: the page expands when flat arrives
         self._fill_marks()
         self.scale_y()
+        self._fit_line_width()
+
+    def line_width(self):
+        """The smoothed lines' width: 2 px, 1 px when the card draws more than ``DENSE_LINES`` runs (the page's
+        canvas strokes 10,000 lines of 100 points in ~1.9 s 2 px wide, ~0.45 s 1 px wide, and that many lines are
+        a band of colour either way)."""
+        drawn = len(self.lines) if self.rows_shown is None else len(self.rows_shown)
+        return 1 if drawn > DENSE_LINES else 2
+
+    def _fit_line_width(self):
+        if len(self.renderers) == 2 and self.renderers[1].glyph.line_width != self.line_width():
+            self.renderers[1].glyph.line_width = self.line_width()
 
     def scale_y(self):
         """The y range: around a constant series, a span of a fifth of its value (BokehJS would make one up); with
@@ -700,7 +713,8 @@ class _Card:
         self.filter.indices = None if visible_rows is None else list(visible_rows)
         self._views = {"lines": CDSView(filter=self.filter), "rows": CDSView(filter=self.filter)}
         raw = self._draw(self.source, MultiLine(xs="xs", ys="ys", line_color="colour", line_alpha=0.25), "lines")
-        smoothed = self._draw(self.source, MultiLine(xs="xs", ys="smooth", line_color="colour", line_width=2),
+        smoothed = self._draw(self.source, MultiLine(xs="xs", ys="smooth", line_color="colour",
+                                                     line_width=self.line_width()),
                               "lines")
         extent = self._draw(self.rows, Segment(x0="x0", y0="y0", x1="x1", y1="y1"), "rows", visible=False)
         # (a shared range takes every renderer of its cards: the same x as these)
@@ -823,6 +837,7 @@ class _Card:
         if self.rows_shown != visible_rows:
             self.rows_shown = visible_rows
             self.scale_y()
+            self._fit_line_width()
 
     def visible_rows(self, shown):
         """Rows of the ``shown`` runs (None: every run), or None when that is every row, remembered until the runs or
