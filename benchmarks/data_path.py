@@ -11,6 +11,12 @@ temp dir (records framed directly: ``flowlab.summary.record.frame`` around hand-
                 goto -> first page. flowlab: Bokeh document rendered (all root views idle) and a Scalars source
                 non-empty. TensorBoard: its scalar card's chart sized and the scalar data it asked for delivered.
                 Target <= 2 s (median page load).
+    ten_thousand  10,000 runs x 100 scalars (issue 28, "Scale"; the logdir is cached under /tmp by its sizes). Per
+                round, each side: start the server (TensorBoard: until its API holds every run), then goto -> a
+                usable page (flowlab: as first_page, its cards' lines drawn too; TensorBoard: its scalar card drawn;
+                both: the run list drawn with rows), -> every run listed, then a pattern typed into the run list's
+                search box -> the list shows exactly the ten runs it matches (the last ten); the server's peak RSS
+                (sampled from its start) and its RSS settled with the page open. Target <= 5 s page, RSS <= TB's.
     histograms  5 runs x 8 tags x 100 histogram steps. flowlab: page rendered, then select the Histograms tab ->
                 its first page of cards filled (every card built, holding its data and drawn: paging.FILLED_JS)
                 and every root view idle. Target <= 1 s. Beside it: TensorBoard's page (no tabs: goto -> its
@@ -59,6 +65,7 @@ medians.
     python benchmarks/data_path.py                     # full sizes, 3 rounds (see README for the run time)
     python benchmarks/data_path.py --quick             # small sizes, 1 round: checks the script works (~5 min)
     python benchmarks/data_path.py --only first_page,reader --rounds 5
+    python benchmarks/data_path.py --only ten_thousand    # 10,000 runs (~3 min a round, TensorBoard's page ~1.5)
 """
 from __future__ import annotations
 
