@@ -11,6 +11,12 @@ temp dir (records framed directly: ``flowlab.summary.record.frame`` around hand-
                 goto -> first page. flowlab: Bokeh document rendered (all root views idle) and a Scalars source
                 non-empty. TensorBoard: its scalar card's chart sized and the scalar data it asked for delivered.
                 Target <= 2 s (median page load).
+    ten_thousand  10,000 runs x 100 scalars (issue 28, "Scale"; the logdir is cached under /tmp by its sizes). Per
+                round, each side: start the server (TensorBoard: until its API holds every run), then goto -> a
+                usable page (flowlab: as first_page, its cards' lines drawn too; TensorBoard: its scalar card drawn;
+                both: the run list drawn with rows), -> every run listed, then a pattern typed into the run list's
+                search box -> the list shows exactly the ten runs it matches (the last ten); the server's peak RSS
+                (sampled from its start) and its RSS settled with the page open. Target <= 5 s page, RSS <= TB's.
     histograms  5 runs x 8 tags x 100 histogram steps. flowlab: page rendered, then select the Histograms tab ->
                 its first page of cards filled (every card built, holding its data and drawn: paging.FILLED_JS)
                 and every root view idle. Target <= 1 s. Beside it: TensorBoard's page (no tabs: goto -> its
@@ -59,6 +65,7 @@ medians.
     python benchmarks/data_path.py                     # full sizes, 3 rounds (see README for the run time)
     python benchmarks/data_path.py --quick             # small sizes, 1 round: checks the script works (~5 min)
     python benchmarks/data_path.py --only first_page,reader --rounds 5
+    python benchmarks/data_path.py --only ten_thousand    # 10,000 runs (~3 min a round, TensorBoard's page ~1.5)
 """
 from __future__ import annotations
 
@@ -234,19 +241,56 @@ TB_CARDS_JS = """(kind) => {
 
 TWO_FRAMES_JS = "() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
 
+# The run list as drawn. flowlab: the "runs-table" DataTable (SlickGrid draws only its visible rows; a row's third
+# cell is the run's name) and how many runs its source holds. TensorBoard: its runs table's content rows (every
+# row of the filtered list, in the DOM), the name in each row's run column. {total, names}; null before it exists.
+FL_RUNLIST_JS = """() => {
+    if (!window.Bokeh || Bokeh.documents.length === 0) return null;
+    const model = Bokeh.documents[0].get_model_by_name("runs-table"), view = model && Bokeh.index.find_one(model);
+    if (!view || !view.shadow_el) return null;
+    const names = [...view.shadow_el.querySelectorAll(".slick-row")].map((row) => {
+        const cells = row.querySelectorAll(".slick-cell");
+        return cells.length ? cells[cells.length - 1].textContent.trim() : "";
+    });
+    return {total: model.source.get_length(), names};
+}"""
+TB_RUNLIST_JS = """() => {
+    const rows = document.querySelectorAll("runs-data-table tb-data-table-content-row");
+    if (!document.querySelector("runs-data-table")) return null;
+    const names = [...rows].map((row) => (row.querySelector(".table-column-run") || row).textContent.trim());
+    return {total: rows.length, names};
+}"""
+# flowlab's Scalars cards drawn: each card's per-run rows (a source with run, start, stop) expanded by the page into
+# its drawn lines (a source with run, xs, smooth), as many of them, and every root view idle (painted).
+FL_LINES_DRAWN_JS = """() => {
+    if (!window.Bokeh || Bokeh.documents.length === 0) return false;
+    let rows = 0, drawn = 0, cards = 0;
+    for (const m of Bokeh.documents[0].all_models) {
+        if (m.constructor.__name__ !== "ColumnDataSource") continue;
+        const d = m.data;
+        if ("start" in d && "stop" in d && "run" in d) { rows += d.run.length; cards++; }
+        else if ("xs" in d && "smooth" in d && "run" in d) drawn += d.run.length;
+    }
+    return cards > 0 && rows > 0 && drawn === rows && Bokeh.index.roots.every((v) => v.is_idle);
+}"""
+FL_SEARCH_BOX = ".bk-input[placeholder='filter runs (regex)']"
+TB_SEARCH_BOX = "runs-data-table input[placeholder='Filter runs (regex)']"
+
 # ------------------------------------------------------------------------------------------------------ settings
 
 CHROMIUM = "/usr/bin/chromium"
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-ROWS = ("first_page", "histograms", "million", "health", "graph", "memory", "training", "demo", "latency", "sigint",
-        "reader", "tabs")
-FULL = dict(runs=1000, run_scalars=100, hist_runs=5, hist_tags=8, hist_steps=100, million=1_000_000,
-            img_tags=20, img_steps=100, mem_hist_tags=20, mem_hist_steps=5000, block_s=10.0, latency_samples=20,
-            garbage_mib=8, damaged=100_000, health_layers=24, health_steps=100_000, wait_s=120.0, rounds=3)
-QUICK = dict(runs=50, run_scalars=100, hist_runs=5, hist_tags=8, hist_steps=20, million=100_000,
+ROWS = ("first_page", "ten_thousand", "histograms", "million", "health", "graph", "memory", "training", "demo",
+        "latency", "sigint", "reader", "tabs")
+FULL = dict(runs=1000, many_runs=10_000, run_scalars=100, hist_runs=5, hist_tags=8, hist_steps=100,
+            million=1_000_000, img_tags=20, img_steps=100, mem_hist_tags=20, mem_hist_steps=5000, block_s=10.0,
+            latency_samples=20, garbage_mib=8, damaged=100_000, health_layers=24, health_steps=100_000, wait_s=120.0,
+            many_wait_s=300.0, rounds=3)
+QUICK = dict(runs=50, many_runs=500, run_scalars=100, hist_runs=5, hist_tags=8, hist_steps=20, million=100_000,
              img_tags=4, img_steps=25, mem_hist_tags=4, mem_hist_steps=200, block_s=3.0, latency_samples=4,
-             garbage_mib=1, damaged=10_000, health_layers=6, health_steps=5_000, wait_s=45.0, rounds=1)
+             garbage_mib=1, damaged=10_000, health_layers=6, health_steps=5_000, wait_s=45.0, many_wait_s=120.0,
+             rounds=1)
 SPIKE = 1000.0
 HIST_EVERY = 50            # the training loop logs weight histograms every this many steps
 PY = sys.executable
@@ -383,6 +427,21 @@ def write_scalar_runs(logdir, runs, steps):
         for step, v in enumerate((np.exp(-np.arange(steps) / 30) + 0.05 * rng.random(steps) + r / runs).tolist()):
             f.raw(step, wall + step, scalar_summary("loss", v))
         f.close()
+
+
+def cached_scalar_runs(runs, steps):
+    """``write_scalar_runs`` into ``<tmp>/flowlab-bench-cache/scalar-runs-<runs>x<steps>-v1/logdir``, written once
+    and kept across invocations (other rows write theirs into the run's temp dir; 10,000 run directories are worth
+    keeping); ``(logdir, reused)``. A ``complete`` marker is written last, so an interrupted write is redone, not
+    reused. Bump the ``-v1`` when ``write_scalar_runs`` changes what it writes."""
+    root = Path(tempfile.gettempdir()) / "flowlab-bench-cache" / f"scalar-runs-{runs}x{steps}-v1"
+    marker = root / "complete"
+    reused = marker.exists()
+    if not reused:
+        shutil.rmtree(root, ignore_errors=True)
+        write_scalar_runs(root / "logdir", runs, steps)
+        marker.write_text(f"{runs} runs x {steps} scalars\n")
+    return root / "logdir", reused
 
 
 def write_million(logdir, n):
@@ -814,6 +873,152 @@ def row_first_page(ctx, row):
     row.tensorboard = (f"{fmt_s(median(tb))} (ready {fmt_s(median(ready['TensorBoard']))})"
                        if tb and "TensorBoard" not in dead else failed("TensorBoard"))
     row.verdict = verdict_of(median(fl) if "flowlab" not in dead else None, 2.0, timed_out="flowlab" not in errored)
+
+
+class PeakRss:
+    """The largest RSS of a server (process and children) sampled every ``interval`` s in a thread, from now until
+    ``stop()``; ``peak`` in MB."""
+
+    def __init__(self, server, interval=0.2):
+        self.server, self.peak = server, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _sample(self, interval):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.server.rss() or 0.0)
+            self._stop.wait(interval)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return self.peak
+
+
+def search_case(runs):
+    """A run-name pattern that matches the list's last ten runs (the last page of any paged list), and those runs."""
+    prefix = f"run{runs - 1:04d}"[:-1]
+    names = [f"run{r:04d}" for r in range(runs)]
+    return f"^{prefix}[0-9]$", [n for n in names if re.fullmatch(f"{prefix}[0-9]", n)]
+
+
+def row_ten_thousand(ctx, row):
+    """10,000 runs x 100 scalars (issue 28's "Scale"). Per round, each side in turn: start the server (flowlab
+    serve is a process of its own, as TensorBoard is, so its RSS is its own) and, for TensorBoard, wait until its
+    API holds the data; then in a fresh page:
+      usable   goto -> the first page usable: flowlab as the first_page row's condition (document rendered, a scalar
+               source non-empty), its cards' lines drawn (every run's row expanded into drawn lines, views idle:
+               FL_LINES_DRAWN_JS) and the run list drawn with rows; TensorBoard its scalar card drawn
+               (TB_CARDS_JS) and its runs table drawn with rows.
+      listed   goto -> the run list holds every run (the search below needs them all); also from the server's start
+               (ready + listed: flowlab's server answers once its store has read the logdir, TensorBoard's page is
+               opened once its API holds every run).
+      search   a pattern typed key by key into the run list's search box (flowlab: then Enter, which sends a
+               TextInput's value; TensorBoard filters as keys are typed) ->
+               the list drawn holds exactly the runs it matches (the last ten, the last page of a paged list).
+      RSS      the server's peak RSS (process and children, sampled every 0.2 s from its start), and its RSS once
+               settled with the page open after the search.
+    The logdir is cached under /tmp (``cached_scalar_runs``)."""
+    cfg, tmp, br = ctx.cfg, ctx.tmp, ctx.browser
+    n, wait_s = cfg["many_runs"], cfg["many_wait_s"]
+    t0 = time.perf_counter()
+    logdir, reused = cached_scalar_runs(n, cfg["run_scalars"])
+    row.note(f"logdir: {n:,} runs x {cfg['run_scalars']} scalars, {logdir_mb(logdir):.1f} MB at {logdir}, "
+             + ("reused from the cache" if reused else f"written in {time.perf_counter() - t0:.1f} s"))
+    pattern, wanted = search_case(n)
+    row.note(f"search: {pattern!r} -> {len(wanted)} runs ({wanted[0]} ... {wanted[-1]})")
+    sides = {"flowlab": (FL_RUNLIST_JS, FL_SEARCH_BOX), "TensorBoard": (TB_RUNLIST_JS, TB_SEARCH_BOX)}
+    got = {side: {"ready": [], "usable": [], "listed": [], "search": [], "peak": [], "steady": [], "start_to_listed": []}
+           for side in sides}
+    dead, errored = set(), set()
+    for rnd in range(ctx.rounds):
+        for side in (("flowlab", "TensorBoard") if rnd % 2 == 0 else ("TensorBoard", "flowlab")):
+            if side in dead:
+                continue
+            runlist_js, box = sides[side]
+            server = sampler = page = None
+            stage = "server ready"
+            try:
+                start = time.perf_counter()
+                if side == "flowlab":
+                    server = Flowlab(logdir, tmp / f"tt-fl-{rnd}.log", wait_s)
+                    sampler = PeakRss(server)
+                else:
+                    server = TensorBoard(logdir, tmp / f"tt-tb-{rnd}.log", wait_s)
+                    sampler = PeakRss(server)
+                    server.wait_loaded("scalars", n, cfg["run_scalars"] - 1, wait_s)
+                ready = time.perf_counter() - start
+                stage = "usable page"
+                page = br.page(tensorboard=side == "TensorBoard")
+                start = time.perf_counter()
+                goto(page, server.url, wait_s)
+                drawn = (f"({RENDERED_JS})() && (({SCALARS_JS})()).nonempty > 0 && ({FL_LINES_DRAWN_JS})()"
+                         if side == "flowlab" else f"({TB_CARDS_JS})('scalar')")
+                wait(page, f"() => {{ const l = ({runlist_js})(); return l && l.names.length > 0 && {drawn}; }}",
+                     wait_s - (time.perf_counter() - start))
+                usable = time.perf_counter() - start
+                stage = "every run listed"
+                wait(page, f"() => {{ const l = ({runlist_js})(); return l && l.total === {n}; }}",
+                     wait_s - (time.perf_counter() - start))
+                listed = time.perf_counter() - start
+                start = time.perf_counter()
+                stage = "search"
+                search = page.locator(box)          # typed key by key (TensorBoard filters on key events)
+                search.click(timeout=wait_s * 1000)
+                search.press_sequentially(pattern, timeout=wait_s * 1000)
+                if side == "flowlab":
+                    search.press("Enter", timeout=wait_s * 1000)
+                wait(page, f"(w) => {{ const l = ({runlist_js})(); "
+                           "return l && JSON.stringify(l.names.slice().sort()) === JSON.stringify(w); }",
+                     wait_s - (time.perf_counter() - start), wanted)
+                searched = time.perf_counter() - start
+                steady, peak, settled = settle_rss(server, 60)
+                peak = max(sampler.stop(), peak)
+                for key, value in (("ready", ready), ("usable", usable), ("listed", listed), ("search", searched),
+                                   ("peak", peak), ("steady", steady), ("start_to_listed", ready + listed)):
+                    got[side][key].append(value)
+                row.note(f"round {rnd + 1} {side:11s}: server ready {ready:.2f} s, usable page {usable:.2f} s, "
+                         f"every run listed {listed:.2f} s, search {searched:.2f} s; RSS peak {peak:.0f} MB, "
+                         f"steady {steady:.0f} MB{'' if settled else ' (still moving after 60 s)'}")
+            except Timeout as e:
+                dead.add(side)
+                row.note(f"round {rnd + 1} {side:11s}: TIMEOUT at {stage} ({e}); RSS then "
+                         f"{(server and server.rss()) or 0:.0f} MB; not retried")
+            except Exception as e:
+                dead.add(side)
+                errored.add(side)
+                row.note(f"round {rnd + 1} {side:11s}: ERROR {type(e).__name__}: {str(e).strip()[:300]}")
+            finally:
+                if sampler is not None:
+                    sampler.stop()
+                if page is not None:
+                    br.close(page)
+                if server is not None:
+                    server.stop()
+
+    def cell(side):
+        g = got[side]
+        if side in dead or not g["usable"]:
+            return "ERROR" if side in errored else f"TIMEOUT > {wait_s:.0f} s"
+        return (f"{fmt_s(median(g['usable']))}; {fmt_s(median(g['search']))}; {median(g['peak']):.0f} MB peak, "
+                f"{median(g['steady']):.0f} steady; all listed {fmt_s(median(g['start_to_listed']))} from start")
+    row.flowlab, row.tensorboard = cell("flowlab"), cell("TensorBoard")
+    for side in sides:
+        if got[side]["usable"]:
+            row.note(f"{side}: medians: ready {fmt_s(median(got[side]['ready']))}, every run listed "
+                     f"{fmt_s(median(got[side]['listed']))}")
+    fl, tb = got["flowlab"], got["TensorBoard"]
+    if "flowlab" in dead or not fl["usable"]:
+        row.verdict = "ERROR" if "flowlab" in errored else "TIMEOUT"
+    elif "TensorBoard" in dead or not tb["usable"]:
+        row.verdict = ("PASS (page; RSS without a peer)" if median(fl["usable"]) <= 5.0
+                       else "MISS (page; RSS without a peer)")
+    else:
+        page_ok = median(fl["usable"]) <= 5.0
+        rss_ok = median(fl["peak"]) <= median(tb["peak"]) and median(fl["steady"]) <= median(tb["steady"])
+        row.verdict = "PASS" if page_ok and rss_ok else \
+            f"MISS ({'/'.join(w for w, ok in (('page', page_ok), ('RSS', rss_ok)) if not ok)})"
 
 
 def row_histograms(ctx, row):
@@ -1641,6 +1846,7 @@ def row_tabs(ctx, row):
 
 CASES = {
     "first_page": ("first page, 1,000 runs x 100 scalars", "<= 2 s", row_first_page),
+    "ten_thousand": ("10,000 runs x 100 scalars: page; search; server RSS", "<= 5 s; -; <= TB's", row_ten_thousand),
     "histograms": ("Histograms tab filled, 5 runs x 8 tags x 100 steps", "<= 1 s", row_histograms),
     "million": ("1 run x 1M points: load; spike and NaN at full zoom-out", "<= 2 s; yes", row_million),
     "health": ("Health tab, 2 runs x 24 layers x 100k reports; spike, NaN", "<= 1 s; yes", row_health),

@@ -273,6 +273,7 @@ class Store:
         self._series: dict[tuple, Series] = {}
         self._sorted: dict[str | None, list[Series]] = {}    # kind -> series sorted by (run, tag), rebuilt on change
         self._runs: list[str] = []
+        self._unindexed = False                 # series were added since ``_index`` last sorted them
         self._provider = LogdirProvider(logdir, storage_options)
         self.logdir = self._provider.logdir     # absolute path, or the URL as normalised
         self._last_update = None
@@ -329,6 +330,10 @@ class Store:
         except Exception as e:  # a store that dies stops the dashboard: report the failure and keep polling
             self._last_error = f"{type(e).__name__}: {e}"
         with self.lock:
+            if self._unindexed:             # new series: sorted once a poll (10,000 runs came in 41 batches)
+                self._index()
+                self._unindexed = False
+                self.version += 1
             kept = False
             for series in touched:          # after every batch: one newest item per series and poll
                 if series.kind != "scalar":
@@ -388,8 +393,8 @@ class Store:
                 touched.add(series)
             self._flush(chunks)
             self._fold(reports)
-            if added:
-                self._index()
+            if added:               # indexed once the poll's batches are stored (``poll``), not after each
+                self._unindexed = True
             self.version += 1
             self._last_update = time.time()
         return len(items)

@@ -11,7 +11,7 @@ what a turn costs grows with them, Bokeh walking every model of the document eac
 streamed over HTTP (``export_stream``).
 
 A card is one figure whose runs are rows of one ``ColumnDataSource`` drawn by two ``MultiLine`` glyphs (raw, faint;
-smoothed, bold): its cost in the page and on the wire does not grow with a renderer per run (a thousand runs made
+smoothed, bold, or 1 px past ``DENSE_LINES`` runs drawn, which the page's canvas strokes four times faster): its cost in the page and on the wire does not grow with a renderer per run (a thousand runs made
 ~15,000 Bokeh models and a 40 s first page). The server sends a card's points as a few flat arrays that the page
 expands into rows (see ``_Card``). Each row holds the points on display of one run: at most ``limit`` of
 them chosen by ``flowlab.summary.thinning.downsample`` (each pixel bucket's first, last, min and max and its
@@ -81,6 +81,7 @@ ALARM = "#d62728"
 SIZES = {"S": (300, 200), "M": (400, 270), "L": (560, 380)}
 ENLARGED_HEIGHT = 600
 READOUT_LINES = 5                  # the hover readout's lines at most (the runs nearest the pointer)
+DENSE_LINES = 1000                 # a card drawing more runs than this draws its smoothed lines 1 px wide
 READOUT_LINE_PX = 15
 
 
@@ -119,6 +120,46 @@ def smooth(values, weight):
     if values.size and np.all(values == values[0]):
         return values.copy()
     return ema(values, weight)[0]
+
+
+def ema_rows(series, weight):
+    """``ema(values, weight)`` of each of ``series`` (arrays), from a fresh state: ``[(smoothed, state)]``. The
+    series of one length whose values are all finite are smoothed together, a row each of one matrix (ten thousand
+    runs of a hundred points: one NumPy pass instead of ten thousand); the others one by one."""
+    out = [None] * len(series)
+    by_length: dict[int, list[int]] = {}
+    for i, values in enumerate(series):
+        by_length.setdefault(len(values), []).append(i)
+    for length, members in by_length.items():
+        block = np.asarray([series[i] for i in members], np.float64).reshape(len(members), length)
+        finite = np.isfinite(block).all(axis=1)
+        for i in np.asarray(members)[~finite]:
+            out[i] = ema(series[i], weight)
+        rows = np.asarray(members)[finite]
+        if not rows.size:
+            continue
+        block = block[finite]
+        if length == 0:
+            smoothed = block
+        elif weight <= 0:
+            smoothed = block.copy()
+        else:               # ``ema``'s chunked closed form, along each row
+            chunk = max(1, int(100 * math.log(10) / -math.log(weight)))
+            smoothed = np.empty_like(block)
+            last = np.zeros(len(block))
+            for a in range(0, length, chunk):
+                part = block[:, a:a + chunk]
+                wj = weight ** np.arange(part.shape[1])
+                smoothed[:, a:a + chunk] = (wj * weight * last[:, None]
+                                            + (1 - weight) * wj * np.cumsum(part / wj, axis=1))
+                last = smoothed[:, a + part.shape[1] - 1].copy()
+        lasts = smoothed[:, -1] if length else np.zeros(len(block))
+        if length and weight > 0:
+            smoothed = smoothed / (1 - weight ** (1 + np.arange(length)))
+        for k, i in enumerate(rows):
+            state = (float(block[k, -1]), length) if length and weight <= 0 else (float(lasts[k]), length)
+            out[i] = (smoothed[k] if length else series[i].astype(np.float64), state if length else (0.0, 0))
+    return out
 
 
 # Tick labels of the relative axis (hours since a run's first point) as durations: "45s", "12m 30s", "3h 20m".
@@ -212,7 +253,16 @@ class _Line:
         return (walls - self.walls[0]) / 3600.0 if len(self.walls) else walls
 
     def x(self, axis):
-        return {"step": self.steps, "relative": self._rel(self.walls), "wall": self.walls}[axis]
+        return self.steps if axis == "step" else self.walls if axis == "wall" else self._rel(self.walls)
+
+    def shown_points(self):
+        """``(steps, walls, values, smooth)`` of the shown points, as stored (slices, not copies, when every point
+        is shown)."""
+        smooth = self.values if self.constant else self.ema
+        if len(self.shown) == len(self.values):      # (``shown`` is sorted and unique: every index)
+            return self.steps, self.walls, self.values, smooth
+        idx = self.shown
+        return self.steps[idx], self.walls[idx], self.values[idx], smooth[idx]
 
     def row_columns(self):
         """The shown points of this run as the card sends them (±Inf drawn as gaps: the marks show them)."""
@@ -234,12 +284,14 @@ class _Line:
         """Indices of the shown points that are NaN or ±Inf."""
         return self.shown[~np.isfinite(self.values[self.shown])]
 
-    def set(self, steps, walls, values, weight):
+    def set(self, steps, walls, values, weight, smoothed=None):
         self.steps, self.walls, self.values = steps, walls, values
-        self.resmooth(weight)
+        self.resmooth(weight, smoothed)
 
-    def resmooth(self, weight):
-        self.ema, self.state = ema(self.values, weight)
+    def resmooth(self, weight, smoothed=None):
+        """Smooth the whole series again (``smoothed``: its ``(ema, state)`` when already computed, by
+        ``ema_rows``)."""
+        self.ema, self.state = ema(self.values, weight) if smoothed is None else smoothed
         self.constant = bool(len(self.values)) and bool(np.all(self.values == self.values[0]))
 
     def append(self, steps, walls, values, weight):
@@ -261,6 +313,11 @@ class _Line:
     def choose(self, axis, window=None):
         """The points to show: the downsampled series, plus the exact points of ``window`` (an x range) when the
         window holds part of the series and at most ``limit`` points. Returns whether they changed."""
+        if window is None and len(self.values) <= self.limit:     # every point (what downsample would say)
+            if len(self.shown) == len(self.values):
+                return False
+            self.shown = np.arange(len(self.values))
+            return True
         x = self.x(axis)
         idx = downsample(x, self.values, self.limit)
         if window is not None and len(self.values):
@@ -449,6 +506,7 @@ class _Card:
         self.rows.js_on_change("data", expand)
         self.axis = "step"
         self._visible = (None, [])             # (shown runs, line count), rows shown
+        self._points = (np.zeros(0), np.zeros(0, np.int64))     # the shown points' values, per-run counts (fill)
         # run groups: a mean line and a band (± std or min-max) per group, built on the server (few points)
         self.bands = parts.source({c: [] for c in ("group", "runs", "colour", "xs", "ys", "band_xs", "band_ys")})
         self.grouped = frozenset()             # runs drawn as part of a group, not as lines of their own
@@ -526,31 +584,55 @@ class _Card:
 
     def fill(self):
         """Send every run's shown points for the card's ``axis`` (two messages for the card, whatever changed: the
-        per-run ``rows``, then the points, ``flat``, on whose arrival the page expands them)."""
+        per-run ``rows``, then the points, ``flat``, on whose arrival the page expands them). Built from the runs'
+        points concatenated, with no NumPy work per run beyond taking them: ten thousand runs are one pass."""
         lines = list(self.lines.values())
-        parts = [line.row_columns() for line in lines]
-        stops = np.cumsum([len(p["steps"]) for p in parts], dtype=np.int64)
-        flat = {c: np.concatenate([p[c] for p in parts]) if parts else np.zeros(0)
-                for c in ("steps", "walls", "ys", "smooth")}
+        parts = [line.shown_points() for line in lines]
+        lengths = np.fromiter((len(p[0]) for p in parts), np.int64, len(parts))
+        stops = np.cumsum(lengths)
+        starts = stops - lengths
+        steps, walls, values, smooth = (np.concatenate([p[k] for p in parts]).astype(np.float64) if parts
+                                        else np.zeros(0) for k in range(4))
+        first_wall = np.fromiter((ln.walls[0] if len(ln.walls) else 0.0 for ln in lines), np.float64, len(lines))
+        ys, smooth = np.where(np.isinf(values), np.nan, values), np.where(np.isinf(smooth), np.nan, smooth)
+        flat = {"steps": steps, "walls": walls * 1000.0, "ys": ys, "smooth": smooth}
+        x = {"step": steps, "wall": flat["walls"],
+             "relative": (walls - np.repeat(first_wall, lengths)) / 3600.0}[self.axis]
+        # numbers as arrays (binary on the wire): lists of ten thousand runs' numbers were most of a page's encoding
         rows = {"run": [ln.run for ln in lines], "colour": [ln.colour for ln in lines],
-                "start": (stops - [len(p["steps"]) for p in parts]).tolist(), "stop": stops.tolist(),
-                "first_wall": [float(ln.walls[0]) * 1000.0 if len(ln.walls) else 0.0 for ln in lines],
+                "start": starts.astype(np.int32), "stop": stops.astype(np.int32), "first_wall": first_wall * 1000.0,
                 "axis": [self.axis] * len(lines)}
-        rows.update(self._extent_and_dots(lines, parts))
+        rows.update(self._extent_and_dots(lines, lengths, starts, x, ys, smooth))
+        self._points = (values, lengths)
         self.rows.data = rows
-        if any(np.isfinite(rows["dot_x"])):
+        if np.isfinite(rows["dot_x"]).any():
             self._draw_extra("dots")
         self.flat.data = flat            # after rows: the page expands when flat arrives
         self._fill_marks()
         self.scale_y()
+        self._fit_line_width()
+
+    def line_width(self):
+        """The smoothed lines' width: 2 px, 1 px when the card draws more than ``DENSE_LINES`` runs (the page's
+        canvas strokes 10,000 lines of 100 points in ~1.9 s 2 px wide, ~0.45 s 1 px wide, and that many lines are
+        a band of colour either way)."""
+        drawn = len(self.lines) if self.rows_shown is None else len(self.rows_shown)
+        return 1 if drawn > DENSE_LINES else 2
+
+    def _fit_line_width(self):
+        if len(self.renderers) == 2 and self.renderers[1].glyph.line_width != self.line_width():
+            self.renderers[1].glyph.line_width = self.line_width()
 
     def scale_y(self):
         """The y range: around a constant series, a span of a fifth of its value (BokehJS would make one up); with
         ``ignore_outliers`` (a ``Range1d`` then), the 5th to 95th percentile of the shown runs' points on display,
         padded, as TensorBoard's option of that name."""
         rows = self.rows_shown
-        values = [line.values[line.shown] for line in self.lines.values() if rows is None or line.row in rows]
-        values = np.concatenate(values) if values else np.zeros(0)
+        values, lengths = self._points
+        if rows is not None:
+            keep = np.zeros(len(lengths), bool)
+            keep[list(rows)] = True
+            values = values[np.repeat(keep, lengths)]
         values = values[np.isfinite(values)]
         if not values.size:
             return
@@ -565,21 +647,28 @@ class _Card:
             pad = (hi - lo) * 0.05 or abs(hi) * 0.1 or 1.0
             self.y_range.update(start=lo - pad, end=hi + pad)
 
-    def _extent_and_dots(self, lines, parts):
-        """Per run (a row each, as the drawn rows: the run list's filter applies), on the card's axis: the box its
-        shown points span, which the ranges have at the first paint, before the page has expanded the lines (BokehJS
-        warns "could not set initial ranges" when it cannot); and its point when it has only one (a dot: a line
-        needs two), else NaN."""
-        x = _X_COLUMN[self.axis]
-        columns = {c: [] for c in ("x0", "x1", "y0", "y1", "dot_x", "dot_y")}
-        for line, part in zip(lines, parts):
-            xs, ys = part[x], part["ys"][np.isfinite(part["ys"])]
-            for name, values, pick in (("x", xs, xs.size), ("y", ys, ys.size)):
-                columns[name + "0"].append(float(values.min()) if pick else math.nan)
-                columns[name + "1"].append(float(values.max()) if pick else math.nan)
-            one = len(line.values) == 1 and len(xs) == 1
-            columns["dot_x"].append(float(xs[0]) if one else math.nan)
-            columns["dot_y"].append(float(part["smooth"][0]) if one else math.nan)
+    @staticmethod
+    def _extent_and_dots(lines, lengths, starts, x, ys, smooth):
+        """Per run (a row each, as the drawn rows: the run list's filter applies), on the card's axis (``x``, the
+        shown points' x of every run one after another, as ``ys`` and ``smooth``): the box its shown points span,
+        which the ranges have at the first paint, before the page has expanded the lines (BokehJS warns "could not
+        set initial ranges" when it cannot); and its point when it has only one (a dot: a line needs two), else
+        NaN."""
+        n = len(lines)
+        some = np.flatnonzero(lengths > 0)
+
+        def per_run(reduce, column):        # a run without points (or without finite values, for y): NaN
+            out = np.full(n, np.nan)
+            if some.size:
+                out[some] = reduce.reduceat(column, starts[some])
+            return out
+        columns = {"x0": per_run(np.minimum, x), "x1": per_run(np.maximum, x),
+                   # (±Inf are NaN in ys already; fmin/fmax skip NaN)
+                   "y0": per_run(np.fmin, ys), "y1": per_run(np.fmax, ys)}
+        one = np.fromiter((len(line.values) == 1 for line in lines), bool, n) & (lengths == 1)
+        at = np.minimum(starts, max(len(x) - 1, 0))
+        columns["dot_x"] = np.where(one, x[at], np.nan) if len(x) else np.full(n, np.nan)
+        columns["dot_y"] = np.where(one, smooth[at], np.nan) if len(x) else np.full(n, np.nan)
         return columns
 
     def _fill_marks(self):
@@ -626,7 +715,8 @@ class _Card:
         self.filter.indices = None if visible_rows is None else list(visible_rows)
         self._views = {"lines": CDSView(filter=self.filter), "rows": CDSView(filter=self.filter)}
         raw = self._draw(self.source, MultiLine(xs="xs", ys="ys", line_color="colour", line_alpha=0.25), "lines")
-        smoothed = self._draw(self.source, MultiLine(xs="xs", ys="smooth", line_color="colour", line_width=2),
+        smoothed = self._draw(self.source, MultiLine(xs="xs", ys="smooth", line_color="colour",
+                                                     line_width=self.line_width()),
                               "lines")
         extent = self._draw(self.rows, Segment(x0="x0", y0="y0", x1="x1", y1="y1"), "rows", visible=False)
         # (a shared range takes every renderer of its cards: the same x as these)
@@ -749,6 +839,7 @@ class _Card:
         if self.rows_shown != visible_rows:
             self.rows_shown = visible_rows
             self.scale_y()
+            self._fit_line_width()
 
     def visible_rows(self, shown):
         """Rows of the ``shown`` runs (None: every run), or None when that is every row, remembered until the runs or
@@ -985,19 +1076,22 @@ class ScalarsView(View):
         weight, axis = self.smoothing.value, self.axis
         grown = []
         for card in cards:
-            lines = []
+            lines, reset = [], []
             for series in self._by_tag.get(card.tag, ()):
                 d = self.delta(series)
                 if not (d.reset or len(d.steps)):
                     continue
                 line = card.line(series.run, self.store, self.limit)
-                whole = self.store.read(series)           # the whole series, zero-copy
+                whole = d if d.reset else self.store.read(series)     # the whole series, zero-copy
                 if d.reset:
-                    line.set(whole.steps, whole.wall_times, whole.values, weight)
-                    line.choose(axis, card.window)
+                    reset.append((line, whole))
                 elif line.append(whole.steps, whole.wall_times, whole.values, weight):
                     line.choose(axis, card.window)
                 lines.append(line)
+            # series read whole (a new card: every run) are smoothed together (``ema_rows``)
+            for (line, whole), smoothed in zip(reset, ema_rows([w.values for _, w in reset], weight)):
+                line.set(whole.steps, whole.wall_times, whole.values, weight, smoothed)
+                line.choose(axis, card.window)
             if lines:
                 grown.append(card)
         shown = self.runs.shown()

@@ -128,6 +128,7 @@ class LogdirTailer:
         self._changes = collections.deque(maxlen=CHANGES_KEPT)   # the latest files re-read or followed
         self._framer = RecordFramer(self._counts, self.max_record)
         self._left, self.more = None, False     # this poll's byte allowance (poll's max_bytes); bytes left over
+        self._resume_at = None                  # (run, file) where a poll's allowance ran out: the next goes on there
         self._reading = None                    # the name of the file being decoded
 
     @property
@@ -169,13 +170,24 @@ class LogdirTailer:
         out: list[Datum] = []
         self._deferred.clear()
         resuming = self.more                    # the last poll stopped at max_bytes: go on without listing again
-        self._left, self.more = max_bytes, False
+        start = self._resume_at if resuming else None
+        self._left, self.more, self._resume_at = max_bytes, False, None
         if not resuming:
             self._discover()
+        # A poll that spends its allowance stops at that file, and the next one goes on from it: the files before it
+        # were read in this round, and looking at them again (a stat each) for every allowance made a big logdir's
+        # first read quadratic (10,000 runs in 41 allowances of 1 MiB: 410,000 stats).
         for name in sorted(self._runs):
+            if start is not None and name < start[0]:
+                continue
             run = self._runs[name]
             for file_name in sorted(run.files):
+                if start is not None and name == start[0] and file_name < start[1]:
+                    continue
                 self._read(run, run.files[file_name], wanted, columnar, out)
+                if self.more and self._left is not None and self._left <= 0:
+                    self._resume_at = (name, file_name)
+                    return out
         return out
 
     def stats(self) -> dict:
