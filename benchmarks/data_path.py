@@ -57,6 +57,11 @@ temp dir (records framed directly: ``flowlab.summary.record.frame`` around hand-
                 flipped). flowlab's dashboard store (``Store(logdir).poll()``: the tailer's columnar polls, as ``flowlab serve``
                 reads) vs TensorBoard's ``EventAccumulator.Reload()``,
                 each in a fresh subprocess (imports excluded), with the records each recovered. Target <= 0.5 s each.
+    tabs        ``flowlab demo``'s logdir and 20 runs written by tensorboardX (the browser tests' tab tour's logdirs,
+                tests/dashboard_page.py): each tab alone in a fresh page (its Bokeh models), then one page clicked
+                through all ten tabs twice: click -> the tab drawn (a plot with data, or its text; idle) and the
+                page's models. Target each tab <= 1.5 s and models <= 1.5x the largest single tab's (issue 28). No
+                TensorBoard peer: its plugins share no "drawn" condition.
 
 Every wait has a deadline, so the script always ends with the table (TIMEOUT marks a wait that ran out; a side that
 timed out is not retried in later rounds). Rounds interleave the sides (the order alternates) and the table gives
