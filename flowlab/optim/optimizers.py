@@ -206,7 +206,39 @@ def _moments(g, m, v, beta1, beta2):
     return scratch
 
 
+def _adam_blas(w, grad, m, v, scale, beta1, beta2, epsilon, lr, weight_decay, writable):
+    """Adam's step on NumPy arrays in 7 passes instead of 13 (PyTorch's ``foreach`` Adam fuses likewise): each
+    moment is one BLAS ``axpby`` with the gradient's scale folded into its factor (``m = (1 - beta1) scale g + beta1
+    m``; ``v = (1 - beta2) scale² g² + beta2 v``), and the step one ``axpy`` (``w -= lr m / (sqrt(v) + epsilon)``).
+    Blocks of ``_ADAM_BLOCK`` elements go to the host threads, all passes of a block while it is in cache; the
+    gradient's own block is the scratch when the plan lets the update overwrite it."""
+    flat_w, flat_g, flat_m, flat_v = w.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1)
+    alpha_m, alpha_v = (1 - beta1) * scale, (1 - beta2) * scale * scale
+
+    def step(part):
+        for start in range(part.start, part.stop, _ADAM_BLOCK):
+            block = slice(start, min(start + _ADAM_BLOCK, part.stop))
+            g, mb, vb = flat_g[block], flat_m[block], flat_v[block]
+            blas.axpby(mb, g, alpha_m, beta1)
+            scratch = np.square(g, out=g if writable else None)
+            blas.axpby(vb, scratch, alpha_v, beta2)
+            np.sqrt(vb, out=scratch)
+            scratch += scratch.dtype.type(epsilon)
+            np.divide(mb, scratch, out=scratch)
+            if weight_decay:                               # AdamW: the decay of the weight before this step
+                blas.axpy(scratch, flat_w[block], weight_decay)
+            blas.axpy(flat_w[block], scratch, -float(lr))
+
+    host_threads.each(step, w.size, 4096, work=w.size)
+
+
+_ADAM_BLOCK = 1 << 14       # elements: a block's four arrays (256 KiB) stay in L2 across its seven passes
+
+
 class AdamUpdate(_Update):
+    """``m = beta1 m + (1 - beta1) g``, ``v = beta2 v + (1 - beta2) g²``, ``w -= lr (m / (sqrt(v) + epsilon) +
+    weight_decay w)``, ``lr`` times ``sqrt(1 - beta2^t) / (1 - beta1^t)`` with ``do_bias_correction`` (OneFlow's
+    adam_update; AdamW's decay from the weight before the step). Inputs ``(w, grad, m, v, *extras)``."""
     prefix, api = "AdamUpdate_", "Adam.minimize"
 
     @staticmethod
@@ -217,12 +249,16 @@ class AdamUpdate(_Update):
     @staticmethod
     def forward(xp, w, grad, m, v, *rest, beta1, beta2, epsilon, do_bias_correction, weight_decay, clipped,
                 grad_scale, schedule, lr, step, l1=0.0, l2=0.0, dynamic=False, skipped=None, writable=False):
+        if do_bias_correction:
+            lr = lr * np.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+        if not (l1 or l2 or dynamic) and _blas_pass(xp, w, grad) and m.flags.c_contiguous and v.flags.c_contiguous:
+            scale = float(rest[0]) * grad_scale if clipped else grad_scale
+            _adam_blas(w, grad, m, v, scale, beta1, beta2, epsilon, lr, weight_decay, writable)
+            return
         g = _gradient(xp, w, grad, rest, clipped, dynamic, grad_scale, l1, l2, writable)
         if g is None:
             return
         scratch = _moments(g, m, v, beta1, beta2)       # g's buffer is free from here on
-        if do_bias_correction:
-            lr = lr * np.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
         xp.sqrt(v, out=scratch)
         scratch += epsilon
         xp.divide(m, scratch, out=scratch)
