@@ -192,18 +192,19 @@ ADAM_CASES = {
 }
 
 
-@pytest.mark.parametrize("block", [None, 5])
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("blas_from", [pytest.param(1, id="blas-pass", marks=pytest.mark.numpy_backend),
                                        pytest.param(None, id="numpy-passes")])
 @pytest.mark.parametrize("case", ADAM_CASES)
-def test_adam_matches_numpy_in_its_blas_passes_and_in_numpys(case, blas_from, block, monkeypatch):
-    """Adam's BLAS update (two ``axpby`` for the moments, one ``axpy`` for the step, in blocks of ``_ADAM_BLOCK``
-    elements: the default, larger than every tensor here, or 5, which leaves a shorter last block) and NumPy's
-    thirteen passes train alike: with and without bias correction, clipping and AdamW's decay."""
+def test_adam_matches_numpy_in_its_blas_passes_and_in_numpys(case, blas_from, threads, monkeypatch):
+    """Adam's BLAS update (an ``axpy`` for each moment and one for the step, on one host thread or split over two)
+    and NumPy's thirteen passes train alike: with and without bias correction, clipping and AdamW's decay."""
     from flowlab.optim import optimizers
+    from flowlab.runtime import host_threads
     monkeypatch.setattr(optimizers, "BLAS_PASS_FROM", blas_from or 1 << 62)
-    if block:
-        monkeypatch.setattr(optimizers, "_ADAM_BLOCK", block)
+    monkeypatch.setattr(host_threads, "SPLIT_ELEMENTS", 1)          # (these tensors are tiny)
+    monkeypatch.setattr(optimizers, "SPLIT_PART_MIN", 2)
+    monkeypatch.setattr(host_threads, "width", lambda: threads)
     test_training_matches_numpy_transcription_of_oneflow_kernel(case, ADAM_CASES)
 
 

@@ -108,6 +108,7 @@ def _ratio_or_one(xp, numerator, denominator, w_norm, g_norm):
 
 
 BLAS_PASS_FROM = 4096      # elements: below, a BLAS call through ctypes costs more than NumPy's two passes
+SPLIT_PART_MIN = 4096      # elements: the smallest part of an update a host thread takes
 
 
 def _blas_pass(xp, w, grad):
@@ -161,7 +162,7 @@ class SGDUpdate(_Update):
                 else:
                     blas.axpy(flat_w[part], flat_g[part], -float(scale))          # w -= scale g, one pass
 
-            host_threads.each(step, w.size, 4096, work=w.size)
+            host_threads.each(step, w.size, SPLIT_PART_MIN, work=w.size)
             return
         if momentum:
             m *= momentum
@@ -207,32 +208,33 @@ def _moments(g, m, v, beta1, beta2):
 
 
 def _adam_blas(w, grad, m, v, scale, beta1, beta2, epsilon, lr, weight_decay, writable):
-    """Adam's step on NumPy arrays in 7 passes instead of 13 (PyTorch's ``foreach`` Adam fuses likewise): each
-    moment is one BLAS ``axpby`` with the gradient's scale folded into its factor (``m = (1 - beta1) scale g + beta1
-    m``; ``v = (1 - beta2) scale² g² + beta2 v``), and the step one ``axpy`` (``w -= lr m / (sqrt(v) + epsilon)``).
-    Blocks of ``_ADAM_BLOCK`` elements go to the host threads, all passes of a block while it is in cache; the
-    gradient's own block is the scratch when the plan lets the update overwrite it."""
+    """Adam's step on NumPy arrays in 9 passes instead of 13 (PyTorch's ``foreach`` Adam fuses likewise): the
+    gradient's scale folds into the factor of a BLAS ``axpy`` for each moment (``m = beta1 m; m += (1 - beta1) scale
+    g``; ``v = beta2 v; v += (1 - beta2) scale² g²``), and the step is one more (``w -= lr m / (sqrt(v) + epsilon)``).
+    OpenBLAS's ``axpby`` would make each moment one pass, but its kernel is scalar: 4x slower than two NumPy passes
+    here; and cutting the arrays into cache-sized blocks lost more to the calls than it gained (a 64k-element
+    update: 148 us in 16k blocks, 107 whole, 139 in NumPy's 13 passes). Large arrays are split over the host
+    threads; the gradient's buffer is the scratch when the plan lets the update overwrite it."""
     flat_w, flat_g, flat_m, flat_v = w.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1)
     alpha_m, alpha_v = (1 - beta1) * scale, (1 - beta2) * scale * scale
+    t = w.dtype.type
+    beta1, beta2, epsilon = t(beta1), t(beta2), t(epsilon)
 
     def step(part):
-        for start in range(part.start, part.stop, _ADAM_BLOCK):
-            block = slice(start, min(start + _ADAM_BLOCK, part.stop))
-            g, mb, vb = flat_g[block], flat_m[block], flat_v[block]
-            blas.axpby(mb, g, alpha_m, beta1)
-            scratch = np.square(g, out=g if writable else None)
-            blas.axpby(vb, scratch, alpha_v, beta2)
-            np.sqrt(vb, out=scratch)
-            scratch += scratch.dtype.type(epsilon)
-            np.divide(mb, scratch, out=scratch)
-            if weight_decay:                               # AdamW: the decay of the weight before this step
-                blas.axpy(scratch, flat_w[block], weight_decay)
-            blas.axpy(flat_w[block], scratch, -float(lr))
+        g, mb, vb = flat_g[part], flat_m[part], flat_v[part]
+        mb *= beta1
+        blas.axpy(mb, g, alpha_m)
+        scratch = np.square(g, out=g if writable else None)
+        vb *= beta2
+        blas.axpy(vb, scratch, alpha_v)
+        np.sqrt(vb, out=scratch)
+        scratch += epsilon
+        np.divide(mb, scratch, out=scratch)
+        if weight_decay:                                   # AdamW: the decay of the weight before this step
+            blas.axpy(scratch, flat_w[part], weight_decay)
+        blas.axpy(flat_w[part], scratch, -float(lr))
 
-    host_threads.each(step, w.size, 4096, work=w.size)
-
-
-_ADAM_BLOCK = 1 << 14       # elements: a block's four arrays (256 KiB) stay in L2 across its seven passes
+    host_threads.each(step, w.size, SPLIT_PART_MIN, work=w.size)
 
 
 class AdamUpdate(_Update):
