@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import graph as g
 from ..errors import ShapeError
-from ..runtime import cublas
+from ..runtime import cublas, host_threads
 from . import (Op, apply, as_tensor, keeps_partials, normalize_axes, normalize_axis, same_dtype, shape_error, spec,
                ufunc_op)
 from .array import reshape as _reshape
@@ -319,33 +319,33 @@ _INV_SQRT_2PI = 0.3989422804014327       # 1 / sqrt(2 pi)
 _LOG_INV_SQRT_2PI = -0.9189385332046728  # log(1 / sqrt(2 pi))
 
 # erfc(z) = t exp(-z² + P(t)) with t = 1 / (1 + z/2), for z >= 0: the Chebyshev fit of Numerical Recipes (Press et
-# al., 2nd ed., §6.2, "erfcc"), fractional error below 1.2e-7 everywhere, i.e. float32's own rounding. P's
-# coefficients, constant term first. SciPy's float32 erfc computes in float64 through a branchy scalar loop (~17 ns an
-# element here); this is ~30 vectorised float32 passes, ~5x faster, and as close to the exact erfc (below).
+# al., 2nd ed., §6.2, "erfcc"), fractional error below 1.2e-7 everywhere. P's coefficients, constant term first.
+# SciPy's float32 erfc computes in float64 through a branchy scalar loop (~17 ns an element here); this fit is ~30
+# vectorised passes, evaluated in float64 on blocks of a float32 tensor: GELU then lies within 2.2 float32 ulps of
+# the exact value everywhere (SciPy's float32 path: 22 ulps near x = -5, its rounded x / √2 squared in the exponent;
+# the same fit in float32 arithmetic: 6 ulps near 0 and 64 in the tail), at ~2x the cost of float32 passes and still
+# ~2.5x faster than SciPy on one core.
 _ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
              -0.82215223, 0.17087277)
-# Elements per block of the NumPy float32 kernels: their ~30 passes then run over five 128 KiB buffers, which stay
-# in a core's L2 cache instead of streaming whole tensors through memory 30 times.
-_BLOCK = 1 << 15
+# Elements per block of the blockwise NumPy kernels: GELU's four float64 scratch blocks and its input and output
+# (640 KiB) stay in a core's L2 cache through its ~30 passes instead of streaming whole tensors through memory.
+_BLOCK = 1 << 14
 
 
 def _half_erfc_of_abs(x, ax, t, e):
-    """``e = erfc(|x| / √2) / 2 = Φ(-|x|)`` of a float32 block, with ``ax = |x|`` and ``t`` as scratch (all four
-    the same size). Relative error a few float32 ulps down to where ``e`` turns subnormal (|x| ~ 13): each of
-    ``t``, ``P(t)`` and ``-x²/2`` is rounded once more than the fit, and ``-x²/2`` is formed from ``x`` itself
-    (not from a rounded ``x/√2``), so the tail keeps the accuracy SciPy's float32 erfc has there."""
-    f = np.float32
+    """``e = erfc(|x| / √2) / 2 = Φ(-|x|)`` of a float64 array through the fit above, with ``ax = |x|`` on return
+    and ``t`` scratch (all four the same size). ``-x²/2`` is formed from ``x`` itself, not from a rounded ``x / √2``."""
     np.abs(x, out=ax)
-    np.multiply(ax, f(0.5 * _SQRT_HALF), out=t)             # z / 2, z = |x| / √2
-    t += f(1)
-    np.divide(f(1), t, out=t)
-    np.multiply(t, f(_ERFC_FIT[-1]), out=e)
+    np.multiply(ax, 0.5 * _SQRT_HALF, out=t)               # z / 2, z = |x| / √2
+    t += 1.0
+    np.divide(1.0, t, out=t)
+    np.multiply(t, _ERFC_FIT[-1], out=e)
     for c in _ERFC_FIT[-2:0:-1]:
-        e += f(c)
+        e += c
         e *= t
-    e += f(_ERFC_FIT[0] - 0.6931471805599453)              # the fit's constant, and log(1/2) for the half
+    e += _ERFC_FIT[0] - 0.6931471805599453                  # the fit's constant, and log(1/2) for the half
     np.multiply(x, x, out=ax)                              # (ax is scratch until the end)
-    ax *= f(-0.5)                                          # -z² = -x²/2
+    ax *= -0.5                                             # -z² = -x²/2
     e += ax
     np.exp(e, out=e)
     e *= t
@@ -353,52 +353,57 @@ def _half_erfc_of_abs(x, ax, t, e):
     return e
 
 
-def _blocks(x, out):
-    """``(x block, out block)`` pairs over flat, C-contiguous views of ``x`` and ``out`` (same size)."""
-    xf, of = x.reshape(-1), out.reshape(-1)
-    for i in range(0, xf.size, _BLOCK):
-        yield xf[i:i + _BLOCK], of[i:i + _BLOCK]
-
-
-def _blockwise(kernel, x, out, *others):
-    """Run ``kernel(x_block, out_block, *other_blocks, scratch)`` over ``_BLOCK``-sized pieces of C-contiguous
-    views, with three scratch buffers of one block reused for all; returns ``out`` (allocated when None, copied
-    into when it is not contiguous)."""
+def _blockwise(kernel, x, out, *others, scratch=None):
+    """Run ``kernel(x_block, out_block, *other_blocks, *scratch_blocks)`` over ``_BLOCK``-sized pieces of flat
+    C-contiguous views of ``x``, ``out`` and ``others`` (all of ``x``'s size), with scratch buffers of one block per
+    host thread (``scratch``: ``(dtype, count)``, default three of ``x``'s dtype). Inside a host plan's call the blocks
+    are shared among the cores (``runtime.host_threads``; NumPy releases the GIL in its ufuncs). Returns ``out``
+    (allocated when None, copied into when it is not contiguous)."""
     x = np.ascontiguousarray(x)
-    others = [np.ascontiguousarray(o) for o in others]
+    flat = [x.reshape(-1)] + [np.ascontiguousarray(o).reshape(-1) for o in others]
     target = out if out is not None and out.flags.c_contiguous else np.empty(x.shape, x.dtype)
-    scratch = [np.empty(min(x.size, _BLOCK), x.dtype) for _ in range(3)]
-    flat = [o.reshape(-1) for o in others]
-    for i, (xb, ob) in enumerate(_blocks(x, target)):
-        n = xb.size
-        kernel(xb, ob, *(o[i * _BLOCK:i * _BLOCK + n] for o in flat), *(s[:n] for s in scratch))
-        # (the last block may be shorter: the scratch views shrink with it)
+    flat_out = target.reshape(-1)
+    size = x.size
+    dtype, count = scratch or (x.dtype, 3)
+
+    def run(part):
+        buffers = [np.empty(min(size, _BLOCK), dtype) for _ in range(count)]
+        for start in range(part.start * _BLOCK, min(part.stop * _BLOCK, size), _BLOCK):
+            piece = slice(start, min(start + _BLOCK, size))
+            n = piece.stop - piece.start                       # the last block may be shorter
+            kernel(flat[0][piece], flat_out[piece], *(f[piece] for f in flat[1:]), *(b[:n] for b in buffers))
+
+    host_threads.each(run, -(-size // _BLOCK), 1, work=size)
     if out is not None and target is not out:
         out[...] = target
         return out
     return target
 
 
-def _gelu_block(x, out, ax, t, e):
-    """GELU of a float32 block: ``x Φ(x) = relu(x) - |x| Φ(-|x|)``, i.e. ``x Φ(-|x|)`` for x < 0 (a product, so the
-    tail keeps its relative accuracy; ``1 + erf`` would cancel) and ``x - x Φ(-x)`` for x >= 0. ``relu(x)`` is
-    ``(x + |x|) / 2`` (exactly 0 for x < 0; two fast passes where ``maximum`` is one slow one)."""
-    _half_erfc_of_abs(x, ax, t, e)
+def _gelu_block(x, out, wide, ax, t, e):
+    """GELU of a float32 block, computed in float64 (``wide`` and the rest scratch): ``x Φ(x) = relu(x) - |x|
+    Φ(-|x|)``, i.e. ``x Φ(-|x|)`` for x < 0 (a product: the tail keeps its relative accuracy, where ``1 + erf``
+    would cancel) and ``x - x Φ(-x)`` for x >= 0, ``relu(x)`` as ``(x + |x|) / 2`` (exactly 0 for x < 0; two fast
+    passes where ``maximum`` is one slow one). One rounding to float32 at the end."""
+    np.copyto(wide, x)
+    _half_erfc_of_abs(wide, ax, t, e)
     e *= ax
-    np.add(x, ax, out=out)
-    out *= np.float32(0.5)
-    out -= e
+    np.add(wide, ax, out=ax)
+    ax *= 0.5
+    ax -= e
+    np.copyto(out, ax, casting="same_kind")
 
 
 def _normal_cdf(xp, x):
     """``Φ(x) = erfc(-x / √2) / 2`` of a float array, in one new array, through ``erfc`` (never ``1 + erf``, which
-    would cancel for negative x: float32 GELU(-5) off by 25%): float32 on NumPy through the fit above
-    (``Φ(-|x|)``, then ``1 -`` it for x >= 0), float64 exactly through SciPy's (CuPy's) ``erfc``."""
+    would cancel for negative x: float32 GELU(-5) off by 25%): float32 on NumPy through the fit above in float64
+    (``Φ(-|x|)``, then ``1 -`` it for x >= 0), others through SciPy's (CuPy's) ``erfc``, exactly in float64."""
     if xp is np and x.dtype == np.float32:
-        ax, t, e = np.empty_like(x), np.empty_like(x), np.empty_like(x)
-        _half_erfc_of_abs(x, ax, t, e)
-        np.subtract(np.float32(1), e, out=e, where=x >= 0)
-        return e
+        wide = x.astype(np.float64)
+        ax, t, e = np.empty_like(wide), np.empty_like(wide), np.empty_like(wide)
+        _half_erfc_of_abs(wide, ax, t, e)
+        np.subtract(1.0, e, out=e, where=wide >= 0)
+        return e.astype(np.float32)
     if xp is np:
         from scipy.special import erfc
     else:
@@ -412,15 +417,15 @@ def _normal_cdf(xp, x):
 class Gelu(_FloatUnary):
     """``x * Φ(x) = 0.5 x (1 + erf(x / √2))``, the exact GELU (OneFlow's kernel and PyTorch's default; OneFlow's
     docstring shows the tanh approximation, which its kernel does not compute). float64 goes through SciPy's exact
-    ``erfc`` (finite-difference checks rely on it); float32 on NumPy through a float32 fit of ``erfc`` accurate to a
-    few ulps (``_half_erfc_of_abs``), block by block."""
+    ``erfc`` (finite-difference checks rely on it); float32 on NumPy through a fit of ``erfc`` evaluated in float64,
+    block by block, within 2.2 float32 ulps of the exact GELU (``_half_erfc_of_abs``)."""
     prefix, api = "Gelu_", "flow.math.gelu"
     c_expr = f"((T)0.5 * {{0}} * erfc({{0}} * (T)-{_SQRT_HALF}))"
 
     @staticmethod
     def forward(xp, x, out=None):
         if xp is np and x.dtype == np.float32:
-            return _blockwise(_gelu_block, x, out)
+            return _blockwise(_gelu_block, x, out, scratch=(np.float64, 4))
         return xp.multiply(_normal_cdf(xp, x), x, out=out)
 
     @staticmethod
@@ -740,9 +745,12 @@ class MatMul(Op):
                 if alpha != 1.0:
                     target *= alpha
                 return target
+        # NumPy: inside a host plan's call BLAS runs on one thread and host_threads.matmul splits large products
+        # over the cores itself (a plain matmul then used one core of two)
+        product_of = host_threads.matmul if xp is np else xp.matmul
         if transpose_b and not transpose_a and _swapped_gemm_pays(xp, a, b):
             # (b @ aᵀ)ᵀ: same product, the orientation OpenBLAS runs faster for these shapes
-            product = xp.matmul(b, a.T).T
+            product = product_of(b, a.T).T
             if out is None:
                 out = xp.empty(product.shape, product.dtype)
             xp.copyto(out, product)
@@ -751,7 +759,7 @@ class MatMul(Op):
                 a = a.swapaxes(-1, -2)
             if transpose_b:
                 b = b.swapaxes(-1, -2)
-            out = xp.matmul(a, b, out=out)
+            out = product_of(a, b, out=out)
         if alpha != 1.0:
             out *= alpha
         return out
