@@ -1183,13 +1183,13 @@ def _residual_alerts(seen):
 
 
 def _stale_rows_alerts(seen):
-    """An embedding whose rows are mostly stale. ``stale_rows`` already means "no update in more than ``stale_steps``
+    """An embedding whose rows are mostly stale. ``stale_rows`` already means "no gradient for more than ``stale_steps``
     calls", so the alert needs no history of its own: it speaks once a table has been trained that long and more
     than ``stale_fraction`` of it (default 0.9) still is not learning. With ids drawn evenly from a table of ``V`` rows,
     ``B`` distinct a call, a row stays untouched ``N`` calls with probability ``(1 - B/V)^N ~ exp(-N B / V)``: at
-    the defaults (N = 1000) a healthy table is 90% stale only when it has over ~430 rows per id a call (110,000 rows
-    for 256 ids a call); a skewed (Zipf) vocabulary's rare rows are stale legitimately, and a larger ``stale_steps``
-    or ``stale_fraction`` suits it."""
+    the defaults (N = 1000) a healthy table is 90% stale only when it has over ~9,500 rows per id a call (2.4
+    million rows for 256 ids a call); a skewed (Zipf) vocabulary's rare rows are stale legitimately, and a larger
+    ``stale_steps`` or ``stale_fraction`` suits it."""
     out, t = [], seen.t
     for layer, row in seen.report.table.items():
         fraction = row.get("stale_fraction")

@@ -118,8 +118,8 @@ def test_rows_touched_coverage_and_stale_rows_match_the_ids_fed(every, devices, 
 
 def test_ids_that_only_reach_a_few_rows_raise_the_stale_rows_alert_once_stale_steps_have_passed():
     """The broken case: every deep id is 0 or 1. Rows 2-39 (95% of the table) never learn; they count as stale once
-    they have gone untouched for more than stale_steps (5) calls (from call 5, counting from 0), and from then on every report alerts, naming the layer and the
-    numbers; the healthy wide table never alerts."""
+    they have gone untouched for more than stale_steps (5) calls (from call 5, counting from 0), and from then on
+    every report alerts, naming the layer and the numbers; the healthy wide table never alerts."""
     reports = []
     run(wide_and_deep(reports, stale_steps=5), 10, deep=lambda step: np.array([[0, 1]] * BATCH, np.int32))
     alerted = {r.step: [a for a in r.alerts if a.kind == "stale_rows"] for r in reports}
