@@ -2,6 +2,7 @@
 gelu, rsqrt, top_k, layer_norm, and the attention shapes of matmul / softmax / cast. Kernels against PyTorch (or
 NumPy where PyTorch has no such op), gradients by finite differences in float64 (``gradcheck.check_grad``)."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -186,6 +187,10 @@ def test_gelu_float32_lies_within_a_few_ulps_of_the_exact_value_everywhere():
     assert ulps.max() <= 2.5, f"{ulps.max():.2f} ulps at x = {x[ulps.argmax()]}"
     previous = (0.5 * erfc(x * np.float32(-1 / math.sqrt(2)))).astype(np.float32) * x
     assert (np.abs(previous - exact) / np.spacing(np.abs(exact).astype(np.float32)))[x > -6].max() > 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                  # no inf * 0 on the way
+        edges, = run(flow.math.gelu, np.float32([np.inf, -np.inf, np.nan]))
+    np.testing.assert_array_equal(edges, [np.inf, 0.0, np.nan])    # its limits; NaN stays NaN
 
 
 def test_gelu_float32_gradient_matches_the_exact_derivative_and_torch():

@@ -334,7 +334,8 @@ _BLOCK = 1 << 14
 
 def _half_erfc_of_abs(x, ax, t, e):
     """``e = erfc(|x| / √2) / 2 = Φ(-|x|)`` of a float64 array through the fit above, with ``ax = |x|`` on return
-    and ``t`` scratch (all four the same size). ``-x²/2`` is formed from ``x`` itself, not from a rounded ``x / √2``."""
+    (at most 1e150: only an infinite x is larger, and ``ax * e`` is then 0 instead of inf * 0) and ``t`` scratch (all
+    four the same size). ``-x²/2`` is formed from ``x`` itself, not from a rounded ``x / √2``."""
     np.abs(x, out=ax)
     np.multiply(ax, 0.5 * _SQRT_HALF, out=t)               # z / 2, z = |x| / √2
     t += 1.0
@@ -350,6 +351,7 @@ def _half_erfc_of_abs(x, ax, t, e):
     np.exp(e, out=e)
     e *= t
     np.abs(x, out=ax)
+    np.minimum(ax, 1e150, out=ax)
     return e
 
 
@@ -383,13 +385,12 @@ def _blockwise(kernel, x, out, *others, scratch=None):
 def _gelu_block(x, out, wide, ax, t, e):
     """GELU of a float32 block, computed in float64 (``wide`` and the rest scratch): ``x Φ(x) = relu(x) - |x|
     Φ(-|x|)``, i.e. ``x Φ(-|x|)`` for x < 0 (a product: the tail keeps its relative accuracy, where ``1 + erf``
-    would cancel) and ``x - x Φ(-x)`` for x >= 0, ``relu(x)`` as ``(x + |x|) / 2`` (exactly 0 for x < 0; two fast
-    passes where ``maximum`` is one slow one). One rounding to float32 at the end."""
+    would cancel) and ``x - x Φ(-x)`` for x >= 0; GELU(inf) = inf, GELU(-inf) = 0 (its limit), NaN stays NaN. One
+    rounding to float32 at the end."""
     np.copyto(wide, x)
     _half_erfc_of_abs(wide, ax, t, e)
     e *= ax
-    np.add(wide, ax, out=ax)
-    ax *= 0.5
+    np.maximum(wide, 0.0, out=ax)
     ax -= e
     np.copyto(out, ax, casting="same_kind")
 
