@@ -43,6 +43,14 @@ scope, e.g. ``bert-encoder-layer_0-attention-self``) each head's normalized entr
 (an elementwise sum one of whose inputs, the stream, is an ancestor of the other, the branch; keyed by the sum's
 name) ``stream_norm``, ``growth`` (output RMS / stream RMS) and ``branch_ratio`` (branch RMS / stream RMS), in
 forward order: how the residual stream's norm grows layer by layer.
+Embedding tables updated row by row: a trainable variable whose gradient is indexed slices (gathered rows: its
+update is ``indexed_slices_optimizer_conf``'s sparse one, or its gradient is one ``flow.gather`` gradient, the op's
+``indexed_slices`` trait) has its rows tracked on every call, reports or not: per row the last call whose ids touched
+it, i.e. gave it a gradient (``ops.stats.RowTouches``: O(ids) a call, on the table's device). Its layer's row
+(several such tables of one layer add up) then holds ``rows_touched`` (distinct rows this call's ids touch),
+``touched_fraction`` (rows touched at least once since the job's first call, over the table's rows), ``stale_rows``
+and ``stale_fraction`` (rows untouched for more than ``stale_steps`` calls, default 1000, counting a row never touched
+as last touched just before the first call): counted over the table on reporting calls only (``RowCoverage``).
 Histograms: every ``histogram_every``-th report also carries, per layer, 30-bucket histograms of its activation,
 its kernel (the ``-weight`` variable, else its largest) and the kernel's gradient (``HealthReport.histograms``),
 counted where the tensors live as the plan makes them (``ops.stats.histogram_vector``: ~1 ms for 400,000 values on
@@ -81,8 +89,9 @@ from . import graph as g
 from .errors import TraceError
 from .ops import apply
 from .ops.normalization import batch_norm_parts
-from .ops.stats import (ActivationStats, AttentionStats, BatchNormStats, MeanStat, Results, Scratch, SquareStats,
-                        activation_vector, batch_norm_vector, histogram_vector, mean_vector, square_vector)
+from .ops.stats import (ActivationStats, AttentionStats, BatchNormStats, MeanStat, Results, RowCoverage, RowTouches,
+                        RowTracker, Scratch, SquareStats, activation_vector, batch_norm_vector, histogram_vector,
+                        mean_vector, square_vector)
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
@@ -99,6 +108,8 @@ THRESHOLDS = {
     "attention_collapsed": 0.05,  # attention_collapsed: a head's normalized entropy below this (one key per query)
     "attention_uniform": 0.98,   # attention_uniform: a head's above this in this report and the last `window` ones
     "residual_growth": 10.0,     # residual_growth: a residual add's output RMS above this times its stream's
+    "stale_steps": 1000,         # an embedding row given no gradient for more than this many calls is stale
+    "stale_fraction": 0.9,       # stale_rows: more than this fraction of a sparsely updated table's rows stale
 }
 """The threshold keyword arguments of ``watch_health`` and their defaults (``health_alerts`` says what each
 means)."""
@@ -123,6 +134,11 @@ STATISTICS = {
     "grad_nan": "NaNs in the layer's gradient",
     "grad_inf": "Infs in the layer's gradient",
     "update_ratio": "norm of this step's update / weight norm (healthy near 1e-3)",
+    # embedding tables updated row by row (a gradient of gathered rows: indexed slices)
+    "rows_touched": "rows of the layer's embedding tables this step's ids give a gradient",
+    "touched_fraction": "fraction of the tables' rows given a gradient at least once so far",
+    "stale_rows": "rows given no gradient for more than stale_steps calls (never-touched rows included)",
+    "stale_fraction": "stale rows / the tables' rows",
     # batch normalization layers (those with -moving_mean / -moving_variance variables), batch_norm_vector's order
     "moving_mean_abs": "mean |moving mean| over the channels of a batch norm",
     "moving_var_mean": "mean moving variance over the channels (huge: exploding pre-activations)",
@@ -148,11 +164,14 @@ BATCH_NORM_STATISTICS = tuple(STATISTICS)[-7:]
 """The statistics only a batch normalisation layer has."""
 COUNT_STATISTICS = tuple(s for s in STATISTICS if s.endswith(("_nan", "_inf")))
 """The NaN and Inf counts among ``STATISTICS``."""
+ROW_STATISTICS = ("rows_touched", "touched_fraction", "stale_rows", "stale_fraction")
+"""The statistics only a layer with a sparsely updated embedding table has."""
 
 
 class HealthAlert(NamedTuple):
     """Something wrong seen in a report: ``kind`` (``dead_relu``, ``vanishing_gradient``, ``exploding_gradient``,
-    ``update_ratio``, ``loss_spike``, ``nan``, ``attention_collapsed``, ``attention_uniform``, ``residual_growth``),
+    ``update_ratio``, ``loss_spike``, ``nan``, ``attention_collapsed``, ``attention_uniform``, ``residual_growth``,
+    ``stale_rows``),
     the ``layer`` (None for the whole network; the attention block or residual sum for the transformer alerts), the
     ``step`` and a ``message`` saying what was seen, where, and what usually causes it."""
     kind: str
@@ -450,6 +469,22 @@ def _kernel(layer):
         max(layer.params, key=lambda p: math.prod(p.read.shape))
 
 
+def _indexed_slice_ids(param):
+    """The ids tensor of a variable whose gradient is indexed slices, else None: the ids input of its sparse update
+    (an update op with the ``row_sparse`` trait: ``(table, rows, ids, ...)``), or those of the gather whose gradient
+    (an op with the ``indexed_slices`` trait, axis 0) is the whole of its dense update's gradient."""
+    update = param.update
+    if update is None:
+        return None
+    if update.op.row_sparse and len(update.inputs) > 2 and update.inputs[2].dtype.kind in "iu":
+        return update.inputs[2]
+    grad = update.inputs[1].node
+    if grad.op.indexed_slices is None:
+        return None
+    slices = grad.op.indexed_slices(grad)
+    return None if slices is None else slices[0]
+
+
 def _plain_sgd(update):
     """The update node is SGD without momentum or clipping: its step is ``lr * grad_scale * gradient``."""
     return update is not None and update.op.is_plain_step(update)
@@ -461,9 +496,9 @@ def _check_thresholds(thresholds):
     for key, value in thresholds.items():
         if key not in THRESHOLDS:
             raise TypeError(f"flow.watch_health: unknown threshold {key!r}; known: {', '.join(THRESHOLDS)}")
-        if key == "window":
+        if key in ("window", "stale_steps"):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"flow.watch_health: window must be a positive int, got {value!r}")
+                raise ValueError(f"flow.watch_health: {key} must be a positive int, got {value!r}")
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or \
                 not math.isfinite(value):
             raise ValueError(f"flow.watch_health: threshold {key} must be a positive number, got {value!r}")
@@ -575,6 +610,14 @@ class _Monitor:
             if layer.moving is not None:
                 self._add_batch_norm(layer)
         # transformers: each attention block's heads, and (then only) the residual stream at each residual sum
+        # embedding tables updated row by row: their rows tracked every call, counted on reporting calls
+        self.table_rows = {}                   # variable -> its table's rows
+        for layer in layers:
+            for p in layer.params:
+                ids = _indexed_slice_ids(p)
+                if ids is not None:
+                    self.table_rows[p.name] = p.read.shape[0]
+                    self._add_rows(layer, p, ids)
         self.attention = find_attention(graph)
         self.residuals = find_residuals(graph) if self.attention else []
         for block, probs in self.attention:
@@ -667,6 +710,30 @@ class _Monitor:
             return
         stat = self._observe(BatchNormStats, tensors[0], f"moving-{layer.name}", extra=tensors[1:],
                              epsilon=epsilon, into=self.results.reserve(7))
+        self.requests.append(self._request(stat, put=functools.partial(self._arrive, key)))
+
+    def _add_rows(self, layer, p, ids):
+        """Track the rows of ``p``'s table that each call's ``ids`` update (``RowTouches``, in every call's plan) and
+        deliver ``row_coverage_vector`` on reporting calls under ``("rows", name)``. On several devices the joined
+        ids are delivered every call and tracked on the host in the dispatcher, in call order."""
+        key, rows = ("rows", p.name), p.read.shape[0]
+        tracker, stale_after = RowTracker(), self.request.thresholds["stale_steps"]
+        self.extra += 1
+        if self.host_side:
+            every = self.request.every
+            while ids.node.op.is_view and len(ids.node.inputs) == 1:
+                ids = ids.node.inputs[0]        # the ids as fed (split along the batch), not their flattened view
+
+            def call(value, step):
+                touched = RowTouches.forward(np, np.asarray(value.whole), rows, tracker)
+                if step % every == 0:
+                    self._arrive(key, step, RowCoverage.forward(np, touched, rows, tracker, stale_after))
+            self.requests.append(WatchRequest(ids, False, call, self.request.describe, every=1,
+                                              source=self.request.source))
+            return
+        touches = self._observe(RowTouches, ids, f"rows-{p.name}", rows=rows, tracker=tracker)
+        stat = self._observe(RowCoverage, touches, f"row_coverage-{p.name}", rows=rows, tracker=tracker,
+                             stale_after=stale_after, into=self.results.reserve(3))
         self.requests.append(self._request(stat, put=functools.partial(self._arrive, key)))
 
     def _arrive(self, key, step, vector):
@@ -798,6 +865,13 @@ class _Monitor:
             if grads:
                 row.update(grad_norm=math.sqrt(g2), grad_nan=gn, grad_inf=gi,
                            update_ratio=math.sqrt(u2) / math.sqrt(w2) if w2 > 0 else math.nan)
+            tables = [(host[("rows", p.name)], self.table_rows[p.name]) for p in layer.params
+                      if ("rows", p.name) in host]
+            if tables:
+                total = sum(rows for _, rows in tables)
+                touched, ever, stale = (sum(v[i] for v, _ in tables) for i in range(3))
+                row.update(rows_touched=touched, touched_fraction=ever / total, stale_rows=stale,
+                           stale_fraction=stale / total)
             moving = host.get(("bn", layer.name))
             if moving is not None:
                 row.update(zip(BATCH_NORM_STATISTICS, moving))
@@ -858,7 +932,9 @@ def health_alerts(history, report, thresholds=None, relu_layers=None, roles=None
     ``exploding_gradient``: a plain layer's above ``exploding_ratio`` times the last's, or across time the total
     gradient norm above ``exploding_factor`` times its median over the last ``window`` reports. ``update_ratio``: a
     layer's update/weight ratio outside ``[update_ratio_low, update_ratio_high]``. ``loss_spike``: the loss above
-    ``loss_spike_factor`` times its median over the last ``window`` reports.
+    ``loss_spike_factor`` times its median over the last ``window`` reports. ``stale_rows``: more than
+    ``stale_fraction`` of a sparsely updated embedding table's rows had no gradient for more than ``stale_steps`` calls
+    (``_stale_rows_alerts`` says how to read the threshold).
 
     On normalised networks the roles keep the alerts' meaning (each rule's function says why): a residual branch
     behind a closed gate (its batch norm's gamma and beta RMS below ``closed_gate``) is expected to get small or no
@@ -1106,8 +1182,32 @@ def _residual_alerts(seen):
         for name, row in seen.report.residual.items() if not row["growth"] <= t["residual_growth"]]
 
 
+def _stale_rows_alerts(seen):
+    """An embedding whose rows are mostly stale. ``stale_rows`` already means "no gradient for more than ``stale_steps``
+    calls", so the alert needs no history of its own: it speaks once a table has been trained that long and more
+    than ``stale_fraction`` of it (default 0.9) still is not learning. With ids drawn evenly from a table of ``V`` rows,
+    ``B`` distinct a call, a row stays untouched ``N`` calls with probability ``(1 - B/V)^N ~ exp(-N B / V)``: at
+    the defaults (N = 1000) a healthy table is 90% stale only when it has over ~9,500 rows per id a call (2.4
+    million rows for 256 ids a call); a skewed (Zipf) vocabulary's rare rows are stale legitimately, and a larger
+    ``stale_steps`` or ``stale_fraction`` suits it."""
+    out, t = [], seen.t
+    for layer, row in seen.report.table.items():
+        fraction = row.get("stale_fraction")
+        if fraction is None or not fraction > t["stale_fraction"]:
+            continue
+        rows = row["stale_rows"] / fraction
+        out.append(seen.alert("stale_rows", layer, (
+            f"{fraction:.0%} of the rows of layer {layer}'s embedding table ({row['stale_rows']:.0f} of {rows:.0f}) "
+            f"got no gradient for more than {t['stale_steps']} calls (threshold {t['stale_fraction']:.0%}); "
+            f"{row['touched_fraction']:.1%} of them ever did, {row['rows_touched']:.0f} this step. Usually ids "
+            "that reach only a few rows (an id-mapping or hashing bug, ids clipped to a range, a constant feature "
+            "column), or a table far larger than the ids the data holds (memory and optimizer state for rows "
+            "that never learn).")))
+    return out
+
+
 ALERT_RULES = (_nan_alert, _dead_relu_alerts, _update_ratio_alerts, _depth_gradient_alerts, _total_gradient_alerts,
-               _loss_spike_alert, _attention_alerts, _residual_alerts)
+               _loss_spike_alert, _attention_alerts, _residual_alerts, _stale_rows_alerts)
 """The alert rules, in the order their alerts are listed; each takes what the report saw and returns its
 alerts (``health_alerts`` runs them)."""
 
@@ -1115,6 +1215,6 @@ alerts (``health_alerts`` runs them)."""
 # What a user of watch_health reads; the request, scratch and statistics machinery is the package's own.
 __all__ = [
     "watch_health", "HealthReport", "HealthAlert", "health_alerts", "find_layers", "roles_of", "LayerRole",
-    "histogram_buckets", "THRESHOLDS", "STATISTICS", "ACTIVATION_STATISTICS", "BATCH_NORM_STATISTICS",
+    "histogram_buckets", "THRESHOLDS", "STATISTICS", "ACTIVATION_STATISTICS", "BATCH_NORM_STATISTICS", "ROW_STATISTICS",
     "COUNT_STATISTICS", "HISTOGRAM_BINS", "ALERT_RULES", "TRANSFORMER_STATISTICS",
 ]

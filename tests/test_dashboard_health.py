@@ -16,7 +16,7 @@ from flowlab.dashboard.runs import RunSelection
 from flowlab.dashboard.store import HEALTH_BUCKETS, Store
 from flowlab.dashboard.views.health import HealthView
 from flowlab.dashboard.views.status import status_html
-from flowlab.health import BATCH_NORM_STATISTICS, STATISTICS
+from flowlab.health import BATCH_NORM_STATISTICS, ROW_STATISTICS, STATISTICS
 from flowlab.summary import SummaryWriter, health_log
 from flowlab.summary.tailer import Datum
 from jupyter_page import CHROMIUM
@@ -82,8 +82,8 @@ def test_with_no_health_reports_the_tab_says_how_to_log_them(tmp_path):
 def test_the_divergence_of_a_dead_layer_is_high_and_its_alerts_name_it(logdir):
     store, view = view_of(logdir[0])
     view.run_a.value, view.run_b.value = "healthy", "dead_relu"
-    # every statistic the log holds (a network without batch norms has no moving statistics)
-    assert list(view.statistic.options) == [s for s in STATISTICS if s not in BATCH_NORM_STATISTICS]
+    # every statistic the log holds (a network without batch norms or embeddings has no moving or row statistics)
+    assert list(view.statistic.options) == [s for s in STATISTICS if s not in BATCH_NORM_STATISTICS + ROW_STATISTICS]
     for stat in ("dead_fraction", "act_zero_fraction"):
         view.statistic.value = stat
         data = view.divergence.source.data

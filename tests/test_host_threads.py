@@ -187,6 +187,52 @@ def test_max_pool_relu_grad_and_sgd_split_over_threads_match_one_thread(split_ev
     np.testing.assert_array_equal(one[2], np.cos(x) * (x > 0))
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_matmul_op_in_every_orientation_split_over_threads_matches_numpy(split_everything, threads):
+    """``MatMul``'s NumPy kernel goes through ``host_threads.matmul`` (BLAS is on one thread inside a host plan):
+    plain, transposed operands, a batch, ``out=`` and the swapped ``(b @ aᵀ)ᵀ`` orientation."""
+    from flowlab.ops.math import MatMul
+    a, b = rnd(6, 5, seed=11).astype(np.float32), rnd(5, 7, seed=12).astype(np.float32)
+    cases = [(a, b, False, False), (a.T.copy(), b, True, False), (a, b.T.copy(), False, True),
+             (a.T.copy(), b.T.copy(), True, True), (rnd(3, 6, 5, seed=13), rnd(3, 5, 4, seed=14), False, False),
+             (rnd(4, 300, seed=15).astype(np.float32), rnd(9, 300, seed=16).astype(np.float32), False, True)]
+    with host_threads.using(threads):
+        for x, y, ta, tb in cases:
+            want = np.matmul(x.swapaxes(-1, -2) if ta else x, y.swapaxes(-1, -2) if tb else y)
+            np.testing.assert_allclose(MatMul.forward(np, x, y, ta, tb, 1.0), want, rtol=1e-5, atol=1e-5)
+            out = np.full(want.shape, np.nan, want.dtype)
+            assert MatMul.forward(np, x, y, ta, tb, 0.5, out=out) is out
+            np.testing.assert_allclose(out, 0.5 * want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_and_its_gradient_in_blocks_split_over_threads_match_one_thread(split_everything, monkeypatch, threads,
+                                                                            dtype):
+    """The GELU kernels' blocks (``ops.math._blockwise``), shared among threads, give what one thread gives: a
+    shorter last block, an exact 0 in a later block (the gradient's Φ(0) = 1/2 branch), a transposed input and a
+    transposed ``out``."""
+    from flowlab.ops import math as M
+    monkeypatch.setattr(M, "_BLOCK", 16)
+    x = (rnd(7, 13, seed=17) * 3).astype(dtype)         # 91 elements: 5 blocks of 16 and one of 11
+    x[5, 2] = 0.0
+    dy = rnd(7, 13, seed=18).astype(dtype)
+
+    def kernels():
+        y = M.Gelu.forward(np, x)
+        out = np.empty((13, 7), dtype).T                # not C-contiguous
+        M.Gelu.forward(np, x.T.copy().T, out=out)
+        return [y, out, M.GeluGrad.forward(np, x, y, dy), M.GeluGrad.forward(np, x.T.copy().T, y, dy)]
+
+    one = kernels()
+    with host_threads.using(threads):
+        split = kernels()
+    for a, b in zip(split, one):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(one[0], one[1])
+    assert one[2][5, 2] == pytest.approx(0.5 * dy[5, 2])
+
+
 def test_gradients_through_a_job_split_over_threads_by_finite_differences(split_everything):
     def block(x, w):
         y = flow.nn.conv2d(x, w, 1, "SAME", "NCHW")

@@ -170,6 +170,44 @@ def test_sgd_matches_numpy_in_its_blas_pass_and_in_numpys(case, blas_from, monke
     test_training_matches_numpy_transcription_of_oneflow_kernel(case, SGD_CASES)
 
 
+def adam_rule(beta1, beta2, epsilon, bias_correction, weight_decay_of):
+    def step(name, w, g, lr, t, s):
+        s["m"] = beta1 * s.get("m", 0.0) + (1 - beta1) * g
+        s["v"] = beta2 * s.get("v", 0.0) + (1 - beta2) * g * g
+        lr_t = lr * np.sqrt(1 - beta2 ** t) / (1 - beta1 ** t) if bias_correction else lr
+        return w - lr_t * (s["m"] / (np.sqrt(s["v"]) + epsilon) + weight_decay_of(name) * w)
+    return step
+
+
+ADAM_CASES = {
+    "Adam": (lambda: flow.optimizer.Adam(schedule(0.05), beta1=0.8, beta2=0.95, epsilon=0.01),
+             adam_rule(0.8, 0.95, 0.01, False, lambda name: 0.0), 0.05, None),
+    "Adam-bias-correction-clipped": (lambda: flow.optimizer.Adam(schedule(0.05), beta1=0.8, beta2=0.95,
+                                                                 epsilon=0.01, do_bias_correction=True,
+                                                                 grad_clipping=clip(0.5)),
+                                     adam_rule(0.8, 0.95, 0.01, True, lambda name: 0.0), 0.05, 0.5),
+    "AdamW": (lambda: flow.optimizer.AdamW(schedule(0.05), beta1=0.8, beta2=0.95, epsilon=0.01, weight_decay=0.5,
+                                           weight_decay_excludes="bias"),
+              adam_rule(0.8, 0.95, 0.01, False, lambda name: 0.0 if "bias" in name else 0.5), 0.05, None),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("blas_from", [pytest.param(1, id="blas-pass", marks=pytest.mark.numpy_backend),
+                                       pytest.param(None, id="numpy-passes")])
+@pytest.mark.parametrize("case", ADAM_CASES)
+def test_adam_matches_numpy_in_its_blas_passes_and_in_numpys(case, blas_from, threads, monkeypatch):
+    """Adam's BLAS update (an ``axpy`` for each moment and one for the step, on one host thread or split over two)
+    and NumPy's thirteen passes train alike: with and without bias correction, clipping and AdamW's decay."""
+    from flowlab.optim import optimizers
+    from flowlab.runtime import host_threads
+    monkeypatch.setattr(optimizers, "BLAS_PASS_FROM", blas_from or 1 << 62)
+    monkeypatch.setattr(host_threads, "SPLIT_ELEMENTS", 1)          # (these tensors are tiny)
+    monkeypatch.setattr(optimizers, "SPLIT_PART_MIN", 2)
+    monkeypatch.setattr(host_threads, "width", lambda: threads)
+    test_training_matches_numpy_transcription_of_oneflow_kernel(case, ADAM_CASES)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_training_matches_numpy_transcription_of_oneflow_kernel(case, cases=CASES):
     make_optimizer, rule, lr, clip_norm = cases[case]

@@ -525,7 +525,8 @@ HEALTH_COLUMNS = ("layer", "h_fill", "h_line", "h_fill_alpha", "h_line_alpha", "
 STATISTIC_ROWS = (("h_activation", "act_"), ("h_weights", "weight_"), ("h_gradient", "grad_"),
                   ("h_batch_norm", "moving_"))
 GROUP_OF = {"dead_fraction": "h_activation", "update_ratio": "h_weights", "batch_mean_gap": "h_batch_norm",
-            "batch_var_ratio": "h_batch_norm"}
+            "batch_var_ratio": "h_batch_norm", "rows_touched": "h_weights", "touched_fraction": "h_weights",
+            "stale_rows": "h_weights", "stale_fraction": "h_weights"}
 # Rows only some layers have (a batch norm's): left empty where every statistic of the row is missing, so the hover
 # of a convolution is not a line of dashes as wide as the page.
 SPARSE_ROWS = frozenset({"h_batch_norm"})

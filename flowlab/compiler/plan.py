@@ -223,7 +223,7 @@ class Plan:
         for node in self.nodes:
             if node.op.random:
                 return f"{node.name} draws random numbers: runs eagerly"
-            if node.op.side_effect and not node.op.updates_variable:
+            if node.op.side_effect and not (node.op.updates_variable or node.op.replayable):
                 return f"{node.name} works on the host: runs eagerly"
         return None
 

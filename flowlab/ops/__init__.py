@@ -54,6 +54,8 @@ class Op:
     inplace = False         # a single elementwise pass: out may be the buffer of an input that dies here
     donates = ()            # input positions the kernel may overwrite when told ``<name>_writable`` (see plan.py)
     side_effect = False     # kept by the compiler although nothing reads it
+    replayable = False      # (side effects other than updates) works on the device only, with no host data or wait:
+    #                         a CUDA graph may capture it (``RowTouches``); summary writes and readers are not
     updates_variable = False  # changes its first input (a variable) in place: optimizer updates
     averages_devices = False  # (updates) input 1 is a per-device statistic, not a gradient: replicas average it
     #                           whatever the loss (a batch norm's moving statistics under a summed loss)

@@ -9,7 +9,9 @@ on a GPU the masked form runs without any device-to-host synchronisation, so a C
 
 ``watch_health``'s statistics live here too (``activation_vector``, ``square_vector``, ``mean_vector``,
 ``batch_norm_vector`` and their graph ops ``ActivationStats``, ``SquareStats``, ``MeanStat``, ``BatchNormStats``): on a
-GPU each float32 tensor takes one kernel (a batch norm's few per-channel vectors a handful of small ones).
+GPU each float32 tensor takes one kernel (a batch norm's few per-channel vectors a handful of small ones). A sparsely
+updated embedding table's rows are tracked by ``RowTouches`` (every call, O(ids)) and counted by ``RowCoverage``
+(``row_coverage_vector``, on reporting calls, O(rows)) through their shared ``RowTracker``.
 """
 from __future__ import annotations
 
@@ -633,6 +635,80 @@ class AttentionStats(Op):
             return vector
         out = _slot(xp, into, vector.size)
         return _written(xp, vector, out)
+
+
+class RowTracker:
+    """An embedding table's row history for ``watch_health``: per row the call (counted from 0 by the tracker itself)
+    that last updated it, -1 for none, in ``last`` (``rows + 1`` int32 on the table's device: the extra slot takes
+    ids outside the table, which update nothing), and ``calls``, the calls seen so far (a 0-d int32 there too: no host
+    value, so a CUDA graph may replay the op that counts them). ``marks`` is scratch for counting distinct ids."""
+    last = calls = marks = None
+
+    def arrays(self, xp, rows):
+        """``(last, calls, marks)``, made (never updated, 0 calls) on first use or when the table's size changed;
+        not kept when made while a CUDA graph is being captured (memory allocated then belongs to the graph)."""
+        if self.last is not None and self.last.shape[0] == rows + 1:
+            return self.last, self.calls, self.marks
+        made = xp.full(rows + 1, -1, np.int32), xp.zeros((), np.int32), xp.zeros(rows + 1, np.int32)
+        if xp is np or not xp.cuda.get_current_stream().is_capturing():
+            self.last, self.calls, self.marks = made
+        return made
+
+
+class RowTouches(Op):
+    """Marks the rows of an embedding table that this call's ids touch (``watch_health``'s sparse-update rows):
+    ``tracker.last[id] = call`` for each id in ``[0, rows)``, then counts the call; output: ``[distinct ids in the
+    table]``, float64. O(ids) work, none O(rows). Kept in every call's plan (``side_effect``: rows touched on calls
+    that deliver no report count too) and works on the device only (``replayable``).
+
+    Distinct ids without a sort: each id writes its position into ``tracker.marks[id]`` and an id is counted where its
+    own position is the one that stayed (one per distinct id, whichever write wins, on NumPy or CuPy)."""
+    prefix, api = "System-Health-RowTouches_", "flow.watch_health"
+    side_effect = replayable = True
+
+    @staticmethod
+    def infer(ids, rows, tracker):
+        return spec((1,), np.float64)
+
+    @staticmethod
+    def forward(xp, ids, rows, tracker):
+        last, calls, marks = tracker.arrays(xp, rows)
+        flat = ids.reshape(-1)
+        slots = xp.where((flat >= 0) & (flat < rows), flat, rows).astype(np.int64, copy=False)
+        positions = xp.arange(slots.size, dtype=np.int32)
+        marks[slots] = positions
+        distinct = (marks[slots] == positions) & (slots < rows)
+        last[slots] = calls
+        calls += 1
+        return distinct.sum(dtype=np.float64).reshape(1)
+
+
+def row_coverage_vector(xp, touched, last, calls, rows, stale_after):
+    """``[rows touched this call, rows ever touched, stale rows]`` (float64) of a table's ``RowTracker`` arrays after
+    this call's ``RowTouches``: a row is stale when its last update (never: -1) is more than ``stale_after`` calls
+    before this one. O(rows): run on the calls that deliver a report only."""
+    history = last[:rows]
+    this_call = calls - 1
+    ever = (history >= 0).sum(dtype=np.float64)
+    stale = (history < this_call - stale_after).sum(dtype=np.float64)
+    return xp.concatenate([xp.asarray(touched, dtype=np.float64).reshape(1), ever.reshape(1), stale.reshape(1)])
+
+
+class RowCoverage(Op):
+    """``row_coverage_vector`` of a table (``watch_health``), from the vector of its ``RowTouches`` (which it reads, so
+    that it runs after this call's ids were marked) and their shared ``tracker``."""
+    prefix, api = "System-Health-RowCoverage_", "flow.watch_health"
+    observes = True
+
+    @staticmethod
+    def infer(touched, rows, tracker, stale_after, into=None):
+        return spec((3,), np.float64)
+
+    @staticmethod
+    def forward(xp, touched, rows, tracker, stale_after, into=None):
+        last, calls, _ = tracker.arrays(xp, rows)
+        vector = row_coverage_vector(xp, touched, last, calls, rows, stale_after)
+        return vector if xp is np else _written(xp, vector, _slot(xp, into, 3))
 
 
 class TensorStats(Op):

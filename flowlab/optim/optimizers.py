@@ -108,6 +108,7 @@ def _ratio_or_one(xp, numerator, denominator, w_norm, g_norm):
 
 
 BLAS_PASS_FROM = 4096      # elements: below, a BLAS call through ctypes costs more than NumPy's two passes
+SPLIT_PART_MIN = 4096      # elements: the smallest part of an update a host thread takes
 
 
 def _blas_pass(xp, w, grad):
@@ -161,7 +162,7 @@ class SGDUpdate(_Update):
                 else:
                     blas.axpy(flat_w[part], flat_g[part], -float(scale))          # w -= scale g, one pass
 
-            host_threads.each(step, w.size, 4096, work=w.size)
+            host_threads.each(step, w.size, SPLIT_PART_MIN, work=w.size)
             return
         if momentum:
             m *= momentum
@@ -206,7 +207,40 @@ def _moments(g, m, v, beta1, beta2):
     return scratch
 
 
+def _adam_blas(w, grad, m, v, scale, beta1, beta2, epsilon, lr, weight_decay, writable):
+    """Adam's step on NumPy arrays in 9 passes instead of 13 (PyTorch's ``foreach`` Adam fuses likewise): the
+    gradient's scale folds into the factor of a BLAS ``axpy`` for each moment (``m = beta1 m; m += (1 - beta1) scale
+    g``; ``v = beta2 v; v += (1 - beta2) scale² g²``), and the step is one more (``w -= lr m / (sqrt(v) + epsilon)``).
+    OpenBLAS's ``axpby`` would make each moment one pass, but its kernel is scalar: 4x slower than two NumPy passes
+    here; and cutting the arrays into cache-sized blocks lost more to the calls than it gained (a 64k-element
+    update: 148 us in 16k blocks, 107 whole, 139 in NumPy's 13 passes). Large arrays are split over the host
+    threads; the gradient's buffer is the scratch when the plan lets the update overwrite it."""
+    flat_w, flat_g, flat_m, flat_v = w.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1)
+    alpha_m, alpha_v = (1 - beta1) * scale, (1 - beta2) * scale * scale
+    t = w.dtype.type
+    beta1, beta2, epsilon = t(beta1), t(beta2), t(epsilon)
+
+    def step(part):
+        g, mb, vb = flat_g[part], flat_m[part], flat_v[part]
+        mb *= beta1
+        blas.axpy(mb, g, alpha_m)
+        scratch = np.square(g, out=g if writable else None)
+        vb *= beta2
+        blas.axpy(vb, scratch, alpha_v)
+        np.sqrt(vb, out=scratch)
+        scratch += epsilon
+        np.divide(mb, scratch, out=scratch)
+        if weight_decay:                                   # AdamW: the decay of the weight before this step
+            blas.axpy(scratch, flat_w[part], weight_decay)
+        blas.axpy(flat_w[part], scratch, -float(lr))
+
+    host_threads.each(step, w.size, SPLIT_PART_MIN, work=w.size)
+
+
 class AdamUpdate(_Update):
+    """``m = beta1 m + (1 - beta1) g``, ``v = beta2 v + (1 - beta2) g²``, ``w -= lr (m / (sqrt(v) + epsilon) +
+    weight_decay w)``, ``lr`` times ``sqrt(1 - beta2^t) / (1 - beta1^t)`` with ``do_bias_correction`` (OneFlow's
+    adam_update; AdamW's decay from the weight before the step). Inputs ``(w, grad, m, v, *extras)``."""
     prefix, api = "AdamUpdate_", "Adam.minimize"
 
     @staticmethod
@@ -217,12 +251,16 @@ class AdamUpdate(_Update):
     @staticmethod
     def forward(xp, w, grad, m, v, *rest, beta1, beta2, epsilon, do_bias_correction, weight_decay, clipped,
                 grad_scale, schedule, lr, step, l1=0.0, l2=0.0, dynamic=False, skipped=None, writable=False):
+        if do_bias_correction:
+            lr = lr * np.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+        if not (l1 or l2 or dynamic) and _blas_pass(xp, w, grad) and m.flags.c_contiguous and v.flags.c_contiguous:
+            scale = float(rest[0]) * grad_scale if clipped else grad_scale
+            _adam_blas(w, grad, m, v, scale, beta1, beta2, epsilon, lr, weight_decay, writable)
+            return
         g = _gradient(xp, w, grad, rest, clipped, dynamic, grad_scale, l1, l2, writable)
         if g is None:
             return
         scratch = _moments(g, m, v, beta1, beta2)       # g's buffer is free from here on
-        if do_bias_correction:
-            lr = lr * np.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
         xp.sqrt(v, out=scratch)
         scratch += epsilon
         xp.divide(m, scratch, out=scratch)

@@ -32,12 +32,12 @@ from bokeh.models import (ColorBar, ColumnDataSource, CustomJSHover, CustomJSTic
                           HoverTool, LinearColorMapper, LogColorMapper, Quad, Range1d, TapTool)
 from bokeh.palettes import Viridis256
 
-from ..health import COUNT_STATISTICS
+from ..health import COUNT_STATISTICS, ROW_STATISTICS
 from .figures import ALARM, _figure, _live_figure, compact_ticks, draw_bands, scale_ticker, value_labels
 from .static import Scale, axis_ticks, linear_ticks, tick_texts
 
 # Statistics whose values are fractions or counts get a linear colour scale; norms and magnitudes span decades (log).
-LINEAR = frozenset({"act_zero_fraction", "dead_fraction", "attention_entropy", *COUNT_STATISTICS})
+LINEAR = frozenset({"act_zero_fraction", "dead_fraction", "attention_entropy", *COUNT_STATISTICS, *ROW_STATISTICS})
 NO_VALUE = "#d9d9d9"
 ZERO = "#e377c2"                # a zero on a log scale (below every colour of the palette)
 ROW_HEIGHT = 18                 # pixels a layer's row takes in a heatmap

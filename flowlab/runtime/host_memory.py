@@ -11,8 +11,9 @@ straight from its input, as PyTorch's are, needs far less scratch memory, so the
 
 ``retain_freed_blocks()`` raises both thresholds once per process: blocks up to 32 MiB (glibc's largest threshold)
 come from the heap, and up to ``TRIM_THRESHOLD`` bytes of free heap stay mapped for the next step. The price is
-memory: a process keeps the heap of its largest step. Plans call it on NumPy only, and only for jobs with large
-tensors (``LARGE_TENSOR_BYTES``); ``FLOWLAB_RETAIN_HEAP=0`` turns it off. Elsewhere than glibc it does nothing.
+memory: a process keeps the heap of its largest step. Plans call it on NumPy only, and only for jobs with tensors
+that glibc would map afresh (``LARGE_TENSOR_BYTES``); ``FLOWLAB_RETAIN_HEAP=0`` turns it off. Elsewhere than glibc
+it does nothing.
 """
 from __future__ import annotations
 
@@ -27,7 +28,11 @@ log = logging.getLogger("flowlab")
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3       # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD = 32 << 20                         # glibc's maximum (HEAP_MAX_SIZE / 2 on 64-bit)
 TRIM_THRESHOLD = 1 << 30
-LARGE_TENSOR_BYTES = 1 << 20     # plans with a tensor this large or larger retain blocks (a small MLP does not)
+# Plans with a tensor this large or larger retain blocks: glibc's initial mmap threshold, from which a block is mapped
+# afresh. Its adaptive threshold does not keep such blocks either: the small BERT encoder's step (largest tensor
+# 512 KiB) faulted in ~770 pages a step, ~2 ms of its ~22 ms of CPU, until this was lowered from 1 MiB. A plan of
+# smaller tensors only (a small MLP) never maps memory per step and leaves the thresholds alone.
+LARGE_TENSOR_BYTES = 128 << 10
 
 _lock = threading.Lock()
 _state = {"done": False, "applied": False}

@@ -20,6 +20,7 @@ Outside such a block (CuPy, small plans, direct kernel calls) ``width()`` is 1 a
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -158,10 +159,12 @@ def each(function, total, minimum=1, work=None):
 def matmul(a, b, out=None):
     """``np.matmul(a, b, out=out)`` (``a``, ``b`` at least 2-D, NumPy), split into row blocks of ``a`` or column
     blocks of ``b`` (the longer side; each block one product writing its own block of ``out``)."""
+    if width() <= 1:            # first: the size below costs ~6 us, a lot beside a small product
+        return np.matmul(a, b, out=out)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    stack = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    macs = int(np.prod(stack, dtype=np.int64)) * m * k * n
-    if width() <= 1 or macs < SPLIT_MACS:
+    stack = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if a.ndim > 2 or b.ndim > 2 else ()
+    macs = math.prod(stack) * m * k * n
+    if macs < SPLIT_MACS:
         return np.matmul(a, b, out=out)
     if out is None:
         out = np.empty(stack + (m, n), np.result_type(a, b))
