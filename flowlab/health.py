@@ -72,7 +72,9 @@ measured right after the call. The report (alerts come from the numbers alone: `
 the plan has run (``after_run``): on NumPy on the job's thread, on a GPU in the dispatcher beside the next call; it is
 delivered as ``HealthRequest`` says. On several devices the tensors are delivered and summarised from the joined
 whole on the host, and the report is built in the dispatcher when the loss (the last layer's output in a predict
-job) arrives.
+job) arrives. A sparse update's gradient rows and ids of a table gathered more than once are each gather's
+concatenated, on each device its own ones: those are delivered gather by gather and concatenated on the host, in one
+device's order (``_slice_parts``).
 """
 from __future__ import annotations
 
@@ -88,6 +90,7 @@ import numpy as np
 from . import graph as g
 from .errors import TraceError
 from .ops import apply
+from .ops.array import Concat
 from .ops.normalization import batch_norm_parts
 from .ops.stats import (ActivationStats, AttentionStats, BatchNormStats, MeanStat, Results, RowCoverage, RowTouches,
                         RowTracker, Scratch, SquareStats, activation_vector, batch_norm_vector, histogram_vector,
@@ -485,6 +488,17 @@ def _indexed_slice_ids(param):
     return None if slices is None else slices[0]
 
 
+def _slice_parts(tensor):
+    """The tensors whose joined values, one after another along axis 0, make the logical value of ``tensor``, a
+    sparse update's gradient rows or ids: for a table gathered more than once those are each gather's, concatenated
+    (``optim.optimizers.Optimizer._indexed_slices``). On several devices each device concatenates its own, so the
+    devices' pieces of the concatenation are not the logical one; each gather's are (split along the batch)."""
+    node = tensor.node
+    if node.op is Concat and node.attrs["axis"] == 0:
+        return list(node.inputs)
+    return [tensor]
+
+
 def _plain_sgd(update):
     """The update node is SGD without momentum or clipping: its step is ``lr * grad_scale * gradient``."""
     return update is not None and update.op.is_plain_step(update)
@@ -605,8 +619,9 @@ class _Monitor:
                 self._add(("weight", p.name), p.read, layer.name, "weight", SquareStats, scratch=Scratch(),
                           keep=self.kept.get(p.name))
                 if p.update is not None:
-                    self._add(("grad", p.name), p.update.inputs[1], layer.name, "gradient", SquareStats,
-                              scratch=Scratch())
+                    grad = p.update.inputs[1]
+                    self._add(("grad", p.name), grad, layer.name, "gradient", SquareStats, scratch=Scratch(),
+                              parts=_slice_parts(grad) if p.update.op.row_sparse else None)
             if layer.moving is not None:
                 self._add_batch_norm(layer)
         # transformers: each attention block's heads, and (then only) the residual stream at each residual sum
@@ -653,20 +668,22 @@ class _Monitor:
         self._names.add(name)
         return apply(op, (tensor, *extra), name, **attrs)
 
-    def _add(self, key, tensor, layer, what, op, ordered=True, **attrs):
+    def _add(self, key, tensor, layer, what, op, ordered=True, parts=None, **attrs):
         """Deliver ``op``'s vector of ``tensor`` under ``key``; ``ordered``: a vector ending in NaN and Inf counts,
-        searched for the first non-finite op."""
+        searched for the first non-finite op. ``parts``: on several devices, the tensors whose joined values,
+        concatenated along axis 0, make ``tensor``'s (``_slice_parts``); ``[tensor]`` when None."""
         if ordered:
             self.order.append((key, tensor.node, layer, what))
         else:
             self.extra += 1
         if self.host_side:
-            def call(value, step, key=key):
-                whole = value.whole     # the op's own computation (and keep), on the joined whole
+            def call(wholes, step, key=key):
+                # the op's own computation (and keep), on the joined whole
+                whole = wholes[0] if len(wholes) == 1 else np.concatenate(wholes)
                 self._arrive(key, step, op.forward(np, whole, **attrs))
                 if key in self.histogram_keys and step % self.histogram_every == 0:
                     self._arrive_sample(key, step, histogram_vector(np, whole, HISTOGRAM_BINS))
-            self.requests.append(self._request(tensor, call=call))
+            self._request_joined(parts or [tensor], call, self.request.every)
             return
         into = self.results.reserve(7 if op is ActivationStats else tensor.shape[1] if op is AttentionStats else 3)
         stat = self._observe(op, tensor, f"{what}-{key[1]}".replace(" ", "_"), into=into, **attrs)
@@ -715,26 +732,53 @@ class _Monitor:
     def _add_rows(self, layer, p, ids):
         """Track the rows of ``p``'s table that each call's ``ids`` update (``RowTouches``, in every call's plan) and
         deliver ``row_coverage_vector`` on reporting calls under ``("rows", name)``. On several devices the joined
-        ids are delivered every call and tracked on the host in the dispatcher, in call order."""
+        ids (of each gather, for a table gathered more than once: ``_slice_parts``) are delivered every call and
+        tracked on the host in the dispatcher, in call order."""
         key, rows = ("rows", p.name), p.read.shape[0]
         tracker, stale_after = RowTracker(), self.request.thresholds["stale_steps"]
         self.extra += 1
         if self.host_side:
             every = self.request.every
-            while ids.node.op.is_view and len(ids.node.inputs) == 1:
-                ids = ids.node.inputs[0]        # the ids as fed (split along the batch), not their flattened view
+            parts = []
+            for part in _slice_parts(ids):
+                while part.node.op.is_view and len(part.node.inputs) == 1:
+                    part = part.node.inputs[0]      # the ids as fed (split along the batch), not a flattened view
+                parts.append(part)
 
-            def call(value, step):
-                touched = RowTouches.forward(np, np.asarray(value.whole), rows, tracker)
+            def call(wholes, step):
+                flat = np.concatenate([np.asarray(w).reshape(-1) for w in wholes])
+                touched = RowTouches.forward(np, flat, rows, tracker)
                 if step % every == 0:
                     self._arrive(key, step, RowCoverage.forward(np, touched, rows, tracker, stale_after))
-            self.requests.append(WatchRequest(ids, False, call, self.request.describe, every=1,
-                                              source=self.request.source))
+            self._request_joined(parts, call, 1)
             return
         touches = self._observe(RowTouches, ids, f"rows-{p.name}", rows=rows, tracker=tracker)
         stat = self._observe(RowCoverage, touches, f"row_coverage-{p.name}", rows=rows, tracker=tracker,
                              stale_after=stale_after, into=self.results.reserve(3))
         self.requests.append(self._request(stat, put=functools.partial(self._arrive, key)))
+
+    def _request_joined(self, tensors, call, every):
+        """Several devices: ``call(wholes, step)`` in the dispatcher once the joined values of all ``tensors`` of a
+        call have arrived (``wholes``: those values, in the order of ``tensors``); on the calls ``every`` says."""
+        if len(tensors) == 1:
+            self.requests.append(WatchRequest(tensors[0], False, lambda value, step: call([value.whole], step),
+                                              self.request.describe, every=every, source=self.request.source))
+            return
+        arrived = {}                                        # step -> {position: joined value}
+
+        def arrive(value, step, position):
+            with self.lock:
+                pieces = arrived.setdefault(step, {})
+                pieces[position] = value.whole
+                if len(pieces) < len(tensors):
+                    return
+                del arrived[step]
+                for old in [s for s in arrived if s < step]:
+                    del arrived[old]                        # a call that failed half-way
+            call([pieces[i] for i in range(len(tensors))], step)
+        for position, tensor in enumerate(tensors):
+            self.requests.append(WatchRequest(tensor, False, functools.partial(arrive, position=position),
+                                              self.request.describe, every=every, source=self.request.source))
 
     def _arrive(self, key, step, vector):
         with self.lock:

@@ -89,12 +89,13 @@ def rows_of(report, layer):
     return tuple(report.table[layer][s] for s in ROW_STATISTICS)
 
 
-@pytest.mark.parametrize("every, devices, sparse", [(1, 1, True), (2, 1, True), (1, 1, False), (2, 2, False)])
+@pytest.mark.parametrize("every, devices, sparse", [(1, 1, True), (2, 1, True), (1, 1, False), (2, 2, False),
+                                                    (1, 2, True)])
 def test_rows_touched_coverage_and_stale_rows_match_the_ids_fed(every, devices, sparse):
     """Exact counts for both tables, on every report, whether the deep table's update is sparse or dense; with
     ``every=2`` the calls between reports (a plan without the statistics) still mark their rows: the coverage and
     staleness at each report count them. On two devices the joined ids are tracked on the host, with the same
-    numbers (dense updates: a sparse update's gradient rows cannot be watched on several devices yet)."""
+    numbers."""
     reports = []
     steps = 12
     run(wide_and_deep(reports, every=every, devices=devices, sparse=sparse), steps)
@@ -114,6 +115,71 @@ def test_rows_touched_coverage_and_stale_rows_match_the_ids_fed(every, devices, 
     # the deep table's ids reach 8 of its 40 rows: it alerts where more than 90% of it is stale, the wide one never
     alerted = {(a.step, a.layer) for r in reports for a in r.alerts if a.kind == "stale_rows"}
     assert alerted == {(r.step, "deep") for r in reports if deep[r.step][3] > 0.9} and (8, "deep") in alerted
+
+
+def test_two_devices_with_sparse_updates_report_what_one_device_reports():
+    """The sparse update's gradient rows and ids are each device's gathered rows, one after another along axis 0:
+    joined they are one device's, so on two devices every statistic of every layer (the deep table's
+    ``grad_norm`` from its gradient rows, its row counts from its ids, the weights the updates made) equals one
+    device's, call after call."""
+    tables = {}
+    for devices in (1, 2):
+        reports = []
+        run(wide_and_deep(reports, devices=devices), 6)
+        tables[devices] = [r.table for r in reports]
+    assert len(tables[2]) == len(tables[1]) == 6
+    for step, (one, two) in enumerate(zip(tables[1], tables[2])):
+        assert one.keys() == two.keys() and "grad_norm" in one["deep"] and "rows_touched" in one["deep"]
+        for layer in one:
+            assert one[layer].keys() == two[layer].keys(), (step, layer)
+            for name, value in one[layer].items():
+                assert two[layer][name] == pytest.approx(value, rel=1e-5, abs=1e-7, nan_ok=True), (step, layer, name)
+
+
+def test_a_table_gathered_twice_on_two_devices_reports_what_one_device_reports():
+    """A sparse table read by two gathers: its update's gradient rows and ids are the two gathers' concatenated, on
+    each device its own, which the devices' pieces cannot make; on two devices health joins each gather's and
+    concatenates them, so the row counts (against the ids fed), the gradient's norm and its histogram equal one
+    device's."""
+    def job_on(devices, reports):
+        flow.clear_default_session()
+        flow.config.gpu_device_num(devices)
+        cfg = flow.FunctionConfig()
+        cfg.indexed_slices_optimizer_conf(dict(include_op_names=dict(op_name=["deep-embedding"])))
+
+        @flow.global_function(type="train", function_config=cfg)
+        def job(user: tp.Numpy.Placeholder((BATCH, 1), dtype=flow.int32),
+                items: tp.Numpy.Placeholder((BATCH, 3), dtype=flow.int32)) -> tp.Numpy:
+            deep = flow.get_variable("deep-embedding", shape=(DEEP_ROWS, DIM),
+                                     initializer=flow.random_uniform_initializer(-1, 1))
+            features = flow.concat([flow.reshape(flow.gather(deep, user), (BATCH, DIM)),
+                                    flow.reshape(flow.gather(deep, items), (BATCH, 3 * DIM))], axis=1)
+            loss = flow.math.square(flow.reshape(flow.layers.dense(features, 1, name="mlp"), (BATCH,)))
+            flow.watch_health(reports.append, stale_steps=2, histogram_every=2)
+            flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [0.01])).minimize(loss)
+            return loss
+        return job
+
+    rng = np.random.default_rng(3)
+    feeds = [(rng.integers(0, 6, (BATCH, 1)).astype(np.int32), rng.integers(4, 12, (BATCH, 3)).astype(np.int32))
+             for _ in range(5)]
+    reports = {}
+    for devices in (1, 2):
+        reports[devices] = []
+        job = job_on(devices, reports[devices])
+        for user, items in feeds:
+            job(user, items)
+        flow.sync_default_session()
+    expected = reference(lambda step: np.concatenate([f.reshape(-1) for f in feeds[step]]), DEEP_ROWS, 5, 2)
+    assert [r.step for r in reports[2]] == [r.step for r in reports[1]] == list(range(5))
+    for one, two in zip(reports[1], reports[2]):
+        assert rows_of(two, "deep") == pytest.approx(expected[two.step]) == rows_of(one, "deep")
+        for name, value in one.table["deep"].items():
+            assert two.table["deep"][name] == pytest.approx(value, rel=1e-5, abs=1e-7), (two.step, name)
+        assert (one.histograms is None) == (two.histograms is None) == bool(one.step % 2)
+        if one.histograms:
+            np.testing.assert_allclose(two.histograms["deep"]["gradient"], one.histograms["deep"]["gradient"],
+                                       rtol=1e-5, atol=1e-7)
 
 
 def test_ids_that_only_reach_a_few_rows_raise_the_stale_rows_alert_once_stale_steps_have_passed():

@@ -12,6 +12,7 @@ import flowlab as flow
 import flowlab.typing as tp
 from flowlab.optim.optimizers import IndexedSlicesUpdate, unique_rows
 from flowlab.runtime import session
+from flowlab.runtime.devices import join_kinds
 
 pytestmark = pytest.mark.numpy_backend      # the multi-device test runs NumPy devices (threads)
 
@@ -173,12 +174,15 @@ def test_one_step_from_fresh_state_equals_the_dense_step_on_touched_rows(optimiz
 
 def test_n_logical_devices_train_sparse_tables_as_one():
     finals = []
-    for devices in (1, 2, 3):
-        job = embedding_job(lambda: flow.optimizer.LazyAdam(lr(0.05)), config(), batch=6, devices=devices,
+    for devices in (1, 2, 3, 4):
+        job = embedding_job(lambda: flow.optimizer.LazyAdam(lr(0.05)), config(), batch=12, devices=devices,
                             reduce="mean")
-        losses = [job(ids, weights) for ids, weights in batches(4)]
+        losses = [job(ids, weights) for ids, weights in batches(4, batch=12)]
         finals.append((np.concatenate(losses), table()))
-        assert any(n.op is IndexedSlicesUpdate for n in job.graph().nodes)
+        update = next(n for n in job.graph().nodes if n.op is IndexedSlicesUpdate)
+        if devices > 1:     # the devices' gradient rows and ids, one after another, are the logical ones: they can
+            kinds = join_kinds(job.graph())       # be joined (and so returned or watched, as watch_health does)
+            assert [kinds[t.id] for t in update.inputs[1:3]] == ["split", "split"]
     flow.clear_default_session()
     for losses, values in finals[1:]:
         np.testing.assert_allclose(losses, finals[0][0], rtol=1e-5)

@@ -130,9 +130,12 @@ class GatherGrad(Op):
         indices, dy = node.inputs
         shape = node.attrs["shape"]
         # Reshape itself, not flow.reshape: on several devices flow.reshape reads a leading size equal to the
-        # logical batch as the user's and would make it this device's share
-        return (apply(Reshape, (indices,), shape=(indices.size,)),
-                apply(Reshape, (dy,), shape=(indices.size,) + tuple(shape[1:])))
+        # logical batch as the user's and would make it this device's share. Both flatten the indices' axes into
+        # axis 0, so the batch stays in front: under the consistent view the devices' ids and rows, one after
+        # another, are the logical ones (``batch_leading``; without it they could not be joined or watched)
+        leading = {"batch_leading": True} if indices.graph.splits_batches else {}
+        return (apply(Reshape, (indices,), shape=(indices.size,), **leading),
+                apply(Reshape, (dy,), shape=(indices.size,) + tuple(shape[1:]), **leading))
 
 
 def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name=None):
