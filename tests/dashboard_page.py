@@ -108,6 +108,17 @@ def luminance(css):
     return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
 
 
+# The Scalars tab's current page is whole: every card of it has joined the page (a served session's cards join one an
+# IOLoop turn once the page has connected; the grid's tags say ``[page index, cards placed]``, the pager's
+# ``[cards on the page, page index, pages]``) and BokehJS is idle.
+SCALARS_PLACED_JS = """() => {
+    if (!window.Bokeh || !Bokeh.documents.length) return false;
+    const doc = Bokeh.documents[0];
+    const grid = doc.get_model_by_name("scalar-groups"), pager = doc.get_model_by_name("pager:scalars");
+    return grid != null && pager != null && pager.tags[0] > 0 && grid.tags[0] === pager.tags[1]
+        && grid.tags[1] === pager.tags[0] && Bokeh.index.roots.every((v) => v.is_idle);
+}"""
+
 # ------------------------------------------------------------------ the tab tour's logdirs (tests and benchmarks)
 
 TABS = ("scalars", "histograms", "distributions", "images", "text", "anomalies", "health", "hparams", "projector",

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dashboard_page import flowlab_serve, open_dashboard
+from dashboard_page import SCALARS_PLACED_JS, flowlab_serve, open_dashboard
 from flowlab.plots.static import log_ticks, value_label
 from jupyter_page import CHROMIUM
 
@@ -78,9 +78,10 @@ def dashboard(tmp_path_factory, chromium):
             warnings = []
             page, errors = open_dashboard(chromium, url, viewport={"width": 1400, "height": 900},
                                           accept_downloads=True, warnings=warnings)
-            # the scalars' lines are expanded in the page once the document is ready: loaded means drawn
-            page.wait_for_function(f"() => ({SOURCES_JS})().some((s) => s.step.length > 0) && "
-                                   "Bokeh.index.roots.every((v) => v.is_idle)", polling=20)
+            # the scalars' lines are expanded in the page once the document is ready: loaded means drawn; the cards
+            # join the page one a server turn, so loaded is the whole first page (it was any one line: a race)
+            page.wait_for_function(f"() => ({SCALARS_PLACED_JS})() && ({SOURCES_JS})().some((s) => s.step.length > 0)",
+                                   polling=20)
             load_s = time.perf_counter() - start
             yield dict(page=page, errors=errors, warnings=warnings, writer=live_writer, peer=peer_name,
                        load_s=load_s, log=log)
