@@ -153,3 +153,30 @@ def test_winograd_gradients_by_finite_differences(monkeypatch, algo):
     assert C._winograd(np, x.dtype, x.shape, w.shape, kernel, (1, 1), (1, 1), 1, "NCHW", out_hw) is algo
     check_grad(lambda x, w: flow.nn.conv2d(x, w, 1, "SAME", "NCHW"), x, w, max_points=30)
     check_grad(lambda x, w: flow.nn.conv2d(x, w, 1, [(2, 0), (1, 3)], "NCHW"), x, w, max_points=30)
+
+
+@ALGOS
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("channels_per_chunk", [1, 2, 5])
+def test_input_transform_in_chunks_of_channels_matches_one_pass(monkeypatch, algo, threads, channels_per_chunk):
+    """The input transform works through the channels in cache-sized chunks (the last one shorter where the count
+    does not divide them), on host threads: the same ``V`` as one pass over all channels, and as ``B^T d B`` of each
+    window computed directly."""
+    monkeypatch.setattr(host_threads, "SPLIT_ELEMENTS", 1)
+    x = rnd(2, 5, 9, 11, seed=10)
+    pads, out_hw = ((1, 1), (2, 0)), (9, 11)
+    tiles = C._wino_tiles(out_hw, algo.m)
+    whole = C._wino_input(np, x, pads, tiles, algo)
+    per_channel = algo.t * x.shape[0] * tiles[0] * (tiles[1] * algo.m + 2)
+    monkeypatch.setattr(C, "_WINO_CHUNK", channels_per_chunk * per_channel)
+    with host_threads.using(threads):
+        chunked = C._wino_input(np, x, pads, tiles, algo)
+    np.testing.assert_allclose(chunked, whole, rtol=1e-13, atol=1e-13)
+    t, m = algo.t, algo.m
+    padded = np.zeros((2, 5, tiles[0] * m + 2, tiles[1] * m + 2))
+    padded[:, :, 1:10, 2:13] = x[:, :, :, :min(11, tiles[1] * m + 2 - 2)]
+    for i, j in ((0, 0), (1, 2), (tiles[0] - 1, tiles[1] - 1)):
+        d = padded[:, :, m * i:m * i + t, m * j:m * j + t]                     # (N, C, t, t): rows p, columns q
+        want = np.einsum("ap,ncpq,bq->banc", algo.bt, d, algo.bt).reshape(t * t, 2, 5)
+        got = chunked.reshape(t * t, 5, 2, tiles[0], tiles[1])[:, :, :, i, j].transpose(0, 2, 1)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -697,6 +697,7 @@ def _folded_filter_grad(xp, x, dy, filter_shape, kernel, strides, dilations, pad
 
 _WINOGRAD_PIXELS = 8
 _WINOGRAD2_PIXELS = 1
+_WINO_CHUNK = 1 << 16     # elements of a chunk of the input transform's row buffer (NumPy)
 _WINO_BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0],
                      [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64)           # interpolation points 0, +-1,
 _WINO_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
@@ -755,36 +756,42 @@ def _wino_tiles(out_hw, m):
 
 def _wino_input(xp, x, pads, tiles, algo):
     """``V = B^T d B`` of every t x t input window ``d`` (zero over padding) as ``(t*t, C, N*th*tw)``; position
-    ``xi = t b + a`` holds row ``a``, column ``b`` of the transformed tile."""
+    ``xi = t b + a`` holds row ``a``, column ``b`` of the transformed tile.
+
+    On NumPy the channels go through in chunks of about ``_WINO_CHUNK`` elements, each chunk's gathers and two
+    transform products staying in cache (whole-tensor passes were memory-bound: ResNet-50's 56x56x64 layer, one
+    thread, 5.3 -> 3.5 ms), and host threads take ranges of chunks."""
     n, c, h, w = x.shape
     (th, tw), m, t = tiles, algo.m, algo.t
     (top, _), (left, _) = pads
     bt = xp.asarray(algo.bt, x.dtype)
     images = x.transpose(1, 0, 2, 3)                                # (C, N, H, W) view
-    rows = xp.empty((t, c, n, th, tw * m + 2), x.dtype)             # rows[p][:, :, i] = padded input row m i + p
     spans = _valid_range(h, t, m, 1, top, th)
+    width = tw * m + 2
+    v = xp.empty((t, t, c, n * th * tw), x.dtype)
+    per_channel = t * n * th * width
+    step = c if xp is not np else max(1, min(c, _WINO_CHUNK // per_channel))
 
-    def gather(channels):
-        for p, (first, stop, source) in enumerate(spans):
-            target = rows[p, channels]
-            target[:, :, :first] = 0
-            target[:, :, stop:] = 0
-            target[:, :, first:stop, :left] = 0
-            target[:, :, first:stop, left + w:] = 0
-            if stop > first:
-                last = source + (stop - first - 1) * m + 1
-                target[:, :, first:stop, left:left + w] = images[channels, :, source:last:m]
+    def transform(channels):
+        buffers = {}
+        for start in range(channels.start, channels.stop, step):
+            stop = min(start + step, channels.stop)
+            k = stop - start
+            if k not in buffers:    # rows[p][:, :, i] = padded input row m i + p; padding stays zero across chunks
+                buffers[k] = (xp.zeros((t, k, n, th, width), x.dtype), xp.empty((t, t, k, n, th, tw), x.dtype))
+            rows, windows = buffers[k]
+            for p, (first, last_tile, source) in enumerate(spans):
+                if last_tile > first:
+                    last = source + (last_tile - first - 1) * m + 1
+                    rows[p, :, :, first:last_tile, left:left + w] = images[start:stop, :, source:last:m]
+            mixed = xp.matmul(bt, rows.reshape(t, -1)).reshape(rows.shape)         # over p: (a, k, N, th, W')
+            for q in range(t):                                      # windows[q, a] = column m j + q of row a
+                windows[q] = mixed[..., q:q + m * (tw - 1) + 1:m]
+            chunk = xp.matmul(bt, windows.reshape(t, -1))           # over q: (b, a*k*T)
+            v[:, :, start:stop] = chunk.reshape(t, t, k, -1)
 
-    host_threads.each(gather, c, work=rows.size)
-    mixed = _wino_matmul(xp, bt, rows.reshape(t, -1)).reshape(rows.shape)        # over p: (a, C, N, th, W')
-    windows = xp.empty((t, t, c, n, th, tw), x.dtype)               # windows[q, a] = column m j + q of row a
-
-    def columns(channels):
-        for q in range(t):
-            windows[q, :, channels] = mixed[:, channels, :, :, q:q + m * (tw - 1) + 1:m]
-
-    host_threads.each(columns, c, work=windows.size)
-    return _wino_matmul(xp, bt, windows.reshape(t, -1)).reshape(t * t, c, -1)     # over q: (b, a, C, T)
+    host_threads.each(transform, c, step, work=v.size)
+    return v.reshape(t * t, c, -1)
 
 
 def _wino_filters(xp, w, algo):
