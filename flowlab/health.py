@@ -1085,8 +1085,11 @@ def _update_ratio_alerts(seen):
         if ratio == 0 and row.get("grad_norm", 0) > 0 and not _stays(seen, layer, lambda r: r == 0):
             continue
         # A batch norm whose gamma and beta start (near) zero (the gate itself): a ratio to a norm of almost nothing
-        # is large whatever the step, so it says nothing about the learning rate.
-        if not low and role.batch_norm and _weight_rms(row, role) < t["closed_gate"]:
+        # is large whatever the step, so it says nothing about the learning rate; nor in the MIN_HISTORY reports
+        # after it opened, while its norm is still a few steps' updates (the ratio falls about as 1/k, as for
+        # vectors_only below: 0.4-0.75 at steps 3-5 of the small unfused ResNet-50, by rounding alone).
+        if not low and role.batch_norm and (_weight_rms(row, role) < t["closed_gate"] or
+                                            _recently_closed(seen, layer, role)):
             continue
         # Likewise a layer of vectors only (BERT's masked-LM output bias, zero-initialised) while they are still
         # near zero: Adam's first steps move every element by about the learning rate, so the ratio to a norm of
@@ -1108,6 +1111,12 @@ def _update_ratio_alerts(seen):
             f"the update of layer {layer} is {ratio:.3g} of its weights' norm (healthy is around 1e-3; "
             f"threshold {t['update_ratio_low' if low else 'update_ratio_high']:g}): {why}")))
     return out
+
+
+def _recently_closed(seen, layer, role):
+    """Whether ``layer``'s weight RMS was below ``closed_gate`` in one of the MIN_HISTORY reports before this one."""
+    earlier = [r.table.get(layer, {}) for r in seen.recent[-MIN_HISTORY:]]
+    return any(_weight_rms(row, role) < seen.t["closed_gate"] for row in earlier)
 
 
 def _stays_high(seen, layer):

@@ -95,11 +95,11 @@ POINTWISE = [
 # groups 1, NCHW, anything but an unpadded 1x1 or a Winograd 3x3 (stride 1 with enough pixels per channel: see
 # test_conv_winograd.py) -> the batch-folded im2col route
 FOLDED = [
-    ((1, 8, 4, 5), (8, 8, 3, 3), (1, 1), "SAME", (1, 1)),      # 3x3 stride 1, 20 pixels < 8 per channel
+    ((1, 24, 4, 5), (24, 24, 3, 3), (1, 1), "SAME", (1, 1)),    # 3x3 stride 1, 20 pixels < 1 per channel
     ((2, 3, 9, 7), (4, 3, 3, 3), (2, 2), "SAME", (1, 1)),       # odd sizes: the odd pixel padded at the end
     ((1, 2, 11, 10), (3, 2, 7, 7), (2, 2), "SAME", (1, 1)),     # ResNet's stem, small
     ((2, 2, 7, 8), (3, 2, 3, 2), (2, 1), [1, (0, 2)], (2, 1)),  # explicit padding, dilation
-    ((1, 6, 4, 4), (6, 6, 3, 3), (1, 1), [(3, 0), (0, 3)], (1, 1)),   # positions that read only padding
+    ((1, 32, 4, 4), (32, 32, 3, 3), (1, 1), [(3, 0), (0, 3)], (1, 1)),   # positions that read only padding
     ((2, 3, 6, 6), (2, 3, 1, 1), (1, 1), [1, 1], (1, 1)),       # a padded 1x1 is not pointwise
     ((2, 2, 6, 5), (3, 2, 2, 3), (1, 2), "VALID", (1, 1)),
 ]

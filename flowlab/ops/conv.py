@@ -1,17 +1,17 @@
 """``flow.nn.conv2d``, ``max_pool2d`` and ``avg_pool2d`` with OneFlow 0.x's arguments, layouts and op names.
 
 Convolutions take one of five routes. On NumPy, a 1x1 convolution without padding is a plain matrix product in the
-caller's layout (no im2col, no transposes); a 3x3 stride-1 NCHW convolution over large enough images runs Winograd's
-F(4x4, 3x3) (4x fewer multiply-adds); and any other NCHW convolution with one group gathers its im2col matrix
-straight from NCHW with the batch folded into the long axis (one BLAS product per convolution and gradient, no
-padded copy, no NHWC transposes); see those sections below. On NumPy these kernels split their work over host
-threads inside a host plan's call (``runtime.host_threads``). Depthwise convolutions (groups == in_channels ==
-out_channels, MobileNet's) skip im2col: one multiply-add of the whole output per kernel position. Everything else
-(NHWC, other grouped convolutions, and every convolution on CuPy) computes in NHWC, where an im2col row is long
-contiguous runs of channels: NCHW tensors are transposed on the way in and back on the way out, and NCHW filters
-``(O, C/g, kh, kw)`` take the same permutation to ``(O, kh, kw, C/g)``; windows are gathered with ``as_strided``
-into one im2col matrix per group for one batched matmul, and the gradients reuse that matrix (filters) or
-scatter-add over the ``kh*kw`` kernel positions (col2im, input). Average pooling computes in NHWC too; max pooling
+caller's layout (no im2col, no transposes); a 3x3 stride-1 NCHW convolution over large enough images runs
+Winograd's F(4x4, 3x3) or F(2x2, 3x3) (4x or 2.25x fewer multiply-adds); and any other NCHW convolution with one
+group gathers its im2col matrix straight from NCHW with the batch folded into the long axis (one BLAS product per
+convolution and gradient, no padded copy, no NHWC transposes); see those sections below. On NumPy these kernels split
+their work over host threads inside a host plan's call (``runtime.host_threads``). Depthwise convolutions (groups ==
+in_channels == out_channels, MobileNet's) skip im2col: one multiply-add of the whole output per kernel position.
+Everything else (NHWC, other grouped convolutions, and every convolution on CuPy) computes in NHWC, where an im2col
+row is long contiguous runs of channels: NCHW tensors are transposed on the way in and back on the way out, and NCHW
+filters ``(O, C/g, kh, kw)`` take the same permutation to ``(O, kh, kw, C/g)``; windows are gathered with
+``as_strided`` into one im2col matrix per group for one batched matmul, and the gradients reuse that matrix (filters)
+or scatter-add over the ``kh*kw`` kernel positions (col2im, input). Average pooling computes in NHWC too; max pooling
 reads whole windows of one channel and stays in the input's layout.
 
 Padding is ``"VALID"``, ``"SAME"`` (TensorFlow's: output ``ceil(in / stride)``, the odd pixel padded at the end; also
@@ -20,6 +20,7 @@ Padding is ``"VALID"``, ``"SAME"`` (TensorFlow's: output ``ceil(in / stride)``, 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -249,8 +250,9 @@ class Conv2d(Op):
             return _depthwise_forward(xp, x, w, kernel, strides, dilations, pads, out_hw, data_format)
         if _is_pointwise(xp, kernel, groups, pads):
             return _pointwise_forward(xp, x, w, strides, out_hw, data_format)
-        if _is_winograd(xp, x.dtype, x.shape, w.shape, kernel, strides, dilations, groups, data_format, out_hw):
-            return _winograd_forward(xp, x, w, pads, out_hw)
+        algo = _winograd(xp, x.dtype, x.shape, w.shape, kernel, strides, dilations, groups, data_format, out_hw)
+        if algo is not None:
+            return _winograd_forward(xp, x, w, pads, out_hw, algo)
         if _is_folded(xp, groups, data_format):
             return _folded_forward(xp, x, w, kernel, strides, dilations, pads, out_hw)
         x, w = _nhwc(xp, x, data_format), _nhwc(xp, w, data_format)
@@ -287,8 +289,9 @@ class ConvInputGrad(Op):
             return _depthwise_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw, data_format)
         if _is_pointwise(xp, kernel, groups, pads):
             return _pointwise_input_grad(xp, dy, w, input_shape, strides, data_format)
-        if _is_winograd(xp, dy.dtype, input_shape, w.shape, kernel, strides, dilations, groups, data_format, out_hw):
-            return _winograd_input_grad(xp, dy, w, input_shape, pads, out_hw)
+        algo = _winograd(xp, dy.dtype, input_shape, w.shape, kernel, strides, dilations, groups, data_format, out_hw)
+        if algo is not None:
+            return _winograd_input_grad(xp, dy, w, input_shape, pads, out_hw, algo)
         if _is_folded(xp, groups, data_format):
             return _folded_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw)
         dy, w = _nhwc(xp, dy, data_format), _nhwc(xp, w, data_format)
@@ -325,8 +328,9 @@ class ConvFilterGrad(Op):
                                           data_format)
         if _is_pointwise(xp, kernel, groups, pads):
             return _pointwise_filter_grad(xp, x, dy, filter_shape, strides, data_format)
-        if _is_winograd(xp, x.dtype, x.shape, filter_shape, kernel, strides, dilations, groups, data_format, out_hw):
-            return _winograd_filter_grad(xp, x, dy, filter_shape, pads, out_hw)
+        algo = _winograd(xp, x.dtype, x.shape, filter_shape, kernel, strides, dilations, groups, data_format, out_hw)
+        if algo is not None:
+            return _winograd_filter_grad(xp, x, dy, filter_shape, pads, out_hw, algo)
         if _is_folded(xp, groups, data_format):
             return _folded_filter_grad(xp, x, dy, filter_shape, kernel, strides, dilations, pads, out_hw)
         x, dy = _nhwc(xp, x, data_format), _nhwc(xp, dy, data_format)
@@ -473,10 +477,13 @@ def conv2d_transpose(value=None, filter=None, output_shape=None, strides=None, p
 # --------------------------------------------------------------------------------------------- 1x1 convolutions
 # A 1x1 convolution without padding (ResNet's bottleneck ends and projections: two thirds of its convolutions) is a
 # plain matrix product in either layout, with no im2col, col2im or layout transposes: in NCHW one ``(O, C) @ (C,
-# H*W)`` product per image (BLAS's stacked ``matmul``), in NHWC one ``(N*H*W, C) @ (C, O)``. A stride subsamples the
+# H*W)`` product per image (BLAS's stacked ``matmul``), in NHWC one ``(N*H*W, C) @ (C, O)``. Small NCHW images (below
+# ``_FOLD_BELOW`` pixels) fold the batch into one product instead, ``(O, C) @ (C, N*H*W)``: per-image products that
+# thin repack the whole filter matrix for each image (ResNet-50's 7x7x2048 layers at batch 4, one thread: forward
+# 11.2 -> 8.7 ms, input gradient 15.2 -> 9.9 ms), while the two layout copies cost ~0.1 ms. A stride subsamples the
 # input first (its gradient lands on that subsample). On NumPy only: CuPy keeps the im2col route it was tested with.
 
-_FOLD_BELOW = 256      # NCHW filter gradient: below this many pixels per image, one product over the whole batch
+_FOLD_BELOW = 256      # NCHW: below this many pixels per image, one product over the whole batch
 
 
 def _is_pointwise(xp, kernel, groups, pads):
@@ -496,7 +503,10 @@ def _pointwise_forward(xp, x, w, strides, out_hw, data_format):
     w2 = w.reshape(w.shape[0], -1)                          # (O, C) in both filter layouts
     if data_format == "NCHW":
         n, c = x.shape[:2]
-        y = host_threads.matmul(w2, x.reshape(n, c, -1))     # (N, O, Ho*Wo)
+        if out_hw[0] * out_hw[1] < _FOLD_BELOW:
+            y = _to_images(host_threads.matmul(w2, _channels_first(x)), n)     # (O, N*Ho*Wo) -> (N, O, Ho*Wo)
+        else:
+            y = host_threads.matmul(w2, x.reshape(n, c, -1))     # (N, O, Ho*Wo)
         return y.reshape((n, w2.shape[0]) + tuple(out_hw))
     y = host_threads.matmul(x.reshape(-1, x.shape[3]), w2.T)
     return y.reshape(x.shape[:3] + (w2.shape[0],))
@@ -506,7 +516,10 @@ def _pointwise_input_grad(xp, dy, w, input_shape, strides, data_format):
     w2 = w.reshape(w.shape[0], -1)
     if data_format == "NCHW":
         n, o, ho, wo = dy.shape
-        d = host_threads.matmul(w2.T, dy.reshape(n, o, -1)).reshape(n, w2.shape[1], ho, wo)
+        if ho * wo < _FOLD_BELOW:
+            d = _to_images(host_threads.matmul(w2.T, _channels_first(dy)), n).reshape(n, w2.shape[1], ho, wo)
+        else:
+            d = host_threads.matmul(w2.T, dy.reshape(n, o, -1)).reshape(n, w2.shape[1], ho, wo)
     else:
         d = host_threads.matmul(dy.reshape(-1, dy.shape[3]), w2).reshape(dy.shape[:3] + (w2.shape[1],))
     if strides == (1, 1):
@@ -522,11 +535,9 @@ def _pointwise_filter_grad(xp, x, dy, filter_shape, strides, data_format):
         dw = host_threads.matmul(dy.reshape(-1, dy.shape[3]).T, x.reshape(-1, x.shape[3]))
         return dw.reshape(filter_shape)
     n, c = x.shape[:2]
+    if x.shape[2] * x.shape[3] < _FOLD_BELOW:   # thin per-image products: one with the batch in the contraction
+        return host_threads.matmul(_channels_first(dy), _channels_first(x).T).reshape(filter_shape)
     x3, dy3 = x.reshape(n, c, -1), dy.reshape(n, dy.shape[1], -1)
-    if x3.shape[2] < _FOLD_BELOW:       # thin per-image products: one product with the batch in the contraction
-        dw = host_threads.matmul(dy3.transpose(1, 0, 2).reshape(dy3.shape[1], -1),
-                                 x3.transpose(1, 0, 2).reshape(c, -1).T)
-        return dw.reshape(filter_shape)
     dw = xp.empty((dy3.shape[1], c), np.result_type(x3, dy3))
 
     def accumulate(rows):               # long contractions: per image, no transposed copies; threads split rows
@@ -620,13 +631,13 @@ def _to_images(y, n):
     return out
 
 
-def _folded_dy(dy):
-    """NCHW ``dy`` as ``(O, N*Ho*Wo)``, columns ordered like ``_folded_columns``."""
-    n, o = dy.shape[:2]
-    d = dy.reshape(n, o, -1)
-    out = np.empty((o, n, d.shape[2]), dy.dtype)
-    host_threads.each(lambda rows: np.copyto(out[rows], d[:, rows].transpose(1, 0, 2)), o, work=d.size)
-    return out.reshape(o, -1)
+def _channels_first(a):
+    """NCHW ``a`` (any strides, e.g. ``dy`` or a strided subsample) as a contiguous ``(C, N*H*W)`` array, columns
+    ordered like ``_folded_columns``; threads copy blocks of channels."""
+    n, c = a.shape[:2]
+    out = np.empty((c, n) + a.shape[2:], a.dtype)
+    host_threads.each(lambda rows: np.copyto(out[rows], a[:, rows].transpose(1, 0, 2, 3)), c, work=a.size)
+    return out.reshape(c, -1)
 
 
 def _folded_forward(xp, x, w, kernel, strides, dilations, pads, out_hw):
@@ -638,7 +649,7 @@ def _folded_forward(xp, x, w, kernel, strides, dilations, pads, out_hw):
 def _folded_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads, out_hw):
     n, o = dy.shape[:2]
     c = input_shape[1]
-    dcols = host_threads.matmul(w.reshape(o, -1).T, _folded_dy(dy))
+    dcols = host_threads.matmul(w.reshape(o, -1).T, _channels_first(dy))
     dcols = dcols.reshape((c,) + tuple(kernel) + (n,) + tuple(out_hw))
     dx = xp.empty(input_shape, dy.dtype)
     images = dx.transpose(1, 0, 2, 3)                        # (C, N, H, W) view of dx
@@ -656,102 +667,147 @@ def _folded_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads,
 
 def _folded_filter_grad(xp, x, dy, filter_shape, kernel, strides, dilations, pads, out_hw):
     cols = _folded_columns(xp, x, kernel, strides, dilations, pads, out_hw)
-    return host_threads.matmul(_folded_dy(dy), cols.T).reshape(filter_shape)   # N*Ho*Wo inner in both operands
+    return host_threads.matmul(_channels_first(dy), cols.T).reshape(filter_shape)   # N*Ho*Wo inner in both operands
 
 
 # ------------------------------------------------------------------------------- Winograd 3x3 stride-1 convolutions
-# Winograd's minimal filtering F(4x4, 3x3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
-# 2016): each 4x4 block of output pixels ("tile") is ``A^T [(G g G^T) * (B^T d B)] A`` of the 6x6 input window ``d``
-# under it and the 3x3 filter ``g``, so that after transforming filters (``U = G g G^T``) and input windows
-# (``V = B^T d B``), a convolution is 36 independent products ``M[xi] = U[xi] @ V[xi]`` over channels, one per
-# position ``xi`` of the 6x6 transformed tile: 36 multiply-adds per tile and channel pair against 144 directly (4x
-# fewer), the rest is linear maps of the input and output. Both gradients are the transposed maps of the same
-# algebra, exact in exact arithmetic: ``dM = A dy A^T`` per tile, input ``dV = U^T dM`` mapped back by ``B dV B^T``
-# and added over the overlapping windows, filters ``dU = dM V^T`` mapped back by ``G^T dU G``. The transforms are
-# small matrix products over a tile axis, taken here as products with the whole tensor (BLAS), and gathers of
-# strided slices. The price is rounding: the transforms scale values by up to ~100, so float32 results differ from
-# a direct convolution by ~1e-5 relative to the output's scale (against ~1e-7); float64 stays within ~1e-13.
+# Winograd's minimal filtering F(m x m, 3x3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
+# 2016): each m x m block of output pixels ("tile") is ``A^T [(G g G^T) * (B^T d B)] A`` of the t x t input window
+# ``d`` (t = m + 2) under it and the 3x3 filter ``g``, so that after transforming filters (``U = G g G^T``) and input
+# windows (``V = B^T d B``), a convolution is t*t independent products ``M[xi] = U[xi] @ V[xi]`` over channels, one
+# per position ``xi`` of the transformed tile: F(4x4, 3x3) takes 36 multiply-adds per tile and channel pair against
+# 144 directly (4x fewer), F(2x2, 3x3) 16 against 36 (2.25x fewer); the rest is linear maps of the input and
+# output. Both gradients are the transposed maps of the same algebra, exact in exact arithmetic: ``dM = A dy A^T``
+# per tile, input ``dV = U^T dM`` mapped back by ``B dV B^T`` and added over the overlapping windows, filters ``dU =
+# dM V^T`` mapped back by ``G^T dU G``. The transforms of inputs and outputs are small matrix products over a tile
+# axis, taken here as products with the whole tensor (BLAS), and gathers of strided slices; the filters' (9 numbers
+# to t*t and back) are one product with ``G (x) G``. The price is rounding: F(4x4)'s transforms scale values by up to
+# ~100, so float32 results differ from a direct convolution by ~1e-5 relative to the output's scale (against ~1e-7;
+# F(2x2)'s by ~1e-6); float64 stays within ~1e-13.
 #
 # Taken for float32 and float64 NCHW convolutions with 3x3 filters, stride 1, no dilation and one group on NumPy
-# (float16 would lose ~10 % in the transforms), when the batch has at least ``_WINOGRAD_PIXELS`` output pixels per
-# input and output channel: there the transforms cost less than the products they save (ResNet-50 at batch 4, one
-# thread, forward / input gradient / filter gradient: 56x56x64 layers 19/20/17 -> 14/15/15 ms, 28x28x128 15/15/14
-# -> 9/11/9 ms); on smaller images with more channels (14x14x256, 7x7x512) transforming the filters (36 numbers for
-# each 9) costs more than it saves.
+# (float16 would lose ~10 % in the transforms). F(4x4) when the batch has at least ``_WINOGRAD_PIXELS`` output pixels
+# per input and output channel (ResNet-50's 56x56x64 and 28x28x128 layers at batch 4); on smaller images with more
+# channels its 36 filter positions per 9 taps (filters transformed each call) and its thin products over few tiles
+# cost more than they save, and F(2x2) is taken down to ``_WINOGRAD2_PIXELS`` per channel. One thread, batch 4,
+# forward / input gradient / filter gradient in ms, F(4x4) | F(2x2) | im2col: 56x56x64 12.1/13.8/12.6 | 18.9/20.0/15.5 |
+# 17.0/17.5/14.4; 28x28x128 7.5/7.9/7.6 | 11.4/12.2/10.0 | 12.4/12.9/12.2; 14x14x256 9.9/10.8/9.1 | 8.8/9.2/8.3 |
+# 11.2/11.8/10.7; 7x7x512 17.2/22.3/16.4 | 14.4/16.9/13.3 | 11.1/12.7/10.6 (there the filter transform alone, 16 or
+# 36 numbers written for each of 2.4M taps, takes 4-8 ms).
 
 _WINOGRAD_PIXELS = 8
-_WINO_TILE = 4                                                      # output pixels per tile side, F(4x4, 3x3)
+_WINOGRAD2_PIXELS = 1
+_WINO_CHUNK = 1 << 16     # elements of a chunk of the input transform's row buffer (NumPy)
 _WINO_BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0],
                      [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64)           # interpolation points 0, +-1,
 _WINO_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
                     [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64)                # +-2 and infinity
 _WINO_AT = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
                     np.float64)
+_WINO2_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)   # points 0, +-1, inf
+_WINO2_G = np.array([[1, 0, 0], [1 / 2, 1 / 2, 1 / 2], [1 / 2, -1 / 2, 1 / 2], [0, 0, 1]], np.float64)
+_WINO2_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
+
+
+class _Winograd(NamedTuple):
+    """One F(m x m, 3x3) algorithm: ``bt`` (t, t), ``g`` (t, 3), ``at`` (m, t), t = m + 2."""
+    m: int
+    bt: np.ndarray
+    g: np.ndarray
+    at: np.ndarray
+
+    @property
+    def t(self):
+        return self.m + 2
+
+    def filter_map(self, dtype):
+        """``G (x) G`` as ``(t*t, 9)``: row ``t b + a`` (the positions of ``_wino_input``), column ``3 p + q`` (tap
+        ``(p, q)`` of a filter), so that ``U = filter_map @ g.reshape(9)``."""
+        t = self.t
+        return np.einsum("ap,bq->bapq", self.g, self.g).reshape(t * t, 9).astype(dtype)
+
+
+F43 = _Winograd(4, _WINO_BT, _WINO_G, _WINO_AT)
+F23 = _Winograd(2, _WINO2_BT, _WINO2_G, _WINO2_AT)
+
+
+def _winograd(xp, dtype, x_shape, w_shape, kernel, strides, dilations, groups, data_format, out_hw):
+    """The Winograd algorithm (``F43`` or ``F23``) that computes this convolution, or None (another route)."""
+    if not (xp is np and dtype in (np.float32, np.float64) and kernel == (3, 3) and strides == (1, 1) and
+            dilations == (1, 1) and groups == 1 and data_format == "NCHW"):     # float16 would lose ~1e-1
+        return None
+    pixels, channels = x_shape[0] * out_hw[0] * out_hw[1], max(x_shape[1], w_shape[0])
+    if pixels >= _WINOGRAD_PIXELS * channels:
+        return F43
+    return F23 if pixels >= _WINOGRAD2_PIXELS * channels else None
 
 
 def _is_winograd(xp, dtype, x_shape, w_shape, kernel, strides, dilations, groups, data_format, out_hw):
-    if not (xp is np and dtype in (np.float32, np.float64) and kernel == (3, 3) and strides == (1, 1) and
-            dilations == (1, 1) and groups == 1 and data_format == "NCHW"):     # float16 would lose ~1e-1
-        return False
-    return x_shape[0] * out_hw[0] * out_hw[1] >= _WINOGRAD_PIXELS * max(x_shape[1], w_shape[0])
+    return _winograd(xp, dtype, x_shape, w_shape, kernel, strides, dilations, groups, data_format, out_hw) is not None
 
 
 def _wino_matmul(xp, a, b):
     return host_threads.matmul(a, b) if xp is np else xp.matmul(a, b)
 
 
-def _wino_tiles(out_hw):
-    return tuple(-(-o // _WINO_TILE) for o in out_hw)
+def _wino_tiles(out_hw, m):
+    return tuple(-(-o // m) for o in out_hw)
 
 
-def _wino_input(xp, x, pads, tiles):
-    """``V = B^T d B`` of every 6x6 input window ``d`` (zero over padding) as ``(36, C, N*th*tw)``; position
-    ``xi = 6 b + a`` holds row ``a``, column ``b`` of the transformed tile."""
+def _wino_input(xp, x, pads, tiles, algo):
+    """``V = B^T d B`` of every t x t input window ``d`` (zero over padding) as ``(t*t, C, N*th*tw)``; position
+    ``xi = t b + a`` holds row ``a``, column ``b`` of the transformed tile.
+
+    On NumPy the channels go through in chunks of about ``_WINO_CHUNK`` elements, each chunk's gathers and two
+    transform products staying in cache (whole-tensor passes were memory-bound: ResNet-50's 56x56x64 layer, one
+    thread, 6.1 -> 4.4 ms), and host threads take ranges of chunks."""
     n, c, h, w = x.shape
-    (th, tw), m, t = tiles, _WINO_TILE, _WINO_TILE + 2
+    (th, tw), m, t = tiles, algo.m, algo.t
     (top, _), (left, _) = pads
-    bt = xp.asarray(_WINO_BT, x.dtype)
+    bt = xp.asarray(algo.bt, x.dtype)
     images = x.transpose(1, 0, 2, 3)                                # (C, N, H, W) view
-    rows = xp.empty((t, c, n, th, tw * m + 2), x.dtype)             # rows[p][:, :, i] = padded input row 4 i + p
     spans = _valid_range(h, t, m, 1, top, th)
+    width = tw * m + 2
+    v = xp.empty((t, t, c, n * th * tw), x.dtype)
+    per_channel = t * n * th * width
+    step = c if xp is not np else max(1, min(c, _WINO_CHUNK // per_channel))
 
-    def gather(channels):
-        for p, (first, stop, source) in enumerate(spans):
-            target = rows[p, channels]
-            target[:, :, :first] = 0
-            target[:, :, stop:] = 0
-            target[:, :, first:stop, :left] = 0
-            target[:, :, first:stop, left + w:] = 0
-            if stop > first:
-                last = source + (stop - first - 1) * m + 1
-                target[:, :, first:stop, left:left + w] = images[channels, :, source:last:m]
+    def transform(channels):
+        buffers = {}
+        for start in range(channels.start, channels.stop, step):
+            stop = min(start + step, channels.stop)
+            k = stop - start
+            if k not in buffers:    # rows[p][:, :, i] = padded input row m i + p; padding stays zero across chunks
+                buffers[k] = (xp.zeros((t, k, n, th, width), x.dtype), xp.empty((t, t, k, n, th, tw), x.dtype))
+            rows, windows = buffers[k]
+            for p, (first, last_tile, source) in enumerate(spans):
+                if last_tile > first:
+                    last = source + (last_tile - first - 1) * m + 1
+                    rows[p, :, :, first:last_tile, left:left + w] = images[start:stop, :, source:last:m]
+            mixed = xp.matmul(bt, rows.reshape(t, -1)).reshape(rows.shape)         # over p: (a, k, N, th, W')
+            for q in range(t):                                      # windows[q, a] = column m j + q of row a
+                windows[q] = mixed[..., q:q + m * (tw - 1) + 1:m]
+            chunk = xp.matmul(bt, windows.reshape(t, -1))           # over q: (b, a*k*T)
+            v[:, :, start:stop] = chunk.reshape(t, t, k, -1)
 
-    host_threads.each(gather, c, work=rows.size)
-    mixed = _wino_matmul(xp, bt, rows.reshape(t, -1)).reshape(rows.shape)        # over p: (a, C, N, th, W')
-    windows = xp.empty((t, t, c, n, th, tw), x.dtype)               # windows[q, a] = column 4 j + q of row a
-
-    def columns(channels):
-        for q in range(t):
-            windows[q, :, channels] = mixed[:, channels, :, :, q:q + m * (tw - 1) + 1:m]
-
-    host_threads.each(columns, c, work=windows.size)
-    return _wino_matmul(xp, bt, windows.reshape(t, -1)).reshape(t * t, c, -1)     # over q: (b, a, C, T)
+    host_threads.each(transform, c, step, work=v.size)
+    return v.reshape(t * t, c, -1)
 
 
-def _wino_filters(xp, w):
-    """``U = G g G^T`` of each 3x3 filter as ``(36, O, C)``, positions as in ``_wino_input``."""
+def _wino_filters(xp, w, algo):
+    """``U = G g G^T`` of each 3x3 filter as ``(t*t, O, C)``, positions as in ``_wino_input``: one product of the
+    ``(t*t, 9)`` map with all filters (two passes of 3-wide products, and the transpose between them, took 2-3x
+    longer)."""
     o, c = w.shape[:2]
-    t, g = _WINO_TILE + 2, xp.asarray(_WINO_G, w.dtype)
-    by_column = (w.reshape(-1, 3) @ g.T).reshape(o, c, 3, t)         # over q: (O, C, p, b)
-    by_column = xp.ascontiguousarray(by_column.transpose(3, 2, 0, 1)).reshape(t, 3, o * c)
-    return xp.matmul(g, by_column).reshape(t * t, o, c)                # over p: (b, a, O, C)
+    taps = w.reshape(o * c, 9)
+    return _wino_matmul(xp, xp.asarray(algo.filter_map(w.dtype)), taps.T).reshape(algo.t ** 2, o, c)
 
 
-def _wino_output_grad(xp, dy, tiles):
-    """``A dy A^T`` of every 4x4 tile of ``dy`` (zero beyond its edge) as ``(36, O, N*th*tw)``: the transpose of
+def _wino_output_grad(xp, dy, tiles, algo):
+    """``A dy A^T`` of every m x m tile of ``dy`` (zero beyond its edge) as ``(t*t, O, N*th*tw)``: the transpose of
     the output transform."""
     n, o, ho, wo = dy.shape
-    (th, tw), m, t = tiles, _WINO_TILE, _WINO_TILE + 2
+    (th, tw), m, t = tiles, algo.m, algo.t
     if (ho, wo) != (th * m, tw * m):
         padded = xp.zeros((n, o, th * m, tw * m), dy.dtype)
         padded[:, :, :ho, :wo] = dy
@@ -763,17 +819,17 @@ def _wino_output_grad(xp, dy, tiles):
         xp.copyto(blocks[:, :, channels], grid[:, channels].transpose(5, 3, 1, 0, 2, 4))
 
     host_threads.each(gather, o, work=blocks.size)
-    a = xp.asarray(_WINO_AT.T, dy.dtype)                            # (6, 4)
+    a = xp.asarray(algo.at.T, dy.dtype)                             # (t, m)
     by_column = _wino_matmul(xp, a, blocks.reshape(m, -1)).reshape(t, m, -1)     # over v: (b, u, O*T)
     return _wino_matmul(xp, a, by_column).reshape(t * t, o, -1)                  # over u: (b, a, O, T)
 
 
-def _winograd_forward(xp, x, w, pads, out_hw):
+def _winograd_forward(xp, x, w, pads, out_hw, algo=F43):
     n, o = x.shape[0], w.shape[0]
-    tiles = _wino_tiles(out_hw)
-    (th, tw), m, t = tiles, _WINO_TILE, _WINO_TILE + 2
-    products = _wino_matmul(xp, _wino_filters(xp, w), _wino_input(xp, x, pads, tiles))   # (36, O, T)
-    at = xp.asarray(_WINO_AT, x.dtype)
+    tiles = _wino_tiles(out_hw, algo.m)
+    (th, tw), m, t = tiles, algo.m, algo.t
+    products = _wino_matmul(xp, _wino_filters(xp, w, algo), _wino_input(xp, x, pads, tiles, algo))  # (t*t, O, T)
+    at = xp.asarray(algo.at, x.dtype)
     by_row = _wino_matmul(xp, at, products.reshape(t, t, -1))                  # over a: (b, u, O*T)
     pixels = _wino_matmul(xp, at, by_row.reshape(t, -1)).reshape(m, m, o, n, th, tw)     # over b: (v, u, ...)
     y = xp.empty((n, o, th * m, tw * m), x.dtype)
@@ -786,19 +842,20 @@ def _winograd_forward(xp, x, w, pads, out_hw):
     return y if y.shape[2:] == tuple(out_hw) else xp.ascontiguousarray(y[:, :, :out_hw[0], :out_hw[1]])
 
 
-def _winograd_input_grad(xp, dy, w, input_shape, pads, out_hw):
+def _winograd_input_grad(xp, dy, w, input_shape, pads, out_hw, algo=F43):
     n, c, h, wd = input_shape
-    tiles = _wino_tiles(out_hw)
-    t = _WINO_TILE + 2
-    dv = _wino_matmul(xp, _wino_filters(xp, w).transpose(0, 2, 1), _wino_output_grad(xp, dy, tiles))  # (36, C, T)
-    b = xp.asarray(_WINO_BT.T, dy.dtype)
+    tiles = _wino_tiles(out_hw, algo.m)
+    t = algo.t
+    dv = _wino_matmul(xp, _wino_filters(xp, w, algo).transpose(0, 2, 1),
+                      _wino_output_grad(xp, dy, tiles, algo))                  # (t*t, C, T)
+    b = xp.asarray(algo.bt.T, dy.dtype)
     by_column = _wino_matmul(xp, b, dv.reshape(t, -1))                          # over b: (q, a, C*T)
     windows = _wino_matmul(xp, b, by_column.reshape(t, t, -1)).reshape((t, t, c, n) + tiles)   # over a: (q, p)
     dx = xp.empty(input_shape, dy.dtype)
     images = dx.transpose(1, 0, 2, 3)                               # (C, N, H, W) view of dx
-    positions = list(_folded_positions((h, wd), (t, t), (_WINO_TILE,) * 2, (1, 1), pads, tiles))
+    positions = list(_folded_positions((h, wd), (t, t), (algo.m,) * 2, (1, 1), pads, tiles))
 
-    def scatter(channels):                     # col2im of the 6x6 windows; each position's += is exact
+    def scatter(channels):                     # col2im of the t x t windows; each position's += is exact
         images[channels] = 0
         for p, q, tile_index, in_index in positions:
             if tile_index is not None:
@@ -808,15 +865,14 @@ def _winograd_input_grad(xp, dy, w, input_shape, pads, out_hw):
     return dx
 
 
-def _winograd_filter_grad(xp, x, dy, filter_shape, pads, out_hw):
+def _winograd_filter_grad(xp, x, dy, filter_shape, pads, out_hw, algo=F43):
     o, c = filter_shape[:2]
-    tiles = _wino_tiles(out_hw)
-    t = _WINO_TILE + 2
-    du = _wino_matmul(xp, _wino_output_grad(xp, dy, tiles), _wino_input(xp, x, pads, tiles).transpose(0, 2, 1))
-    g = xp.asarray(_WINO_G.T, x.dtype)                              # (3, 6)
-    by_row = xp.matmul(g, du.reshape(t, t, -1))                       # over a: (b, p, O*C)
-    taps = (g @ by_row.reshape(t, -1)).reshape(3, 3, o, c)           # over b: (q, p, O, C)
-    return xp.ascontiguousarray(taps.transpose(2, 3, 1, 0))
+    tiles = _wino_tiles(out_hw, algo.m)
+    du = _wino_matmul(xp, _wino_output_grad(xp, dy, tiles, algo),
+                      _wino_input(xp, x, pads, tiles, algo).transpose(0, 2, 1))   # (t*t, O, C)
+    # G^T dU G of each filter: the filter map's transpose, as (O*C, 9) = dU^T @ map: the taps come out in place
+    taps = _wino_matmul(xp, du.reshape(algo.t ** 2, -1).T, xp.asarray(algo.filter_map(x.dtype)))
+    return taps.reshape(filter_shape)
 
 
 # --------------------------------------------------------------------------------------------- depthwise convolution
