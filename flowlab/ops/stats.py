@@ -265,6 +265,57 @@ def _host_activation(x, unit_axis, axes, nonnegative):
     return np.array([total_abs / n, math.sqrt(max(var, 0.0)), (n - nonzero) / n, hi, dead, 0.0, 0.0])
 
 
+def activation_rows(rows, unit_axis=1, nonnegative=False):
+    """``activation_vector`` of each ``rows[i]`` (a float32/float64 host array ``(n, *shape)``: one layer output a
+    call), as an ``(n, 7)`` float64 array. The all-finite rows take one vectorised pass over a few rows at a time
+    (``ROWS_AT_ONCE``: they stay in cache through the passes): the largest ``|x|``, the non-zeros, per-unit sums of
+    ``|x|`` as products with ones (a unit is dead when its sum is 0), the sum and the sum of squares. Rows holding
+    NaN/Inf, whose squares could overflow or whose variance would cancel go through ``activation_vector`` one by
+    one, so every row gets its rules; the moments may differ from it in the last bits (another order of
+    summation), the counts do not."""
+    n, shape = rows.shape[0], rows.shape[1:]
+    out = np.empty((n, 7))
+    size = math.prod(shape)
+    if not n:
+        return out
+    if not size or rows.dtype.char not in "fd" or not shape:
+        for i in range(n):
+            out[i] = activation_vector(np, rows[i], unit_axis, nonnegative)
+        return out
+    axis = unit_axis % len(shape)
+    units = shape[axis]
+    before, after = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
+    char = rows.dtype.char
+    limit = 1e37 if rows.dtype.itemsize == 4 else 1e306
+    at_once = max(1, ROWS_AT_ONCE // (size * rows.dtype.itemsize))
+    for first in range(0, n, at_once):
+        part = rows[first:first + at_once]
+        k = len(part)
+        flat = part.reshape(k, size)
+        with np.errstate(all="ignore"):      # rows that overflow or hold NaN/Inf fail ``fast`` and are redone
+            a = flat if nonnegative else np.abs(flat)
+            hi = _max(a, axis=1).astype(np.float64)
+            nonzero = np.add.reduce(a > 0, axis=1, dtype=np.int64)
+            per_unit = a.reshape(k, before, units, after)
+            per_unit = np.add.reduce(per_unit, axis=3) if after > 1 else per_unit.reshape(k, before, units)
+            per_unit = np.matmul(_ones_of(before, char), per_unit)              # (k, units)
+            dead = np.add.reduce(per_unit == 0, axis=1, dtype=np.int64) / units
+            total_abs = np.matmul(per_unit, _ones_of(units, char)).astype(np.float64)
+            total = total_abs if nonnegative else np.matmul(flat, _ones_of(size, char)).astype(np.float64)
+            mean = total / size
+            var = _row_dots(flat, flat).astype(np.float64) / size - mean * mean
+            fast = (hi * hi * size < limit) & (var >= 1e-2 * mean * mean)
+            out[first:first + k] = np.stack([total_abs / size, np.sqrt(np.maximum(var, 0.0)),
+                                             (size - nonzero) / size, hi, dead, np.zeros(k), np.zeros(k)], axis=1)
+        for i in np.flatnonzero(~fast):
+            out[first + i] = activation_vector(np, part[i], unit_axis, nonnegative)
+    return out
+
+
+ROWS_AT_ONCE = 512 << 10
+"""Bytes of rows ``activation_rows`` takes in one pass (a few hundred KiB: they stay in the core's cache)."""
+
+
 def square_vector(xp, x, scratch=None, out=None):
     """``[sum of squares of the finite elements, nan, inf]`` of ``x``, float64 on ``x``'s device: one dot product
     when everything is finite (``scratch``, ``out``: as ``activation_vector``'s)."""
@@ -539,6 +590,33 @@ class SquareStats(Op):
             return square_vector(np, x)
         out = _slot(xp, into, 3)
         return _written(xp, square_vector(xp, x, scratch, out), out)
+
+
+class SquaresStats(Op):
+    """``square_vector`` of each of several tensors made before it, as one vector of 3 numbers a tensor, in input
+    order (``watch_health``'s block path on the host: a network's weights, or its gradients, in one op). ``keeps``:
+    ``SquareStats``' ``keep`` for each input (None: not kept)."""
+    prefix, api = "System-Health-Squares_", "flow.watch_health"
+    observes = True
+
+    @staticmethod
+    def infer(*tensors, keeps):
+        return spec((3 * len(tensors),), np.float64)
+
+    @staticmethod
+    def forward(xp, *tensors, keeps):
+        values = []
+        for x, keep in zip(tensors, keeps):
+            if keep is not None:
+                keep.save(xp, x)
+            if xp is np and x.dtype.char in "fd":
+                flat = x.reshape(-1)
+                total = float(_dot(flat, flat))
+                if total - total == 0:          # all finite: square_vector's fast path, without its array
+                    values += (total, 0.0, 0.0)
+                    continue
+            values += square_vector(xp, x).tolist()
+        return np.array(values)
 
 
 class MeanStat(Op):
