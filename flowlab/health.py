@@ -107,7 +107,7 @@ MIN_HISTORY = 3
 BLOCK_COPY_BYTES = 8 << 20
 """Block path (``HealthRequest``): the ring of layer outputs copied whole holds at most about twice this, so a
 block is at most ``BLOCK_COPY_BYTES`` of them (and ``BLOCK_ROWS`` bounds its calls)."""
-BLOCK_ROWS = (16, 256)
+BLOCK_ROWS = (16, 1024)
 """Block path: the fewest and the most calls a block the job's thread flushes holds."""
 BLOCK_COPY_LIMIT = 16 << 10
 """Block path: a layer output of at most this many bytes (float32/float64) is copied whole and summarised with
@@ -831,6 +831,8 @@ class _Monitor:
         self._flush_lock = threading.Lock()
         self._context = _Context()
         self._layout = None
+        self._views = [(self._rows[slot], [ring[slot] for ring in self._rings],
+                        None if loss is None else self._loss_ring[slot].reshape(loss.shape)) for slot in range(capacity)]
         self._point(0)
         describe = self.request.describe
         handler = self.request.block_handler
@@ -842,11 +844,8 @@ class _Monitor:
             if len(steps) > 1 else f"{describe} (step {steps[0]})"
 
     def _point(self, head):
-        slot = head % len(self._steps)
-        self._row = self._rows[slot]
-        self._slots = [ring[slot] for ring in self._rings]
-        if self._loss_ring is not None:
-            self._loss_slot = self._loss_ring[slot].reshape(self._loss_copied.shape)
+        """Aim the puts at the ring slot of call ``head`` (views made once: this runs every call)."""
+        self._row, self._slots, self._loss_slot = self._views[head % len(self._views)]
 
     def _after_run_block(self):
         """On the job's thread after the plan ran: commit this call's row when every vector arrived (a call that
@@ -1072,15 +1071,13 @@ def _earlier_min(x, window):
 
 
 def _above_recent(x, factor, window):
-    """Whether ``x[i]`` is above ``factor`` times the median of the finite values among ``x[i - window:i]`` (with
-    ``_below``'s margin; read as their minimum where not all ``window`` are finite): ``loss_spike`` and the
-    exploding total gradient norm. The minimum first: the median only where that leaves the question open."""
+    """Whether ``x[i]`` may be above ``factor`` times the median of the finite values among ``x[i - window:i]``
+    (``loss_spike``, the exploding total gradient norm), without a median: of ``m`` values, the median is below
+    ``x[i] / factor`` only if at least ``m // 2`` of them are (with ``_above``'s margin)."""
     earlier = _earlier(x, window)
-    flag = x > _below(factor * np.fmin.reduce(earlier, axis=1))
-    full = flag & ~np.isnan(earlier).any(axis=1)
-    if full.any():
-        flag[full] = x[full] > _below(factor * np.median(earlier[full], axis=1))
-    return flag
+    finite = np.isfinite(earlier).sum(axis=1)
+    below = (earlier < _above(x / factor)[:, None]).sum(axis=1)
+    return (finite > 0) & (below >= np.maximum(finite // 2, 1))
 
 
 def _earlier(x, window):
