@@ -256,13 +256,15 @@ def _host_activation(x, unit_axis, axes, nonnegative):
         mean = total / n
         var = float(np.dot(flat, flat)) / n - mean * mean
         if var < 1e-2 * mean * mean:             # E[x²] - mean² would lose the spread: the careful statistic
-            var = float(stats_vector(np, flat)[3]) ** 2
-    else:                                        # squares could overflow: the scaled statistic
-        var = float(stats_vector(np, flat)[3]) ** 2
+            std = float(stats_vector(np, flat)[3])
+        else:
+            std = math.sqrt(max(var, 0.0))
+    else:                                        # squares could overflow: the scaled statistic (its square too:
+        std = float(stats_vector(np, flat)[3])   # a float64 std above 1e154 has none)
         total_abs = float(np.add.reduce(a_flat, dtype=np.float64))
         units = np.maximum.reduce(a, axis=axes) if axes else a
     dead = np.count_nonzero(units == 0) / units.size
-    return np.array([total_abs / n, math.sqrt(max(var, 0.0)), (n - nonzero) / n, hi, dead, 0.0, 0.0])
+    return np.array([total_abs / n, std, (n - nonzero) / n, hi, dead, 0.0, 0.0])
 
 
 def activation_rows(rows, unit_axis=1, nonnegative=False):

@@ -380,20 +380,20 @@ class HealthPanel(LiveView):
         every statistic ``s``, ``lo|s``, ``mean|s``, ``hi|s``: what ``HealthGrid.cells`` gives, for the page to
         switch between."""
         grid = self._grid
-        n_layers, out = len(grid.layers), {}
-        for s in grid.statistics:
-            c = grid.cells(s)
-            if not out:
-                buckets = len(c["first"]) - start
-                out["row"] = np.tile(np.arange(n_layers, dtype=np.float64), buckets)
-                out["first"] = np.repeat(c["first"][start:], n_layers).astype(np.float64)
-                out["last"] = np.repeat(c["last"][start:], n_layers).astype(np.float64)
-                out["end"] = out["last"] + 1.0
-                right = np.append(c["first"][start + 1:], c["last"][-1] + 1 if len(c["last"]) else [])
-                out["right"] = np.repeat(right, n_layers).astype(np.float64)
-                out["nonfinite"] = c["nonfinite"][:, start:].T.reshape(-1)
+        n_layers = len(grid.layers)
+        c = grid.cells_from(start)           # every statistic of the buckets from ``start``, at once
+        buckets = len(c["first"])
+        out = {"row": np.tile(np.arange(n_layers, dtype=np.float64), buckets),
+               "first": np.repeat(c["first"], n_layers).astype(np.float64),
+               "last": np.repeat(c["last"], n_layers).astype(np.float64)}
+        out["end"] = out["last"] + 1.0
+        last = grid.buckets.last[grid.buckets.count - 1] if grid.buckets.count else None
+        right = np.append(c["first"][1:], [last + 1] if buckets else [])
+        out["right"] = np.repeat(right, n_layers).astype(np.float64)
+        out["nonfinite"] = c["nonfinite"].reshape(-1)
+        for j, s in enumerate(grid.statistics):
             for part in ("lo", "mean", "hi"):
-                out[f"{part}|{s}"] = c[part][:, start:].T.reshape(-1)
+                out[f"{part}|{s}"] = c[part][:, :, j].reshape(-1)
         return out
 
     # ------------------------------------------------------------------------------------------------ display
