@@ -49,7 +49,10 @@ counted where the tensors live as the plan makes them (``ops.stats.histogram_vec
 one core). By default every 100th report when a writer takes the reports, else none.
 
 Where reports go: ``handler(report)``, and/or ``writer.add_health(report)`` for a ``SummaryWriter`` (the dashboard's
-Health tab draws them from the log).
+Health tab draws them from the log). A handler that also has ``health_block(block)`` (``HealthPanel``) and is the only
+consumer (no writer, no histograms) of a job on the host takes them in bulk instead: ``HealthBlock``s of many calls,
+made when a block is full, when the handler pulls (``health_source(flush)`` hands it the flush) and at
+``flow.sync_default_session()`` (see ``_Monitor``: a call then only records its statistics).
 
 How it runs. ``watch_health`` only records a request. When the job compiles (``delivery.resolve``) the request turns
 into statistics ops of the graph (``ops.stats``: ``ActivationStats``, ``SquareStats``, ``MeanStat``,
@@ -515,8 +518,10 @@ class HealthRequest:
 
     A handler with a ``health_block`` method (``HealthPanel``) takes reports in bulk when it is the only consumer
     (no writer, no histograms) and the plan runs on the host on one device: ``block_handler``. Each call then only
-    records its statistics (``_Monitor``'s block path) and the handler gets ``HealthBlock``s; anywhere else it gets
-    one ``HealthReport`` a call, as any handler."""
+    records its statistics (``_Monitor``'s block path) and the handler gets ``HealthBlock``s (on its first call,
+    when a block is full, when it pulls through the flush it gets from its ``health_source(flush)`` method if it has
+    one, and at ``flow.sync_default_session()``; its errors surface at the next job call or sync, naming it);
+    anywhere else it gets one ``HealthReport`` a call, as any handler."""
 
     diff = False            # needs no gradient of its own (watching.gradient_targets)
 
@@ -839,6 +844,7 @@ class _Monitor:
         source = getattr(handler, "health_source", None)
         if source is not None:
             source(self.flush)
+        session.on_sync(self.flush)           # flow.sync_default_session() delivers every call recorded
         self._deliver_block = handler.health_block
         self._describe_block = lambda steps: f"{describe} (steps {steps[0]} … {steps[-1]})" \
             if len(steps) > 1 else f"{describe} (step {steps[0]})"

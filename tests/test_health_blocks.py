@@ -355,6 +355,34 @@ def test_squares_stats_is_square_vector_of_each_input_and_keeps_them():
     np.testing.assert_array_equal(keep.array, tensors[1])
 
 
+def test_sync_delivers_every_call_recorded_and_a_handler_error_surfaces():
+    class Failing(Blocks):
+        def health_block(self, block):
+            super().health_block(block)
+            if block.steps[-1] == 6:
+                raise ValueError("block boom")
+
+    blocks = Failing()
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)), y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)
+            ) -> tp.Numpy:
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, dense_stack()(x))
+        flow.watch_health(blocks)
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+
+    for x, y in data(5):
+        job(x, y)
+    assert [b.steps.tolist() for b in blocks.blocks] == [[0]]      # the first call's, at once; the rest wait
+    flow.sync_default_session()
+    assert [b.steps.tolist() for b in blocks.blocks] == [[0], [1, 2, 3, 4]]
+    for x, y in data(2):
+        job(x, y)
+    with pytest.raises(flow.errors.WatchCallbackError, match=r"Failing.* \(steps 5 … 6\) raised ValueError: block boom"):
+        flow.sync_default_session()
+
+
 def test_a_block_makes_each_calls_report():
     reports, blocks = both_ways(dense_stack(), steps=5)
     made = [b.report(i) for b in blocks for i in range(len(b))]
