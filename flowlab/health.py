@@ -520,8 +520,9 @@ class HealthRequest:
     (no writer, no histograms) and the plan runs on the host on one device: ``block_handler``. Each call then only
     records its statistics (``_Monitor``'s block path) and the handler gets ``HealthBlock``s (on its first call,
     when a block is full, when it pulls through the flush it gets from its ``health_source(flush)`` method if it has
-    one, and at ``flow.sync_default_session()``; its errors surface at the next job call or sync, naming it);
-    anywhere else it gets one ``HealthReport`` a call, as any handler."""
+    one, and at ``flow.sync_default_session()``; its errors surface at the next job call or sync, naming it). What
+    ``health_source`` returns, when callable, is called after each call recorded (``HealthPanel``: its refresh
+    thread's poke, which pulls). Anywhere else it gets one ``HealthReport`` a call, as any handler."""
 
     diff = False            # needs no gradient of its own (watching.gradient_targets)
 
@@ -842,8 +843,8 @@ class _Monitor:
         describe = self.request.describe
         handler = self.request.block_handler
         source = getattr(handler, "health_source", None)
-        if source is not None:
-            source(self.flush)
+        wake = source(self.flush) if source is not None else None
+        self._wake = wake if callable(wake) else None     # told of each call recorded (a refresh thread's poke)
         session.on_sync(self.flush)           # flow.sync_default_session() delivers every call recorded
         self._deliver_block = handler.health_block
         self._describe_block = lambda steps: f"{describe} (steps {steps[0]} … {steps[-1]})" \
@@ -870,6 +871,8 @@ class _Monitor:
         self._point(self._head)
         if due:
             self.flush()
+        elif self._wake is not None:
+            self._wake()
         return []
 
     def flush(self):

@@ -299,6 +299,27 @@ def test_the_panel_in_blocks_shows_what_it_shows_report_by_report():
     per_call.close()
 
 
+def test_the_panels_refresh_thread_pulls_the_calls_as_they_come():
+    import time
+    panel = HealthPanel(mode="notebook", refresh_hz=20)
+
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)), y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)
+            ) -> tp.Numpy:
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, dense_stack()(x))
+        flow.watch_health(panel)
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+
+    for x, y in data(12):          # far fewer calls than a block: only the refresh thread's pulls deliver them
+        job(x, y)
+    deadline = time.monotonic() + 10
+    while (panel._grid is None or panel._grid.last_step != 11) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert panel._grid.last_step == 11 and panel._step == 11
+    panel.close()
+
+
 def test_a_panel_with_a_writer_takes_reports_one_at_a_time(tmp_path):
     from flowlab.summary import SummaryWriter
     panel = HealthPanel(mode="terminal", file=__import__("io").StringIO())

@@ -259,9 +259,11 @@ class HealthPanel(LiveView):
 
     def health_source(self, flush: Callable[[], None]):
         """``watch_health``'s block path hands the panel its ``flush``: called (on the caller's thread) before each
-        refresh and each read of the panel, so that what it shows and says holds every call recorded so far."""
+        refresh and each read of the panel, so that what it shows and says holds every call recorded so far.
+        Returns what the job calls after each call it records: the refresh thread's poke."""
         with self._data_lock:
             self._sources.append(weakref.WeakMethod(flush) if hasattr(flush, "__self__") else lambda: flush)
+        return self._refresher.poke
 
     def _pull(self):
         """Every call recorded so far into the panel (``health_source``); not under the data lock."""
