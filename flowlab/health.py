@@ -636,7 +636,7 @@ class _Monitor:
                 self._column(("update", name), 1)
             self._loss_column = self._column("loss", 1)[0]
             # a small loss is copied whole (its mean is the block's, at once), else its mean is taken each call
-            self._loss_copied = last if last.dtype in (np.float32, np.float64) and _copied_whole(last) else None
+            self._loss_copied = last if _copied_whole(last) else None
             self.requests.append(self._request(
                 last if self._loss_copied is not None else self._observe(MeanStat, last, "loss"),
                 put=self._copy_loss if self._loss_copied is not None else self._record_loss,
@@ -861,9 +861,10 @@ class _Monitor:
         arrived, self._arrived = self._arrived, 0
         if arrived < self._expected_puts:
             return []
-        for key, vector in self._updates().items():
-            start, end = self._columns[key]
-            self._row[start:end] = vector
+        if self.kept:
+            for key, vector in self._updates().items():
+                start, end = self._columns[key]
+                self._row[start:end] = vector
         with self.lock:
             self._steps[self._head % len(self._steps)] = self._step
             self._head += 1
@@ -1062,7 +1063,7 @@ class _Context(NamedTuple):
     """The last ``window`` calls a block path has flushed: the alerts of the next block's first calls read them."""
     rows: np.ndarray = np.zeros((0, 0))
     steps: np.ndarray = np.zeros(0, np.int64)
-    reports: list = []
+    reports: tuple = ()             # their reports where made (None where not)
 
 
 def _below(x):
@@ -1182,7 +1183,8 @@ class _BlockLayout:
                         key = (id(plain[0]), plain[1])
                         scale = scales.get(key)
                         if scale is None:
-                            scale = scales[key] = np.array([plain[0](int(s)) * plain[1] for s in steps], np.float64)
+                            scale = scales[key] = np.array([plain[0](s) * plain[1] for s in steps.tolist()],
+                                                           np.float64)
                         u2 = u2 + scale * scale * rows[:, c]
                     else:
                         u2 = u2 + rows[:, update]
@@ -1260,7 +1262,7 @@ class _BlockLayout:
             report.alerts = health_alerts(history, report, self.t, roles=monitor.roles)
             alerts += report.alerts
         keep = slice(max(0, len(rows) - window), None)
-        monitor._context = _Context(rows[keep], steps[keep], reports[keep])
+        monitor._context = _Context(rows[keep], steps[keep], tuple(reports[keep]))
         return HealthBlock(
             steps[first:], self.layers, self.statistics, values[first:],
             rows[first:, self.loss] if is_train else None, alerts,
@@ -1300,12 +1302,7 @@ class HealthBlock:
 
     def report(self, i):
         """The ``HealthReport`` of call ``i`` of the block (negative: from the end)."""
-        i = range(len(self.steps))[i]
-        report = self._make_report(i)
-        if not report.alerts:
-            step = int(self.steps[i])
-            report.alerts = [a for a in self.alerts if a.step == step]
-        return report
+        return self._make_report(range(len(self.steps))[i])
 
     def reports(self):
         return [self.report(i) for i in range(len(self.steps))]
