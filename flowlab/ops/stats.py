@@ -205,14 +205,14 @@ def activation_vector(xp, x, unit_axis=1, nonnegative=False, scratch=None, out=N
     ``x`` comes from an op whose outputs are >= 0 (ReLU), so ``|x|`` is ``x`` and its minimum is not needed.
     ``scratch``: a ``Scratch`` the GPU kernel may keep its accumulators in from call to call; ``out``: a float64
     device vector of 7 for the GPU kernel to write into."""
-    axes = tuple(a for a in range(x.ndim) if a != unit_axis % x.ndim)
     n = x.size
-    if xp is not np and x.dtype == np.float32 and n:
-        return _cupy_activation(xp, x, unit_axis, scratch, out)
-    if xp is np and x.dtype.char in "fd" and n:
-        fast = _host_activation(x, unit_axis, axes, nonnegative)
+    if xp is np and n and x.dtype.char in "fd":      # the common case (every watched step), first
+        fast = _host_activation(x, unit_axis, nonnegative)
         if fast is not None:
             return fast
+    if xp is not np and x.dtype == np.float32 and n:
+        return _cupy_activation(xp, x, unit_axis, scratch, out)
+    axes = _other_axes(x, unit_axis)
     x = x if x.dtype.kind == "f" else x.astype(xp.float64)
     if n == 0:
         return xp.asarray([np.nan, np.nan, np.nan, np.nan, np.nan, 0.0, 0.0])
@@ -226,7 +226,11 @@ def activation_vector(xp, x, unit_axis=1, nonnegative=False, scratch=None, out=N
     return xp.stack([a.sum() / count, v[3], zeros, a.max(), dead, v[4], v[5]])
 
 
-def _host_activation(x, unit_axis, axes, nonnegative):
+def _other_axes(x, unit_axis):
+    return tuple(a for a in range(x.ndim) if a != unit_axis % x.ndim)
+
+
+def _host_activation(x, unit_axis, nonnegative):
     """The NumPy path when every element is finite (else None), in as few passes as it can: the largest ``|x|``
     (NaN propagates through it, an Inf shows), the count of non-zeros, per-unit sums of ``|x|``
     (``ops.stats.host_unit_sums``; a unit is dead exactly when its sum is 0, as ``|x|`` cannot cancel, and they add
@@ -248,6 +252,7 @@ def _host_activation(x, unit_axis, axes, nonnegative):
     if hi * hi * n < (1e37 if x.dtype.itemsize == 4 else 1e306):      # no sum or square can overflow
         units = host_unit_sums(a, unit_axis)
         if units is None:                        # a layout without the product: per-unit maxima
+            axes = _other_axes(x, unit_axis)
             units = np.maximum.reduce(a, axis=axes) if axes else a
             total_abs = float(host_sum(a_flat))
         else:
@@ -262,6 +267,7 @@ def _host_activation(x, unit_axis, axes, nonnegative):
     else:                                        # squares could overflow: the scaled statistic (its square too:
         std = float(stats_vector(np, flat)[3])   # a float64 std above 1e154 has none)
         total_abs = float(np.add.reduce(a_flat, dtype=np.float64))
+        axes = _other_axes(x, unit_axis)
         units = np.maximum.reduce(a, axis=axes) if axes else a
     dead = np.count_nonzero(units == 0) / units.size
     return np.array([total_abs / n, std, (n - nonzero) / n, hi, dead, 0.0, 0.0])
