@@ -85,7 +85,8 @@ from .errors import TraceError
 from .ops import apply
 from .ops.normalization import batch_norm_parts
 from .ops.stats import (ActivationStats, AttentionStats, BatchNormStats, MeanStat, Results, Scratch, SquareStats,
-                        SquaresStats, activation_rows, activation_vector, batch_norm_vector, histogram_vector, mean_vector, square_vector)
+                        SquaresStats, activation_rows, activation_vector, batch_norm_vector, histogram_vector,
+                        mean_vector, square_vector)
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
@@ -838,7 +839,8 @@ class _Monitor:
         self._context = _Context()
         self._layout = None
         self._views = [(self._rows[slot], [ring[slot] for ring in self._rings],
-                        None if loss is None else self._loss_ring[slot].reshape(loss.shape)) for slot in range(capacity)]
+                        None if loss is None else self._loss_ring[slot].reshape(loss.shape))
+                       for slot in range(capacity)]
         self._point(0)
         describe = self.request.describe
         handler = self.request.block_handler
@@ -1149,7 +1151,8 @@ class _BlockLayout:
         self.t, self.window = t, t["window"]
         self.counts = [where[s] for s in COUNT_STATISTICS if s in where]
         self.relu = [i for i, name in enumerate(self.layers) if roles[name].relu]
-        self.graded = [i for i, (layer, _, _) in enumerate(per_layer) if any(p.update is not None for p in layer.params)]
+        self.graded = [i for i, (layer, _, _) in enumerate(per_layer)
+                       if any(p.update is not None for p in layer.params)]
         self.plain = [i for i in self.graded if not roles[self.layers[i]].normalised and
                       not roles[self.layers[i]].batch_norm]
         # a layer making attention scores leaves the comparison across depth while its heads are uniform

@@ -400,7 +400,8 @@ def test_sync_delivers_every_call_recorded_and_a_handler_error_surfaces():
     assert [b.steps.tolist() for b in blocks.blocks] == [[0], [1, 2, 3, 4]]
     for x, y in data(2):
         job(x, y)
-    with pytest.raises(flow.errors.WatchCallbackError, match=r"Failing.* \(steps 5 … 6\) raised ValueError: block boom"):
+    with pytest.raises(flow.errors.WatchCallbackError,
+                       match=r"Failing.* \(steps 5 … 6\) raised ValueError: block boom"):
         flow.sync_default_session()
 
 

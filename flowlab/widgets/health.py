@@ -40,8 +40,8 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
 from collections import Counter, deque
+from collections.abc import Callable
 
 import numpy as np
 from bokeh.layouts import column, row
