@@ -57,7 +57,10 @@ counted where the tensors live as the plan makes them (``ops.stats.histogram_vec
 one core). By default every 100th report when a writer takes the reports, else none.
 
 Where reports go: ``handler(report)``, and/or ``writer.add_health(report)`` for a ``SummaryWriter`` (the dashboard's
-Health tab draws them from the log).
+Health tab draws them from the log). A handler that also has ``health_block(block)`` (``HealthPanel``) and is the only
+consumer (no writer, no histograms) of a job on the host takes them in bulk instead: ``HealthBlock``s of many calls,
+made when a block is full, when the handler pulls (``health_source(flush)`` hands it the flush) and at
+``flow.sync_default_session()`` (see ``_Monitor``: a call then only records its statistics).
 
 How it runs. ``watch_health`` only records a request. When the job compiles (``delivery.resolve``) the request turns
 into statistics ops of the graph (``ops.stats``: ``ActivationStats``, ``SquareStats``, ``MeanStat``,
@@ -93,8 +96,8 @@ from .ops import apply
 from .ops.array import Concat
 from .ops.normalization import batch_norm_parts
 from .ops.stats import (ActivationStats, AttentionStats, BatchNormStats, MeanStat, Results, RowCoverage, RowTouches,
-                        RowTracker, Scratch, SquareStats, activation_vector, batch_norm_vector, histogram_vector,
-                        mean_vector, square_vector)
+                        RowTracker, Scratch, SquareStats, SquaresStats, activation_rows, batch_norm_vector,
+                        histogram_vector, mean_vector, square_vector)
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
@@ -118,6 +121,16 @@ THRESHOLDS = {
 means)."""
 MIN_HISTORY = 3
 """Earlier reports needed before the time-based alerts (``loss_spike``, ``exploding_gradient``) speak."""
+BLOCK_COPY_BYTES = 8 << 20
+"""Block path (``HealthRequest``): the ring of layer outputs copied whole holds at most about twice this, so a
+block is at most ``BLOCK_COPY_BYTES`` of them (and ``BLOCK_ROWS`` bounds its calls)."""
+BLOCK_ROWS = (16, 1024)
+"""Block path: the fewest and the most calls a block the job's thread flushes holds."""
+BLOCK_COPY_LIMIT = 16 << 10
+"""Block path: a layer output of at most this many bytes (float32/float64) is copied whole and summarised with
+the block's others; a larger one by its statistics op, each call."""
+FUSED_GRADIENT_BYTES = 1 << 20
+"""Block path: gradients of at most this many bytes in all have their squares taken by one op after the last."""
 REPORT_BESIDE_NEXT_CALL_ON_GPU = True
 """On a GPU the report is made on the dispatcher thread beside the next call (False: on the job's thread, as
 on the CPU); ``benchmarks/health.py --diagnose`` measures both."""
@@ -550,7 +563,15 @@ class HealthRequest:
     attribute is true (``HealthPanel``: it only records) are called where the report is made (on NumPy the job's
     thread, sparing a hand-off between threads each call); any other handler runs on the watch dispatcher thread in
     a trailing batch, beside the next call (``runtime.dispatch``). Errors of either kind surface at the next job
-    call, naming the handler."""
+    call, naming the handler.
+
+    A handler with a ``health_block`` method (``HealthPanel``) takes reports in bulk when it is the only consumer
+    (no writer, no histograms) and the plan runs on the host on one device: ``block_handler``. Each call then only
+    records its statistics (``_Monitor``'s block path) and the handler gets ``HealthBlock``s (on its first call,
+    when a block is full, when it pulls through the flush it gets from its ``health_source(flush)`` method if it has
+    one, and at ``flow.sync_default_session()``; its errors surface at the next job call or sync, naming it). What
+    ``health_source`` returns, when callable, is called after each call recorded (``HealthPanel``: its refresh
+    thread's poke, which pulls). Anywhere else it gets one ``HealthReport`` a call, as any handler."""
 
     diff = False            # needs no gradient of its own (watching.gradient_targets)
 
@@ -563,6 +584,8 @@ class HealthRequest:
         self.inline = [f for f in (writer and writer.add_health, handler)
                        if f is not None and (f is not handler or getattr(handler, "delivered_inline", False))]
         self.queued = handler if handler is not None and handler not in self.inline else None
+        self.block_handler = handler if writer is None and not histogram_every and \
+            callable(getattr(handler, "health_block", None)) else None
 
     def expand(self, graph, xp, devices=1):
         layers = find_layers(graph)
@@ -580,11 +603,25 @@ class _Monitor:
     ``SquareStats``, ``MeanStat``), added to the graph here, whose small vector the plan delivers to ``_arrive``
     (a host array, or on CuPy a function that waits for its copy); histograms are plan deliveries of ``bins``. So on
     a GPU the statistics are part of the CUDA graph a plan is replayed as. On several devices the tensors themselves
-    are delivered and summarised on the host from the joined whole."""
+    are delivered and summarised on the host from the joined whole.
+
+    The block path (``HealthRequest.block_handler``, on the host on one device): a call only records. Each vector is
+    written into the current row of a ring of rows (a column range a vector, ``_columns``), a small layer output is
+    copied whole into a ring of its own (``BLOCK_COPY_BYTES``: a copy costs a few µs where its statistics cost ~20),
+    and ``after_run`` commits the row. ``flush`` (when ``block_rows`` rows wait, on the first call, or when the
+    handler asks) turns the waiting rows into one ``HealthBlock``: the copied outputs' statistics in one vectorised
+    pass (``ops.stats.activation_rows``), the tables as one array, and the alerts screened over the whole block
+    (``_candidates``); only the steps the screen flags get their report made and ``health_alerts`` run on it, with
+    the reports before them as history, so every alert fires on the step and with the message it would have one call
+    at a time."""
 
     def __init__(self, request, graph, layers, xp, devices):
         self.request, self.layers, self.xp, self.graph = request, layers, xp, graph
         self.host_side = devices > 1           # statistics from the joined whole, in the dispatcher
+        self.block = request.block_handler is not None and xp is np and devices == 1
+        self._columns = {}                     # (block path) key -> (first, end) column of the ring's rows
+        self._copied = []                      # (block path) (key, tensor, unit_axis, nonnegative) copied whole
+        self._squares = []                     # (block path) (key, tensor, keep) of the weights and gradients
         self.history = []
         self.vectors = {}                      # step -> {key: vector}
         self.samples = {}                      # step -> {key: histogram vector}, on reports that carry them
@@ -624,6 +661,8 @@ class _Monitor:
                               parts=_slice_parts(grad) if p.update.op.row_sparse else None)
             if layer.moving is not None:
                 self._add_batch_norm(layer)
+        if self.block:
+            self._add_squares()
         # transformers: each attention block's heads, and (then only) the residual stream at each residual sum
         # embedding tables updated row by row: their rows tracked every call, counted on reporting calls
         self.table_rows = {}                   # variable -> its table's rows
@@ -650,6 +689,17 @@ class _Monitor:
         self.is_train = bool(losses)
         if self.host_side:
             self.requests.append(self._request(last, call=self._finish))
+        elif self.block:
+            for name in self.kept:
+                self._column(("update", name), 1)
+            self._loss_column = self._column("loss", 1)[0]
+            # a small loss is copied whole (its mean is the block's, at once), else its mean is taken each call
+            self._loss_copied = last if _copied_whole(last) else None
+            self.requests.append(self._request(
+                last if self._loss_copied is not None else self._observe(MeanStat, last, "loss"),
+                put=self._copy_loss if self._loss_copied is not None else self._record_loss,
+                after_run=self._after_run_block))
+            self._start_ring()
         else:
             self.requests.append(self._request(self._observe(MeanStat, last, "loss", into=self.results.reserve(1)),
                                                put=self._arrive_loss, after_run=self._after_run))
@@ -685,13 +735,43 @@ class _Monitor:
                     self._arrive_sample(key, step, histogram_vector(np, whole, HISTOGRAM_BINS))
             self._request_joined(parts or [tensor], call, self.request.every)
             return
-        into = self.results.reserve(7 if op is ActivationStats else tensor.shape[1] if op is AttentionStats else 3)
-        stat = self._observe(op, tensor, f"{what}-{key[1]}".replace(" ", "_"), into=into, **attrs)
-        self.requests.append(self._request(stat, put=functools.partial(self._arrive, key)))
+        if self.block and op is SquareStats and key[0] in ("weight", "grad"):
+            self._squares.append((key, tensor, attrs.get("keep")))      # _add_squares: a few in one op
+            return
+        if self.block and op is ActivationStats and _copied_whole(tensor):
+            self._column(key, 7)
+            self._copied.append((key, tensor, attrs["unit_axis"], attrs["nonnegative"]))
+            self.requests.append(self._request(tensor, put=self._copier(len(self._copied) - 1)))
+            return
+        width = 7 if op is ActivationStats else tensor.shape[1] if op is AttentionStats else 3
+        stat = self._observe(op, tensor, f"{what}-{key[1]}".replace(" ", "_"),
+                             into=None if self.block else self.results.reserve(width), **attrs)
+        self.requests.append(self._request(stat, put=self._recorder(key, width) if self.block else
+                                           functools.partial(self._arrive, key)))
         if key in self.histogram_keys:
             self.requests.append(WatchRequest(tensor, False, None, self.request.describe, every=self.histogram_every,
                                               source=self.request.source, bins=HISTOGRAM_BINS,
                                               put=functools.partial(self._arrive_sample, key)))
+
+    def _add_squares(self):
+        """(Block path) the weights' squares in one op (``ops.stats.SquaresStats``: it runs after the last
+        variable read, before any update), and the gradients' in one op after the last of them when they are small
+        (``FUSED_GRADIENT_BYTES``: read again from the cache), else one op each, right after each gradient."""
+        weights = [entry for entry in self._squares if entry[0][0] == "weight"]
+        grads = [entry for entry in self._squares if entry[0][0] == "grad"]
+        small = sum(math.prod(t.shape) * t.dtype.itemsize for _, t, _ in grads) <= FUSED_GRADIENT_BYTES
+        for group in [weights] + ([grads] if small else [[entry] for entry in grads]):
+            if not group:
+                continue
+            spans = [self._column(key, 3) for key, _, _ in group]
+            (key, tensor, keep), rest = group[0], group[1:]
+            if rest:
+                stat = self._observe(SquaresStats, tensor, f"squares-{key[0]}", extra=[t for _, t, _ in rest],
+                                     keeps=tuple(k for _, _, k in group))
+            else:
+                what = "weight" if key[0] == "weight" else "gradient"
+                stat = self._observe(SquareStats, tensor, f"{what}-{key[1]}", scratch=Scratch(), keep=keep)
+            self.requests.append(self._request(stat, put=self._span_recorder(spans[0][0], spans[-1][1])))
 
     def _add_batch_norm(self, layer):
         """A batch norm's moving statistics, and in a train job how far this call's batch statistics are from
@@ -726,8 +806,9 @@ class _Monitor:
                 self.requests.append(self._request(tensor, call=functools.partial(call, position=position)))
             return
         stat = self._observe(BatchNormStats, tensors[0], f"moving-{layer.name}", extra=tensors[1:],
-                             epsilon=epsilon, into=self.results.reserve(7))
-        self.requests.append(self._request(stat, put=functools.partial(self._arrive, key)))
+                             epsilon=epsilon, into=None if self.block else self.results.reserve(7))
+        self.requests.append(self._request(stat, put=self._recorder(key, 7) if self.block else
+                                           functools.partial(self._arrive, key)))
 
     def _add_rows(self, layer, p, ids):
         """Track the rows of ``p``'s table that each call's ``ids`` update (``RowTouches``, in every call's plan) and
@@ -812,6 +893,145 @@ class _Monitor:
         queued = self._deliver(step, loss, vectors, samples, queue=True)
         return [] if queued is None else [(queued, describe)]
 
+    # ------------------------------------------------------------------------------------------- block path
+
+    def _column(self, key, width):
+        """Reserve ``width`` columns of the ring's rows for ``key``'s vector."""
+        first = sum(end - start for start, end in self._columns.values())
+        self._columns[key] = (first, first + width)
+        return self._columns[key]
+
+    def _recorder(self, key, width):
+        """The put of a statistics op's vector: written into this call's row."""
+        return self._span_recorder(*self._column(key, width))
+
+    def _span_recorder(self, start, end):
+        def put(step, vector):
+            self._row[start:end] = vector
+            self._arrived += 1
+        return put
+
+    def _copier(self, k):
+        """The put of a layer output copied whole (``_copied[k]``) into this call's slot of its ring."""
+        def put(step, x):
+            self._slots[k][...] = x
+            self._arrived += 1
+        return put
+
+    def _record_loss(self, step, vector):
+        self._row[self._loss_column] = vector[0]
+        self._step = step
+        self._arrived += 1
+
+    def _copy_loss(self, step, x):
+        self._loss_slot[...] = x
+        self._step = step
+        self._arrived += 1
+
+    def _start_ring(self):
+        """The rings: ``2 * block_rows`` rows of vectors, steps and copied outputs. The job's thread writes the slot
+        at ``_head`` (its call's, committed by ``after_run``), ``flush`` reads those from ``_tail`` to ``_head``;
+        the job flushes itself once ``block_rows`` wait, so it never writes a slot being read."""
+        copied_bytes = sum(math.prod(t.shape) * t.dtype.itemsize for _, t, _, _ in self._copied) + \
+            (0 if self._loss_copied is None else math.prod(self._loss_copied.shape) * self._loss_copied.dtype.itemsize)
+        self.block_rows = int(min(BLOCK_ROWS[1], max(BLOCK_ROWS[0], BLOCK_COPY_BYTES // max(copied_bytes, 1))))
+        capacity = 2 * self.block_rows
+        width = sum(end - start for start, end in self._columns.values())
+        self._rows = np.zeros((capacity, width))
+        self._steps = np.zeros(capacity, np.int64)
+        self._rings = [np.zeros((capacity, *t.shape), t.dtype) for _, t, _, _ in self._copied]
+        loss = self._loss_copied
+        self._loss_ring = None if loss is None else np.zeros((capacity, math.prod(loss.shape)), loss.dtype)
+        self._expected_puts = sum(r.put is not None for r in self.requests)       # the loss's included
+        self._arrived, self._step = 0, None
+        self._head = self._tail = 0
+        self._flush_lock = threading.Lock()
+        self._context = _Context()
+        self._layout = None
+        self._views = [(self._rows[slot], [ring[slot] for ring in self._rings],
+                        None if loss is None else self._loss_ring[slot].reshape(loss.shape))
+                       for slot in range(capacity)]
+        self._point(0)
+        describe = self.request.describe
+        handler = self.request.block_handler
+        source = getattr(handler, "health_source", None)
+        wake = source(self.flush) if source is not None else None
+        self._wake = wake if callable(wake) else None     # told of each call recorded (a refresh thread's poke)
+        session.on_sync(self.flush)           # flow.sync_default_session() delivers every call recorded
+        self._deliver_block = handler.health_block
+        self._describe_block = lambda steps: f"{describe} (steps {steps[0]} … {steps[-1]})" \
+            if len(steps) > 1 else f"{describe} (step {steps[0]})"
+
+    def _point(self, head):
+        """Aim the puts at the ring slot of call ``head`` (views made once: this runs every call)."""
+        self._row, self._slots, self._loss_slot = self._views[head % len(self._views)]
+
+    def _after_run_block(self):
+        """On the job's thread after the plan ran: commit this call's row when every vector arrived (a call that
+        failed half-way, or one that delivers nothing, leaves none), and flush when a block is full (or on the first
+        call: the handler sees the run start, and a handler's error surfaces at once)."""
+        arrived, self._arrived = self._arrived, 0
+        if arrived < self._expected_puts:
+            return []
+        if self.kept:
+            for key, vector in self._updates().items():
+                start, end = self._columns[key]
+                self._row[start:end] = vector
+        with self.lock:
+            self._steps[self._head % len(self._steps)] = self._step
+            self._head += 1
+            due = self._head - self._tail >= self.block_rows or self._head == 1
+        self._point(self._head)
+        if due:
+            self.flush()
+        elif self._wake is not None:
+            self._wake()
+        return []
+
+    def flush(self):
+        """Give the calls recorded and not yet given to the block handler, as one ``HealthBlock`` (any thread; a
+        handler's error surfaces at the next job call, naming it)."""
+        with self._flush_lock:
+            with self.lock:
+                tail, head = self._tail, self._head
+            if head == tail:
+                return
+            steps = None
+            try:
+                block = self._make_block(tail, head)
+                steps = block.steps
+            except BaseException as e:
+                dispatch.default().report(f"{self.request.describe} (building a block of reports)", e)
+                return
+            finally:
+                with self.lock:
+                    self._tail = head
+            try:
+                self._deliver_block(block)
+            except BaseException as e:
+                dispatch.default().report(self._describe_block(steps), e)
+
+    def _make_block(self, tail, head):
+        capacity = len(self._steps)
+        start, n = tail % capacity, head - tail
+        parts = [(start, min(start + n, capacity))] + ([(0, start + n - capacity)] if start + n > capacity else [])
+        index = np.concatenate([np.arange(a, b) for a, b in parts])
+        rows, steps = self._rows[index], self._steps[index]
+        for (key, _, unit_axis, nonnegative), ring in zip(self._copied, self._rings):
+            first, end = self._columns[key]
+            rows[:, first:end] = np.concatenate([activation_rows(ring[a:b], unit_axis, nonnegative) for a, b in parts])
+        if self._loss_ring is not None:         # mean_vector's sum, row by row
+            losses = self._loss_ring[index]
+            rows[:, self._loss_column] = np.add.reduce(losses, axis=1, dtype=np.float64) / max(losses.shape[1], 1)
+        if self._layout is None:
+            self._layout = _BlockLayout(self)
+        return self._layout.block(self, rows, steps)
+
+    def _host_row(self, row):
+        """One call's vectors as ``_report`` reads them, from a row of the ring."""
+        values = row.tolist()
+        return {key: values[start:end] for key, (start, end) in self._columns.items()}
+
     def _updates(self):
         """``{("update", name): [sum of squares of this call's change]}`` of the variables whose update is measured
         from their kept values: taken now, before the next call changes them (one host copy for all on a GPU)."""
@@ -865,15 +1085,19 @@ class _Monitor:
             return None                        # the call failed before every tensor was made: no report
         # plain floats: the table, the alerts and the search for NaN read each number once or twice
         host = {key: (v if type(v) is np.ndarray else _host(v)).tolist() for key, v in vectors.items()}
-        table = self._table(host, step)
-        report = HealthReport(step, table, loss, self._first_nonfinite(host, table),
-                              histograms=samples and self._histograms(samples),
-                              attention={block: host[("attn", block)] for block, _ in self.attention},
-                              residual={r.name: _residual_row(host, r.name) for r in self.residuals})
+        report = self._make_report(step, loss, host, samples)
         report.alerts = health_alerts(self.history, report, self.request.thresholds, roles=self.roles)
         self.history.append(report)
         del self.history[:-self.request.thresholds["window"] - 1]
         return report
+
+    def _make_report(self, step, loss, host, samples=None):
+        """The report of one call's vectors ``host`` (``{key: list of floats}``), without its alerts."""
+        table = self._table(host, step)
+        return HealthReport(step, table, loss, self._first_nonfinite(host, table),
+                            histograms=samples and self._histograms(samples),
+                            attention={block: host[("attn", block)] for block, _ in self.attention},
+                            residual={r.name: _residual_row(host, r.name) for r in self.residuals})
 
     def _table(self, host, step):
         table = {}
@@ -946,6 +1170,266 @@ class _Monitor:
                 return {"op": node.name, "tensor": node.outputs[0].logical_blob_name, "layer": layer, "what": what,
                         "source": node.source, "nan": int(nan), "inf": int(inf)}
         return None
+
+
+def _copied_whole(tensor):
+    """The block path copies this layer output whole rather than summarise it each call (``BLOCK_COPY_LIMIT``)."""
+    return tensor.dtype in (np.float32, np.float64) and \
+        0 < math.prod(tensor.shape) * tensor.dtype.itemsize <= BLOCK_COPY_LIMIT
+
+
+class _Context(NamedTuple):
+    """The last ``window`` calls a block path has flushed: the alerts of the next block's first calls read them."""
+    rows: np.ndarray = np.zeros((0, 0))
+    steps: np.ndarray = np.zeros(0, np.int64)
+    reports: tuple = ()             # their reports where made (None where not)
+
+
+def _below(x):
+    """A hair under ``x`` (the screen's margin: it may flag a call the rule then clears, never miss one)."""
+    return x - 1e-9 * np.abs(x)
+
+
+def _above(x):
+    return x + 1e-9 * np.abs(x)
+
+
+def _earlier_min(x, window):
+    """``[i]``: the smallest finite value among ``x[i - window:i]`` (NaN when there is none)."""
+    return np.fmin.reduce(_earlier(x, window), axis=1)
+
+
+def _above_recent(x, factor, window):
+    """Whether ``x[i]`` may be above ``factor`` times the median of the finite values among ``x[i - window:i]``
+    (``loss_spike``, the exploding total gradient norm), without a median: of ``m`` values, the median is below
+    ``x[i] / factor`` only if at least ``m // 2`` of them are (with ``_above``'s margin)."""
+    earlier = _earlier(x, window)
+    finite = np.isfinite(earlier).sum(axis=1)
+    below = (earlier < _above(x / factor)[:, None]).sum(axis=1)
+    return (finite > 0) & (below >= np.maximum(finite // 2, 1))
+
+
+def _earlier(x, window):
+    """``[i]``: ``x[i - window:i]``, NaN for non-finite values and before the start."""
+    padded = np.concatenate([np.full(window, np.nan), np.where(np.isfinite(x), x, np.nan)])
+    return np.lib.stride_tricks.sliding_window_view(padded, window)[:len(x)]
+
+
+class _BlockLayout:
+    """What a block path's rows hold and how its blocks are made: the tables as one array, the screen of the alerts
+    (``_candidates``), and the reports of the calls it flags."""
+
+    def __init__(self, monitor):
+        self.layers = tuple(layer.name for layer in monitor.layers)
+        columns, statistics, per_layer = monitor._columns, {}, []
+        for layer in monitor.layers:
+            names = []
+            act, bn = columns.get(("act", layer.name)), columns.get(("bn", layer.name))
+            if act is not None:
+                names += ACTIVATION_STATISTICS
+            if layer.params:
+                names += ["weight_norm", "weight_nan", "weight_inf"]
+            if any(p.update is not None for p in layer.params):
+                names += ["grad_norm", "grad_nan", "grad_inf", "update_ratio"]
+            if bn is not None:
+                names += BATCH_NORM_STATISTICS
+            statistics.update(dict.fromkeys(names))
+            per_layer.append((layer, act, bn))
+        self.statistics = tuple(statistics)          # the tables' statistics, in their first-seen order
+        where = {s: j for j, s in enumerate(self.statistics)}
+        self.where = where
+        width = len(self.statistics)
+        # statistics copied as they are (the activation's, a batch norm's): one fancy-indexed copy a block
+        src, dst = [], []
+        for i, (layer, act, bn) in enumerate(per_layer):
+            for names, span in ((ACTIVATION_STATISTICS, act), (BATCH_NORM_STATISTICS, bn)):
+                if span is not None:
+                    src += range(*span)
+                    dst += [i * width + where[s] for s in names]
+        self.src, self.dst = np.array(src, np.intp), np.array(dst, np.intp)
+        # statistics summed over a layer's variables, in _table's order (so the sums are _table's to the bit)
+        self.params = []
+        for i, (layer, _, _) in enumerate(per_layer):
+            weights = [columns[("weight", p.name)][0] for p in layer.params]
+            grads = []
+            for p in layer.params:
+                if p.update is None:
+                    continue
+                g = columns[("grad", p.name)][0]
+                if p.name in monitor.plain_sgd:
+                    attrs = p.update.attrs
+                    grads.append((g, (attrs["schedule"], attrs["grad_scale"]), None))
+                else:
+                    grads.append((g, None, columns[("update", p.name)][0]))
+            if weights:
+                self.params.append((i, weights, grads))
+        roles = monitor.roles
+        t = monitor.request.thresholds
+        self.t, self.window = t, t["window"]
+        self.counts = [where[s] for s in COUNT_STATISTICS if s in where]
+        self.relu = [i for i, name in enumerate(self.layers) if roles[name].relu]
+        self.graded = [i for i, (layer, _, _) in enumerate(per_layer)
+                       if any(p.update is not None for p in layer.params)]
+        self.plain = [i for i in self.graded if not roles[self.layers[i]].normalised and
+                      not roles[self.layers[i]].batch_norm]
+        # a layer making attention scores leaves the comparison across depth while its heads are uniform
+        # (_Seen.scores_idle): which layers are compared then changes from call to call, so no screen
+        self.depth_unscreened = any(roles[self.layers[i]].attention is not None for i in self.plain)
+        self.attention = [(block, columns[("attn", block)]) for block, _ in monitor.attention]
+        self.residual = [(r.name, columns[("res_out", r.name)][0], columns[("res_stream", r.name)][0],
+                          columns[("res_branch", r.name)][0]) for r in monitor.residuals]
+        self.loss = monitor._loss_column if monitor.is_train else None
+
+    def values(self, rows, steps):
+        """The tables of ``rows`` as one ``(calls, layers, statistics)`` array (NaN where a layer has none)."""
+        n, width = len(rows), len(self.statistics)
+        out = np.full((n, len(self.layers), width), np.nan)
+        out.reshape(n, -1)[:, self.dst] = rows[:, self.src]
+        scales = {}
+        where = self.where
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for i, weights, grads in self.params:
+                w2, wn, wi = rows[:, weights[0]], rows[:, weights[0] + 1], rows[:, weights[0] + 2]
+                for c in weights[1:]:
+                    w2, wn, wi = w2 + rows[:, c], wn + rows[:, c + 1], wi + rows[:, c + 2]
+                out[:, i, where["weight_norm"]], out[:, i, where["weight_nan"]] = np.sqrt(w2), wn
+                out[:, i, where["weight_inf"]] = wi
+                if not grads:
+                    continue
+                g2, gn, gi, u2 = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+                for c, plain, update in grads:
+                    g2, gn, gi = g2 + rows[:, c], gn + rows[:, c + 1], gi + rows[:, c + 2]
+                    if plain is not None:
+                        key = (id(plain[0]), plain[1])
+                        scale = scales.get(key)
+                        if scale is None:
+                            scale = scales[key] = np.array([plain[0](s) * plain[1] for s in steps.tolist()],
+                                                           np.float64)
+                        u2 = u2 + scale * scale * rows[:, c]
+                    else:
+                        u2 = u2 + rows[:, update]
+                out[:, i, where["grad_norm"]], out[:, i, where["grad_nan"]] = np.sqrt(g2), gn
+                out[:, i, where["grad_inf"]] = gi
+                out[:, i, where["update_ratio"]] = np.where(w2 > 0, np.sqrt(u2) / np.sqrt(w2), np.nan)
+        return out
+
+    def _candidates(self, values, rows, first):
+        """The calls (indices from ``first``) some alert rule could fire on: each rule's condition, read loosely
+        (``_below``/``_above``; a median over a window not full of finite values read as their minimum), over the
+        whole block at once. A superset: ``health_alerts`` then decides on each."""
+        t, window, n = self.t, self.window, len(rows)
+        flag = np.zeros(n, bool)
+        where = self.where
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            if self.counts:                                                     # nan
+                flag |= (values[:, :, self.counts] > 0).any(axis=(1, 2))
+            if self.relu and "dead_fraction" in where:                          # dead_relu
+                flag |= (values[:, self.relu, where["dead_fraction"]] > _below(t["dead_fraction"])).any(axis=1)
+            if self.graded:
+                ratio = values[:, :, where["update_ratio"]]                     # update_ratio
+                flag |= (np.isfinite(ratio) & ((ratio < _above(t["update_ratio_low"])) |
+                                               (ratio > _below(t["update_ratio_high"])))).any(axis=1)
+                g = values[:, self.graded, where["grad_norm"]]                  # vanishing / exploding gradients
+                flag |= ~np.isfinite(g).all(axis=1) | (g == 0).any(axis=1)
+                if self.depth_unscreened:
+                    flag[:] = True
+                elif len(self.plain) >= 2:
+                    last = values[:, self.plain[-1], where["grad_norm"]]
+                    others = values[:, self.plain[:-1], where["grad_norm"]]
+                    flag |= (last > 0) & ((others.min(axis=1) < _above(t["vanishing_ratio"] * last)) |
+                                          (others.max(axis=1) > _below(t["exploding_ratio"] * last)))
+                total = np.zeros(n)
+                for k in range(g.shape[1]):
+                    total = total + g[:, k] ** 2
+                total = np.sqrt(total)                                          # exploding over time
+                flag |= ~np.isfinite(total) | _above_recent(total, t["exploding_factor"], window)
+            if self.loss is not None:                                           # loss_spike
+                loss = rows[:, self.loss]
+                flag |= np.isfinite(loss) & _above_recent(loss, t["loss_spike_factor"], window)
+            for _, (start, end) in self.attention:                              # attention_collapsed / _uniform
+                heads = rows[:, start:end]
+                flag |= (heads < _above(t["attention_collapsed"])).any(axis=1)
+                earlier = np.stack([_earlier_min(heads[:, h], window) for h in range(end - start)], axis=1)
+                uniform = _below(t["attention_uniform"])
+                flag |= ((heads > uniform) & (earlier > uniform)).any(axis=1)
+            for _, out, stream, _ in self.residual:                             # residual_growth
+                growth = np.where(rows[:, stream] > 0, np.sqrt(rows[:, out] / rows[:, stream]), np.inf)
+                flag |= ~(growth <= _below(t["residual_growth"]))
+        flag[:first] = False
+        return np.flatnonzero(flag)
+
+    def block(self, monitor, rows, steps):
+        """The ``HealthBlock`` of new calls ``rows`` (their ``steps``); the alert window reads the calls before them
+        (``monitor._context``), which then become the last ones of these."""
+        context = monitor._context
+        first = len(context.steps)
+        if first:
+            rows, steps = np.concatenate([context.rows, rows]), np.concatenate([context.steps, steps])
+        values = self.values(rows, steps)
+        reports = list(context.reports) + [None] * (len(rows) - first)
+        is_train = monitor.is_train
+
+        def report_at(i):
+            if reports[i] is None:
+                loss = float(rows[i, self.loss]) if is_train else None
+                reports[i] = monitor._make_report(int(steps[i]), loss, monitor._host_row(rows[i]))
+            return reports[i]
+
+        alerts, window = [], self.window
+        for i in self._candidates(values, rows, first):
+            history = [report_at(j) for j in range(max(0, i - window), i)]
+            report = report_at(i)
+            report.alerts = health_alerts(history, report, self.t, roles=monitor.roles)
+            alerts += report.alerts
+        keep = slice(max(0, len(rows) - window), None)
+        monitor._context = _Context(rows[keep], steps[keep], tuple(reports[keep]))
+        return HealthBlock(
+            steps[first:], self.layers, self.statistics, values[first:],
+            rows[first:, self.loss] if is_train else None, alerts,
+            {block: rows[first:, start:end] for block, (start, end) in self.attention},
+            {name: _residual_columns(rows[first:], out, stream, branch) for name, out, stream, branch in self.residual},
+            functools.partial(_block_report, reports[first:], report_at, first))
+
+
+def _block_report(reports, report_at, first, i):
+    return reports[i] if reports[i] is not None else report_at(first + i)
+
+
+def _residual_columns(rows, out, stream, branch):
+    """``_residual_row``'s numbers of a block's calls, as columns."""
+    o, s, b = rows[:, out], rows[:, stream], rows[:, branch]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"stream_norm": np.sqrt(s), "growth": np.where(s > 0, np.sqrt(o / s), np.inf),
+                "branch_ratio": np.where(s > 0, np.sqrt(b / s), np.inf)}
+
+
+class HealthBlock:
+    """The reports of consecutive calls in bulk, as ``watch_health`` gives them to a handler with a
+    ``health_block`` method (``HealthRequest``): ``steps`` (int64, ``(n,)``), ``layers`` and ``statistics`` (the
+    tables' names, as ``health_log.columns`` orders a report's), ``values`` (``(n, layers, statistics)`` float64,
+    NaN where a layer has no such statistic: the reports' tables), ``loss`` (``(n,)``, None in a predict job),
+    ``alerts`` (every ``HealthAlert`` of these calls, in step order, each the one a report of that call would
+    carry), ``attention`` (``{block: (n, heads)}``) and ``residual`` (``{sum: {statistic: (n,)}}``). ``report(i)``
+    makes the ``HealthReport`` of call ``i`` (its table, alerts and all); ``reports()`` all of them."""
+
+    def __init__(self, steps, layers, statistics, values, loss, alerts, attention, residual, make_report):
+        self.steps, self.layers, self.statistics, self.values = steps, layers, statistics, values
+        self.loss, self.alerts, self.attention, self.residual = loss, alerts, attention, residual
+        self._make_report = make_report
+
+    def __len__(self):
+        return len(self.steps)
+
+    def report(self, i):
+        """The ``HealthReport`` of call ``i`` of the block (negative: from the end)."""
+        return self._make_report(range(len(self.steps))[i])
+
+    def reports(self):
+        return [self.report(i) for i in range(len(self.steps))]
+
+    def __repr__(self):
+        return (f"HealthBlock(steps {self.steps[0]}…{self.steps[-1]}, {len(self.layers)} layers, "
+                f"{len(self.alerts)} alerts)")
 
 
 def _residual_row(host, name):
@@ -1269,5 +1753,5 @@ alerts (``health_alerts`` runs them)."""
 __all__ = [
     "watch_health", "HealthReport", "HealthAlert", "health_alerts", "find_layers", "roles_of", "LayerRole",
     "histogram_buckets", "THRESHOLDS", "STATISTICS", "ACTIVATION_STATISTICS", "BATCH_NORM_STATISTICS", "ROW_STATISTICS",
-    "COUNT_STATISTICS", "HISTOGRAM_BINS", "ALERT_RULES", "TRANSFORMER_STATISTICS",
+    "COUNT_STATISTICS", "HISTOGRAM_BINS", "ALERT_RULES", "TRANSFORMER_STATISTICS", "HealthBlock",
 ]

@@ -207,14 +207,14 @@ def activation_vector(xp, x, unit_axis=1, nonnegative=False, scratch=None, out=N
     ``x`` comes from an op whose outputs are >= 0 (ReLU), so ``|x|`` is ``x`` and its minimum is not needed.
     ``scratch``: a ``Scratch`` the GPU kernel may keep its accumulators in from call to call; ``out``: a float64
     device vector of 7 for the GPU kernel to write into."""
-    axes = tuple(a for a in range(x.ndim) if a != unit_axis % x.ndim)
     n = x.size
-    if xp is not np and x.dtype == np.float32 and n:
-        return _cupy_activation(xp, x, unit_axis, scratch, out)
-    if xp is np and x.dtype.char in "fd" and n:
-        fast = _host_activation(x, unit_axis, axes, nonnegative)
+    if xp is np and n and x.dtype.char in "fd":      # the common case (every watched step), first
+        fast = _host_activation(x, unit_axis, nonnegative)
         if fast is not None:
             return fast
+    if xp is not np and x.dtype == np.float32 and n:
+        return _cupy_activation(xp, x, unit_axis, scratch, out)
+    axes = _other_axes(x, unit_axis)
     x = x if x.dtype.kind == "f" else x.astype(xp.float64)
     if n == 0:
         return xp.asarray([np.nan, np.nan, np.nan, np.nan, np.nan, 0.0, 0.0])
@@ -228,7 +228,11 @@ def activation_vector(xp, x, unit_axis=1, nonnegative=False, scratch=None, out=N
     return xp.stack([a.sum() / count, v[3], zeros, a.max(), dead, v[4], v[5]])
 
 
-def _host_activation(x, unit_axis, axes, nonnegative):
+def _other_axes(x, unit_axis):
+    return tuple(a for a in range(x.ndim) if a != unit_axis % x.ndim)
+
+
+def _host_activation(x, unit_axis, nonnegative):
     """The NumPy path when every element is finite (else None), in as few passes as it can: the largest ``|x|``
     (NaN propagates through it, an Inf shows), the count of non-zeros, per-unit sums of ``|x|``
     (``ops.stats.host_unit_sums``; a unit is dead exactly when its sum is 0, as ``|x|`` cannot cancel, and they add
@@ -250,6 +254,7 @@ def _host_activation(x, unit_axis, axes, nonnegative):
     if hi * hi * n < (1e37 if x.dtype.itemsize == 4 else 1e306):      # no sum or square can overflow
         units = host_unit_sums(a, unit_axis)
         if units is None:                        # a layout without the product: per-unit maxima
+            axes = _other_axes(x, unit_axis)
             units = np.maximum.reduce(a, axis=axes) if axes else a
             total_abs = float(host_sum(a_flat))
         else:
@@ -258,13 +263,67 @@ def _host_activation(x, unit_axis, axes, nonnegative):
         mean = total / n
         var = float(np.dot(flat, flat)) / n - mean * mean
         if var < 1e-2 * mean * mean:             # E[x²] - mean² would lose the spread: the careful statistic
-            var = float(stats_vector(np, flat)[3]) ** 2
-    else:                                        # squares could overflow: the scaled statistic
-        var = float(stats_vector(np, flat)[3]) ** 2
+            std = float(stats_vector(np, flat)[3])
+        else:
+            std = math.sqrt(max(var, 0.0))
+    else:                                        # squares could overflow: the scaled statistic (its square too:
+        std = float(stats_vector(np, flat)[3])   # a float64 std above 1e154 has none)
         total_abs = float(np.add.reduce(a_flat, dtype=np.float64))
+        axes = _other_axes(x, unit_axis)
         units = np.maximum.reduce(a, axis=axes) if axes else a
     dead = np.count_nonzero(units == 0) / units.size
-    return np.array([total_abs / n, math.sqrt(max(var, 0.0)), (n - nonzero) / n, hi, dead, 0.0, 0.0])
+    return np.array([total_abs / n, std, (n - nonzero) / n, hi, dead, 0.0, 0.0])
+
+
+def activation_rows(rows, unit_axis=1, nonnegative=False):
+    """``activation_vector`` of each ``rows[i]`` (a float32/float64 host array ``(n, *shape)``: one layer output a
+    call), as an ``(n, 7)`` float64 array. The all-finite rows take one vectorised pass over a few rows at a time
+    (``ROWS_AT_ONCE``: they stay in cache through the passes): the largest ``|x|``, the non-zeros, per-unit sums of
+    ``|x|`` as products with ones (a unit is dead when its sum is 0), the sum and the sum of squares. Rows holding
+    NaN/Inf, whose squares could overflow or whose variance would cancel go through ``activation_vector`` one by
+    one, so every row gets its rules; the moments may differ from it in the last bits (another order of
+    summation), the counts do not."""
+    n, shape = rows.shape[0], rows.shape[1:]
+    out = np.empty((n, 7))
+    size = math.prod(shape)
+    if not n:
+        return out
+    if not size or rows.dtype.char not in "fd" or not shape:
+        for i in range(n):
+            out[i] = activation_vector(np, rows[i], unit_axis, nonnegative)
+        return out
+    axis = unit_axis % len(shape)
+    units = shape[axis]
+    before, after = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
+    char = rows.dtype.char
+    limit = 1e37 if rows.dtype.itemsize == 4 else 1e306
+    at_once = max(1, ROWS_AT_ONCE // (size * rows.dtype.itemsize))
+    for first in range(0, n, at_once):
+        part = rows[first:first + at_once]
+        k = len(part)
+        flat = part.reshape(k, size)
+        with np.errstate(all="ignore"):      # rows that overflow or hold NaN/Inf fail ``fast`` and are redone
+            a = flat if nonnegative else np.abs(flat)
+            hi = _max(a, axis=1).astype(np.float64)
+            nonzero = np.add.reduce(a > 0, axis=1, dtype=np.int64)
+            per_unit = a.reshape(k, before, units, after)
+            per_unit = np.add.reduce(per_unit, axis=3) if after > 1 else per_unit.reshape(k, before, units)
+            per_unit = np.matmul(_ones_of(before, char), per_unit)              # (k, units)
+            dead = np.add.reduce(per_unit == 0, axis=1, dtype=np.int64) / units
+            total_abs = np.matmul(per_unit, _ones_of(units, char)).astype(np.float64)
+            total = total_abs if nonnegative else np.matmul(flat, _ones_of(size, char)).astype(np.float64)
+            mean = total / size
+            var = _row_dots(flat, flat).astype(np.float64) / size - mean * mean
+            fast = (hi * hi * size < limit) & (var >= 1e-2 * mean * mean)
+            out[first:first + k] = np.stack([total_abs / size, np.sqrt(np.maximum(var, 0.0)),
+                                             (size - nonzero) / size, hi, dead, np.zeros(k), np.zeros(k)], axis=1)
+        for i in np.flatnonzero(~fast):
+            out[first + i] = activation_vector(np, part[i], unit_axis, nonnegative)
+    return out
+
+
+ROWS_AT_ONCE = 512 << 10
+"""Bytes of rows ``activation_rows`` takes in one pass (a few hundred KiB: they stay in the core's cache)."""
 
 
 def square_vector(xp, x, scratch=None, out=None):
@@ -541,6 +600,33 @@ class SquareStats(Op):
             return square_vector(np, x)
         out = _slot(xp, into, 3)
         return _written(xp, square_vector(xp, x, scratch, out), out)
+
+
+class SquaresStats(Op):
+    """``square_vector`` of each of several tensors made before it, as one vector of 3 numbers a tensor, in input
+    order (``watch_health``'s block path on the host: a network's weights, or its gradients, in one op). ``keeps``:
+    ``SquareStats``' ``keep`` for each input (None: not kept)."""
+    prefix, api = "System-Health-Squares_", "flow.watch_health"
+    observes = True
+
+    @staticmethod
+    def infer(*tensors, keeps):
+        return spec((3 * len(tensors),), np.float64)
+
+    @staticmethod
+    def forward(xp, *tensors, keeps):
+        values = []
+        for x, keep in zip(tensors, keeps):
+            if keep is not None:
+                keep.save(xp, x)
+            if xp is np and x.dtype.char in "fd":
+                flat = x.reshape(-1)
+                total = float(_dot(flat, flat))
+                if total - total == 0:          # all finite: square_vector's fast path, without its array
+                    values += (total, 0.0, 0.0)
+                    continue
+            values += square_vector(xp, x).tolist()
+        return np.array(values)
 
 
 class MeanStat(Op):

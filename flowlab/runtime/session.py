@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import threading
 import warnings
+import weakref
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,6 +154,8 @@ class Session:
         """Wait until every job call and every callback it started has finished; raise a callback's error."""
         for job in list(self.jobs):
             job.sync()
+        for hook in _sync_hooks():
+            hook()
         dispatch.default().wait()
         dispatch.default().raise_pending()
 
@@ -169,6 +172,26 @@ _clear_hooks: list = []     # run by clear(): e.g. the data pipelines stop their
 def on_clear(hook):
     """Call ``hook()`` whenever the default session is cleared."""
     _clear_hooks.append(hook)
+
+
+_sync_methods: list = []    # weak references to bound methods run by Session.sync (on_sync)
+_sync_lock = threading.Lock()
+
+
+def on_sync(method):
+    """Call the bound method ``method()`` in ``Session.sync``, once the jobs' calls are done and before the watch
+    callbacks are waited for (``watch_health``'s block path delivers the calls it holds), for as long as its object
+    lives."""
+    with _sync_lock:
+        _sync_methods.append(weakref.WeakMethod(method))
+
+
+def _sync_hooks():
+    """The live ``on_sync`` methods (the dead ones forgotten)."""
+    with _sync_lock:
+        live = [(ref, ref()) for ref in _sync_methods]
+        _sync_methods[:] = [ref for ref, method in live if method is not None]
+    return [method for _, method in live if method is not None]
 
 
 def default() -> Session:

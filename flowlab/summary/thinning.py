@@ -253,6 +253,21 @@ class HealthGrid:
                     "nonfinite": b.fields["bad"][rows].T.copy(), "first": b.first[rows].copy(),
                     "last": b.last[rows].copy()}
 
+    def cells_from(self, start=0):
+        """Buckets ``start…`` of every statistic at once: ``{"lo", "hi", "mean"}`` as ``(buckets, layers,
+        statistics)`` arrays (what ``cells`` gives one statistic of, NaN where a cell saw no finite value),
+        ``nonfinite`` ``(buckets, layers)``, and the buckets' ``first`` and ``last`` steps."""
+        b = self.buckets
+        rows = slice(start, b.count)
+        shape = (-1, len(self.layers), len(self.statistics))
+        finite = b.fields["finite"][rows].reshape(shape)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            none = np.where(finite > 0, 0.0, np.nan)
+            return {"lo": b.fields["lo"][rows].reshape(shape) + none, "hi": b.fields["hi"][rows].reshape(shape) + none,
+                    "mean": b.fields["sum"][rows].reshape(shape) / finite + none,
+                    "nonfinite": b.fields["bad"][rows].copy(), "first": b.first[rows].copy(),
+                    "last": b.last[rows].copy()}
+
     def trend_columns(self, layer, statistic):
         """One layer's statistic over steps as ``Trend.COLUMNS`` (plus ``mark``) for ``figures.trend_figure``."""
         i = self.layers.index(layer)

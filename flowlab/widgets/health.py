@@ -9,12 +9,17 @@ transformer's reports (``HealthReport.attention``) add a compact heatmap under t
 attention entropy over steps (0 collapsed, 1 uniform; one row a head, or, past ``ATTENTION_ROWS`` heads, one row a
 block holding its lowest head's: the head nearest collapse), on a fixed 0…1 scale.
 
-Where the work happens: ``panel(report)`` only records: under a short data lock it keeps the report's table and
-alerts and pokes the refresh thread (``_live``), which folds the tables in bulk into a ``HealthGrid`` (the run's
-steps in at most ``max_steps`` buckets, losing no extreme; one report at a time would cost the job ~100 µs a step)
-and sends at most ``refresh_hz`` updates a second, each holding only the grid's buckets that changed. Being that
-cheap (a few µs), it says so (``delivered_inline``) and ``flow.watch_health`` calls it on the job's thread as each
-report is made, sparing a hand-off to the dispatcher thread; its errors still surface at the next job call.
+Where the work happens: when the panel is ``flow.watch_health``'s only consumer on the host, a call only records
+its statistics and the panel takes them in bulk (``health_block``: ``flowlab.health.HealthBlock``, the tables of
+many calls as one array and their alerts, made when a block is full or when the panel asks, ``health_source``,
+before each refresh and whenever it is read). Otherwise (with a writer, on a GPU) ``panel(report)`` takes one
+report a call and only records: under a short data lock it keeps the report's table and alerts. Either way the
+refresh thread (``_live``) folds the tables in bulk into a ``HealthGrid`` (the run's steps in at most
+``max_steps`` buckets, losing no extreme; one report at a time would cost the job ~100 µs a step) and sends at most
+``refresh_hz`` updates a second, each holding only the grid's buckets that changed. Being that cheap (a few µs),
+``panel(report)`` says so (``delivered_inline``) and ``flow.watch_health`` calls it on the job's thread as each
+report is made, sparing a hand-off to the dispatcher thread; its errors (as ``health_block``'s) still surface at the
+next job call.
 
 The page sends nothing back to the kernel (see ``live``), so the statistic selector and the click on a layer act in
 the page: the panel sends every statistic of every bucket (one ``cells`` source, a row per bucket and layer, bucket
@@ -36,6 +41,7 @@ import time
 import uuid
 import weakref
 from collections import Counter, deque
+from collections.abc import Callable
 
 import numpy as np
 from bokeh.layouts import column, row
@@ -192,9 +198,10 @@ class HealthPanel(LiveView):
         self._attention_pending = []           # (step, [one entropy a row]) not yet folded
         self.attention_map = None              # its HealthHeatmap, once built
         self.statistic = None                  # the statistic shown first (and in the static copy)
-        self.step = None                       # the latest report's step
-        self.alerts = deque(maxlen=ALERTS_KEPT)    # the newest HealthAlerts, oldest first
-        self.alert_groups = AlertGroups()      # every alert so far, one row a kind on a layer: the page's list
+        self._alerts = deque(maxlen=ALERTS_KEPT)    # the newest HealthAlerts, oldest first (``alerts``)
+        self._alert_groups = AlertGroups()     # every alert so far, one row a kind on a layer: the page's list
+        self._sources = []                     # weak references to watch_health's flushes (``health_source``)
+        self._step = None                      # the latest report's step (``step``)
         self._latest = None                    # the latest report's table (terminal lines)
         self._new_alerts = []                  # alerts of a (kind, layer) not seen before, not yet printed (terminal)
         self._alerts_changed = False
@@ -218,37 +225,91 @@ class HealthPanel(LiveView):
         if not isinstance(report, HealthReport):
             raise TypeError(f"HealthPanel: expected a flowlab.HealthReport (pass the panel to flow.watch_health), "
                             f"got {type(report).__name__}: {report!r:.80}")
-        layers = tuple(report.table)
         with self._data_lock:
-            if self._grid is None:
-                self._grid = HealthGrid(layers, health_log.columns(report.table), self.max_steps)
-                self.statistic = _default_statistic(self._grid.statistics, self._wanted_statistic)
-            elif layers != self._grid.layers:
-                raise ValueError(f"HealthPanel: this panel shows the layers {list(self._grid.layers)}; a report of "
-                                 f"layers {list(layers)} came (another job?): use one panel per job")
+            self._check_layers(tuple(report.table), lambda: health_log.columns(report.table))
             if report.attention:
-                self._keep_attention(report)
+                self._keep_attention([report.step], {block: [heads] for block, heads in report.attention.items()})
             self._pending.append((report.step, report.table))
             if len(self._pending) >= FOLD_EVERY:
                 self._fold()
-            self.step, self._latest = report.step, report.table
-            if report.alerts:
-                self.alerts.extend(report.alerts)
-                self._new_alerts += self.alert_groups.add(report.alerts)
-                self._alerts_changed = True
+            self._step, self._latest = report.step, report.table
+            self._keep_alerts(report.alerts)
         self._refresher.poke()
 
-    def _keep_attention(self, report):
-        """Keep a report's attention entropies as one row a head, or a block's lowest (``ATTENTION_ROWS``)."""
-        per_head = sum(map(len, report.attention.values())) <= ATTENTION_ROWS
-        rows = {f"{block}/head_{h}": e for block, heads in report.attention.items() for h, e in enumerate(heads)} \
-            if per_head else {f"{block} (lowest head)": min(heads) for block, heads in report.attention.items()}
+    def health_block(self, block):
+        """The ``watch_health`` handler's bulk form: keep a ``flowlab.health.HealthBlock`` (many calls' tables,
+        folded into the grid at once, and their alerts)."""
+        with self._data_lock:
+            self._check_layers(block.layers, lambda: block.statistics)
+            if block.attention:
+                self._keep_attention(block.steps.tolist(), block.attention)
+            self._fold()                      # reports taken one at a time before, in step order
+            stats = self._grid.statistics
+            values = block.values
+            if stats != block.statistics:     # the same names in another order (or fewer): by name
+                where = {s: j for j, s in enumerate(block.statistics)}
+                values = np.stack([values[:, :, where[s]] if s in where else np.full(values.shape[:2], np.nan)
+                                   for s in stats], axis=2)
+            self._grid.extend(block.steps, values)
+            self._step = int(block.steps[-1])
+            # the terminal's per-layer line reads the latest table: made from the block only there
+            self._latest = block.report(-1).table if self.mode == "terminal" else None
+            self._keep_alerts(block.alerts)
+        self._refresher.poke()
+
+    def health_source(self, flush: Callable[[], None]):
+        """``watch_health``'s block path hands the panel its ``flush``: called (on the caller's thread) before each
+        refresh and each read of the panel, so that what it shows and says holds every call recorded so far.
+        Returns what the job calls after each call it records: the refresh thread's poke."""
+        with self._data_lock:
+            self._sources.append(weakref.WeakMethod(flush) if hasattr(flush, "__self__") else lambda: flush)
+        return self._refresher.poke
+
+    def _pull(self):
+        """Every call recorded so far into the panel (``health_source``); not under the data lock."""
+        with self._data_lock:
+            sources = list(self._sources)
+        for source in sources:
+            flush = source()
+            if flush is None:                 # its job is gone
+                with self._data_lock:
+                    if source in self._sources:
+                        self._sources.remove(source)
+            else:
+                flush()
+
+    def _check_layers(self, layers, statistics):
+        """The first report fixes the layers (and the grid's statistics, ``statistics()``); another job's is an
+        error (under the data lock)."""
+        if self._grid is None:
+            self._grid = HealthGrid(layers, statistics(), self.max_steps)
+            self.statistic = _default_statistic(self._grid.statistics, self._wanted_statistic)
+        elif layers != self._grid.layers:
+            raise ValueError(f"HealthPanel: this panel shows the layers {list(self._grid.layers)}; a report of "
+                             f"layers {list(layers)} came (another job?): use one panel per job")
+
+    def _keep_alerts(self, alerts):
+        if alerts:
+            self._alerts.extend(alerts)
+            self._new_alerts += self._alert_groups.add(alerts)
+            self._alerts_changed = True
+
+    def _keep_attention(self, steps, attention):
+        """Keep the attention entropies of ``steps`` (``{block: [one row of heads a step]}``) as one row a head, or
+        a block's lowest (``ATTENTION_ROWS``)."""
+        blocks = {block: np.asarray(heads, np.float64).reshape(len(steps), -1) for block, heads in attention.items()}
+        if sum(heads.shape[1] for heads in blocks.values()) <= ATTENTION_ROWS:
+            names = [f"{block}/head_{h}" for block, heads in blocks.items() for h in range(heads.shape[1])]
+            rows = np.concatenate(list(blocks.values()), axis=1)
+        else:
+            names = [f"{block} (lowest head)" for block in blocks]
+            rows = np.stack([heads.min(axis=1) for heads in blocks.values()], axis=1)
         if self._attention is None:
-            self._attention = HealthGrid(tuple(rows), (ATTENTION_STATISTIC,), self.max_steps)
-        elif tuple(rows) != self._attention.layers:
+            self._attention = HealthGrid(tuple(names), (ATTENTION_STATISTIC,), self.max_steps)
+        elif tuple(names) != self._attention.layers:
             raise ValueError(f"HealthPanel: this panel shows the attention blocks of {list(self._attention.layers)}; "
-                             f"a report of {list(rows)} came (another job?): use one panel per job")
-        self._attention_pending.append((report.step, list(rows.values())))
+                             f"a report of {names} came (another job?): use one panel per job")
+        self._attention_pending.extend(zip(steps, rows.tolist()))
 
     def _fold(self):
         """Fold the pending tables into the grid at once (under the data lock)."""
@@ -281,6 +342,7 @@ class HealthPanel(LiveView):
     @property
     def grid(self):
         """The run's ``HealthGrid`` (None before the first report), every report so far folded in."""
+        self._pull()
         with self._data_lock:
             if self._pending:
                 self._fold()
@@ -290,6 +352,7 @@ class HealthPanel(LiveView):
     def attention_grid(self):
         """The attention entropies' ``HealthGrid`` (rows as the module docstring says, statistic
         ``attention_entropy``), every report so far folded in; None for a network without attention."""
+        self._pull()
         with self._data_lock:
             if self._attention_pending:
                 self._fold()
@@ -299,6 +362,7 @@ class HealthPanel(LiveView):
         """The layer whose trend shows before a click: the first layer (in forward order) with an alert, else the
         first layer; None before the first report. With ``statistic``, among the layers that have it (a batch
         norm's moving statistics: only the batch norms), when any has."""
+        self._pull()
         with self._data_lock:
             return None if self._grid is None else self._default_layer(statistic)
 
@@ -308,7 +372,7 @@ class HealthPanel(LiveView):
             means = self._grid.cells(statistic)["mean"]
             having = [layer for layer, row in zip(layers, means) if np.isfinite(row).any()]
             layers = having or layers
-        alerted = self.alert_groups.layers()
+        alerted = self._alert_groups.layers()
         return next((layer for layer in layers if layer in alerted), layers[0])
 
     def cells_columns(self, start=0):
@@ -318,26 +382,27 @@ class HealthPanel(LiveView):
         every statistic ``s``, ``lo|s``, ``mean|s``, ``hi|s``: what ``HealthGrid.cells`` gives, for the page to
         switch between."""
         grid = self._grid
-        n_layers, out = len(grid.layers), {}
-        for s in grid.statistics:
-            c = grid.cells(s)
-            if not out:
-                buckets = len(c["first"]) - start
-                out["row"] = np.tile(np.arange(n_layers, dtype=np.float64), buckets)
-                out["first"] = np.repeat(c["first"][start:], n_layers).astype(np.float64)
-                out["last"] = np.repeat(c["last"][start:], n_layers).astype(np.float64)
-                out["end"] = out["last"] + 1.0
-                right = np.append(c["first"][start + 1:], c["last"][-1] + 1 if len(c["last"]) else [])
-                out["right"] = np.repeat(right, n_layers).astype(np.float64)
-                out["nonfinite"] = c["nonfinite"][:, start:].T.reshape(-1)
+        n_layers = len(grid.layers)
+        c = grid.cells_from(start)           # every statistic of the buckets from ``start``, at once
+        buckets = len(c["first"])
+        out = {"row": np.tile(np.arange(n_layers, dtype=np.float64), buckets),
+               "first": np.repeat(c["first"], n_layers).astype(np.float64),
+               "last": np.repeat(c["last"], n_layers).astype(np.float64)}
+        out["end"] = out["last"] + 1.0
+        last = grid.buckets.last[grid.buckets.count - 1] if grid.buckets.count else None
+        right = np.append(c["first"][1:], [last + 1] if buckets else [])
+        out["right"] = np.repeat(right, n_layers).astype(np.float64)
+        out["nonfinite"] = c["nonfinite"].reshape(-1)
+        for j, s in enumerate(grid.statistics):
             for part in ("lo", "mean", "hi"):
-                out[f"{part}|{s}"] = c[part][:, start:].T.reshape(-1)
+                out[f"{part}|{s}"] = c[part][:, :, j].reshape(-1)
         return out
 
     # ------------------------------------------------------------------------------------------------ display
 
     def refresh(self):
         """Push every pending update now (the refresh thread calls this too)."""
+        self._pull()
         with self._ui_lock:
             with self._data_lock:      # a consistent snapshot of what changed, then let reports go on
                 if self._grid is None:
@@ -350,10 +415,10 @@ class HealthPanel(LiveView):
                 attention = None if cells is None or self._attention is None else HealthHeatmap._columns(
                     self._attention.layers, self._attention.cells(ATTENTION_STATISTIC), True, 0)
                 alerts_changed, self._alerts_changed = self._alerts_changed, False
-                alerts = self.alert_groups.columns() if alerts_changed else None
-                counts = self.alert_groups.kind_counts()
+                alerts = self._alert_groups.columns() if alerts_changed else None
+                counts = self._alert_groups.kind_counts()
                 new_alerts, self._new_alerts = self._new_alerts, []
-                step, latest = self.step, self._latest
+                step, latest = self._step, self._latest
             if at is None and not alerts_changed:
                 return
             if self.mode == "terminal":
@@ -440,7 +505,7 @@ class HealthPanel(LiveView):
         only the page's script changes otherwise: the snapshot then draws before the script runs."""
         stat = self.statistic
         with self._data_lock:
-            layer, step = self._default_layer(stat), self.step
+            layer, step = self._default_layer(stat), self._step
             self.heatmap.update(self._grid, stat)
             self._trend_source.data = self._grid.trend_columns(layer, stat)
         self.heatmap.figure.title.text = f"{stat}: {STATISTICS.get(stat, '')}  (to step {step})"
@@ -512,7 +577,7 @@ class HealthPanel(LiveView):
                 layer = self._default_layer(self.statistic)
                 svg = heatmap_svg(self._grid, self.statistic)
                 source = ColumnDataSource(self._grid.trend_columns(layer, self.statistic))
-                alerts = self._alerts_html(self.alert_groups.columns(), self.alert_groups.kind_counts())
+                alerts = self._alerts_html(self._alert_groups.columns(), self._alert_groups.kind_counts())
             trend = trend_figure(source, y_label=self.statistic)
             trend.title.text = f"layer {layer}: {self.statistic}"
             trend.title.text_font_size = "9pt"
@@ -548,7 +613,7 @@ class HealthPanel(LiveView):
         super().close()
         if self.mode == "terminal":
             with self._data_lock:
-                step, latest, counts = self.step, self._latest, self.alert_groups.kind_counts()
+                step, latest, counts = self._step, self._latest, self._alert_groups.kind_counts()
             if latest is not None and step != self._printed_step:
                 print(self._table_line(step, latest, counts), file=self._file or sys.stdout, flush=True)
                 self._printed_step = step
@@ -556,12 +621,32 @@ class HealthPanel(LiveView):
     @property
     def counts(self):
         """Alerts per kind over the whole run, as a ``Counter`` (from ``alert_groups``)."""
+        self._pull()
         with self._data_lock:
-            return Counter(self.alert_groups.kind_counts())
+            return Counter(self._alert_groups.kind_counts())
+
+    @property
+    def alerts(self):
+        """The newest ``ALERTS_KEPT`` ``HealthAlert``s, oldest first (a deque)."""
+        self._pull()
+        return self._alerts
+
+    @property
+    def alert_groups(self):
+        """Every alert so far, one row a kind on a layer (``plots.health.AlertGroups``): the page's list."""
+        self._pull()
+        return self._alert_groups
+
+    @property
+    def step(self):
+        """The latest report's step (None before the first)."""
+        self._pull()
+        return self._step
 
     def __repr__(self):
+        self._pull()
         with self._data_lock:
             if self._grid is None:
                 return "HealthPanel(waiting for the first report)"
-            return (f"HealthPanel({self.mode}, step={self.step}, layers={list(self._grid.layers)}, "
-                    f"alerts={self.alert_groups.kind_counts()})")
+            return (f"HealthPanel({self.mode}, step={self._step}, layers={list(self._grid.layers)}, "
+                    f"alerts={self._alert_groups.kind_counts()})")
