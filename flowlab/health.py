@@ -835,8 +835,9 @@ class _Monitor:
             return
         touches = self._observe(RowTouches, ids, f"rows-{p.name}", rows=rows, tracker=tracker)
         stat = self._observe(RowCoverage, touches, f"row_coverage-{p.name}", rows=rows, tracker=tracker,
-                             stale_after=stale_after, into=self.results.reserve(3))
-        self.requests.append(self._request(stat, put=functools.partial(self._arrive, key)))
+                             stale_after=stale_after, into=None if self.block else self.results.reserve(3))
+        self.requests.append(self._request(stat, put=self._recorder(key, 3) if self.block else
+                                           functools.partial(self._arrive, key)))
 
     def _request_joined(self, tensors, call, every):
         """Several devices: ``call(wholes, step)`` in the dispatcher once the joined values of all ``tensors`` of a
@@ -1222,6 +1223,7 @@ class _BlockLayout:
     def __init__(self, monitor):
         self.layers = tuple(layer.name for layer in monitor.layers)
         columns, statistics, per_layer = monitor._columns, {}, []
+        self.tables = []                             # (layer index, [(rows column, table rows)]): embeddings
         for layer in monitor.layers:
             names = []
             act, bn = columns.get(("act", layer.name)), columns.get(("bn", layer.name))
@@ -1231,10 +1233,16 @@ class _BlockLayout:
                 names += ["weight_norm", "weight_nan", "weight_inf"]
             if any(p.update is not None for p in layer.params):
                 names += ["grad_norm", "grad_nan", "grad_inf", "update_ratio"]
+            tables = [(columns[("rows", p.name)][0], monitor.table_rows[p.name]) for p in layer.params
+                      if ("rows", p.name) in columns]
+            if tables:
+                names += ROW_STATISTICS
             if bn is not None:
                 names += BATCH_NORM_STATISTICS
             statistics.update(dict.fromkeys(names))
             per_layer.append((layer, act, bn))
+            if tables:
+                self.tables.append((len(per_layer) - 1, tables))
         self.statistics = tuple(statistics)          # the tables' statistics, in their first-seen order
         where = {s: j for j, s in enumerate(self.statistics)}
         self.where = where
@@ -1311,6 +1319,12 @@ class _BlockLayout:
                 out[:, i, where["grad_norm"]], out[:, i, where["grad_nan"]] = np.sqrt(g2), gn
                 out[:, i, where["grad_inf"]] = gi
                 out[:, i, where["update_ratio"]] = np.where(w2 > 0, np.sqrt(u2) / np.sqrt(w2), np.nan)
+            for i, tables in self.tables:               # summed over a layer's tables, as _table sums them
+                total = sum(size for _, size in tables)
+                touched, ever, stale = (sum(rows[:, c + k] for c, _ in tables) for k in range(3))
+                out[:, i, where["rows_touched"]], out[:, i, where["stale_rows"]] = touched, stale
+                out[:, i, where["touched_fraction"]] = ever / total
+                out[:, i, where["stale_fraction"]] = stale / total
         return out
 
     def _candidates(self, values, rows, first):
@@ -1343,6 +1357,8 @@ class _BlockLayout:
                     total = total + g[:, k] ** 2
                 total = np.sqrt(total)                                          # exploding over time
                 flag |= ~np.isfinite(total) | _above_recent(total, t["exploding_factor"], window)
+            for i, _ in self.tables:                                            # stale_rows
+                flag |= values[:, i, where["stale_fraction"]] > _below(t["stale_fraction"])
             if self.loss is not None:                                           # loss_spike
                 loss = rows[:, self.loss]
                 flag |= np.isfinite(loss) & _above_recent(loss, t["loss_spike_factor"], window)

@@ -10,7 +10,8 @@ import pytest
 import flowlab as flow
 import flowlab.typing as tp
 from flowlab.errors import WatchCallbackError
-from flowlab.health import HealthAlert, HealthReport, activation_vector, health_alerts
+from flowlab.health import HealthAlert, HealthReport, health_alerts
+from flowlab.ops.stats import activation_vector
 from flowlab.runtime import backend
 
 BATCH, FEATURES, CLASSES = 32, 20, 5
@@ -247,7 +248,7 @@ def test_report_loss_is_the_mean_loss_of_the_call():
 
 
 def test_activation_statistics_of_negative_and_non_finite_values():
-    from flowlab.health import activation_vector, square_vector
+    from flowlab.ops.stats import activation_vector, square_vector
     x = np.array([[0.0, -2.0, 0.0], [0.0, 1.0, 3.0]], np.float32)
     got = activation_vector(np, x)
     assert got.tolist() == pytest.approx([1.0, x.std(), 0.5, 3.0, 1 / 3, 0, 0])

@@ -411,3 +411,21 @@ def test_a_block_makes_each_calls_report():
     assert all(isinstance(r, HealthReport) for r in made) and blocks[-1].report(-1).step == 4
     assert [r.step for b in blocks for r in b.reports()] == [0, 1, 2, 3, 4]
     assert "HealthBlock(steps" in repr(blocks[-1])
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_embedding_rows_and_the_stale_rows_alert_in_blocks(sparse):
+    """Embedding tables tracked row by row (issue 30's row statistics) in blocks: the same rows touched, fractions and
+    stale rows as one report a call, and the stale_rows alert on the same calls with the same message. The job is run
+    twice from the same seeds, once watched per call and once by a block handler (its watch_health takes one
+    handler); the deep ids reach only rows 0 and 1, so from call 5 on every call alerts."""
+    from test_health_embedding import BATCH as ROWS_A_CALL, run, wide_and_deep
+    only_two = lambda step: np.array([[0, 1]] * ROWS_A_CALL, np.int32)      # noqa: E731
+    reports, blocks = [], Blocks()
+    run(wide_and_deep(reports, stale_steps=5, sparse=sparse), 12, deep=only_two)
+    run(wide_and_deep(None, stale_steps=5, sparse=sparse, handler=blocks), 12, deep=only_two)
+    blocks.flush()
+    assert blocks.blocks and not blocks.one_by_one                 # the block path ran
+    assert [r.step for r in reports if any(a.kind == "stale_rows" for a in r.alerts)] == list(range(5, 12))
+    assert "stale_fraction" in blocks.blocks[0].statistics
+    assert_same(reports, blocks.blocks)
