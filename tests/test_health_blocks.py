@@ -82,6 +82,20 @@ def dense_stack(depth=2, width=32, activation=flow.nn.relu, bias=0.0):
     return layers
 
 
+def sgd_job(*handlers, bias=0.0, function_config=None, **watch_options):
+    """A train job of ``dense_stack(bias=bias)`` under plain SGD (0.1), its health watched by each of ``handlers``
+    (``watch_options`` passed to each ``watch_health``)."""
+    @flow.global_function(type="train", function_config=function_config)
+    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)), y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)
+            ) -> tp.Numpy:
+        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, dense_stack(bias=bias)(x))
+        for handler in handlers:
+            flow.watch_health(handler, **watch_options)
+        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
+        return loss
+    return job
+
+
 def assert_same(reports, blocks):
     """Every report's numbers, alerts and first NaN op are its call's in the blocks."""
     assert all(isinstance(b, HealthBlock) for b in blocks)
@@ -236,15 +250,7 @@ def test_a_failed_call_leaves_no_row():
     reports, blocks = [], Blocks()
     config = flow.function_config()
     config.detect_anomaly(True)
-
-    @flow.global_function(type="train", function_config=config)
-    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)), y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)
-            ) -> tp.Numpy:
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, dense_stack()(x))
-        flow.watch_health(reports.append)
-        flow.watch_health(blocks)
-        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
-        return loss
+    job = sgd_job(reports.append, blocks, function_config=config)
 
     batches = list(data(4))
     for i, (x, y) in enumerate(batches):
@@ -270,14 +276,7 @@ def test_the_panel_in_blocks_shows_what_it_shows_report_by_report():
     def handler(report):       # not a block handler: reports one at a time
         per_call(report)
 
-    @flow.global_function(type="train")
-    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)), y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)
-            ) -> tp.Numpy:
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, dense_stack(bias=-0.5)(x))
-        flow.watch_health(handler)
-        flow.watch_health(in_blocks)
-        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
-        return loss
+    job = sgd_job(handler, in_blocks, bias=-0.5)
 
     for x, y in batches():
         job(x, y)
@@ -302,14 +301,7 @@ def test_the_panel_in_blocks_shows_what_it_shows_report_by_report():
 def test_the_panels_refresh_thread_pulls_the_calls_as_they_come():
     import time
     panel = HealthPanel(mode="notebook", refresh_hz=20)
-
-    @flow.global_function(type="train")
-    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)), y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)
-            ) -> tp.Numpy:
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, dense_stack()(x))
-        flow.watch_health(panel)
-        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
-        return loss
+    job = sgd_job(panel)
 
     for x, y in data(12):          # far fewer calls than a block: only the refresh thread's pulls deliver them
         job(x, y)
@@ -324,13 +316,7 @@ def test_a_panel_with_a_writer_takes_reports_one_at_a_time(tmp_path):
     from flowlab.summary import SummaryWriter
     panel = HealthPanel(mode="terminal", file=__import__("io").StringIO())
     with SummaryWriter(tmp_path / "run") as writer:
-        @flow.global_function(type="train")
-        def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)), y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)
-                ) -> tp.Numpy:
-            loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, dense_stack()(x))
-            flow.watch_health(panel, writer=writer)
-            flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
-            return loss
+        job = sgd_job(panel, writer=writer)
         calls = []
         panel.health_block = calls.append           # would be called on the block path
         for x, y in data(5):
@@ -384,14 +370,7 @@ def test_sync_delivers_every_call_recorded_and_a_handler_error_surfaces():
                 raise ValueError("block boom")
 
     blocks = Failing()
-
-    @flow.global_function(type="train")
-    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)), y: tp.Numpy.Placeholder((BATCH,), dtype=flow.int32)
-            ) -> tp.Numpy:
-        loss = flow.nn.sparse_softmax_cross_entropy_with_logits(y, dense_stack()(x))
-        flow.watch_health(blocks)
-        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
-        return loss
+    job = sgd_job(blocks)
 
     for x, y in data(5):
         job(x, y)
