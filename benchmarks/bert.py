@@ -31,6 +31,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from test_bert_example import torch_bert_losses  # noqa: E402 - the test's PyTorch transcription, in float32 here
 
 TARGET = 1.0                                   # flowlab ms / PyTorch eager ms
 
@@ -49,47 +51,15 @@ class TorchBert:
     """BERT's pretraining losses from ``weights`` (flowlab's names) in PyTorch eager, float32, trained by Adam."""
 
     def __init__(self, torch, weights, args):
-        self.torch, self.F, self.args = torch, torch.nn.functional, args
+        self.torch, self.args = torch, args
         self.p = {name: torch.nn.Parameter(torch.from_numpy(np.array(w, np.float32))) for name, w in weights.items()
                   if not name.endswith(("-m", "-v"))}
         self.optimizer = torch.optim.Adam(self.p.values(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, foreach=True)
 
     def losses(self, batch):
-        torch, F, p, a = self.torch, self.F, self.p, self.args
-        ids, mask, segments, positions, label_ids = (torch.from_numpy(x).long() for x in batch[:5])
-        weights, nsp = torch.from_numpy(batch[5]), torch.from_numpy(batch[6]).long()
-        b, s, h, heads = ids.shape[0], ids.shape[1], a.hidden, a.heads
-        size = h // heads
-
-        def dense(x, name):
-            return torch.addmm(p[f"{name}-bias"], x, p[f"{name}-weight"])
-
-        def norm(x, name):
-            return F.layer_norm(x, (h,), p[f"{name}-LayerNorm-gamma"], p[f"{name}-LayerNorm-beta"], eps=1e-5)
-
-        e = "bert-embeddings"
-        x = p[f"{e}-word_embeddings"][ids] + p[f"{e}-token_type_embeddings"][segments] + \
-            p[f"{e}-position_embeddings"][:, :s]
-        x = norm(x, e).reshape(b * s, h)
-        add_mask = (mask.float().reshape(b, 1, 1, s) - 1.0) * 10000.0
-        for i in range(a.layers):
-            n = f"bert-encoder-layer_{i}"
-            q, k, v = (dense(x, f"{n}-attention-self-{part}").reshape(b, s, heads, size).transpose(1, 2)
-                       for part in ("query", "key", "value"))
-            probs = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(size) + add_mask, dim=-1)
-            context = torch.matmul(probs, v).transpose(1, 2).reshape(b * s, h)
-            attended = norm(dense(context, f"{n}-attention-output-dense") + x, f"{n}-attention-output")
-            inner = F.gelu(dense(attended, f"{n}-intermediate-dense"))
-            x = norm(dense(inner, f"{n}-output-dense") + attended, f"{n}-output")
-        sequence = x.reshape(b, s, h)
-        picked = torch.gather(sequence, 1, positions[:, :, None].expand(-1, -1, h)).reshape(-1, h)
-        picked = norm(F.gelu(dense(picked, "cls-predictions-transform-dense")), "cls-predictions-transform")
-        logits = picked @ p[f"{e}-word_embeddings"].T + p["cls-predictions-output_bias"]
-        per_token = F.cross_entropy(logits, label_ids.reshape(-1), reduction="none").reshape(b, -1) * weights
-        mlm = (per_token.sum(-1) / (weights.sum(-1) + 1e-5)).mean()
-        pooled = torch.tanh(dense(sequence[:, 0], "bert-pooler-dense"))
-        nsp_logits = pooled @ p["cls-seq_relationship-output_weights"].T + p["cls-seq_relationship-output_bias"]
-        return mlm + F.cross_entropy(nsp_logits, nsp.reshape(-1)), mlm
+        total, mlm, _ = torch_bert_losses(self.torch, self.p, batch, self.args.layers, self.args.heads,
+                                          self.args.hidden)
+        return total, mlm
 
     def step(self, batch):
         total, mlm = self.losses(batch)

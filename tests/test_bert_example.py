@@ -31,18 +31,20 @@ def predict_losses(builder, batch):
     return [float(v) for v in bert_losses(*batch)]
 
 
-def torch_losses(torch, w, batch, layers, heads, hidden):
-    """BERT's pretraining losses written directly in PyTorch from the variables ``w`` (name -> array)."""
+def torch_bert_losses(torch, t, batch, layers, heads, hidden):
+    """BERT's pretraining losses ``(total, masked LM, next sentence)`` as PyTorch tensors, written directly in PyTorch
+    from the tensors ``t`` (flowlab's variable names; their dtype is the computation's) and ``batch`` (NumPy, ``KEYS``
+    order). The test's reference in float64, and ``benchmarks/bert.py``'s PyTorch side (float32, trained)."""
     F = torch.nn.functional
-    t = {k: torch.from_numpy(np.asarray(v, np.float64)) for k, v in w.items()}
+    dtype = t["bert-embeddings-word_embeddings"].dtype
     ids, mask, segments, positions, label_ids, weights, nsp = (torch.from_numpy(np.asarray(a)).long() if i != 5 else
-                                                               torch.from_numpy(np.asarray(a, np.float64))
+                                                               torch.from_numpy(np.asarray(a)).to(dtype)
                                                                for i, a in enumerate(batch))
     b, s = ids.shape
     size = hidden // heads
 
     def dense(x, name):
-        return x @ t[f"{name}-weight"] + t[f"{name}-bias"]
+        return torch.addmm(t[f"{name}-bias"], x, t[f"{name}-weight"])
 
     def norm(x, name):
         return F.layer_norm(x, (hidden,), t[f"{name}-LayerNorm-gamma"], t[f"{name}-LayerNorm-beta"], eps=1e-5)
@@ -51,7 +53,7 @@ def torch_losses(torch, w, batch, layers, heads, hidden):
     x = t[f"{e}-word_embeddings"][ids] + t[f"{e}-token_type_embeddings"][segments] + \
         t[f"{e}-position_embeddings"][:, :s]
     x = norm(x, e).reshape(b * s, hidden)
-    add_mask = (mask.double().reshape(b, 1, 1, s) - 1) * 10000
+    add_mask = (mask.to(dtype).reshape(b, 1, 1, s) - 1) * 10000
     for i in range(layers):
         p = f"bert-encoder-layer_{i}"
         q, k, v = (dense(x, f"{p}-attention-self-{n}").reshape(b, s, heads, size).transpose(1, 2)
@@ -70,7 +72,13 @@ def torch_losses(torch, w, batch, layers, heads, hidden):
     pooled = torch.tanh(dense(sequence[:, 0], "bert-pooler-dense"))
     nsp_logits = pooled @ t["cls-seq_relationship-output_weights"].T + t["cls-seq_relationship-output_bias"]
     nsp_loss = F.cross_entropy(nsp_logits, nsp.reshape(-1))
-    return [float(mlm + nsp_loss), float(mlm), float(nsp_loss)]
+    return mlm + nsp_loss, mlm, nsp_loss
+
+
+def torch_losses(torch, w, batch, layers, heads, hidden):
+    """``torch_bert_losses`` in float64 from the variables ``w`` (name -> array), as floats."""
+    t = {k: torch.from_numpy(np.asarray(v, np.float64)) for k, v in w.items()}
+    return [float(v) for v in torch_bert_losses(torch, t, batch, layers, heads, hidden)]
 
 
 def test_losses_equal_a_pytorch_transcription_with_the_same_weights():
