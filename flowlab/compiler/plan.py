@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import AnomalyError
 from ..ops.stats import stats_vector
+from ..runtime import backend as backend_module
 from ..runtime import cuda_graph, host_memory, host_threads
 from . import passes
 from .replicate import reduce_points
@@ -85,8 +86,11 @@ class Plan:
         self.largest_gemm = max((n.op.gemm_macs(n) for n in self.nodes if n.op.gemm_macs is not None), default=0)
         # small products run faster on one BLAS thread, above all beside a busy core (see runtime/backend.py)
         self.blas_limit = backend.blas_limit(self.largest_gemm)
-        if self.side:       # kernels split over the cores until the second stream starts (compiler.side_stream)
-            self.blas_limit = None
+        if self.side:
+            # two streams of one-core kernels (compiler.side_stream): splitting the forward pass's kernels over the
+            # cores as well made it slower (BERT, 2 cores: 9.2 against 7.0 ms; its products hand off more than half
+            # of what they compute)
+            self.blas_limit = backend_module.one_blas_thread
         if not backend.is_gpu and host_memory.wants_retained_blocks(self._largest_tensor_bytes()):
             host_memory.retain_freed_blocks()    # big per-step temporaries: no page faults each step
         self._hooks, self._variables_read = [], []
@@ -109,8 +113,7 @@ class Plan:
     def _generate(self, variables):
         xp = self.backend.xp
         ns = {"xp": xp, "B": self.buffers, "RNG": self.rng, "D": self.replica, "host": self.backend.to_host_copy,
-              "deliver": self.backend.host_copy_async, "check": self._check, "S": self._side,
-              "narrow": host_threads.set_width}
+              "deliver": self.backend.host_copy_async, "check": self._check, "S": self._side}
         # (second stream) the tensors its nodes read that the plan's own thread makes pass through the dict M;
         # its nodes run in groups of consecutive ones, each a function of its own (groups)
         side_reads = {t.id for node in self.nodes if id(node) in self.side for t in node.inputs}
@@ -161,8 +164,6 @@ class Plan:
             op = node.op
             on_side = id(node) in self.side
             if on_side and (i == 0 or id(self.nodes[i - 1]) not in self.side):
-                if not groups:      # from here on each stream's kernels run on one core
-                    lines.append("    narrow(1)")
                 groups.append(_Group([], [], []))
                 lines.append(f"    S.put(g{len(groups) - 1}, M, step)  # second stream")
             own_lines = groups[-1].lines if on_side else lines
@@ -271,14 +272,11 @@ class Plan:
         with self.blas_limit if self.blas_limit is not None else host_threads.spread_kernels:
             if self._side is None:
                 return self._run(feeds, step, emit)
-            width = host_threads.width()
             try:
                 return self._run(feeds, step, emit)
             except BaseException:
                 _join_quietly(self._side)       # its nodes may still use the buffers: the next call waits
                 raise
-            finally:
-                host_threads.set_width(width)
 
     def _run_eager(self, feeds, step, emit):
         return self._run([self.backend.asarray(f) for f in feeds], step, emit)

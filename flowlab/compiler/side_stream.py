@@ -12,6 +12,7 @@ inputs' producers, every other reader of the variables it changes), so it overla
 instead of waiting at the end. The plan then hands the picked nodes, a run of consecutive ones at a time, to its
 ``runtime.host_threads.SideStream``, and waits for them before it returns; every tensor a picked node reads or makes
 keeps its buffer to the end of the call (the two threads' timing is unknown, so no buffer is shared across them).
+Both streams run their kernels on one core each, BLAS included (``runtime.backend.one_blas_thread``).
 """
 from __future__ import annotations
 

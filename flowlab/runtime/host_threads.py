@@ -79,14 +79,6 @@ def using(n):
     return _Width(n)
 
 
-def set_width(n) -> int:
-    """Set the calling thread's ``width()`` to ``n`` and return what it was (a plan's own thread once its second
-    stream starts: the two streams then take a core each, ``compiler.side_stream``)."""
-    previous = width()
-    _local.width = max(1, int(n))
-    return previous
-
-
 class SpreadKernels:
     """``with spread_kernels:`` (a host plan's call): BLAS on one thread and ``width()`` = the BLAS thread count it
     had, at most the usable cores. Nothing changes where that is 1, BLAS cannot be controlled, or it is turned off."""
