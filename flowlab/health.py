@@ -30,8 +30,8 @@ Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   exactly zero for every example and position of the batch), ``act_nan``, ``act_inf``;
   parameters (all the layer's trainable variables as one vector): ``weight_norm`` (before this call's update),
   ``grad_norm`` (of the gradient the optimizer uses; for a sparse update's indexed slices, of the rows summed by
-  id, as the update applies them: ``ops.stats.SlicesSquareStats``), ``update_ratio`` (norm of this call's change of the weights /
-  ``weight_norm``), ``weight_nan``/``weight_inf``, ``grad_nan``/``grad_inf``;
+  id, as the update applies them: ``ops.stats.SlicesSquareStats``), ``update_ratio`` (norm of this call's change of
+  the weights / ``weight_norm``), ``weight_nan``/``weight_inf``, ``grad_nan``/``grad_inf``;
   batch norms (``ops.stats.batch_norm_vector``; their moving statistics before this call's update, which a predict
   job would normalize with now): ``moving_mean_abs``, ``moving_var_mean``, ``moving_var_min`` (a channel whose
   running variance collapsed), ``batch_mean_gap`` and ``batch_var_ratio`` (how far this call's batch statistics are

@@ -7,12 +7,12 @@ gradient and the optimizer update read what the chain rule made but feed nothing
 nodes run on a second thread, in their order, while the calling thread goes on with the input gradients.
 
 ``split(nodes, roots)`` picks them: every optimizer update, and every node whose outputs reach one update alone
-(never an output, a random or side-effecting node; the input gradients' chain reaches every update below it). Each update moves up to right after the last node it must follow (its
-inputs' producers, every other reader of the variables it changes), so it overlaps the rest of the backward pass
-instead of waiting at the end. The plan then hands the picked nodes, a run of consecutive ones at a time, to its
-``runtime.host_threads.SideStream``, and waits for them before it returns; every tensor a picked node reads or makes
-keeps its buffer to the end of the call (the two threads' timing is unknown, so no buffer is shared across them).
-Both streams run their kernels on one core each, BLAS included (``runtime.backend.one_blas_thread``).
+(never an output, a random or side-effecting node; the input gradients' chain reaches every update below it). Each
+update moves up to right after the last node it must follow (its inputs' producers, every other reader of the
+variables it changes), so it overlaps the rest of the backward pass instead of waiting at the end. The plan then
+hands the picked nodes, a run of consecutive ones at a time, to its ``runtime.host_threads.SideStream``, and waits
+for them before it returns; every tensor a picked node reads or makes keeps its buffer to the end of the call (the
+two threads' timing is unknown, so no buffer is shared across them). Both streams run their kernels on one core each, BLAS included (``runtime.backend.one_blas_thread``).
 """
 from __future__ import annotations
 
