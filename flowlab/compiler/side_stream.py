@@ -12,7 +12,8 @@ update moves up to right after the last node it must follow (its inputs' produce
 variables it changes), so it overlaps the rest of the backward pass instead of waiting at the end. The plan then
 hands the picked nodes, a run of consecutive ones at a time, to its ``runtime.host_threads.SideStream``, and waits
 for them before it returns; every tensor a picked node reads or makes keeps its buffer to the end of the call (the
-two threads' timing is unknown, so no buffer is shared across them). Both streams run their kernels on one core each, BLAS included (``runtime.backend.one_blas_thread``).
+two threads' timing is unknown, so no buffer is shared across them). Both streams run their kernels on one core
+each, BLAS included (``runtime.backend.one_blas_thread``).
 """
 from __future__ import annotations
 
