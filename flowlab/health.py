@@ -29,8 +29,9 @@ Statistics (``HealthReport.table[layer]``), all from this call's tensors:
   ``act_max_abs``, ``dead_fraction`` (units, i.e. features of a dense layer or channels of a conv layer, that are
   exactly zero for every example and position of the batch), ``act_nan``, ``act_inf``;
   parameters (all the layer's trainable variables as one vector): ``weight_norm`` (before this call's update),
-  ``grad_norm`` (of the gradient the optimizer uses), ``update_ratio`` (norm of this call's change of the weights /
-  ``weight_norm``), ``weight_nan``/``weight_inf``, ``grad_nan``/``grad_inf``;
+  ``grad_norm`` (of the gradient the optimizer uses; for a sparse update's indexed slices, of the rows summed by
+  id, as the update applies them: ``ops.stats.SlicesSquareStats``), ``update_ratio`` (norm of this call's change of
+  the weights / ``weight_norm``), ``weight_nan``/``weight_inf``, ``grad_nan``/``grad_inf``;
   batch norms (``ops.stats.batch_norm_vector``; their moving statistics before this call's update, which a predict
   job would normalize with now): ``moving_mean_abs``, ``moving_var_mean``, ``moving_var_min`` (a channel whose
   running variance collapsed), ``batch_mean_gap`` and ``batch_var_ratio`` (how far this call's batch statistics are
@@ -96,8 +97,8 @@ from .ops import apply
 from .ops.array import Concat
 from .ops.normalization import batch_norm_parts
 from .ops.stats import (ActivationStats, AttentionStats, BatchNormStats, MeanStat, Results, RowCoverage, RowTouches,
-                        RowTracker, Scratch, SquareStats, SquaresStats, activation_rows, batch_norm_vector,
-                        histogram_vector, mean_vector, square_vector)
+                        RowTracker, Scratch, SlicesSquareStats, SquareStats, SquaresStats, activation_rows,
+                        batch_norm_vector, histogram_vector, mean_vector, square_vector)
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
@@ -655,10 +656,17 @@ class _Monitor:
             for p in layer.params:
                 self._add(("weight", p.name), p.read, layer.name, "weight", SquareStats, scratch=Scratch(),
                           keep=self.kept.get(p.name))
-                if p.update is not None:
-                    grad = p.update.inputs[1]
-                    self._add(("grad", p.name), grad, layer.name, "gradient", SquareStats, scratch=Scratch(),
-                              parts=_slice_parts(grad) if p.update.op.row_sparse else None)
+                if p.update is None:
+                    continue
+                grad = p.update.inputs[1]
+                if p.update.op.row_sparse:
+                    # indexed slices: the norm of the gradient the update applies, repeated ids' rows summed first
+                    ids = p.update.inputs[2]
+                    self._add(("grad", p.name), grad, layer.name, "gradient", SlicesSquareStats, extra=(ids,),
+                              parts=_slice_parts(grad), extra_parts=_slice_parts(ids), n_rows=p.read.shape[0],
+                              scratch=Scratch())
+                else:
+                    self._add(("grad", p.name), grad, layer.name, "gradient", SquareStats, scratch=Scratch())
             if layer.moving is not None:
                 self._add_batch_norm(layer)
         if self.block:
@@ -718,22 +726,28 @@ class _Monitor:
         self._names.add(name)
         return apply(op, (tensor, *extra), name, **attrs)
 
-    def _add(self, key, tensor, layer, what, op, ordered=True, parts=None, **attrs):
-        """Deliver ``op``'s vector of ``tensor`` under ``key``; ``ordered``: a vector ending in NaN and Inf counts,
-        searched for the first non-finite op. ``parts``: on several devices, the tensors whose joined values,
-        concatenated along axis 0, make ``tensor``'s (``_slice_parts``); ``[tensor]`` when None."""
+    def _add(self, key, tensor, layer, what, op, ordered=True, parts=None, extra=(), extra_parts=None, **attrs):
+        """Deliver ``op``'s vector of ``tensor`` (and of ``extra``, the op's further inputs, made before it) under
+        ``key``; ``ordered``: a vector ending in NaN and Inf counts, searched for the first non-finite op.
+        ``parts``: on several devices, the tensors whose joined values, concatenated along axis 0, make ``tensor``'s
+        (``_slice_parts``); ``[tensor]`` when None. ``extra_parts``: likewise for the one ``extra`` tensor."""
         if ordered:
             self.order.append((key, tensor.node, layer, what))
         else:
             self.extra += 1
         if self.host_side:
+            pieces = parts or [tensor]
+            extra_pieces = (extra_parts or list(extra)) if extra else []
+
             def call(wholes, step, key=key):
-                # the op's own computation (and keep), on the joined whole
-                whole = wholes[0] if len(wholes) == 1 else np.concatenate(wholes)
-                self._arrive(key, step, op.forward(np, whole, **attrs))
+                # the op's own computation (and keep), on the joined whole (and on the joined extra input)
+                own, others = wholes[:len(pieces)], wholes[len(pieces):]
+                whole = own[0] if len(own) == 1 else np.concatenate(own)
+                inputs = (np.concatenate(others),) if others else ()
+                self._arrive(key, step, op.forward(np, whole, *inputs, **attrs))
                 if key in self.histogram_keys and step % self.histogram_every == 0:
                     self._arrive_sample(key, step, histogram_vector(np, whole, HISTOGRAM_BINS))
-            self._request_joined(parts or [tensor], call, self.request.every)
+            self._request_joined(pieces + extra_pieces, call, self.request.every)
             return
         if self.block and op is SquareStats and key[0] in ("weight", "grad"):
             self._squares.append((key, tensor, attrs.get("keep")))      # _add_squares: a few in one op
@@ -744,7 +758,7 @@ class _Monitor:
             self.requests.append(self._request(tensor, put=self._copier(len(self._copied) - 1)))
             return
         width = 7 if op is ActivationStats else tensor.shape[1] if op is AttentionStats else 3
-        stat = self._observe(op, tensor, f"{what}-{key[1]}".replace(" ", "_"),
+        stat = self._observe(op, tensor, f"{what}-{key[1]}".replace(" ", "_"), extra=extra,
                              into=None if self.block else self.results.reserve(width), **attrs)
         self.requests.append(self._request(stat, put=self._recorder(key, width) if self.block else
                                            functools.partial(self._arrive, key)))

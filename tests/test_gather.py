@@ -102,15 +102,28 @@ def test_gradient_matches_torch_embedding_backward():
     np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-12, atol=1e-12)
 
 
-def test_sum_rows_both_paths_agree_with_add_at():
+@pytest.mark.parametrize("one_hot_rows", [0, 128])
+def test_sum_rows_every_path_agrees_with_add_at(monkeypatch, one_hot_rows):
+    """The one-hot product (small tables), sorting and reduceat (ids repeating a lot), add.at (the rest): the same
+    sums, ids outside the table dropped; a NaN or Inf row reaches its own id's row alone (the product would spread
+    it through its zeros, so it is not taken then)."""
+    from flowlab.ops import indexing
+    monkeypatch.setattr(indexing, "ONE_HOT_ROWS", one_hot_rows)
     rng = np.random.default_rng(6)
-    for n_rows, n in ((5, 100), (100, 7)):                       # reduceat path, add.at path
+    for n_rows, n, dtype in ((5, 100, np.float64), (100, 7, np.float64), (100, 256, np.float32), (300, 40, np.float32)):
         ids = rng.integers(-2, n_rows + 2, n)
-        rows = rng.standard_normal((n, 3))
-        want = np.zeros((n_rows, 3))
+        rows = rng.standard_normal((n, 2, 3)).astype(dtype)
+        want = np.zeros((n_rows, 2, 3))
         keep = (ids >= 0) & (ids < n_rows)
-        np.add.at(want, ids[keep], rows[keep])
-        np.testing.assert_allclose(sum_rows(np, ids, rows, n_rows), want, rtol=1e-12)
+        np.add.at(want, ids[keep], rows[keep].astype(np.float64))
+        got = sum_rows(np, ids, rows, n_rows)
+        assert got.dtype == dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-12 if dtype == np.float64 else 1e-5, atol=1e-6)
+    ids, rows = np.array([1, 3, 1]), np.ones((3, 2))
+    rows[0, 0], rows[1, 1] = np.nan, np.inf
+    got = sum_rows(np, ids, rows, 4)
+    assert np.isnan(got[1, 0]) and got[3, 1] == np.inf and got[1, 1] == 2.0 and got[3, 0] == 1.0
+    assert (got[[0, 2]] == 0).all()
 
 
 def test_indexed_slices_rebuild_the_dense_gradient():

@@ -182,6 +182,54 @@ def test_a_table_gathered_twice_on_two_devices_reports_what_one_device_reports()
                                        rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("path", ["per call", "blocks", "two devices"])
+def test_a_sparse_tables_grad_norm_is_the_norm_of_the_gradient_its_update_applies(path):
+    """The loss ``sum(gather(table, ids) * w)`` gives each gathered row the gradient ``w``: the table's gradient, as
+    its sparse update applies it, is those rows summed by id (``np.add.at`` on a zero table; an id outside the table
+    adds nothing). Ids repeat within a call, so the norm of the rows as they came (each repeat counted apart) is not
+    that gradient's: ``grad_norm`` must be the summed one's, per call, in blocks and from the joined pieces of two
+    devices."""
+    from test_health_blocks import Blocks
+    rows, dim, batch = 6, 3, 4
+    rng = np.random.default_rng(5)
+    feeds = [(np.array([[0, 0, 2], [0, 2, 5], [9, 0, 2], [1, 1, 1]], np.int32),      # 9: outside the table
+              rng.uniform(0.5, 1.5, (batch, 3, dim)).astype(np.float32))]
+    feeds += [(rng.integers(0, 3, (batch, 3)).astype(np.int32), rng.standard_normal((batch, 3, dim)).astype(np.float32))
+              for _ in range(3)]
+    reports, blocks = [], Blocks()
+    flow.clear_default_session()
+    flow.config.gpu_device_num(2 if path == "two devices" else 1)
+    cfg = flow.FunctionConfig()
+    cfg.indexed_slices_optimizer_conf(dict(include_op_names=dict(op_name=["sparse-embedding"])))
+
+    @flow.global_function(type="train", function_config=cfg)
+    def job(ids: tp.Numpy.Placeholder((batch, 3), dtype=flow.int32),
+            w: tp.Numpy.Placeholder((batch, 3, dim))) -> tp.Numpy:
+        table = flow.get_variable("sparse-embedding", shape=(rows, dim),
+                                  initializer=flow.random_uniform_initializer(-1, 1))
+        loss = flow.math.reduce_sum(flow.gather(table, ids) * w)
+        flow.watch_health(blocks if path == "blocks" else reports.append)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+
+    for ids, w in feeds:
+        job(ids, w)
+    flow.sync_default_session()
+    if path == "blocks":
+        blocks.flush()
+        assert blocks.blocks and not blocks.one_by_one                  # the block path ran
+        reports = [r for block in blocks.blocks for r in block.reports()]
+    assert [r.step for r in reports] == list(range(len(feeds)))
+    for report, (ids, w) in zip(reports, feeds):
+        dense = np.zeros((rows, dim))
+        inside = (ids >= 0) & (ids < rows)
+        np.add.at(dense, ids[inside], w[inside].astype(np.float64))
+        assert report.table["sparse"]["grad_norm"] == pytest.approx(np.linalg.norm(dense), rel=1e-6), report.step
+    # the first call's repeats make the rows' own norm differ from the gradient's by far more than rounding
+    ids, w = feeds[0]
+    assert abs(np.linalg.norm(w) - reports[0].table["sparse"]["grad_norm"]) > 0.5
+
+
 def test_ids_that_only_reach_a_few_rows_raise_the_stale_rows_alert_once_stale_steps_have_passed():
     """The broken case: every deep id is 0 or 1. Rows 2-39 (95% of the table) never learn; they count as stale once
     they have gone untouched for more than stale_steps (5) calls (from call 5, counting from 0), and from then on

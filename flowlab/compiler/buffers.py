@@ -18,8 +18,10 @@ def view_bases(nodes):
     return base
 
 
-def plan_buffers(nodes, keep_ids=frozenset(), allow_inplace=True):
-    """Return ``({tensor_id: buffer_index}, [(shape, dtype), ...], {tensor_id: index of its last reader})``."""
+def plan_buffers(nodes, keep_ids=frozenset(), allow_inplace=True, live_ids=frozenset()):
+    """Return ``({tensor_id: buffer_index}, [(shape, dtype), ...], {tensor_id: index of its last reader})``.
+    Tensors in ``live_ids`` (and what they are views of) keep their buffers to the end of the call: nothing else
+    is written there (those a plan's second stream reads or makes, ``compiler.side_stream``)."""
     base = view_bases(nodes)
     last_use = {}
     for step, node in enumerate(nodes):
@@ -30,6 +32,8 @@ def plan_buffers(nodes, keep_ids=frozenset(), allow_inplace=True):
     end = len(nodes)
     for tid in keep_ids:
         last_use[base.get(tid, tid)] = end
+    for tid in live_ids:
+        last_use[tid] = last_use[base.get(tid, tid)] = end
 
     assignment, buffers, free = {}, [], {}
     releases: dict[int, list[int]] = {}

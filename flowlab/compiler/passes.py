@@ -12,6 +12,10 @@ from .fold_update import fold_sgd_into_gemm as fold_updates
 from .fuse import cupy_kernel_factory
 from .fuse import fuse_elementwise as fuse_chains
 from .prune import prune as prune_nodes
+from ..runtime import host_threads
+from ..runtime.backend import ONE_BLAS_THREAD_BELOW
+from .side_stream import SPLIT_KERNELS_FROM
+from .side_stream import split as split_side_stream
 
 
 class Lowering:
@@ -38,6 +42,9 @@ class Lowering:
         self.buffer_of: dict[int, int] = {}
         self.buffer_specs: list = []
         self.last_use: dict[int, int] = {}
+        self.side: set[int] = set()             # id(node) of the nodes a second thread runs (side_stream)
+        self.side_live: set[int] = set()        # tensor ids they read or make: buffers kept to the call's end
+        self.side_donatable: set[int] = set()   # tensor ids they make and read once: their reader may overwrite
         self.log: list[tuple[str, str | None]] = []
 
 
@@ -124,17 +131,43 @@ def snapshot_returned_variables(lowering):
     return f"{len(lowering.snapshots)} outputs read before the update" if lowering.snapshots else None
 
 
+def side_stream(lowering):
+    """(NumPy, two or more cores, a largest product from ``runtime.backend.ONE_BLAS_THREAD_BELOW`` up to
+    ``side_stream.SPLIT_KERNELS_FROM`` multiply-adds) weight
+    gradients, bias gradients and optimizer updates run on a second thread beside the backward pass
+    (``compiler.side_stream``), each update as early as it may. Not under anomaly detection, on replicas, or with
+    watched tensors or side effects other than updates (their order against the updates is the plan's)."""
+    if lowering.backend.is_gpu or lowering.check_anomaly or lowering.replicated:
+        return "skipped: " + ("CuPy" if lowering.backend.is_gpu else
+                              "anomaly detection" if lowering.check_anomaly else "replicas")
+    if not host_threads.side_stream_enabled():
+        return "skipped: one core, one BLAS thread, or FLOWLAB_SIDE_STREAM=0"
+    if len(lowering.roots) > len(lowering.output_tensors) or lowering.snapshots or any(
+            (n.op.side_effect and not n.op.updates_variable) or n.op.observes for n in lowering.nodes):
+        return "skipped: watched tensors, snapshots or side effects other than updates"
+    largest = max((n.op.gemm_macs(n) for n in lowering.nodes if n.op.gemm_macs is not None), default=0)
+    if largest >= SPLIT_KERNELS_FROM:
+        return f"skipped: a product of {largest:,} multiply-adds (kernels split over the cores instead)"
+    if largest < ONE_BLAS_THREAD_BELOW:
+        return f"skipped: small products (the largest {largest:,} multiply-adds): one thread does it sooner"
+    nodes, side, live, donatable = split_side_stream(lowering.nodes, {t.id for t in lowering.roots})
+    if not side:
+        return None
+    lowering.nodes, lowering.side, lowering.side_live, lowering.side_donatable = nodes, side, live, donatable
+    return f"{len(side)} of {len(nodes)} nodes on a second thread"
+
+
 def plan_buffers(lowering):
     """Liveness analysis: ops that can write into ``out=`` reuse preallocated buffers; elementwise ops may write in
     place over an input that dies there (not under anomaly detection, whose reports show the inputs)."""
     keep = {t.id for t in lowering.output_tensors}
     lowering.buffer_of, lowering.buffer_specs, lowering.last_use = assign_buffers(
-        lowering.nodes, keep, allow_inplace=not lowering.check_anomaly)
+        lowering.nodes, keep, allow_inplace=not lowering.check_anomaly, live_ids=lowering.side_live)
     return f"{len(lowering.buffer_specs)} buffers for {len(lowering.buffer_of)} tensors"
 
 
 PASSES = (prune, auto_mixed_precision, order_variables, observers_early, fuse_elementwise, fold_sgd_into_gemm,
-          snapshot_returned_variables, plan_buffers)
+          snapshot_returned_variables, side_stream, plan_buffers)
 
 
 def run(lowering):

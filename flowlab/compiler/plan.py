@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import AnomalyError
 from ..ops.stats import stats_vector
+from ..runtime import backend as backend_module
 from ..runtime import cuda_graph, host_memory, host_threads
 from . import passes
 from .replicate import reduce_points
@@ -70,6 +71,9 @@ class Plan:
                                                    replicated=replica is not None, mixed_precision=mixed_precision))
         self.passes = lowering.log
         self.nodes = lowering.nodes
+        self.side = lowering.side
+        self._side_donatable = lowering.side_donatable
+        self._side = host_threads.SideStream(graph.name) if self.side else None
         self.snapshots = lowering.snapshots
         self.replica = replica
         self.buffer_of, buffer_specs, self._last_use = lowering.buffer_of, lowering.buffer_specs, lowering.last_use
@@ -82,6 +86,11 @@ class Plan:
         self.largest_gemm = max((n.op.gemm_macs(n) for n in self.nodes if n.op.gemm_macs is not None), default=0)
         # small products run faster on one BLAS thread, above all beside a busy core (see runtime/backend.py)
         self.blas_limit = backend.blas_limit(self.largest_gemm)
+        if self.side:
+            # two streams of one-core kernels (compiler.side_stream): splitting the forward pass's kernels over the
+            # cores as well made it slower (BERT, 2 cores: 9.2 against 7.0 ms; its products hand off more than half
+            # of what they compute)
+            self.blas_limit = backend_module.one_blas_thread
         if not backend.is_gpu and host_memory.wants_retained_blocks(self._largest_tensor_bytes()):
             host_memory.retain_freed_blocks()    # big per-step temporaries: no page faults each step
         self._hooks, self._variables_read = [], []
@@ -104,7 +113,12 @@ class Plan:
     def _generate(self, variables):
         xp = self.backend.xp
         ns = {"xp": xp, "B": self.buffers, "RNG": self.rng, "D": self.replica, "host": self.backend.to_host_copy,
-              "deliver": self.backend.host_copy_async, "check": self._check}
+              "deliver": self.backend.host_copy_async, "check": self._check, "S": self._side}
+        # (second stream) the tensors its nodes read that the plan's own thread makes pass through the dict M;
+        # its nodes run in groups of consecutive ones, each a function of its own (groups)
+        side_reads = {t.id for node in self.nodes if id(node) in self.side for t in node.inputs}
+        lowering_donatable = self._side_donatable
+        groups = []
         delivery_lines, graph_lines = {}, {}
         guards = {}             # tensor id -> the guards of its deliveries
         for k, d in enumerate(self.deliveries):
@@ -133,6 +147,8 @@ class Plan:
                 f"G.stage_small(t{d.tensor.id})" if d.tensor.node.op.observes else f"G.stage(t{d.tensor.id})"
             graph_lines.setdefault(d.tensor.id, []).append(f"    emit({k}, {stage}, step)")
         lines = [f"def run(feeds, step, emit):  # job {self.graph.name}"]
+        if self.side:
+            lines.append("    M = {}")
         read = {t.id for node in self.nodes for t in node.inputs} | {t.id for t in self.output_tensors}
         placeholder_index = {t.id: i for i, t in enumerate(self.graph.placeholders)}
         points = reduce_points(self.nodes) if self.replica is not None else None
@@ -146,6 +162,14 @@ class Plan:
             outs = ", ".join(f"t{t.id}" for t in node.outputs)
             target = f"{outs} = " if node.outputs else ""
             op = node.op
+            on_side = id(node) in self.side
+            if on_side and (i == 0 or id(self.nodes[i - 1]) not in self.side):
+                groups.append(_Group([], [], []))
+                lines.append(f"    S.put(g{len(groups) - 1}, M, step)  # second stream")
+            own_lines = groups[-1].lines if on_side else lines
+            if on_side:
+                groups[-1].reads.extend(t.id for t in node.inputs if t.id not in groups[-1].made)
+                groups[-1].made.extend(t.id for t in node.outputs)
             comment = f"  # {node.name} ({op.__name__})"
             if op.is_placeholder:
                 lines.append(f"    {outs} = feeds[{placeholder_index[node.outputs[0].id]}]{comment}")
@@ -167,8 +191,8 @@ class Plan:
                 if op.random:
                     args.append("rng=RNG")
                 if op.donates and not self.check_anomaly and all(
-                        node.inputs[p].id in self.buffer_of and self._last_use[node.inputs[p].id] == i
-                        for p in op.donates):
+                        node.inputs[p].id in self.buffer_of and (self._last_use[node.inputs[p].id] == i or (
+                            on_side and node.inputs[p].id in lowering_donatable)) for p in op.donates):
                     args.append("writable=True")     # its scratch inputs die here: it may overwrite them
                 if op.takes_device:
                     args.append("device=D")
@@ -187,7 +211,7 @@ class Plan:
                     delivery_lines[("op", made)] = [f"    {guard}{line.strip()}"]
                     graph_lines[("op", made)] = [line]
                     line = ("op", made)
-                lines.append(line)
+                own_lines.append(line)
                 if self.check_anomaly:
                     ns[f"n{i}"] = node
                     checked = [t for t in node.outputs if t.dtype.kind == "f"] or \
@@ -196,14 +220,19 @@ class Plan:
                     for t in checked:
                         lines.append(f"    check(t{t.id}, n{i}, {t.id}, ({inputs}))")
             for t in node.outputs:
+                if t.id in side_reads and not on_side:
+                    lines.append(f"    M[{t.id}] = t{t.id}")
                 if t.id in self.snapshots:      # an update changes it in place later: return what was read
                     lines.append(f"    s{t.id} = t{t.id}.copy()")
                 if t.id in delivery_lines:
                     lines.append(t.id)          # its deliveries: the eager plan's or the graph's, below
         if points is not None:
             lines.extend(_replica_lines(points, len(self.nodes), replica))
+        if self.side:
+            lines.append("    S.join()  # the second stream's nodes have run")
         outs = "".join(f"host({'s' if t.id in self.snapshots else 't'}{t.id}), " for t in self.output_tensors)
         lines.append(f"    return ({outs})")
+        lines.extend(_group_functions(groups, side_reads))
         source, run = _compile(lines, delivery_lines, ns, f"{self.graph.name} #{next(_plan_ids)}")
         if not self.backend.is_gpu:
             return source, run, None
@@ -241,7 +270,13 @@ class Plan:
             return self._run_eager(feeds, step, emit)
         # small products: BLAS on one thread; large ones: kernels split their work over the cores themselves
         with self.blas_limit if self.blas_limit is not None else host_threads.spread_kernels:
-            return self._run(feeds, step, emit)
+            if self._side is None:
+                return self._run(feeds, step, emit)
+            try:
+                return self._run(feeds, step, emit)
+            except BaseException:
+                _join_quietly(self._side)       # its nodes may still use the buffers: the next call waits
+                raise
 
     def _run_eager(self, feeds, step, emit):
         return self._run([self.backend.asarray(f) for f in feeds], step, emit)
@@ -264,6 +299,34 @@ class Plan:
 
 def _on_device(array):
     return array
+
+
+def _join_quietly(side):
+    """Wait for a second stream after the plan's own thread failed: its error is the one to raise."""
+    try:
+        side.join()
+    except BaseException:
+        pass
+
+
+class _Group(NamedTuple):
+    """A run of consecutive nodes of the second stream: their lines, the tensors they read that others make, and
+    the tensors they make."""
+    lines: list
+    reads: list
+    made: list
+
+
+def _group_functions(groups, side_reads):
+    """The source lines of the second stream's functions ``g<j>(M, step)``, one a group (its nodes' lines as the
+    plan's own would be): what the group reads from M, what it makes that other groups read put into M."""
+    lines = []
+    for j, group in enumerate(groups):
+        lines.append(f"def g{j}(M, step):")
+        lines.extend(f"    t{tid} = M[{tid}]" for tid in dict.fromkeys(group.reads))
+        lines.extend(group.lines)
+        lines.extend(f"    M[{tid}] = t{tid}" for tid in group.made if tid in side_reads)
+    return lines
 
 
 def _compile(lines, deliveries, ns, name):

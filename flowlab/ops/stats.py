@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from . import Op, apply, as_tensor, cupy_elementwise, spec
+from .indexing import unique_rows
 
 def _floating(xp, x):
     """``x`` flattened, in a float type wide enough to sum without overflow (float16 and integers widen)."""
@@ -600,6 +601,27 @@ class SquareStats(Op):
             return square_vector(np, x)
         out = _slot(xp, into, 3)
         return _written(xp, square_vector(xp, x, scratch, out), out)
+
+
+class SlicesSquareStats(Op):
+    """``square_vector`` of a sparsely updated table's gradient as its update applies it: the gradient ``rows`` summed
+    by ``ids`` first (``unique_rows``: a repeated id's rows add up, ids outside the table's ``n_rows`` drop out), so
+    the squares are those of the dense gradient's nonzero rows. Squaring the rows as they came would count a
+    repeated id's rows apart (``|a|² + |b|²`` instead of ``|a + b|²``). O(ids), never O(table)."""
+    prefix, api = "System-Health-Squares_", "flow.watch_health"
+    observes = True
+
+    @staticmethod
+    def infer(rows, ids, n_rows, scratch, into=None):
+        return spec((3,), np.float64)
+
+    @staticmethod
+    def forward(xp, rows, ids, n_rows, scratch, into=None):
+        _, summed = unique_rows(xp, ids, rows, n_rows)
+        if xp is np:
+            return square_vector(np, summed)
+        out = _slot(xp, into, 3)
+        return _written(xp, square_vector(xp, summed, scratch, out), out)
 
 
 class SquaresStats(Op):

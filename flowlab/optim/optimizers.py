@@ -25,6 +25,7 @@ from ..errors import TraceError
 from ..initializers import constant_initializer, zeros_initializer
 from ..ops import Op, apply, spec
 from ..ops.array import concat, constant, identity
+from ..ops.indexing import unique_rows
 from ..ops.math import Add
 from ..ops.variables import get_variable
 from ..runtime import blas, host_threads, session
@@ -367,28 +368,6 @@ class LAMBUpdate(_Update):
             g += scratch
         g *= lr * trust
         w -= g
-
-
-def unique_rows(xp, ids, rows, n_rows):
-    """``(unique ids, summed rows)`` of indexed slices: each id in ``[0, n_rows)`` once, sorted, with the sum of its
-    rows (repeated ids add up; ids outside the table, which gathered zeros, are dropped). O(ids), never O(table)."""
-    ids = ids.reshape(-1).astype(np.int64, copy=False)
-    rows = rows.reshape((ids.size,) + rows.shape[1:])
-    keep = (ids >= 0) & (ids < n_rows)
-    if ids.size and not bool(keep.all()):
-        ids, rows = ids[keep], rows[keep]
-    if ids.size == 0:
-        return ids, rows[:0]
-    if xp is np:         # sort once, then one reduceat over the runs of equal ids
-        order = np.argsort(ids, kind="stable")
-        ordered = ids[order]
-        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        return ordered[starts], np.add.reduceat(rows[order], starts, axis=0)
-    import cupyx        # CuPy: unique ids and an atomic scatter-add of the rows onto them
-    unique, inverse = xp.unique(ids, return_inverse=True)
-    summed = xp.zeros((unique.size,) + rows.shape[1:], np.float32 if rows.dtype == np.float16 else rows.dtype)
-    cupyx.scatter_add(summed, inverse.reshape(-1), rows.astype(summed.dtype, copy=False))
-    return unique, summed.astype(rows.dtype, copy=False)
 
 
 class IndexedSlicesUpdate(_Update):

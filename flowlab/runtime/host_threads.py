@@ -17,12 +17,15 @@ Outside such a block (CuPy, small plans, direct kernel calls) ``width()`` is 1 a
 - ``run(tasks)``: call each zero-argument callable, the first on the calling thread and the others on the pool.
 - ``parts(total, minimum)``: ``width()`` or fewer contiguous slices of ``range(total)`` for ``run``.
 - ``matmul(a, b, out=None)``: ``np.matmul`` split over rows of ``a`` or columns of ``b`` (whichever is longer).
+- ``SideStream``: one thread running a plan's second stream of nodes in order (``compiler.side_stream``).
 """
 from __future__ import annotations
 
 import math
 import os
+import queue
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -173,3 +176,64 @@ def matmul(a, b, out=None):
     else:
         each(lambda cols: np.matmul(a, b[..., :, cols], out=out[..., :, cols]), n, 8)
     return out
+
+
+def side_stream_enabled() -> bool:
+    """Whether plans may run a second stream of nodes (``compiler.side_stream``): two or more usable cores, NumPy's
+    BLAS allowed two or more threads (the user's ``OMP_NUM_THREADS=1`` keeps a step on one core), and neither
+    ``FLOWLAB_HOST_THREADS=0`` nor ``FLOWLAB_SIDE_STREAM=0``."""
+    if not enabled() or os.environ.get("FLOWLAB_SIDE_STREAM", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    blas_threads = _blas_threads()
+    return _usable_cores() >= 2 and (blas_threads is None or blas_threads >= 2)
+
+
+class SideStream:
+    """A daemon thread that runs the callables ``put`` hands it, in order; ``join()`` waits until it has run all so
+    far and raises the first error one of them raised (the ones after it are skipped: they would read what it did
+    not make). One per plan (its buffers are the plan's), started on first use (again in a forked child); the thread
+    holds no reference to the stream and ends once the stream is garbage (its plan dropped)."""
+
+    def __init__(self, name):
+        self.name = name
+        self._tasks = None
+        self._pid = None
+        self._error = [None]            # shared with the thread: the first error since the last join
+
+    def put(self, task, *args):
+        if self._pid != os.getpid():
+            self._start()
+        self._tasks.put((task, args))
+
+    def join(self):
+        if self._pid != os.getpid():
+            return
+        done = threading.Event()
+        self._tasks.put((_DONE, done))
+        done.wait()
+        error, self._error[0] = self._error[0], None
+        if error is not None:
+            raise error
+
+    def _start(self):
+        self._tasks, self._pid, self._error[0] = queue.SimpleQueue(), os.getpid(), None
+        threading.Thread(target=_side_loop, args=(self._tasks, self._error), name=f"flowlab-side {self.name}",
+                         daemon=True).start()
+        weakref.finalize(self, self._tasks.put, (_STOP, ()))
+
+
+_DONE, _STOP = object(), object()
+
+
+def _side_loop(tasks, error):
+    while True:
+        task, args = tasks.get()
+        if task is _DONE:
+            args.set()
+        elif task is _STOP:
+            return
+        elif error[0] is None:
+            try:
+                task(*args)
+            except BaseException as e:          # raised by join() on the plan's thread
+                error[0] = e

@@ -1,0 +1,164 @@
+"""The compiler's second stream (``compiler.side_stream``): weight gradients and updates on a second thread beside a
+host plan's backward pass give the very weights and losses the one-thread plan gives, in the right order against the
+forward reads of the variables; which nodes it takes; errors raised on it reach the caller; its thread ends with its
+plan."""
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import flowlab as flow
+import flowlab.typing as tp
+from flowlab.compiler import prune, side_stream
+from flowlab.runtime import host_threads
+
+pytestmark = pytest.mark.numpy_backend        # a host plan's threads
+
+BATCH, FEATURES, HIDDEN = 256, 128, 256          # products of 8.4M multiply-adds: the second stream's range
+
+
+def mlp_job(optimizer, tied=False):
+    """A three-layer MLP (Adam or SGD with momentum), its last layer's kernel tied to its first one's transpose when
+    ``tied`` (a variable read again in the backward pass after its own gradient is made)."""
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)), y: tp.Numpy.Placeholder((BATCH, FEATURES))) -> tp.Numpy:
+        w0 = flow.get_variable("w0", shape=(FEATURES, HIDDEN), initializer=flow.random_normal_initializer(0, 0.05))
+        h = flow.math.gelu(flow.matmul(x, w0))
+        h = flow.layers.dense(h, HIDDEN, activation=flow.math.tanh, name="d1")
+        out = flow.matmul(h, w0, transpose_b=True) if tied else flow.layers.dense(h, FEATURES, name="d2")
+        loss = flow.math.reduce_mean(flow.math.square(out - y))
+        optimizer().minimize(loss)
+        return loss
+    return job
+
+
+def train(monkeypatch, enabled, optimizer, tied=False, steps=4):
+    """``(losses, {variable: value}, the job's plan)`` after ``steps`` calls, with the second stream on or off."""
+    monkeypatch.setattr(host_threads, "side_stream_enabled", lambda: enabled)
+    flow.clear_default_session()
+    job = mlp_job(optimizer, tied)
+    rng = np.random.default_rng(0)
+    losses = []
+    for _ in range(steps):
+        x = rng.standard_normal((BATCH, FEATURES)).astype(np.float32)
+        losses.append(float(job(x, np.tanh(x))))
+    weights = {name: v.numpy().copy() for name, v in flow.get_all_variables().items()}
+    return losses, weights, job.plan()
+
+
+@pytest.mark.parametrize("optimizer, tied", [
+    (lambda: flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [1e-3])), False),
+    (lambda: flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0.9), False),
+    (lambda: flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [1e-3])), True)],
+    ids=["adam", "sgd-momentum", "adam-tied"])
+def test_the_second_stream_trains_exactly_as_one_thread(monkeypatch, optimizer, tied):
+    """Same kernels on the same values in an order that respects every dependency: losses and weights equal to the
+    bit. Tied: w0's update must wait for the last product reading w0 (the input gradient through the last layer)."""
+    one, one_weights, one_plan = train(monkeypatch, False, optimizer, tied)
+    two, two_weights, two_plan = train(monkeypatch, True, optimizer, tied)
+    assert not one_plan.side and "S.put(" not in one_plan.source
+    assert two_plan.side and "S.put(" in two_plan.source and "S.join()" in two_plan.source
+    assert "side_stream: " in two_plan.describe_passes() and "on a second thread" in two_plan.describe_passes()
+    assert one == two
+    assert one_weights.keys() == two_weights.keys()
+    for name, value in one_weights.items():
+        np.testing.assert_array_equal(two_weights[name], value, err_msg=name)
+    assert one[-1] < one[0]          # it trains
+
+
+def test_it_takes_weight_gradients_and_updates_and_leaves_the_input_gradient_chain():
+    """Every update is on it, with the products making weight gradients (``xᵀ dy``) and the bias gradients' sums;
+    a product making an input gradient that reaches the updates of two layers below is not. Each update comes right
+    after the last node it must follow, not at the end."""
+    flow.clear_default_session()
+    graph = mlp_job(lambda: flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [1e-3]))).compiled(
+        ((BATCH, FEATURES), (BATCH, FEATURES))).graph
+    nodes = prune(graph.nodes, graph.outputs, graph.side_effects)        # (x's gradient goes)
+    nodes = [n for n in nodes if n.op.is_variable] + [n for n in nodes if not n.op.is_variable]   # as plans read
+    nodes, side, kept, donatable = side_stream.split(nodes, {t.id for t in graph.outputs})
+    on_side = [n for n in nodes if id(n) in side]
+    updates = [n for n in nodes if n.op.updates_variable]
+    assert updates and all(id(n) in side for n in updates)
+    products = [n for n in nodes if n.op.__name__ == "MatMul" and n.name.startswith("System-AutoGrad")]
+    weight_grads = [n for n in products if n.attrs["transpose_a"]]           # xᵀ dy
+    input_grads = [n for n in products if not n.attrs["transpose_a"]]
+    assert len(weight_grads) == 3 and all(id(n) in side for n in weight_grads)
+    # d2's input gradient reaches the updates of d1 and w0: the chain; d1's reaches w0's update alone (no layer
+    # below has work for it), so it is that update's own work
+    (d2_input_grad,) = [n for n in input_grads if "d2" in n.name]
+    (d1_input_grad,) = [n for n in input_grads if "d1" in n.name]
+    assert id(d2_input_grad) not in side and id(d1_input_grad) in side
+    (tanh_grad,) = [n for n in nodes if n.op.__name__ == "TanhGrad"]      # d1's: reaches d1's and w0's updates
+    assert id(tanh_grad) not in side
+    # d2's kernel update directly follows its gradient's product, before the backward pass reaches layer d1
+    position = {id(n): i for i, n in enumerate(nodes)}
+    d2_update = next(n for n in updates if n.name.startswith("d2-weight"))
+    assert position[id(d2_update)] < position[id(d1_input_grad)]
+    assert all(t.id in kept for n in on_side for t in n.inputs)
+    # an update may overwrite the gradient only its own node reads (a weight gradient's product), nothing else
+    assert donatable and all(id(r) in side for n in on_side for t in n.outputs if t.id in donatable
+                             for r in nodes if t in r.inputs)
+
+
+def test_an_error_on_the_second_stream_reaches_the_caller_and_the_next_call_runs(monkeypatch):
+    """A kernel failing on the second thread: the job call raises its error (after the thread stopped using the
+    buffers), and the calls after it run normally."""
+    _, _, plan = train(monkeypatch, True, lambda: flow.optimizer.Adam(
+        flow.optimizer.PiecewiseConstantScheduler([], [1e-3])), steps=1)
+    namespace = plan._run.__globals__
+    group = next(name for name in namespace if name.startswith("g") and name[1:].isdigit())
+    original = namespace[group]
+
+    def failing(M, step):
+        raise RuntimeError("broken kernel")
+    namespace[group] = failing
+    feeds = [np.ones((BATCH, FEATURES), np.float32), np.zeros((BATCH, FEATURES), np.float32)]
+    with pytest.raises(RuntimeError, match="broken kernel"):
+        plan(feeds, 1)
+    namespace[group] = original
+    outputs = plan(feeds, 2)
+    assert np.isfinite(outputs[0]).all()
+
+
+def test_its_thread_ends_with_its_plan(monkeypatch):
+    """The thread holds no reference to its plan: dropping the plan (a new session) ends the thread."""
+    def side_threads_after_collecting():
+        for _ in range(100):
+            gc.collect()
+            threads = [t for t in threading.enumerate() if t.name.startswith("flowlab-side")]
+            if not threads:
+                break
+            threading.Event().wait(0.02)
+        return threads
+
+    flow.clear_default_session()
+    assert side_threads_after_collecting() == []        # (earlier tests' plans dropped)
+    train(monkeypatch, True, lambda: flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]),
+                                                         momentum=0.9), steps=1)
+    assert [t.name for t in threading.enumerate() if t.name.startswith("flowlab-side")] == ["flowlab-side job"]
+    flow.clear_default_session()
+    assert side_threads_after_collecting() == []
+
+
+def test_small_or_huge_products_keep_one_stream(monkeypatch):
+    """Under ``runtime.backend.ONE_BLAS_THREAD_BELOW`` multiply-adds one thread does the step sooner; from
+    ``SPLIT_KERNELS_FROM`` kernels split over the cores instead; and FLOWLAB_SIDE_STREAM=0 turns it off."""
+    monkeypatch.setattr(host_threads, "side_stream_enabled", lambda: True)
+    flow.clear_default_session()
+
+    @flow.global_function(type="train")
+    def small(x: tp.Numpy.Placeholder((8, 4))) -> tp.Numpy:
+        loss = flow.math.reduce_mean(flow.math.square(flow.layers.dense(x, 3, name="d")))
+        flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [1e-3])).minimize(loss)
+        return loss
+    small(np.ones((8, 4), np.float32))
+    assert not small.plan().side and "side_stream: skipped: small products" in small.plan().describe_passes()
+    monkeypatch.setattr(side_stream, "SPLIT_KERNELS_FROM", 1_000_000)
+    monkeypatch.setattr(flow.compiler.passes, "SPLIT_KERNELS_FROM", 1_000_000)
+    _, _, plan = train(monkeypatch, True, lambda: flow.optimizer.Adam(
+        flow.optimizer.PiecewiseConstantScheduler([], [1e-3])), steps=1)
+    assert not plan.side and "kernels split over the cores instead" in plan.describe_passes()
+    monkeypatch.undo()
+    monkeypatch.setenv("FLOWLAB_SIDE_STREAM", "0")
+    assert not host_threads.side_stream_enabled()
