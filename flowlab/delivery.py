@@ -14,8 +14,6 @@ thread (``runtime.dispatch``) are the mechanisms this module drives.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from .compiler import Delivery
@@ -46,10 +44,6 @@ def resolve(graph, host, devices=1):
         elif request.feed is not None and host and StatsFeed.batches(target):
             request.put = request.feed.put_tensor
         elif request.stats:
-            if request.feed is not None and host and request.feed.keep_latest and StatsFeed.copies_latest(target):
-                # the tensor's last value too, for the feed's ``latest`` (a panel's final histogram)
-                kept.append(dataclasses.replace(request, stats=False, feed=None, target=target,
-                                                put=request.feed.put_latest))
             target = tensor_stats(target)
             if request.feed is not None:
                 request.put = request.feed.put

@@ -85,9 +85,7 @@ class StatsFeed:
 
     On the host a small tensor is cheaper to copy than to summarise: ``put_tensor(step, x)`` copies ``x`` into a
     block of rows, and a full block (or a take) turns into vectors with one ``stats_rows`` call, so four reductions
-    serve many calls (``batches`` says which tensors the plan sends this way). ``latest()`` gives the last tensor
-    kept so, or, for a feed made with ``keep_latest``, the last value of a tensor summarised in place of up to
-    ``LATEST_BYTES`` (``put_latest``): what a view draws the last step's histogram from at the end of a run.
+    serve many calls (``batches`` says which tensors the plan sends this way).
     """
 
     # A block stays in cache while it fills. Below 16 rows the copies cost what they save: four reductions over a
@@ -95,15 +93,10 @@ class StatsFeed:
     # per-call overhead drops to ~3 µs with the copy (2-core VM).
     BLOCK_BYTES = 256 << 10
     MIN_ROWS, MAX_ROWS = 16, 1024
-    # A tensor summarised in place is also copied each call, for ``latest``, up to this size (12,800 float32: ~1.4 µs
-    # a call, where its statistics cost ~8 µs); larger ones are not.
-    LATEST_BYTES = 64 << 10
 
-    def __init__(self, on_put, on_full, limit=4096, keep_latest=False):
+    def __init__(self, on_put, on_full, limit=4096):
         self._items = collections.deque()
         self._on_put, self._on_full, self.limit = on_put, on_full, limit
-        self.keep_latest = keep_latest   # the plan copies a tensor summarised in place too (``put_latest``)
-        self._last_value = None          # that copy
         self._taken = True
         self._given = None           # the last step a take gave
         self._block = None           # put_tensor's rows, their steps and how many are filled
@@ -117,13 +110,6 @@ class StatsFeed:
         size = int(np.prod(tensor.shape))
         return tensor.dtype in (np.float32, np.float64) and \
             0 < size * tensor.dtype.itemsize * cls.MIN_ROWS <= cls.BLOCK_BYTES
-
-    @classmethod
-    def copies_latest(cls, tensor):
-        """Whether a plan on the host should ``put_latest`` this (lazy) tensor, summarised in place, for a feed that
-        ``keep_latest``."""
-        size = int(np.prod(tensor.shape))
-        return tensor.dtype in (np.float32, np.float64) and 0 < size * tensor.dtype.itemsize <= cls.LATEST_BYTES
 
     def put(self, step, vector):
         items = self._items
@@ -154,25 +140,15 @@ class StatsFeed:
             waiting = len(self._items)
         self._wake(waiting)
 
-    def put_latest(self, step, x):
-        """Keep a copy of host array ``x``, a tensor whose statistics are ``put`` (summarised in place), for
-        ``latest``: one buffer, written over each call."""
-        with self._block_lock:
-            kept = self._last_value
-            if kept is None or kept.shape != x.shape or kept.dtype != x.dtype:
-                kept = self._last_value = np.empty(x.shape, x.dtype)
-            np.copyto(kept, x)
-            self._latest = (step, kept, None, x.shape)
-
     def latest(self):
-        """``(step, copy)`` of the last tensor ``put_tensor`` or ``put_latest`` kept (a block's row stays until the
-        next put writes over it), or None: a view shows the last step's histogram from it at the end of a run, when
-        the plan's on-demand histogram is older (any thread)."""
+        """``(step, copy)`` of the last tensor ``put_tensor`` kept (its row stays in the block until the next put
+        writes over it), or None: a view shows the last step's histogram from it at the end of a run, when the
+        plan's on-demand histogram is older (any thread)."""
         with self._block_lock:
             if self._latest is None:
                 return None
-            step, kept, at, shape = self._latest
-            return step, (kept if at is None else kept[at]).reshape(shape).copy()
+            step, block, at, shape = self._latest
+            return step, block[at].reshape(shape).copy()
 
     def _summarise_block(self):
         """The filled rows of the block become vectors (under the block lock)."""

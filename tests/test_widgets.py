@@ -575,37 +575,6 @@ def test_panel_ends_a_run_with_the_last_steps_histogram(sent):
     assert shown(snapshot.model(rows[("out_bias_add/out_0", "value")].stats_source).data)["hist"][0] == "4"
 
 
-@pytest.mark.parametrize("width", [1024, 2048])
-def test_a_tensor_summarised_in_place_ends_with_its_last_histogram_up_to_a_size(sent, width):
-    # 16 x 1024 float32 (64 KiB) is summarised in place and its last value copied for the final histogram; twice that
-    # is not copied (a copy a call would cost too much): its histogram stays the last one the plan made
-    panel = WatchPanel(mode="notebook", bins=10, log_counts=False)
-    panel._refresher.stop()
-    seen = []
-
-    @flow.global_function(type="train")
-    def job(x: tp.Numpy.Placeholder((16, 8))) -> tp.Numpy:
-        h = flow.layers.dense(x, width, activation=flow.nn.relu, name="h")
-        flow.watch(h, panel)
-        flow.watch(h, lambda v: seen.append(v.copy()))
-        loss = flow.math.reduce_mean(flow.math.square(h))
-        flow.optimizer.SGD(0.1, momentum=0).minimize(loss)
-        return loss
-
-    for _ in range(4):
-        job(RNG.normal(size=(16, 8)).astype(np.float32))
-    flow.sync_default_session()
-    panel.close()
-    row, = panel._rows.values()
-    copied = width * 16 * 4 <= StatsFeed.LATEST_BYTES
-    assert "TensorStats" in job.plan().source or backend.current().is_gpu         # summarised in place
-    page = Page(panel.widget, sent).update()
-    table = shown(page.model(row.stats_source).data)
-    assert table["step"][0] == "3" and table["hist"][0] == ("3" if copied and not backend.current().is_gpu else "0")
-    if table["hist"][0] == "3":
-        np.testing.assert_array_equal(page.model(row.hist_source).data["top"], histogram_data(seen[3], 10)["top"])
-
-
 def test_panel_updates_change_no_axis_and_no_div_so_the_page_only_repaints(sent):
     """BokehJS lays a plot out again whenever one of its axes changes, and the whole document when a Div's text
     does; a refresh of the panel (and of a progress widget beside it) sends data only."""

@@ -127,9 +127,7 @@ class WatchPanel(LiveView):
         self._wanted[key] = True
         wanted = self._wanted
         if key not in self._feeds:
-            # keep_latest: the last value of a tensor summarised in place too, for the final histogram (``_settle``)
-            self._feeds[key] = (tuple(blob_def.shape), StatsFeed(self._refresher.poke, self._take_feeds,
-                                                                 keep_latest=True))
+            self._feeds[key] = (tuple(blob_def.shape), StatsFeed(self._refresher.poke, self._take_feeds))
         return self.bins, lambda: wanted[key], self._feeds[key][1]
 
     def _row(self, key, histograms):
@@ -223,8 +221,8 @@ class WatchPanel(LiveView):
         """The end of a cell (and ``close``), before the live document's snapshot: push what is pending, then give
         each row whose histogram is older than its statistics the last step's histogram. During a run a histogram is
         asked for only once the last one was drawn, so the one shown trails by up to a refresh period; at the end the
-        row's feed still holds the last step's copy (``StatsFeed.latest``: on the host, of tensors up to
-        ``StatsFeed.LATEST_BYTES`` or copied whole) and the final picture is exact."""
+        row's feed still holds the last step's copy (``StatsFeed.latest``: tensors copied whole, on the host) and
+        the final picture is exact."""
         self.refresh()
         if self.mode != "notebook":
             return
@@ -236,7 +234,7 @@ class WatchPanel(LiveView):
             for row, feed in stale:
                 latest = feed.latest()
                 if latest is None:
-                    continue            # a large tensor, or one on a device: no copy to draw from
+                    continue            # summarised in place (a large or device tensor): no copy to draw from
                 step, value = latest
                 with self._data_lock:
                     stats, last = row.stats, row.step
