@@ -49,13 +49,6 @@ function splice(old, at, added) {
   return out;
 }
 
-// Resolves in a task after the next frame is painted.
-const nextFrame = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
-
-// Whether the page may paint between this source's new data and the next source's: not when a script of the
-// document reads it (HealthPanel's cells and meta: its script draws once, after the whole update).
-const paintsAlone = (source) => Object.keys(source.js_property_callbacks ?? {}).length === 0;
-
 // One rendering of the document in `el`: built from the snapshot, then kept current by the messages.
 class View {
   constructor(Bokeh, el) {
@@ -74,18 +67,12 @@ class View {
     this.views = await this.Bokeh.embed.add_document_standalone(this.doc, this.el);
   }
 
-  // `frames`: paint between sources (see paintsAlone). BokehJS paints every plot whose data changed in one
-  // animation frame, so a WatchPanel's update (a histogram, a table and a trend a row) was one task of 100-300 ms on a
-  // busy 2-core machine; a frame a source keeps each task to a plot or two. A replay after a rebuild goes at once.
-  async apply(msg, buffers, frames = true) {
+  apply(msg, buffers) {
     if (!this.doc || msg.seq <= this.seq) return;
     if (!msg.key && msg.seq !== this.seq + 1) return;      // missed a message: wait for the next keyframe
-    this.seq = msg.seq;
-    const doc = this.doc;
-    for (const [id, props] of msg.props) doc.get_model_by_id(id)?.setv(props);
-    let painted = false;           // whether the last source set paints alone
+    for (const [id, props] of msg.props) this.doc.get_model_by_id(id)?.setv(props);
     for (const [id, at, columns] of msg.data) {
-      const source = doc.get_model_by_id(id);
+      const source = this.doc.get_model_by_id(id);
       if (!source) continue;
       const data = {};
       for (const [name, spec] of Object.entries(columns)) {
@@ -93,14 +80,9 @@ class View {
         data[name] = at === 0 ? added : splice(source.data[name] ?? [], at, added);
         if (data[name] === null) return;                       // cannot happen in sequence; be safe
       }
-      const alone = paintsAlone(source);
-      if (frames && painted && alone) {
-        await nextFrame();
-        if (this.doc !== doc) return;                          // disposed meanwhile
-      }
       source.data = data;
-      painted = alone;
     }
+    this.seq = msg.seq;
   }
 
   dispose() {
@@ -146,7 +128,7 @@ export default {
       const snapshot = JSON.parse(model.get("_snapshot"));
       if (!view || snapshot.seq <= view.seq) return;        // not loaded, or already as new
       await view.build(snapshot);
-      for (const [msg, buffers] of LOGS.get(model.get("_key")) ?? []) await view.apply(msg, buffers, false);
+      for (const [msg, buffers] of LOGS.get(model.get("_key")) ?? []) view.apply(msg, buffers);
     });
     const update = (msg, buffers) => run(() => view.apply(msg, buffers));
     run(async () => {
