@@ -101,6 +101,7 @@ class StatsFeed:
         self._given = None           # the last step a take gave
         self._block = None           # put_tensor's rows, their steps and how many are filled
         self._block_steps = []
+        self._latest = None          # (step, block, row, shape) of the last put_tensor
         self._block_lock = threading.Lock()
 
     @classmethod
@@ -130,12 +131,24 @@ class StatsFeed:
                 self._summarise_block()          # a new shape (the job compiled for other arguments)
                 rows = min(self.MAX_ROWS, max(self.MIN_ROWS, self.BLOCK_BYTES // (x.size * x.dtype.itemsize)))
                 block = self._block = np.empty((rows, x.size), x.dtype)
-            block[len(steps)] = x.reshape(-1)
+            at = len(steps)
+            block[at] = x.reshape(-1)
+            self._latest = (step, block, at, x.shape)
             steps.append(step)
             if len(steps) == len(block):
                 self._summarise_block()
             waiting = len(self._items)
         self._wake(waiting)
+
+    def latest(self):
+        """``(step, copy)`` of the last tensor ``put_tensor`` kept (its row stays in the block until the next put
+        writes over it), or None: a view shows the last step's histogram from it at the end of a run, when the
+        plan's on-demand histogram is older (any thread)."""
+        with self._block_lock:
+            if self._latest is None:
+                return None
+            step, block, at, shape = self._latest
+            return step, block[at].reshape(shape).copy()
 
     def _summarise_block(self):
         """The filled rows of the block become vectors (under the block lock)."""

@@ -567,9 +567,37 @@ def test_health_panel_in_jupyterlab_shows_every_alert_kind_of_a_diverging_run_wi
                     for m in [m for k, m in zip(groups["kind"], groups["message"]) if k == kind][:ALERT_LAYERS_SHOWN]]
         assert sorted(m["text"] for m in state["messages"]) == sorted(expected)
         assert all(m["seen"] for m in state["messages"]), [m for m in state["messages"] if not m["seen"]]
+        # the heatmap and the trend put a step at the same pixel; the colour bar's labels have one style (a scale
+        # reaching 1e+16 read "10k, 100M, 1T, 1e+16")
+        drawn = nb.page.evaluate(STEPS_JS)
+        heat, trend = drawn["health-heatmap"], drawn["health-trend-figure"]
+        assert heat["steps"] == trend["steps"] and heat["pixels"] == pytest.approx(trend["pixels"], abs=0.5), drawn
+        labels = drawn["bar"]
+        styles = {bool(re.fullmatch(r"-?[\d.]+e[+-]\d+", label)) for label in labels if label != "0"}
+        assert len(labels) >= 3 and len(styles) == 1, labels
         nb.page.mouse.move(5, 5)
         nb.screenshot(SHOTS / "health-panel-diverging.png", nb.output_area(0))
         assert nb.output_errors() == [] and nb.errors() == []
+
+
+# Where the heatmap and the trend draw their first and last step (their shared x range), and the labels of the
+# colour bar shown.
+STEPS_JS = """() => {
+  const out = {}, views = [...Bokeh.index.all_views()];
+  for (const name of ["health-heatmap", "health-trend-figure"]) {
+    // the document shown: the newest (the page rebuilds it from each snapshot)
+    const fig = Bokeh.documents.map((d) => d.get_model_by_name(name)).filter((m) => m).pop();
+    const view = views.find((v) => v.model === fig);
+    const {start, end} = fig.x_range;
+    out[name] = {steps: [start, end], pixels: [view.frame.x_scale.compute(start), view.frame.x_scale.compute(end)]};
+    if (name === "health-heatmap") {
+      const bar = fig.right.find((r) => r.visible && r.color_mapper);
+      const ticks = bar.ticker.get_ticks(bar.color_mapper.low, bar.color_mapper.high, null, NaN).major;
+      out.bar = bar.formatter.doFormat(ticks, {loc: 0});
+    }
+  }
+  return out;
+}"""
 
 
 def test_a_transformers_panel_adds_a_compact_attention_heatmap(sent):    # noqa: F811
@@ -593,6 +621,10 @@ def test_a_transformers_panel_adds_a_compact_attention_heatmap(sent):    # noqa:
     np.testing.assert_array_equal(heat["linear_value"][np.asarray(heat["bottom"]) == 0],
                                   [r.attention["bert-encoder-layer_0-attention-self"][0] for r in reports])
     assert page.model(panel.attention_map.linear).high == 1.0 and page.model(panel.attention_map.linear).low == 0.0
+    # its steps, the main heatmap's and the trend's are one x range drawn between the same borders
+    figures = (panel.heatmap.figure, panel.attention_map.figure, panel.trend)
+    assert all(f.x_range is panel.heatmap.figure.x_range for f in figures)
+    assert len({(f.min_border_left, f.min_border_right) for f in figures}) == 1
     # a new report reaches the page's attention heatmap too
     later = HealthReport(10, reports[-1].table, attention={b: [0.01] * 2 for b in reports[-1].attention})
     panel(later)

@@ -449,25 +449,36 @@ def test_log_and_colour_bar_ticks_and_their_labels_are_the_same_in_bokehjs_and_i
     linear scale about five 1-2-5 steps; each label is short ("700", "10k", "1e-5", not "7.0e+2"). ``figures``'
     BokehJS code and ``plots.static``'s rule give the same ticks and labels."""
     from flowlab.plots.figures import _SCALE_TICKS_JS, _VALUE_LABELS_JS, scale_ticker, value_labels
-    from flowlab.plots.static import linear_ticks, log_ticks, value_label
+    from flowlab.plots.static import linear_ticks, log_ticks, value_label, value_texts
     ranges = [(0.5, 10.0, True), (0.035, 1.2, True), (0.1, 2e6, True), (1e-8, 1e3, True), (0.02, 30.0, True),
               (2.6, 250.0, True), (30.0, 50.0, True), (1.0, 1000.0, True), (3e-7, 4e-6, True), (7.0, 7.5, True),
               (0.0, 1.0, False), (0.0, 12.0, False), (-3.0, 17.0, False), (1.1e-5, 1.3e-5, False),
               (0.0, 2.5e6, False)]
     values = [0, 0.3, 0.1 + 0.2, 35, 700, 1000, 1234.5, 1e4, 2.5e4, 999_999.9999999, 1e6, 2e9, 1e-5, 2.5e-7,
               1.125e-5, 0.05, 0.001, 0.00123456789, -0.5, -2e4, 5e15]
+    scales = [[1e4, 1e8, 1e12, 1e16], [1e12, 1e13, 1e14, 1e15], [1e-4, 1e-2, 1.0, 100.0], [0.01, 1.0, 100.0, 1e4],
+              [0.0, 5e14, 1e15, 1.5e15], [1e-3, 1e-2, 0.1], [0.05, 0.1, 0.2, 0.5, 1.0]]
     page = chromium.new_page()
     try:
         live_ticks = page.evaluate(f"""(ranges) => ranges.map(([start, end, log]) =>
             (function (cb_data, log) {{ {_SCALE_TICKS_JS} }})({{start, end}}, log))""", ranges)
         live_labels = page.evaluate(f"""(values) => values.map((tick) =>
-            (function (tick) {{ {_VALUE_LABELS_JS} }})(tick))""", values)
+            (function (tick, index, ticks) {{ {_VALUE_LABELS_JS} }})(tick, 0, [tick]))""", values)
+        # the ticks of one scale get one style: e-notation for all when one needs it (a colour bar read "1T" beside
+        # "1e+16")
+        live_scales = page.evaluate(f"""(scales) => scales.map((ticks) => ticks.map((tick, index) =>
+            (function (tick, index, ticks) {{ {_VALUE_LABELS_JS} }})(tick, index, ticks)))""", scales)
     finally:
         page.close()
     for (lo, hi, log), live in zip(ranges, live_ticks):
         ticks, _ = log_ticks(lo, hi, 5) if log else linear_ticks(lo, hi, 5)
         assert live == pytest.approx(list(ticks), rel=1e-12, abs=1e-300), (lo, hi, log)
     assert live_labels == [value_label(v) for v in values]
+    assert live_scales == [value_texts(ticks) for ticks in scales]
+    assert live_scales[:5] == [["1e+4", "1e+8", "1e+12", "1e+16"], ["1e+12", "1e+13", "1e+14", "1e+15"],
+                               ["1e-4", "1e-2", "1e+0", "1e+2"], ["0.01", "1", "100", "10k"],
+                               ["0", "5e+14", "1e+15", "1.5e+15"]]
+    assert live_scales[5:] == [["0.001", "0.01", "0.1"], ["0.05", "0.1", "0.2", "0.5", "1"]]
     expected = {0: [0.5, 1, 2, 5, 10], 1: [0.05, 0.1, 0.2, 0.5, 1], 2: [1, 100, 1e4, 1e6], 3: [1e-6, 1e-3, 1, 1e3],
                 5: [5, 10, 50, 100], 6: [30, 35, 40, 45, 50], 10: [0, 0.2, 0.4, 0.6, 0.8, 1]}
     for i, ticks in expected.items():

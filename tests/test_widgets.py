@@ -545,6 +545,36 @@ def test_panel_shows_latest_histogram_every_steps_statistics_and_a_stats_only_ro
     panel.close()
 
 
+def test_panel_ends_a_run_with_the_last_steps_histogram(sent):
+    # during the run a histogram is asked for only after the last one was drawn, so the one shown trails; the end of
+    # the cell (or close) draws the last step's from the copy the feed keeps of tensors copied whole
+    panel = WatchPanel(mode="notebook", bins=10, log_counts=False)
+    panel._refresher.stop()
+    values = {"value": [], "gradient": []}
+    job = watched_job(panel, values)
+    for _ in range(5):
+        job(*batch())                                     # step 0 ships histograms; none is wanted after it
+    flow.sync_default_session()
+    panel.refresh()
+    page = Page(panel.widget, sent).update()
+    rows = {(r.lbn, r.kind): r for r in panel._rows.values()}
+    for kind in ("value", "gradient"):
+        assert shown(page.model(rows[("out_bias_add/out_0", kind)].stats_source).data)["hist"][0] == "0"
+    panel.close()
+    page.update()
+    for kind in ("value", "gradient"):
+        row = rows[("out_bias_add/out_0", kind)]
+        table = shown(page.model(row.stats_source).data)
+        assert table["step"][0] == "4" and table["hist"][0] == "4"
+        hist = page.model(row.hist_source).data
+        np.testing.assert_array_equal(hist["top"], histogram_data(values[kind][4], 10)["top"])
+        np.testing.assert_allclose(hist["left"], histogram_data(values[kind][4], 10)["left"])
+    # the snapshot a reloaded page (and the saved notebook) gets holds it too
+    snapshot = Page(panel.widget, sent)
+    snapshot.update()
+    assert shown(snapshot.model(rows[("out_bias_add/out_0", "value")].stats_source).data)["hist"][0] == "4"
+
+
 def test_panel_updates_change_no_axis_and_no_div_so_the_page_only_repaints(sent):
     """BokehJS lays a plot out again whenever one of its axes changes, and the whole document when a Div's text
     does; a refresh of the panel (and of a progress widget beside it) sends data only."""

@@ -126,11 +126,15 @@ return ticks;
 _VALUE_LABELS_JS = _TRIM_JS + """
 const value = Number(tick.toPrecision(12)), size = Math.abs(value);     // k * step's rounding noise gone
 if (value === 0) return "0";
-if (size >= 1e4 && size < 1e15) {
-  const k = Math.min(Math.floor(Math.log10(size) / 3 + 1e-9), 4);
-  return trim((value / 1000 ** k).toPrecision(6)) + "kMGT"[k - 1];
+// one style for the whole scale: when a tick needs e-notation every tick gets it (not "1T" beside "1e+16")
+const plain = (t) => { const s = Math.abs(Number(t.toPrecision(12))); return s === 0 || (s >= 1e-3 && s < 1e15); };
+if (ticks.every(plain)) {
+  if (size >= 1e4) {
+    const k = Math.min(Math.floor(Math.log10(size) / 3 + 1e-9), 4);
+    return trim((value / 1000 ** k).toPrecision(6)) + "kMGT"[k - 1];
+  }
+  return trim(value.toPrecision(6));
 }
-if (size >= 1e-3 && size < 1e4) return trim(value.toPrecision(6));
 const [mantissa, exponent] = value.toExponential(5).split("e");
 return trim(mantissa) + "e" + exponent;
 """
@@ -142,7 +146,9 @@ def scale_ticker(log=True):
 
 
 def value_labels():
-    """A label for each tick by its value: "0.05", "700", "10k", "1e-5" (see ``_VALUE_LABELS_JS``)."""
+    """A label for each tick by its value, in one style for all the ticks of a scale: "0.05", "700", "10k", or
+    e-notation for every tick when one needs it ("1e+12 … 1e+16", not "1T" beside "1e+16"): ``_VALUE_LABELS_JS``,
+    the same as ``plots.static.value_texts``."""
     return CustomJSTickFormatter(code=_VALUE_LABELS_JS, tags=[VALUE_LABELS])
 
 

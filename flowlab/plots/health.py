@@ -106,9 +106,10 @@ class HealthHeatmap:
         fig.add_glyph(self.alarms, Quad(left="left", right="right", bottom="bottom", top="top", fill_color=None,
                                         line_color=ALARM, line_width=1.5))
         # one colour bar per scale, shown in turn (BokehJS keeps a bar's first scale when its mapper is replaced)
+        # labels in one style a bar (compact_ticks on the linear one, as the static copy's): not "1T" beside "1e+16"
         self.bars = {linear: ColorBar(color_mapper=mapper, width=8, padding=2, label_standoff=4,
                                       major_label_text_font_size="8pt", visible=not linear, ticker=ticker,
-                                      formatter=value_labels())
+                                      formatter=compact_ticks() if linear else value_labels())
                      for linear, mapper, ticker in ((False, self.log, log_ticker), (True, self.linear, linear_ticker))}
         for bar in self.bars.values():
             fig.add_layout(bar, "right")
@@ -197,6 +198,21 @@ class HealthHeatmap:
         return self.layers[int(self.source.data["bottom"][index])]
 
 
+STEPS_RIGHT_PX = 64
+"""Pixels right of a heatmap's cells (its colour bar and labels such as "1.5e+16"), and of figures aligned with it."""
+
+
+def share_steps(heatmap_figure, *figures):
+    """Put ``figures`` (a trend over steps, another heatmap) on ``heatmap_figure``'s step axis: the same x range and
+    the same left and right borders, so that in a column of them (the ``HealthPanel``) a step lies at the same
+    pixel in each. The left border is the widest any of them asks for (a heatmap's layer names, a trend's values)."""
+    everyone = (heatmap_figure, *figures)
+    left = max(f.min_border_left or 0 for f in everyone)
+    for f in everyone:
+        f.x_range = heatmap_figure.x_range
+        f.min_border_left, f.min_border_right = left, STEPS_RIGHT_PX
+
+
 def _bucket_ends(c):
     """Where each bucket's cells end: the next bucket's first step (no gaps between reports every n steps), the
     last one a step after its last."""
@@ -207,7 +223,8 @@ def color_scale(linear):
     """``(colour mapper, ticker)`` of the health colours: Viridis on a linear scale (fractions and counts: ``LINEAR``)
     or a log one (norms and magnitudes), NaN drawn as no value, a value below the range (``_log_values``' zero) in
     ZERO. Its range starts as a placeholder: set it from the data with ``value_range`` (a mapper left to scan an
-    empty source warns in BokehJS). A colour bar of it takes the ticker and ``figures.value_labels()``."""
+    empty source warns in BokehJS). A colour bar of it takes the ticker and ``figures.value_labels()`` (log) or
+    ``figures.compact_ticks()`` (linear)."""
     ticker = scale_ticker(log=not linear)
     if linear:
         return LinearColorMapper(palette=Viridis256, nan_color=NO_VALUE, low=0, high=1), ticker

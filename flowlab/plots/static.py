@@ -422,8 +422,22 @@ def value_label(value):
         return f"{_trim(f'{value / 1000 ** k:.6g}')}{'kMGT'[k - 1]}"
     if 1e-3 <= size < 1e4:
         return _trim(f"{value:.6g}")
+    return _e_label(value)
+
+
+def _e_label(value):
     mantissa, exponent = f"{value:.5e}".split("e")
     return f"{_trim(mantissa)}e{int(exponent):+d}"
+
+
+def value_texts(ticks):
+    """Labels for the ticks of one scale (a log axis, a colour bar), in one style: ``value_label``'s when none of
+    them needs e-notation, e-notation for every non-zero tick otherwise (a colour bar from 1e12 to 1e16 read "1T"
+    beside "1e+16"). ``figures.value_labels`` is the same in BokehJS."""
+    values = [float(f"{t:.12g}") for t in ticks]
+    if all(v == 0 or 1e-3 <= abs(v) < 1e15 for v in values):
+        return [value_label(v) for v in values]
+    return [_e_label(v) if v else "0" for v in values]
 
 
 def _decimals(step):
@@ -434,10 +448,10 @@ def _decimals(step):
 
 
 def tick_texts(ticks, step):
-    """Labels for ``ticks``: per value (``value_label``) when ``step`` is None (log ticks), otherwise with the decimals
+    """Labels for ``ticks``: by value (``value_texts``) when ``step`` is None (log ticks), otherwise with the decimals
     the step needs, thousands as k/M/G/T, tiny or huge numbers in e-notation."""
     if step is None:
-        return [value_label(t) for t in ticks]
+        return value_texts(ticks)
     big = max((abs(t) for t in ticks), default=0.0)
     if 1e4 <= big < 1e15:
         k = min(int(math.log10(big) // 3), 4)

@@ -50,7 +50,7 @@ from bokeh.models import ColumnDataSource, CustomJS, Div, Select
 from ..health import STATISTICS, TRANSFORMER_STATISTICS, HealthReport
 from ..plots import heading, trend_figure, trend_source
 from ..plots.figures import ALARM
-from ..plots.health import LINEAR, AlertGroups, HealthHeatmap, heatmap_svg
+from ..plots.health import LINEAR, AlertGroups, HealthHeatmap, heatmap_svg, share_steps
 from ..summary.thinning import HealthGrid
 from ..summary import health_log
 from ..summary.health_log import ATTENTION_STATISTIC
@@ -481,9 +481,12 @@ class HealthPanel(LiveView):
         self._meta.js_on_change("data", script("data"))
         self.widget._document.js_on_event("document_ready", script("ready"))
         title = f'<b>HealthPanel</b> &nbsp;<span style="color:#777">{len(names)} layers · statistic</span>'
+        attention = self._build_attention()
+        # the heatmap's steps and the trend's line up pixel for pixel (and the attention map's, above the trend)
+        share_steps(fig, self.trend, *attention)
         self._root.children = [
             row(Div(text=title, width=200, disable_math=True, stylesheets=[":host { margin-top: 10px; }"]),
-                self.select), fig] + self._build_attention() + [
+                self.select), fig] + attention + [
             self.trend, self._alerts_div]
 
     def _build_attention(self):
@@ -493,7 +496,6 @@ class HealthPanel(LiveView):
             return []
         self.attention_map = HealthHeatmap(self._attention.layers)
         self.attention_map.figure.name, self.attention_map.source.name = "health-attention", "health-attention-heat"
-        self.attention_map.figure.x_range = self.heatmap.figure.x_range      # the steps of the heatmap above
         with self._data_lock:
             self.attention_map.update(self._attention, ATTENTION_STATISTIC, linear=True,
                                       title=f"{ATTENTION_STATISTIC}: {TRANSFORMER_STATISTICS[ATTENTION_STATISTIC]}")

@@ -43,6 +43,7 @@ class _Row:
         self.stats = self.step = None       # the latest TensorStats and its step
         self.hist = self.hist_step = None   # the latest TensorHistogram (or array) not yet shown, and its step
         self.hist_label = ""                # the stats table's "hist" row: the step of the histogram shown
+        self.hist_step_shown = None         # and that step
         self.dirty = False
         self.layout = self.stats_source = self.hist_source = self.trend_source = self.toggle = None
         self.hist_figures = ()      # (linear, log) count axes
@@ -100,7 +101,7 @@ class WatchPanel(LiveView):
         if self.mode == "notebook":
             from .live import LiveDocument
             self._root = column(heading(WAITING), sizing_mode="stretch_width")
-            self.widget = LiveDocument(self._root, before_settle=self.refresh, name="WatchPanel")
+            self.widget = LiveDocument(self._root, before_settle=self._settle, name="WatchPanel")
 
     # ---------------------------------------------------------------------------------------------- attaching
 
@@ -194,12 +195,7 @@ class WatchPanel(LiveView):
                 self._build(row, columns)
                 built = True
             if columns is not None and row.hist_source is not None:
-                live.splice(row.hist_source, 0, columns)
-                # histograms come one per refresh: the table's "hist" row says which step this one is (canvas text:
-                # an axis label or a title that changes would make the page lay the plot out again)
-                row.hist_label = str(hist_step) + ("" if len(columns["top"]) else ": no finite")
-                if not row.log_decided:
-                    self._set_log(row, bool(is_spiky(columns["top"])))
+                self._show_histogram(row, columns, hist_step)
                 self._wanted[(row.lbn, row.kind)] = True       # the next call ships a fresh one
             if stats is not None:
                 live.splice(row.stats_source, 0, stats_columns(stats, step, row.hist_label))
@@ -211,6 +207,41 @@ class WatchPanel(LiveView):
             live.publish()
         else:
             live.push()
+
+    def _show_histogram(self, row, columns, step):
+        self.widget.splice(row.hist_source, 0, columns)
+        # histograms come one per refresh: the table's "hist" row says which step this one is (canvas text: an axis
+        # label or a title that changes would make the page lay the plot out again)
+        row.hist_step_shown = step
+        row.hist_label = str(step) + ("" if len(columns["top"]) else ": no finite")
+        if not row.log_decided:
+            self._set_log(row, bool(is_spiky(columns["top"])))
+
+    def _settle(self):
+        """The end of a cell (and ``close``), before the live document's snapshot: push what is pending, then give
+        each row whose histogram is older than its statistics the last step's histogram. During a run a histogram is
+        asked for only once the last one was drawn, so the one shown trails by up to a refresh period; at the end the
+        row's feed still holds the last step's copy (``StatsFeed.latest``: tensors copied whole, on the host) and
+        the final picture is exact."""
+        self.refresh()
+        if self.mode != "notebook":
+            return
+        with self._ui_lock:
+            with self._data_lock:
+                stale = [(row, self._feeds[key][1]) for key, row in self._rows.items()
+                         if row.hist_source is not None and key in self._feeds and row.step is not None
+                         and row.hist_step_shown != row.step]
+            for row, feed in stale:
+                latest = feed.latest()
+                if latest is None:
+                    continue            # summarised in place (a large or device tensor): no copy to draw from
+                step, value = latest
+                with self._data_lock:
+                    stats, last = row.stats, row.step
+                if step != last:
+                    continue
+                self._show_histogram(row, histogram_columns(histogram_data(value, self.bins)), step)
+                self.widget.splice(row.stats_source, 0, stats_columns(stats, last, row.hist_label))
 
     def _build(self, row, columns):
         """The row's Bokeh models (before any data: ``_show`` fills them through the live document)."""
