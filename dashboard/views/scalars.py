@@ -73,6 +73,8 @@ LIMIT = 2000                       # points per line on display
 # every card at once: minutes).
 PAGE_SIZE = 8
 BUILD_BATCH = 1
+# Runs of a card read per IOLoop turn while it is built (``ScalarsView._read_some``): ~20-30 ms of a 2-core machine.
+RUN_SLICE = 1000
 X_AXES = ("step", "relative", "wall")
 _X_COLUMN = {"step": "steps", "relative": "rel", "wall": "walls"}
 _X_LABEL = {"step": "step", "relative": "time since the run's first point", "wall": "wall time"}
@@ -334,6 +336,11 @@ class _Line:
         return True
 
 
+def _strings(items):
+    """``items`` (str) as a NumPy string array: Bokeh serialises it as one list that the JSON encoder writes whole."""
+    return np.array(items, dtype=str) if items else np.zeros(0, dtype="<U1")
+
+
 _ROW_COLUMNS = ("run", "colour", "start", "stop", "first_wall", "axis", "x0", "x1", "y0", "y1", "dot_x", "dot_y")
 
 # Expands a card's flat columns into the MultiLine rows in the page: one typed array per column on the wire, however
@@ -493,6 +500,8 @@ class _Card:
     def __init__(self, tag, parts):
         self.tag, self.parts = tag, parts
         self.lines: dict[str, _Line] = {}
+        self.packs = []                       # its lines' points packed as they were read (``pack``), for its first fill
+        self.read_from = None                 # the store's version when its runs began to be read
         self.window = None                    # the zoomed x range, if any
         # tagged: the page re-emits it once the document is ready (app.READY_JS), expanding a card that arrived full
         self.flat = parts.source({c: np.zeros(0) for c in ("steps", "walls", "ys", "smooth")})
@@ -507,6 +516,8 @@ class _Card:
         self.axis = "step"
         self._visible = (None, [])             # (shown runs, line count), rows shown
         self._points = (np.zeros(0), np.zeros(0, np.int64))     # the shown points' values, per-run counts (fill)
+        # the shown NaN/±Inf points (``fill``): row, step, wall, value, its run's first wall; every row's run, colour
+        self._nonfinite = (np.zeros(0, np.int64), *[np.zeros(0)] * 4, _strings([]), _strings([]))
         # run groups: a mean line and a band (± std or min-max) per group, built on the server (few points)
         self.bands = parts.source({c: [] for c in ("group", "runs", "colour", "xs", "ys", "band_xs", "band_ys")})
         self.grouped = frozenset()             # runs drawn as part of a group, not as lines of their own
@@ -582,26 +593,48 @@ class _Card:
             self._size_readout()
         return line
 
-    def fill(self):
+    @staticmethod
+    def pack(lines):
+        """The shown points of ``lines``, one run after another, as ``fill`` sends them: ``(lengths, first_wall,
+        steps, walls, values, smooth)``, fresh float64 arrays (the counts int64), values as stored (±Inf kept)."""
+        n = len(lines)
+        parts = [line.shown_points() for line in lines]
+        lengths = np.fromiter((len(p[0]) for p in parts), np.int64, n)
+        first_wall = np.fromiter((ln.walls[0] if len(ln.walls) else 0.0 for ln in lines), np.float64, n)
+        columns = (np.concatenate([p[k] for p in parts]).astype(np.float64, copy=False) if parts else np.zeros(0)
+                   for k in range(4))
+        return (lengths, first_wall, *columns)
+
+    def fill(self, packs=None):
         """Send every run's shown points for the card's ``axis`` (two messages for the card, whatever changed: the
         per-run ``rows``, then the points, ``flat``, on whose arrival the page expands them). Built from the runs'
-        points concatenated, with no NumPy work per run beyond taking them: ten thousand runs are one pass."""
+        points concatenated, with no NumPy work per run beyond taking them: ten thousand runs are one pass.
+        ``packs``: the lines' points already packed (``pack``), a slice of lines each, in order (a card built over
+        several turns packs each slice as it reads it); None: pack them now. Names and colours go as NumPy string
+        arrays, which Bokeh hands to the JSON encoder whole (a list of ten thousand names was encoded one string at a
+        time: most of the message's cost)."""
         lines = list(self.lines.values())
-        parts = [line.shown_points() for line in lines]
-        lengths = np.fromiter((len(p[0]) for p in parts), np.int64, len(parts))
+        n = len(lines)
+        if packs is None or sum(len(pack[0]) for pack in packs) != n:
+            packs = [self.pack(lines)]
+        lengths, first_wall, steps, walls, values, smooth = (
+            packs[0] if len(packs) == 1 else [np.concatenate(column) for column in zip(*packs)])
         stops = np.cumsum(lengths)
         starts = stops - lengths
-        steps, walls, values, smooth = (np.concatenate([p[k] for p in parts]).astype(np.float64) if parts
-                                        else np.zeros(0) for k in range(4))
-        first_wall = np.fromiter((ln.walls[0] if len(ln.walls) else 0.0 for ln in lines), np.float64, len(lines))
-        ys, smooth = np.where(np.isinf(values), np.nan, values), np.where(np.isinf(smooth), np.nan, smooth)
+        # the shown NaN/±Inf points, for the ticks (``_fill_marks``): their run (row), step, wall time and value
+        bad = np.flatnonzero(~np.isfinite(values))
+        owner = np.searchsorted(stops, bad, side="right")
+        runs, colours = _strings([ln.run for ln in lines]), _strings([ln.colour for ln in lines])
+        self._nonfinite = (owner, steps[bad], walls[bad], values[bad], first_wall[owner], runs, colours)
+        values[np.isinf(values)] = np.nan           # (the packed columns are this fill's own)
+        smooth[np.isinf(smooth)] = np.nan
+        ys = values
         flat = {"steps": steps, "walls": walls * 1000.0, "ys": ys, "smooth": smooth}
         x = {"step": steps, "wall": flat["walls"],
              "relative": (walls - np.repeat(first_wall, lengths)) / 3600.0}[self.axis]
         # numbers as arrays (binary on the wire): lists of ten thousand runs' numbers were most of a page's encoding
-        rows = {"run": [ln.run for ln in lines], "colour": [ln.colour for ln in lines],
-                "start": starts.astype(np.int32), "stop": stops.astype(np.int32), "first_wall": first_wall * 1000.0,
-                "axis": [self.axis] * len(lines)}
+        rows = {"run": runs, "colour": colours, "start": starts.astype(np.int32), "stop": stops.astype(np.int32),
+                "first_wall": first_wall * 1000.0, "axis": np.full(n, self.axis)}
         rows.update(self._extent_and_dots(lines, lengths, starts, x, ys, smooth))
         self._points = (values, lengths)
         self.rows.data = rows
@@ -677,19 +710,13 @@ class _Card:
         in the page. The download is told the shown runs too."""
         shown = self.shown
         self._marked_for = (shown, self.grouped)
-        marks = {c: [] for c in self.marks.data}
-        for line in self.lines.values():
-            if shown is not None and line.run not in shown:
-                continue
-            bad = line.nonfinite()
-            if len(bad):
-                v = line.values[bad]
-                marks["run"] += [line.run] * len(bad)
-                marks["colour"] += [line.colour] * len(bad)
-                marks["steps"] += line.steps[bad].astype(np.float64).tolist()
-                marks["walls"] += (line.walls[bad] * 1000.0).tolist()
-                marks["rel"] += line._rel(line.walls[bad]).tolist()
-                marks["what"] += ["NaN" if math.isnan(x) else "+Inf" if x > 0 else "-Inf" for x in v]
+        owner, steps, walls, values, first_wall, runs, colours = self._nonfinite
+        if shown is not None and len(owner):
+            keep = np.fromiter((run in shown for run in runs), bool, len(runs))[owner]
+            owner, steps, walls, values, first_wall = (a[keep] for a in (owner, steps, walls, values, first_wall))
+        marks = {"run": runs[owner].tolist(), "colour": colours[owner].tolist(), "steps": steps.tolist(),
+                 "walls": (walls * 1000.0).tolist(), "rel": ((walls - first_wall) / 3600.0).tolist(),
+                 "what": np.where(np.isnan(values), "NaN", np.where(values > 0, "+Inf", "-Inf")).tolist()}
         if marks != dict(self.marks.data):
             self.marks.data = marks
         if marks["run"]:
@@ -914,6 +941,8 @@ class ScalarsView(View):
         self._ranked = 0                       # tags placed so far (gone ones included: places stay unique)
         self._matching: list[str] = []         # the tags the filter leaves, in display order: the pager's keys
         self._pending: list[str] = []          # tags of the page whose cards are still to build
+        # cards being built, their runs read a slice a server turn (``_read_some``): tag -> (card, series to read)
+        self._reading: dict[str, tuple] = {}
         self._scheduled = False                # a next-turn build of pending cards is on its way
         self._unplaced: list[_Card] = []       # cards built and not yet in the page (``_place`` puts them there)
         self.tag_filter = TextInput(title="Tags (regex)", placeholder="all tags", width=200, name="tag-filter")
@@ -1007,7 +1036,7 @@ class ScalarsView(View):
         # (20,000 tags: the order and the search take tens of milliseconds; an empty filter needs no search)
         self._matching = order if not self._tags_re.pattern else [tag for tag in order if search(tag) is not None]
         self.pager.set_keys(self._matching)
-        if set(self.pager.visible) != set(self.cards) or self._pending:
+        if set(self.pager.visible) != set(self.cards) | set(self._reading) or self._pending:
             self._repage()
         else:
             self._place()                    # the group headers' counts
@@ -1020,9 +1049,11 @@ class ScalarsView(View):
             card = self.cards.pop(tag)
             if self.enlarged is card:
                 self.enlarged = None
-            for series in self._by_tag.get(tag, ()):
-                self._seen.pop(series.key, None)              # back on the page later: it starts afresh
-        self._pending = [tag for tag in visible if tag not in self.cards]
+            self._forget(tag)
+        for tag in [tag for tag in self._reading if tag not in visible]:
+            del self._reading[tag]
+            self._forget(tag)
+        self._pending = [tag for tag in visible if tag not in self.cards and tag not in self._reading]
         doc = self.grid.document
         if doc is None or doc.session_context is None:
             self._build_some()
@@ -1031,12 +1062,18 @@ class ScalarsView(View):
             doc.add_next_tick_callback(self._build_some)
         self._place()
 
+    def _forget(self, tag):
+        """Forget what this session had seen of ``tag``'s series: back on the page later, its card starts afresh."""
+        for series in self._by_tag.get(tag, ()):
+            self._seen.pop(series.key, None)
+
     def _build_some(self):
-        """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server), or have the next
-        ``BUILD_BATCH`` built ones join the page; one or the other a server turn. A card costs the server tens of
-        milliseconds to build, and as much again to join the document (Bokeh walks every model of the document) and
-        be serialised: a turn of its own for each, and no other session waits for a whole page. Cards are built
-        while the session has no page yet (the browser loads BokehJS meanwhile), and join only once one has
+        """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server), or go on reading the runs
+        of the card being built (``_read_some``), or have the next ``BUILD_BATCH`` built ones join the page; one of
+        these a server turn. A card costs the server tens of milliseconds to build, and as much again to join the
+        document (Bokeh walks every model of the document) and be serialised: a turn of its own for each, and no
+        other session waits for a whole page; a card of thousands of runs reads them over several turns. Cards are
+        built while the session has no page yet (the browser loads BokehJS meanwhile), and join only once one has
         connected: its first pull serialises the whole document in one turn (``no_page_yet``)."""
         self._scheduled = False
         doc = self.grid.document
@@ -1045,62 +1082,122 @@ class ScalarsView(View):
         if spread and self._unplaced and not waiting:
             self._place(self._unplaced[:BUILD_BATCH])
             self._show_message()
+        elif spread and self._reading:
+            self._read_some(spread)
         elif self._pending:
             batch, self._pending = ((self._pending[:BUILD_BATCH], self._pending[BUILD_BATCH:]) if spread
                                     else (self._pending, []))
-            new, shown = [], self.runs.shown()
+            shown = self.runs.shown()
             for tag in batch:
-                if tag in self._by_tag and tag not in self.cards and tag in self.pager.visible:
-                    card = self.cards[tag] = _Card(tag, self.parts)
+                if (tag in self._by_tag and tag not in self.cards and tag not in self._reading
+                        and tag in self.pager.visible):
+                    card = _Card(tag, self.parts)
                     card.shown = shown          # its first ticks: those of the shown runs
                     card.resize(size=self.size)
                     card.enlarge.on_click(lambda card=card: self._toggle_enlarged(card))
-                    new.append(card)
-            self._grow(new)
-            for card in new:
-                card.show_runs(shown)
+                    card.read_from = self.store.version
+                    self._reading[tag] = (card, list(self._by_tag[tag]))
+            self._read_some(spread)
             if not spread:
                 self._place(self._unplaced)
                 self._show_message()
         if not spread:
             return
-        if self._pending or (self._unplaced and not waiting):
+        if self._pending or self._reading or (self._unplaced and not waiting):
             self._scheduled = True
             doc.add_next_tick_callback(self._build_some)
         elif self._unplaced:                   # built, waiting for a page: look again soon
             self._scheduled = True
             doc.add_timeout_callback(self._build_some, PAGE_POLL_MS)
 
-    def _grow(self, cards):
-        """Bring ``cards`` up to date with the store: what each session has not seen of each run's series."""
+    def _read_some(self, spread):
+        """Build the cards being built (``_reading``): read their runs' series whole, then, in a turn of its own,
+        read what the store gained meanwhile and make the card's figure, then, in another, fill it; the card then
+        waits to join the page (``_unplaced``). In a server session one step of one card a turn, the runs read
+        ``RUN_SLICE`` a turn; outside a server every card at once. A run costs a card tens of microseconds of Python
+        (its line, its smoothing, its points chosen): ten thousand runs read, drawn and filled in one turn held the
+        loop for a third of a second."""
         weight, axis = self.smoothing.value, self.axis
-        grown = []
-        for card in cards:
-            lines, reset = [], []
-            for series in self._by_tag.get(card.tag, ()):
-                d = self.delta(series)
-                if not (d.reset or len(d.steps)):
-                    continue
-                line = card.line(series.run, self.store, self.limit)
-                whole = d if d.reset else self.store.read(series)     # the whole series, zero-copy
-                if d.reset:
-                    reset.append((line, whole))
-                elif line.append(whole.steps, whole.wall_times, whole.values, weight):
-                    line.choose(axis, card.window)
-                lines.append(line)
-            # series read whole (a new card: every run) are smoothed together (``ema_rows``)
-            for (line, whole), smoothed in zip(reset, ema_rows([w.values for _, w in reset], weight)):
-                line.set(whole.steps, whole.wall_times, whole.values, weight, smoothed)
-                line.choose(axis, card.window)
-            if lines:
-                grown.append(card)
-        shown = self.runs.shown()
-        for card in grown:
+        done = []
+        for tag, (card, todo) in list(self._reading.items()):
+            if todo:
+                take, rest = (todo[:RUN_SLICE], todo[RUN_SLICE:]) if spread else (todo, [])
+                pairs = []
+                for series in take:
+                    d = self.delta(series)
+                    if d.reset or len(d.steps):
+                        whole = d if d.reset else self.store.read(series)
+                        pairs.append((card.line(series.run, self.store, self.limit), whole))
+                self._set_lines(card, pairs, weight, axis)
+                # (what its first fill sends of them, unless the store gained more meanwhile)
+                card.packs.append(card.pack([line for line, _ in pairs]))
+                self._reading[tag] = (card, rest)
+                if spread:
+                    break
             if not card.renderers:
+                self._catch_up(card)
                 self._build(card)
-                self._unplaced.append(card)         # (``_place`` has the page expand it once it is in)
-            card.fill()
+                if spread:
+                    break
+            self._catch_up(card)
+            del self._reading[tag]
+            done.append(card)
+            if spread:
+                break
+        shown = self.runs.shown()
+        for card in done:
+            self.cards[card.tag] = card
+            self._unplaced.append(card)         # (``_place`` has the page expand it once it is in)
+            packs, card.packs = card.packs, []
+            card.fill(packs)
             self._fill_groups(card, shown)
+            card.show_runs(shown)
+
+    def _catch_up(self, card):
+        """Read what the store gained of a card being built since its runs were read (nothing to look at when the
+        store's version did not move)."""
+        if card.read_from != self.store.version:
+            card.read_from = self.store.version
+            if self._read_new(card):
+                card.packs = []                 # (its lines changed: packed again when filled)
+
+    @staticmethod
+    def _set_lines(card, pairs, weight, axis):
+        """Give each ``(line, whole)`` of ``pairs`` its whole series (a ``Delta`` read from the start), smoothed
+        together (``ema_rows``), and choose its points."""
+        for (line, whole), smoothed in zip(pairs, ema_rows([w.values for _, w in pairs], weight)):
+            line.set(whole.steps, whole.wall_times, whole.values, weight, smoothed)
+            line.choose(axis, card.window)
+
+    def _read_new(self, card):
+        """Give ``card``'s lines what this session has not seen of each run's series; returns whether any line
+        changed."""
+        weight, axis = self.smoothing.value, self.axis
+        changed, reset = False, []
+        for series in self._by_tag.get(card.tag, ()):
+            if self.unchanged(series):          # (most runs, most times: no lock, no read)
+                continue
+            d = self.delta(series)
+            if not (d.reset or len(d.steps)):
+                continue
+            line = card.line(series.run, self.store, self.limit)
+            whole = d if d.reset else self.store.read(series)     # the whole series, zero-copy
+            if d.reset:
+                reset.append((line, whole))
+            elif line.append(whole.steps, whole.wall_times, whole.values, weight):
+                line.choose(axis, card.window)
+            changed = True
+        self._set_lines(card, reset, weight, axis)      # series read whole (a new run, a reset) together
+        return changed
+
+    def _grow(self, cards):
+        """Bring ``cards`` (built) up to date with the store: what each session has not seen of each run's
+        series."""
+        shown = self.runs.shown()
+        for card in cards:
+            if self._read_new(card):
+                card.fill()
+                self._fill_groups(card, shown)
 
     def _fill_groups(self, card, shown):
         """The card's run groups (the run list's ``grouping``) of the runs the run list shows; runs in no group keep
@@ -1207,7 +1304,7 @@ class ScalarsView(View):
         return list(SIZES.values())[self.card_size.active]
 
     def _resize(self):
-        for card in self.cards.values():
+        for card in [*self.cards.values(), *(card for card, _ in self._reading.values())]:
             card.resize(size=self.size)
 
     def _toggle_enlarged(self, card):
@@ -1232,8 +1329,18 @@ class ScalarsView(View):
         card.build(self.axis, self.log_y.active, card.visible_rows(self.runs.shown()), self._zoomed,
                    log_x=self.log_x.active, x_range=self._shared_x if self.link_x.active else None)
 
+    def _read_again(self):
+        """Have the cards being built read their runs again from the first: their lines were smoothed, and their points
+        chosen, for the smoothing and x axis of when they began."""
+        for tag, (card, _) in self._reading.items():
+            self._forget(tag)
+            card.packs, card.read_from = [], self.store.version
+            card.renderers = []             # (its figure too, if made: for the axis of when it began)
+            self._reading[tag] = (card, list(self._by_tag.get(tag, ())))
+
     def _rebuild(self):
         self._shared_x = None           # a new axis or scale: no zoom carries over, linked or not
+        self._read_again()
         for card in self.cards.values():
             card.window = None
             for line in card.lines.values():
@@ -1243,6 +1350,7 @@ class ScalarsView(View):
             self._fill_groups(card, self.runs.shown())
 
     def _resmooth(self):
+        self._read_again()
         shown = self.runs.shown()
         for card in self.cards.values():
             for line in card.lines.values():
