@@ -336,6 +336,55 @@ class _Line:
         return True
 
 
+class _Packed:
+    """A card's lines' shown points, one run after another, packed a slice of runs at a time as a card's runs are
+    read (``add``), for ``_Card.fill``: into columns made at the start for ``capacity`` points, so that the fill
+    allocates nothing big (one that concatenated ten thousand runs' points, 40 MB of new arrays, spent a third of its
+    turn in the kernel, faulting their pages in). Columns: steps, walls (s), values (as stored: ±Inf kept), smoothed
+    values, walls (ms); and per run, the count of its points and its series' first wall time. ``ok`` turns False
+    when a slice did not fit (``fill`` then packs the lines afresh)."""
+
+    def __init__(self, capacity):
+        self.columns = [np.empty(int(capacity)) for _ in range(5)]
+        self.used, self.runs, self.ok = 0, 0, True
+        self._lengths, self._first_wall = [], []
+
+    @classmethod
+    def of(cls, lines):
+        """``lines`` packed at once."""
+        packed = cls(sum(len(line.shown) for line in lines))
+        packed.add(lines)
+        return packed
+
+    def add(self, lines):
+        """Pack ``lines`` after those packed before."""
+        parts = [line.shown_points() for line in lines]
+        lengths = np.fromiter((len(p[0]) for p in parts), np.int64, len(parts))
+        end = self.used + int(lengths.sum())
+        if not self.ok or end > len(self.columns[0]):
+            self.ok = False
+            return
+        if parts:
+            for k in range(4):              # (int64 steps cast to float64 as they are copied)
+                np.concatenate([p[k] for p in parts], out=self.columns[k][self.used:end])
+            np.multiply(self.columns[1][self.used:end], 1000.0, out=self.columns[4][self.used:end])
+        self._lengths.append(lengths)
+        self._first_wall.append(np.fromiter((ln.walls[0] if len(ln.walls) else 0.0 for ln in lines), np.float64,
+                                            len(lines)))
+        self.used, self.runs = end, self.runs + len(lines)
+
+    def holds(self, runs):
+        """Whether every one of a card's ``runs`` lines is packed."""
+        return self.ok and self.runs == runs
+
+    def take(self):
+        """``(lengths, first_wall, steps, walls, values, smooth, walls_ms)``: the counts, the first walls and the
+        columns (the caller's to change: each ``_Packed`` is taken once)."""
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        first_wall = np.concatenate(self._first_wall) if self._first_wall else np.zeros(0)
+        return (lengths, first_wall, *(column[:self.used] for column in self.columns))
+
+
 def _strings(items):
     """``items`` (str) as a NumPy string array: Bokeh serialises it as one list that the JSON encoder writes whole."""
     return np.array(items, dtype=str) if items else np.zeros(0, dtype="<U1")
@@ -500,7 +549,7 @@ class _Card:
     def __init__(self, tag, parts):
         self.tag, self.parts = tag, parts
         self.lines: dict[str, _Line] = {}
-        self.packs = []                       # its lines' points packed as they were read (``pack``), for its first fill
+        self.packed = None                    # its lines' points packed as they were read, for its first fill
         self.read_from = None                 # the store's version when its runs began to be read
         self.window = None                    # the zoomed x range, if any
         # tagged: the page re-emits it once the document is ready (app.READY_JS), expanding a card that arrived full
@@ -593,32 +642,19 @@ class _Card:
             self._size_readout()
         return line
 
-    @staticmethod
-    def pack(lines):
-        """The shown points of ``lines``, one run after another, as ``fill`` sends them: ``(lengths, first_wall,
-        steps, walls, values, smooth)``, fresh float64 arrays (the counts int64), values as stored (±Inf kept)."""
-        n = len(lines)
-        parts = [line.shown_points() for line in lines]
-        lengths = np.fromiter((len(p[0]) for p in parts), np.int64, n)
-        first_wall = np.fromiter((ln.walls[0] if len(ln.walls) else 0.0 for ln in lines), np.float64, n)
-        columns = (np.concatenate([p[k] for p in parts]).astype(np.float64, copy=False) if parts else np.zeros(0)
-                   for k in range(4))
-        return (lengths, first_wall, *columns)
-
-    def fill(self, packs=None):
+    def fill(self, packed=None):
         """Send every run's shown points for the card's ``axis`` (two messages for the card, whatever changed: the
         per-run ``rows``, then the points, ``flat``, on whose arrival the page expands them). Built from the runs'
         points concatenated, with no NumPy work per run beyond taking them: ten thousand runs are one pass.
-        ``packs``: the lines' points already packed (``pack``), a slice of lines each, in order (a card built over
-        several turns packs each slice as it reads it); None: pack them now. Names and colours go as NumPy string
-        arrays, which Bokeh hands to the JSON encoder whole (a list of ten thousand names was encoded one string at a
-        time: most of the message's cost)."""
+        ``packed``: the lines' points already packed (``_Packed``: a card built over several turns packs each slice
+        of runs as it reads them), else they are packed now. Names and colours go as NumPy string arrays, which
+        Bokeh hands to the JSON encoder whole (a list of ten thousand names was encoded one string at a time: most
+        of the message's cost)."""
         lines = list(self.lines.values())
         n = len(lines)
-        if packs is None or sum(len(pack[0]) for pack in packs) != n:
-            packs = [self.pack(lines)]
-        lengths, first_wall, steps, walls, values, smooth = (
-            packs[0] if len(packs) == 1 else [np.concatenate(column) for column in zip(*packs)])
+        if packed is None or not packed.holds(n):
+            packed = _Packed.of(lines)
+        lengths, first_wall, steps, walls, values, smooth, walls_ms = packed.take()
         stops = np.cumsum(lengths)
         starts = stops - lengths
         # the shown NaN/±Inf points, for the ticks (``_fill_marks``): their run (row), step, wall time and value
@@ -629,9 +665,9 @@ class _Card:
         values[np.isinf(values)] = np.nan           # (the packed columns are this fill's own)
         smooth[np.isinf(smooth)] = np.nan
         ys = values
-        flat = {"steps": steps, "walls": walls * 1000.0, "ys": ys, "smooth": smooth}
-        x = {"step": steps, "wall": flat["walls"],
-             "relative": (walls - np.repeat(first_wall, lengths)) / 3600.0}[self.axis]
+        flat = {"steps": steps, "walls": walls_ms, "ys": ys, "smooth": smooth}
+        x = steps if self.axis == "step" else walls_ms if self.axis == "wall" else \
+            (walls - np.repeat(first_wall, lengths)) / 3600.0
         # numbers as arrays (binary on the wire): lists of ten thousand runs' numbers were most of a page's encoding
         rows = {"run": runs, "colour": colours, "start": starts.astype(np.int32), "stop": stops.astype(np.int32),
                 "first_wall": first_wall * 1000.0, "axis": np.full(n, self.axis)}
@@ -662,14 +698,20 @@ class _Card:
         padded, as TensorBoard's option of that name."""
         rows = self.rows_shown
         values, lengths = self._points
-        if rows is not None:
-            keep = np.zeros(len(lengths), bool)
-            keep[list(rows)] = True
-            values = values[np.repeat(keep, lengths)]
-        values = values[np.isfinite(values)]
-        if not values.size:
-            return
-        lo, hi = float(values.min()), float(values.max())
+        if rows is None and not isinstance(self.y_range, Range1d):
+            # the span alone: no copy of the points (fmin and fmax pass over NaN; ±Inf are NaN in them: ``fill``)
+            lo, hi = float(np.fmin.reduce(values, initial=np.inf)), float(np.fmax.reduce(values, initial=-np.inf))
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                return
+        else:
+            if rows is not None:
+                keep = np.zeros(len(lengths), bool)
+                keep[list(rows)] = True
+                values = values[np.repeat(keep, lengths)]
+            values = values[np.isfinite(values)]
+            if not values.size:
+                return
+            lo, hi = float(values.min()), float(values.max())
         if isinstance(self.y_range, DataRange1d):     # (its start and end are read once, when the page makes it)
             span = abs(lo) * 0.2 or 1.0 if lo == hi else 2.0     # (the span it gives a constant; 2 by default)
             if self.y_range.default_span != span:
@@ -1114,12 +1156,14 @@ class ScalarsView(View):
         """Build the cards being built (``_reading``): read their runs' series whole, then, in a turn of its own,
         read what the store gained meanwhile and make the card's figure, then, in another, fill it; the card then
         waits to join the page (``_unplaced``). In a server session one step of one card a turn, the runs read
-        ``RUN_SLICE`` a turn; outside a server every card at once. A run costs a card tens of microseconds of Python
+        ``RUN_SLICE`` a turn (a card of at most ``RUN_SLICE`` runs takes every step in one turn, ~20-40 ms);
+        outside a server every card at once. A run costs a card tens of microseconds of Python
         (its line, its smoothing, its points chosen): ten thousand runs read, drawn and filled in one turn held the
         loop for a third of a second."""
         weight, axis = self.smoothing.value, self.axis
         done = []
         for tag, (card, todo) in list(self._reading.items()):
+            step = spread and len(card.lines) + len(todo) > RUN_SLICE       # (else all in this turn)
             if todo:
                 take, rest = (todo[:RUN_SLICE], todo[RUN_SLICE:]) if spread else (todo, [])
                 pairs = []
@@ -1129,15 +1173,17 @@ class ScalarsView(View):
                         whole = d if d.reset else self.store.read(series)
                         pairs.append((card.line(series.run, self.store, self.limit), whole))
                 self._set_lines(card, pairs, weight, axis)
+                if card.packed is None:
+                    card.packed = _Packed(sum(len(series) for series in todo))      # (an upper bound)
                 # (what its first fill sends of them, unless the store gained more meanwhile)
-                card.packs.append(card.pack([line for line, _ in pairs]))
+                card.packed.add([line for line, _ in pairs])
                 self._reading[tag] = (card, rest)
-                if spread:
+                if step:
                     break
             if not card.renderers:
                 self._catch_up(card)
                 self._build(card)
-                if spread:
+                if step:
                     break
             self._catch_up(card)
             del self._reading[tag]
@@ -1148,8 +1194,8 @@ class ScalarsView(View):
         for card in done:
             self.cards[card.tag] = card
             self._unplaced.append(card)         # (``_place`` has the page expand it once it is in)
-            packs, card.packs = card.packs, []
-            card.fill(packs)
+            packed, card.packed = card.packed, None
+            card.fill(packed)
             self._fill_groups(card, shown)
             card.show_runs(shown)
 
@@ -1159,7 +1205,7 @@ class ScalarsView(View):
         if card.read_from != self.store.version:
             card.read_from = self.store.version
             if self._read_new(card):
-                card.packs = []                 # (its lines changed: packed again when filled)
+                card.packed = None              # (its lines changed: packed again when filled)
 
     @staticmethod
     def _set_lines(card, pairs, weight, axis):
@@ -1334,7 +1380,7 @@ class ScalarsView(View):
         chosen, for the smoothing and x axis of when they began."""
         for tag, (card, _) in self._reading.items():
             self._forget(tag)
-            card.packs, card.read_from = [], self.store.version
+            card.packed, card.read_from = None, self.store.version
             card.renderers = []             # (its figure too, if made: for the axis of when it began)
             self._reading[tag] = (card, list(self._by_tag.get(tag, ())))
 
