@@ -204,11 +204,10 @@ def served_turns(store, after_turn=None):
     PATCH-DOC message as the server makes it, in the turn (Bokeh serialises there). Returns, per turn, ``(CPU
     seconds, models that joined the document, bytes of the messages)``, and the session's views. ``after_turn(views)``,
     when given, is called after each turn (outside its time): to look at the session, or act on it, between turns."""
-    import weakref
     from bokeh.protocol import Protocol
     from flowlab.dashboard import app
     doc, context = Document(), _Served()
-    doc._session_context = weakref.ref(context)
+    doc._session_context = lambda: context          # (as Bokeh's weak reference, but living as long as the doc)
     views = app.build_document(doc, store)
     protocol, sent = Protocol(), []
 
@@ -228,7 +227,7 @@ def served_turns(store, after_turn=None):
     return turns, views
 
 
-def _run_turns(doc, sent, turns, after_turn):
+def _run_turns(doc, sent, turns, after_turn=None):
     for _ in range(200):
         ticks = [cb for cb in doc.session_callbacks if type(cb).__name__ == "NextTickCallback"]
         if not ticks:

@@ -4,6 +4,8 @@ it (``test_dashboard_paging.served_turns``): the run list in a turn of its own, 
 10,000 lines read ``RUN_SLICE`` runs a turn, drawn, filled and joined to the page, each in its own turn. Before, one
 turn read, drew and filled the whole card (~300 ms of CPU on the shared 2-core machine) and another listed the runs
 and opened the tab (~100 ms). What the card holds is what the same card built at once, outside a server, holds."""
+import time
+
 import numpy as np
 import pytest
 from bokeh.document import Document
@@ -74,13 +76,18 @@ def card_data(card):
             dict(card.marks.data))
 
 
-def assert_same_card(card, reference):
+def assert_same_card(card, reference, smooth_rtol=0.0):
+    """The same rows, points and ticks; the smoothed values within ``smooth_rtol`` (an average carried forward as
+    points come rounds otherwise than one computed over the whole series: ~1e-12)."""
     (rows, flat, marks), (rows_ref, flat_ref, marks_ref) = card_data(card), card_data(reference)
     assert rows.keys() == rows_ref.keys() and flat.keys() == flat_ref.keys()
     for k in rows:
         np.testing.assert_array_equal(rows[k], rows_ref[k], err_msg=k)
     for k in flat:
-        np.testing.assert_array_equal(flat[k], flat_ref[k], err_msg=k)
+        if k == "smooth" and smooth_rtol:
+            np.testing.assert_allclose(flat[k], flat_ref[k], rtol=smooth_rtol, err_msg=k)
+        else:
+            np.testing.assert_array_equal(flat[k], flat_ref[k], err_msg=k)
     assert marks == marks_ref
 
 
@@ -108,11 +115,12 @@ def test_ten_thousand_runs_are_served_in_turns_under_the_loops_budget(store, mon
     print(f"{len(turns)} turns; CPU ms per turn: {cpu}; series read per turn: {per_turn}")
     view = views["scalars"]
     card = view.cards["loss"]
-    assert len(card.lines) == RUNS and view.grid.tags == [0, 1] and not view._reading     # built and in the page
+    assert len(card.lines) == RUNS and view.grid.tags == [0, 1]                          # built and in the page
     # machine-independent: no turn reads more than a slice of the runs (before: one turn read all 10,000)
     assert max(per_turn) <= scalars.RUN_SLICE and sum(per_turn) == RUNS, per_turn
     assert sum(1 for n in per_turn if n) >= RUNS // scalars.RUN_SLICE
     assert max(t for t, _, _ in turns) < TURN_BOUND_S, cpu
+    assert not view._reading and not view._unplaced
 
     # the same card as one built at once outside a server: every run's points, smoothing, extents, dots and ticks
     reference = app.build_document(Document(), store)["scalars"].cards["loss"]
@@ -153,3 +161,56 @@ def test_a_card_changed_while_its_runs_are_read_is_read_again(tmp_path):
     reference.x_axis.active = 1
     assert_same_card(card, reference.cards["loss"])
     assert max(t for t, _, _ in turns) < TURN_BOUND_S, [round(t * 1000) for t, _, _ in turns]
+
+
+def next_turns(doc):
+    """Run ``doc``'s next-tick callbacks as its IOLoop would, each a turn; returns the CPU seconds of each."""
+    cpu = []
+    for _ in range(200):
+        ticks = [cb for cb in doc.session_callbacks if type(cb).__name__ == "NextTickCallback"]
+        if not ticks:
+            return cpu
+        for tick in ticks:
+            doc.remove_next_tick_callback(tick)
+            started = time.process_time()
+            tick.callback()
+            cpu.append(time.process_time() - started)
+    raise AssertionError("the session's turns never ended")
+
+
+def test_what_a_page_asks_of_a_card_of_ten_thousand_runs_is_spread_over_turns(tmp_path):
+    """A new smoothing, another x axis, and a point more in every run (a live logdir): each was one turn of
+    150-400 ms on a 10,000-run card (every line smoothed, chosen or grown, then every point packed and sent at
+    once). Now the lines are smoothed together, grown ``RUN_SLICE`` runs a turn, and packed ``RUN_SLICE`` a turn
+    before the card is filled; the card ends as one built at once with the same settings and data."""
+    store = memory_store(tmp_path)
+    _, views = served_turns(store)
+    view = views["scalars"]
+    doc = view.grid.document
+    (refresh,) = [cb for cb in doc.session_callbacks if type(cb).__name__ == "PeriodicCallback"]
+    cpu = {}
+
+    def request(name, act):
+        started = time.process_time()
+        act()
+        cpu[name] = [time.process_time() - started] + next_turns(doc)
+
+    request("smoothing", lambda: (setattr(view.smoothing, "value", 0.9), view._resmooth()))
+    request("x axis", lambda: setattr(view.x_axis, "active", 2))       # wall time
+    store._provider.items = [Datum(f"run{r:05d}", "loss", "scalar", np.array([STEPS]), np.array([1.8e9]),
+                                   np.array([r % 7 - 3.0])) for r in range(RUNS)]
+    store.poll()
+    request("grown", refresh.callback)
+    print({name: [round(t * 1000) for t in turns] for name, turns in cpu.items()})
+    assert all(len(turns) > RUNS // scalars.RUN_SLICE for turns in cpu.values())       # spread, each of them
+    assert max(max(turns) for turns in cpu.values()) < TURN_BOUND_S, cpu
+    assert not (view._reading or view._growing or view._refilling)
+
+    card = view.cards["loss"]
+    assert {len(line.values) for line in card.lines.values()} == {STEPS + 1, 2}         # (run 10 had one point)
+    reference = app.build_document(Document(), store)["scalars"]
+    reference.smoothing.value = 0.9
+    reference._resmooth()
+    reference.x_axis.active = 2
+    assert_same_card(card, reference.cards["loss"], smooth_rtol=1e-9)
+    assert set(card.rows.data["axis"]) == {"wall"}

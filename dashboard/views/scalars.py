@@ -288,13 +288,13 @@ class _Line:
 
     def set(self, steps, walls, values, weight, smoothed=None):
         self.steps, self.walls, self.values = steps, walls, values
+        self.constant = bool(len(values)) and bool(np.all(values == values[0]))
         self.resmooth(weight, smoothed)
 
     def resmooth(self, weight, smoothed=None):
         """Smooth the whole series again (``smoothed``: its ``(ema, state)`` when already computed, by
         ``ema_rows``)."""
         self.ema, self.state = ema(self.values, weight) if smoothed is None else smoothed
-        self.constant = bool(len(self.values)) and bool(np.all(self.values == self.values[0]))
 
     def append(self, steps, walls, values, weight):
         """Take the grown series (``steps`` etc. are the whole of it); returns True when the shown points must be
@@ -315,7 +315,7 @@ class _Line:
     def choose(self, axis, window=None):
         """The points to show: the downsampled series, plus the exact points of ``window`` (an x range) when the
         window holds part of the series and at most ``limit`` points. Returns whether they changed."""
-        if window is None and len(self.values) <= self.limit:     # every point (what downsample would say)
+        if len(self.values) <= self.limit:      # every point, zoomed or not (what downsample and the window say)
             if len(self.shown) == len(self.values):
                 return False
             self.shown = np.arange(len(self.values))
@@ -551,6 +551,7 @@ class _Card:
         self.lines: dict[str, _Line] = {}
         self.packed = None                    # its lines' points packed as they were read, for its first fill
         self.read_from = None                 # the store's version when its runs began to be read
+        self.grown = False                    # lines changed by a ``_grow`` still under way (over several turns)
         self.window = None                    # the zoomed x range, if any
         # tagged: the page re-emits it once the document is ready (app.READY_JS), expanding a card that arrived full
         self.flat = parts.source({c: np.zeros(0) for c in ("steps", "walls", "ys", "smooth")})
@@ -769,9 +770,11 @@ class _Card:
         if self.download.args["shown"] != runs:
             self.download.args = dict(self.download.args, shown=runs)
 
-    def build(self, axis, log_y, visible_rows, on_zoom, log_x=False, x_range=None):
+    def build(self, axis, log_y, visible_rows, on_zoom, log_x=False, x_range=None, attach=True):
         """A new figure over the card's sources (for another x axis or scale), at the card's size. ``x_range``: a
-        range the figure shares with other cards (linked x zoom), else its own.
+        range the figure shares with other cards (linked x zoom), else its own. ``attach`` False: the card keeps
+        showing its figure until ``attach(figure)`` (building the figure and its joining the page are then two
+        turns' work, not one).
 
         Only what the card draws and the shared parts (``_Parts``): ``figure()``'s own defaults and plotting methods
         made ~60 models a card (a selection and a muted glyph per renderer, tickers, grids, scales...), and a card's
@@ -823,9 +826,14 @@ class _Card:
         self._extras = {}
         for name in self._wanted:                # (before it joins the page: one message, not one per extra)
             self._draw_extra(name, fig)
+        if attach:
+            self.attach(fig)
+        return fig
+
+    def attach(self, fig):
+        """Show ``fig`` (made by ``build``) in place of the card's figure."""
         self.layout.children[0] = fig
         self._apply_size()
-        return fig
 
     def _draw(self, source, glyph, view, **kwargs):
         """A renderer of ``glyph`` over ``source`` through the named view (``lines``: the drawn rows; ``rows``: the
@@ -985,7 +993,11 @@ class ScalarsView(View):
         self._pending: list[str] = []          # tags of the page whose cards are still to build
         # cards being built, their runs read a slice a server turn (``_read_some``): tag -> (card, series to read)
         self._reading: dict[str, tuple] = {}
-        self._scheduled = False                # a next-turn build of pending cards is on its way
+        # cards of more than RUN_SLICE runs whose fill is spread over turns (``_refill``): tag -> (card, lines,
+        # rebuild, packed so far)
+        self._refilling: dict[str, tuple] = {}
+        self._growing: set[str] = set()        # cards of more than RUN_SLICE runs still reading new points (``_grow``)
+        self._scheduled = False                # a call of ``_build_some`` is on its way (``_schedule``)
         self._unplaced: list[_Card] = []       # cards built and not yet in the page (``_place`` puts them there)
         self.tag_filter = TextInput(title="Tags (regex)", placeholder="all tags", width=200, name="tag-filter")
         self.smoothing = Slider(title="Smoothing", start=0, end=0.999, step=0.001, value=0.6, width=200,
@@ -1095,13 +1107,15 @@ class ScalarsView(View):
         for tag in [tag for tag in self._reading if tag not in visible]:
             del self._reading[tag]
             self._forget(tag)
+        for tag in [tag for tag in self._refilling if tag not in visible]:
+            del self._refilling[tag]
+        self._growing &= set(visible)
         self._pending = [tag for tag in visible if tag not in self.cards and tag not in self._reading]
         doc = self.grid.document
         if doc is None or doc.session_context is None:
             self._build_some()
-        elif not self._scheduled:           # (else the next turn's build takes the new pending list)
-            self._scheduled = True          # even the first card: the page's request is answered without it
-            doc.add_next_tick_callback(self._build_some)
+        else:                   # even the first card: the page's request is answered without it
+            self._schedule()    # (if already on its way, it takes the new pending list)
         self._place()
 
     def _forget(self, tag):
@@ -1126,6 +1140,10 @@ class ScalarsView(View):
             self._show_message()
         elif spread and self._reading:
             self._read_some(spread)
+        elif spread and self._growing:
+            self._grow_some()
+        elif spread and self._refilling:
+            self._refill_some()
         elif self._pending:
             batch, self._pending = ((self._pending[:BUILD_BATCH], self._pending[BUILD_BATCH:]) if spread
                                     else (self._pending, []))
@@ -1145,12 +1163,22 @@ class ScalarsView(View):
                 self._show_message()
         if not spread:
             return
-        if self._pending or self._reading or (self._unplaced and not waiting):
-            self._scheduled = True
-            doc.add_next_tick_callback(self._build_some)
+        if self._pending or self._reading or self._growing or self._refilling or (self._unplaced and not waiting):
+            self._schedule()
         elif self._unplaced:                   # built, waiting for a page: look again soon
-            self._scheduled = True
-            doc.add_timeout_callback(self._build_some, PAGE_POLL_MS)
+            self._schedule(PAGE_POLL_MS)
+
+    def _schedule(self, after_ms=None):
+        """Have ``_build_some`` called on the next turn of the session's IOLoop (or ``after_ms`` later), unless a
+        call is on its way: one at a time, whatever asks for it in the meantime."""
+        if self._scheduled:
+            return
+        self._scheduled = True
+        doc = self.grid.document
+        if after_ms is None:
+            doc.add_next_tick_callback(self._build_some)
+        else:
+            doc.add_timeout_callback(self._build_some, after_ms)
 
     def _read_some(self, spread):
         """Build the cards being built (``_reading``): read their runs' series whole, then, in a turn of its own,
@@ -1204,7 +1232,7 @@ class ScalarsView(View):
         store's version did not move)."""
         if card.read_from != self.store.version:
             card.read_from = self.store.version
-            if self._read_new(card):
+            if self._read_new(card)[0]:
                 card.packed = None              # (its lines changed: packed again when filled)
 
     @staticmethod
@@ -1215,14 +1243,18 @@ class ScalarsView(View):
             line.set(whole.steps, whole.wall_times, whole.values, weight, smoothed)
             line.choose(axis, card.window)
 
-    def _read_new(self, card):
-        """Give ``card``'s lines what this session has not seen of each run's series; returns whether any line
-        changed."""
+    def _read_new(self, card, budget=None):
+        """Give ``card``'s lines what this session has not seen of each run's series, or of the first ``budget``
+        runs that have something new; returns ``(whether any line changed, whether every run was looked at)``."""
         weight, axis = self.smoothing.value, self.axis
-        changed, reset = False, []
+        changed, reset, read = False, [], 0
         for series in self._by_tag.get(card.tag, ()):
             if self.unchanged(series):          # (most runs, most times: no lock, no read)
                 continue
+            if budget is not None and read >= budget:
+                self._set_lines(card, reset, weight, axis)
+                return True, False
+            read += 1
             d = self.delta(series)
             if not (d.reset or len(d.steps)):
                 continue
@@ -1234,16 +1266,76 @@ class ScalarsView(View):
                 line.choose(axis, card.window)
             changed = True
         self._set_lines(card, reset, weight, axis)      # series read whole (a new run, a reset) together
-        return changed
+        return changed, True
 
     def _grow(self, cards):
         """Bring ``cards`` (built) up to date with the store: what each session has not seen of each run's
-        series."""
-        shown = self.runs.shown()
+        series. In a server session a card of more than ``RUN_SLICE`` runs reads at most ``RUN_SLICE`` grown runs
+        a turn (``_grow_some`` goes on in the next turns), and is filled once all are read (``_refill``): ten
+        thousand runs that each logged a point were ~250 ms of one turn."""
+        doc = self.grid.document
+        spread = doc is not None and doc.session_context is not None
         for card in cards:
-            if self._read_new(card):
-                card.fill()
-                self._fill_groups(card, shown)
+            budget = RUN_SLICE if spread and len(card.lines) > RUN_SLICE else None
+            changed, whole = self._read_new(card, budget)
+            card.grown |= changed
+            if not whole:
+                self._growing.add(card.tag)
+                self._schedule()
+                continue
+            self._growing.discard(card.tag)
+            if card.grown:
+                card.grown = False
+                self._refill(card)
+
+    def _grow_some(self):
+        """The next turn of a big card's ``_grow``."""
+        tag = next(iter(self._growing))
+        card = self.cards.get(tag)
+        if card is None:
+            self._growing.discard(tag)
+        else:
+            self._grow([card])
+
+    def _refill(self, card, rebuild=False):
+        """Send ``card`` what its lines show now (``_Card.fill``), and its run groups (``_fill_groups``); with
+        ``rebuild``, on a new figure (``_build``: another x axis or scale). At once outside a server or for a card of
+        at most ``RUN_SLICE`` runs; else from the next turn on: its lines packed ``RUN_SLICE`` a turn, then figure and
+        fill in a turn of their own (packing ten thousand runs' points at once took ~50 ms, a new smoothing ~160 ms
+        in all). The page shows what it had until then. A card asked again meanwhile starts again (every change to
+        a card's lines asks for its fill)."""
+        doc = self.grid.document
+        if doc is None or doc.session_context is None or len(card.lines) <= RUN_SLICE:
+            if rebuild:
+                self._build(card)
+            card.fill()
+            self._fill_groups(card, self.runs.shown())
+            return
+        earlier = self._refilling.get(card.tag)
+        rebuild = rebuild or (earlier is not None and earlier[2] is not False)     # (a figure made: made again)
+        self._refilling[card.tag] = (card, list(card.lines.values()), rebuild, None)
+        self._schedule()
+
+    def _refill_some(self):
+        """One turn of the first card's ``_refill``: pack the next ``RUN_SLICE`` of its lines; all packed, make its
+        new figure (if asked: ``rebuild`` is then the figure); then show it and fill the card."""
+        tag, (card, lines, rebuild, packed) = next(iter(self._refilling.items()))
+        if packed is None:
+            packed = _Packed(sum(len(line.shown) for line in lines))
+        if packed.runs < len(lines):
+            packed.add(lines[packed.runs:packed.runs + RUN_SLICE])
+            self._refilling[tag] = (card, lines, rebuild, packed)
+            return
+        if rebuild is True and self.cards.get(tag) is card:     # its figure, shown with its fill in the next turn
+            self._refilling[tag] = (card, lines, self._build(card, attach=False), packed)
+            return
+        del self._refilling[tag]
+        if self.cards.get(tag) is not card:
+            return
+        if rebuild:
+            card.attach(rebuild)
+        card.fill(packed)           # (packed afresh if runs came meanwhile: ``_Packed.holds``)
+        self._fill_groups(card, self.runs.shown())
 
     def _fill_groups(self, card, shown):
         """The card's run groups (the run list's ``grouping``) of the runs the run list shows; runs in no group keep
@@ -1342,7 +1434,7 @@ class ScalarsView(View):
             card.window = (event.x0 / 1000.0, event.x1 / 1000.0)
         changed = [line.choose(self.axis, card.window) for line in card.lines.values()]
         if any(changed):
-            card.fill()
+            self._refill(card)
 
     @property
     def size(self):
@@ -1368,12 +1460,13 @@ class ScalarsView(View):
         for name, group in self.groups.items():
             group.widen(name == wide)
 
-    def _build(self, card):
+    def _build(self, card, attach=True):
         card.ignore_outliers = self.outliers.active
         if self.link_x.active and self._shared_x is None:
             self._shared_x = DataRange1d(syncable=False)      # (see ``_Card.build``)
-        card.build(self.axis, self.log_y.active, card.visible_rows(self.runs.shown()), self._zoomed,
-                   log_x=self.log_x.active, x_range=self._shared_x if self.link_x.active else None)
+        return card.build(self.axis, self.log_y.active, card.visible_rows(self.runs.shown()), self._zoomed,
+                          log_x=self.log_x.active, x_range=self._shared_x if self.link_x.active else None,
+                          attach=attach)
 
     def _read_again(self):
         """Have the cards being built read their runs again from the first: their lines were smoothed, and their points
@@ -1391,18 +1484,16 @@ class ScalarsView(View):
             card.window = None
             for line in card.lines.values():
                 line.choose(self.axis)
-            self._build(card)
-            card.fill()          # rows name the new axis: the page redraws the lines
-            self._fill_groups(card, self.runs.shown())
+            self._refill(card, rebuild=True)      # rows name the new axis: the page redraws the lines
 
     def _resmooth(self):
         self._read_again()
-        shown = self.runs.shown()
+        shown, weight = self.runs.shown(), self.smoothing.value
         for card in self.cards.values():
-            for line in card.lines.values():
-                line.resmooth(self.smoothing.value)
-            card.fill()
-            self._fill_groups(card, shown)          # the groups' means and bands are smoothed as the lines are
+            lines = list(card.lines.values())       # smoothed together (``ema_rows``: 10,000 runs in one pass)
+            for line, smoothed in zip(lines, ema_rows([line.values for line in lines], weight)):
+                line.resmooth(weight, smoothed)
+            self._refill(card)          # (and the groups' means and bands, smoothed as the lines are)
 
     def _filter(self):
         try:                                    # RE2: linear-time matching, a typed pattern cannot stall the loop
