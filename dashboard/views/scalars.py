@@ -282,10 +282,6 @@ class _Line:
         return {"step": c["steps"], "rel": c["rel"], "wall": c["walls"], "value": self.values[self.shown],
                 "smooth": self.values[self.shown] if self.constant else self.ema[self.shown]}
 
-    def nonfinite(self):
-        """Indices of the shown points that are NaN or ±Inf."""
-        return self.shown[~np.isfinite(self.values[self.shown])]
-
     def set(self, steps, walls, values, weight, smoothed=None):
         self.steps, self.walls, self.values = steps, walls, values
         self.constant = bool(len(values)) and bool(np.all(values == values[0]))
@@ -994,7 +990,7 @@ class ScalarsView(View):
         # cards being built, their runs read a slice a server turn (``_read_some``): tag -> (card, series to read)
         self._reading: dict[str, tuple] = {}
         # cards of more than RUN_SLICE runs whose fill is spread over turns (``_refill``): tag -> (card, lines,
-        # rebuild, packed so far)
+        # rebuild (False, True or the figure made), packed so far, groups)
         self._refilling: dict[str, tuple] = {}
         self._growing: set[str] = set()        # cards of more than RUN_SLICE runs still reading new points (``_grow``)
         self._scheduled = False                # a call of ``_build_some`` is on its way (``_schedule``)
@@ -1297,9 +1293,9 @@ class ScalarsView(View):
         else:
             self._grow([card])
 
-    def _refill(self, card, rebuild=False):
-        """Send ``card`` what its lines show now (``_Card.fill``), and its run groups (``_fill_groups``); with
-        ``rebuild``, on a new figure (``_build``: another x axis or scale). At once outside a server or for a card of
+    def _refill(self, card, rebuild=False, groups=True):
+        """Send ``card`` what its lines show now (``_Card.fill``), and (``groups``) its run groups
+        (``_fill_groups``); with ``rebuild``, on a new figure (``_build``: another x axis or scale). At once outside a server or for a card of
         at most ``RUN_SLICE`` runs; else from the next turn on: its lines packed ``RUN_SLICE`` a turn, then figure and
         fill in a turn of their own (packing ten thousand runs' points at once took ~50 ms, a new smoothing ~160 ms
         in all). The page shows what it had until then. A card asked again meanwhile starts again (every change to
@@ -1309,25 +1305,27 @@ class ScalarsView(View):
             if rebuild:
                 self._build(card)
             card.fill()
-            self._fill_groups(card, self.runs.shown())
+            if groups:
+                self._fill_groups(card, self.runs.shown())
             return
         earlier = self._refilling.get(card.tag)
-        rebuild = rebuild or (earlier is not None and earlier[2] is not False)     # (a figure made: made again)
-        self._refilling[card.tag] = (card, list(card.lines.values()), rebuild, None)
+        if earlier is not None:             # (what the earlier ask wanted too; a figure made: made again)
+            rebuild, groups = rebuild or earlier[2] is not False, groups or earlier[4]
+        self._refilling[card.tag] = (card, list(card.lines.values()), rebuild, None, groups)
         self._schedule()
 
     def _refill_some(self):
         """One turn of the first card's ``_refill``: pack the next ``RUN_SLICE`` of its lines; all packed, make its
         new figure (if asked: ``rebuild`` is then the figure); then show it and fill the card."""
-        tag, (card, lines, rebuild, packed) = next(iter(self._refilling.items()))
+        tag, (card, lines, rebuild, packed, groups) = next(iter(self._refilling.items()))
         if packed is None:
             packed = _Packed(sum(len(line.shown) for line in lines))
         if packed.runs < len(lines):
             packed.add(lines[packed.runs:packed.runs + RUN_SLICE])
-            self._refilling[tag] = (card, lines, rebuild, packed)
+            self._refilling[tag] = (card, lines, rebuild, packed, groups)
             return
         if rebuild is True and self.cards.get(tag) is card:     # its figure, shown with its fill in the next turn
-            self._refilling[tag] = (card, lines, self._build(card, attach=False), packed)
+            self._refilling[tag] = (card, lines, self._build(card, attach=False), packed, groups)
             return
         del self._refilling[tag]
         if self.cards.get(tag) is not card:
@@ -1335,7 +1333,8 @@ class ScalarsView(View):
         if rebuild:
             card.attach(rebuild)
         card.fill(packed)           # (packed afresh if runs came meanwhile: ``_Packed.holds``)
-        self._fill_groups(card, self.runs.shown())
+        if groups:
+            self._fill_groups(card, self.runs.shown())
 
     def _fill_groups(self, card, shown):
         """The card's run groups (the run list's ``grouping``) of the runs the run list shows; runs in no group keep
@@ -1434,7 +1433,7 @@ class ScalarsView(View):
             card.window = (event.x0 / 1000.0, event.x1 / 1000.0)
         changed = [line.choose(self.axis, card.window) for line in card.lines.values()]
         if any(changed):
-            self._refill(card)
+            self._refill(card, groups=False)        # (a zoom leaves the groups' bands as they are)
 
     @property
     def size(self):
