@@ -226,6 +226,10 @@ def test_nan_and_inf_points_get_a_red_tick_and_break_the_line(tmp_path):
     assert marks["steps"] == [1234.0, 8765.0] and marks["what"] == ["NaN", "+Inf"] and marks["run"] == ["r", "r"]
     ys = flat_row(card, "r")["ys"]
     assert np.isnan(ys).sum() == 2 and not np.isinf(ys).any()       # both drawn as gaps
+    # the ticks are drawn under the lines and see-through: they do not hide another run's line at those steps
+    (ticks,) = [r for r in card.figure.renderers if type(r.glyph).__name__ == "VSpan"]
+    assert ticks.level == "underlay" and ticks.glyph.line_alpha <= 0.5
+    assert [r.level for r in card.renderers] == ["glyph", "glyph"]
 
 
 def test_zoom_sends_the_exact_points_of_the_visible_range(logdir):

@@ -855,9 +855,10 @@ class _Card:
             means = GlyphRenderer(data_source=self.bands, view=view,
                                   glyph=MultiLine(xs="xs", ys="ys", line_color="colour", line_width=2.5))
             drawn, on_x, on_y = [band, means], [band], [band]
-        else:       # the plot's whole height, and they stretch neither axis
+        else:       # the plot's whole height, and they stretch neither axis; under the lines, which they would
+            # hide (a run's NaN steps are often where another run's line goes on), and light enough to read them over
             drawn = [self._draw(self.marks, VSpan(x=_X_COLUMN[self.axis], line_color=ALARM, line_width=1.5,
-                                                  line_alpha=0.8), None)]
+                                                  line_alpha=0.5), None, level="underlay")]
             on_x, on_y = [], []
         self._extras[name] = drawn
         fig.renderers = [*fig.renderers, *drawn]
@@ -995,8 +996,8 @@ class ScalarsView(View):
         self._growing: set[str] = set()        # cards of more than RUN_SLICE runs still reading new points (``_grow``)
         self._scheduled = False                # a call of ``_build_some`` is on its way (``_schedule``)
         self._unplaced: list[_Card] = []       # cards built and not yet in the page (``_place`` puts them there)
-        self.tag_filter = TextInput(title="Tags (regex)", placeholder="all tags", width=200, name="tag-filter")
-        self.smoothing = Slider(title="Smoothing", start=0, end=0.999, step=0.001, value=0.6, width=200,
+        self.tag_filter = TextInput(title="Tags (regex)", placeholder="all tags", width=110, name="tag-filter")
+        self.smoothing = Slider(title="Smoothing", start=0, end=0.999, step=0.001, value=0.6, width=110,
                                 name="smoothing")
         self.x_axis = RadioButtonGroup(labels=["Step", "Relative", "Wall"], active=0, name="x-axis")
         self.log_y = Switch(active=False, name="log-y")
@@ -1010,7 +1011,7 @@ class ScalarsView(View):
         self.export = ColumnDataSource({"name": [], "url": [], "n": []}, name="scalars-export")
         self._exports = 0
         self.export.js_on_change("data", CustomJS(args=dict(source=self.export), code=_SAVE_JS))
-        self.export_buttons = [Button(label=f"⤓ all shown ({fmt.upper()})", width=130, height=30,
+        self.export_buttons = [Button(label=f"⤓ all shown ({fmt.upper()})", width=108, height=30,
                                       button_type="light", name=f"export-{fmt}") for fmt in ("csv", "json")]
         for button, fmt in zip(self.export_buttons, ("csv", "json")):
             button.on_click(lambda fmt=fmt: self.export_shown(fmt))
