@@ -994,7 +994,7 @@ class ScalarsView(View):
         # cards being built, their runs read a slice a server turn (``_read_some``): tag -> (card, series to read)
         self._reading: dict[str, tuple] = {}
         # cards of more than RUN_SLICE runs whose fill is spread over turns (``_refill``): tag -> (card, lines,
-        # rebuild (False, True or the figure made), packed so far, groups)
+        # rebuild (False, True or the figure made), packed so far, groups, resmooth)
         self._refilling: dict[str, tuple] = {}
         self._growing: set[str] = set()        # cards of more than RUN_SLICE runs still reading new points (``_grow``)
         self._scheduled = False                # a call of ``_build_some`` is on its way (``_schedule``)
@@ -1297,15 +1297,18 @@ class ScalarsView(View):
         else:
             self._grow([card])
 
-    def _refill(self, card, rebuild=False, groups=True):
+    def _refill(self, card, rebuild=False, groups=True, resmooth=False):
         """Send ``card`` what its lines show now (``_Card.fill``), and (``groups``) its run groups
-        (``_fill_groups``); with ``rebuild``, on a new figure (``_build``: another x axis or scale). At once outside a server or for a card of
+        (``_fill_groups``); with ``resmooth``, its lines smoothed again first (``_smooth``); with ``rebuild``, on a
+        new figure (``_build``: another x axis or scale). At once outside a server or for a card of
         at most ``RUN_SLICE`` runs; else from the next turn on: its lines packed ``RUN_SLICE`` a turn, then figure and
         fill in a turn of their own (packing ten thousand runs' points at once took ~50 ms, a new smoothing ~160 ms
         in all). The page shows what it had until then. A card asked again meanwhile starts again (every change to
         a card's lines asks for its fill)."""
         doc = self.grid.document
         if doc is None or doc.session_context is None or len(card.lines) <= RUN_SLICE:
+            if resmooth:
+                self._smooth(list(card.lines.values()))
             if rebuild:
                 self._build(card)
             card.fill()
@@ -1315,21 +1318,27 @@ class ScalarsView(View):
         earlier = self._refilling.get(card.tag)
         if earlier is not None:             # (what the earlier ask wanted too; a figure made: made again)
             rebuild, groups = rebuild or earlier[2] is not False, groups or earlier[4]
-        self._refilling[card.tag] = (card, list(card.lines.values()), rebuild, None, groups)
+            resmooth = resmooth or earlier[5]
+        self._refilling[card.tag] = (card, list(card.lines.values()), rebuild, None, groups, resmooth)
         self._schedule()
 
     def _refill_some(self):
-        """One turn of the first card's ``_refill``: pack the next ``RUN_SLICE`` of its lines; all packed, make its
-        new figure (if asked: ``rebuild`` is then the figure); then show it and fill the card."""
-        tag, (card, lines, rebuild, packed, groups) = next(iter(self._refilling.items()))
+        """One turn of the first card's ``_refill``: smooth (if asked) and pack the next ``RUN_SLICE`` of its lines; all
+        packed, make its new figure (if asked: ``rebuild`` is then the figure); then show it and fill the card. (A
+        line grown while its card is smoothed again goes on from its old smoothing until its slice comes: every line
+        is smoothed whole when the ask starts again, as a growth's ``_refill`` makes it.)"""
+        tag, (card, lines, rebuild, packed, groups, resmooth) = next(iter(self._refilling.items()))
         if packed is None:
             packed = _Packed(sum(len(line.shown) for line in lines))
         if packed.runs < len(lines):
-            packed.add(lines[packed.runs:packed.runs + RUN_SLICE])
-            self._refilling[tag] = (card, lines, rebuild, packed, groups)
+            some = lines[packed.runs:packed.runs + RUN_SLICE]
+            if resmooth:
+                self._smooth(some)
+            packed.add(some)
+            self._refilling[tag] = (card, lines, rebuild, packed, groups, resmooth)
             return
         if rebuild is True and self.cards.get(tag) is card:     # its figure, shown with its fill in the next turn
-            self._refilling[tag] = (card, lines, self._build(card, attach=False), packed, groups)
+            self._refilling[tag] = (card, lines, self._build(card, attach=False), packed, groups, resmooth)
             return
         del self._refilling[tag]
         if self.cards.get(tag) is not card:
@@ -1491,12 +1500,14 @@ class ScalarsView(View):
 
     def _resmooth(self):
         self._read_again()
-        shown, weight = self.runs.shown(), self.smoothing.value
         for card in self.cards.values():
-            lines = list(card.lines.values())       # smoothed together (``ema_rows``: 10,000 runs in one pass)
-            for line, smoothed in zip(lines, ema_rows([line.values for line in lines], weight)):
-                line.resmooth(weight, smoothed)
-            self._refill(card)          # (and the groups' means and bands, smoothed as the lines are)
+            self._refill(card, resmooth=True)       # (and the groups' means and bands, smoothed as the lines are)
+
+    def _smooth(self, lines):
+        """Smooth ``lines`` again, together (``ema_rows``), with the smoothing now chosen."""
+        weight = self.smoothing.value
+        for line, smoothed in zip(lines, ema_rows([line.values for line in lines], weight)):
+            line.resmooth(weight, smoothed)
 
     def _filter(self):
         try:                                    # RE2: linear-time matching, a typed pattern cannot stall the loop
