@@ -44,6 +44,9 @@ from .views.status import StatusLine
 
 log = logging.getLogger(__name__)
 PERIOD_MS = 100          # a session's tick: cheap when nothing moved (one integer compared)
+# A server session's refresh that lists this many new runs leaves the tabs to the next IOLoop turn: ten thousand runs
+# listed and the Scalars tab opened were one turn of ~100 ms (the loop's budget per turn; see views/scalars.py).
+LIST_ALONE = 1000
 # Sources a view fills in a compact form that the page expands on change (the scalars' flat columns) also need that
 # expansion when they arrive with the document itself: re-emit them once it is ready.
 READY_JS = f"""
@@ -247,7 +250,9 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
 
     def refresh():
         status.update()
-        runs.update()
+        if runs.update() >= LIST_ALONE and doc.session_context is not None:
+            doc.add_next_tick_callback(refresh)         # the tabs in a turn of their own
+            return
         if store.version != seen[0]:
             seen[0] = store.version
             stale.update(built)

@@ -148,7 +148,7 @@ def test_downsample_keeps_bucket_extremes():
 def flat_row(card, run):
     """``run``'s shown points as the server sent them: its slice of the card's flat columns."""
     rows = card.rows.data
-    i = rows["run"].index(run)
+    i = list(rows["run"]).index(run)
     return {c: np.asarray(v)[rows["start"][i]:rows["stop"][i]] for c, v in card.flat.data.items()}
 
 
@@ -191,7 +191,7 @@ def test_new_runs_and_tags_appear_without_a_new_session(logdir):
     other = app.build_document(Document(), store)["scalars"]         # ... and the same in every session
     assert dict(zip(other.cards["loss"].rows.data["run"], other.cards["loss"].rows.data["colour"])) == colours
     dots = cards["grad_norm"].rows.data                              # a one-point series shows as a dot
-    assert dots["run"] == ["c"] and dots["dot_y"] == [2.0] and dots["dot_x"] == [float(dots["x0"][0])]
+    assert list(dots["run"]) == ["c"] and dots["dot_y"] == [2.0] and dots["dot_x"] == [float(dots["x0"][0])]
     assert [type(r.glyph).__name__ for r in cards["grad_norm"].figure.renderers][-1] == "Scatter"
 
 
@@ -226,6 +226,10 @@ def test_nan_and_inf_points_get_a_red_tick_and_break_the_line(tmp_path):
     assert marks["steps"] == [1234.0, 8765.0] and marks["what"] == ["NaN", "+Inf"] and marks["run"] == ["r", "r"]
     ys = flat_row(card, "r")["ys"]
     assert np.isnan(ys).sum() == 2 and not np.isinf(ys).any()       # both drawn as gaps
+    # the ticks are drawn under the lines and see-through: they do not hide another run's line at those steps
+    (ticks,) = [r for r in card.figure.renderers if type(r.glyph).__name__ == "VSpan"]
+    assert ticks.level == "underlay" and ticks.glyph.line_alpha <= 0.5
+    assert [r.level for r in card.renderers] == ["glyph", "glyph"]
 
 
 def test_zoom_sends_the_exact_points_of_the_visible_range(logdir):
@@ -296,8 +300,8 @@ def test_the_run_list_chooses_the_runs_every_tab_shows(tmp_path):
     tabs.active = [panel.name for panel in tabs.tabs].index("histograms")       # opens the tab
     scalars, histograms = views["scalars"], views["histograms"]
     runs = scalars.runs
-    assert runs is histograms.runs and runs.source.data["run"] == ["a", "b", "c"]
-    assert runs.source.data["colour"] == [scalars.cards["loss"].lines[r].colour for r in "abc"]
+    assert runs is histograms.runs and list(runs.source.data["run"]) == ["a", "b", "c"]
+    assert list(runs.source.data["colour"]) == [scalars.cards["loss"].lines[r].colour for r in "abc"]
     card = scalars.cards["loss"]
 
     def shown():            # each tab as it is shown (a tab not shown is brought up to date when shown again)
@@ -342,7 +346,7 @@ def test_hparams_and_anomalies_follow_the_run_list(tmp_path):
     anomalies, hparams = views["anomalies"], views["hparams"]
     assert sorted(hparams.table_source.data["run"]) == ["a", "b"]
     runs = hparams.runs
-    runs.source.selected.indices = [runs.source.data["run"].index("b")]
+    runs.source.selected.indices = [list(runs.source.data["run"]).index("b")]
     assert hparams.table_source.data["run"] == ["b"]
     tabs.active = [panel.name for panel in tabs.tabs].index("anomalies")     # (brought up to date when shown)
     assert {run: card.layout.visible for (_, run, _), card in anomalies._cards.items()} == {"a": False, "b": True}
@@ -401,7 +405,7 @@ def test_new_runs_arrive_checked_with_their_own_colour(tmp_path):
         w.add_scalar("loss", 1.0, 0)
     store.poll()
     refresh(doc)
-    assert runs.source.data["run"] == ["a", "b", "c"] and sorted(runs.source.selected.indices) == [1, 2]
+    assert list(runs.source.data["run"]) == ["a", "b", "c"] and sorted(runs.source.selected.indices) == [1, 2]
     assert len(set(runs.source.data["colour"])) == 3
 
 
@@ -614,7 +618,7 @@ def test_x_axis_and_log_y_rebuild_the_figures_over_the_same_sources(logdir):
     scalars.log_y.active = True
     assert type(card.layout.children[0].y_scale).__name__ == "LogScale"
     scalars.x_axis.active = 1
-    assert expanded_axis() == {"relative"} and card.rows.data["first_wall"][card.rows.data["run"].index("a")] == 1e6
+    assert expanded_axis() == {"relative"} and card.rows.data["first_wall"][list(card.rows.data["run"]).index("a")] == 1e6
 
 
 # ----------------------------------------------------------------------------------------------------- escaping

@@ -285,3 +285,24 @@ def test_a_new_tag_gets_a_drawn_card_in_the_open_page(dashboard):
     except playwright.TimeoutError:
         pytest.fail("the new tag's card was not drawn with its points")
     assert dashboard["errors"] == [] and server_errors(dashboard) == []
+
+
+def test_the_scalars_toolbar_is_one_line_in_a_1280_px_window(dashboard):
+    """Every Scalars control, from the tag search to the "all shown" downloads, on one line beside the run list in
+    a 1280-px-wide window (it wrapped the downloads onto a second line)."""
+    page = dashboard["page"]
+    page.set_viewport_size({"width": 1280, "height": 900})
+    try:
+        page.wait_for_function(IDLE_JS, polling=50)
+        boxes = page.evaluate("""() => Object.fromEntries(["tag-filter", "smoothing", "card-size", "export-csv",
+                "export-json"].map((name) => {
+            const view = Bokeh.index.find_one(Bokeh.documents[0].get_model_by_name(name));
+            const box = view.el.getBoundingClientRect();
+            return [name, {top: box.top, bottom: box.bottom, right: box.right}];
+        }))""")
+        first, last = boxes["tag-filter"], boxes["export-json"]
+        assert last["right"] <= 1280 and last["top"] < first["bottom"], boxes      # not below the first line
+        assert all(box["top"] < first["bottom"] for box in boxes.values()), boxes
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.wait_for_function(IDLE_JS, polling=50)

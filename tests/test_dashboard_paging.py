@@ -198,16 +198,16 @@ class _Served:
     request = None
 
 
-def served_turns(store):
+def served_turns(store, after_turn=None):
     """A whole session document (``app.build_document``) that says it is served, its IOLoop turns run one by one as
     the server runs them: each next-tick callback is a turn, and each change it makes to the document becomes a
     PATCH-DOC message as the server makes it, in the turn (Bokeh serialises there). Returns, per turn, ``(CPU
-    seconds, models that joined the document, bytes of the messages)``, and the session's views."""
-    import weakref
+    seconds, models that joined the document, bytes of the messages)``, and the session's views. ``after_turn(views)``,
+    when given, is called after each turn (outside its time): to look at the session, or act on it, between turns."""
     from bokeh.protocol import Protocol
     from flowlab.dashboard import app
     doc, context = Document(), _Served()
-    doc._session_context = weakref.ref(context)
+    doc._session_context = lambda: context          # (as Bokeh's weak reference, but living as long as the doc)
     views = app.build_document(doc, store)
     protocol, sent = Protocol(), []
 
@@ -221,13 +221,13 @@ def served_turns(store):
     gc.collect()
     gc.freeze()             # what earlier tests left is not the turns' work (a full collection of it cost 0.2 s)
     try:
-        _run_turns(doc, sent, turns)
+        _run_turns(doc, sent, turns, after_turn and (lambda: after_turn(views)))
     finally:
         gc.unfreeze()
     return turns, views
 
 
-def _run_turns(doc, sent, turns):
+def _run_turns(doc, sent, turns, after_turn=None):
     for _ in range(200):
         ticks = [cb for cb in doc.session_callbacks if type(cb).__name__ == "NextTickCallback"]
         if not ticks:
@@ -239,6 +239,8 @@ def _run_turns(doc, sent, turns):
             started = time.process_time()
             tick.callback()
             turns.append((time.process_time() - started, len(doc.models) - before, sum(sent)))
+            if after_turn is not None:
+                after_turn()
 
 
 def test_a_scalars_card_costs_a_server_turn_under_the_loops_budget(tmp_path):

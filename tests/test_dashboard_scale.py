@@ -85,7 +85,7 @@ def test_the_run_list_of_ten_thousand_runs_has_the_models_of_ten_and_finds_the_l
     small, small_doc = run_list(names[:10])
     big, doc = run_list(names)
     assert len(doc.models) == len(small_doc.models)        # no model per run: one table, one source
-    assert big.source.data["run"] == names and len(big.source.selected.indices) == 10_000
+    assert list(big.source.data["run"]) == names and len(big.source.selected.indices) == 10_000
     assert big.shown() is None and big.summary.text == "10,000 of 10,000 runs shown"
 
     search(big, "^run9999$")                               # the last run, past any page of the list
@@ -141,7 +141,7 @@ def test_a_card_of_hundreds_of_runs_sends_what_each_run_computes(many_runs):
     view = app.build_document(Document(), store)["scalars"]
     card = view.cards["loss"]
     rows, flat = card.rows.data, card.flat.data
-    assert rows["run"] == [f"run{r:04d}" for r in range(400)]
+    assert list(rows["run"]) == [f"run{r:04d}" for r in range(400)]
     weight = view.smoothing.value
     for i, line in enumerate(card.lines.values()):     # each run's points and box as one run alone gives them
         own = line.row_columns()

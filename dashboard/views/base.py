@@ -71,6 +71,11 @@ class View:
         """Bring the tab up to date with the store (called periodically on the session's IOLoop)."""
         raise TypeError(f"{type(self).__name__} must define update()")
 
+    def unchanged(self, series):
+        """True when this session has seen all of ``series``: nothing to read (its epoch and length, read without the
+        store's lock: a poll under way bumps the store's ``version`` when it is done, and the view looks again)."""
+        return self._seen.get(series.key) == (series.epoch, len(series))
+
     def delta(self, series):
         """What this session has not yet seen of ``series`` (``Delta.reset`` means: replace what you have)."""
         epoch, length = self._seen.get(series.key, (None, 0))

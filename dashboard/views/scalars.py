@@ -5,7 +5,10 @@ Only a page of cards exists at a time (``PAGE_SIZE``, the shared ``Pager``): a c
 milliseconds to build and as many to join the document and be serialised, so 20,000 tags built at once held the
 event loop for minutes. In a server session each card of a page is built in one IOLoop turn and joins the page in
 the next, from the turn after the request, and a card that leaves the page is dropped with what the session had
-seen of it. A card is 42 Bokeh models of its own (``_Card.build``; the models every card shares are ``_Parts``):
+seen of it. A card of more than ``RUN_SLICE`` runs is built over more turns (its runs read a slice a turn, then its
+figure, then its fill), and so is what changes all of its lines (a new smoothing, x axis or scale, new points: the
+lines a slice a turn, then one fill): no turn holds the loop for more than ~60 ms at ten thousand runs (issue 29;
+tests/test_dashboard_turns.py). A card is 42 Bokeh models of its own (``_Card.build``; the models every card shares are ``_Parts``):
 what a turn costs grows with them, Bokeh walking every model of the document each time one joins it. The tag filter
 (RE2) picks among all tags and the pager pages the matches. The "all shown" export is formatted off the loop and
 streamed over HTTP (``export_stream``).
@@ -73,6 +76,8 @@ LIMIT = 2000                       # points per line on display
 # every card at once: minutes).
 PAGE_SIZE = 8
 BUILD_BATCH = 1
+# Runs of a card read per IOLoop turn while it is built (``ScalarsView._read_some``): ~20-30 ms of a 2-core machine.
+RUN_SLICE = 1000
 X_AXES = ("step", "relative", "wall")
 _X_COLUMN = {"step": "steps", "relative": "rel", "wall": "walls"}
 _X_LABEL = {"step": "step", "relative": "time since the run's first point", "wall": "wall time"}
@@ -280,19 +285,15 @@ class _Line:
         return {"step": c["steps"], "rel": c["rel"], "wall": c["walls"], "value": self.values[self.shown],
                 "smooth": self.values[self.shown] if self.constant else self.ema[self.shown]}
 
-    def nonfinite(self):
-        """Indices of the shown points that are NaN or ±Inf."""
-        return self.shown[~np.isfinite(self.values[self.shown])]
-
     def set(self, steps, walls, values, weight, smoothed=None):
         self.steps, self.walls, self.values = steps, walls, values
+        self.constant = bool(len(values)) and bool(np.all(values == values[0]))
         self.resmooth(weight, smoothed)
 
     def resmooth(self, weight, smoothed=None):
         """Smooth the whole series again (``smoothed``: its ``(ema, state)`` when already computed, by
         ``ema_rows``)."""
         self.ema, self.state = ema(self.values, weight) if smoothed is None else smoothed
-        self.constant = bool(len(self.values)) and bool(np.all(self.values == self.values[0]))
 
     def append(self, steps, walls, values, weight):
         """Take the grown series (``steps`` etc. are the whole of it); returns True when the shown points must be
@@ -313,7 +314,7 @@ class _Line:
     def choose(self, axis, window=None):
         """The points to show: the downsampled series, plus the exact points of ``window`` (an x range) when the
         window holds part of the series and at most ``limit`` points. Returns whether they changed."""
-        if window is None and len(self.values) <= self.limit:     # every point (what downsample would say)
+        if len(self.values) <= self.limit:      # every point, zoomed or not (what downsample and the window say)
             if len(self.shown) == len(self.values):
                 return False
             self.shown = np.arange(len(self.values))
@@ -332,6 +333,60 @@ class _Line:
             return False
         self.shown = idx
         return True
+
+
+class _Packed:
+    """A card's lines' shown points, one run after another, packed a slice of runs at a time as a card's runs are
+    read (``add``), for ``_Card.fill``: into columns made at the start for ``capacity`` points, so that the fill
+    allocates nothing big (one that concatenated ten thousand runs' points, 40 MB of new arrays, spent a third of its
+    turn in the kernel, faulting their pages in). Columns: steps, walls (s), values (as stored: ±Inf kept), smoothed
+    values, walls (ms); and per run, the count of its points and its series' first wall time. ``ok`` turns False
+    when a slice did not fit (``fill`` then packs the lines afresh)."""
+
+    def __init__(self, capacity):
+        self.columns = [np.empty(int(capacity)) for _ in range(5)]
+        self.used, self.runs, self.ok = 0, 0, True
+        self._lengths, self._first_wall = [], []
+
+    @classmethod
+    def of(cls, lines):
+        """``lines`` packed at once."""
+        packed = cls(sum(len(line.shown) for line in lines))
+        packed.add(lines)
+        return packed
+
+    def add(self, lines):
+        """Pack ``lines`` after those packed before."""
+        parts = [line.shown_points() for line in lines]
+        lengths = np.fromiter((len(p[0]) for p in parts), np.int64, len(parts))
+        end = self.used + int(lengths.sum())
+        if not self.ok or end > len(self.columns[0]):
+            self.ok = False
+            return
+        if parts:
+            for k in range(4):              # (int64 steps cast to float64 as they are copied)
+                np.concatenate([p[k] for p in parts], out=self.columns[k][self.used:end])
+            np.multiply(self.columns[1][self.used:end], 1000.0, out=self.columns[4][self.used:end])
+        self._lengths.append(lengths)
+        self._first_wall.append(np.fromiter((ln.walls[0] if len(ln.walls) else 0.0 for ln in lines), np.float64,
+                                            len(lines)))
+        self.used, self.runs = end, self.runs + len(lines)
+
+    def holds(self, runs):
+        """Whether every one of a card's ``runs`` lines is packed."""
+        return self.ok and self.runs == runs
+
+    def take(self):
+        """``(lengths, first_wall, steps, walls, values, smooth, walls_ms)``: the counts, the first walls and the
+        columns (the caller's to change: each ``_Packed`` is taken once)."""
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        first_wall = np.concatenate(self._first_wall) if self._first_wall else np.zeros(0)
+        return (lengths, first_wall, *(column[:self.used] for column in self.columns))
+
+
+def _strings(items):
+    """``items`` (str) as a NumPy string array: Bokeh serialises it as one list that the JSON encoder writes whole."""
+    return np.array(items, dtype=str) if items else np.zeros(0, dtype="<U1")
 
 
 _ROW_COLUMNS = ("run", "colour", "start", "stop", "first_wall", "axis", "x0", "x1", "y0", "y1", "dot_x", "dot_y")
@@ -493,6 +548,9 @@ class _Card:
     def __init__(self, tag, parts):
         self.tag, self.parts = tag, parts
         self.lines: dict[str, _Line] = {}
+        self.packed = None                    # its lines' points packed as they were read, for its first fill
+        self.read_from = None                 # the store's version when its runs began to be read
+        self.grown = False                    # lines changed by a ``_grow`` still under way (over several turns)
         self.window = None                    # the zoomed x range, if any
         # tagged: the page re-emits it once the document is ready (app.READY_JS), expanding a card that arrived full
         self.flat = parts.source({c: np.zeros(0) for c in ("steps", "walls", "ys", "smooth")})
@@ -507,6 +565,8 @@ class _Card:
         self.axis = "step"
         self._visible = (None, [])             # (shown runs, line count), rows shown
         self._points = (np.zeros(0), np.zeros(0, np.int64))     # the shown points' values, per-run counts (fill)
+        # the shown NaN/±Inf points (``fill``): row, step, wall, value, its run's first wall; every row's run, colour
+        self._nonfinite = (np.zeros(0, np.int64), *[np.zeros(0)] * 4, _strings([]), _strings([]))
         # run groups: a mean line and a band (± std or min-max) per group, built on the server (few points)
         self.bands = parts.source({c: [] for c in ("group", "runs", "colour", "xs", "ys", "band_xs", "band_ys")})
         self.grouped = frozenset()             # runs drawn as part of a group, not as lines of their own
@@ -520,6 +580,7 @@ class _Card:
         # both buttons: the format is the clicked button's (its name)
         self.shown = None                      # the runs the run list shows (None: every run)
         self._marked_for = None                # the (shown, grouped) the ticks were filled for
+        self._download_runs = None             # the runs the download takes (None: all), as last sent
         self.download = CustomJS(args=dict(flat=self.flat, rows=self.rows, marks=self.marks, tag=tag, shown=None),
                                  code=_DOWNLOAD_JS)
         buttons = [Button(label=f"⤓ {fmt.upper()}", width=70, height=26, button_type="light", name=f"download-{fmt}")
@@ -582,26 +643,35 @@ class _Card:
             self._size_readout()
         return line
 
-    def fill(self):
+    def fill(self, packed=None):
         """Send every run's shown points for the card's ``axis`` (two messages for the card, whatever changed: the
         per-run ``rows``, then the points, ``flat``, on whose arrival the page expands them). Built from the runs'
-        points concatenated, with no NumPy work per run beyond taking them: ten thousand runs are one pass."""
+        points concatenated, with no NumPy work per run beyond taking them: ten thousand runs are one pass.
+        ``packed``: the lines' points already packed (``_Packed``: a card built over several turns packs each slice
+        of runs as it reads them), else they are packed now. Names and colours go as NumPy string arrays, which
+        Bokeh hands to the JSON encoder whole (a list of ten thousand names was encoded one string at a time: most
+        of the message's cost)."""
         lines = list(self.lines.values())
-        parts = [line.shown_points() for line in lines]
-        lengths = np.fromiter((len(p[0]) for p in parts), np.int64, len(parts))
+        n = len(lines)
+        if packed is None or not packed.holds(n):
+            packed = _Packed.of(lines)
+        lengths, first_wall, steps, walls, values, smooth, walls_ms = packed.take()
         stops = np.cumsum(lengths)
         starts = stops - lengths
-        steps, walls, values, smooth = (np.concatenate([p[k] for p in parts]).astype(np.float64) if parts
-                                        else np.zeros(0) for k in range(4))
-        first_wall = np.fromiter((ln.walls[0] if len(ln.walls) else 0.0 for ln in lines), np.float64, len(lines))
-        ys, smooth = np.where(np.isinf(values), np.nan, values), np.where(np.isinf(smooth), np.nan, smooth)
-        flat = {"steps": steps, "walls": walls * 1000.0, "ys": ys, "smooth": smooth}
-        x = {"step": steps, "wall": flat["walls"],
-             "relative": (walls - np.repeat(first_wall, lengths)) / 3600.0}[self.axis]
+        # the shown NaN/±Inf points, for the ticks (``_fill_marks``): their run (row), step, wall time and value
+        bad = np.flatnonzero(~np.isfinite(values))
+        owner = np.searchsorted(stops, bad, side="right")
+        runs, colours = _strings([ln.run for ln in lines]), _strings([ln.colour for ln in lines])
+        self._nonfinite = (owner, steps[bad], walls[bad], values[bad], first_wall[owner], runs, colours)
+        values[np.isinf(values)] = np.nan           # (the packed columns are this fill's own)
+        smooth[np.isinf(smooth)] = np.nan
+        ys = values
+        flat = {"steps": steps, "walls": walls_ms, "ys": ys, "smooth": smooth}
+        x = steps if self.axis == "step" else walls_ms if self.axis == "wall" else \
+            (walls - np.repeat(first_wall, lengths)) / 3600.0
         # numbers as arrays (binary on the wire): lists of ten thousand runs' numbers were most of a page's encoding
-        rows = {"run": [ln.run for ln in lines], "colour": [ln.colour for ln in lines],
-                "start": starts.astype(np.int32), "stop": stops.astype(np.int32), "first_wall": first_wall * 1000.0,
-                "axis": [self.axis] * len(lines)}
+        rows = {"run": runs, "colour": colours, "start": starts.astype(np.int32), "stop": stops.astype(np.int32),
+                "first_wall": first_wall * 1000.0, "axis": np.full(n, self.axis)}
         rows.update(self._extent_and_dots(lines, lengths, starts, x, ys, smooth))
         self._points = (values, lengths)
         self.rows.data = rows
@@ -629,14 +699,20 @@ class _Card:
         padded, as TensorBoard's option of that name."""
         rows = self.rows_shown
         values, lengths = self._points
-        if rows is not None:
-            keep = np.zeros(len(lengths), bool)
-            keep[list(rows)] = True
-            values = values[np.repeat(keep, lengths)]
-        values = values[np.isfinite(values)]
-        if not values.size:
-            return
-        lo, hi = float(values.min()), float(values.max())
+        if rows is None and not isinstance(self.y_range, Range1d):
+            # the span alone: no copy of the points (fmin and fmax pass over NaN; ±Inf are NaN in them: ``fill``)
+            lo, hi = float(np.fmin.reduce(values, initial=np.inf)), float(np.fmax.reduce(values, initial=-np.inf))
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                return
+        else:
+            if rows is not None:
+                keep = np.zeros(len(lengths), bool)
+                keep[list(rows)] = True
+                values = values[np.repeat(keep, lengths)]
+            values = values[np.isfinite(values)]
+            if not values.size:
+                return
+            lo, hi = float(values.min()), float(values.max())
         if isinstance(self.y_range, DataRange1d):     # (its start and end are read once, when the page makes it)
             span = abs(lo) * 0.2 or 1.0 if lo == hi else 2.0     # (the span it gives a constant; 2 by default)
             if self.y_range.default_span != span:
@@ -677,19 +753,13 @@ class _Card:
         in the page. The download is told the shown runs too."""
         shown = self.shown
         self._marked_for = (shown, self.grouped)
-        marks = {c: [] for c in self.marks.data}
-        for line in self.lines.values():
-            if shown is not None and line.run not in shown:
-                continue
-            bad = line.nonfinite()
-            if len(bad):
-                v = line.values[bad]
-                marks["run"] += [line.run] * len(bad)
-                marks["colour"] += [line.colour] * len(bad)
-                marks["steps"] += line.steps[bad].astype(np.float64).tolist()
-                marks["walls"] += (line.walls[bad] * 1000.0).tolist()
-                marks["rel"] += line._rel(line.walls[bad]).tolist()
-                marks["what"] += ["NaN" if math.isnan(x) else "+Inf" if x > 0 else "-Inf" for x in v]
+        owner, steps, walls, values, first_wall, runs, colours = self._nonfinite
+        if shown is not None and len(owner):
+            keep = np.fromiter((run in shown for run in runs), bool, len(runs))[owner]
+            owner, steps, walls, values, first_wall = (a[keep] for a in (owner, steps, walls, values, first_wall))
+        marks = {"run": runs[owner].tolist(), "colour": colours[owner].tolist(), "steps": steps.tolist(),
+                 "walls": (walls * 1000.0).tolist(), "rel": ((walls - first_wall) / 3600.0).tolist(),
+                 "what": np.where(np.isnan(values), "NaN", np.where(values > 0, "+Inf", "-Inf")).tolist()}
         if marks != dict(self.marks.data):
             self.marks.data = marks
         if marks["run"]:
@@ -697,12 +767,15 @@ class _Card:
         # the card's runs the download takes (None: all of them; else this card's shown runs, however many runs the
         # logdir has)
         runs = None if shown is None or shown.issuperset(self.lines) else [r for r in self.lines if r in shown]
-        if self.download.args["shown"] != runs:
-            self.download.args = dict(self.download.args, shown=runs)
+        if self._download_runs != runs:         # (as a string array: a list of 9,999 names cost ~60 ms to send)
+            self._download_runs = runs
+            self.download.args = dict(self.download.args, shown=None if runs is None else _strings(runs))
 
-    def build(self, axis, log_y, visible_rows, on_zoom, log_x=False, x_range=None):
+    def build(self, axis, log_y, visible_rows, on_zoom, log_x=False, x_range=None, attach=True):
         """A new figure over the card's sources (for another x axis or scale), at the card's size. ``x_range``: a
-        range the figure shares with other cards (linked x zoom), else its own.
+        range the figure shares with other cards (linked x zoom), else its own. ``attach`` False: the card keeps
+        showing its figure until ``attach(figure)`` (building the figure and its joining the page are then two
+        turns' work, not one).
 
         Only what the card draws and the shared parts (``_Parts``): ``figure()``'s own defaults and plotting methods
         made ~60 models a card (a selection and a muted glyph per renderer, tickers, grids, scales...), and a card's
@@ -754,9 +827,14 @@ class _Card:
         self._extras = {}
         for name in self._wanted:                # (before it joins the page: one message, not one per extra)
             self._draw_extra(name, fig)
+        if attach:
+            self.attach(fig)
+        return fig
+
+    def attach(self, fig):
+        """Show ``fig`` (made by ``build``) in place of the card's figure."""
         self.layout.children[0] = fig
         self._apply_size()
-        return fig
 
     def _draw(self, source, glyph, view, **kwargs):
         """A renderer of ``glyph`` over ``source`` through the named view (``lines``: the drawn rows; ``rows``: the
@@ -782,9 +860,10 @@ class _Card:
             means = GlyphRenderer(data_source=self.bands, view=view,
                                   glyph=MultiLine(xs="xs", ys="ys", line_color="colour", line_width=2.5))
             drawn, on_x, on_y = [band, means], [band], [band]
-        else:       # the plot's whole height, and they stretch neither axis
+        else:       # the plot's whole height, and they stretch neither axis; under the lines, which they would
+            # hide (a run's NaN steps are often where another run's line goes on), and light enough to read them over
             drawn = [self._draw(self.marks, VSpan(x=_X_COLUMN[self.axis], line_color=ALARM, line_width=1.5,
-                                                  line_alpha=0.8), None)]
+                                                  line_alpha=0.5), None, level="underlay")]
             on_x, on_y = [], []
         self._extras[name] = drawn
         fig.renderers = [*fig.renderers, *drawn]
@@ -914,10 +993,16 @@ class ScalarsView(View):
         self._ranked = 0                       # tags placed so far (gone ones included: places stay unique)
         self._matching: list[str] = []         # the tags the filter leaves, in display order: the pager's keys
         self._pending: list[str] = []          # tags of the page whose cards are still to build
-        self._scheduled = False                # a next-turn build of pending cards is on its way
+        # cards being built, their runs read a slice a server turn (``_read_some``): tag -> (card, series to read)
+        self._reading: dict[str, tuple] = {}
+        # cards of more than RUN_SLICE runs whose fill is spread over turns (``_refill``): tag -> (card, lines,
+        # rebuild (False, True or the figure made), packed so far, groups, resmooth)
+        self._refilling: dict[str, tuple] = {}
+        self._growing: set[str] = set()        # cards of more than RUN_SLICE runs still reading new points (``_grow``)
+        self._scheduled = False                # a call of ``_build_some`` is on its way (``_schedule``)
         self._unplaced: list[_Card] = []       # cards built and not yet in the page (``_place`` puts them there)
-        self.tag_filter = TextInput(title="Tags (regex)", placeholder="all tags", width=200, name="tag-filter")
-        self.smoothing = Slider(title="Smoothing", start=0, end=0.999, step=0.001, value=0.6, width=200,
+        self.tag_filter = TextInput(title="Tags (regex)", placeholder="all tags", width=110, name="tag-filter")
+        self.smoothing = Slider(title="Smoothing", start=0, end=0.999, step=0.001, value=0.6, width=110,
                                 name="smoothing")
         self.x_axis = RadioButtonGroup(labels=["Step", "Relative", "Wall"], active=0, name="x-axis")
         self.log_y = Switch(active=False, name="log-y")
@@ -931,7 +1016,7 @@ class ScalarsView(View):
         self.export = ColumnDataSource({"name": [], "url": [], "n": []}, name="scalars-export")
         self._exports = 0
         self.export.js_on_change("data", CustomJS(args=dict(source=self.export), code=_SAVE_JS))
-        self.export_buttons = [Button(label=f"⤓ all shown ({fmt.upper()})", width=130, height=30,
+        self.export_buttons = [Button(label=f"⤓ all shown ({fmt.upper()})", width=108, height=30,
                                       button_type="light", name=f"export-{fmt}") for fmt in ("csv", "json")]
         for button, fmt in zip(self.export_buttons, ("csv", "json")):
             button.on_click(lambda fmt=fmt: self.export_shown(fmt))
@@ -1007,7 +1092,7 @@ class ScalarsView(View):
         # (20,000 tags: the order and the search take tens of milliseconds; an empty filter needs no search)
         self._matching = order if not self._tags_re.pattern else [tag for tag in order if search(tag) is not None]
         self.pager.set_keys(self._matching)
-        if set(self.pager.visible) != set(self.cards) or self._pending:
+        if set(self.pager.visible) != set(self.cards) | set(self._reading) or self._pending:
             self._repage()
         else:
             self._place()                    # the group headers' counts
@@ -1020,23 +1105,33 @@ class ScalarsView(View):
             card = self.cards.pop(tag)
             if self.enlarged is card:
                 self.enlarged = None
-            for series in self._by_tag.get(tag, ()):
-                self._seen.pop(series.key, None)              # back on the page later: it starts afresh
-        self._pending = [tag for tag in visible if tag not in self.cards]
+            self._forget(tag)
+        for tag in [tag for tag in self._reading if tag not in visible]:
+            del self._reading[tag]
+            self._forget(tag)
+        for tag in [tag for tag in self._refilling if tag not in visible]:
+            del self._refilling[tag]
+        self._growing &= set(visible)
+        self._pending = [tag for tag in visible if tag not in self.cards and tag not in self._reading]
         doc = self.grid.document
         if doc is None or doc.session_context is None:
             self._build_some()
-        elif not self._scheduled:           # (else the next turn's build takes the new pending list)
-            self._scheduled = True          # even the first card: the page's request is answered without it
-            doc.add_next_tick_callback(self._build_some)
+        else:                   # even the first card: the page's request is answered without it
+            self._schedule()    # (if already on its way, it takes the new pending list)
         self._place()
 
+    def _forget(self, tag):
+        """Forget what this session had seen of ``tag``'s series: back on the page later, its card starts afresh."""
+        for series in self._by_tag.get(tag, ()):
+            self._seen.pop(series.key, None)
+
     def _build_some(self):
-        """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server), or have the next
-        ``BUILD_BATCH`` built ones join the page; one or the other a server turn. A card costs the server tens of
-        milliseconds to build, and as much again to join the document (Bokeh walks every model of the document) and
-        be serialised: a turn of its own for each, and no other session waits for a whole page. Cards are built
-        while the session has no page yet (the browser loads BokehJS meanwhile), and join only once one has
+        """Build the next ``BUILD_BATCH`` cards of the page (all of them outside a server), or go on reading the runs
+        of the card being built (``_read_some``), or have the next ``BUILD_BATCH`` built ones join the page; one of
+        these a server turn. A card costs the server tens of milliseconds to build, and as much again to join the
+        document (Bokeh walks every model of the document) and be serialised: a turn of its own for each, and no
+        other session waits for a whole page; a card of thousands of runs reads them over several turns. Cards are
+        built while the session has no page yet (the browser loads BokehJS meanwhile), and join only once one has
         connected: its first pull serialises the whole document in one turn (``no_page_yet``)."""
         self._scheduled = False
         doc = self.grid.document
@@ -1045,62 +1140,216 @@ class ScalarsView(View):
         if spread and self._unplaced and not waiting:
             self._place(self._unplaced[:BUILD_BATCH])
             self._show_message()
+        elif spread and self._reading:
+            self._read_some(spread)
+        elif spread and self._growing:
+            self._grow_some()
+        elif spread and self._refilling:
+            self._refill_some()
         elif self._pending:
             batch, self._pending = ((self._pending[:BUILD_BATCH], self._pending[BUILD_BATCH:]) if spread
                                     else (self._pending, []))
-            new, shown = [], self.runs.shown()
+            shown = self.runs.shown()
             for tag in batch:
-                if tag in self._by_tag and tag not in self.cards and tag in self.pager.visible:
-                    card = self.cards[tag] = _Card(tag, self.parts)
+                if (tag in self._by_tag and tag not in self.cards and tag not in self._reading
+                        and tag in self.pager.visible):
+                    card = _Card(tag, self.parts)
                     card.shown = shown          # its first ticks: those of the shown runs
                     card.resize(size=self.size)
                     card.enlarge.on_click(lambda card=card: self._toggle_enlarged(card))
-                    new.append(card)
-            self._grow(new)
-            for card in new:
-                card.show_runs(shown)
+                    card.read_from = self.store.version
+                    self._reading[tag] = (card, list(self._by_tag[tag]))
+            self._read_some(spread)
             if not spread:
                 self._place(self._unplaced)
                 self._show_message()
         if not spread:
             return
-        if self._pending or (self._unplaced and not waiting):
-            self._scheduled = True
-            doc.add_next_tick_callback(self._build_some)
+        if self._pending or self._reading or self._growing or self._refilling or (self._unplaced and not waiting):
+            self._schedule()
         elif self._unplaced:                   # built, waiting for a page: look again soon
-            self._scheduled = True
-            doc.add_timeout_callback(self._build_some, PAGE_POLL_MS)
+            self._schedule(PAGE_POLL_MS)
+
+    def _schedule(self, after_ms=None):
+        """Have ``_build_some`` called on the next turn of the session's IOLoop (or ``after_ms`` later), unless a
+        call is on its way: one at a time, whatever asks for it in the meantime."""
+        if self._scheduled:
+            return
+        self._scheduled = True
+        doc = self.grid.document
+        if after_ms is None:
+            doc.add_next_tick_callback(self._build_some)
+        else:
+            doc.add_timeout_callback(self._build_some, after_ms)
+
+    def _read_some(self, spread):
+        """Build the cards being built (``_reading``): read their runs' series whole, then, in a turn of its own,
+        read what the store gained meanwhile and make the card's figure, then, in another, fill it; the card then
+        waits to join the page (``_unplaced``). In a server session one step of one card a turn, the runs read
+        ``RUN_SLICE`` a turn (a card of at most ``RUN_SLICE`` runs takes every step in one turn, ~20-40 ms);
+        outside a server every card at once. A run costs a card tens of microseconds of Python
+        (its line, its smoothing, its points chosen): ten thousand runs read, drawn and filled in one turn held the
+        loop for a third of a second."""
+        weight, axis = self.smoothing.value, self.axis
+        done = []
+        for tag, (card, todo) in list(self._reading.items()):
+            step = spread and len(card.lines) + len(todo) > RUN_SLICE       # (else all in this turn)
+            if todo:
+                take, rest = (todo[:RUN_SLICE], todo[RUN_SLICE:]) if spread else (todo, [])
+                pairs = []
+                for series in take:
+                    d = self.delta(series)
+                    if d.reset or len(d.steps):
+                        whole = d if d.reset else self.store.read(series)
+                        pairs.append((card.line(series.run, self.store, self.limit), whole))
+                self._set_lines(card, pairs, weight, axis)
+                if card.packed is None:
+                    card.packed = _Packed(sum(len(series) for series in todo))      # (an upper bound)
+                # (what its first fill sends of them, unless the store gained more meanwhile)
+                card.packed.add([line for line, _ in pairs])
+                self._reading[tag] = (card, rest)
+                if step:
+                    break
+            if not card.renderers:
+                self._catch_up(card)
+                self._build(card)
+                if step:
+                    break
+            self._catch_up(card)
+            del self._reading[tag]
+            done.append(card)
+            if spread:
+                break
+        shown = self.runs.shown()
+        for card in done:
+            self.cards[card.tag] = card
+            self._unplaced.append(card)         # (``_place`` has the page expand it once it is in)
+            packed, card.packed = card.packed, None
+            card.fill(packed)
+            self._fill_groups(card, shown)
+            card.show_runs(shown)
+
+    def _catch_up(self, card):
+        """Read what the store gained of a card being built since its runs were read (nothing to look at when the
+        store's version did not move)."""
+        if card.read_from != self.store.version:
+            card.read_from = self.store.version
+            if self._read_new(card)[0]:
+                card.packed = None              # (its lines changed: packed again when filled)
+
+    @staticmethod
+    def _set_lines(card, pairs, weight, axis):
+        """Give each ``(line, whole)`` of ``pairs`` its whole series (a ``Delta`` read from the start), smoothed
+        together (``ema_rows``), and choose its points."""
+        for (line, whole), smoothed in zip(pairs, ema_rows([w.values for _, w in pairs], weight)):
+            line.set(whole.steps, whole.wall_times, whole.values, weight, smoothed)
+            line.choose(axis, card.window)
+
+    def _read_new(self, card, budget=None):
+        """Give ``card``'s lines what this session has not seen of each run's series, or of the first ``budget``
+        runs that have something new; returns ``(whether any line changed, whether every run was looked at)``."""
+        weight, axis = self.smoothing.value, self.axis
+        changed, reset, read = False, [], 0
+        for series in self._by_tag.get(card.tag, ()):
+            if self.unchanged(series):          # (most runs, most times: no lock, no read)
+                continue
+            if budget is not None and read >= budget:
+                self._set_lines(card, reset, weight, axis)
+                return True, False
+            read += 1
+            d = self.delta(series)
+            if not (d.reset or len(d.steps)):
+                continue
+            line = card.line(series.run, self.store, self.limit)
+            whole = d if d.reset else self.store.read(series)     # the whole series, zero-copy
+            if d.reset:
+                reset.append((line, whole))
+            elif line.append(whole.steps, whole.wall_times, whole.values, weight):
+                line.choose(axis, card.window)
+            changed = True
+        self._set_lines(card, reset, weight, axis)      # series read whole (a new run, a reset) together
+        return changed, True
 
     def _grow(self, cards):
-        """Bring ``cards`` up to date with the store: what each session has not seen of each run's series."""
-        weight, axis = self.smoothing.value, self.axis
-        grown = []
+        """Bring ``cards`` (built) up to date with the store: what each session has not seen of each run's
+        series. In a server session a card of more than ``RUN_SLICE`` runs reads at most ``RUN_SLICE`` grown runs
+        a turn (``_grow_some`` goes on in the next turns), and is filled once all are read (``_refill``): ten
+        thousand runs that each logged a point were ~250 ms of one turn."""
+        doc = self.grid.document
+        spread = doc is not None and doc.session_context is not None
         for card in cards:
-            lines, reset = [], []
-            for series in self._by_tag.get(card.tag, ()):
-                d = self.delta(series)
-                if not (d.reset or len(d.steps)):
-                    continue
-                line = card.line(series.run, self.store, self.limit)
-                whole = d if d.reset else self.store.read(series)     # the whole series, zero-copy
-                if d.reset:
-                    reset.append((line, whole))
-                elif line.append(whole.steps, whole.wall_times, whole.values, weight):
-                    line.choose(axis, card.window)
-                lines.append(line)
-            # series read whole (a new card: every run) are smoothed together (``ema_rows``)
-            for (line, whole), smoothed in zip(reset, ema_rows([w.values for _, w in reset], weight)):
-                line.set(whole.steps, whole.wall_times, whole.values, weight, smoothed)
-                line.choose(axis, card.window)
-            if lines:
-                grown.append(card)
-        shown = self.runs.shown()
-        for card in grown:
-            if not card.renderers:
+            budget = RUN_SLICE if spread and len(card.lines) > RUN_SLICE else None
+            changed, whole = self._read_new(card, budget)
+            card.grown |= changed
+            if not whole:
+                self._growing.add(card.tag)
+                self._schedule()
+                continue
+            self._growing.discard(card.tag)
+            if card.grown:
+                card.grown = False
+                self._refill(card)
+
+    def _grow_some(self):
+        """The next turn of a big card's ``_grow``."""
+        tag = next(iter(self._growing))
+        card = self.cards.get(tag)
+        if card is None:
+            self._growing.discard(tag)
+        else:
+            self._grow([card])
+
+    def _refill(self, card, rebuild=False, groups=True, resmooth=False):
+        """Send ``card`` what its lines show now (``_Card.fill``), and (``groups``) its run groups
+        (``_fill_groups``); with ``resmooth``, its lines smoothed again first (``_smooth``); with ``rebuild``, on a
+        new figure (``_build``: another x axis or scale). At once outside a server or for a card of
+        at most ``RUN_SLICE`` runs; else from the next turn on: its lines packed ``RUN_SLICE`` a turn, then figure and
+        fill in a turn of their own (packing ten thousand runs' points at once took ~50 ms, a new smoothing ~160 ms
+        in all). The page shows what it had until then. A card asked again meanwhile starts again (every change to
+        a card's lines asks for its fill)."""
+        doc = self.grid.document
+        if doc is None or doc.session_context is None or len(card.lines) <= RUN_SLICE:
+            if resmooth:
+                self._smooth(list(card.lines.values()))
+            if rebuild:
                 self._build(card)
-                self._unplaced.append(card)         # (``_place`` has the page expand it once it is in)
             card.fill()
-            self._fill_groups(card, shown)
+            if groups:
+                self._fill_groups(card, self.runs.shown())
+            return
+        earlier = self._refilling.get(card.tag)
+        if earlier is not None:             # (what the earlier ask wanted too; a figure made: made again)
+            rebuild, groups = rebuild or earlier[2] is not False, groups or earlier[4]
+            resmooth = resmooth or earlier[5]
+        self._refilling[card.tag] = (card, list(card.lines.values()), rebuild, None, groups, resmooth)
+        self._schedule()
+
+    def _refill_some(self):
+        """One turn of the first card's ``_refill``: smooth (if asked) and pack the next ``RUN_SLICE`` of its lines; all
+        packed, make its new figure (if asked: ``rebuild`` is then the figure); then show it and fill the card. (A
+        line grown while its card is smoothed again goes on from its old smoothing until its slice comes: every line
+        is smoothed whole when the ask starts again, as a growth's ``_refill`` makes it.)"""
+        tag, (card, lines, rebuild, packed, groups, resmooth) = next(iter(self._refilling.items()))
+        if packed is None:
+            packed = _Packed(sum(len(line.shown) for line in lines))
+        if packed.runs < len(lines):
+            some = lines[packed.runs:packed.runs + RUN_SLICE]
+            if resmooth:
+                self._smooth(some)
+            packed.add(some)
+            self._refilling[tag] = (card, lines, rebuild, packed, groups, resmooth)
+            return
+        if rebuild is True and self.cards.get(tag) is card:     # its figure, shown with its fill in the next turn
+            self._refilling[tag] = (card, lines, self._build(card, attach=False), packed, groups, resmooth)
+            return
+        del self._refilling[tag]
+        if self.cards.get(tag) is not card:
+            return
+        if rebuild:
+            card.attach(rebuild)
+        card.fill(packed)           # (packed afresh if runs came meanwhile: ``_Packed.holds``)
+        if groups:
+            self._fill_groups(card, self.runs.shown())
 
     def _fill_groups(self, card, shown):
         """The card's run groups (the run list's ``grouping``) of the runs the run list shows; runs in no group keep
@@ -1199,7 +1448,7 @@ class ScalarsView(View):
             card.window = (event.x0 / 1000.0, event.x1 / 1000.0)
         changed = [line.choose(self.axis, card.window) for line in card.lines.values()]
         if any(changed):
-            card.fill()
+            self._refill(card, groups=False)        # (a zoom leaves the groups' bands as they are)
 
     @property
     def size(self):
@@ -1207,7 +1456,7 @@ class ScalarsView(View):
         return list(SIZES.values())[self.card_size.active]
 
     def _resize(self):
-        for card in self.cards.values():
+        for card in [*self.cards.values(), *(card for card, _ in self._reading.values())]:
             card.resize(size=self.size)
 
     def _toggle_enlarged(self, card):
@@ -1225,30 +1474,42 @@ class ScalarsView(View):
         for name, group in self.groups.items():
             group.widen(name == wide)
 
-    def _build(self, card):
+    def _build(self, card, attach=True):
         card.ignore_outliers = self.outliers.active
         if self.link_x.active and self._shared_x is None:
             self._shared_x = DataRange1d(syncable=False)      # (see ``_Card.build``)
-        card.build(self.axis, self.log_y.active, card.visible_rows(self.runs.shown()), self._zoomed,
-                   log_x=self.log_x.active, x_range=self._shared_x if self.link_x.active else None)
+        return card.build(self.axis, self.log_y.active, card.visible_rows(self.runs.shown()), self._zoomed,
+                          log_x=self.log_x.active, x_range=self._shared_x if self.link_x.active else None,
+                          attach=attach)
+
+    def _read_again(self):
+        """Have the cards being built read their runs again from the first: their lines were smoothed, and their points
+        chosen, for the smoothing and x axis of when they began."""
+        for tag, (card, _) in self._reading.items():
+            self._forget(tag)
+            card.packed, card.read_from = None, self.store.version
+            card.renderers = []             # (its figure too, if made: for the axis of when it began)
+            self._reading[tag] = (card, list(self._by_tag.get(tag, ())))
 
     def _rebuild(self):
         self._shared_x = None           # a new axis or scale: no zoom carries over, linked or not
+        self._read_again()
         for card in self.cards.values():
             card.window = None
             for line in card.lines.values():
                 line.choose(self.axis)
-            self._build(card)
-            card.fill()          # rows name the new axis: the page redraws the lines
-            self._fill_groups(card, self.runs.shown())
+            self._refill(card, rebuild=True)      # rows name the new axis: the page redraws the lines
 
     def _resmooth(self):
-        shown = self.runs.shown()
+        self._read_again()
         for card in self.cards.values():
-            for line in card.lines.values():
-                line.resmooth(self.smoothing.value)
-            card.fill()
-            self._fill_groups(card, shown)          # the groups' means and bands are smoothed as the lines are
+            self._refill(card, resmooth=True)       # (and the groups' means and bands, smoothed as the lines are)
+
+    def _smooth(self, lines):
+        """Smooth ``lines`` again, together (``ema_rows``), with the smoothing now chosen."""
+        weight = self.smoothing.value
+        for line, smoothed in zip(lines, ema_rows([line.values for line in lines], weight)):
+            line.resmooth(weight, smoothed)
 
     def _filter(self):
         try:                                    # RE2: linear-time matching, a typed pattern cannot stall the loop

@@ -1,0 +1,219 @@
+"""Issue 29: "no request may hold the event loop for more than ~100 ms at any logdir size". A served session over
+10,000 runs of 100 scalar points (issue 28's "Scale" logdir, held in memory), run turn by turn as the server runs
+it (``test_dashboard_paging.served_turns``): the run list in a turn of its own, the Scalars tab, then its card of
+10,000 lines read ``RUN_SLICE`` runs a turn, drawn, filled and joined to the page, each in its own turn; and what a
+page then asks of the card (a new smoothing, another x axis, new points). Before, one turn read, drew and filled the
+whole card (~300 ms of CPU on the shared 2-core machine), another listed the runs and opened the tab (~100 ms), and
+each request was one turn of 160-540 ms. What the card holds is what the same card built at once, outside a server,
+holds."""
+import time
+
+import numpy as np
+import pytest
+from bokeh.document import Document
+
+from flowlab.dashboard import app
+from flowlab.dashboard.store import Store
+from flowlab.dashboard.views import scalars
+from flowlab.dashboard.views.base import View
+from flowlab.summary.decode import Datum
+from test_dashboard_paging import served_turns
+
+RUNS, STEPS = 10_000, 100
+# CPU seconds (time.process_time) one turn may take: the issue's ~100 ms. On the shared 2-core machine at load 5-8 the
+# longest turn of the build takes 45-57 ms (the tab's first turn), of a request 47-67 ms (a new x axis: the figure
+# and the fill shown); before, 250-390 ms (the card's build), ~100 ms (run list and tab), 160-540 ms (requests).
+TURN_BOUND_S = 0.1
+
+
+class InMemory:
+    """The logdir reader a ``Store`` polls (``LogdirProvider``'s interface), handing it ``items`` (decoded ``Datum``s,
+    scalars as columns, as the tailer gives them) at its first poll: ten thousand runs without writing and reading
+    ten thousand event files (~10 s)."""
+    logdir = "memory://runs"
+    more = False
+
+    def __init__(self, items):
+        self.items = items
+
+    def poll(self, kinds=None, max_bytes=None):
+        items, self.items = self.items, []
+        return items
+
+    def stats(self):
+        return {"runs": RUNS, "files": RUNS, "records_read": RUNS * STEPS, "records_skipped": 0, "errors": {}}
+
+    def exists(self):
+        return True
+
+    def projector_signatures(self):
+        return {}
+
+    def structure_signatures(self):
+        return {}
+
+
+def memory_store(tmp_path, runs=RUNS):
+    """``runs`` runs of ``STEPS`` points of tag ``loss`` (``run00000``...), run 7 with a NaN and a +Inf, run 8 with a
+    -Inf, run 9 constant, run 10 a single point."""
+    rng = np.random.default_rng(0)
+    steps = np.arange(STEPS, dtype=np.int64)
+    items = []
+    for r in range(runs):
+        values = np.exp(-steps / 30.0) + 0.05 * rng.random(STEPS) + r / runs
+        values[[20, 40]] = [np.nan, np.inf] if r == 7 else values[[20, 40]]
+        values[60] = -np.inf if r == 8 else values[60]
+        values = np.full(STEPS, 2.5) if r == 9 else values
+        n = 1 if r == 10 else STEPS
+        items.append(Datum(f"run{r:05d}", "loss", "scalar", steps[:n], 1.7e9 + steps[:n] * 10.0, values[:n]))
+    store = Store(tmp_path)
+    store._provider = InMemory(items)
+    store.poll()
+    assert len(store.runs()) == runs and len(store.series("scalar")) == runs
+    return store
+
+
+def card_data(card):
+    """What the page gets of a card: its rows, flat points and NaN/Inf ticks."""
+    return ({k: list(v) for k, v in card.rows.data.items()}, {k: np.asarray(v) for k, v in card.flat.data.items()},
+            dict(card.marks.data))
+
+
+def assert_same_card(card, reference, smooth_rtol=0.0):
+    """The same rows, points and ticks; the smoothed values within ``smooth_rtol`` (an average carried forward as
+    points come rounds otherwise than one computed over the whole series: ~1e-12)."""
+    (rows, flat, marks), (rows_ref, flat_ref, marks_ref) = card_data(card), card_data(reference)
+    assert rows.keys() == rows_ref.keys() and flat.keys() == flat_ref.keys()
+    for k in rows:
+        np.testing.assert_array_equal(rows[k], rows_ref[k], err_msg=k)
+    for k in flat:
+        if k == "smooth" and smooth_rtol:
+            np.testing.assert_allclose(flat[k], flat_ref[k], rtol=smooth_rtol, err_msg=k)
+        else:
+            np.testing.assert_array_equal(flat[k], flat_ref[k], err_msg=k)
+    assert marks == marks_ref
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return memory_store(tmp_path_factory.mktemp("runs"))
+
+
+def test_ten_thousand_runs_are_served_in_turns_under_the_loops_budget(store, monkeypatch):
+    reads, per_turn = [0], []
+    delta = View.delta
+
+    def counted(self, series):
+        reads[0] += 1
+        return delta(self, series)
+
+    monkeypatch.setattr(View, "delta", counted)
+
+    def after_turn(views):
+        per_turn.append(reads[0])
+        reads[0] = 0
+
+    turns, views = served_turns(store, after_turn)
+    cpu = [round(t * 1000) for t, _, _ in turns]
+    print(f"{len(turns)} turns; CPU ms per turn: {cpu}; series read per turn: {per_turn}")
+    view = views["scalars"]
+    card = view.cards["loss"]
+    assert len(card.lines) == RUNS and view.grid.tags == [0, 1]                          # built and in the page
+    # machine-independent: no turn reads more than a slice of the runs (before: one turn read all 10,000)
+    assert max(per_turn) <= scalars.RUN_SLICE and sum(per_turn) == RUNS, per_turn
+    assert sum(1 for n in per_turn if n) >= RUNS // scalars.RUN_SLICE
+    assert max(t for t, _, _ in turns) < TURN_BOUND_S, cpu
+    assert not view._reading and not view._unplaced
+
+    # the same card as one built at once outside a server: every run's points, smoothing, extents, dots and ticks
+    reference = app.build_document(Document(), store)["scalars"].cards["loss"]
+    assert_same_card(card, reference)
+    assert sorted(card.marks.data["what"]) == ["+Inf", "-Inf", "NaN"]                  # spikes and NaNs still shown
+    assert set(card.marks.data["run"]) == {"run00007", "run00008"}
+    assert [r for r, x in zip(card.rows.data["run"], card.rows.data["dot_x"]) if np.isfinite(x)] == ["run00010"]
+
+
+def test_a_card_changed_while_its_runs_are_read_is_read_again(tmp_path):
+    """Smoothing and x axis changed while the card's runs are being read (turn by turn): the card comes out as one
+    built with the new settings, not with the slices read before the change smoothed or chosen the old way."""
+    store = memory_store(tmp_path, runs=3 * scalars.RUN_SLICE + 1)
+    changed = []
+
+    def after_turn(views):
+        view = views.get("scalars")
+        if view is None or not view._reading:
+            return
+        card, todo = next(iter(view._reading.values()))
+        if not changed and todo and len(card.lines) >= scalars.RUN_SLICE:       # a slice read, more to come
+            view.smoothing.value = 0.9
+            view._resmooth()                 # (what the slider's value_throttled calls)
+            changed.append("smoothing")
+        elif changed == ["smoothing"] and len(card.lines) and todo:
+            view.x_axis.active = 1            # relative time
+            changed.append("axis")
+
+    turns, views = served_turns(store, after_turn)
+    assert changed == ["smoothing", "axis"]
+    view = views["scalars"]
+    card = view.cards["loss"]
+    assert len(card.lines) == len(store.runs()) and view.grid.tags == [0, 1]
+    assert set(card.rows.data["axis"]) == {"relative"}
+    reference = app.build_document(Document(), store)["scalars"]
+    reference.smoothing.value = 0.9
+    reference._resmooth()
+    reference.x_axis.active = 1
+    assert_same_card(card, reference.cards["loss"])
+    assert max(t for t, _, _ in turns) < TURN_BOUND_S, [round(t * 1000) for t, _, _ in turns]
+
+
+def next_turns(doc):
+    """Run ``doc``'s next-tick callbacks as its IOLoop would, each a turn; returns the CPU seconds of each."""
+    cpu = []
+    for _ in range(200):
+        ticks = [cb for cb in doc.session_callbacks if type(cb).__name__ == "NextTickCallback"]
+        if not ticks:
+            return cpu
+        for tick in ticks:
+            doc.remove_next_tick_callback(tick)
+            started = time.process_time()
+            tick.callback()
+            cpu.append(time.process_time() - started)
+    raise AssertionError("the session's turns never ended")
+
+
+def test_what_a_page_asks_of_a_card_of_ten_thousand_runs_is_spread_over_turns(tmp_path):
+    """A new smoothing, another x axis, and a point more in every run (a live logdir): each was one turn of
+    150-400 ms on a 10,000-run card (every line smoothed, chosen or grown, then every point packed and sent at
+    once). Now the lines are smoothed together, grown ``RUN_SLICE`` runs a turn, and packed ``RUN_SLICE`` a turn
+    before the card is filled; the card ends as one built at once with the same settings and data."""
+    store = memory_store(tmp_path)
+    _, views = served_turns(store)
+    view = views["scalars"]
+    doc = view.grid.document
+    (refresh,) = [cb for cb in doc.session_callbacks if type(cb).__name__ == "PeriodicCallback"]
+    cpu = {}
+
+    def request(name, act):
+        started = time.process_time()
+        act()
+        cpu[name] = [time.process_time() - started] + next_turns(doc)
+
+    request("smoothing", lambda: (setattr(view.smoothing, "value", 0.9), view._resmooth()))
+    request("x axis", lambda: setattr(view.x_axis, "active", 2))       # wall time
+    store._provider.items = [Datum(f"run{r:05d}", "loss", "scalar", np.array([STEPS]), np.array([1.8e9]),
+                                   np.array([r % 7 - 3.0])) for r in range(RUNS)]
+    store.poll()
+    request("grown", refresh.callback)
+    print({name: [round(t * 1000) for t in turns] for name, turns in cpu.items()})
+    assert all(len(turns) > RUNS // scalars.RUN_SLICE for turns in cpu.values())       # spread, each of them
+    assert max(max(turns) for turns in cpu.values()) < TURN_BOUND_S, cpu
+    assert not (view._reading or view._growing or view._refilling)
+
+    card = view.cards["loss"]
+    assert {len(line.values) for line in card.lines.values()} == {STEPS + 1, 2}         # (run 10 had one point)
+    reference = app.build_document(Document(), store)["scalars"]
+    reference.smoothing.value = 0.9
+    reference._resmooth()
+    reference.x_axis.active = 2
+    assert_same_card(card, reference.cards["loss"], smooth_rtol=1e-9)
+    assert set(card.rows.data["axis"]) == {"wall"}
