@@ -546,7 +546,7 @@ def _pointwise_filter_grad(xp, x, dy, filter_shape, strides, data_format):
         for i in range(1, n):
             part += dy3[i, rows] @ x3[i].T
 
-    host_threads.each(accumulate, dw.shape[0], 8, work=dw.size * n * x3.shape[2])
+    host_threads.each(accumulate, dw.shape[0], 8, work=dw.size * n * x3.shape[2], per_thread=1)     # products
     return dw.reshape(filter_shape)
 
 
