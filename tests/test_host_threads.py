@@ -314,42 +314,6 @@ def test_gradients_through_a_job_split_over_threads_by_finite_differences(split_
         check_grad(block, rnd(2, 3, 7, 6, seed=9), rnd(4, 3, 3, 3, seed=10), max_points=25)
 
 
-@pytest.mark.parametrize("threads", [2, 3])
-def test_elementwise_ops_split_over_threads_match_one_thread(split_everything, monkeypatch, threads):
-    from flowlab.ops import math as M
-    splits, original_run = [], host_threads.run
-    monkeypatch.setattr(host_threads, "run", lambda tasks: splits.append(len(tasks)) or original_run(tasks))
-    a, b = rnd(3, 5, 7, seed=13), rnd(3, 5, 7, seed=14)
-    ints = np.arange(105, dtype=np.int32).reshape(3, 5, 7)
-    cases = [(M.Add, (a, b)), (M.Subtract, (a, b)), (M.Multiply, (a, b)), (M.Divide, (a, b + 5)),
-             (M.Maximum, (a, b)), (M.Exp, (a,)), (M.Tanh, (a,)), (M.Negative, (ints,)),
-             (M.Add, (a, b[:1])),                               # a broadcast: one call
-             (M.Add, (a, np.asfortranarray(b)))]                # not C-contiguous: one call
-    for k, (op, inputs) in enumerate(cases):
-        want = op.forward(np, *inputs)
-        with host_threads.using(threads):
-            splits.clear()
-            got = op.forward(np, *inputs)
-            assert splits == ([] if k >= 8 else [2 * threads]), op.__name__    # one split of blocks, or one call
-            target = np.full(want.shape, np.nan)
-            into = op.forward(np, *inputs, out=target) if want.dtype == target.dtype else target
-        assert got.dtype == want.dtype and got.shape == want.shape, op.__name__
-        np.testing.assert_array_equal(got, want)
-        if want.dtype == target.dtype:
-            assert into is target
-            np.testing.assert_array_equal(target, want)
-    in_place = a.copy()                 # the compiler's in-place output: out is an input's buffer
-    with host_threads.using(threads):
-        assert M.Add.forward(np, in_place, b, out=in_place) is in_place
-    np.testing.assert_array_equal(in_place, a + b)
-    overlap = np.arange(12.0)           # out overlapping an input at an offset: one call, as NumPy does it
-    want = overlap.copy()
-    np.add(want[:8], want[4:], out=want[4:])
-    with host_threads.using(threads):
-        M.Add.forward(np, overlap[:8], overlap[4:], out=overlap[4:])
-    np.testing.assert_array_equal(overlap, want)
-
-
 # -------------------------------------------------------------------------------------------------- host plans
 
 def _blas_threads():

@@ -23,7 +23,6 @@ import numpy as np
 
 from .. import graph as g
 from ..errors import ShapeError, TraceError
-from ..runtime import host_threads
 
 # Ops that must run even though nothing reads their outputs (optimizer updates, summary writes).
 SIDE_EFFECT = "side_effect"
@@ -128,8 +127,6 @@ def ufunc_op(base, name, api, ufunc, c_expr, vjp=None, prefix=None, **traits):
     "exp({0})", vjp=lambda node, dy: (multiply(dy, node.output),))``. ``base`` gives the shape rule; ``traits``
     set any other class attribute (``nonnegative=True``, ``partial_join=...``)."""
     def forward(xp, *arrays, out=None):
-        if xp is np and host_threads.width() > 1:
-            return _threaded_ufunc(getattr(np, ufunc), arrays, out)
         return getattr(xp, ufunc)(*arrays, out=out)
 
     members = {"prefix": prefix or f"{name}_", "api": api, "c_expr": c_expr, "forward": staticmethod(forward),
@@ -139,26 +136,6 @@ def ufunc_op(base, name, api, ufunc, c_expr, vjp=None, prefix=None, **traits):
     members.update({k: staticmethod(v) if callable(v) and not isinstance(v, staticmethod) else v
                     for k, v in traits.items()})
     return type(name, (base,), members)
-
-
-def _threaded_ufunc(function, arrays, out):
-    """``function(*arrays, out=out)`` over flat blocks shared among ``host_threads`` (NumPy releases the GIL in
-    ufunc loops) where every operand is a C-contiguous array of one shape (the gradient sums of residual blocks:
-    ResNet-50, 2 cores, 7 ms a step on one); anything else (broadcasts, scalars, views, small arrays) in one call.
-    ``out`` may be an input's own buffer (the compiler's in-place outputs): each block reads its elements before
-    writing them, as the whole call does."""
-    operands = arrays if out is None else arrays + (out,)
-    shape = getattr(arrays[0], "shape", None)
-    if not all(isinstance(a, np.ndarray) and a.shape == shape and a.flags.c_contiguous for a in operands) or \
-            arrays[0].size < host_threads.SPLIT_ELEMENTS or (
-            out is not None and any(a.ctypes.data != out.ctypes.data and np.may_share_memory(a, out) for a in arrays)):
-        return function(*arrays, out=out)
-    size = arrays[0].size
-    if out is None:     # the result's dtype as the ufunc resolves it, from one element of each operand
-        out = np.empty(shape, function(*(a.reshape(-1)[:1] for a in arrays)).dtype)
-    flat, flat_out = [a.reshape(-1) for a in arrays], out.reshape(-1)
-    host_threads.each(lambda part: function(*(a[part] for a in flat), out=flat_out[part]), size, work=size)
-    return out
 
 
 def keeps_partials(*kinds):
