@@ -563,6 +563,37 @@ def test_pooling_matches_torch(pool, ksize, stride, padding, data_format):
         np.testing.assert_allclose(back(y)[:, :, 0, 0], x[:, :, :2, :2].mean(axis=(2, 3)), rtol=1e-12)
 
 
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_global_average_pool_and_its_gradient_match_torch(data_format, dtype):
+    """One window over each whole image (ResNet's pool5) takes a shortcut: a mean over the pixels, and dy / (H*W)
+    broadcast back; the values stay those of PyTorch's adaptive average pool."""
+    torch = pytest.importorskip("torch")
+    x, dy = rnd(3, 5, 6, 7, seed=46), rnd(3, 5, 1, 1, seed=47)
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.nn.functional.adaptive_avg_pool2d(xt, 1)
+    yt.backward(torch.tensor(dy))
+    nhwc = data_format == "NHWC"
+    to_layout = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1))) if nhwc else (lambda a: a)
+    back = (lambda a: a.transpose(0, 3, 1, 2)) if nhwc else (lambda a: a)
+    kind = flow.float64 if dtype == np.float64 else flow.float32
+
+    @flow.global_function()
+    def job(t: tp.Numpy.Placeholder(to_layout(x).shape, dtype=kind)) -> tp.Bundle[tp.Numpy]:
+        y = flow.nn.avg_pool2d(t, (6, 7), 1, "VALID", data_format)
+        loss = flow.math.reduce_sum(y * flow.constant(to_layout(dy).astype(dtype), kind))
+        return [y, gradients([loss], [t], [flow.constant(1.0, kind)])[0]]
+
+    y, dx = job(to_layout(x).astype(dtype))
+    tolerance = 1e-12 if dtype == np.float64 else 1e-6
+    assert y.dtype == dx.dtype == dtype and back(y).shape == (3, 5, 1, 1) and back(dx).shape == x.shape
+    np.testing.assert_allclose(back(y), yt.detach().numpy(), rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(back(dx), xt.grad.numpy(), rtol=tolerance, atol=tolerance)
+    if dtype == np.float64:     # and by finite differences, through a square so that dy varies per image
+        check_grad(lambda t: flow.math.square(flow.nn.avg_pool2d(t, (6, 7), 1, "VALID", data_format)),
+                   to_layout(x), max_points=30)
+
+
 # ------------------------------------------------------------------------------------- a small ResNet-style network
 
 CLASSES, BATCH = 4, 16

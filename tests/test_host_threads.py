@@ -22,9 +22,10 @@ def rnd(*shape, seed=0):
 
 @pytest.fixture
 def split_everything(monkeypatch):
-    """Thresholds at their minimum, so that even tiny arrays are split."""
+    """Thresholds at their minimum, so that even tiny arrays are split, into two tasks per thread where long enough."""
     monkeypatch.setattr(host_threads, "SPLIT_ELEMENTS", 1)
     monkeypatch.setattr(host_threads, "SPLIT_MACS", 1)
+    monkeypatch.setattr(host_threads, "CHUNK_ELEMENTS", 1)
 
 
 # -------------------------------------------------------------------------------------------------------- helpers
@@ -57,14 +58,84 @@ def test_run_spreads_tasks_keeps_their_order_and_raises_after_all_have_ended():
     assert host_threads.width() == 1
 
 
+def test_the_caller_runs_the_tasks_no_pool_thread_has_claimed(monkeypatch):
+    """A pool thread that never wakes (another process holds the core) costs nothing: the caller claims every task
+    itself, and waits only for tasks a pool thread began."""
+    class Asleep:
+        size = 8
+
+        class jobs:
+            @staticmethod
+            def put(job):
+                pass            # never run
+
+    monkeypatch.setattr(host_threads, "_executor", lambda workers: Asleep)
+    seen = []
+    done = []
+    caller = threading.Thread(target=lambda: done.append(_run_wide(seen)))
+    caller.start()
+    caller.join(timeout=30)
+    assert done == [[0, 1, 2, 3]]
+    assert set(seen) == {caller.ident}
+
+
+def _run_wide(seen):
+    with host_threads.using(2):
+        return host_threads.run([lambda k=k: seen.append(threading.get_ident()) or k for k in range(4)])
+
+
+def test_a_free_thread_claims_what_a_busy_one_has_not_begun():
+    """Tasks are claimed in order by whichever thread is free: while one thread is held up in the first task, the
+    other runs all the rest."""
+    release, ran_by = threading.Event(), {}
+
+    def task(k):
+        if k == 0:
+            assert release.wait(10)     # held until the other thread has run every other task
+        ran_by[k] = threading.get_ident()
+        if len(ran_by) == 4 and k != 0:
+            release.set()
+        return k
+
+    with host_threads.using(2):
+        assert host_threads.run([lambda k=k: task(k) for k in range(5)]) == [0, 1, 2, 3, 4]
+    others = {ran_by[k] for k in range(1, 5)}
+    assert len(others) == 1 and others != {ran_by[0]}
+
+
 @pytest.mark.parametrize("total, minimum, work, count", [(10, 1, None, 3), (10, 4, None, 2), (5, 3, None, 1),
-                                                          (2, 1, None, 2), (100, 1, 10, 1)])
+                                                          (2, 1, None, 2), (100, 1, 10, 1),
+                                                          (100, 1, 6 << 18, 6),       # two per thread
+                                                          (100, 1, (6 << 18) - 1, 3),  # one chunk too little
+                                                          (4, 1, 6 << 18, 4)])        # as many as rows
 def test_parts_cover_the_range_in_order(total, minimum, work, count):
     with host_threads.using(3):
         got = host_threads.parts(total, minimum, work)
     assert len(got) == count
     assert [i for s in got for i in range(total)[s]] == list(range(total))
     assert all(s.stop - s.start >= min(minimum, total) for s in got)
+
+
+def test_products_keep_one_block_per_thread():
+    """A product's blocks each pack their own copy of the shared operand: however large, one block per thread."""
+    with host_threads.using(3):
+        assert len(host_threads.parts(100, 1, 6 << 18, per_thread=1)) == 3
+        assert len(host_threads.parts(100, 1, 6 << 18)) == 6
+        blocks = []
+        original = np.matmul
+
+        def recording(a, b, out=None):
+            blocks.append(a.shape[-2])
+            return original(a, b, out=out)
+
+        a, b = rnd(600, 300, seed=5), rnd(300, 200, seed=6)       # 36M multiply-adds
+        try:
+            np.matmul = recording                       # host_threads calls np.matmul for each block
+            got = host_threads.matmul(a, b)
+        finally:
+            np.matmul = original
+    assert sorted(blocks) == [200, 200, 200]
+    np.testing.assert_allclose(got, a @ b, rtol=1e-13, atol=1e-12)
 
 
 @pytest.mark.parametrize("a_shape, b_shape", [((9, 7), (7, 4)), ((3, 12), (12, 11)), ((5, 6), (3, 6, 8)),

@@ -524,8 +524,16 @@ def _pointwise_input_grad(xp, dy, w, input_shape, strides, data_format):
         d = host_threads.matmul(dy.reshape(-1, dy.shape[3]), w2).reshape(dy.shape[:3] + (w2.shape[1],))
     if strides == (1, 1):
         return d
-    dx = xp.zeros(input_shape, d.dtype)                    # pixels the stride skipped get no gradient
-    _subsample(dx, strides, data_format)[...] = d
+    dx = xp.empty(input_shape, d.dtype)
+    if data_format == "NCHW":
+        def spread(channels):     # threads take blocks of channels (ResNet-50's 56x56x256 one: ~1 ms on one core)
+            dx[:, channels] = 0                             # pixels the stride skipped get no gradient
+            _subsample(dx[:, channels], strides, data_format)[...] = d[:, channels]
+
+        host_threads.each(spread, input_shape[1], work=dx.size)
+    else:
+        dx[...] = 0
+        _subsample(dx, strides, data_format)[...] = d
     return dx
 
 
@@ -546,7 +554,7 @@ def _pointwise_filter_grad(xp, x, dy, filter_shape, strides, data_format):
         for i in range(1, n):
             part += dy3[i, rows] @ x3[i].T
 
-    host_threads.each(accumulate, dw.shape[0], 8, work=dw.size * n * x3.shape[2])
+    host_threads.each(accumulate, dw.shape[0], 8, work=dw.size * n * x3.shape[2], per_thread=1)     # products
     return dw.reshape(filter_shape)
 
 
@@ -1083,6 +1091,8 @@ class AvgPool2D(_Pool):
     @staticmethod
     def forward(xp, x, ksize, strides, padding, data_format):
         nhwc, pads, out_hw = _pool_geometry(x.shape, ksize, strides, padding, data_format)
+        if _is_global(nhwc, ksize, pads, out_hw):      # one window over each whole image: a mean in place
+            return xp.mean(x, axis=_hw_axes(data_format), keepdims=True)
         win = _windows(xp, _nhwc(xp, x, data_format), ksize, strides, (1, 1), pads, out_hw)
         y = win.sum(axis=(3, 4)) / _valid_counts(xp, nhwc[1:3], ksize, strides, pads, out_hw, x.dtype)
         return _out(xp, y, data_format)
@@ -1103,9 +1113,19 @@ class AvgPoolGrad(Op):
     @staticmethod
     def forward(xp, dy, input_shape, ksize, strides, padding, data_format):
         nhwc, pads, out_hw = _pool_geometry(input_shape, ksize, strides, padding, data_format)
+        if _is_global(nhwc, ksize, pads, out_hw):      # each input element gets its image's dy / (H*W)
+            dx = xp.empty(input_shape, dy.dtype)
+            xp.divide(dy, dy.dtype.type(nhwc[1] * nhwc[2]), out=dx)       # broadcast over H and W
+            return dx
         share = _nhwc(xp, dy, data_format) / _valid_counts(xp, nhwc[1:3], ksize, strides, pads, out_hw, dy.dtype)
         dx = _scatter(xp, lambda index: share, dy.dtype, nhwc, ksize, strides, (1, 1), pads, out_hw)
         return _out(xp, dx, data_format)
+
+
+def _is_global(nhwc, ksize, pads, out_hw):
+    """Whether an average pool is one unpadded window per image (ResNet's last pool): the NHWC windows, transposes and
+    scatter of the general route then cost ~2 ms a step for what is a mean and a broadcast."""
+    return tuple(out_hw) == (1, 1) and tuple(ksize) == tuple(nhwc[1:3]) and not any(p for pair in pads for p in pair)
 
 
 def _pool(op, input, ksize, strides, padding, data_format, name):  # noqa: A002

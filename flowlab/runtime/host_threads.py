@@ -14,10 +14,20 @@ GIL inside BLAS calls, ufunc loops and copies, so the threads run at once.
 Outside such a block (CuPy, small plans, direct kernel calls) ``width()`` is 1 and the helpers run inline.
 ``FLOWLAB_HOST_THREADS=0`` turns it off (BLAS keeps its own threads; kernels run on one).
 
-- ``run(tasks)``: call each zero-argument callable, the first on the calling thread and the others on the pool.
-- ``parts(total, minimum)``: ``width()`` or fewer contiguous slices of ``range(total)`` for ``run``.
+- ``run(tasks)``: call each zero-argument callable; the calling thread and the pool's threads claim them in order.
+- ``parts(total, minimum, work)``: contiguous slices of ``range(total)`` for ``run``: ``width()`` or fewer, or twice
+  that many where each still holds enough work (``CHUNK_ELEMENTS``; products are split once per thread).
 - ``matmul(a, b, out=None)``: ``np.matmul`` split over rows of ``a`` or columns of ``b`` (whichever is longer).
 - ``SideStream``: one thread running a plan's second stream of nodes in order (``compiler.side_stream``).
+
+Tasks are claimed, not assigned: each thread takes the next unclaimed task when it is free, and the caller waits only
+for tasks a pool thread has claimed. A pool thread wakes ~20-50 us after a hand-off on an idle machine, and much
+later when another process holds the other core (ResNet-50 at load 3: 0.7 ms on average, ~560 ms of a step); with
+tasks handed out in advance the caller finished its half and then waited for the other half to start. Claimed
+tasks (two per thread for large passes) let the caller take over what the late thread has not begun and
+even out halves that cost unequal time (padding rows, the thread that also packs a BLAS operand). A hand-off is one
+``SimpleQueue.put`` and, when a pool thread finishes last, one lock release (``ThreadPoolExecutor``'s futures cost
+~25 us of the caller's time each, ~760 per ResNet-50 step).
 """
 from __future__ import annotations
 
@@ -26,7 +36,6 @@ import os
 import queue
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -34,11 +43,15 @@ from .backend import one_blas_thread
 
 SPLIT_MACS = 1 << 21        # a product below this many multiply-adds runs on one thread (hand-offs cost ~20-50 us)
 SPLIT_ELEMENTS = 1 << 16    # likewise for kernels' other work, in elements
+# Kernels' other work goes to two tasks per thread where each still holds this many elements (~0.1-0.3 ms of
+# passes). Products stay at one block per thread: every block packs its own copy of the operand it shares with the
+# others, so a fourth block costs up to ~17 % more CPU than halves (ResNet-50's 7x7x512 3x3 layer, one thread).
+CHUNKS_PER_THREAD = 2
+CHUNK_ELEMENTS = 1 << 18
 
 _local = threading.local()
 _pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
+_pool: _Pool | None = None
 
 
 def width() -> int:
@@ -106,57 +119,124 @@ class SpreadKernels:
 spread_kernels = SpreadKernels()
 
 
+class _Pool:
+    """``size`` daemon threads, each running the callables put on one queue (None ends a thread)."""
+
+    def __init__(self, size):
+        self.size = size
+        self.jobs = queue.SimpleQueue()
+        for i in range(size):
+            threading.Thread(target=self._work, name=f"flowlab-kernel_{i}", daemon=True).start()
+
+    def _work(self):
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            job()
+
+    def close(self):
+        for _ in range(self.size):
+            self.jobs.put(None)
+
+
 def _executor(workers):
-    global _pool, _pool_size
+    """The pool, with at least ``workers`` threads."""
+    global _pool
     with _pool_lock:
-        if _pool is None or _pool_size < workers:
-            old = _pool
-            _pool, _pool_size = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flowlab-kernel"), workers
+        if _pool is None or _pool.size < workers:
+            old, _pool = _pool, _Pool(workers)
             if old is not None:
-                old.shutdown(wait=False)
+                old.close()         # its threads end once they have run what was put before
         return _pool
 
 
 def _forget_pool():
     """In a forked child the pool's threads do not exist: start a new pool when one is next needed."""
-    global _pool, _pool_size, _pool_lock
-    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
+class _Job:
+    """Tasks that threads claim one at a time, in order, until none is left; ``wait`` returns once every task has
+    ended (at once when the caller ended the last one itself)."""
+
+    def __init__(self, tasks):
+        self.tasks = tasks
+        self.results = [None] * len(tasks)
+        self.errors = [None] * len(tasks)
+        self._claimed = 0
+        self._left = len(tasks)
+        self._lock = threading.Lock()
+        self._ended = threading.Lock()
+        self._ended.acquire()           # released by whichever thread ends the last task
+
+    def work(self):
+        with self._lock:
+            i = self._claimed
+            self._claimed += 1
+        while i < len(self.tasks):
+            try:
+                self.results[i] = self.tasks[i]()
+            except BaseException as e:      # KeyboardInterrupt too: raised by run once every task has ended
+                self.errors[i] = e
+            with self._lock:
+                self._left -= 1
+                last = self._left == 0
+                i = self._claimed
+                self._claimed += 1
+            if last:
+                self._ended.release()
+
+    def wait(self):
+        self._ended.acquire()
+
+
 def run(tasks):
-    """The results of calling each of ``tasks`` (zero-argument callables), in order: the first on the calling thread,
-    the others on the pool at the same time. The first error raised is raised here, once every task has ended."""
+    """The results of calling each of ``tasks`` (zero-argument callables), in order. The calling thread and up to
+    ``width() - 1`` pool threads claim them in order as each becomes free; what no pool thread has claimed by then,
+    the calling thread runs itself. The first error raised (in task order) is raised here, once every task has
+    ended."""
     tasks = list(tasks)
     if len(tasks) <= 1 or width() <= 1:
         return [task() for task in tasks]
-    futures = [_executor(len(tasks) - 1).submit(task) for task in tasks[1:]]
-    try:
-        first = tasks[0]()
-    finally:
-        rest = [f.exception() for f in futures]     # waits: no task may outlive the arrays it writes
-    for error in rest:
+    job = _Job(tasks)
+    helpers = min(width(), len(tasks)) - 1
+    pool = _executor(helpers)
+    for _ in range(helpers):
+        pool.jobs.put(job.work)
+    job.work()
+    job.wait()                          # no task may outlive the arrays it writes
+    for error in job.errors:
         if error is not None:
             raise error
-    return [first] + [f.result() for f in futures]
+    return job.results
 
 
-def parts(total, minimum=1, work=None):
-    """At most ``width()`` contiguous slices covering ``range(total)``, each at least ``minimum`` long (one slice when
-    ``total < 2 * minimum``, or when ``work``, the elements the whole job touches, is below ``SPLIT_ELEMENTS``)."""
+def parts(total, minimum=1, work=None, per_thread=None):
+    """Contiguous slices covering ``range(total)`` in order, each at least ``minimum`` long: ``width()`` of them, or
+    ``CHUNKS_PER_THREAD`` times as many where ``work`` (the elements the whole job touches) gives each at least
+    ``CHUNK_ELEMENTS``; fewer where ``total`` is short, one where ``work`` is below ``SPLIT_ELEMENTS``.
+    ``per_thread=1`` keeps one slice per thread (blocks of a matrix product)."""
     if work is not None and work < SPLIT_ELEMENTS:
         return [slice(0, total)]
-    count = max(1, min(width(), total // max(1, minimum)))
+    count = width()
+    if per_thread is not None:
+        count *= per_thread
+    elif count > 1 and work is not None and work >= count * CHUNKS_PER_THREAD * CHUNK_ELEMENTS:
+        count *= CHUNKS_PER_THREAD
+    count = max(1, min(count, total // max(1, minimum)))
     bounds = [total * i // count for i in range(count + 1)]
     return [slice(bounds[i], bounds[i + 1]) for i in range(count)]
 
 
-def each(function, total, minimum=1, work=None):
-    """``run`` of ``function(part)`` for each of ``parts(total, minimum, work)``."""
-    return run([lambda part=part: function(part) for part in parts(total, minimum, work)])
+def each(function, total, minimum=1, work=None, per_thread=None):
+    """``run`` of ``function(part)`` for each of ``parts(total, minimum, work, per_thread)``."""
+    return run([lambda part=part: function(part) for part in parts(total, minimum, work, per_thread)])
 
 
 def matmul(a, b, out=None):
@@ -172,9 +252,9 @@ def matmul(a, b, out=None):
     if out is None:
         out = np.empty(stack + (m, n), np.result_type(a, b))
     if m >= n:
-        each(lambda rows: np.matmul(a[..., rows, :], b, out=out[..., rows, :]), m, 8)
+        each(lambda rows: np.matmul(a[..., rows, :], b, out=out[..., rows, :]), m, 8, per_thread=1)
     else:
-        each(lambda cols: np.matmul(a, b[..., :, cols], out=out[..., :, cols]), n, 8)
+        each(lambda cols: np.matmul(a, b[..., :, cols], out=out[..., :, cols]), n, 8, per_thread=1)
     return out
 
 
