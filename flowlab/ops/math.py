@@ -321,15 +321,30 @@ _LOG_INV_SQRT_2PI = -0.9189385332046728  # log(1 / sqrt(2 pi))
 # erfc(z) = t exp(-z² + P(t)) with t = 1 / (1 + z/2), for z >= 0: the Chebyshev fit of Numerical Recipes (Press et
 # al., 2nd ed., §6.2, "erfcc"), fractional error below 1.2e-7 everywhere. P's coefficients, constant term first.
 # SciPy's float32 erfc computes in float64 through a branchy scalar loop (~17 ns an element here); this fit is ~30
-# vectorised passes, evaluated in float64 on blocks of a float32 tensor: GELU then lies within 2.2 float32 ulps of
-# the exact value everywhere (SciPy's float32 path: 22 ulps near x = -5, its rounded x / √2 squared in the exponent;
-# the same fit in float32 arithmetic: 6 ulps near 0 and 64 in the tail), at ~2x the cost of float32 passes and still
-# ~2.5x faster than SciPy on one core.
+# vectorised passes, evaluated in float64 for float32 Φ (``_normal_cdf``): within 2.2 float32 ulps everywhere (SciPy's
+# float32 path: 22 ulps near x = -5, its rounded x / √2 squared in the exponent).
 _ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
              -0.82215223, 0.17087277)
-# Elements per block of the blockwise NumPy kernels: GELU's four float64 scratch blocks and its input and output
-# (640 KiB) stay in a core's L2 cache through its ~30 passes instead of streaming whole tensors through memory.
+# Elements per block of the blockwise NumPy kernels: a block, its output and its scratch stay in a core's L2 cache
+# through the kernel's ~20 passes instead of streaming whole tensors through memory (float32 GELU takes blocks twice
+# this long, its five float32 buffers 640 KiB: half the per-call overhead of NumPy's ufuncs, 10% of its time).
 _BLOCK = 1 << 14
+
+# GELU in float32 arithmetic: Φ(-a) = exp(-a²/2) P(a) / Q(a) for a = |x| >= 0, P / Q a (4, 5) rational fit of
+# Φ(-a) exp(a²/2) = erfcx(a / √2) / 2 on [0, 14.5] (minimax in relative error, iteratively reweighted least squares
+# against SciPy's erfcx; 6e-9 with these float32 coefficients; P's constant term first, Q's constant 1 implicit; both
+# positive, so neither cancels). Beyond 14.5 exp(-a²/2) underflows float32 and the fit is never needed. Checked against
+# the exact GELU (SciPy's float64 erfc) at every float32 with 2^-14 <= |x| < 16: within 5.5 ulps for x >= -1 (4.6 for
+# x >= 0), 7.8 for x >= -2, 10.1 for x >= -4, 22.2 for x >= -8 and 68.5 down to the result's underflow (float32
+# rounding of ~20 operations, the rational's evaluation most of it near 0; in the tail the rounding of a², 2^-24 a²/2
+# relative through exp, dominates). PyTorch's float32 GELU (erf, then 1 + erf): 2.6 ulps for -1 <= x < 0, 5.3 for
+# x >= 1, 38 near -2, 2200 near -3 and no correct digit below -4. The float64-evaluated Chebyshev fit this replaced
+# (``_half_erfc_of_abs``) was within 2.2 ulps everywhere at 2.4x the cost.
+_GELU_P = tuple(np.float32(c) for c in (0.5, 0.43827614, 0.1832203, 0.04062797, 0.004115462))
+_GELU_Q = tuple(np.float32(c) for c in (1.6744373, 1.2024435, 0.46943125, 0.101845674, 0.010315813))
+# |x| up to which the float32 GELU's Horner sums and relu(x) = (x + |x|) / 2 cannot overflow; a block holding a larger
+# |x|, an infinity or a NaN (rare) takes the clamped path
+_GELU_LARGE = np.float32(1e4)
 
 
 def _half_erfc_of_abs(x, ax, t, e):
@@ -355,12 +370,13 @@ def _half_erfc_of_abs(x, ax, t, e):
     return e
 
 
-def _blockwise(kernel, x, out, *others, scratch=None):
-    """Run ``kernel(x_block, out_block, *other_blocks, *scratch_blocks)`` over ``_BLOCK``-sized pieces of flat
-    C-contiguous views of ``x``, ``out`` and ``others`` (all of ``x``'s size), with scratch buffers of one block per
-    host thread (``scratch``: ``(dtype, count)``, default three of ``x``'s dtype). Inside a host plan's call the blocks
-    are shared among the cores (``runtime.host_threads``; NumPy releases the GIL in its ufuncs). Returns ``out``
-    (allocated when None, copied into when it is not contiguous)."""
+def _blockwise(kernel, x, out, *others, scratch=None, blocks=1):
+    """Run ``kernel(x_block, out_block, *other_blocks, *scratch_blocks)`` over pieces of ``blocks * _BLOCK``
+    elements of flat C-contiguous views of ``x``, ``out`` and ``others`` (all of ``x``'s size), with scratch buffers
+    of one piece per host thread (``scratch``: ``(dtype, count)``, default three of ``x``'s dtype). Inside a host
+    plan's call the pieces are shared among the cores (``runtime.host_threads``; NumPy releases the GIL in its
+    ufuncs). Returns ``out`` (allocated when None, copied into when it is not contiguous)."""
+    block = blocks * _BLOCK
     x = np.ascontiguousarray(x)
     flat = [x.reshape(-1)] + [np.ascontiguousarray(o).reshape(-1) for o in others]
     target = out if out is not None and out.flags.c_contiguous else np.empty(x.shape, x.dtype)
@@ -369,30 +385,52 @@ def _blockwise(kernel, x, out, *others, scratch=None):
     dtype, count = scratch or (x.dtype, 3)
 
     def run(part):
-        buffers = [np.empty(min(size, _BLOCK), dtype) for _ in range(count)]
-        for start in range(part.start * _BLOCK, min(part.stop * _BLOCK, size), _BLOCK):
-            piece = slice(start, min(start + _BLOCK, size))
+        buffers = [np.empty(min(size, block), dtype) for _ in range(count)]
+        for start in range(part.start * block, min(part.stop * block, size), block):
+            piece = slice(start, min(start + block, size))
             n = piece.stop - piece.start                       # the last block may be shorter
             kernel(flat[0][piece], flat_out[piece], *(f[piece] for f in flat[1:]), *(b[:n] for b in buffers))
 
-    host_threads.each(run, -(-size // _BLOCK), 1, work=size)
+    host_threads.each(run, -(-size // block), 1, work=size)
     if out is not None and target is not out:
         out[...] = target
         return out
     return target
 
 
-def _gelu_block(x, out, wide, ax, t, e):
-    """GELU of a float32 block, computed in float64 (``wide`` and the rest scratch): ``x Φ(x) = relu(x) - |x|
-    Φ(-|x|)``, i.e. ``x Φ(-|x|)`` for x < 0 (a product: the tail keeps its relative accuracy, where ``1 + erf``
-    would cancel) and ``x - x Φ(-x)`` for x >= 0; GELU(inf) = inf, GELU(-inf) = 0 (its limit), NaN stays NaN. One
-    rounding to float32 at the end."""
-    np.copyto(wide, x)
-    _half_erfc_of_abs(wide, ax, t, e)
-    e *= ax
-    np.maximum(wide, 0.0, out=ax)
-    ax -= e
-    np.copyto(out, ax, casting="same_kind")
+def _gelu_float32_block(x, out, a, p, q):
+    """GELU of a float32 block in float32 arithmetic (``a``, ``p``, ``q`` scratch): ``x Φ(x) = relu(x) - |x| Φ(-|x|)``
+    with ``Φ(-a) = exp(-a²/2) P(a) / Q(a)`` (``_GELU_P``, ``_GELU_Q``): a product for x < 0, so the tail keeps its
+    relative accuracy where ``1 + erf`` would cancel, and ``x - x Φ(-x)`` for x >= 0 (``Φ(-x) <= 1/2``: no
+    cancellation). 22 passes over the block, one of them ``exp``. GELU(inf) = inf, GELU(-inf) = 0 (its limit), NaN
+    stays NaN."""
+    np.abs(x, out=a)
+    large = not a.max() <= _GELU_LARGE                     # also an inf or a NaN (a NaN max compares False)
+    if large:
+        relu = np.maximum(x, np.float32(0))
+        np.minimum(a, _GELU_LARGE, out=a)                  # Φ(-1e4) is 0 already; NaN stays NaN
+    np.multiply(a, _GELU_P[-1], out=p)
+    for c in _GELU_P[-2:0:-1]:
+        p += c
+        p *= a
+    p += _GELU_P[0]
+    np.multiply(a, _GELU_Q[-1], out=q)
+    for c in _GELU_Q[-2::-1]:
+        q += c
+        q *= a
+    q += np.float32(1)
+    p /= q
+    p *= a
+    np.multiply(a, a, out=q)
+    q *= np.float32(-0.5)
+    np.exp(q, out=q)
+    p *= q                                                 # |x| Φ(-|x|)
+    if large:
+        np.subtract(relu, p, out=out)
+        return
+    np.add(x, a, out=out)                                  # relu(x) = (x + |x|) / 2, exactly
+    out *= np.float32(0.5)
+    out -= p
 
 
 def _normal_cdf(xp, x):
@@ -418,15 +456,16 @@ def _normal_cdf(xp, x):
 class Gelu(_FloatUnary):
     """``x * Φ(x) = 0.5 x (1 + erf(x / √2))``, the exact GELU (OneFlow's kernel and PyTorch's default; OneFlow's
     docstring shows the tanh approximation, which its kernel does not compute). float64 goes through SciPy's exact
-    ``erfc`` (finite-difference checks rely on it); float32 on NumPy through a fit of ``erfc`` evaluated in float64,
-    block by block, within 2.2 float32 ulps of the exact GELU (``_half_erfc_of_abs``)."""
+    ``erfc`` (finite-difference checks rely on it); float32 on NumPy in float32 arithmetic, block by block, through a
+    rational fit of ``Φ(-|x|) exp(x²/2)`` (``_gelu_float32_block``): within 5.5 ulps of the exact GELU for x >= -1,
+    10.1 for x >= -4 and 68.5 in the far negative tail (PyTorch's float32 GELU: 5.3, no correct digit below -4)."""
     prefix, api = "Gelu_", "flow.math.gelu"
     c_expr = f"((T)0.5 * {{0}} * erfc({{0}} * (T)-{_SQRT_HALF}))"
 
     @staticmethod
     def forward(xp, x, out=None):
         if xp is np and x.dtype == np.float32:
-            return _blockwise(_gelu_block, x, out, scratch=(np.float64, 4))
+            return _blockwise(_gelu_float32_block, x, out, scratch=(np.float32, 3), blocks=2)
         return xp.multiply(_normal_cdf(xp, x), x, out=out)
 
     @staticmethod

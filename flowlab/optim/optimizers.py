@@ -13,6 +13,7 @@ a host copy (a dynamic loss scale's NaN/Inf count is the one exception).
 """
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from typing import NamedTuple
@@ -62,9 +63,11 @@ def _train_step(node, step):
 
 
 def _scaled(grad, scale, writable):
-    """``grad * scale``, in the gradient's own buffer when the plan says nothing else reads it."""
+    """``grad * scale``, in the gradient's own buffer when the plan says nothing else reads it (no pass at all for a
+    scale of exactly 1, the usual ``grad_scale``: ``g * 1`` is ``g``)."""
     if writable:
-        grad *= scale
+        if scale != 1:
+            grad *= scale
         return grad
     return grad * scale
 
@@ -253,7 +256,9 @@ class AdamUpdate(_Update):
     def forward(xp, w, grad, m, v, *rest, beta1, beta2, epsilon, do_bias_correction, weight_decay, clipped,
                 grad_scale, schedule, lr, step, l1=0.0, l2=0.0, dynamic=False, skipped=None, writable=False):
         if do_bias_correction:
-            lr = lr * np.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+            # math.sqrt rounds as np.sqrt does, without its ~1 us scalar-to-array trip; lr stays a NumPy float64
+            # (the NumPy path's last multiply in float64, as before)
+            lr = np.float64(lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step))
         if not (l1 or l2 or dynamic) and _blas_pass(xp, w, grad) and m.flags.c_contiguous and v.flags.c_contiguous:
             scale = float(rest[0]) * grad_scale if clipped else grad_scale
             _adam_blas(w, grad, m, v, scale, beta1, beta2, epsilon, lr, weight_decay, writable)
