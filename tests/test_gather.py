@@ -7,7 +7,8 @@ import flowlab as flow
 import flowlab.typing as tp
 from flowlab.autodiff import gradients
 from flowlab.errors import ShapeError
-from flowlab.ops.indexing import GatherGrad, sum_rows
+from flowlab.ops.indexing import GatherGrad
+from flowlab.ops.scatter import sum_rows
 from gradcheck import check_grad, run
 
 
@@ -107,8 +108,8 @@ def test_sum_rows_every_path_agrees_with_add_at(monkeypatch, one_hot_rows):
     """The one-hot product (small tables), sorting and reduceat (ids repeating a lot), add.at (the rest): the same
     sums, ids outside the table dropped; a NaN or Inf row reaches its own id's row alone (the product would spread
     it through its zeros, so it is not taken then)."""
-    from flowlab.ops import indexing
-    monkeypatch.setattr(indexing, "ONE_HOT_ROWS", one_hot_rows)
+    from flowlab.ops import scatter
+    monkeypatch.setattr(scatter, "ONE_HOT_ROWS", one_hot_rows)
     rng = np.random.default_rng(6)
     for n_rows, n, dtype in ((5, 100, np.float64), (100, 7, np.float64), (100, 256, np.float32), (300, 40, np.float32)):
         ids = rng.integers(-2, n_rows + 2, n)

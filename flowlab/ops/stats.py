@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from . import Op, apply, as_tensor, cupy_elementwise, spec
-from .indexing import unique_rows
+from .scatter import unique_rows
 
 def _floating(xp, x):
     """``x`` flattened, in a float type wide enough to sum without overflow (float16 and integers widen)."""

@@ -26,7 +26,7 @@ from ..errors import TraceError
 from ..initializers import constant_initializer, zeros_initializer
 from ..ops import Op, apply, spec
 from ..ops.array import concat, constant, identity
-from ..ops.indexing import unique_rows
+from ..ops.scatter import unique_rows
 from ..ops.math import Add
 from ..ops.variables import get_variable
 from ..runtime import blas, host_threads, session
