@@ -444,7 +444,15 @@ TEXT_JS = """(root) => {
     const parts = [];
     const skip = new Set(['SCRIPT', 'STYLE', 'TEMPLATE', 'NOSCRIPT']);
     const visit = (node) => {
-        if (node.nodeType === Node.TEXT_NODE) { parts.push(node.textContent); return; }
+        if (node.nodeType === Node.TEXT_NODE) {
+            // Chromium's parser splits a text longer than 65,536 characters into sibling text nodes: one text
+            // (a long printed line) again, not two words
+            const previous = node.previousSibling;
+            const joined = previous && previous.nodeType === Node.TEXT_NODE && parts.length;
+            if (joined) parts[parts.length - 1] += node.textContent;
+            else parts.push(node.textContent);
+            return;
+        }
         if (node.nodeType === Node.ELEMENT_NODE) {
             if (skip.has(node.tagName)) return;
             if (node.checkVisibility && !node.checkVisibility()) return;

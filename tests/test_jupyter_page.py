@@ -36,6 +36,7 @@ CELLS = [
     "import anywidget, traitlets\n"
     f"class Shadow(anywidget.AnyWidget):\n    _esm = {SHADOW_ESM!r}\n    n = traitlets.Int(7).tag(sync=True)\n"
     "Shadow()",
+    "print(','.join(map(str, range(15000))))",   # one printed line of 73,889 characters
 ]
 
 
@@ -88,6 +89,19 @@ def test_canvas_and_text_helpers_see_into_shadow_dom(nb):
     assert "inside the shadow 7" in nb.text(out)
     assert "inside the shadow" not in out.inner_text()           # what innerText alone would miss
     assert nb.errors() == [] and nb.output_errors() == []
+
+
+def test_text_helper_reads_a_line_longer_than_the_parsers_text_nodes_whole(nb):
+    """Chromium's HTML parser splits a text over 65,536 characters into sibling text nodes; ``text`` joins them
+    again without a space (a printed JSON of that size used to come back broken at character 65,536)."""
+    nb.run_cell(3)
+    nb.wait_idle()
+    out = nb.output_area(3)
+    out.wait_for()
+    nodes = out.evaluate("(el) => { const w = document.createTreeWalker(el, NodeFilter.SHOW_TEXT); let n = 0;"
+                         " while (w.nextNode()) if (w.currentNode.textContent.includes(',')) n += 1; return n; }")
+    assert nodes >= 2, "the printed line should reach the page as several text nodes"
+    assert nb.text(out) == ",".join(map(str, range(15000)))
 
 
 def test_restart_kernel_then_rerun(nb):
