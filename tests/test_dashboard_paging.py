@@ -211,8 +211,9 @@ def served_turns(store, after_turn=None):
     views = app.build_document(doc, store)
     protocol, sent = Protocol(), []
 
-    def patched(event):          # (what ServerSession._document_patched does for each subscribed connection)
-        if hasattr(event, "to_serializable"):
+    def patched(event):          # (what ServerSession._document_patched does for each subscribed connection,
+        # but the one whose message made the change: ``browser_sets``)
+        if hasattr(event, "to_serializable") and event.setter is not BROWSER:
             message = protocol.create("PATCH-DOC", [event])
             sent.append(len(message.content_json) + sum(len(b.data) for b in message.buffers))
 
@@ -225,6 +226,19 @@ def served_turns(store, after_turn=None):
     finally:
         gc.unfreeze()
     return turns, views
+
+
+BROWSER = object()           # the setter of a page's changes (``browser_sets``), as the server session is
+
+
+def browser_sets(model, attr, value):
+    """What the server does with a page's PATCH-DOC message setting ``model.attr`` to ``value`` (a list stays a
+    JSON list, as the page sends a JavaScript array; a NumPy array is encoded as the page sends a typed array): apply
+    it to the document, the session as the setter (it sends the change back to no one)."""
+    from bokeh.core.serialization import Serializer
+    model.document.apply_json_patch(
+        {"events": [{"kind": "ModelChanged", "model": {"id": model.id}, "attr": attr,
+                     "new": Serializer(deferred=False).encode(value)}]}, setter=BROWSER)
 
 
 def _run_turns(doc, sent, turns, after_turn=None):
