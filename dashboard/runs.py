@@ -21,6 +21,9 @@ validated and walked one at a time (~35 ms of an uncheck's turn at 10,000 runs).
 boolean array and sends its own changes (new runs, "check shown", ``check_only``) as the whole list of checked rows,
 as an int32 array (one binary buffer), through ``checks``, which the page applies to the table (``_CHECKS_JS``)
 whatever it last heard from the page.
+
+A served session lists new runs ``LIST_SLICE`` a turn (``update``); until every run is listed, the runs not listed
+yet are not shown (the cards draw listed runs only), and the summary says how many are still to come.
 """
 from __future__ import annotations
 
@@ -40,6 +43,9 @@ from .run_groups import RunGroups
 
 WIDTH = 250
 ROW_HEIGHT, MAX_HEIGHT = 24, 600      # the list scrolls past 25 runs
+# Runs a served session lists in one turn of its IOLoop (``update``): 100,000 new runs at once were one turn of
+# ~170 ms (their names and colours encoded and sent, their checks, the search over them: RE2 takes ~2 µs a name).
+LIST_SLICE = 10_000
 
 _colours: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # store -> {run: colour}
 
@@ -95,13 +101,27 @@ selected.indices = Array.from(rows);
 """
 
 
+def run_colours_of(store, runs):
+    """``run_colour(store, run)`` of each of ``runs``, as a NumPy string array: runs first seen here take the next
+    palette colours in order, in one pass (a hundred thousand new runs one call each: ~40 ms of a turn)."""
+    colours = _colours.setdefault(store, {})
+    new = [run for run in dict.fromkeys(runs) if run not in colours]
+    if new:
+        palette = np.array(run_colours(), dtype=str)
+        colours.update(zip(new, palette[np.arange(len(colours), len(colours) + len(new)) % len(palette)].tolist()))
+    return np.array([colours[run] for run in runs], dtype=str) if runs else np.zeros(0, dtype="<U1")
+
+
 class RunSelection:
     """One session's run list (see the module doc); ``layout()`` is its column of widgets."""
 
     def __init__(self, store):
         self.store = store
         self._runs: list[str] = []
+        self._listed: set[str] = set()               # the runs of ``_runs``
         self._matching: set[str] | None = None      # runs the search matches (None: every run)
+        self._matches = None                         # per row: whether the search matches it (None: no search)
+        self._unlisted = 0                           # runs of the store not listed yet (``update``)
         self._shown: frozenset | None = None         # cached answer of shown()
         self._listeners = []
         self._quiet = False                          # set while the server changes the checks itself
@@ -157,14 +177,15 @@ class RunSelection:
 
     # ------------------------------------------------------------------------------------------------ reading
     def shown(self) -> frozenset | None:
-        """The runs the tabs show, or None when that is every run."""
+        """The runs the tabs show, or None when that is every run. Only listed runs are shown: while a served
+        session lists a logdir's runs over several turns (``update``), the runs not listed yet are not."""
         if self._shown is None:
-            if self._matching is None and self._checked.all():
+            if self._matching is None and self._checked.all() and not self._unlisted:
                 self._shown = _EVERY
             else:
                 checked = {self._runs[i] for i in np.flatnonzero(self._checked).tolist()}
                 runs = checked if self._matching is None else checked & self._matching
-                self._shown = frozenset(runs) if len(runs) < len(self._runs) else _EVERY
+                self._shown = frozenset(runs) if len(runs) < len(self._runs) or self._unlisted else _EVERY
         return None if self._shown is _EVERY else self._shown
 
     def shows(self, run) -> bool:
@@ -183,6 +204,8 @@ class RunSelection:
     # ------------------------------------------------------------------------------------------------ updating
     def update(self) -> int:
         """Add the runs the store found since the last call, checked (on the session's IOLoop); returns how many.
+        In a served session at most ``LIST_SLICE`` a call: the app calls again in the next turn while it lists
+        ``app.LIST_ALONE`` or more (the runs not listed yet are not shown meanwhile: ``shown``).
 
         Names, colours and checks go as NumPy arrays: Bokeh hands a string array to the JSON encoder whole and sends
         an integer array as bytes, where it encoded (and walked, looking for models) a list of ten thousand one item
@@ -191,16 +214,21 @@ class RunSelection:
         runs = self.store.runs()
         if len(runs) == len(self._runs):
             return 0
-        known = set(self._runs)
-        new = [run for run in runs if run not in known]
+        listed = self._listed
+        new = [run for run in runs if run not in listed]
+        doc = self.table.document
+        if doc is not None and doc.session_context is not None and len(new) > LIST_SLICE:
+            new = new[:LIST_SLICE]
+        self._unlisted = len(runs) - len(self._runs) - len(new)
         start = len(self._runs)
         self._runs.extend(new)
+        listed.update(new)
         self.source.stream({"run": np.array(new, dtype=str),
-                            "colour": np.array([run_colour(self.store, run) for run in new], dtype=str)})
+                            "colour": run_colours_of(self.store, new)})
+        if self._pattern is not None:         # (before the checks: the summary counts the matches of every row)
+            self._apply_search(self._pattern, start)
         # (quiet: the views learn of new runs' series from the store)
         self._set_checks(np.concatenate([self._checked[:start], np.ones(len(new), bool)]), quiet=True)
-        if self._pattern is not None:
-            self._apply_search(self._pattern)
         self._shown = None
         self.table.height = min(MAX_HEIGHT, ROW_HEIGHT * len(self._runs) + 4)    # as tall as its rows, up to a max
         self._show_summary()
@@ -272,29 +300,39 @@ class RunSelection:
         self._apply_search(pattern if self.search.value else None)
         self._changed()
 
-    def _apply_search(self, pattern):
+    def _apply_search(self, pattern, start=0):
+        """Search the runs with ``pattern`` (None: show every run); ``start``: the rows before it were searched with
+        it already (runs just listed)."""
         self._pattern = pattern
         if pattern is None:
-            self._matching = None
+            self._matching = self._matches = None
             self.view.filter.indices = None
+            return
+        new = np.fromiter((pattern.search(run) is not None for run in self._runs[start:]), bool,
+                          len(self._runs) - start)
+        if start and self._matches is not None:
+            self._matches = np.concatenate([self._matches[:start], new])
+            self._matching |= {self._runs[start + i] for i in np.flatnonzero(new).tolist()}
         else:
-            rows = [i for i, run in enumerate(self._runs) if pattern.search(run) is not None]
-            self._matching = {self._runs[i] for i in rows}
-            with property_validation(False):      # (int32 rows: one binary buffer, not a list checked and encoded)
-                self.view.filter.indices = np.array(rows, np.int32)
+            self._matches = new
+            self._matching = {self._runs[i] for i in np.flatnonzero(new).tolist()}
+        with property_validation(False):      # (int32 rows: one binary buffer, not a list checked and encoded)
+            self.view.filter.indices = np.flatnonzero(self._matches).astype(np.int32)
 
     def _check(self, checked):
         """Check (or uncheck) every run the search shows."""
-        rows = np.ones(len(self._runs), bool) if self._matching is None else \
-            np.fromiter((run in self._matching for run in self._runs), bool, len(self._runs))
+        rows = np.ones(len(self._runs), bool) if self._matches is None else self._matches
         self._set_checks(self._checked | rows if checked else self._checked & ~rows)
 
     def _show_summary(self):
         if self._error:
             text = f'<span style="color:#c00">{html.escape(self._error)}</span>'
         else:
-            shown, n = self.shown(), len(self._runs)
-            text = f"{n if shown is None else len(shown):,} of {n:,} runs shown"
+            n = len(self._runs)        # (counted, not named: ``shown`` makes a set of names)
+            shown = int(np.count_nonzero(self._checked if self._matches is None else self._checked & self._matches))
+            text = f"{shown:,} of {n:,} runs shown"
+            if self._unlisted:
+                text += f"; {self._unlisted:,} more being listed"
         if self.summary.text != text:
             self.summary.text = text
 

@@ -198,17 +198,17 @@ class _Served:
     request = None
 
 
-def served_turns(store, after_turn=None):
-    """A whole session document (``app.build_document``) that says it is served, its IOLoop turns run one by one as
-    the server runs them: each next-tick callback is a turn, and each change it makes to the document becomes a
-    PATCH-DOC message as the server makes it, in the turn (Bokeh serialises there). Returns, per turn, ``(CPU
-    seconds, models that joined the document, bytes of the messages)``, and the session's views. ``after_turn(views)``,
-    when given, is called after each turn (outside its time): to look at the session, or act on it, between turns."""
+def served(doc):
+    """Make ``doc`` say it is served (a session context, as Bokeh's weak reference to it, but living as long as the
+    document)."""
+    context = _Served()
+    doc._session_context = lambda: context
+
+
+def sending(doc):
+    """Serialise each change of ``doc`` as the server does, into a PATCH-DOC message; returns the list that gets the
+    bytes of each message (``_run_turns`` sums them per turn)."""
     from bokeh.protocol import Protocol
-    from flowlab.dashboard import app
-    doc, context = Document(), _Served()
-    doc._session_context = lambda: context          # (as Bokeh's weak reference, but living as long as the doc)
-    views = app.build_document(doc, store)
     protocol, sent = Protocol(), []
 
     def patched(event):          # (what ServerSession._document_patched does for each subscribed connection,
@@ -218,6 +218,20 @@ def served_turns(store, after_turn=None):
             sent.append(len(message.content_json) + sum(len(b.data) for b in message.buffers))
 
     doc.on_change(patched)
+    return sent
+
+
+def served_turns(store, after_turn=None):
+    """A whole session document (``app.build_document``) that says it is served, its IOLoop turns run one by one as
+    the server runs them: each next-tick callback is a turn, and each change it makes to the document becomes a
+    PATCH-DOC message as the server makes it, in the turn (Bokeh serialises there). Returns, per turn, ``(CPU
+    seconds, models that joined the document, bytes of the messages)``, and the session's views. ``after_turn(views)``,
+    when given, is called after each turn (outside its time): to look at the session, or act on it, between turns."""
+    from flowlab.dashboard import app
+    doc = Document()
+    served(doc)
+    views = app.build_document(doc, store)
+    sent = sending(doc)
     turns = []
     gc.collect()
     gc.freeze()             # what earlier tests left is not the turns' work (a full collection of it cost 0.2 s)
