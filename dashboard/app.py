@@ -45,7 +45,8 @@ from .views.status import StatusLine
 log = logging.getLogger(__name__)
 PERIOD_MS = 100          # a session's tick: cheap when nothing moved (one integer compared)
 # A server session's refresh that lists this many new runs leaves the tabs to the next IOLoop turn: ten thousand runs
-# listed and the Scalars tab opened were one turn of ~100 ms (the loop's budget per turn; see views/scalars.py).
+# listed and the Scalars tab opened were one turn of ~100 ms (the loop's budget per turn; see views/scalars.py). The
+# run list lists at most ``runs.LIST_SLICE`` runs a call: the next turn's refresh lists more, the tabs wait for all.
 LIST_ALONE = 1000
 # Sources a view fills in a compact form that the page expands on change (the scalars' flat columns) also need that
 # expansion when they arrive with the document itself: re-emit them once it is ready.

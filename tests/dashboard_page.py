@@ -77,13 +77,14 @@ def open_dashboard(browser, url, timeout_ms=60000, warnings=None, **page_options
     return page, errors
 
 
-# The runs each scalars card draws, as the page filters its rows (the raw and smoothed lines share the filter).
+# The runs each scalars card draws, as the page filters its rows (the raw and smoothed lines share the filter; its
+# indices arrive as a typed array).
 DRAWN_JS = """() => { const drawn = new Map();
     for (const m of Bokeh.documents[0].all_models)
       if (m.constructor.__name__ === "GlyphRenderer" && m.glyph.constructor.__name__ === "MultiLine"
           && m.data_source.data.smooth) {
         const runs = m.data_source.data.run, keep = m.view.filter.indices;
-        drawn.set(m.data_source.id, (keep == null ? runs : keep.map((i) => runs[i])).slice().sort());
+        drawn.set(m.data_source.id, (keep == null ? [...runs] : Array.from(keep, (i) => runs[i])).sort());
       }
     return [...drawn.values()]; }"""
 

@@ -198,25 +198,40 @@ class _Served:
     request = None
 
 
+def served(doc):
+    """Make ``doc`` say it is served (a session context, as Bokeh's weak reference to it, but living as long as the
+    document)."""
+    context = _Served()
+    doc._session_context = lambda: context
+
+
+def sending(doc):
+    """Serialise each change of ``doc`` as the server does, into a PATCH-DOC message; returns the list that gets the
+    bytes of each message (``_run_turns`` sums them per turn)."""
+    from bokeh.protocol import Protocol
+    protocol, sent = Protocol(), []
+
+    def patched(event):          # (what ServerSession._document_patched does for each subscribed connection,
+        # but the one whose message made the change: ``browser_sets``)
+        if hasattr(event, "to_serializable") and event.setter is not BROWSER:
+            message = protocol.create("PATCH-DOC", [event])
+            sent.append(len(message.content_json) + sum(len(b.data) for b in message.buffers))
+
+    doc.on_change(patched)
+    return sent
+
+
 def served_turns(store, after_turn=None):
     """A whole session document (``app.build_document``) that says it is served, its IOLoop turns run one by one as
     the server runs them: each next-tick callback is a turn, and each change it makes to the document becomes a
     PATCH-DOC message as the server makes it, in the turn (Bokeh serialises there). Returns, per turn, ``(CPU
     seconds, models that joined the document, bytes of the messages)``, and the session's views. ``after_turn(views)``,
     when given, is called after each turn (outside its time): to look at the session, or act on it, between turns."""
-    from bokeh.protocol import Protocol
     from flowlab.dashboard import app
-    doc, context = Document(), _Served()
-    doc._session_context = lambda: context          # (as Bokeh's weak reference, but living as long as the doc)
+    doc = Document()
+    served(doc)
     views = app.build_document(doc, store)
-    protocol, sent = Protocol(), []
-
-    def patched(event):          # (what ServerSession._document_patched does for each subscribed connection)
-        if hasattr(event, "to_serializable"):
-            message = protocol.create("PATCH-DOC", [event])
-            sent.append(len(message.content_json) + sum(len(b.data) for b in message.buffers))
-
-    doc.on_change(patched)
+    sent = sending(doc)
     turns = []
     gc.collect()
     gc.freeze()             # what earlier tests left is not the turns' work (a full collection of it cost 0.2 s)
@@ -225,6 +240,19 @@ def served_turns(store, after_turn=None):
     finally:
         gc.unfreeze()
     return turns, views
+
+
+BROWSER = object()           # the setter of a page's changes (``browser_sets``), as the server session is
+
+
+def browser_sets(model, attr, value):
+    """What the server does with a page's PATCH-DOC message setting ``model.attr`` to ``value`` (a list stays a
+    JSON list, as the page sends a JavaScript array; a NumPy array is encoded as the page sends a typed array): apply
+    it to the document, the session as the setter (it sends the change back to no one)."""
+    from bokeh.core.serialization import Serializer
+    model.document.apply_json_patch(
+        {"events": [{"kind": "ModelChanged", "model": {"id": model.id}, "attr": attr,
+                     "new": Serializer(deferred=False).encode(value)}]}, setter=BROWSER)
 
 
 def _run_turns(doc, sent, turns, after_turn=None):

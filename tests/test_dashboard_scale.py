@@ -89,7 +89,7 @@ def test_the_run_list_of_ten_thousand_runs_has_the_models_of_ten_and_finds_the_l
     assert big.shown() is None and big.summary.text == "10,000 of 10,000 runs shown"
 
     search(big, "^run9999$")                               # the last run, past any page of the list
-    assert big.view.filter.indices == [9999]
+    assert list(big.view.filter.indices) == [9999]
     assert big.shown() == {"run9999"} and big.summary.text == "1 of 10,000 runs shown"
     search(big, "run9[89]9[07]")
     assert [names[i] for i in big.view.filter.indices] == ["run9890", "run9897", "run9990", "run9997"]

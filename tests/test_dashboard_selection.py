@@ -77,7 +77,7 @@ def test_dots_ticks_and_downloads_follow_the_run_list(views):
 
     runs.check_only([])                                     # nothing checked: nothing drawn, not even a dot
     assert marks_of(loss) == ([], []) and marks_of(acc) == ([], [])
-    assert loss.filter.indices == [] and acc.filter.indices == []
+    assert list(loss.filter.indices) == [] and list(acc.filter.indices) == []
     assert download_runs(loss) == []
 
     runs.check_only(RUNS)
