@@ -50,6 +50,47 @@ def tensor_summary(value):
     return tensor_summary(TensorStats.from_vector(x.shape, stats_vector(np, x)))
 
 
+def sticky_range(current, lo, hi, *, start=None, pad=0.05, headroom=0.25, fill=0.5):
+    """``(start, end)`` of an axis that shows the data extent ``lo…hi``, changed as rarely as that allows.
+
+    ``current`` (``(start, end)`` or None) is kept while it holds the whole extent and the extent fills at least
+    ``fill`` of it: a live figure whose range is set with its data repaints once per update and never lays itself out
+    again, where BokehJS's auto ranges change inside a paint and ask for another (issue 33). Otherwise the extent is
+    padded by ``pad`` of its span each side, and a side the data outgrew gets ``headroom`` more, so a growing series
+    (steps, a diverging loss) moves its range every ~25 % of growth, not every update. ``start`` pins the start (a
+    count axis from 0). ``lo``/``hi`` must be finite (callers take them over finite values: a spike always shows;
+    NaN steps are drawn on a range of their own); an extent of zero span gets a unit-sized range around it."""
+    if start is not None:
+        lo = min(lo, start)
+    span = hi - lo
+    if not span > 0:
+        span = abs(hi) * 0.1 or 1.0
+        lo, hi = lo - 0.5 * span, hi + 0.5 * span
+    if current is not None:
+        c0, c1 = current
+        if c0 <= lo and hi <= c1 and (start is None or c0 == start) and hi - lo >= fill * (c1 - c0):
+            return current
+    new0 = lo - pad * span if start is None else start
+    new1 = hi + pad * span
+    if current is not None:
+        if hi > current[1]:
+            new1 += headroom * span
+        if start is None and lo < current[0]:
+            new0 -= headroom * span
+    return float(new0), float(new1)
+
+
+def finite_extent(*columns):
+    """``(lo, hi)`` over the finite values of ``columns`` (arrays), or None when there are none."""
+    lo, hi = math.inf, -math.inf
+    for values in columns:
+        values = np.asarray(values, np.float64)
+        values = values[np.isfinite(values)]
+        if values.size:
+            lo, hi = min(lo, float(values.min())), max(hi, float(values.max()))
+    return (lo, hi) if lo <= hi else None
+
+
 class Trend:
     """Per-step statistics of a tensor (or a scalar such as the loss) over a whole run, in at most ``max_points``
     buckets of consecutive steps, losing no extreme (``StepBuckets``).
