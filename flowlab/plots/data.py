@@ -54,29 +54,34 @@ def sticky_range(current, lo, hi, *, start=None, pad=0.05, headroom=0.25, fill=0
     """``(start, end)`` of an axis that shows the data extent ``lo…hi``, changed as rarely as that allows.
 
     ``current`` (``(start, end)`` or None) is kept while it holds the whole extent and the extent fills at least
-    ``fill`` of it: a live figure whose range is set with its data repaints once per update and never lays itself out
-    again, where BokehJS's auto ranges change inside a paint and ask for another (issue 33). Otherwise the extent is
-    padded by ``pad`` of its span each side, and a side the data outgrew gets ``headroom`` more, so a growing series
-    (steps, a diverging loss) moves its range every ~25 % of growth, not every update. ``start`` pins the start (a
-    count axis from 0). ``lo``/``hi`` must be finite (callers take them over finite values: a spike always shows;
-    NaN steps are drawn on a range of their own); an extent of zero span gets a unit-sized range around it."""
+    ``fill`` of it: a live figure whose range is set with its data repaints once per update and is not laid out
+    again, where BokehJS's auto ranges change inside a paint and ask for another (issue 33). When the data outgrows
+    a side, that side moves past it by ``pad`` + ``headroom`` of the extent's span and the other side stays (a
+    growing series, a histogram whose extremes jitter, moves its range every ~``headroom`` of growth, not every
+    update); a first fit, or an extent shrunk under ``fill``, gets ``pad`` each side. ``start`` pins the start (a
+    count axis from 0). ``lo``/``hi`` must be finite (callers take them over finite values, so a spike always
+    shows); an extent of zero span gets a range of a tenth of its value (1 at 0) around it."""
     if start is not None:
         lo = min(lo, start)
     span = hi - lo
     if not span > 0:
         span = abs(hi) * 0.1 or 1.0
         lo, hi = lo - 0.5 * span, hi + 0.5 * span
-    if current is not None:
-        c0, c1 = current
-        if c0 <= lo and hi <= c1 and (start is None or c0 == start) and hi - lo >= fill * (c1 - c0):
-            return current
-    new0 = lo - pad * span if start is None else start
-    new1 = hi + pad * span
-    if current is not None:
-        if hi > current[1]:
-            new1 += headroom * span
-        if start is None and lo < current[0]:
-            new0 -= headroom * span
+    tight = (lo - pad * span if start is None else start, hi + pad * span)
+    if current is None:
+        return float(tight[0]), float(tight[1])
+    c0, c1 = current
+    inside = c0 <= lo and hi <= c1 and (start is None or c0 == start)
+    if inside:
+        return current if span >= fill * (c1 - c0) else (float(tight[0]), float(tight[1]))
+    if lo >= c0 and (start is None or c0 == start):
+        new0 = c0
+    else:
+        new0 = tight[0] - (0.0 if start is not None else headroom * span)
+    new1 = c1 if hi <= c1 else tight[1] + headroom * span
+    if span < fill * (new1 - new0):         # the side kept was wide: fit it again (or the next update would)
+        new0 = tight[0] if lo >= c0 else new0
+        new1 = tight[1] if hi <= c1 else new1
     return float(new0), float(new1)
 
 

@@ -178,10 +178,11 @@ def live_range():
     return Range1d(start=0, end=1)
 
 
-def fit_range(live, rng, extent, start=None, log=False):
+def fit_range(live, rng, extent, start=None, log=False, headroom=0.25):
     """Set ``rng`` (a ``Range1d`` of a figure in the ``LiveDocument`` ``live``) to show ``extent`` (``(lo, hi)``,
     finite; None: leave it), moving it only when ``sticky_range`` says so; ``log``: for a log axis (``extent`` and
-    ``start`` positive). ``live=None``: set the model itself, fitted afresh (a figure drawn once: a static copy).
+    ``start`` positive); ``headroom``: ``sticky_range``'s. ``live=None``: set the model itself, fitted afresh (a
+    figure drawn once: a static copy).
     Returns whether it changed."""
     if extent is None:
         return False
@@ -189,12 +190,13 @@ def fit_range(live, rng, extent, start=None, log=False):
     current = None if None in ends else ends
     if log:         # fitted in decades: headroom and the "half full" rule mean the same on a log axis
         decades = lambda e: None if e is None else (math.log10(e[0]), math.log10(e[1]))     # noqa: E731
-        new = sticky_range(decades(current), *decades(extent), start=None if start is None else math.log10(start))
+        new = sticky_range(decades(current), *decades(extent), start=None if start is None else math.log10(start),
+                           headroom=headroom)
         if new == decades(current):
             return False
         new = (10.0 ** new[0], 10.0 ** new[1])
     else:
-        new = sticky_range(current, *extent, start=start)
+        new = sticky_range(current, *extent, start=start, headroom=headroom)
         if new == current:
             return False
     if live is None:
@@ -350,7 +352,8 @@ def trend_figure(source, y_label="value", fitted=True):
 def fit_trend(live, fig, columns):
     """Fit ``trend_figure`` ``fig``'s ranges to a trend source's full ``columns`` (every step, every finite value of
     the bands and the line, so a spike shows), set in ``live`` with them (see ``fit_range``)."""
-    fit_range(live, fig.x_range, finite_extent(columns["step"], columns["end"]))
+    # steps only grow: room for half as many again when outgrown, so the axis moves once per 1.5x of the run
+    fit_range(live, fig.x_range, finite_extent(columns["step"], columns["end"]), headroom=0.5)
     fit_range(live, fig.y_range, finite_extent(*(columns[c] for c in ("min", "max", "lower", "upper", "mean"))))
 
 
