@@ -116,8 +116,9 @@ def train_and_watch(nb):
     counts = nb.page.evaluate("() => window.__flLayouts")
     nb.wait_idle()
     # Updates repaint plots; they lay none out again unless an axis changed size (issue 33: BokehJS 3.9 relaid the
-    # whole document for nearly every paint, ~7 times per WatchPanel update, most of the page's work)
-    assert counts["paints"] >= 20 and counts["layouts"] <= counts["paints"] / 4, counts
+    # whole document on most paints, up to ~7 times per WatchPanel update, most of the page's work; measured here:
+    # 68 layouts for 283 paints before live.js checked the sizes itself, 6 for 300 after)
+    assert counts["paints"] >= 20 and counts["layouts"] <= 5 + counts["paints"] / 20, counts
     return steps, pictures, nb.sent_messages("comm_msg", since=start, until=end)
 
 
