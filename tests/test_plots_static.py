@@ -11,8 +11,8 @@ from bokeh.layouts import column, row
 from bokeh.models import Button, ColumnDataSource, DatetimeAxis, Range1d
 
 from flowlab.plots.data import Trend, histogram_data
-from flowlab.plots.figures import (ALARM, BAND, VALUE, heading, histogram_columns, histogram_source, histogram_view,
-                                   plain_figure, stats_columns, stats_source, stats_view, status_sources,
+from flowlab.plots.figures import (ALARM, BAND, VALUE, fit_histogram, fit_trend, heading, histogram_columns,
+                                   histogram_source, histogram_view, plain_figure, stats_columns, stats_source, stats_view, status_sources,
                                    status_view, trend_columns, trend_figure, trend_source)
 from flowlab.plots.static import data_range, to_html
 from flowlab.watching import TensorStats
@@ -107,6 +107,7 @@ def histogram(values, log=False):
     source = histogram_source()
     source.data = histogram_columns(histogram_data(np.asarray(values, np.float64)))
     view, toggle = histogram_view(source, log=log)
+    fit_histogram(None, view.children, source.data)         # what the live widget sets with the data
     return column(toggle, view, sizing_mode="stretch_width"), source
 
 
@@ -122,7 +123,9 @@ def trend(values, label="value"):
         t.add(step, stats(value))
     source = trend_source()
     source.data = trend_columns(t.columns())
-    return trend_figure(source, label), source
+    fig = trend_figure(source, label)
+    fit_trend(None, fig, source.data)
+    return fig, source
 
 
 def one_svg(layout, width=900):

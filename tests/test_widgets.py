@@ -973,3 +973,64 @@ def test_a_panel_fed_by_a_gpu_job_gets_summaries_through_the_dispatcher(sent):
         panel.close()
     finally:
         backend.use("cpu")
+
+
+# ------------------------------------------------------------------------------------------ ranges set by Python
+
+def test_sticky_range_holds_the_data_and_moves_only_when_it_must():
+    from flowlab.plots import sticky_range
+    first = sticky_range(None, 0.0, 10.0)
+    assert first == pytest.approx((-0.5, 10.5))                 # 5 % of the span each side, as DataRange1d pads
+    assert sticky_range(first, 1.0, 9.0) is first                # inside and more than half full: kept
+    assert sticky_range(first, 4.0, 5.0) != first                # under half full: fitted again
+    grown = sticky_range(first, 0.0, 20.0)                       # outgrown: headroom on the growing side
+    assert grown == pytest.approx((-0.5, 26.0))                 # the start stays; the end 5 % + 25 % past the data
+    assert sticky_range(grown, 0.0, 22.0) is grown               # ... so the next steps fit without a change
+    assert sticky_range(None, 0.0, 80.0, start=0.0) == pytest.approx((0.0, 84.0))    # a count axis from 0
+    assert sticky_range(None, 3.0, 3.0) == pytest.approx((2.835, 3.165))              # a constant: a range round it
+    assert sticky_range(None, 0.0, 0.0) == pytest.approx((-0.55, 0.55))
+
+
+def test_panel_ranges_are_set_with_the_data_hold_every_value_and_a_spike_and_rarely_change(sent):
+    """Histograms and trends have explicit ranges sent in the same update as their data (BokehJS's auto ranges change
+    inside a paint and ask for another, re-laying the plot out), holding every bucket, every count and every finite
+    value of the trend (a spike included; a NaN step is a red band on a range of its own), and changing on few
+    updates."""
+    from bokeh.models import DataRange1d, Range1d
+    panel = WatchPanel(mode="notebook", bins=10)
+    panel._refresher.stop()
+    range_updates, updates = 0, 0
+    for step in range(40):
+        values = RNG.normal(size=1000) * (1 + 0.01 * step)
+        if step == 25:
+            values[3] = 5e4                                     # one spike
+        if step == 30:
+            values[:] = np.nan                                  # a step with nothing finite
+        panel.watch_event(values, Def("dense/out", (1000,)), "value", step)
+        panel.refresh()
+        page = Page(panel.widget, sent).update()
+        (row,) = panel._rows.values()
+        linear, logarithmic = (page.model(f) for f in row.hist_figures)
+        trend_fig = page.model(row.trend_fig)
+        for fig in (linear, logarithmic, trend_fig):
+            assert type(fig.x_range) is Range1d and type(fig.y_range) is Range1d
+        assert not [m for m in page.doc.models if isinstance(m, DataRange1d)]
+        hist = page.model(row.hist_source).data
+        if len(hist["top"]):
+            assert linear.x_range.start < min(hist["left"]) and max(hist["right"]) < linear.x_range.end
+            assert linear.y_range.start == 0 and max(hist["top"]) < linear.y_range.end
+            assert logarithmic.y_range.start == 0.5 and max(hist["top"]) < logarithmic.y_range.end
+        trend = page.model(row.trend_source).data
+        assert trend_fig.x_range.start <= trend["step"][0] and trend["end"][-1] <= trend_fig.x_range.end
+        finite = np.concatenate([np.asarray(trend[c]) for c in ("min", "max", "lower", "upper", "mean")])
+        finite = finite[np.isfinite(finite)]
+        assert trend_fig.y_range.start <= finite.min() and finite.max() <= trend_fig.y_range.end
+        if step >= 25:
+            assert trend_fig.y_range.end >= 5e4                  # the spike stays in view
+        last = sent.of(panel.widget)[-1][1]
+        if last.get("method") == "custom":
+            updates += 1
+            ids = {r.id for f in (row.hist_figures[0], row.trend_fig) for r in (f.x_range, f.y_range)}
+            range_updates += any(model in ids for model, _ in last["content"]["props"])
+    assert updates >= 35 and range_updates <= updates // 3, (range_updates, updates)
+    panel.close()

@@ -50,6 +50,52 @@ def tensor_summary(value):
     return tensor_summary(TensorStats.from_vector(x.shape, stats_vector(np, x)))
 
 
+def sticky_range(current, lo, hi, *, start=None, pad=0.05, headroom=0.25, fill=0.5):
+    """``(start, end)`` of an axis that shows the data extent ``lo…hi``, changed as rarely as that allows.
+
+    ``current`` (``(start, end)`` or None) is kept while it holds the whole extent and the extent fills at least
+    ``fill`` of it: a live figure whose range is set with its data repaints once per update and is not laid out
+    again, where BokehJS's auto ranges change inside a paint and ask for another (issue 33). When the data outgrows
+    a side, that side moves past it by ``pad`` + ``headroom`` of the extent's span and the other side stays (a
+    growing series, a histogram whose extremes jitter, moves its range every ~``headroom`` of growth, not every
+    update); a first fit, or an extent shrunk under ``fill``, gets ``pad`` each side. ``start`` pins the start (a
+    count axis from 0). ``lo``/``hi`` must be finite (callers take them over finite values, so a spike always
+    shows); an extent of zero span gets a range of a tenth of its value (1 at 0) around it."""
+    if start is not None:
+        lo = min(lo, start)
+    span = hi - lo
+    if not span > 0:
+        span = abs(hi) * 0.1 or 1.0
+        lo, hi = lo - 0.5 * span, hi + 0.5 * span
+    tight = (lo - pad * span if start is None else start, hi + pad * span)
+    if current is None:
+        return float(tight[0]), float(tight[1])
+    c0, c1 = current
+    inside = c0 <= lo and hi <= c1 and (start is None or c0 == start)
+    if inside:
+        return current if span >= fill * (c1 - c0) else (float(tight[0]), float(tight[1]))
+    if lo >= c0 and (start is None or c0 == start):
+        new0 = c0
+    else:
+        new0 = tight[0] - (0.0 if start is not None else headroom * span)
+    new1 = c1 if hi <= c1 else tight[1] + headroom * span
+    if span < fill * (new1 - new0):         # the side kept was wide: fit it again (or the next update would)
+        new0 = tight[0] if lo >= c0 else new0
+        new1 = tight[1] if hi <= c1 else new1
+    return float(new0), float(new1)
+
+
+def finite_extent(*columns):
+    """``(lo, hi)`` over the finite values of ``columns`` (arrays), or None when there are none."""
+    lo, hi = math.inf, -math.inf
+    for values in columns:
+        values = np.asarray(values, np.float64)
+        values = values[np.isfinite(values)]
+        if values.size:
+            lo, hi = min(lo, float(values.min())), max(hi, float(values.max()))
+    return (lo, hi) if lo <= hi else None
+
+
 class Trend:
     """Per-step statistics of a tensor (or a scalar such as the loss) over a whole run, in at most ``max_points``
     buckets of consecutive steps, losing no extreme (``StepBuckets``).

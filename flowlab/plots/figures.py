@@ -23,7 +23,7 @@ from bokeh.models import (AllIndices, AllLabels, BasicTickFormatter, BasicTicker
 from bokeh.plotting import figure
 
 from .colours import ALARM
-from .data import Trend, tensor_summary
+from .data import Trend, finite_extent, sticky_range, tensor_summary
 from .static import COMPACT_TICKS, SCALE_TICKS, VALUE_LABELS
 
 WIDTH, HEIGHT = 320, 200        # a dashboard card's figure
@@ -167,6 +167,45 @@ def _live_figure(**kwargs):
     return fig
 
 
+# ------------------------------------------------------------------------------------------- ranges set by Python
+# A live figure's ranges are Range1d set from Python with its data, in the same update (``fit_range``): BokehJS's
+# DataRange1d recomputes its bounds inside a paint, and when they change asks for another paint and lays the plot
+# out again (a WatchPanel's histograms and trends changed range on 10 of 18 updates). ``sticky_range`` changes them
+# only when the data leaves them or shrinks to under half of them, so most updates repaint once and lay out nothing.
+
+def live_range():
+    """A range for ``fit_range`` (0…1 until the first fit, as BokehJS shows an empty auto range)."""
+    return Range1d(start=0, end=1)
+
+
+def fit_range(live, rng, extent, start=None, log=False, headroom=0.25):
+    """Set ``rng`` (a ``Range1d`` of a figure in the ``LiveDocument`` ``live``) to show ``extent`` (``(lo, hi)``,
+    finite; None: leave it), moving it only when ``sticky_range`` says so; ``log``: for a log axis (``extent`` and
+    ``start`` positive); ``headroom``: ``sticky_range``'s. ``live=None``: set the model itself, fitted afresh (a
+    figure drawn once: a static copy).
+    Returns whether it changed."""
+    if extent is None:
+        return False
+    ends = (None, None) if live is None else (live.get(rng, "start"), live.get(rng, "end"))
+    current = None if None in ends else ends
+    if log:         # fitted in decades: headroom and the "half full" rule mean the same on a log axis
+        decades = lambda e: None if e is None else (math.log10(e[0]), math.log10(e[1]))     # noqa: E731
+        new = sticky_range(decades(current), *decades(extent), start=None if start is None else math.log10(start),
+                           headroom=headroom)
+        if new == decades(current):
+            return False
+        new = (10.0 ** new[0], 10.0 ** new[1])
+    else:
+        new = sticky_range(current, *extent, start=start, headroom=headroom)
+        if new == current:
+            return False
+    if live is None:
+        rng.update(start=new[0], end=new[1])
+    else:
+        live.set(rng, start=new[0], end=new[1])
+    return True
+
+
 # ------------------------------------------------------------------------------------------------------ histograms
 
 def histogram_source():
@@ -189,6 +228,8 @@ def is_spiky(top, ratio=20.0):
     return counts.size > 2 and counts.max() > ratio * np.median(counts)
 
 
+LOG_COUNT_FLOOR = 0.5    # where a log count axis starts: the bars stand on it, so a count of 1 shows
+
 # Hover texts of histogram bars: the range to four significant digits, counts in full.
 BUCKET_TIP = ("bucket", "@left{%0.4g} … @right{%0.4g}")
 BUCKET_FORMATS = {"@left": "printf", "@right": "printf"}
@@ -204,7 +245,7 @@ def histogram_bars(fig, source, color=VALUE, alpha=0.7, log=False, top="top", to
     through. ``log``: the bars stand on 0.5 of a log count axis and their tops come from the ``{top}_log`` column
     (empty buckets NaN: see ``histogram_columns``). ``add_glyph(fig, source, glyph, **kwargs)`` adds the renderer
     (a dashboard card's ``CardParts.add_glyph``; default: the figure's own). Returns the renderer."""
-    glyph = Quad(left="left", right="right", top=f"{top}_log" if log else top, bottom=0.5 if log else 0,
+    glyph = Quad(left="left", right="right", top=f"{top}_log" if log else top, bottom=LOG_COUNT_FLOOR if log else 0,
                  fill_color=color, fill_alpha=alpha, line_color=color, line_alpha=min(1.0, alpha + 0.3))
     renderer = (add_glyph(fig, source, glyph, **renderer_kwargs) if add_glyph is not None else
                 fig.add_glyph(source, glyph, **renderer_kwargs))
@@ -219,12 +260,12 @@ def histogram_view(source, log=False, x_label=None):
 
     Nothing of the figures themselves changes as new histograms come (which step one is shows in ``stats_view``'s
     "hist" row, canvas text): BokehJS lays a plot out again whenever an axis property changes, and moves a title's
-    element when its width does, each forcing the page to recalculate styles."""
-    linear = _live_figure(x_axis_label=x_label, y_axis_label="count")
+    element when its width does, each forcing the page to recalculate styles. For the same reason the ranges are
+    set from Python with the data (``fit_histogram``), not auto-ranged in the page."""
+    linear = _live_figure(x_axis_label=x_label, y_axis_label="count", x_range=live_range(), y_range=live_range())
     histogram_bars(linear, source)
-    linear.y_range.start = 0
     logarithmic = _live_figure(x_axis_label=x_label, y_axis_label="count (log)", y_axis_type="log",
-                               x_range=linear.x_range)
+                               x_range=linear.x_range, y_range=Range1d(start=LOG_COUNT_FLOOR, end=10))
     logarithmic.yaxis.ticker, logarithmic.yaxis.formatter = scale_ticker(), value_labels()
     histogram_bars(logarithmic, source, log=True)
     linear.visible, logarithmic.visible = not log, log
@@ -232,6 +273,17 @@ def histogram_view(source, log=False, x_label=None):
     toggle.js_on_change("active", CustomJS(args={"linear": linear, "logarithmic": logarithmic}, code=(
         "linear.visible = !cb_obj.active; logarithmic.visible = cb_obj.active;")))
     return column(linear, logarithmic, sizing_mode="stretch_width"), toggle
+
+
+def fit_histogram(live, figures, columns):
+    """Fit the ranges of ``histogram_view``'s ``figures`` (linear, log) to ``columns`` (``histogram_columns``),
+    set in ``live`` with them: every bucket and the tallest count inside (see ``fit_range``)."""
+    linear, logarithmic = figures
+    fit_range(live, linear.x_range, finite_extent(columns["left"], columns["right"]))
+    top = finite_extent(columns["top"])
+    if top is not None and top[1] > 0:
+        fit_range(live, linear.y_range, (0.0, top[1]), start=0.0)
+        fit_range(live, logarithmic.y_range, (LOG_COUNT_FLOOR, max(top[1], 1.0)), start=LOG_COUNT_FLOOR, log=True)
 
 
 # ---------------------------------------------------------------------------------------------- bands over steps
@@ -255,7 +307,8 @@ def draw_bands(fig, source, bands, line, marks, tooltips, add_glyph=None):
              for lower, upper, colour, alpha in bands]
     name, colour = line
     centre = add(Line(x="step", y=name, line_color=colour, line_width=1.5))
-    fig.y_range.renderers = drawn + [centre]
+    if isinstance(fig.y_range, DataRange1d):
+        fig.y_range.renderers = drawn + [centre]
     fig.extra_y_ranges = {"marks": Range1d(0, 1)}
     left, right, top = marks
     # outlined: a mark one step wide (or none) on a long run is thinner than a pixel, and must still show
@@ -280,10 +333,13 @@ def trend_columns(columns):
     return dict(columns, mark=np.where(np.asarray(columns["nonfinite"]) > 0, 1.0, np.nan))
 
 
-def trend_figure(source, y_label="value"):
+def trend_figure(source, y_label="value", fitted=True):
     """A ``Trend`` over steps (``draw_bands``): the mean as a line, mean ± std as a band, the min…max envelope faint
-    behind, and a red band the plot's height over every step that held NaN/Inf. Hover reads a bucket's numbers."""
-    fig = _live_figure(x_axis_label="step", y_axis_label=y_label)
+    behind, and a red band the plot's height over every step that held NaN/Inf. Hover reads a bucket's numbers.
+    ``fitted``: its ranges are set from Python with the data (``fit_trend``); else BokehJS fits them to the data
+    (a source the page itself fills: the ``HealthPanel``'s)."""
+    ranges = dict(x_range=live_range(), y_range=live_range()) if fitted else {}
+    fig = _live_figure(x_axis_label="step", y_axis_label=y_label, **ranges)
     fig.xaxis.formatter = compact_ticks()
     fig.yaxis.formatter = compact_ticks()      # a diverging gradient norm: "3e+18", not BokehJS's "3.000e+18"
     draw_bands(fig, source, [("min", "max", ENVELOPE, 0.35), ("lower", "upper", BAND, 0.3)], ("mean", BAND),
@@ -291,6 +347,14 @@ def trend_figure(source, y_label="value"):
                    ("step", "@step{0,0}"), ("mean", "@mean{%0.4g}"), ("mean ± std", "@lower{%0.4g} … @upper{%0.4g}"),
                    ("min … max", "@min{%0.4g} … @max{%0.4g}"), ("NaN/Inf", "@nonfinite{0,0}")])
     return fig
+
+
+def fit_trend(live, fig, columns):
+    """Fit ``trend_figure`` ``fig``'s ranges to a trend source's full ``columns`` (every step, every finite value of
+    the bands and the line, so a spike shows), set in ``live`` with them (see ``fit_range``)."""
+    # steps only grow: room for half as many again when outgrown, so the axis moves once per 1.5x of the run
+    fit_range(live, fig.x_range, finite_extent(columns["step"], columns["end"]), headroom=0.5)
+    fit_range(live, fig.y_range, finite_extent(*(columns[c] for c in ("min", "max", "lower", "upper", "mean"))))
 
 
 # ------------------------------------------------------------------------------------------- numbers that change

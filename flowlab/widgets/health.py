@@ -458,7 +458,7 @@ class HealthPanel(LiveView):
         fig.name, self.heatmap.source.name = "health-heatmap", "health-heat"
         self._trend_source = trend_source()
         self._trend_source.name = "health-trend"
-        self.trend = trend_figure(self._trend_source, y_label=self.statistic)
+        self.trend = trend_figure(self._trend_source, y_label=self.statistic, fitted=False)   # the page fills it
         self.trend.name = "health-trend-figure"
         self.trend.title.text_font_size = "9pt"
         self.select = Select(value=self.statistic, options=list(grid.statistics), width=190, name="health-statistic",

@@ -27,10 +27,42 @@ async function loadBokeh(model) {
       }
       const bokeh = globalThis.Bokeh?.[version];
       if (!bokeh) throw new Error(`BokehJS ${version} did not load`);
+      layoutOnlyOnChange(bokeh);
       return bokeh;
     })());
   }
   return LOADING.get(version);
+}
+
+// BokehJS 3.9 lays a plot out again before a paint when one of its side panels (axes, titles) "changed size", but an
+// axis's layout box is mostly left 0×0 by a layout of the whole document, so the check holds on almost every paint,
+// and each plot's relayout is one of the whole document, measuring every element of it: a two-row WatchPanel laid
+// its document out ~7 times per update, most of the page's work (issue 33). Here a plot is laid out again only when
+// one of its side panels' sizes differs from what it was at the plot's last layout (or a layout was requested).
+// Once per BokehJS version in the page; it changes no result, only skips layouts that would come out the same.
+function layoutOnlyOnChange(Bokeh) {
+  const plot = Bokeh.require("models/plots/plot_canvas").PlotView.prototype;
+  if (plot.__flowlabLayoutOnChange) return;
+  plot.__flowlabLayoutOnChange = true;
+  const original = plot._invalidate_layout_if_needed;
+  plot._invalidate_layout_if_needed = function () {
+    if (this._needs_layout) {
+      this.__flowlabPanelSizes = undefined;
+      return original.call(this);
+    }
+    const sizes = [];
+    for (const panel of this.model.side_panels) {
+      const layout = this.renderer_views.get(panel)?.layout;
+      if (layout == null) continue;
+      if (layout.panel == null || layout._content_size == null) return original.call(this);    // not a side panel
+      const { width, height } = layout._content_size();
+      sizes.push(layout.panel.is_horizontal ? height : width);
+    }
+    const key = sizes.join(" ");
+    if (key === this.__flowlabPanelSizes) return;
+    this.__flowlabPanelSizes = key;
+    return original.call(this);
+  };
 }
 
 function column(spec, buffers) {

@@ -127,6 +127,11 @@ class LiveDocument(anywidget.AnyWidget):
             self._touched.setdefault(model, set()).update(props)
             self._changed_since_settle = True
 
+    def get(self, model, attr, default=None):
+        """The value last ``set`` on ``model``'s ``attr`` here (``default`` if none was)."""
+        with self._lock:
+            return self._values.get(model, {}).get(attr, default)
+
     def data(self, source: ColumnDataSource):
         """The current columns of ``source``: float64 arrays for numbers, lists for text."""
         with self._lock:

@@ -24,7 +24,7 @@ from bokeh.layouts import column
 from bokeh.layouts import row as bokeh_row
 
 from ..ops.stats import stats_vector
-from ..plots import (Trend, heading, histogram_columns, histogram_data, histogram_source, histogram_view, is_spiky,
+from ..plots import (Trend, fit_histogram, fit_trend, heading, histogram_columns, histogram_data, histogram_source, histogram_view, is_spiky,
                      stats_columns, stats_source, stats_view, tensor_summary, trend_columns, trend_figure,
                      trend_source)
 from ..watching import StatsFeed, TensorHistogram, TensorStats
@@ -45,7 +45,7 @@ class _Row:
         self.hist_label = ""                # the stats table's "hist" row: the step of the histogram shown
         self.hist_step_shown = None         # and that step
         self.dirty = False
-        self.layout = self.stats_source = self.hist_source = self.trend_source = self.toggle = None
+        self.layout = self.stats_source = self.hist_source = self.trend_source = self.trend_fig = self.toggle = None
         self.hist_figures = ()      # (linear, log) count axes
         self.log_decided = False
 
@@ -202,6 +202,7 @@ class WatchPanel(LiveView):
             if trend is not None:
                 at, values = trend
                 live.splice(row.trend_source, at, trend_columns(values))
+                fit_trend(live, row.trend_fig, live.data(row.trend_source))
         if built:
             self._root.children = [row.layout for row in self._rows.values() if row.layout is not None]
             live.publish()
@@ -210,6 +211,7 @@ class WatchPanel(LiveView):
 
     def _show_histogram(self, row, columns, step):
         self.widget.splice(row.hist_source, 0, columns)
+        fit_histogram(self.widget, row.hist_figures, columns)
         # histograms come one per refresh: the table's "hist" row says which step this one is (canvas text: an axis
         # label or a title that changes would make the page lay the plot out again)
         row.hist_step_shown = step
@@ -255,7 +257,8 @@ class WatchPanel(LiveView):
             row.log_decided = self.log_counts != "auto" or columns is not None
             head.append(row.toggle)
             parts.append(view)
-        parts += [trend_figure(row.trend_source, y_label=row.kind), stats_view(row.stats_source)]
+        row.trend_fig = trend_figure(row.trend_source, y_label=row.kind)
+        parts += [row.trend_fig, stats_view(row.stats_source)]
         row.layout = column(bokeh_row(*head, sizing_mode="stretch_width"),
                             bokeh_row(*parts, sizing_mode="stretch_width"), sizing_mode="stretch_width")
 

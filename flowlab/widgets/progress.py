@@ -22,7 +22,8 @@ import numpy as np
 from bokeh.layouts import column
 
 from ..ops.stats import stats_vector
-from ..plots import Trend, bar_columns, status_sources, status_view, trend_columns, trend_figure, trend_source
+from ..plots import (Trend, bar_columns, fit_trend, status_sources, status_view, trend_columns, trend_figure,
+                     trend_source)
 from ..runtime import session
 from ..watching import StatsFeed, TensorStats
 from ._live import DEFAULT_HZ, LiveView, Refresher, check_hz, resolve_mode
@@ -89,8 +90,9 @@ class TrainingProgress(LiveView):
             from .live import LiveDocument
             self._text_source, self._done_source = status_sources()
             self._loss_source = trend_source()
+            self._loss_figure = trend_figure(self._loss_source, y_label="loss")
             root = column(status_view(self._text_source, self._done_source, bar=total_steps is not None),
-                          trend_figure(self._loss_source, y_label="loss"), sizing_mode="stretch_width")
+                          self._loss_figure, sizing_mode="stretch_width")
             self.widget = LiveDocument(root, before_settle=self.refresh, name="TrainingProgress")
 
     # --------------------------------------------------------------------------------------------- recording
@@ -192,6 +194,7 @@ class TrainingProgress(LiveView):
             if losses is not None:
                 at, values = losses
                 self.widget.splice(self._loss_source, at, trend_columns(values))
+                fit_trend(self.widget, self._loss_figure, self.widget.data(self._loss_source))
             self.widget.push()
 
     def __repr__(self):
