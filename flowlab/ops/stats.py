@@ -597,10 +597,7 @@ class SquareStats(Op):
     def forward(xp, x, scratch, keep=None, into=None):
         if keep is not None:
             keep.save(xp, x)
-        if xp is np:
-            return square_vector(np, x)
-        out = _slot(xp, into, 3)
-        return _written(xp, square_vector(xp, x, scratch, out), out)
+        return _squares_into(xp, x, scratch, into)
 
 
 class SlicesSquareStats(Op):
@@ -618,10 +615,16 @@ class SlicesSquareStats(Op):
     @staticmethod
     def forward(xp, rows, ids, n_rows, scratch, into=None):
         _, summed = unique_rows(xp, ids, rows, n_rows)
-        if xp is np:
-            return square_vector(np, summed)
-        out = _slot(xp, into, 3)
-        return _written(xp, square_vector(xp, summed, scratch, out), out)
+        return _squares_into(xp, summed, scratch, into)
+
+
+def _squares_into(xp, x, scratch, into):
+    """``square_vector`` of ``x``: on the host a new vector; on the device written into ``into``'s slot when given
+    (the plan's buffer) with the kernel's ``scratch``."""
+    if xp is np:
+        return square_vector(np, x)
+    out = _slot(xp, into, 3)
+    return _written(xp, square_vector(xp, x, scratch, out), out)
 
 
 class SquaresStats(Op):
