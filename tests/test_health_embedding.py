@@ -278,9 +278,7 @@ def test_stale_steps_must_be_a_positive_int(bad, message):
 def test_row_statistics_reach_the_log_the_panel_and_the_health_tab(tmp_path):
     """The same numbers flow where every health statistic goes: the log's health records (read back by our reader),
     a ``HealthPanel``'s grid (a statistic it can show, with its meaning) and the dashboard's Health tab."""
-    from flowlab.dashboard.runs import RunSelection
-    from flowlab.dashboard.store import Store
-    from flowlab.dashboard.views.health import HealthView
+    from test_dashboard_health import view_of
     from flowlab.summary import health_log
     from flowlab.summary.tailer import LogdirTailer
     from flowlab.widgets import HealthPanel
@@ -306,13 +304,7 @@ def test_row_statistics_reach_the_log_the_panel_and_the_health_tab(tmp_path):
     assert set(ROW_STATISTICS) <= set(grid.statistics)
     assert grid.trend_columns("deep", "stale_rows")["mean"].tolist() == [r.table["deep"]["stale_rows"] for r in reports]
     assert panel.counts["stale_rows"] == 3                      # steps 5, 6 and 7 (as in the test above)
-    store = Store(tmp_path)
-    store.poll()
-    selection = RunSelection(store)
-    selection.update()
-    view = HealthView(store)
-    view.runs = selection
-    view.update()
+    _, view = view_of(tmp_path)
     assert set(ROW_STATISTICS) <= set(view.statistic.options)
     view.statistic.value = "stale_fraction"
     assert html.escape(STATISTICS["stale_fraction"]) in view.meaning.text
