@@ -34,7 +34,7 @@ from bokeh.layouts import column, row
 from bokeh.models import CustomJS, Div, TabPanel, Tabs
 from bokeh.themes import Theme
 
-from flowlab.plots.figures import EXPAND_TAG
+from flowlab.plots.figures import EXPAND_TAG, served
 from flowlab.summary.redact import redact
 
 from . import url_state
@@ -251,7 +251,7 @@ def build_document(doc, store, views=None, period_ms=PERIOD_MS):
 
     def refresh():
         status.update()
-        if runs.update() >= LIST_ALONE and doc.session_context is not None:
+        if runs.update() >= LIST_ALONE and served(doc):
             doc.add_next_tick_callback(refresh)         # the tabs in a turn of their own
             return
         if store.version != seen[0]:

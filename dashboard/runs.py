@@ -37,6 +37,7 @@ from bokeh.models import (Button, CDSView, ColumnDataSource, CustomJS, DataTable
                           IndexFilter, Selection, StringFormatter, TableColumn, TextInput)
 
 from flowlab.plots.colours import run_colours
+from flowlab.plots.figures import served
 
 from .filters import FilterError, compile_filter
 from .run_groups import RunGroups
@@ -217,8 +218,7 @@ class RunSelection:
             return 0
         listed = self._listed
         new = [run for run in runs if run not in listed]
-        doc = self.table.document
-        if doc is not None and doc.session_context is not None and len(new) > LIST_SLICE:
+        if served(self.table.document) and len(new) > LIST_SLICE:
             new = new[:LIST_SLICE]
         self._unlisted = len(runs) - len(self._runs) - len(new)
         start = len(self._runs)
@@ -301,8 +301,7 @@ class RunSelection:
         self._error = ""
         pattern = pattern if self.search.value else None
         doc = self.table.document
-        if pattern is not None and len(self._runs) > LIST_SLICE and doc is not None and \
-                doc.session_context is not None:
+        if pattern is not None and len(self._runs) > LIST_SLICE and served(doc):
             # ``LIST_SLICE`` runs a turn (RE2 takes ~2 µs a name: 100,000 were a turn of ~200 ms); the last search
             # stays in effect until this one is done, and a newer one replaces it
             job = self._search_job = [pattern, [], 0]

@@ -13,7 +13,7 @@ import html
 from bokeh.layouts import column
 from bokeh.models import Div
 
-from flowlab.plots.figures import CardParts, card_grid, nudge_next_turn, text_div
+from flowlab.plots.figures import CardParts, card_grid, nudge_next_turn, served, text_div
 
 from ..run_groups import NoGroups
 from .paging import PAGE_SIZE, Pager
@@ -164,7 +164,7 @@ class CardsView(View):
                 self._waiting_for_page = True
                 doc.add_timeout_callback(self._look_for_page, PAGE_POLL_MS)
             return
-        spread = doc is not None and doc.session_context is not None
+        spread = served(doc)
         batch, self._pending = ((self._pending[:BUILD_BATCH], self._pending[BUILD_BATCH:]) if spread
                                 else (self._pending, []))
         built = []

@@ -55,7 +55,7 @@ from grandalf.graphs import Edge, Vertex, graph_core
 from grandalf.layouts import SugiyamaLayout
 
 from flowlab.plots.colours import run_colours
-from flowlab.plots.figures import ALARM, value_labels
+from flowlab.plots.figures import ALARM, served, value_labels
 from flowlab.plots.health import LINEAR, color_scale, scale_values, value_range
 from flowlab.summary import proto
 from flowlab.summary.oneflow_api import STRUCTURE_GRAPH_FILE as STRUCTURE_FILE
@@ -1015,7 +1015,7 @@ class GraphView(View):
     def _served_document(self):
         """The session's document when a server serves it (a layout can then finish on a later IOLoop turn)."""
         doc = self.figure.document
-        return doc if doc is not None and doc.session_context is not None else None
+        return doc if served(doc) else None
 
     def _laid_out(self, shown, drawing):
         """Show ``drawing`` (or the error text in its place) made for ``shown``, unless the page has moved on."""

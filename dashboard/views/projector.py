@@ -39,6 +39,7 @@ from bokeh.models import ColumnDataSource, Div, HoverTool, Legend, LegendItem, S
 from bokeh.plotting import figure
 
 from flowlab.plots.colours import run_colours
+from flowlab.plots.figures import served
 from flowlab.summary.projector import MAX_SPRITE_PIXELS, UnsafePath, unmatched_note
 
 from .base import View
@@ -355,8 +356,7 @@ class ProjectorView(View):
         if key not in self._cache:
             matrix = e.tensor[:n]
             doc = self._layout.document
-            if doc is not None and doc.session_context is not None and \
-                    (method != "PCA" or matrix.size > INLINE_PCA_VALUES):
+            if served(doc) and (method != "PCA" or matrix.size > INLINE_PCA_VALUES):
                 self._compute(doc, key, matrix, method, dims, n)
                 return
             self._remember(key, reduce(matrix, method, dims))      # outside a server, or a small PCA

@@ -8,10 +8,10 @@ the next, from the turn after the request, and a card that leaves the page is dr
 seen of it. A card of more than ``RUN_SLICE`` runs is built over more turns (its runs read a slice a turn, then its
 figure, then its fill), and so is what changes all of its lines (a new smoothing, x axis or scale, new points: the
 lines a slice a turn, then one fill): no turn holds the loop for more than ~60 ms at ten thousand runs (issue 29;
-tests/test_dashboard_turns.py). A card is 42 Bokeh models of its own (``_Card.build``; the models every card shares are ``_Parts``):
-what a turn costs grows with them, Bokeh walking every model of the document each time one joins it. The tag filter
-(RE2) picks among all tags and the pager pages the matches. The "all shown" export is formatted off the loop and
-streamed over HTTP (``export_stream``).
+tests/test_dashboard_turns.py). A card is 42 Bokeh models of its own (``_Card.build``; the models every card shares
+are ``_Parts``): what a turn costs grows with them, Bokeh walking every model of the document each time one joins
+it. The tag filter (RE2) picks among all tags and the pager pages the matches. The "all shown" export is formatted
+off the loop and streamed over HTTP (``export_stream``).
 
 A card is one figure whose runs are rows of one ``ColumnDataSource`` drawn by two ``MultiLine`` glyphs (raw, faint;
 smoothed, bold, or 1 px past ``DENSE_LINES`` runs drawn, which the page's canvas strokes four times faster): its cost in the page and on the wire does not grow with a renderer per run (a thousand runs made
@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import html
 import math
+from typing import NamedTuple
 
 import numpy as np
 from bokeh.core.property.validation import validate as property_validation
@@ -59,7 +60,8 @@ from bokeh.models import (AllIndices, AllLabels, BasicTickFormatter, BasicTicker
 from bokeh.plotting import figure
 
 from flowlab.plots.data import group_band
-from flowlab.plots.figures import compact_ticks, expand_in_page, nudge_next_turn, scale_ticker, value_labels
+from flowlab.plots.figures import (compact_ticks, expand_in_page, nudge_next_turn, scale_ticker, served,
+                                   value_labels)
 from flowlab.summary.summary_writer import counted_histogram
 from flowlab.summary.thinning import downsample
 
@@ -940,6 +942,18 @@ class _Card:
         return self._visible[1]
 
 
+class _Refill(NamedTuple):
+    """A card's fill spread over turns (``ScalarsView._refill``): its lines, its new figure (``rebuild``: False, True
+    or the figure once made), its lines packed so far (None before the first turn), and whether its run groups are
+    filled again and its lines smoothed again first."""
+    card: object
+    lines: list
+    rebuild: object
+    packed: object
+    groups: bool
+    resmooth: bool
+
+
 def _same_rows(a, b):
     """Whether two filters' rows (None: every row; else an array or a list of row indices) are the same."""
     if a is None or b is None:
@@ -1009,9 +1023,8 @@ class ScalarsView(View):
         self._pending: list[str] = []          # tags of the page whose cards are still to build
         # cards being built, their runs read a slice a server turn (``_read_some``): tag -> (card, series to read)
         self._reading: dict[str, tuple] = {}
-        # cards of more than RUN_SLICE runs whose fill is spread over turns (``_refill``): tag -> (card, lines,
-        # rebuild (False, True or the figure made), packed so far, groups, resmooth)
-        self._refilling: dict[str, tuple] = {}
+        # cards of more than RUN_SLICE runs whose fill is spread over turns (``_refill``): tag -> ``_Refill``
+        self._refilling: dict[str, _Refill] = {}
         self._growing: set[str] = set()        # cards of more than RUN_SLICE runs still reading new points (``_grow``)
         self._scheduled = False                # a call of ``_build_some`` is on its way (``_schedule``)
         self._unplaced: list[_Card] = []       # cards built and not yet in the page (``_place`` puts them there)
@@ -1149,7 +1162,7 @@ class ScalarsView(View):
         connected: its first pull serialises the whole document in one turn (``no_page_yet``)."""
         self._scheduled = False
         doc = self.grid.document
-        spread = doc is not None and doc.session_context is not None
+        spread = served(doc)
         waiting = spread and no_page_yet(doc)
         if spread and self._unplaced and not waiting:
             self._place(self._unplaced[:BUILD_BATCH])
@@ -1290,7 +1303,7 @@ class ScalarsView(View):
         a turn (``_grow_some`` goes on in the next turns), and is filled once all are read (``_refill``): ten
         thousand runs that each logged a point were ~250 ms of one turn."""
         doc = self.grid.document
-        spread = doc is not None and doc.session_context is not None
+        spread = served(doc)
         for card in cards:
             budget = RUN_SLICE if spread and len(card.lines) > RUN_SLICE else None
             changed, whole = self._read_new(card, budget)
@@ -1321,8 +1334,7 @@ class ScalarsView(View):
         fill in a turn of their own (packing ten thousand runs' points at once took ~50 ms, a new smoothing ~160 ms
         in all). The page shows what it had until then. A card asked again meanwhile starts again (every change to
         a card's lines asks for its fill)."""
-        doc = self.grid.document
-        if doc is None or doc.session_context is None or len(card.lines) <= RUN_SLICE:
+        if not served(self.grid.document) or len(card.lines) <= RUN_SLICE:
             if resmooth:
                 self._smooth(list(card.lines.values()))
             if rebuild:
@@ -1333,9 +1345,9 @@ class ScalarsView(View):
             return
         earlier = self._refilling.get(card.tag)
         if earlier is not None:             # (what the earlier ask wanted too; a figure made: made again)
-            rebuild, groups = rebuild or earlier[2] is not False, groups or earlier[4]
-            resmooth = resmooth or earlier[5]
-        self._refilling[card.tag] = (card, list(card.lines.values()), rebuild, None, groups, resmooth)
+            rebuild, groups = rebuild or earlier.rebuild is not False, groups or earlier.groups
+            resmooth = resmooth or earlier.resmooth
+        self._refilling[card.tag] = _Refill(card, list(card.lines.values()), rebuild, None, groups, resmooth)
         self._schedule()
 
     def _refill_some(self):
@@ -1343,7 +1355,8 @@ class ScalarsView(View):
         packed, make its new figure (if asked: ``rebuild`` is then the figure); then show it and fill the card. (A
         line grown while its card is smoothed again goes on from its old smoothing until its slice comes: every line
         is smoothed whole when the ask starts again, as a growth's ``_refill`` makes it.)"""
-        tag, (card, lines, rebuild, packed, groups, resmooth) = next(iter(self._refilling.items()))
+        tag, ask = next(iter(self._refilling.items()))
+        card, lines, rebuild, packed, groups, resmooth = ask
         if packed is None:
             packed = _Packed(sum(len(line.shown) for line in lines))
         if packed.runs < len(lines):
@@ -1351,10 +1364,10 @@ class ScalarsView(View):
             if resmooth:
                 self._smooth(some)
             packed.add(some)
-            self._refilling[tag] = (card, lines, rebuild, packed, groups, resmooth)
+            self._refilling[tag] = ask._replace(packed=packed)
             return
         if rebuild is True and self.cards.get(tag) is card:     # its figure, shown with its fill in the next turn
-            self._refilling[tag] = (card, lines, self._build(card, attach=False), packed, groups, resmooth)
+            self._refilling[tag] = ask._replace(rebuild=self._build(card, attach=False), packed=packed)
             return
         del self._refilling[tag]
         if self.cards.get(tag) is not card:

@@ -488,13 +488,19 @@ def expand_in_page(source, target, callback):
     target.js_on_change("tags", callback)
 
 
+def served(doc):
+    """Whether ``doc`` is a Bokeh server session's document: work for it can go on over later IOLoop turns
+    (``add_next_tick_callback``), where a document outside a server (a test, a static copy) is built at once."""
+    return doc is not None and doc.session_context is not None
+
+
 def nudge_next_turn(doc, *sources):
     """Make the page expand ``sources`` on the IOLoop turn after this one, with a message of a few bytes each, when
     ``doc`` is a served document (sources it received in this turn's patch arrived with their data)."""
     def nudge():
         for source in sources:
             source.tags = [EXPAND_TAG, source.tags[-1] + 1]
-    if sources and doc is not None and doc.session_context is not None:
+    if sources and served(doc):
         doc.add_next_tick_callback(nudge)
 
 
