@@ -201,6 +201,15 @@ class StepBuckets:
         return at
 
 
+def _cell_values(pick):
+    """``{"lo", "hi", "mean"}`` of health buckets from ``pick(field)`` (their ``lo``, ``hi``, ``sum`` and ``finite``
+    fields, in any one layout), NaN where a cell saw no finite value."""
+    finite = pick("finite")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        none = np.where(finite > 0, 0.0, np.nan)
+        return {"lo": pick("lo") + none, "hi": pick("hi") + none, "mean": pick("sum") / finite + none}
+
+
 class HealthGrid:
     """A run's health reports over steps in at most ``max_buckets`` step buckets, losing no extreme.
 
@@ -246,12 +255,8 @@ class HealthGrid:
         b, n = self.buckets, len(self.statistics)
         rows = slice(0, b.count)
         pick = lambda name: b.fields[name][rows][:, j::n].T       # noqa: E731 - (layers, buckets)
-        finite = pick("finite")
-        with np.errstate(invalid="ignore", divide="ignore"):
-            none = np.where(finite > 0, 0.0, np.nan)
-            return {"lo": pick("lo") + none, "hi": pick("hi") + none, "mean": pick("sum") / finite + none,
-                    "nonfinite": b.fields["bad"][rows].T.copy(), "first": b.first[rows].copy(),
-                    "last": b.last[rows].copy()}
+        return dict(_cell_values(pick), nonfinite=b.fields["bad"][rows].T.copy(), first=b.first[rows].copy(),
+                    last=b.last[rows].copy())
 
     def cells_from(self, start=0):
         """Buckets ``start…`` of every statistic at once: ``{"lo", "hi", "mean"}`` as ``(buckets, layers,
@@ -260,13 +265,9 @@ class HealthGrid:
         b = self.buckets
         rows = slice(start, b.count)
         shape = (-1, len(self.layers), len(self.statistics))
-        finite = b.fields["finite"][rows].reshape(shape)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            none = np.where(finite > 0, 0.0, np.nan)
-            return {"lo": b.fields["lo"][rows].reshape(shape) + none, "hi": b.fields["hi"][rows].reshape(shape) + none,
-                    "mean": b.fields["sum"][rows].reshape(shape) / finite + none,
-                    "nonfinite": b.fields["bad"][rows].copy(), "first": b.first[rows].copy(),
-                    "last": b.last[rows].copy()}
+        pick = lambda name: b.fields[name][rows].reshape(shape)   # noqa: E731
+        return dict(_cell_values(pick), nonfinite=b.fields["bad"][rows].copy(), first=b.first[rows].copy(),
+                    last=b.last[rows].copy())
 
     def trend_columns(self, layer, statistic):
         """One layer's statistic over steps as ``Trend.COLUMNS`` (plus ``mark``) for ``figures.trend_figure``."""
