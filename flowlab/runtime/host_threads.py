@@ -59,8 +59,13 @@ def width() -> int:
     return getattr(_local, "width", 1)
 
 
+def _turned_off(variable):
+    """Whether the environment ``variable`` turns a feature off (``0``, ``false``, ``no`` or ``off``)."""
+    return os.environ.get(variable, "1").strip().lower() in ("0", "false", "no", "off")
+
+
 def enabled() -> bool:
-    return os.environ.get("FLOWLAB_HOST_THREADS", "1").strip().lower() not in ("0", "false", "no", "off")
+    return not _turned_off("FLOWLAB_HOST_THREADS")
 
 
 def _usable_cores():
@@ -262,7 +267,7 @@ def side_stream_enabled() -> bool:
     """Whether plans may run a second stream of nodes (``compiler.side_stream``): two or more usable cores, NumPy's
     BLAS allowed two or more threads (the user's ``OMP_NUM_THREADS=1`` keeps a step on one core), and neither
     ``FLOWLAB_HOST_THREADS=0`` nor ``FLOWLAB_SIDE_STREAM=0``."""
-    if not enabled() or os.environ.get("FLOWLAB_SIDE_STREAM", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not enabled() or _turned_off("FLOWLAB_SIDE_STREAM"):
         return False
     blas_threads = _blas_threads()
     return _usable_cores() >= 2 and (blas_threads is None or blas_threads >= 2)
