@@ -132,11 +132,11 @@ def snapshot_returned_variables(lowering):
 
 
 def side_stream(lowering):
-    """(NumPy, two or more cores, a largest product from ``runtime.backend.ONE_BLAS_THREAD_BELOW`` up to
-    ``side_stream.SPLIT_KERNELS_FROM`` multiply-adds) weight
-    gradients, bias gradients and optimizer updates run on a second thread beside the backward pass
-    (``compiler.side_stream``), each update as early as it may. Not under anomaly detection, on replicas, or with
-    watched tensors or side effects other than updates (their order against the updates is the plan's)."""
+    """Weight gradients, bias gradients and optimizer updates run on a second thread beside the backward pass
+    (``compiler.side_stream``), each update as early as it may. On NumPy with two or more cores, where the largest
+    product has from ``runtime.backend.ONE_BLAS_THREAD_BELOW`` up to ``side_stream.SPLIT_KERNELS_FROM``
+    multiply-adds; not under anomaly detection, on replicas, or with watched tensors or side effects other than
+    updates (their order against the updates is the plan's)."""
     if lowering.backend.is_gpu or lowering.check_anomaly or lowering.replicated:
         return "skipped: " + ("CuPy" if lowering.backend.is_gpu else
                               "anomaly detection" if lowering.check_anomaly else "replicas")

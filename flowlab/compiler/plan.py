@@ -117,7 +117,6 @@ class Plan:
         # (second stream) the tensors its nodes read that the plan's own thread makes pass through the dict M;
         # its nodes run in groups of consecutive ones, each a function of its own (groups)
         side_reads = {t.id for node in self.nodes if id(node) in self.side for t in node.inputs}
-        lowering_donatable = self._side_donatable
         groups = []
         delivery_lines, graph_lines = {}, {}
         guards = {}             # tensor id -> the guards of its deliveries
@@ -192,7 +191,7 @@ class Plan:
                     args.append("rng=RNG")
                 if op.donates and not self.check_anomaly and all(
                         node.inputs[p].id in self.buffer_of and (self._last_use[node.inputs[p].id] == i or (
-                            on_side and node.inputs[p].id in lowering_donatable)) for p in op.donates):
+                            on_side and node.inputs[p].id in self._side_donatable)) for p in op.donates):
                     args.append("writable=True")     # its scratch inputs die here: it may overwrite them
                 if op.takes_device:
                     args.append("device=D")
