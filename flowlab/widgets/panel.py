@@ -24,9 +24,9 @@ from bokeh.layouts import column
 from bokeh.layouts import row as bokeh_row
 
 from ..ops.stats import stats_vector
-from ..plots import (Trend, fit_histogram, fit_trend, heading, histogram_columns, histogram_data, histogram_source, histogram_view, is_spiky,
-                     stats_columns, stats_source, stats_view, tensor_summary, trend_columns, trend_figure,
-                     trend_source)
+from ..plots import (Trend, fit_histogram, fit_trend, heading, histogram_columns, histogram_data, histogram_source,
+                     histogram_view, is_spiky, stats_columns, stats_source, stats_view, tensor_summary, trend_columns,
+                     trend_figure, trend_source)
 from ..watching import StatsFeed, TensorHistogram, TensorStats
 from ._live import DEFAULT_HZ, LiveView, Refresher, check_hz, resolve_mode
 
