@@ -63,7 +63,7 @@ from flowlab.plots.data import group_band
 from flowlab.plots.figures import (compact_ticks, expand_in_page, nudge_next_turn, scale_ticker, served,
                                    value_labels)
 from flowlab.summary.summary_writer import counted_histogram
-from flowlab.summary.thinning import downsample
+from flowlab.summary.thinning import downsample, downsample_many
 
 from .. import export_cells
 from ..export_stream import EXPORTS, export_chunks
@@ -72,7 +72,15 @@ from ..runs import run_colour
 from .base import PAGE_POLL_MS, View, no_page_yet
 from .paging import Pager
 
-LIMIT = 2000                       # points per line on display
+LIMIT = 2000                       # points per line on display, at most
+# Points a card holds and sends, in all, split evenly among its lines (``line_share``): what a card's fill, its
+# joining the page and its message cost grows with them, and at 100,000 runs of 100 points (10 million points) its
+# fill and its join were single turns of ~140 and ~80 ms. A line never gets fewer than ``LINE_FLOOR`` (the
+# downsampler's ``LINE_FLOOR // 4`` buckets, each with its first, last, extremes and NaN/Inf: the shape, every
+# bucket's spike and every kind of non-finite value stay), so a card of more than ``CARD_POINTS // LINE_FLOOR`` runs
+# holds more than ``CARD_POINTS``: ~2 million points at 100,000 runs.
+CARD_POINTS = 300_000
+LINE_FLOOR = 20
 # A card costs the server some 25 ms to build and 20-40 ms to join the page (42 Bokeh models; see ``_Card.build``):
 # a page of 8 (two rows of four medium cards) is built one card per IOLoop turn in a server session, and joins the
 # page in the next, so no turn holds the loop for more than one card, whatever the number of tags (20,000 tags built
@@ -91,6 +99,66 @@ ENLARGED_HEIGHT = 600
 READOUT_LINES = 5                  # the hover readout's lines at most (the runs nearest the pointer)
 DENSE_LINES = 1000                 # a card drawing more runs than this draws its smoothed lines 1 px wide
 READOUT_LINE_PX = 15
+
+
+def line_share(lines, limit=LIMIT):
+    """The points each of a card's ``lines`` lines may show: ``CARD_POINTS`` split among them, at most ``limit`` and
+    at least ``LINE_FLOOR`` (``limit`` when that is smaller)."""
+    return max(min(limit, CARD_POINTS // max(int(lines), 1)), min(LINE_FLOOR, limit))
+
+
+def most_shown(lengths, limit, zoomed=False):
+    """An upper bound on the points lines of ``lengths`` points show with ``limit`` points each: all of them within
+    the limit, else at most 7 a downsampler's bucket (``limit // 4`` buckets), twice that ``zoomed`` (the exact
+    points of a zoomed range: at most ``limit``, else downsampled as much)."""
+    lengths = np.asarray(lengths, np.int64)
+    most = 7 * (limit // 4) * (2 if zoomed else 1)
+    return int(np.where(lengths <= limit, lengths, np.minimum(lengths, most)).sum())
+
+
+def choose_lines(lines, axis, window=None):
+    """``line.choose(axis, window)`` for each of ``lines`` (a card's, or a slice of them), the series longer than
+    their limit downsampled together (``downsample_many``: a thousand lines in a few NumPy passes, not a thousand
+    calls); returns whether any line's points changed."""
+    long = [line for line in lines if len(line.values) > line.limit]
+    changed = False
+    for line in lines:
+        if len(line.values) <= line.limit:
+            changed |= line.choose(axis, window)
+    if not long:
+        return changed
+    xs = [line.x(axis) for line in long]
+    picks = downsample_many(xs, [line.values for line in long], [line.limit for line in long])
+    if window is not None:
+        picks = _with_window(long, xs, picks, window)
+    for line, idx in zip(long, picks):
+        changed |= line.show(idx)
+    return changed
+
+
+def _with_window(lines, xs, picks, window):
+    """``picks`` (each line's downsampled points) and the exact points of ``window`` (an x range) where it holds part
+    of the series: one point beyond each edge, downsampled to the line's limit when more (together)."""
+    spans, at = [], []
+    for i, x in enumerate(xs):
+        inside = np.flatnonzero((x >= window[0]) & (x <= window[1]))
+        if 0 < inside.size < len(x):
+            lo, hi = max(int(inside[0]) - 1, 0), min(int(inside[-1]) + 2, len(x))
+            spans.append((lo, hi))
+            at.append(i)
+    if not at:
+        return picks
+    picks = list(picks)
+    wide = [k for k, (lo, hi) in enumerate(spans) if hi - lo > lines[at[k]].limit]
+    thinned = downsample_many([xs[at[k]][slice(*spans[k])] for k in wide],
+                              [lines[at[k]].values[slice(*spans[k])] for k in wide],
+                              [lines[at[k]].limit for k in wide])
+    thinned = dict(zip(wide, thinned))
+    for k, i in enumerate(at):
+        lo, hi = spans[k]
+        span = lo + thinned[k] if k in thinned else np.arange(lo, hi)
+        picks[i] = np.union1d(picks[i], span)
+    return picks
 
 
 def ema(values, weight, state=(0.0, 0)):
@@ -247,7 +315,12 @@ def export_text(columns, fmt):
 
 
 class _Line:
-    """One run in one card: its series (the store's columns, not copied), its smoothing and the points on display."""
+    """One run in one card: its series (the store's columns, not copied), its smoothing and the points on display
+    (at most ``limit``: the card's share, ``line_share``)."""
+
+    # (no ``__dict__``: a card of 100,000 runs holds as many lines, and every object the collector tracks lengthens
+    # its full collections, loop turns of their own)
+    __slots__ = ("run", "colour", "limit", "row", "steps", "walls", "values", "ema", "state", "constant", "shown")
 
     def __init__(self, run, colour, limit, row):
         self.run, self.colour, self.limit, self.row = run, colour, limit, row
@@ -325,13 +398,11 @@ class _Line:
         x = self.x(axis)
         idx = downsample(x, self.values, self.limit)
         if window is not None and len(self.values):
-            inside = np.flatnonzero((x >= window[0]) & (x <= window[1]))
-            if 0 < inside.size < len(x):
-                lo, hi = max(int(inside[0]) - 1, 0), min(int(inside[-1]) + 2, len(x))   # one point beyond each edge
-                span = np.arange(lo, hi)
-                if span.size > self.limit:
-                    span = lo + downsample(x[lo:hi], self.values[lo:hi], self.limit)
-                idx = np.union1d(idx, span)
+            idx = _with_window([self], [x], [idx], window)[0]
+        return self.show(idx)
+
+    def show(self, idx):
+        """Show the points ``idx`` (sorted, unique indices); returns whether they changed."""
         if np.array_equal(idx, self.shown):
             return False
         self.shown = idx
@@ -548,12 +619,16 @@ class _Card:
     (``_EXPAND_JS``), which the lines draw. ±Inf travel as NaN (gaps: the ticks show them). ``layout`` is
     ``column(figure, readout, buttons)``. ``parts`` are the view's shared models (``_Parts``)."""
 
-    def __init__(self, tag, parts):
+    def __init__(self, tag, parts, limit=LIMIT):
         self.tag, self.parts = tag, parts
         self.lines: dict[str, _Line] = {}
+        # each line's points on display: ``share`` (``line_share`` of its lines, ``limit`` at most), split again when
+        # the lines outgrow it (``split``)
+        self.limit = self.share = limit
         self.packed = None                    # its lines' points packed as they were read, for its first fill
         self.read_from = None                 # the store's version when its runs began to be read
         self.grown = False                    # lines changed by a ``_grow`` still under way (over several turns)
+        self.grow_at = 0                      # the run (of its tag's series) where that ``_grow`` goes on
         self.window = None                    # the zoomed x range, if any
         # tagged: the page re-emits it once the document is ready (app.READY_JS), expanding a card that arrived full
         self.flat = parts.source({c: np.zeros(0) for c in ("steps", "walls", "ys", "smooth")})
@@ -639,12 +714,25 @@ class _Card:
         if self.readout.height != height:
             self.readout.height = height
 
-    def line(self, run, store, limit):
+    def line(self, run, store):
         line = self.lines.get(run)
         if line is None:
-            line = self.lines[run] = _Line(run, run_colour(store, run), limit, len(self.lines))
+            line = self.lines[run] = _Line(run, run_colour(store, run), self.share, len(self.lines))
             self._size_readout()
         return line
+
+    def split(self, lines=None, force=False):
+        """Split the card's points budget (``CARD_POINTS``) among ``lines`` lines (None: those it has): when the
+        share each line had is off by more than a factor of two (or ``force``), each line gets the new one; its
+        points must then be chosen again (``choose_lines``). Returns whether the share changed. (The slack: a run
+        coming now and then does not have every line chosen again; the card holds at most twice its budget.)"""
+        want = line_share(len(self.lines) if lines is None else lines, self.limit)
+        if want == self.share or not force and want <= 2 * self.share and self.share <= 2 * want:
+            return False
+        self.share = want
+        for line in self.lines.values():
+            line.limit = want
+        return True
 
     def fill(self, packed=None):
         """Send every run's shown points for the card's ``axis`` (two messages for the card, whatever changed: the
@@ -886,15 +974,16 @@ class _Card:
             lines = [self.lines[run] for run in runs if run in self.lines]
             if not lines:
                 continue
-            # over at most ``limit`` spans of steps: what a line shows, and cheap for a million points a run
-            steps, mean, std, low, high, _ = group_band([(line.steps, line.values) for line in lines], lines[0].limit)
+            # over at most ``limit`` spans of steps: cheap for a million points a run
+            # (a group is one line however many runs it holds: the card's ``limit``, not a line's share)
+            steps, mean, std, low, high, _ = group_band([(line.steps, line.values) for line in lines], self.limit)
             x = steps.astype(np.float64)
             if axis != "step":        # mean wall time (ms) or hours since each run's start, step by step
-                x = group_band([(line.steps, line.x(axis)) for line in lines], lines[0].limit)[1] * \
+                x = group_band([(line.steps, line.x(axis)) for line in lines], self.limit)[1] * \
                     (1000.0 if axis == "wall" else 1)
             lower, upper = (mean - std, mean + std) if band == "std" else (low, high)
             mean, lower, upper = (smooth(v, weight) for v in (mean, lower, upper))    # as the runs' lines are
-            keep = downsample(x, mean, lines[0].limit)
+            keep = downsample(x, mean, self.limit)
             x, mean, lower, upper = x[keep], mean[keep], lower[keep], upper[keep]
             ok = np.isfinite(lower) & np.isfinite(upper)
             columns["group"].append(name)
@@ -945,13 +1034,14 @@ class _Card:
 class _Refill(NamedTuple):
     """A card's fill spread over turns (``ScalarsView._refill``): its lines, its new figure (``rebuild``: False, True
     or the figure once made), its lines packed so far (None before the first turn), and whether its run groups are
-    filled again and its lines smoothed again first."""
+    filled again and its lines smoothed again and their points chosen again first."""
     card: object
     lines: list
     rebuild: object
     packed: object
     groups: bool
     resmooth: bool
+    rechoose: bool
 
 
 def _same_rows(a, b):
@@ -1180,7 +1270,7 @@ class ScalarsView(View):
             for tag in batch:
                 if (tag in self._by_tag and tag not in self.cards and tag not in self._reading
                         and tag in self.pager.visible):
-                    card = _Card(tag, self.parts)
+                    card = _Card(tag, self.parts, self.limit)
                     card.shown = shown          # its first ticks: those of the shown runs
                     card.resize(size=self.size)
                     card.enlarge.on_click(lambda card=card: self._toggle_enlarged(card))
@@ -1223,15 +1313,17 @@ class ScalarsView(View):
             step = spread and len(card.lines) + len(todo) > RUN_SLICE       # (else all in this turn)
             if todo:
                 take, rest = (todo[:RUN_SLICE], todo[RUN_SLICE:]) if spread else (todo, [])
+                if card.packed is None:         # (its first slice: every line gets its share of the card's points)
+                    card.split(max(len(card.lines), len(todo)), force=True)
                 pairs = []
                 for series in take:
                     d = self.delta(series)
                     if d.reset or len(d.steps):
                         whole = d if d.reset else self.store.read(series)
-                        pairs.append((card.line(series.run, self.store, self.limit), whole))
+                        pairs.append((card.line(series.run, self.store), whole))
                 self._set_lines(card, pairs, weight, axis)
-                if card.packed is None:
-                    card.packed = _Packed(sum(len(series) for series in todo))      # (an upper bound)
+                if card.packed is None:         # (an upper bound)
+                    card.packed = _Packed(most_shown(np.fromiter(map(len, todo), np.int64, len(todo)), card.share))
                 # (what its first fill sends of them, unless the store gained more meanwhile)
                 card.packed.add([line for line, _ in pairs])
                 self._reading[tag] = (card, rest)
@@ -1263,39 +1355,51 @@ class ScalarsView(View):
             card.read_from = self.store.version
             if self._read_new(card)[0]:
                 card.packed = None              # (its lines changed: packed again when filled)
+            if card.split():                    # (runs came meanwhile, as many as it had: rare, and chosen at once)
+                choose_lines(list(card.lines.values()), self.axis, card.window)
 
     @staticmethod
     def _set_lines(card, pairs, weight, axis):
         """Give each ``(line, whole)`` of ``pairs`` its whole series (a ``Delta`` read from the start), smoothed
-        together (``ema_rows``), and choose its points."""
+        together (``ema_rows``), and choose their points (together: ``choose_lines``)."""
         for (line, whole), smoothed in zip(pairs, ema_rows([w.values for _, w in pairs], weight)):
             line.set(whole.steps, whole.wall_times, whole.values, weight, smoothed)
-            line.choose(axis, card.window)
+        choose_lines([line for line, _ in pairs], axis, card.window)
 
     def _read_new(self, card, budget=None):
-        """Give ``card``'s lines what this session has not seen of each run's series, or of the first ``budget``
-        runs that have something new; returns ``(whether any line changed, whether every run was looked at)``."""
+        """Give ``card``'s lines what this session has not seen of each run's series, or of the next ``budget``
+        runs that have something new, from where the last call left off (``card.grow_at``: a pass over 100,000
+        runs that started from the first run every turn looked at ~50 times as many as it read, ~40 ms a turn by
+        its end); returns ``(whether any line changed, whether every run was looked at)``. (A run gone from before
+        where a pass stopped moves the rest back one: one run is then looked at only by the next pass.)"""
         weight, axis = self.smoothing.value, self.axis
-        changed, reset, read = False, [], 0
-        for series in self._by_tag.get(card.tag, ()):
+        changed, reset, again, read = False, [], [], 0
+        every = self._by_tag.get(card.tag, ())
+        start = card.grow_at if budget is not None and card.grow_at < len(every) else 0
+        done = True
+        for at in range(start, len(every)):
+            series = every[at]
             if self.unchanged(series):          # (most runs, most times: no lock, no read)
                 continue
             if budget is not None and read >= budget:
-                self._set_lines(card, reset, weight, axis)
-                return True, False
+                card.grow_at, done, changed = at, False, True
+                break
             read += 1
             d = self.delta(series)
             if not (d.reset or len(d.steps)):
                 continue
-            line = card.line(series.run, self.store, self.limit)
+            line = card.line(series.run, self.store)
             whole = d if d.reset else self.store.read(series)     # the whole series, zero-copy
             if d.reset:
                 reset.append((line, whole))
             elif line.append(whole.steps, whole.wall_times, whole.values, weight):
-                line.choose(axis, card.window)
+                again.append(line)
             changed = True
+        if done:
+            card.grow_at = 0
+        choose_lines(again, axis, card.window)          # (together: one ``downsample_many``)
         self._set_lines(card, reset, weight, axis)      # series read whole (a new run, a reset) together
-        return changed, True
+        return changed, done
 
     def _grow(self, cards):
         """Bring ``cards`` (built) up to date with the store: what each session has not seen of each run's
@@ -1313,9 +1417,10 @@ class ScalarsView(View):
                 self._schedule()
                 continue
             self._growing.discard(card.tag)
-            if card.grown:
+            split = card.split()                # (runs came: each line's share of the card's points is smaller)
+            if card.grown or split:
                 card.grown = False
-                self._refill(card)
+                self._refill(card, rechoose=split)
 
     def _grow_some(self):
         """The next turn of a big card's ``_grow``."""
@@ -1326,10 +1431,11 @@ class ScalarsView(View):
         else:
             self._grow([card])
 
-    def _refill(self, card, rebuild=False, groups=True, resmooth=False):
+    def _refill(self, card, rebuild=False, groups=True, resmooth=False, rechoose=False):
         """Send ``card`` what its lines show now (``_Card.fill``), and (``groups``) its run groups
-        (``_fill_groups``); with ``resmooth``, its lines smoothed again first (``_smooth``); with ``rebuild``, on a
-        new figure (``_build``: another x axis or scale). At once outside a server or for a card of
+        (``_fill_groups``); with ``resmooth``, its lines smoothed again first (``_smooth``); with ``rechoose``, their
+        points chosen again (``choose_lines``: another x axis, a zoom, a new share of the card's points); with
+        ``rebuild``, on a new figure (``_build``: another x axis or scale). At once outside a server or for a card of
         at most ``RUN_SLICE`` runs; else from the next turn on: its lines packed ``RUN_SLICE`` a turn, then figure and
         fill in a turn of their own (packing ten thousand runs' points at once took ~50 ms, a new smoothing ~160 ms
         in all). The page shows what it had until then. A card asked again meanwhile starts again (every change to
@@ -1337,6 +1443,8 @@ class ScalarsView(View):
         if not served(self.grid.document) or len(card.lines) <= RUN_SLICE:
             if resmooth:
                 self._smooth(list(card.lines.values()))
+            if rechoose:
+                choose_lines(list(card.lines.values()), self.axis, card.window)
             if rebuild:
                 self._build(card)
             card.fill()
@@ -1346,23 +1454,29 @@ class ScalarsView(View):
         earlier = self._refilling.get(card.tag)
         if earlier is not None:             # (what the earlier ask wanted too; a figure made: made again)
             rebuild, groups = rebuild or earlier.rebuild is not False, groups or earlier.groups
-            resmooth = resmooth or earlier.resmooth
-        self._refilling[card.tag] = _Refill(card, list(card.lines.values()), rebuild, None, groups, resmooth)
+            resmooth, rechoose = resmooth or earlier.resmooth, rechoose or earlier.rechoose
+        self._refilling[card.tag] = _Refill(card, list(card.lines.values()), rebuild, None, groups, resmooth,
+                                            rechoose)
         self._schedule()
 
     def _refill_some(self):
-        """One turn of the first card's ``_refill``: smooth (if asked) and pack the next ``RUN_SLICE`` of its lines; all
+        """One turn of the first card's ``_refill``: smooth and choose (if asked) and pack the next ``RUN_SLICE`` of
+        its lines; all
         packed, make its new figure (if asked: ``rebuild`` is then the figure); then show it and fill the card. (A
         line grown while its card is smoothed again goes on from its old smoothing until its slice comes: every line
         is smoothed whole when the ask starts again, as a growth's ``_refill`` makes it.)"""
         tag, ask = next(iter(self._refilling.items()))
-        card, lines, rebuild, packed, groups, resmooth = ask
+        card, lines, rebuild, packed, groups, resmooth, rechoose = ask
         if packed is None:
-            packed = _Packed(sum(len(line.shown) for line in lines))
+            packed = _Packed(most_shown(np.fromiter((len(line.values) for line in lines), np.int64, len(lines)),
+                                        card.share, card.window is not None) if rechoose else
+                             sum(len(line.shown) for line in lines))
         if packed.runs < len(lines):
             some = lines[packed.runs:packed.runs + RUN_SLICE]
             if resmooth:
                 self._smooth(some)
+            if rechoose:
+                choose_lines(some, self.axis, card.window)
             packed.add(some)
             self._refilling[tag] = ask._replace(packed=packed)
             return
@@ -1473,9 +1587,11 @@ class ScalarsView(View):
         card.window = (event.x0, event.x1)
         if self.axis == "wall":                     # the datetime axis is in milliseconds; lines keep seconds
             card.window = (event.x0 / 1000.0, event.x1 / 1000.0)
-        changed = [line.choose(self.axis, card.window) for line in card.lines.values()]
-        if any(changed):
-            self._refill(card, groups=False)        # (a zoom leaves the groups' bands as they are)
+        # (a zoom leaves the groups' bands as they are; a big card's lines are chosen again a slice a turn)
+        if served(self.grid.document) and len(card.lines) > RUN_SLICE:
+            self._refill(card, groups=False, rechoose=True)
+        elif choose_lines(list(card.lines.values()), self.axis, card.window):
+            self._refill(card, groups=False)
 
     @property
     def size(self):
@@ -1523,9 +1639,8 @@ class ScalarsView(View):
         self._read_again()
         for card in self.cards.values():
             card.window = None
-            for line in card.lines.values():
-                line.choose(self.axis)
-            self._refill(card, rebuild=True)      # rows name the new axis: the page redraws the lines
+            # rows name the new axis: the page redraws the lines (chosen again on it, a slice a turn for a big card)
+            self._refill(card, rebuild=True, rechoose=True)
 
     def _resmooth(self):
         self._read_again()
