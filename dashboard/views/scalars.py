@@ -414,13 +414,15 @@ class _Packed:
     read (``add``), for ``_Card.fill``: into columns made at the start for ``capacity`` points, so that the fill
     allocates nothing big (one that concatenated ten thousand runs' points, 40 MB of new arrays, spent a third of its
     turn in the kernel, faulting their pages in). Columns: steps, walls (s), values (as stored: ±Inf kept), smoothed
-    values, walls (ms); and per run, the count of its points and its series' first wall time. ``ok`` turns False
-    when a slice did not fit (``fill`` then packs the lines afresh)."""
+    values, walls (ms); and per run, the count of its points, its series' first wall time and whether the series is
+    a single point, its name and its colour (as string arrays: at 100,000 runs, what a fill spent on them one run at a
+    time, ~40 ms, is spread over the turns that pack). ``ok`` turns False when a slice did not fit (``fill`` then
+    packs the lines afresh)."""
 
     def __init__(self, capacity):
         self.columns = [np.empty(int(capacity)) for _ in range(5)]
         self.used, self.runs, self.ok = 0, 0, True
-        self._lengths, self._first_wall = [], []
+        self._lengths, self._first_wall, self._single, self._names, self._colours = [], [], [], [], []
 
     @classmethod
     def of(cls, lines):
@@ -444,6 +446,9 @@ class _Packed:
         self._lengths.append(lengths)
         self._first_wall.append(np.fromiter((ln.walls[0] if len(ln.walls) else 0.0 for ln in lines), np.float64,
                                             len(lines)))
+        self._single.append(np.fromiter((len(ln.values) == 1 for ln in lines), bool, len(lines)))
+        self._names.append(_strings([ln.run for ln in lines]))
+        self._colours.append(_strings([ln.colour for ln in lines]))
         self.used, self.runs = end, self.runs + len(lines)
 
     def holds(self, runs):
@@ -451,11 +456,12 @@ class _Packed:
         return self.ok and self.runs == runs
 
     def take(self):
-        """``(lengths, first_wall, steps, walls, values, smooth, walls_ms)``: the counts, the first walls and the
-        columns (the caller's to change: each ``_Packed`` is taken once)."""
-        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-        first_wall = np.concatenate(self._first_wall) if self._first_wall else np.zeros(0)
-        return (lengths, first_wall, *(column[:self.used] for column in self.columns))
+        """``(lengths, first_wall, single, names, colours, steps, walls, values, smooth, walls_ms)``: the per-run
+        arrays and the columns (the caller's to change: each ``_Packed`` is taken once)."""
+        per_run = [np.concatenate(parts) if parts else empty for parts, empty in (
+            (self._lengths, np.zeros(0, np.int64)), (self._first_wall, np.zeros(0)), (self._single, np.zeros(0, bool)),
+            (self._names, _strings([])), (self._colours, _strings([])))]
+        return (*per_run, *(column[:self.used] for column in self.columns))
 
 
 def _strings(items):
@@ -746,13 +752,12 @@ class _Card:
         n = len(lines)
         if packed is None or not packed.holds(n):
             packed = _Packed.of(lines)
-        lengths, first_wall, steps, walls, values, smooth, walls_ms = packed.take()
+        lengths, first_wall, single, runs, colours, steps, walls, values, smooth, walls_ms = packed.take()
         stops = np.cumsum(lengths)
         starts = stops - lengths
         # the shown NaN/±Inf points, for the ticks (``_fill_marks``): their run (row), step, wall time and value
         bad = np.flatnonzero(~np.isfinite(values))
         owner = np.searchsorted(stops, bad, side="right")
-        runs, colours = _strings([ln.run for ln in lines]), _strings([ln.colour for ln in lines])
         self._nonfinite = (owner, steps[bad], walls[bad], values[bad], first_wall[owner], runs, colours)
         values[np.isinf(values)] = np.nan           # (the packed columns are this fill's own)
         smooth[np.isinf(smooth)] = np.nan
@@ -763,7 +768,7 @@ class _Card:
         # numbers as arrays (binary on the wire): lists of ten thousand runs' numbers were most of a page's encoding
         rows = {"run": runs, "colour": colours, "start": starts.astype(np.int32), "stop": stops.astype(np.int32),
                 "first_wall": first_wall * 1000.0, "axis": np.full(n, self.axis)}
-        rows.update(self._extent_and_dots(lines, lengths, starts, x, ys, smooth))
+        rows.update(self._extent_and_dots(single, lengths, starts, x, ys, smooth))
         self._points = (values, lengths)
         self.rows.data = rows
         if np.isfinite(rows["dot_x"]).any():
@@ -815,13 +820,13 @@ class _Card:
             self.y_range.update(start=lo - pad, end=hi + pad)
 
     @staticmethod
-    def _extent_and_dots(lines, lengths, starts, x, ys, smooth):
+    def _extent_and_dots(single, lengths, starts, x, ys, smooth):
         """Per run (a row each, as the drawn rows: the run list's filter applies), on the card's axis (``x``, the
         shown points' x of every run one after another, as ``ys`` and ``smooth``): the box its shown points span,
         which the ranges have at the first paint, before the page has expanded the lines (BokehJS warns "could not
-        set initial ranges" when it cannot); and its point when it has only one (a dot: a line needs two), else
-        NaN."""
-        n = len(lines)
+        set initial ranges" when it cannot); and its point when it has only one (``single``: its series is one point;
+        a dot: a line needs two), else NaN."""
+        n = len(lengths)
         some = np.flatnonzero(lengths > 0)
 
         def per_run(reduce, column):        # a run without points (or without finite values, for y): NaN
@@ -832,7 +837,7 @@ class _Card:
         columns = {"x0": per_run(np.minimum, x), "x1": per_run(np.maximum, x),
                    # (±Inf are NaN in ys already; fmin/fmax skip NaN)
                    "y0": per_run(np.fmin, ys), "y1": per_run(np.fmax, ys)}
-        one = np.fromiter((len(line.values) == 1 for line in lines), bool, n) & (lengths == 1)
+        one = single & (lengths == 1)
         at = np.minimum(starts, max(len(x) - 1, 0))
         columns["dot_x"] = np.where(one, x[at], np.nan) if len(x) else np.full(n, np.nan)
         columns["dot_y"] = np.where(one, smooth[at], np.nan) if len(x) else np.full(n, np.nan)
@@ -1106,6 +1111,7 @@ class ScalarsView(View):
         self.parts = _Parts()                  # models every card shares
         self.pager = Pager("scalars", PAGE_SIZE, on_change=self._repage)
         self._by_tag: dict[str, list] = {}     # every tag's series (one per run), in the store's run order
+        self._by_tag_of = None                 # (the store's scalar and histogram lists, ``_by_tag`` made of them)
         self._rank: dict[str, tuple] = {}      # each tag's (group's place, own place, group) in the order tags came
         self._group_rank: dict[str, int] = {}  # each tag group's place in the order groups came
         self._ranked = 0                       # tags placed so far (gone ones included: places stay unique)
@@ -1176,10 +1182,8 @@ class ScalarsView(View):
         return column(controls, self.message, self.pager.layout, self.grid, sizing_mode="stretch_width")
 
     def update(self):
-        by_tag: dict[str, list] = {}
-        for series in self._scalars():                   # sorted by run, then tag
-            by_tag.setdefault(series.tag, []).append(series)
-        self._by_tag = by_tag
+        self._by_tag = self._scalars_by_tag()
+        by_tag = self._by_tag
         if by_tag.keys() != self._rank.keys():          # tags came (or went): place them, page again
             self._order_tags(by_tag.keys() - self._rank.keys())
         self._grow(list(self.cards.values()))
@@ -1550,17 +1554,38 @@ class ScalarsView(View):
     def _scalars(self):
         """The store's scalar series this tab draws: all but the NaN/Inf counts a ``SummaryWriter`` logs beside a
         histogram (``<tag>/nan_count``, ``<tag>/inf_count``), which the Anomalies tab shows with their histogram
-        (``self.counts_elsewhere`` says how many histograms have them)."""
-        histograms = {(s.run, s.tag) for s in self.store.series("histogram")}
-        kept, twins = [], set()
-        for series in self.store.series("scalar"):
-            base = counted_histogram(series.tag)
-            if base is not None and (series.run, base) in histograms:
-                twins.add((series.run, base))
-            else:
-                kept.append(series)
+        (``self.counts_elsewhere`` says how many histograms have them); sorted by run, then tag."""
+        by_tag = self._scalars_by_tag()
+        return sorted((series for every in by_tag.values() for series in every), key=lambda s: (s.run, s.tag))
+
+    def _scalars_by_tag(self):
+        """``_scalars`` by tag (``{tag: [series, in the store's run order]}``), made again only when the store's
+        series changed (the store then makes new lists): at 100,000 runs making it is ~40 ms, and the tab is brought
+        up to date at every poll that changed anything. A tag's own check (``counted_histogram``) is made once."""
+        scalars, histograms = self.store.series("scalar"), self.store.series("histogram")
+        cached = self._by_tag_of
+        if cached is not None and cached[0] is scalars and cached[1] is histograms:
+            return cached[2]
+        by_tag: dict[str, list] = {}
+        for series in scalars:                                  # sorted by run, then tag
+            every = by_tag.get(series.tag)
+            if every is None:
+                every = by_tag[series.tag] = []
+            every.append(series)
+        twins = set()
+        counted = {tag: base for tag in by_tag if (base := counted_histogram(tag)) is not None}
+        if counted:
+            logged = {(s.run, s.tag) for s in histograms}
+            for tag, base in counted.items():
+                kept = [series for series in by_tag[tag] if (series.run, base) not in logged]
+                twins.update((series.run, base) for series in by_tag[tag] if (series.run, base) in logged)
+                if kept:
+                    by_tag[tag] = kept
+                else:
+                    del by_tag[tag]
         self.counts_elsewhere = len(twins)
-        return kept
+        self._by_tag_of = (scalars, histograms, by_tag)
+        return by_tag
 
     def export_shown(self, fmt):
         """Every series the tab shows (runs the run list shows, tags the filter leaves), in full, as one file the
