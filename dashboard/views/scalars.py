@@ -107,15 +107,6 @@ def line_share(lines, limit=LIMIT):
     return max(min(limit, CARD_POINTS // max(int(lines), 1)), min(LINE_FLOOR, limit))
 
 
-def most_shown(lengths, limit, zoomed=False):
-    """An upper bound on the points lines of ``lengths`` points show with ``limit`` points each: all of them within
-    the limit, else at most 7 a downsampler's bucket (``limit // 4`` buckets), twice that ``zoomed`` (the exact
-    points of a zoomed range: at most ``limit``, else downsampled as much)."""
-    lengths = np.asarray(lengths, np.int64)
-    most = 7 * (limit // 4) * (2 if zoomed else 1)
-    return int(np.where(lengths <= limit, lengths, np.minimum(lengths, most)).sum())
-
-
 def choose_lines(lines, axis, window=None):
     """``line.choose(axis, window)`` for each of ``lines`` (a card's, or a slice of them), the series longer than
     their limit downsampled together (``downsample_many``: a thousand lines in a few NumPy passes, not a thousand
@@ -411,17 +402,16 @@ class _Line:
 
 class _Packed:
     """A card's lines' shown points, one run after another, packed a slice of runs at a time as a card's runs are
-    read (``add``), for ``_Card.fill``: into columns made at the start for ``capacity`` points, so that the fill
-    allocates nothing big (one that concatenated ten thousand runs' points, 40 MB of new arrays, spent a third of its
-    turn in the kernel, faulting their pages in). Columns: steps, walls (s), values (as stored: ±Inf kept), smoothed
-    values, walls (ms); and per run, the count of its points, its series' first wall time and whether the series is
-    a single point, its name and its colour (as string arrays: at 100,000 runs, what a fill spent on them one run at a
-    time, ~40 ms, is spread over the turns that pack). ``ok`` turns False when a slice did not fit (``fill`` then
-    packs the lines afresh)."""
+    read (``add``), for ``_Card.fill``: into columns made at the start for ``capacity`` points (twice as much room
+    when a slice needs more), so that the fill allocates nothing big (one that concatenated ten thousand runs' points,
+    40 MB of new arrays, spent a third of its turn in the kernel, faulting their pages in). Columns: steps, walls (s),
+    values (as stored: ±Inf kept), smoothed values, walls (ms); and per run, the count of its points, its series'
+    first wall time and whether the series is a single point, its name and its colour (as string arrays: at 100,000
+    runs, what a fill spent on them one run at a time, ~40 ms, is spread over the turns that pack)."""
 
     def __init__(self, capacity):
         self.columns = [np.empty(int(capacity)) for _ in range(5)]
-        self.used, self.runs, self.ok = 0, 0, True
+        self.used, self.runs = 0, 0
         self._lengths, self._first_wall, self._single, self._names, self._colours = [], [], [], [], []
 
     @classmethod
@@ -436,9 +426,12 @@ class _Packed:
         parts = [line.shown_points() for line in lines]
         lengths = np.fromiter((len(p[0]) for p in parts), np.int64, len(parts))
         end = self.used + int(lengths.sum())
-        if not self.ok or end > len(self.columns[0]):
-            self.ok = False
-            return
+        if end > len(self.columns[0]):          # (past the estimate: twice as much room, what was packed kept)
+            capacity = max(end, 2 * len(self.columns[0]))
+            grown = [np.empty(capacity) for _ in self.columns]
+            for new, old in zip(grown, self.columns):
+                new[:self.used] = old[:self.used]
+            self.columns = grown
         if parts:
             for k in range(4):              # (int64 steps cast to float64 as they are copied)
                 np.concatenate([p[k] for p in parts], out=self.columns[k][self.used:end])
@@ -453,7 +446,7 @@ class _Packed:
 
     def holds(self, runs):
         """Whether every one of a card's ``runs`` lines is packed."""
-        return self.ok and self.runs == runs
+        return self.runs == runs
 
     def take(self):
         """``(lengths, first_wall, single, names, colours, steps, walls, values, smooth, walls_ms)``: the per-run
@@ -1340,8 +1333,8 @@ class ScalarsView(View):
                         whole = d if d.reset else self.store.read(series)
                         pairs.append((card.line(series.run, self.store), whole))
                 self._set_lines(card, pairs, weight, axis)
-                if card.packed is None:         # (an upper bound)
-                    card.packed = _Packed(most_shown(np.fromiter(map(len, todo), np.int64, len(todo)), card.share))
+                if card.packed is None:         # (room for the card's share of points; more when a slice needs it)
+                    card.packed = _Packed(len(todo) * min(card.share, 100))
                 # (what its first fill sends of them, unless the store gained more meanwhile)
                 card.packed.add([line for line, _ in pairs])
                 self._reading[tag] = (card, rest)
@@ -1490,10 +1483,8 @@ class ScalarsView(View):
         is smoothed whole when the ask starts again, as a growth's ``_refill`` makes it.)"""
         tag, ask = next(iter(self._refilling.items()))
         card, lines, rebuild, packed, groups, resmooth, rechoose = ask
-        if packed is None:
-            packed = _Packed(most_shown(np.fromiter((len(line.values) for line in lines), np.int64, len(lines)),
-                                        card.share, card.window is not None) if rechoose else
-                             sum(len(line.shown) for line in lines))
+        if packed is None:      # (room for the card's share of points; more when a slice needs it)
+            packed = _Packed(len(lines) * min(card.share, 100))
         if packed.runs < len(lines):
             some = lines[packed.runs:packed.runs + RUN_SLICE]
             if resmooth:
