@@ -1365,6 +1365,7 @@ class ScalarsView(View):
         shown = self.runs.shown()
         for card in done:
             self.cards[card.tag] = card
+            card.looked_at = card.read_from     # (every run read up to then: ``_catch_up``)
             self._unplaced.append(card)         # (``_place`` has the page expand it once it is in)
             packed, card.packed = card.packed, None
             card.fill(packed)
