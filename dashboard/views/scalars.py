@@ -6,22 +6,27 @@ milliseconds to build and as many to join the document and be serialised, so 20,
 event loop for minutes. In a server session each card of a page is built in one IOLoop turn and joins the page in
 the next, from the turn after the request, and a card that leaves the page is dropped with what the session had
 seen of it. A card of more than ``RUN_SLICE`` runs is built over more turns (its runs read a slice a turn, then its
-figure, then its fill), and so is what changes all of its lines (a new smoothing, x axis or scale, new points: the
-lines a slice a turn, then one fill): no turn holds the loop for more than ~60 ms at ten thousand runs (issue 29;
-tests/test_dashboard_turns.py). A card is 42 Bokeh models of its own (``_Card.build``; the models every card shares
-are ``_Parts``): what a turn costs grows with them, Bokeh walking every model of the document each time one joins
-it. The tag filter (RE2) picks among all tags and the pager pages the matches. The "all shown" export is formatted
-off the loop and streamed over HTTP (``export_stream``).
+figure, then its fill), and so is what changes all of its lines (a new smoothing, x axis or scale, a zoom, new
+points: the lines a slice a turn, then the fill computed, then sent): no turn holds the loop for more than ~60 ms at
+ten thousand runs, nor ~100 ms at a hundred thousand (issue 29; tests/test_dashboard_turns.py). A card is 42
+Bokeh models of its own (``_Card.build``; the models every card shares are ``_Parts``): what a turn costs grows with
+them, Bokeh walking every model of the document each time one joins it. The tag filter (RE2) picks among all tags
+and the pager pages the matches. The "all shown" export is formatted off the loop and streamed over HTTP
+(``export_stream``).
 
 A card is one figure whose runs are rows of one ``ColumnDataSource`` drawn by two ``MultiLine`` glyphs (raw, faint;
-smoothed, bold, or 1 px past ``DENSE_LINES`` runs drawn, which the page's canvas strokes four times faster): its cost in the page and on the wire does not grow with a renderer per run (a thousand runs made
-~15,000 Bokeh models and a 40 s first page). The server sends a card's points as a few flat arrays that the page
-expands into rows (see ``_Card``). Each row holds the points on display of one run: at most ``limit`` of
-them chosen by ``flowlab.summary.thinning.downsample`` (each pixel bucket's first, last, min and max and its
-NaN/Inf), so a spike survives at any zoom; NaN and ±Inf break the line and are marked by a red tick across the plot
-(the readout under the card names them). Zooming (a ``RangesUpdate`` from the browser) adds the exact points of the visible range
-when there are fewer than ``limit``. New points resend the card's flat arrays (one message); a row is downsampled
-again when it has grown past twice its budget. Lines read the store's columns without copying (see ``store``).
+smoothed, bold, or 1 px past ``DENSE_LINES`` runs drawn, which the page's canvas strokes four times faster): its
+cost in the page and on the wire does not grow with a renderer per run (a thousand runs made ~15,000 Bokeh models
+and a 40 s first page). The server sends a card's points as a few flat arrays that the page
+expands into rows (see ``_Card``). Each row holds the points on display of one run: at most its share of the card's
+points budget (``CARD_POINTS`` split among its runs, at most ``LIMIT`` and at least ``LINE_FLOOR`` a run:
+``line_share``; split again when the runs outgrow it by half or double it), chosen by
+``flowlab.summary.thinning.downsample_many`` (each x bucket's first, last, min and max and its first NaN, +Inf and
+-Inf), so a spike survives at any zoom; NaN and ±Inf break the line and are marked by a red tick across the plot
+(the readout under the card names them). Zooming (a ``RangesUpdate`` from the browser) adds the exact points of the
+visible range when there are fewer than the share. New points resend the card's flat arrays (one message); a row is
+downsampled again when it has grown past twice its share. Lines read the store's columns without copying (see
+``store``).
 
 Smoothing is TensorBoard's debiased exponential moving average, computed server-side over the full series (so it
 does not depend on what is on display) and carried forward incrementally as points stream in. The x axis (step /
