@@ -420,3 +420,26 @@ def test_runs_that_come_split_a_cards_points_again_over_turns(tmp_path):
     reference = app.build_document(Document(), store)["scalars"].cards["loss"]
     assert reference.share == share
     assert_same_card(card, reference)
+
+
+def test_a_zoom_on_a_big_card_chooses_its_lines_points_over_turns(tmp_path):
+    """A zoom (the page's ``RangesUpdate``) adds each line's exact points of the zoomed range: on a card of more than
+    ``RUN_SLICE`` runs, a slice of lines a turn (together: ``choose_lines``), as the same zoom does at once on a card
+    built outside a server."""
+    from types import SimpleNamespace
+    runs = 3 * scalars.RUN_SLICE + 1
+    store = memory_store(tmp_path, runs=runs)
+    _, views = served_turns(store)
+    view = views["scalars"]
+    card, doc = view.cards["loss"], view.grid.document
+    assert card.share < STEPS                   # (the lines are downsampled: a zoom has points to add)
+    zoom = SimpleNamespace(x0=30.0, x1=45.0)
+    started = time.process_time()
+    view._zoomed(card, zoom)
+    cpu = [time.process_time() - started] + next_turns(doc)
+    assert len(cpu) > runs // scalars.RUN_SLICE and max(cpu) < TURN_BOUND_S, cpu
+    reference = app.build_document(Document(), store)["scalars"]
+    reference._zoomed(reference.cards["loss"], zoom)
+    assert_same_card(card, reference.cards["loss"])
+    line = card.lines["run00100"]
+    np.testing.assert_array_equal(np.intersect1d(line.shown, np.arange(29, 47)), np.arange(29, 47))   # every one

@@ -20,7 +20,7 @@ cost in the page and on the wire does not grow with a renderer per run (a thousa
 and a 40 s first page). The server sends a card's points as a few flat arrays that the page
 expands into rows (see ``_Card``). Each row holds the points on display of one run: at most its share of the card's
 points budget (``CARD_POINTS`` split among its runs, at most ``LIMIT`` and at least ``LINE_FLOOR`` a run:
-``line_share``; split again when the runs outgrow it by half or double it), chosen by
+``line_share``; split again when that share is off by more than a factor of two), chosen by
 ``flowlab.summary.thinning.downsample_many`` (each x bucket's first, last, min and max and its first NaN, +Inf and
 -Inf), so a spike survives at any zoom; NaN and ±Inf break the line and are marked by a red tick across the plot
 (the readout under the card names them). Zooming (a ``RangesUpdate`` from the browser) adds the exact points of the
