@@ -83,7 +83,7 @@ LIMIT = 2000                       # points per line on display, at most
 # fill and its join were single turns of ~140 and ~80 ms. A line never gets fewer than ``LINE_FLOOR`` (the
 # downsampler's ``LINE_FLOOR // 4`` buckets, each with its first, last, extremes and NaN/Inf: the shape, every
 # bucket's spike and every kind of non-finite value stay), so a card of more than ``CARD_POINTS // LINE_FLOOR`` runs
-# holds more than ``CARD_POINTS``: ~2 million points at 100,000 runs.
+# holds more than ``CARD_POINTS``: ~1.5 million points at 100,000 runs of 100 points.
 CARD_POINTS = 300_000
 LINE_FLOOR = 20
 # A card costs the server some 25 ms to build and 20-40 ms to join the page (42 Bokeh models; see ``_Card.build``):
@@ -1540,6 +1540,8 @@ class ScalarsView(View):
         """The card's run groups (the run list's ``grouping``) of the runs the run list shows; runs in no group keep
         their own lines."""
         grouping = self.runs.grouping
+        if not grouping.active and not card.grouped:        # (no groups: no pass over a card's 100,000 runs)
+            return
         groups = grouping.groups([run for run in card.lines if shown is None or run in shown])
         if groups or card.grouped:      # a group takes its first run's colour: distinct from every other run's
             card.fill_groups(groups, grouping.band, self.axis, lambda run: run_colour(self.store, run),
