@@ -443,3 +443,18 @@ def test_a_zoom_on_a_big_card_chooses_its_lines_points_over_turns(tmp_path):
     assert_same_card(card, reference.cards["loss"])
     line = card.lines["run00100"]
     np.testing.assert_array_equal(np.intersect1d(line.shown, np.arange(29, 47)), np.arange(29, 47))   # every one
+
+
+def test_serve_freezes_what_the_process_holds_once_the_store_is_read():
+    """``serve`` calls ``settle_collector`` once its server has started (the store's first poll done): every object
+    held then is out of the collector's full collections, which walked the store's series each time."""
+    import inspect
+    from flowlab.dashboard import server
+    held = [[] for _ in range(1000)]                 # (lists: objects the collector tracks)
+    frozen = gc.get_freeze_count()
+    try:
+        server.settle_collector()
+        assert gc.get_freeze_count() >= frozen + len(held)
+    finally:
+        gc.unfreeze()
+    assert "settle_collector()" in inspect.getsource(server.serve)
