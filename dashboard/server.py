@@ -38,6 +38,7 @@ Two ways to run it:
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import logging
 import os
@@ -463,6 +464,18 @@ def exposure_warning(host):
             f"(there is no authentication); use --host 127.0.0.1 to keep them local")
 
 
+def settle_collector():
+    """Move every object the process holds now out of the garbage collector's reach (``gc.freeze``, after a
+    collection): at ``serve``'s start, once the store's first poll has read the logdir and before a page has come.
+    Those objects live as long as the server (the store's series: ~200,000 objects at 100,000 runs), and every full
+    collection walked them all, on whichever thread allocated: a loop stall of 100-180 ms each (a session's close
+    makes one: Bokeh's ``Document.destroy`` calls ``gc.collect``). Frozen objects are still freed by reference
+    counting; only cycles among them would outlive their use, and a store's series form none. Not for a server in a
+    notebook's kernel (``ServerThread``): the user's objects are not the dashboard's to freeze."""
+    gc.collect()
+    gc.freeze()
+
+
 def serve(logdir, port=6006, host=LOOPBACK, reload_interval=RELOAD_INTERVAL, out=print, grace=0.5, samples=None):
     """Run the dashboard until SIGINT or SIGTERM (call from the main thread); raises OSError when the address
     cannot be bound.
@@ -475,6 +488,7 @@ def serve(logdir, port=6006, host=LOOPBACK, reload_interval=RELOAD_INTERVAL, out
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         server = ServerThread(logdir, port, host, reload_interval, samples=samples)
+        settle_collector()
         warning = exposure_warning(host)
         if warning:
             out(warning)

@@ -1,7 +1,8 @@
 """Keeping a long run's data within bounds without losing what matters: the one downsampler, step buckets and
 sampler of flowlab's reading side (the dashboard's store, its views and the notebook widgets all use these).
 
-- ``downsample``: about ``budget`` points of a scalar series that draw like all of them (every spike and NaN kept).
+- ``downsample``: about ``budget`` points of a scalar series that draw like all of them (every spike and NaN kept);
+  ``downsample_many``: the same of many series at once.
 - ``StepBuckets``: per-step rows over a whole run in a bounded number of buckets of consecutive steps, folding each
   field by a rule (sum, min, max, any, argmax), so no extreme is lost; ``HealthGrid`` keeps health reports in them.
 - ``EvenSample``: a bounded, even sample of a series' items (histograms, images, text...) plus the newest of each
@@ -27,26 +28,72 @@ def downsample(x, values, budget):
     The x range is cut into ``budget // 4`` equal-width buckets (pixel columns, not equal counts, so a dense stretch
     cannot crowd out a sparse one); each keeps its first and last point, its smallest and largest finite value and
     its first NaN, +Inf and -Inf, so no spike and no non-finite value is ever dropped (a bucket full of extremes
-    keeps up to 7 points). ``x`` need not be sorted. ``len(values) <= budget``: every index.
+    keeps up to 7 points). ``x`` need not be sorted. ``len(values) <= budget``: every index. (``downsample_many``
+    for one series.)
     """
     v = np.asarray(values, np.float64)
-    n = len(v)
-    if n <= budget:
-        return np.arange(n)
-    if budget < 4:
-        raise ValueError(f"downsample: budget must be at least 4, got {budget!r}")
-    x = np.asarray(x, np.float64)
+    if len(v) <= budget:
+        return np.arange(len(v))
+    return downsample_many([x], [v], budget)[0]
+
+
+def downsample_many(xs, values, budgets):
+    """``downsample(xs[i], values[i], budgets[i])`` of every series at once (``budgets``: one int for all, or one
+    per series): a list of index arrays. The series are bucketed together, so a thousand short series cost a few
+    NumPy passes over their points, not a thousand calls (what a card of many runs chooses its points with)."""
+    k = len(values)
+    lengths = np.fromiter((len(v) for v in values), np.int64, k)
+    budgets = np.broadcast_to(np.asarray(budgets, np.int64), (k,))
+    small = budgets < 4
+    if np.any(small & (lengths > budgets)):
+        raise ValueError(f"downsample: budget must be at least 4, got {int(budgets[small][0])!r}")
+    total = int(lengths.sum())
+    if not total:
+        return [np.zeros(0, np.int64) for _ in range(k)]
+    v = np.concatenate([np.asarray(a, np.float64) for a in values])
+    x = np.concatenate([np.asarray(a, np.float64) for a in xs])
+    starts_of = np.cumsum(lengths) - lengths
+    series = np.repeat(np.arange(k), lengths)
+    at = np.arange(total) - starts_of[series]                # each point's index in its series
     order = None
-    if np.any(x[1:] < x[:-1]):
-        order = np.argsort(x, kind="stable")
+    back = np.flatnonzero(x[1:] < x[:-1]) + 1                # a step back in x, within a series (not at its start)
+    if np.any(at[back] > 0):
+        order = np.lexsort((x, series))                      # (stable: as ``argsort(kind="stable")`` per series)
         x, v = x[order], v[order]
-    buckets = budget // 4
-    lo, hi = x[0], x[-1]
-    if hi > lo:
-        bucket = ((x - lo) * (buckets / (hi - lo))).astype(np.int64)
-        np.minimum(bucket, buckets - 1, out=bucket)
-    else:
-        bucket = np.zeros(n, np.int64)
+    # a series within its budget: every point its own bucket (all kept); else ``budget // 4`` buckets over its range
+    thin = lengths > budgets
+    buckets = np.where(thin, budgets // 4, lengths)
+    ends_of = starts_of + lengths - 1
+    some = lengths > 0
+    lo, hi = np.zeros(k), np.zeros(k)
+    lo[some], hi[some] = x[starts_of[some]], x[ends_of[some]]
+    bucket = at.copy()
+    spread = thin & (hi > lo)
+    flat = thin & ~spread
+    if np.any(spread):
+        on = spread[series]
+        s = series[on]
+        scale = buckets / np.where(spread, hi - lo, 1.0)
+        b = ((x[on] - lo[s]) * scale[s]).astype(np.int64)
+        np.minimum(b, buckets[s] - 1, out=b)
+        bucket[on] = b
+    if np.any(flat):
+        bucket[flat[series]] = 0
+    group_base = np.cumsum(buckets) - buckets                # buckets of earlier series
+    bucket += group_base[series]
+    keep = _bucket_picks(v, bucket)
+    if order is not None:
+        keep = order[keep]
+        cut = np.searchsorted(series[keep], np.arange(k + 1))   # (``order`` keeps each series' points together)
+        return [np.sort(keep[cut[i]:cut[i + 1]]) - starts_of[i] for i in range(k)]
+    cut = np.searchsorted(keep, np.append(starts_of, total))
+    return [keep[cut[i]:cut[i + 1]] - starts_of[i] for i in range(k)]
+
+
+def _bucket_picks(v, bucket):
+    """Indices (sorted, unique) of the points of ``v`` each bucket keeps: its first and last, its smallest and largest
+    finite value and its first NaN, +Inf and -Inf. ``bucket``: each point's bucket, non-decreasing."""
+    n = len(v)
     starts = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
     ends = np.concatenate([starts[1:], [n]]) - 1
     sizes = ends - starts + 1
@@ -60,8 +107,7 @@ def downsample(x, values, budget):
         picks.append(_first_per_group(hits, group))
     for special in (np.isnan(v), v == np.inf, v == -np.inf):
         picks.append(_first_per_group(np.flatnonzero(special), group))
-    index = np.unique(np.concatenate(picks))
-    return np.sort(order[index]) if order is not None else index
+    return np.unique(np.concatenate(picks))
 
 
 def _first_per_group(hits, group):
