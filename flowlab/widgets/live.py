@@ -8,7 +8,8 @@ and Colab need nothing installed beyond the Python package) whose front end, ``l
   JavaScript bundles, gzipped (~0.45 MB instead of ~1.65 MB), and every live document refers to it; a page that
   already has this BokehJS version (after a kernel restart, say) does not load it again;
 - builds the document from ``_snapshot`` (its full JSON, sent when the layout changes and at the end of each cell,
-  numbered like the updates: a view already at the end-of-cell snapshot's number keeps its drawing);
+  numbered like the updates: a view already at the end-of-cell snapshot's number keeps its drawing, and a view the
+  page renders anew because a display was updated takes over the drawing of the one it replaces);
 - applies the updates ``push()`` sends as custom comm messages: changed properties, and for data sources only the
   rows from an index on (``splice``), numeric columns as binary float64 buffers;
 - sends nothing back: browser-side changes (auto-ranging, hover, a log toggle) stay in the page, so a running cell
