@@ -677,3 +677,33 @@ def test_the_trends_value_range_is_set_with_its_data_in_the_snapshot_and_the_sta
     assert static_trend.y_range.start <= values.min() and values.max() <= static_trend.y_range.end
     assert static_trend.y_range.end - static_trend.y_range.start <= 1.1 * np.ptp(values) + 1e-12
     panel.close()
+
+
+def test_the_page_scripts_sticky_range_is_plots_sticky_range():
+    """The page's script moves the trend's value range by the rule Python uses for the other panels' ranges
+    (``plots.data.sticky_range``): its ``sticky`` function, run by Node, against Python's on a run of extents."""
+    import shutil
+    import subprocess
+    from flowlab.plots import sticky_range
+    from flowlab.widgets.health import _PAGE_JS
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("needs Node.js to run the page script's function")
+    rng = np.random.default_rng(3)
+    cases, current = [], None
+    for i in range(200):                 # a trend that grows, shrinks, jumps (a spike) and goes flat
+        lo = float(rng.normal(0, 1 + i / 20)) if i % 37 else 5.0
+        hi = lo + (float(rng.exponential(1 + i / 10)) if i % 29 else 0.0)
+        if i == 120:
+            hi = 1e6
+        cases.append([current, lo, hi])
+        current = list(sticky_range(None if current is None else tuple(current), lo, hi))
+    cases += [[None, 0.0, 0.0], [None, -3.0, -3.0], [[0.0, 1.0], 0.25, 0.75], [[0.0, 1.0], 0.4, 0.5]]
+    script = _PAGE_JS[_PAGE_JS.index("function sticky("):] + \
+        f"\nconsole.log(JSON.stringify({json.dumps(cases)}.map(([c, lo, hi]) => sticky(c, lo, hi))));"
+    got = json.loads(subprocess.run([node, "-e", script], capture_output=True, text=True, check=True,
+                                    timeout=60).stdout)
+    assert len(got) == len(cases)
+    for (current, lo, hi), js in zip(cases, got):
+        assert js == pytest.approx(list(sticky_range(None if current is None else tuple(current), lo, hi)),
+                                   rel=1e-12, abs=1e-12), (current, lo, hi)
