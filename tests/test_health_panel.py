@@ -650,3 +650,60 @@ def test_many_heads_are_drawn_a_row_per_block_by_its_lowest_head():
     plain(HealthReport(0, {"dense": {"grad_norm": 1.0}}))
     assert plain.attention_grid is None
     plain.close()
+
+
+def test_the_trends_value_range_is_set_with_its_data_in_the_snapshot_and_the_static_copy(sent):    # noqa: F811
+    """The trend's value range is a ``Range1d`` set with its data (an auto range makes the page lay the plot out
+    again): the page's script sets it for the layer and statistic shown there, Python for the snapshot (the
+    default layer) and for the saved notebook's static copy, which drew the trend on 0…1 before."""
+    from bokeh.models import DataRange1d, Range1d
+    panel = HealthPanel(mode="notebook", statistic="grad_norm")
+    panel._refresher.stop()
+    train(health_job(panel), 6)
+    panel.refresh()
+    panel.widget.settle()
+    page = Page(panel.widget, sent).update()
+    trend = panel.grid.trend_columns(panel.default_layer("grad_norm"), "grad_norm")
+    values = np.concatenate([trend["min"], trend["max"], trend["mean"]])
+    values = values[np.isfinite(values)]
+    y = page.model(panel.trend).y_range
+    assert type(y) is Range1d and not isinstance(y, DataRange1d)
+    assert y.start <= values.min() and values.max() <= y.end
+    assert y.end - y.start <= 1.1 * np.ptp(values) + 1e-12             # fitted to it, not to 0…1
+    assert "trend_figure.y_range" in panel.select.js_property_callbacks["change:value"][0].code
+    layout = panel._static_layout()
+    (static_trend,) = [child for child in layout.children if getattr(child, "y_range", None) is not None]
+    assert static_trend.x_range.start <= 0 and 6 <= static_trend.x_range.end <= 6.5
+    assert static_trend.y_range.start <= values.min() and values.max() <= static_trend.y_range.end
+    assert static_trend.y_range.end - static_trend.y_range.start <= 1.1 * np.ptp(values) + 1e-12
+    panel.close()
+
+
+def test_the_page_scripts_sticky_range_is_plots_sticky_range():
+    """The page's script moves the trend's value range by the rule Python uses for the other panels' ranges
+    (``plots.data.sticky_range``): its ``sticky`` function, run by Node, against Python's on a run of extents."""
+    import shutil
+    import subprocess
+    from flowlab.plots import sticky_range
+    from flowlab.widgets.health import _PAGE_JS
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("needs Node.js to run the page script's function")
+    rng = np.random.default_rng(3)
+    cases, current = [], None
+    for i in range(200):                 # a trend that grows, shrinks, jumps (a spike) and goes flat
+        lo = float(rng.normal(0, 1 + i / 20)) if i % 37 else 5.0
+        hi = lo + (float(rng.exponential(1 + i / 10)) if i % 29 else 0.0)
+        if i == 120:
+            hi = 1e6
+        cases.append([current, lo, hi])
+        current = list(sticky_range(None if current is None else tuple(current), lo, hi))
+    cases += [[None, 0.0, 0.0], [None, -3.0, -3.0], [[0.0, 1.0], 0.25, 0.75], [[0.0, 1.0], 0.4, 0.5]]
+    script = _PAGE_JS[_PAGE_JS.index("function sticky("):] + \
+        f"\nconsole.log(JSON.stringify({json.dumps(cases)}.map(([c, lo, hi]) => sticky(c, lo, hi))));"
+    got = json.loads(subprocess.run([node, "-e", script], capture_output=True, text=True, check=True,
+                                    timeout=60).stdout)
+    assert len(got) == len(cases)
+    for (current, lo, hi), js in zip(cases, got):
+        assert js == pytest.approx(list(sticky_range(None if current is None else tuple(current), lo, hi)),
+                                   rel=1e-12, abs=1e-12), (current, lo, hi)

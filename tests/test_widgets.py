@@ -111,6 +111,8 @@ class Page:
                 setattr(model, attr, value)
         for model_id, at, columns in msg["data"]:
             source = self.doc.get_model_by_id(model_id)
+            if source is None:                      # not in the document (live.js skips it too)
+                continue
             data = {}
             for name, spec in columns.items():
                 if isinstance(spec, dict):          # numbers: a float64 buffer
@@ -1034,3 +1036,85 @@ def test_panel_ranges_are_set_with_the_data_hold_every_value_and_a_spike_and_rar
             range_updates += any(model in ids for model, _ in last["content"]["props"])
     assert updates >= 35 and range_updates <= updates // 3, (range_updates, updates)
     panel.close()
+
+
+def test_a_cell_end_fits_the_ranges_tight_and_a_page_in_sync_keeps_its_drawing(sent):
+    """While a run goes on a trend's step axis keeps room to grow (up to a third of it empty); the end of the cell
+    fits every range tight, with every step still in the trend as block statistics and the spike and the NaN step
+    in view. The end-of-cell snapshot carries the number of the update it follows, so a page that applied it keeps
+    its document (rebuilding it was a long browser task) and a page opened later builds the same state."""
+    panel = WatchPanel(mode="notebook", bins=10, max_points=50)
+    panel._refresher.stop()
+    page = Page(panel.widget, sent)
+    steps = 350
+    for step in range(steps):
+        values = RNG.normal(size=200)
+        if step == 100:
+            values[7] = 1e3                                     # a spike
+        if step == 200:
+            values[:] = np.nan                                  # a step with nothing finite
+        panel.watch_event(values, Def("dense/out", (200,)), "value", step)
+        if step % 10 == 9:
+            panel.refresh()
+    page.update()
+    (row,) = panel._rows.values()
+    x_range = page.model(row.trend_fig).x_range
+    assert x_range.end - steps > 0.15 * steps                   # room left to grow while it runs
+    doc = page.doc
+    panel.widget.settle()                                       # what the end of a cell runs
+    page.update()
+    assert page.doc is doc and page.seq == json.loads(panel.widget._snapshot)["seq"]     # no rebuild
+    trend = page.model(row.trend_source).data
+    assert trend["step"][0] == 0 and trend["end"][-1] == steps                # every step, as block statistics
+    assert np.all(np.asarray(trend["step"])[1:] == np.asarray(trend["end"])[:-1])
+    assert trend["max"].max() == 1e3 and trend["nonfinite"].sum() == 200 and np.nansum(trend["mark"]) == 1
+    for fig, extent in ((row.trend_fig, (0.0, float(steps))),):
+        x = page.model(fig).x_range
+        assert x.start <= extent[0] and extent[1] <= x.end
+        assert (x.end - x.start) <= 1.1 * (extent[1] - extent[0]) + 1e-9       # tight: the pad each side only
+    y = page.model(row.trend_fig).y_range
+    finite = np.concatenate([np.asarray(trend[c]) for c in ("min", "max", "lower", "upper", "mean")])
+    finite = finite[np.isfinite(finite)]
+    assert y.start <= finite.min() and finite.max() <= y.end <= finite.max() + 0.06 * np.ptp(finite)
+    linear = page.model(row.hist_figures[0])
+    hist = page.model(row.hist_source).data
+    span = max(hist["right"]) - min(hist["left"])
+    assert linear.x_range.start < min(hist["left"]) and max(hist["right"]) < linear.x_range.end
+    assert linear.x_range.end - linear.x_range.start <= 1.1 * span + 1e-9
+    # a page opened now builds the same state from the snapshot
+    later = Page(panel.widget, sent)
+    assert later.seq == page.seq
+    for model in (row.trend_fig.x_range, row.trend_fig.y_range, linear.x_range):
+        mine = later.doc.get_model_by_id(model.id)
+        theirs = page.doc.get_model_by_id(model.id)
+        assert (mine.start, mine.end) == (theirs.start, theirs.end)
+    # a page that missed an update builds the document again from the snapshot
+    panel.watch_event(RNG.normal(size=200), Def("dense/out", (200,)), "value", steps)
+    panel.refresh()
+    missed = json.loads(panel.widget._snapshot)["seq"] + 1
+    behind = Page(panel.widget, sent, drop={missed})
+    behind.update()
+    panel.widget.settle()
+    behind.update()
+    assert behind.seq == json.loads(panel.widget._snapshot)["seq"] > missed    # rebuilt from it
+    assert behind.model(row.trend_source).data["end"][-1] == steps + 1
+    # the next run in the same panel goes on from the tight ranges, sticky again
+    panel.close()
+
+
+def test_a_cell_end_fits_the_loss_curve_tight(sent):
+    progress = TrainingProgress(mode="notebook")
+    progress._refresher.stop()
+    for step in range(300):
+        progress.update(step, loss=1.0 / (step + 1))
+        if step % 10 == 9:
+            progress.refresh()
+    page = Page(progress.widget, sent).update()
+    assert page.model(progress._loss_figure).x_range.end > 1.2 * 300
+    progress.widget.settle()
+    page.update()
+    x = page.model(progress._loss_figure).x_range
+    assert x.start <= 0 and 300 <= x.end <= 300 * 1.051
+    losses = page.model(progress._loss_source).data
+    assert losses["end"][-1] == 300 and losses["max"].max() == 1.0
+    progress.close()

@@ -94,6 +94,10 @@ COUNT_LAYOUTS_JS = """(version) => {
 }"""
 
 
+MARK_DOCUMENTS_JS = "() => { for (const doc of Bokeh.documents) doc.__flMarked = true; return Bokeh.documents.length; }"
+UNMARKED_DOCUMENTS_JS = "() => Bokeh.documents.filter((doc) => !doc.__flMarked).length"
+
+
 def train_and_watch(nb):
     """Run the notebook; while the training cell runs, read the steps shown (every 150 ms, cheap) and fingerprint
     the canvases (once a second: hashing every pixel is work for the page too). Returns what was seen."""
@@ -106,8 +110,11 @@ def train_and_watch(nb):
     nb.page.evaluate(COUNT_LAYOUTS_JS, bokeh.__version__)
     start = nb.flush()
     steps, pictures, last_picture = [], [], 0.0     # steps shown by each widget; canvas fingerprints
+    marked = 0
     while nb.is_cell_running(1):
         steps.append(tuple(int(s) for s in nb.page.evaluate(STEPS_JS) if s))
+        if not marked and len(steps[-1]) >= 3:      # every widget drew its rows: mark the documents drawn
+            marked = nb.page.evaluate(MARK_DOCUMENTS_JS)
         if time.monotonic() - last_picture > 1.0:
             pictures.append(tuple(c["fingerprint"] for c in nb.canvases(nb.output_area(0))))
             last_picture = time.monotonic()
@@ -115,6 +122,11 @@ def train_and_watch(nb):
     end = nb.flush()
     counts = nb.page.evaluate("() => window.__flLayouts")
     nb.wait_idle()
+    # the end of the cell sends a snapshot numbered like the last update and updates the displays' static copies,
+    # which makes the page render the widgets anew: the new views take the old ones' documents over (building them
+    # again was a ~0.5 s task at the end of every cell)
+    nb.page.wait_for_timeout(1500)
+    assert marked >= 3 and nb.page.evaluate(UNMARKED_DOCUMENTS_JS) == 0, marked
     # Updates repaint plots; they lay none out again unless an axis changed size (issue 33: BokehJS 3.9 relaid the
     # whole document on most paints, up to ~7 times per WatchPanel update, most of the page's work; measured here:
     # 68 layouts for 283 paints before live.js checked the sizes itself, 6 for 300 after)

@@ -178,26 +178,28 @@ def live_range():
     return Range1d(start=0, end=1)
 
 
-def fit_range(live, rng, extent, start=None, log=False, headroom=0.25):
+def fit_range(live, rng, extent, start=None, log=False, headroom=0.25, tight=False):
     """Set ``rng`` (a ``Range1d`` of a figure in the ``LiveDocument`` ``live``) to show ``extent`` (``(lo, hi)``,
     finite; None: leave it), moving it only when ``sticky_range`` says so; ``log``: for a log axis (``extent`` and
-    ``start`` positive); ``headroom``: ``sticky_range``'s. ``live=None``: set the model itself, fitted afresh (a
+    ``start`` positive); ``headroom``: ``sticky_range``'s. ``tight``: fitted afresh, as a first fit (a run that
+    is over: no room left for growth that will not come). ``live=None``: set the model itself, fitted afresh (a
     figure drawn once: a static copy).
     Returns whether it changed."""
     if extent is None:
         return False
     ends = (None, None) if live is None else (live.get(rng, "start"), live.get(rng, "end"))
-    current = None if None in ends else ends
+    shown = None if None in ends else ends
+    current = None if tight else shown
     if log:         # fitted in decades: headroom and the "half full" rule mean the same on a log axis
         decades = lambda e: None if e is None else (math.log10(e[0]), math.log10(e[1]))     # noqa: E731
         new = sticky_range(decades(current), *decades(extent), start=None if start is None else math.log10(start),
                            headroom=headroom)
-        if new == decades(current):
+        if new == decades(shown):
             return False
         new = (10.0 ** new[0], 10.0 ** new[1])
     else:
         new = sticky_range(current, *extent, start=start, headroom=headroom)
-        if new == current:
+        if new == shown:
             return False
     if live is None:
         rng.update(start=new[0], end=new[1])
@@ -275,15 +277,16 @@ def histogram_view(source, log=False, x_label=None):
     return column(linear, logarithmic, sizing_mode="stretch_width"), toggle
 
 
-def fit_histogram(live, figures, columns):
+def fit_histogram(live, figures, columns, tight=False):
     """Fit the ranges of ``histogram_view``'s ``figures`` (linear, log) to ``columns`` (``histogram_columns``),
-    set in ``live`` with them: every bucket and the tallest count inside (see ``fit_range``)."""
+    set in ``live`` with them: every bucket and the tallest count inside (see ``fit_range``; ``tight``: afresh)."""
     linear, logarithmic = figures
-    fit_range(live, linear.x_range, finite_extent(columns["left"], columns["right"]))
+    fit_range(live, linear.x_range, finite_extent(columns["left"], columns["right"]), tight=tight)
     top = finite_extent(columns["top"])
     if top is not None and top[1] > 0:
-        fit_range(live, linear.y_range, (0.0, top[1]), start=0.0)
-        fit_range(live, logarithmic.y_range, (LOG_COUNT_FLOOR, max(top[1], 1.0)), start=LOG_COUNT_FLOOR, log=True)
+        fit_range(live, linear.y_range, (0.0, top[1]), start=0.0, tight=tight)
+        fit_range(live, logarithmic.y_range, (LOG_COUNT_FLOOR, max(top[1], 1.0)), start=LOG_COUNT_FLOOR, log=True,
+                  tight=tight)
 
 
 # ---------------------------------------------------------------------------------------------- bands over steps
@@ -333,13 +336,12 @@ def trend_columns(columns):
     return dict(columns, mark=np.where(np.asarray(columns["nonfinite"]) > 0, 1.0, np.nan))
 
 
-def trend_figure(source, y_label="value", fitted=True):
+def trend_figure(source, y_label="value"):
     """A ``Trend`` over steps (``draw_bands``): the mean as a line, mean ± std as a band, the min…max envelope faint
     behind, and a red band the plot's height over every step that held NaN/Inf. Hover reads a bucket's numbers.
-    ``fitted``: its ranges are set from Python with the data (``fit_trend``); else BokehJS fits them to the data
-    (a source the page itself fills: the ``HealthPanel``'s)."""
-    ranges = dict(x_range=live_range(), y_range=live_range()) if fitted else {}
-    fig = _live_figure(x_axis_label="step", y_axis_label=y_label, **ranges)
+    Its ranges are ``Range1d``s set with the data, never auto ranges: from Python (``fit_trend``), or by the page's
+    own script where the page fills the source (the ``HealthPanel``'s)."""
+    fig = _live_figure(x_axis_label="step", y_axis_label=y_label, x_range=live_range(), y_range=live_range())
     fig.xaxis.formatter = compact_ticks()
     fig.yaxis.formatter = compact_ticks()      # a diverging gradient norm: "3e+18", not BokehJS's "3.000e+18"
     draw_bands(fig, source, [("min", "max", ENVELOPE, 0.35), ("lower", "upper", BAND, 0.3)], ("mean", BAND),
@@ -349,12 +351,14 @@ def trend_figure(source, y_label="value", fitted=True):
     return fig
 
 
-def fit_trend(live, fig, columns):
+def fit_trend(live, fig, columns, tight=False):
     """Fit ``trend_figure`` ``fig``'s ranges to a trend source's full ``columns`` (every step, every finite value of
-    the bands and the line, so a spike shows), set in ``live`` with them (see ``fit_range``)."""
+    the bands and the line, so a spike shows), set in ``live`` with them (see ``fit_range``). ``tight``: fitted
+    afresh, for a run that is over (while it runs the step axis keeps room to grow: up to a third of it empty)."""
     # steps only grow: room for half as many again when outgrown, so the axis moves once per 1.5x of the run
-    fit_range(live, fig.x_range, finite_extent(columns["step"], columns["end"]), headroom=0.5)
-    fit_range(live, fig.y_range, finite_extent(*(columns[c] for c in ("min", "max", "lower", "upper", "mean"))))
+    fit_range(live, fig.x_range, finite_extent(columns["step"], columns["end"]), headroom=0.5, tight=tight)
+    fit_range(live, fig.y_range, finite_extent(*(columns[c] for c in ("min", "max", "lower", "upper", "mean"))),
+              tight=tight)
 
 
 # ------------------------------------------------------------------------------------------- numbers that change

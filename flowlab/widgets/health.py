@@ -48,7 +48,7 @@ from bokeh.layouts import column, row
 from bokeh.models import ColumnDataSource, CustomJS, Div, Select
 
 from ..health import STATISTICS, TRANSFORMER_STATISTICS, HealthReport
-from ..plots import heading, trend_figure, trend_source
+from ..plots import finite_extent, fit_range, fit_trend, heading, trend_figure, trend_source
 from ..plots.figures import ALARM
 from ..plots.health import LINEAR, AlertGroups, HealthHeatmap, heatmap_svg, share_steps
 from ..summary.thinning import HealthGrid
@@ -142,8 +142,46 @@ trend.data = {step: pick(d.first), end: pick(d.end), mean: m, lower: m, upper: m
 // trend's narrow title was cut by the alert list
 trend_figure.title.text = `layer ${names[layer]}: ${stat}`;
 trend_axis.axis_label = stat;
+// The value range, set here with the data, as Python sets the other panels' (plots.figures.fit_range): an auto range
+// is recomputed inside a paint, which then asks for another paint and a layout. Every finite value drawn is inside;
+// it moves only when they leave it or fill under half of it, and is fitted afresh for another layer or statistic.
+let low_v = Infinity, high_v = -Infinity;
+for (const column of [trend.data.min, trend.data.max, m])
+  for (const v of column) if (Number.isFinite(v)) { low_v = Math.min(low_v, v); high_v = Math.max(high_v, v); }
+if (low_v <= high_v) {
+  const shown = `${stat}|${layer}`, y = trend_figure.y_range;
+  const [start, end] = sticky(trend_figure.__flowlabShown === shown ? [y.start, y.end] : null, low_v, high_v);
+  trend_figure.__flowlabShown = shown;
+  if (y.start !== start || y.end !== end) y.setv({start, end});
+}
+}
+
+// plots.data.sticky_range (pad 0.05, headroom 0.25, fill 0.5), for an axis without a fixed start
+function sticky(current, lo, hi) {
+  let span = hi - lo;
+  if (!(span > 0)) {
+    span = Math.abs(hi) * 0.1 || 1.0;
+    [lo, hi] = [lo - 0.5 * span, hi + 0.5 * span];
+  }
+  const tight = [lo - 0.05 * span, hi + 0.05 * span];
+  if (current === null) return tight;
+  const [c0, c1] = current;
+  if (c0 <= lo && hi <= c1) return span >= 0.5 * (c1 - c0) ? current : tight;
+  let n0 = lo >= c0 ? c0 : tight[0] - 0.25 * span;
+  let n1 = hi <= c1 ? c1 : tight[1] + 0.25 * span;
+  if (span < 0.5 * (n1 - n0)) {
+    if (lo >= c0) n0 = tight[0];
+    if (hi <= c1) n1 = tight[1];
+  }
+  return [n0, n1];
 }
 """
+
+
+def _trend_extent(columns):
+    """``(lo, hi)`` of what the trend draws of a ``HealthGrid.trend_columns`` (None when nothing is finite): the
+    page's script takes the same values for its range."""
+    return finite_extent(columns["min"], columns["max"], columns["mean"])
 
 
 def _default_statistic(statistics, wanted):
@@ -458,7 +496,8 @@ class HealthPanel(LiveView):
         fig.name, self.heatmap.source.name = "health-heatmap", "health-heat"
         self._trend_source = trend_source()
         self._trend_source.name = "health-trend"
-        self.trend = trend_figure(self._trend_source, y_label=self.statistic, fitted=False)   # the page fills it
+        # the page fills it, and sets its value range with the data (_PAGE_JS); its step range is the heatmap's
+        self.trend = trend_figure(self._trend_source, y_label=self.statistic)
         self.trend.name = "health-trend-figure"
         self.trend.title.text_font_size = "9pt"
         self.select = Select(value=self.statistic, options=list(grid.statistics), width=190, name="health-statistic",
@@ -509,7 +548,8 @@ class HealthPanel(LiveView):
         with self._data_lock:
             layer, step = self._default_layer(stat), self._step
             self.heatmap.update(self._grid, stat)
-            self._trend_source.data = self._grid.trend_columns(layer, stat)
+            self._trend_source.data = trend = self._grid.trend_columns(layer, stat)
+        fit_range(None, self.trend.y_range, _trend_extent(trend))
         self.heatmap.figure.title.text = f"{stat}: {STATISTICS.get(stat, '')}  (to step {step})"
         self.trend.title.text = f"layer {layer}: {stat}"
 
@@ -581,6 +621,7 @@ class HealthPanel(LiveView):
                 source = ColumnDataSource(self._grid.trend_columns(layer, self.statistic))
                 alerts = self._alerts_html(self._alert_groups.columns(), self._alert_groups.kind_counts())
             trend = trend_figure(source, y_label=self.statistic)
+            fit_trend(None, trend, source.data)
             trend.title.text = f"layer {layer}: {self.statistic}"
             trend.title.text_font_size = "9pt"
             attention = [] if self._attention is None else [Div(text=heatmap_svg(

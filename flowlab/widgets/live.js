@@ -4,6 +4,10 @@
 const LOGS = (globalThis.__flowlab_live_logs ??= new Map());   // widget key -> messages since the last keyframe
 const LOADING = (globalThis.__flowlab_bokeh_loading ??= new Map());   // BokehJS version -> Promise<Bokeh>
 const MAX_LOG = 5000;
+// widget key -> its views. Updating a display (the end of every cell updates the static copy a saved notebook keeps)
+// makes the page render the widget anew, leaving the old view's element out of the page; building the document
+// again was a ~0.5 s task, so the new view takes the old one's drawing over instead (``View.adopt``).
+const VIEWS = (globalThis.__flowlab_live_views ??= new Map());
 
 async function gunzip(view) {
   const stream = new Blob([view]).stream().pipeThrough(new DecompressionStream("gzip"));
@@ -99,6 +103,12 @@ class View {
     this.views = await this.Bokeh.embed.add_document_standalone(this.doc, this.el);
   }
 
+  // Take over the drawing of a view of the same widget whose element left the page.
+  adopt(el) {
+    el.replaceChildren(...this.el.childNodes);
+    this.el = el;
+  }
+
   apply(msg, buffers) {
     if (!this.doc || msg.seq <= this.seq) return;
     if (!msg.key && msg.seq !== this.seq + 1) return;      // missed a message: wait for the next keyframe
@@ -163,16 +173,45 @@ export default {
       for (const [msg, buffers] of LOGS.get(model.get("_key")) ?? []) view.apply(msg, buffers);
     });
     const update = (msg, buffers) => run(() => view.apply(msg, buffers));
+    const detach = () => {
+      model.off("change:_snapshot", rebuild);
+      model.off("msg:custom", update);
+    };
+    const key = model.get("_key");
     run(async () => {
-      view = new View(await loadBokeh(model), el);
+      await new Promise((resolve) => setTimeout(resolve, 0));     // the view this one replaces has left the page
+      const views = VIEWS.get(key) ?? new Set();
+      VIEWS.set(key, views);
+      const gone = [...views].filter((v) => !v.el.isConnected);
+      const taken = gone.find((v) => v.doc);
+      for (const v of gone) {
+        v.owner.detach();                     // this view's listeners take over from its
+        await v.owner.idle();                 // the updates it had queued go first, in order
+        if (v !== taken) {
+          views.delete(v);
+          v.dispose();
+        }
+      }
+      if (taken) {
+        taken.adopt(el);
+        view = taken;
+      } else {
+        view = new View(await loadBokeh(model), el);
+        views.add(view);
+      }
+      view.owner = {detach, idle: () => chain};
     });
-    rebuild();
+    rebuild();                      // a view taken over that is as new as the snapshot keeps its drawing
     model.on("change:_snapshot", rebuild);
     model.on("msg:custom", update);
     return () => {
-      model.off("change:_snapshot", rebuild);
-      model.off("msg:custom", update);
-      run(() => view?.dispose());
+      detach();
+      run(() => {
+        if (view && view.owner?.detach === detach) {        // not taken over by a later view
+          VIEWS.get(key)?.delete(view);
+          view.dispose();
+        }
+      });
     };
   },
 };

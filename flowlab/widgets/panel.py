@@ -224,7 +224,7 @@ class WatchPanel(LiveView):
         each row whose histogram is older than its statistics the last step's histogram. During a run a histogram is
         asked for only once the last one was drawn, so the one shown trails by up to a refresh period; at the end the
         row's feed still holds the last step's copy (``StatsFeed.latest``: tensors copied whole, on the host) and
-        the final picture is exact."""
+        the final picture is exact. Last, every range is fitted tight (``_fit_tight``)."""
         self.refresh()
         if self.mode != "notebook":
             return
@@ -244,6 +244,17 @@ class WatchPanel(LiveView):
                     continue
                 self._show_histogram(row, histogram_columns(histogram_data(value, self.bins)), step)
                 self.widget.splice(row.stats_source, 0, stats_columns(stats, last, row.hist_label))
+            self._fit_tight()
+
+    def _fit_tight(self):
+        """The run is over (for now): fit every range to what it shows, with no room left for growth (a trend's step
+        axis keeps up to a third of itself empty while it runs). Under the UI lock."""
+        live = self.widget
+        for row in self._rows.values():
+            if row.trend_fig is not None:
+                fit_trend(live, row.trend_fig, live.data(row.trend_source), tight=True)
+            if row.hist_source is not None and row.hist_step_shown is not None:
+                fit_histogram(live, row.hist_figures, live.data(row.hist_source), tight=True)
 
     def _build(self, row, columns):
         """The row's Bokeh models (before any data: ``_show`` fills them through the live document)."""

@@ -93,7 +93,7 @@ class TrainingProgress(LiveView):
             self._loss_figure = trend_figure(self._loss_source, y_label="loss")
             root = column(status_view(self._text_source, self._done_source, bar=total_steps is not None),
                           self._loss_figure, sizing_mode="stretch_width")
-            self.widget = LiveDocument(root, before_settle=self.refresh, name="TrainingProgress")
+            self.widget = LiveDocument(root, before_settle=self._settle, name="TrainingProgress")
 
     # --------------------------------------------------------------------------------------------- recording
 
@@ -196,6 +196,14 @@ class TrainingProgress(LiveView):
                 self.widget.splice(self._loss_source, at, trend_columns(values))
                 fit_trend(self.widget, self._loss_figure, self.widget.data(self._loss_source))
             self.widget.push()
+
+    def _settle(self):
+        """The end of a cell (and ``close``): show the latest numbers, and fit the loss curve's ranges tight, the run
+        being over (while it runs, the step axis keeps room to grow)."""
+        self.refresh()
+        if self.mode == "notebook":
+            with self._ui_lock:
+                fit_trend(self.widget, self._loss_figure, self.widget.data(self._loss_source), tight=True)
 
     def __repr__(self):
         with self._data_lock:
