@@ -305,18 +305,19 @@ class AdamGroupUpdate(_Update):
         if do_bias_correction:
             lr = np.float64(lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step))     # as AdamUpdate's
         members, extras = arrays[:4 * count], arrays[4 * count:]
-        w, grad, m, v = (xp.concatenate([a.reshape(-1) for a in members[k::4]]) for k in range(4))
+        w, grad, m, v = (xp.concatenate(members[k::4], axis=None) for k in range(4))     # flattened, end to end
         if not _adam_passes(xp, w, grad, m, v, extras, beta1, beta2, epsilon, weight_decay, clipped, grad_scale, lr,
                             l1, l2, dynamic, True):
             return                                  # a step skipped by a dynamic loss scale
         start = 0
         for i in range(0, 4 * count, 4):
-            target = members[i]
-            part = slice(start, start + target.size)
-            start = part.stop
-            target[...] = w[part].reshape(target.shape)
-            members[i + 2][...] = m[part].reshape(target.shape)
-            members[i + 3][...] = v[part].reshape(target.shape)
+            stop = start + members[i].size
+            for target, flat in ((members[i], w), (members[i + 2], m), (members[i + 3], v)):
+                if target.flags.c_contiguous:
+                    target.reshape(-1)[:] = flat[start:stop]           # a view: no shape to rebuild
+                else:
+                    target[...] = flat[start:stop].reshape(target.shape)
+            start = stop
 
 
 class RMSPropUpdate(_Update):
