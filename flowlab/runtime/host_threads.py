@@ -287,9 +287,19 @@ class SideStream:
 
     def __init__(self, name, depends=None):
         self.name = name
-        self.depends = depends
         self._state = None
         self._pid = None
+        self.depends = depends
+
+    @property
+    def depends(self):
+        return self._depends
+
+    @depends.setter
+    def depends(self, depends):             # (between calls) read by both threads from the shared state
+        self._depends = depends
+        if self._state is not None:
+            self._state.depends = depends
 
     def put(self, task, *args):
         if self._pid != os.getpid():
