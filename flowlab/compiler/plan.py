@@ -162,7 +162,10 @@ class Plan:
             target = f"{outs} = " if node.outputs else ""
             op = node.op
             on_side = id(node) in self.side
-            if on_side and (i == 0 or id(self.nodes[i - 1]) not in self.side):
+            # a group ends where the plan's own thread has a node, and after an update (the next chain is another
+            # variable's: a task of its own, which the plan's thread may take at the end, SideStream.join)
+            if on_side and (i == 0 or id(self.nodes[i - 1]) not in self.side or
+                            self.nodes[i - 1].op.updates_variable):
                 groups.append(_Group([], [], []))
                 lines.append(f"    S.put(g{len(groups) - 1}, M, step)  # second stream")
             own_lines = groups[-1].lines if on_side else lines
