@@ -257,3 +257,10 @@ def test_a_plans_groups_know_which_earlier_groups_they_read_from(monkeypatch):
     assert len(grouped) == 1 and len(depends[grouped[0]]) >= 5
     assert all(d < j for j, ds in enumerate(depends) for d in ds)
     assert sum(not ds for ds in depends) >= len(depends) // 2
+    # a group ends after an update: each variable's chain is a task of its own (the embeddings' last updates too)
+    bodies = [plan.source.split(f"def g{j}(")[1].split("\ndef ")[0].splitlines() for j in range(len(depends))]
+    updates = [[k for k, line in enumerate(body) if line.rstrip().endswith("Update)")]
+               for body in bodies]
+    assert all(len(u) <= 1 for u in updates) and sum(map(len, updates)) >= 10
+    assert all(not u or u[0] == max(k for k, line in enumerate(body) if "# " in line)
+               for u, body in zip(updates, bodies))
