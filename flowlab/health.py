@@ -53,7 +53,8 @@ it, i.e. gave it a gradient (``ops.stats.RowTouches``: O(ids) a call, on the tab
 and ``stale_fraction`` (rows untouched for more than ``stale_steps`` calls, default 1000, counting a row never touched
 as last touched just before the first call): counted over the table on reporting calls only (``RowCoverage``).
 Histograms: every ``histogram_every``-th report also carries, per layer, 30-bucket histograms of its activation,
-its kernel (the ``-weight`` variable, else its largest) and the kernel's gradient (``HealthReport.histograms``),
+its kernel (the ``-weight`` variable, else its largest) and the kernel's gradient (``HealthReport.histograms``; for
+a sparse update's indexed slices, of the rows summed by id, as ``grad_norm``: ``ops.stats.SlicesHistogram``),
 counted where the tensors live as the plan makes them (``ops.stats.histogram_vector``: ~1 ms for 400,000 values on
 one core). By default every 100th report when a writer takes the reports, else none.
 
@@ -96,9 +97,10 @@ from .errors import TraceError
 from .ops import apply
 from .ops.array import Concat
 from .ops.normalization import batch_norm_parts
+from .ops.scatter import unique_rows
 from .ops.stats import (ActivationStats, AttentionStats, BatchNormStats, MeanStat, Results, RowCoverage, RowTouches,
-                        RowTracker, Scratch, SlicesSquareStats, SquareStats, SquaresStats, activation_rows,
-                        batch_norm_vector, histogram_vector, mean_vector, square_vector)
+                        RowTracker, Scratch, SlicesHistogram, SlicesSquareStats, SquareStats, SquaresStats,
+                        activation_rows, batch_norm_vector, histogram_vector, mean_vector, square_vector)
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
 
@@ -746,6 +748,8 @@ class _Monitor:
                 inputs = (np.concatenate(others),) if others else ()
                 self._arrive(key, step, op.forward(np, whole, *inputs, **attrs))
                 if key in self.histogram_keys and step % self.histogram_every == 0:
+                    if op is SlicesSquareStats:         # indexed slices: the rows the update applies, summed by id
+                        whole = unique_rows(np, inputs[0], whole, attrs["n_rows"])[1]
                     self._arrive_sample(key, step, histogram_vector(np, whole, HISTOGRAM_BINS))
             self._request_joined(pieces + extra_pieces, call, self.request.every)
             return
@@ -762,7 +766,14 @@ class _Monitor:
                              into=None if self.block else self.results.reserve(width), **attrs)
         self.requests.append(self._request(stat, put=self._recorder(key, width) if self.block else
                                            functools.partial(self._arrive, key)))
-        if key in self.histogram_keys:
+        if key in self.histogram_keys and op is SlicesSquareStats:
+            # indexed slices: the histogram of the rows the update applies (summed by id), counted where they live
+            sample = self._observe(SlicesHistogram, tensor, f"{what}-histogram-{key[1]}", extra=extra,
+                                   n_rows=attrs["n_rows"], bins=HISTOGRAM_BINS)
+            self.requests.append(WatchRequest(sample, False, None, self.request.describe, every=self.histogram_every,
+                                              source=self.request.source,
+                                              put=functools.partial(self._arrive_sample, key)))
+        elif key in self.histogram_keys:
             self.requests.append(WatchRequest(tensor, False, None, self.request.describe, every=self.histogram_every,
                                               source=self.request.source, bins=HISTOGRAM_BINS,
                                               put=functools.partial(self._arrive_sample, key)))

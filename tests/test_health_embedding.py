@@ -230,6 +230,54 @@ def test_a_sparse_tables_grad_norm_is_the_norm_of_the_gradient_its_update_applie
     assert abs(np.linalg.norm(w) - reports[0].table["sparse"]["grad_norm"]) > 0.5
 
 
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_sparse_tables_gradient_histogram_counts_the_rows_its_update_applies(devices):
+    """The histogram of a sparsely updated table's gradient (``HealthReport.histograms[layer]["gradient"]``) is of
+    the gradient its update applies, as ``grad_norm`` is: the gathered rows summed by id (``loss = sum(gather(table,
+    ids) * w)``: each gathered row's gradient is ``w``), one row per distinct id inside the table, not one per
+    gathered row; on one device (counted where the rows live, ``ops.stats.SlicesHistogram``) and from the joined
+    pieces of two."""
+    rows, dim, batch = 6, 3, 4
+    rng = np.random.default_rng(7)
+    feeds = [(np.array([[0, 0, 2], [0, 2, 5], [9, 0, 2], [1, 1, 1]], np.int32),      # 9: outside the table
+              rng.uniform(0.5, 1.5, (batch, 3, dim)).astype(np.float32))]
+    feeds += [(rng.integers(0, 4, (batch, 3)).astype(np.int32), rng.standard_normal((batch, 3, dim)).astype(np.float32))
+              for _ in range(2)]
+    reports = []
+    flow.clear_default_session()
+    flow.config.gpu_device_num(devices)
+    cfg = flow.FunctionConfig()
+    cfg.indexed_slices_optimizer_conf(dict(include_op_names=dict(op_name=["sparse-embedding"])))
+
+    @flow.global_function(type="train", function_config=cfg)
+    def job(ids: tp.Numpy.Placeholder((batch, 3), dtype=flow.int32),
+            w: tp.Numpy.Placeholder((batch, 3, dim))) -> tp.Numpy:
+        table = flow.get_variable("sparse-embedding", shape=(rows, dim),
+                                  initializer=flow.random_uniform_initializer(-1, 1))
+        loss = flow.math.reduce_sum(flow.gather(table, ids) * w)
+        flow.watch_health(reports.append, histogram_every=1)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+
+    for ids, w in feeds:
+        job(ids, w)
+    flow.sync_default_session()
+    assert [r.step for r in reports] == list(range(len(feeds)))
+    for report, (ids, w) in zip(reports, feeds):
+        dense = np.zeros((rows, dim))
+        inside = (ids >= 0) & (ids < rows)
+        np.add.at(dense, ids[inside], w[inside].astype(np.float64))
+        applied = dense[np.unique(ids[inside])]             # the rows the update changes, each once
+        buckets = report.histograms["sparse"]["gradient"]
+        assert buckets.shape == (30, 3) and buckets[:, 2].sum() == applied.size, report.step
+        lo, hi = applied.min(), applied.max()
+        assert (buckets[0, 0], buckets[-1, 1]) == pytest.approx((lo, hi), rel=1e-6), report.step
+        want, _ = np.histogram(applied, bins=30, range=(lo, hi))
+        np.testing.assert_array_equal(buckets[:, 2], want, err_msg=f"step {report.step}")
+    # the first call's repeats and its id outside the table: 12 applied values against 36 gathered ones
+    assert reports[0].histograms["sparse"]["gradient"][:, 2].sum() == 12
+
+
 def test_ids_that_only_reach_a_few_rows_raise_the_stale_rows_alert_once_stale_steps_have_passed():
     """The broken case: every deep id is 0 or 1. Rows 2-39 (95% of the table) never learn; they count as stale once
     they have gone untouched for more than stale_steps (5) calls (from call 5, counting from 0), and from then on

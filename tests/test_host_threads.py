@@ -285,6 +285,7 @@ def test_gelu_and_its_gradient_in_blocks_split_over_threads_match_one_thread(spl
     transposed ``out``."""
     from flowlab.ops import math as M
     monkeypatch.setattr(M, "_BLOCK", 16)
+    monkeypatch.setattr(M, "GELU_BLOCKS", 1)
     x = (rnd(7, 13, seed=17) * 3).astype(dtype)         # 91 elements: 5 blocks of 16 and one of 11
     x[5, 2] = 0.0
     dy = rnd(7, 13, seed=18).astype(dtype)

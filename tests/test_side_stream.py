@@ -162,3 +162,105 @@ def test_small_or_huge_products_keep_one_stream(monkeypatch):
     monkeypatch.undo()
     monkeypatch.setenv("FLOWLAB_SIDE_STREAM", "0")
     assert not host_threads.side_stream_enabled()
+
+
+# ------------------------------------------------------------------------------- the stream itself (SideStream)
+
+def _recorder(log, name, before=None, after=None):
+    """A task that records ``(name, its thread's name)`` in ``log``, after ``before()`` and before ``after()``."""
+    def task():
+        if before is not None:
+            before()
+        log.append((name, threading.current_thread().name))
+        if after is not None:
+            after()
+    return task
+
+
+def test_join_runs_the_ready_tasks_itself_latest_first_while_the_thread_is_busy():
+    """The stream's thread is held in task 0; the caller, in join, takes the independent tasks 3, 2 and 1 itself,
+    the latest first (task 1 lets task 0 go), and join returns once task 0 has ended on the thread."""
+    stream = host_threads.SideStream("test", depends=[frozenset()] * 4)
+    started, release, log = threading.Event(), threading.Event(), []
+    caller = threading.current_thread().name
+    stream.put(_recorder(log, 0, before=lambda: (started.set(), release.wait(5))))
+    assert started.wait(5)
+    for k in (1, 2, 3):
+        stream.put(_recorder(log, k, after=release.set if k == 1 else None))
+    stream.join()
+    assert log[:3] == [(3, caller), (2, caller), (1, caller)]
+    assert log[3] == (0, "flowlab-side test")
+    stream.put(_recorder(log, "next call"))             # indices start again at 0 after a join
+    stream.join()
+    assert log[-1][0] == "next call"
+
+
+def test_a_task_waits_for_the_task_it_reads_from_when_the_caller_took_that_one():
+    """Task 2 reads what task 1 makes. The thread is held in task 0 while the caller takes task 1 (task 2 is not
+    ready); task 1 lets task 0 go and is slow: the thread, taking task 2 next, must wait until task 1 has made its
+    result, and task 2 then sees it. Without ``depends`` the caller only waits, and the thread runs all in order."""
+    for depends in ([frozenset(), frozenset(), frozenset({1})], None):
+        stream = host_threads.SideStream("test", depends=depends)
+        started, release, made, seen = threading.Event(), threading.Event(), {}, {}
+
+        def slow_one():
+            release.set()
+            threading.Event().wait(0.2)                  # the thread is free and reaches task 2 meanwhile
+            made["one"] = threading.current_thread().name
+
+        def two():
+            seen["one"] = made.get("one")
+            seen["thread"] = threading.current_thread().name
+        stream.put(lambda: (started.set(), release.wait(5)))
+        assert started.wait(5)
+        stream.put(slow_one)
+        stream.put(two)
+        stream.join()
+        caller = threading.current_thread().name
+        assert seen == {"one": caller if depends else "flowlab-side test", "thread": "flowlab-side test"}, depends
+
+
+def test_the_first_error_by_task_order_is_raised_and_later_tasks_that_had_not_begun_are_skipped():
+    stream = host_threads.SideStream("test", depends=None)
+    ran = []
+
+    def fail(message):
+        def task():
+            raise ValueError(message)
+        return task
+    stream.put(fail("first"))
+    stream.put(fail("second"))
+    stream.put(lambda: ran.append("after"))
+    with pytest.raises(ValueError, match="first"):
+        stream.join()
+    assert ran == []
+    stream.put(lambda: ran.append("next call"))
+    stream.join()
+    assert ran == ["next call"]
+
+
+def test_a_plans_groups_know_which_earlier_groups_they_read_from(monkeypatch):
+    """BERT's grouped Adam step of its small variables reads the gradients that many earlier groups of the second
+    stream made: its ``depends`` names them; a weight gradient and its update read only the plan's own tensors."""
+    from flowlab.examples import bert
+    monkeypatch.setattr(host_threads, "side_stream_enabled", lambda: True)
+    flow.clear_default_session()
+    job = bert.pretrain_job(batch_size=8, seq_length=32, max_predictions=5, vocab_size=100, hidden=128, layers=1,
+                            heads=2, lr=1e-3, warmup_steps=0, dropout=0.0, attention_dropout=0.0)
+    examples = bert.pretraining_examples(8, seq_length=32, vocab_size=100, max_predictions=5, seed=0)
+    job(*bert.batches(examples, 8)[0])
+    plan = job.plan()
+    depends = plan._side.depends
+    assert len(depends) == plan.source.count("S.put(")
+    grouped = [j for j in range(len(depends)) if "AdamGroupUpdate" in plan.source.split(f"def g{j}(")[1]
+               .split("\ndef ")[0]]
+    assert len(grouped) == 1 and len(depends[grouped[0]]) >= 5
+    assert all(d < j for j, ds in enumerate(depends) for d in ds)
+    assert sum(not ds for ds in depends) >= len(depends) // 2
+    # a group ends after an update: each variable's chain is a task of its own (the embeddings' last updates too)
+    bodies = [plan.source.split(f"def g{j}(")[1].split("\ndef ")[0].splitlines() for j in range(len(depends))]
+    updates = [[k for k, line in enumerate(body) if line.rstrip().endswith("Update)")]
+               for body in bodies]
+    assert all(len(u) <= 1 for u in updates) and sum(map(len, updates)) >= 10
+    assert all(not u or u[0] == max(k for k, line in enumerate(body) if "# " in line)
+               for u, body in zip(updates, bodies))

@@ -10,6 +10,7 @@ from .buffers import plan_buffers as assign_buffers
 from .buffers import view_bases
 from .fold_update import fold_sgd_into_gemm as fold_updates
 from .fuse import cupy_kernel_factory
+from .group_updates import group_small_updates as group_updates
 from .fuse import fuse_elementwise as fuse_chains
 from .prune import prune as prune_nodes
 from ..runtime import host_threads
@@ -131,6 +132,17 @@ def snapshot_returned_variables(lowering):
     return f"{len(lowering.snapshots)} outputs read before the update" if lowering.snapshots else None
 
 
+def group_small_updates(lowering):
+    """(NumPy) the Adam updates of small variables that share an optimizer run as one update over their arrays laid
+    end to end, bit-identical (``compiler.group_updates``). Not under anomaly detection (each variable's own check
+    names its update) nor on replicas (each gradient's all-reduce precedes its update)."""
+    if lowering.backend.is_gpu or lowering.check_anomaly or lowering.replicated:
+        return "skipped: " + ("CuPy" if lowering.backend.is_gpu else
+                              "anomaly detection" if lowering.check_anomaly else "replicas")
+    lowering.nodes, sizes = group_updates(lowering.nodes)
+    return f"{sum(sizes)} updates in {len(sizes)} groups" if sizes else None
+
+
 def side_stream(lowering):
     """Weight gradients, bias gradients and optimizer updates run on a second thread beside the backward pass
     (``compiler.side_stream``), each update as early as it may. On NumPy with two or more cores, where the largest
@@ -167,7 +179,7 @@ def plan_buffers(lowering):
 
 
 PASSES = (prune, auto_mixed_precision, order_variables, observers_early, fuse_elementwise, fold_sgd_into_gemm,
-          snapshot_returned_variables, side_stream, plan_buffers)
+          snapshot_returned_variables, group_small_updates, side_stream, plan_buffers)
 
 
 def run(lowering):

@@ -162,7 +162,10 @@ class Plan:
             target = f"{outs} = " if node.outputs else ""
             op = node.op
             on_side = id(node) in self.side
-            if on_side and (i == 0 or id(self.nodes[i - 1]) not in self.side):
+            # a group ends where the plan's own thread has a node, and after an update (the next chain is another
+            # variable's: a task of its own, which the plan's thread may take at the end, SideStream.join)
+            if on_side and (i == 0 or id(self.nodes[i - 1]) not in self.side or
+                            self.nodes[i - 1].op.updates_variable):
                 groups.append(_Group([], [], []))
                 lines.append(f"    S.put(g{len(groups) - 1}, M, step)  # second stream")
             own_lines = groups[-1].lines if on_side else lines
@@ -232,6 +235,8 @@ class Plan:
         outs = "".join(f"host({'s' if t.id in self.snapshots else 't'}{t.id}), " for t in self.output_tensors)
         lines.append(f"    return ({outs})")
         lines.extend(_group_functions(groups, side_reads))
+        if self._side is not None:
+            self._side.depends = _group_dependencies(groups)
         source, run = _compile(lines, delivery_lines, ns, f"{self.graph.name} #{next(_plan_ids)}")
         if not self.backend.is_gpu:
             return source, run, None
@@ -326,6 +331,14 @@ def _group_functions(groups, side_reads):
         lines.extend(group.lines)
         lines.extend(f"    M[{tid}] = t{tid}" for tid in group.made if tid in side_reads)
     return lines
+
+
+def _group_dependencies(groups):
+    """Per group, the indices of the earlier groups that make a tensor it reads (``SideStream.depends``: the plan's
+    thread, waiting at the end of a call, may run a group itself once those have finished)."""
+    made_by = {tid: j for j, group in enumerate(groups) for tid in group.made}
+    return [frozenset(made_by[tid] for tid in group.reads if tid in made_by and made_by[tid] != j)
+            for j, group in enumerate(groups)]
 
 
 def _compile(lines, deliveries, ns, name):

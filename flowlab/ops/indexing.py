@@ -10,6 +10,8 @@ device.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import ShapeError
@@ -20,7 +22,7 @@ from .scatter import sum_rows
 def _layout(params_shape, indices_shape, axis, batch_dims):
     """The sizes a gather flattens to: batch ``nb``, before the axis ``npre``, the axis ``a``, after ``npost``,
     and the indices per batch entry ``ni``."""
-    prod = lambda dims: int(np.prod(dims, dtype=np.int64))  # noqa: E731
+    prod = math.prod        # (Python ints: np.prod costs ~2 us a call, four a gather)
     return (prod(params_shape[:batch_dims]), prod(params_shape[batch_dims:axis]), int(params_shape[axis]),
             prod(params_shape[axis + 1:]), prod(indices_shape[batch_dims:]))
 

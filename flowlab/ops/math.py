@@ -325,10 +325,13 @@ _LOG_INV_SQRT_2PI = -0.9189385332046728  # log(1 / sqrt(2 pi))
 # float32 path: 22 ulps near x = -5, its rounded x / √2 squared in the exponent).
 _ERFC_FIT = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
              -0.82215223, 0.17087277)
-# Elements per block of the blockwise NumPy kernels: a block, its output and its scratch stay in a core's L2 cache
-# through the kernel's ~20 passes instead of streaming whole tensors through memory (float32 GELU takes blocks twice
-# this long, its five float32 buffers 640 KiB: half the per-call overhead of NumPy's ufuncs, 10% of its time).
+# Elements per block of the blockwise NumPy kernels: a block, its output and its scratch stay in cache through the
+# kernel's ~10-25 passes instead of streaming whole tensors through memory. GELU and its gradient take GELU_BLOCKS
+# blocks at a time (128k elements, five float32 buffers of 512 KiB): fewer ufunc calls for the same passes, and on
+# this machine's 2 MiB L2 / 32 MiB L3 faster than smaller pieces at 131k elements (BERT's intermediate layer: forward
+# 450 -> 410 us, gradient 230 -> 180 us against 2 and 1 blocks) and at 1M (4.0 -> 3.5 ms, 2.3 -> 1.8 ms).
 _BLOCK = 1 << 14
+GELU_BLOCKS = 8
 
 # GELU in float32 arithmetic: Φ(-a) = exp(-a²/2) P(a) / Q(a) for a = |x| >= 0, P / Q a (4, 5) rational fit of
 # Φ(-a) exp(a²/2) = erfcx(a / √2) / 2 on [0, 14.5] (minimax in relative error, iteratively reweighted least squares
@@ -465,7 +468,7 @@ class Gelu(_FloatUnary):
     @staticmethod
     def forward(xp, x, out=None):
         if xp is np and x.dtype == np.float32:
-            return _blockwise(_gelu_float32_block, x, out, scratch=(np.float32, 3), blocks=2)
+            return _blockwise(_gelu_float32_block, x, out, scratch=(np.float32, 3), blocks=GELU_BLOCKS)
         return xp.multiply(_normal_cdf(xp, x), x, out=out)
 
     @staticmethod
@@ -513,7 +516,7 @@ class GeluGrad(Op):
     def forward(xp, x, y, dy, out=None):
         if xp is np and x.dtype in (np.float32, np.float64) and x.shape == y.shape == dy.shape:
             return _blockwise(lambda xb, ob, yb, db, *scratch: _gelu_grad_block(xb, yb, db, ob, *scratch),
-                              x, out, y, dy)
+                              x, out, y, dy, blocks=GELU_BLOCKS)
         t = x.dtype.type
         zero = x == 0
         cdf = xp.divide(y, xp.where(zero, t(1), x))

@@ -16,8 +16,9 @@ ONE_HOT_ROWS, ONE_HOT_MACS = 128, 1 << 23
 def sum_rows(xp, ids, rows, n_rows):
     """The ``(n_rows, ...)`` array whose row ``i`` sums the ``rows`` whose id is ``i`` (ids outside ``[0, n_rows)``
     are dropped): a scatter-add. On NumPy a small table with finite float rows is a one-hot product (one BLAS call,
-    ``ONE_HOT_ROWS``); else, when ids repeat a lot (many more ids than rows), sorting and ``add.reduceat`` beats
-    ``add.at``; otherwise ``add.at`` does (NumPy >= 1.25's fast path)."""
+    ``ONE_HOT_ROWS``); else, ids sorted: each id once is an assignment; when ids repeat a lot (many more ids than
+    rows) ``add.reduceat`` over the sorted rows beats ``add.at``; otherwise ``add.at`` does (NumPy >= 1.25's fast
+    path)."""
     ids = ids.reshape(-1).astype(np.int64, copy=False)
     rows = rows.reshape((ids.size,) + rows.shape[1:])
     keep = (ids >= 0) & (ids < n_rows)
@@ -31,10 +32,13 @@ def sum_rows(xp, ids, rows, n_rows):
     if ids.size == 0:
         return out
     if xp is np:
-        if ids.size >= 4 * n_rows:
-            order = np.argsort(ids, kind="stable")
-            ordered = ids[order]
-            starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        order = np.argsort(ids, kind="stable")
+        ordered = ids[order]
+        firsts = np.r_[True, ordered[1:] != ordered[:-1]]
+        if firsts.all():            # each id once (BERT's batch gather): an assignment, not add.at's ~1 us a row
+            out[ids] = rows
+        elif ids.size >= 4 * n_rows:
+            starts = np.flatnonzero(firsts)
             out[ordered[starts]] = np.add.reduceat(rows[order], starts, axis=0)
         else:
             np.add.at(out, ids, rows)

@@ -618,6 +618,23 @@ class SlicesSquareStats(Op):
         return _squares_into(xp, summed, scratch, into)
 
 
+class SlicesHistogram(Op):
+    """``histogram_vector`` (``bins`` equal-width bins) of a sparsely updated table's gradient as its update applies
+    it, the gradient ``rows`` summed by ``ids`` first (``unique_rows``), as ``SlicesSquareStats`` takes its norm: a
+    repeated id counts once with its summed row, not once per gathered row, and ids outside the table drop out."""
+    prefix, api = "System-Health-Histogram_", "flow.watch_health"
+    observes = True
+
+    @staticmethod
+    def infer(rows, ids, n_rows, bins):
+        return spec((2 + bins,), np.float64)
+
+    @staticmethod
+    def forward(xp, rows, ids, n_rows, bins):
+        _, summed = unique_rows(xp, ids, rows, n_rows)
+        return histogram_vector(xp, summed, bins)
+
+
 def _squares_into(xp, x, scratch, into):
     """``square_vector`` of ``x``: on the host a new vector; on the device written into ``into``'s slot when given
     (the plan's buffer) with the kernel's ``scratch``."""

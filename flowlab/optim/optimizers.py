@@ -263,18 +263,62 @@ class AdamUpdate(_Update):
             scale = float(rest[0]) * grad_scale if clipped else grad_scale
             _adam_blas(w, grad, m, v, scale, beta1, beta2, epsilon, lr, weight_decay, writable)
             return
-        g = _gradient(xp, w, grad, rest, clipped, dynamic, grad_scale, l1, l2, writable)
-        if g is None:
-            return
-        scratch = _moments(g, m, v, beta1, beta2)       # g's buffer is free from here on
-        xp.sqrt(v, out=scratch)
-        scratch += epsilon
-        xp.divide(m, scratch, out=scratch)
-        if weight_decay:
-            xp.multiply(w, weight_decay, out=g)
-            scratch += g
-        scratch *= lr
-        w -= scratch
+        _adam_passes(xp, w, grad, m, v, rest, beta1, beta2, epsilon, weight_decay, clipped, grad_scale, lr, l1, l2,
+                     dynamic, writable)
+
+
+def _adam_passes(xp, w, grad, m, v, extras, beta1, beta2, epsilon, weight_decay, clipped, grad_scale, lr, l1, l2,
+                 dynamic, writable):
+    """Adam's step as NumPy's (CuPy's) elementwise passes, ``lr`` bias-corrected already; False when a dynamic loss
+    scale skips the step. Every element is computed alone, so a step over arrays laid end to end gives each element
+    what its own array's step gives it."""
+    g = _gradient(xp, w, grad, extras, clipped, dynamic, grad_scale, l1, l2, writable)
+    if g is None:
+        return False
+    scratch = _moments(g, m, v, beta1, beta2)       # g's buffer is free from here on
+    xp.sqrt(v, out=scratch)
+    scratch += epsilon
+    xp.divide(m, scratch, out=scratch)
+    if weight_decay:
+        xp.multiply(w, weight_decay, out=g)
+        scratch += g
+    scratch *= lr
+    w -= scratch
+    return True
+
+
+class AdamGroupUpdate(_Update):
+    """The Adam steps of several small variables as one: inputs ``(w, grad, m, v)`` of each of ``count`` variables,
+    then their shared extras (``_Update``); attrs those of each member's ``AdamUpdate`` (all equal). The gradients,
+    weights and moments are laid end to end in one array each, ``_adam_passes`` (AdamUpdate's NumPy path, which
+    variables under ``BLAS_PASS_FROM`` elements take) runs once over them, and the weights and moments are copied
+    back: each element gets the same float operations as in its own update (bit-identical results), in 13 NumPy
+    passes for the group instead of 13 per variable, plus four concatenations and three copies back per variable (a
+    small update alone is ~15 us of per-call costs for ~1 us of arithmetic). Made by the compiler's
+    ``group_small_updates`` pass, never traced."""
+    prefix, api = "AdamUpdate_", "Adam.minimize"
+    donates = ()
+    host_args = AdamUpdate.host_args
+
+    @staticmethod
+    def forward(xp, *arrays, count, beta1, beta2, epsilon, do_bias_correction, weight_decay, clipped, grad_scale,
+                schedule, lr, step, l1=0.0, l2=0.0, dynamic=False, skipped=None):
+        if do_bias_correction:
+            lr = np.float64(lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step))     # as AdamUpdate's
+        members, extras = arrays[:4 * count], arrays[4 * count:]
+        w, grad, m, v = (xp.concatenate(members[k::4], axis=None) for k in range(4))     # flattened, end to end
+        if not _adam_passes(xp, w, grad, m, v, extras, beta1, beta2, epsilon, weight_decay, clipped, grad_scale, lr,
+                            l1, l2, dynamic, True):
+            return                                  # a step skipped by a dynamic loss scale
+        start = 0
+        for i in range(0, 4 * count, 4):
+            stop = start + members[i].size
+            for target, flat in ((members[i], w), (members[i + 2], m), (members[i + 3], v)):
+                if target.flags.c_contiguous:
+                    target.reshape(-1)[:] = flat[start:stop]           # a view: no shape to rebuild
+                else:
+                    target[...] = flat[start:stop].reshape(target.shape)
+            start = stop
 
 
 class RMSPropUpdate(_Update):

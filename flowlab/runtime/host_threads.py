@@ -18,7 +18,8 @@ Outside such a block (CuPy, small plans, direct kernel calls) ``width()`` is 1 a
 - ``parts(total, minimum, work)``: contiguous slices of ``range(total)`` for ``run``: ``width()`` or fewer, or twice
   that many where each still holds enough work (``CHUNK_ELEMENTS``; products are split once per thread).
 - ``matmul(a, b, out=None)``: ``np.matmul`` split over rows of ``a`` or columns of ``b`` (whichever is longer).
-- ``SideStream``: one thread running a plan's second stream of nodes in order (``compiler.side_stream``).
+- ``SideStream``: one thread running a plan's second stream of nodes in order (``compiler.side_stream``); the plan's
+  thread takes part of its backlog when it waits for it at the end of a call.
 
 Tasks are claimed, not assigned: each thread takes the next unclaimed task when it is free, and the caller waits only
 for tasks a pool thread has claimed. A pool thread wakes ~20-50 us after a hand-off on an idle machine, and much
@@ -31,6 +32,7 @@ even out halves that cost unequal time (padding rows, the thread that also packs
 """
 from __future__ import annotations
 
+import collections
 import math
 import os
 import queue
@@ -274,51 +276,116 @@ def side_stream_enabled() -> bool:
 
 
 class SideStream:
-    """A daemon thread that runs the callables ``put`` hands it, in order; ``join()`` waits until it has run all so
-    far and raises the first error one of them raised (the ones after it are skipped: they would read what it did
-    not make). One per plan (its buffers are the plan's), started on first use (again in a forked child); the thread
-    holds no reference to the stream and ends once the stream is garbage (its plan dropped)."""
+    """A daemon thread that runs the callables ``put`` hands it, in order. ``join()`` waits until all put so far have
+    run, and raises the first error one of them raised (the ones after it that have not started are skipped: they
+    may read what it did not make). While it waits, the calling thread takes tasks itself, the latest first, each
+    once every task it depends on has finished: ``depends[k]``, the indices of the tasks of a call whose results
+    task ``k`` reads (the k-th ``put`` since the last ``join`` is task k; None: the caller only waits). So the
+    caller, done with its own work, shares the stream's backlog instead of idling. One per plan (its
+    buffers are the plan's), started on first use (again in a forked child); the thread holds no reference to the
+    stream and ends once the stream is garbage (its plan dropped)."""
 
-    def __init__(self, name):
+    def __init__(self, name, depends=None):
         self.name = name
-        self._tasks = None
+        self._state = None
         self._pid = None
-        self._error = [None]            # shared with the thread: the first error since the last join
+        self.depends = depends
+
+    @property
+    def depends(self):
+        return self._depends
+
+    @depends.setter
+    def depends(self, depends):             # (between calls) read by both threads from the shared state
+        self._depends = depends
+        if self._state is not None:
+            self._state.depends = depends
 
     def put(self, task, *args):
         if self._pid != os.getpid():
             self._start()
-        self._tasks.put((task, args))
+        state = self._state
+        with state.cond:
+            state.pending.append((state.count, task, args))
+            state.count += 1
+            state.left += 1
+        state.wake.release()
 
     def join(self):
         if self._pid != os.getpid():
             return
-        done = threading.Event()
-        self._tasks.put((_DONE, done))
-        done.wait()
-        error, self._error[0] = self._error[0], None
-        if error is not None:
-            raise error
+        state = self._state
+        while state.depends is not None:
+            with state.cond:
+                if not state.pending:
+                    break
+                ready = next((i for i in range(len(state.pending) - 1, -1, -1)
+                              if state.depends[state.pending[i][0]] <= state.finished), None)
+                if ready is None:           # each waits for a task still running: until one finishes
+                    state.cond.wait()
+                    continue
+                k, task, args = state.pending[ready]
+                del state.pending[ready]
+            _run_task(state, k, task, args)
+        with state.cond:
+            while state.left:
+                state.cond.wait()
+            errors, state.errors = state.errors, {}
+            state.count = 0
+            state.finished.clear()
+        if errors:
+            raise errors[min(errors)]
 
     def _start(self):
-        self._tasks, self._pid, self._error[0] = queue.SimpleQueue(), os.getpid(), None
-        threading.Thread(target=_side_loop, args=(self._tasks, self._error), name=f"flowlab-side {self.name}",
+        self._state, self._pid = _SideState(self.depends), os.getpid()
+        threading.Thread(target=_side_loop, args=(self._state,), name=f"flowlab-side {self.name}",
                          daemon=True).start()
-        weakref.finalize(self, self._tasks.put, (_STOP, ()))
+        weakref.finalize(self, _stop, self._state)
 
 
-_DONE, _STOP = object(), object()
+class _SideState:
+    """What a ``SideStream`` shares with its thread: the tasks not yet taken ``(index, task, args)``, the indices
+    finished this call, the errors raised (index -> error), how many put are not finished, and ``depends``."""
+
+    def __init__(self, depends):
+        self.depends = depends
+        self.cond = threading.Condition(threading.Lock())
+        self.wake = threading.Semaphore(0)      # one release a put (a task the caller took leaves one spare)
+        self.pending = collections.deque()
+        self.finished = set()
+        self.errors = {}
+        self.count = self.left = 0
+        self.stopped = False
 
 
-def _side_loop(tasks, error):
+def _stop(state):
+    state.stopped = True
+    state.wake.release()
+
+
+def _run_task(state, k, task, args):
+    if not state.errors:
+        try:
+            task(*args)
+        except BaseException as e:          # raised by join() on the plan's thread
+            with state.cond:
+                state.errors[k] = e
+    with state.cond:
+        state.finished.add(k)
+        state.left -= 1
+        state.cond.notify_all()             # (a caller in join waits for the last, or for what a task depends on)
+
+
+def _side_loop(state):
     while True:
-        task, args = tasks.get()
-        if task is _DONE:
-            args.set()
-        elif task is _STOP:
+        state.wake.acquire()
+        if state.stopped:
             return
-        elif error[0] is None:
-            try:
-                task(*args)
-            except BaseException as e:          # raised by join() on the plan's thread
-                error[0] = e
+        with state.cond:
+            if not state.pending:           # the caller took it
+                continue
+            k, task, args = state.pending.popleft()
+            while state.depends is not None and not state.depends[k] <= state.finished:
+                state.cond.wait()           # the caller took an earlier task this one reads from: until it is done
+        _run_task(state, k, task, args)
+        task = args = None                  # no reference to the plan (its namespace) while the thread waits
