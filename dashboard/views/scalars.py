@@ -49,6 +49,7 @@ titles and source columns (plain text); the filter error is an escaped Div.
 from __future__ import annotations
 
 import html
+import json
 import math
 from typing import NamedTuple
 
@@ -338,6 +339,7 @@ class _Lines:
         self.rows: dict[str, int] = {}        # run -> row (str and int: a dict the collector does not track)
         self.columns = {name: np.empty(16, dtype) for name, dtype, _ in self.COLUMNS}
         self.size = 0
+        self._rows_of, self._codes = None, np.zeros(0, np.int64)     # each line's row in the run list (``shown_in``)
 
     def add(self, run, colour):
         """A new line for ``run``, empty, in the next row."""
@@ -382,6 +384,34 @@ class _Lines:
 
     def items(self):
         return [(line.run, line) for line in self.values()]
+
+    def shown_in(self, shown):
+        """Whether each row's run is one of ``shown`` (a set of runs; the run list's ``ShownRuns``: by the list's rows,
+        each line's row in the list looked up once, not each name in the set at every click)."""
+        mask, rows = getattr(shown, "mask", None), getattr(shown, "rows", None)
+        if mask is None or rows is None:
+            return np.fromiter((run in shown for run in self.rows), bool, self.size)
+        codes = self._list_rows(rows)
+        out = np.zeros(self.size, bool)
+        known = np.flatnonzero((codes >= 0) & (codes < len(mask)))     # (a run not listed yet is not shown)
+        out[known] = mask[codes[known]]
+        return out
+
+    def _list_rows(self, rows):
+        """Each line's row in the run list whose run -> row is ``rows`` (-1: not listed yet), remembered: looked up
+        for the lines added since, and the ones not listed before."""
+        if self._rows_of is not rows:
+            self._rows_of, self._codes = rows, np.zeros(0, np.int64)
+        codes = self._codes
+        runs = self.columns["run"]
+        if len(codes) < self.size:
+            codes = np.concatenate([codes, np.fromiter((rows.get(run, -1) for run in runs[len(codes):self.size]),
+                                                       np.int64, self.size - len(codes))])
+        missing = np.flatnonzero(codes < 0)
+        if missing.size:
+            codes[missing] = np.fromiter((rows.get(run, -1) for run in runs[missing]), np.int64, missing.size)
+        self._codes = codes
+        return codes
 
 
 _NO_STEPS = np.zeros(0, np.int64)
@@ -580,9 +610,11 @@ def _strings(items):
 _ROW_COLUMNS = ("run", "colour", "start", "stop", "first_wall", "axis", "x0", "x1", "y0", "y1", "dot_x", "dot_y")
 
 # Expands a card's flat columns into the MultiLine rows in the page: one typed array per column on the wire, however
-# many runs (a thousand runs as a list of arrays each was 5,000 buffers and seconds of Bokeh encoding per page).
-_EXPAND_JS = """
-const f = flat.data, r = rows.data, n = r.run.length, axis = r.axis[0];
+# many runs (a thousand runs as a list of arrays each was 5,000 buffers and seconds of Bokeh encoding per page). The
+# rows' ``axis`` is the x axis's place in ``X_AXES``, an int8 per row: bytes on the wire, where 100,000 strings
+# "step" were ~8 ms of JSON in the turn a card joins the page.
+_EXPAND_JS = "const AXES = " + json.dumps(X_AXES) + """;
+const f = flat.data, r = rows.data, n = r.run.length, axis = AXES[r.axis[0]];
 const xs = [], ys = [], smooth = [];
 for (let i = 0; i < n; i++) {
   const a = r.start[i], b = r.stop[i];
@@ -647,7 +679,7 @@ for (let i = 0; i < g.group.length; i++) {
   const j = nearest(g.xs[i]);
   if (j >= 0)
     found.push({name: g.group[i] + " (" + g.runs[i] + " runs)", colour: g.colour[i],
-                step: r.axis[0] === "step" ? g.xs[i][j] : null, value: g.ys[i][j], text: num(g.ys[i][j])});
+                step: r.axis[0] === 0 ? g.xs[i][j] : null, value: g.ys[i][j], text: num(g.ys[i][j])});
 }
 const height = (o) => Number.isFinite(o.value) ? o.value : -Infinity;
 const top = (a, b) => height(b) - height(a);
@@ -728,8 +760,8 @@ class _Card:
 
     The server sends ``flat`` (the shown points of every run, one after another: ``steps``, ``walls`` in ms, ``ys``,
     ``smooth``) and ``rows`` (per run: ``run``, ``colour``, ``start``/``stop`` in ``flat``, ``first_wall``, the x
-    ``axis``, the box its shown points span on that axis, ``x0``..``y1``, and ``dot_x``/``dot_y``, the point of a
-    run that has only one, which a line cannot draw; NaN otherwise); the page expands them into ``source``
+    ``axis`` (its place in ``X_AXES``), the box its shown points span on that axis, ``x0``..``y1``, and
+    ``dot_x``/``dot_y``, the point of a run that has only one, which a line cannot draw; NaN otherwise); the page expands them into ``source``
     (``_EXPAND_JS``), which the lines draw. ±Inf travel as NaN (gaps: the ticks show them). ``layout`` is
     ``column(figure, readout, buttons)``. ``parts`` are the view's shared models (``_Parts``)."""
 
@@ -880,7 +912,7 @@ class _Card:
             (walls - np.repeat(first_wall, lengths)) / 3600.0
         # numbers as arrays (binary on the wire): lists of ten thousand runs' numbers were most of a page's encoding
         rows = {"run": runs, "colour": colours, "start": starts.astype(np.int32), "stop": stops.astype(np.int32),
-                "first_wall": first_wall * 1000.0, "axis": np.full(n, self.axis)}
+                "first_wall": first_wall * 1000.0, "axis": np.full(n, X_AXES.index(self.axis), np.int8)}
         rows.update(self._extent_and_dots(single, lengths, starts, x, ys, smooth))
         return rows, flat, nonfinite, (values, lengths)
 
@@ -1168,8 +1200,7 @@ class _Card:
         choice change: one pass over 100,000 lines (~10 ms) for the rows drawn, the ticks and the download."""
         key = (shown, len(self.lines))
         if self._mask[0] != key:
-            mask = np.ones(len(self.lines), bool) if shown is None else \
-                np.fromiter((run in shown for run in self.lines), bool, len(self.lines))
+            mask = np.ones(len(self.lines), bool) if shown is None else self.lines.shown_in(shown)
             self._mask = key, mask
         return self._mask[1]
 
