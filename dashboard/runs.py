@@ -208,6 +208,11 @@ class RunSelection:
                 self._shown = frozenset(runs) if len(runs) < len(self._runs) or self._unlisted else _EVERY
         return None if self._shown is _EVERY else self._shown
 
+    @property
+    def rows(self) -> dict:
+        """The listed runs' rows in the list (run -> row: rows are only added; ``ShownRuns.rows``)."""
+        return self._listed
+
     def shows(self, run) -> bool:
         shown = self.shown()
         return shown is None or run in shown
