@@ -65,6 +65,7 @@ from bokeh.models import (AllIndices, AllLabels, BasicTickFormatter, BasicTicker
                           Slider, Switch, TextInput, Title, UnionRenderers, VSpan, WheelZoomTool)
 from bokeh.plotting import figure
 
+from flowlab.plots.colours import run_colours
 from flowlab.plots.data import group_band
 from flowlab.plots.figures import (compact_ticks, expand_in_page, nudge_next_turn, scale_ticker, served,
                                    value_labels)
@@ -587,7 +588,8 @@ class _Packed:
                                             len(lines)))
         self._single.append(np.fromiter((len(ln.values) == 1 for ln in lines), bool, len(lines)))
         self._names.append(_strings([ln.run for ln in lines]))
-        self._colours.append(_strings([ln.colour for ln in lines]))
+        codes = _palette_codes()
+        self._colours.append(np.fromiter((codes[ln.colour] for ln in lines), np.uint16, len(lines)))
         self.used, self.runs = end, self.runs + len(lines)
 
     def holds(self, runs):
@@ -595,12 +597,26 @@ class _Packed:
         return self.runs == runs
 
     def take(self):
-        """``(lengths, first_wall, single, names, colours, steps, walls, values, smooth, walls_ms)``: the per-run
+        """``(lengths, first_wall, single, names, colours, steps, walls, values, smooth, walls_ms)`` (colours: their
+        places in the runs' palette, ``_palette_codes``): the per-run
         arrays and the columns (the caller's to change: each ``_Packed`` is taken once)."""
         per_run = [np.concatenate(parts) if parts else empty for parts, empty in (
             (self._lengths, np.zeros(0, np.int64)), (self._first_wall, np.zeros(0)), (self._single, np.zeros(0, bool)),
-            (self._names, _strings([])), (self._colours, _strings([])))]
+            (self._names, _strings([])), (self._colours, np.zeros(0, np.uint16)))]
         return (*per_run, *(column[:self.used] for column in self.columns))
+
+
+def _palette_codes():
+    """Each run colour's place in the runs' palette (``run_colours``; a run's colour is one of them: ``run_colour``).
+    A card sends its rows' colours as these (an integer array: bytes on the wire, where 100,000 colour strings were
+    ~9 ms of JSON in the turn a card joins the page); the page looks them up in ``_Parts.palette``."""
+    global _PALETTE_CODES
+    if _PALETTE_CODES is None:
+        _PALETTE_CODES = {colour: k for k, colour in enumerate(run_colours())}
+    return _PALETTE_CODES
+
+
+_PALETTE_CODES = None
 
 
 def _strings(items):
@@ -625,7 +641,9 @@ for (let i = 0; i < n; i++) {
   ys.push(f.ys.slice(a, b));
   smooth.push(f.smooth.slice(a, b));
 }
-target.data = {run: r.run.slice(), colour: r.colour.slice(), xs, ys, smooth};
+const names = palette.data.colour;          // (each row's colour: its place in the runs' palette)
+target.data = {run: r.run.slice(), colour: Array.from(r.colour, (k) => names[k]), xs, ys, smooth,
+               dot_x: r.dot_x.slice(), dot_y: r.dot_y.slice()};
 """
 
 # The readout under a card, in place of a tooltip over the curves: one line per drawn run (and run group) with its
@@ -718,6 +736,8 @@ class _Parts:
         self.labels = AllLabels()
         self.handles = BoxZoomTool().overlay.handles           # (Bokeh's default look: built by its own default)
         self.readout_css = InlineStyleSheet(css=_READOUT_CSS)
+        # the runs' palette, which the cards' rows name colours by (``_palette_codes``): sent once per page
+        self.palette = self.source({"colour": list(run_colours())})
         self._made = {}
 
     def _one(self, key, make):
@@ -760,10 +780,10 @@ class _Card:
     readout under it, downloads and the enlarge button.
 
     The server sends ``flat`` (the shown points of every run, one after another: ``steps``, ``walls`` in ms, ``ys``,
-    ``smooth``) and ``rows`` (per run: ``run``, ``colour``, ``start``/``stop`` in ``flat``, ``first_wall``, the x
-    ``axis`` (its place in ``X_AXES``), the box its shown points span on that axis, ``x0``..``y1``, and
-    ``dot_x``/``dot_y``, the point of a run that has only one, which a line cannot draw; NaN otherwise); the page expands them into ``source``
-    (``_EXPAND_JS``), which the lines draw. ±Inf travel as NaN (gaps: the ticks show them). ``layout`` is
+    ``smooth``) and ``rows`` (per run: ``run``, ``colour`` (its place in ``_Parts.palette``), ``start``/``stop`` in
+    ``flat``, ``first_wall``, the x ``axis`` (its place in ``X_AXES``), the box its shown points span on that axis,
+    ``x0``..``y1``, and ``dot_x``/``dot_y``, the point of a run that has only one, which a line cannot draw; NaN
+    otherwise); the page expands them into ``source`` (``_EXPAND_JS``), which the lines and the dots draw. ±Inf travel as NaN (gaps: the ticks show them). ``layout`` is
     ``column(figure, readout, buttons)``. ``parts`` are the view's shared models (``_Parts``)."""
 
     def __init__(self, tag, parts, limit=LIMIT):
@@ -782,10 +802,12 @@ class _Card:
         self.flat = parts.source({c: np.zeros(0) for c in ("steps", "walls", "ys", "smooth")})
         self.rows = parts.source({c: [] for c in _ROW_COLUMNS})
         # filled in the page only: never synced back (the server would get every expanded point of every run)
-        self.source = parts.source({c: [] for c in ("run", "colour", "xs", "ys", "smooth")}, syncable=False)
+        self.source = parts.source({c: [] for c in ("run", "colour", "xs", "ys", "smooth", "dot_x", "dot_y")},
+                                   syncable=False)
         self.marks = parts.source({c: [] for c in ("run", "colour", "steps", "walls", "rel", "what")})
         # the page rebuilds the drawn rows whenever either part changes (new points, another x axis)
-        expand = CustomJS(args=dict(flat=self.flat, rows=self.rows, target=self.source), code=_EXPAND_JS)
+        expand = CustomJS(args=dict(flat=self.flat, rows=self.rows, target=self.source, palette=parts.palette),
+                          code=_EXPAND_JS)
         expand_in_page(self.flat, self.source, expand)
         self.rows.js_on_change("data", expand)
         self.axis = "step"
@@ -794,7 +816,7 @@ class _Card:
         # the shown points' values, per-run counts, per-run lowest and highest finite value (NaN: none) (fill)
         self._points = (np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
         # the shown NaN/±Inf points (``fill``): row, step, wall, value, its run's first wall; every row's run, colour
-        self._nonfinite = (np.zeros(0, np.int64), *[np.zeros(0)] * 4, _strings([]), _strings([]))
+        self._nonfinite = (np.zeros(0, np.int64), *[np.zeros(0)] * 4, _strings([]), np.zeros(0, np.uint16))
         # run groups: a mean line and a band (± std or min-max) per group, built on the server (few points)
         self.bands = parts.source({c: [] for c in ("group", "runs", "colour", "xs", "ys", "band_xs", "band_ys")})
         self.grouped = frozenset()             # runs drawn as part of a group, not as lines of their own
@@ -1019,7 +1041,8 @@ class _Card:
         if shown is not None and len(owner):
             keep = mask[owner]
             owner, steps, walls, values, first_wall = (a[keep] for a in (owner, steps, walls, values, first_wall))
-        marks = {"run": runs[owner].tolist(), "colour": colours[owner].tolist(), "steps": steps.tolist(),
+        marks = {"run": runs[owner].tolist(), "colour": [run_colours()[k] for k in colours[owner].tolist()],
+                 "steps": steps.tolist(),
                  "walls": (walls * 1000.0).tolist(), "rel": ((walls - first_wall) / 3600.0).tolist(),
                  "what": np.where(np.isnan(values), "NaN", np.where(values > 0, "+Inf", "-Inf")).tolist()}
         if marks != dict(self.marks.data):
@@ -1113,8 +1136,9 @@ class _Card:
         if fig is None or name in self._extras:
             return
         if name == "dots":
-            drawn = [self._draw(self.rows, Scatter(x="dot_x", y="dot_y", fill_color="colour", line_color="colour",
-                                                   size=5), "rows")]
+            # (from the rows the page expands: their colours are names there, places in the palette in ``rows``)
+            drawn = [self._draw(self.source, Scatter(x="dot_x", y="dot_y", fill_color="colour", line_color="colour",
+                                                     size=5), "lines")]
             on_x, on_y = drawn, drawn
         elif name == "groups":
             view = CDSView(filter=self.parts.all_rows)
