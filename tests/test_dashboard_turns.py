@@ -330,6 +330,9 @@ def test_a_hundred_thousand_runs_are_listed_over_turns_under_the_loops_budget(tm
 
 
 HUGE = 100_000
+# CPU seconds one turn of a 100,000-run card may take: 49-54 ms here at load 2-3 (the longest: a read turn, the card
+# joining the page), so 80 ms leaves half again for a slower CI machine.
+HUGE_TURN_BOUND_S = 0.08
 
 
 def test_a_card_of_a_hundred_thousand_runs_keeps_its_points_budget_and_every_turn_short(tmp_path):
@@ -338,8 +341,10 @@ def test_a_card_of_a_hundred_thousand_runs_keeps_its_points_budget_and_every_tur
     by tag, each tag checked once a run) ~90 ms. Now the card holds ``CARD_POINTS`` split among its lines, each at
     least ``LINE_FLOOR`` (~1.5 million points here), chosen a slice of runs a turn (``downsample_many``), and still
     shows every run's NaN/±Inf; opening the tab, building the card, a new smoothing, a click on the run list and a
-    search are each turns under the bound. (CPU of the longest turn, at load 2-3 on the shared 2-core machine:
-    ~70-95 ms, a full garbage collection over the card's 100,000 lines included; before, 120-140 ms.)"""
+    search are each turns under ``HUGE_TURN_BOUND_S``. (CPU of the longest turn, at load 2-3 on the shared 2-core
+    machine: 49-54 ms; 120-140 ms before the budget, then 76-81 ms: a full garbage collection over the card's 100,000
+    ``_Line`` objects (30-46 ms) inside a read turn, the card joining the page (~77 ms: 100,000 colour and axis
+    strings in its JSON), a click (~57 ms: a set of 100,000 names built and looked up).)"""
     store = memory_store(tmp_path, runs=HUGE)
     turns, views = served_turns(store)
     view = views["scalars"]
@@ -374,7 +379,7 @@ def test_a_card_of_a_hundred_thousand_runs_keeps_its_points_budget_and_every_tur
         gc.unfreeze()
     print({name: (len(turns), round(max(turns) * 1000)) for name, turns in cpu.items()})
     assert len(cpu["smoothing"]) > HUGE // scalars.RUN_SLICE                # spread
-    assert max(max(turns) for turns in cpu.values()) < TURN_BOUND_S, \
+    assert max(max(turns) for turns in cpu.values()) < HUGE_TURN_BOUND_S, \
         {name: [round(t * 1000) for t in turns if t > 0.05] for name, turns in cpu.items()}
     assert not (view._reading or view._growing or view._refilling)
     assert runs.shown() == frozenset(f"run{r:05d}" for r in range(7, HUGE, 10))

@@ -7,8 +7,8 @@ event loop for minutes. In a server session each card of a page is built in one 
 the next, from the turn after the request, and a card that leaves the page is dropped with what the session had
 seen of it. A card of more than ``RUN_SLICE`` runs is built over more turns (its runs read a slice a turn, then its
 figure, then its fill), and so is what changes all of its lines (a new smoothing, x axis or scale, a zoom, new
-points: the lines a slice a turn, then the fill computed, then sent): no turn holds the loop for more than ~60 ms at
-ten thousand runs, nor ~100 ms at a hundred thousand (issue 29; tests/test_dashboard_turns.py). A card is 42
+points: the lines a slice a turn, then the fill computed, then sent): no turn holds the loop for more than ~60 ms, at
+ten thousand runs or at a hundred thousand (issue 29; tests/test_dashboard_turns.py). A card is 42
 Bokeh models of its own (``_Card.build``; the models every card shares are ``_Parts``): what a turn costs grows with
 them, Bokeh walking every model of the document each time one joins it. The tag filter (RE2) picks among all tags
 and the pager pages the matches. The "all shown" export is formatted off the loop and streamed over HTTP
