@@ -113,13 +113,26 @@ def run_colours_of(store, runs):
     return np.array([colours[run] for run in runs], dtype=str) if runs else np.zeros(0, dtype="<U1")
 
 
+class ShownRuns(frozenset):
+    """The runs a run list shows (a frozenset of names), with the list's own view of them: ``mask``, per row of the
+    list, whether its run is shown, and ``rows``, the list's run -> row (rows are only added: a run's row stays). A
+    view with a row per run (a card of 100,000 lines) maps its runs to rows once and takes the mask, where 100,000
+    lookups of names in the set were ~20 ms a click."""
+
+    def __new__(cls, runs, mask, rows):
+        shown = super().__new__(cls, runs)
+        shown.mask, shown.rows = mask, rows
+        return shown
+
+
 class RunSelection:
     """One session's run list (see the module doc); ``layout()`` is its column of widgets."""
 
     def __init__(self, store):
         self.store = store
         self._runs: list[str] = []
-        self._listed: set[str] = set()               # the runs of ``_runs``
+        self._listed: dict[str, int] = {}            # the runs of ``_runs``: run -> row
+        self._names = np.zeros(0, object)            # ``_runs`` as an array (``shown``: a mask picks the names)
         self._matching: set[str] | None = None      # runs the search matches (None: every run)
         self._matches = None                         # per row: whether the search matches it (None: no search)
         self._unlisted = 0                           # runs of the store not listed yet (``update``)
@@ -184,11 +197,21 @@ class RunSelection:
         if self._shown is None:
             if self._matching is None and self._checked.all() and not self._unlisted:
                 self._shown = _EVERY
-            else:
+            elif self._matches is None or len(self._matches) == len(self._runs):
+                # (a mask over the rows, the names picked by it: a set built of 100,000 names was ~40 ms of a click)
+                mask = self._checked.copy() if self._matches is None else self._checked & self._matches
+                self._shown = ShownRuns(self._names[mask].tolist(), mask, self._listed) \
+                    if self._unlisted or not mask.all() else _EVERY
+            else:                               # (runs listed since the search's last pass: as its set has them)
                 checked = {self._runs[i] for i in np.flatnonzero(self._checked).tolist()}
-                runs = checked if self._matching is None else checked & self._matching
+                runs = checked & self._matching
                 self._shown = frozenset(runs) if len(runs) < len(self._runs) or self._unlisted else _EVERY
         return None if self._shown is _EVERY else self._shown
+
+    @property
+    def rows(self) -> dict:
+        """The listed runs' rows in the list (run -> row: rows are only added; ``ShownRuns.rows``)."""
+        return self._listed
 
     def shows(self, run) -> bool:
         shown = self.shown()
@@ -223,7 +246,8 @@ class RunSelection:
         self._unlisted = len(runs) - len(self._runs) - len(new)
         start = len(self._runs)
         self._runs.extend(new)
-        listed.update(new)
+        listed.update(zip(new, range(start, start + len(new))))
+        self._names = np.concatenate([self._names, np.array(new, dtype=object)])
         self.source.stream({"run": np.array(new, dtype=str),
                             "colour": run_colours_of(self.store, new)})
         if self._pattern is not None:         # (before the checks: the summary counts the matches of every row)

@@ -19,7 +19,7 @@ from bokeh.models import ColumnDataSource, Div, Tabs
 from flowlab.dashboard import app
 from flowlab.dashboard.store import Store
 from flowlab.dashboard.views import VIEWS
-from flowlab.dashboard.views.scalars import LIMIT, ema, smooth
+from flowlab.dashboard.views.scalars import LIMIT, X_AXES, ema, smooth
 from flowlab.summary.thinning import downsample
 from flowlab.summary import SummaryWriter
 
@@ -608,8 +608,8 @@ def test_x_axis_and_log_y_rebuild_the_figures_over_the_same_sources(logdir):
     card = scalars.cards["loss"]
     source = card.source
 
-    def expanded_axis():                                              # the x the page builds from the rows
-        return set(card.rows.data["axis"])
+    def expanded_axis():                 # the x the page builds from the rows (each row: its place in X_AXES)
+        return {X_AXES[int(code)] for code in card.rows.data["axis"]}
 
     scalars.x_axis.active = 2                                          # wall time
     fig = card.layout.children[0]

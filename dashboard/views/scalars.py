@@ -7,8 +7,8 @@ event loop for minutes. In a server session each card of a page is built in one 
 the next, from the turn after the request, and a card that leaves the page is dropped with what the session had
 seen of it. A card of more than ``RUN_SLICE`` runs is built over more turns (its runs read a slice a turn, then its
 figure, then its fill), and so is what changes all of its lines (a new smoothing, x axis or scale, a zoom, new
-points: the lines a slice a turn, then the fill computed, then sent): no turn holds the loop for more than ~60 ms at
-ten thousand runs, nor ~100 ms at a hundred thousand (issue 29; tests/test_dashboard_turns.py). A card is 42
+points: the lines a slice a turn, then the fill computed, then sent): no turn holds the loop for more than ~60 ms, at
+ten thousand runs or at a hundred thousand (issue 29; tests/test_dashboard_turns.py). A card is 42
 Bokeh models of its own (``_Card.build``; the models every card shares are ``_Parts``): what a turn costs grows with
 them, Bokeh walking every model of the document each time one joins it. The tag filter (RE2) picks among all tags
 and the pager pages the matches. The "all shown" export is formatted off the loop and streamed over HTTP
@@ -49,6 +49,7 @@ titles and source columns (plain text); the filter error is an escaped Div.
 from __future__ import annotations
 
 import html
+import json
 import math
 from typing import NamedTuple
 
@@ -64,6 +65,7 @@ from bokeh.models import (AllIndices, AllLabels, BasicTickFormatter, BasicTicker
                           Slider, Switch, TextInput, Title, UnionRenderers, VSpan, WheelZoomTool)
 from bokeh.plotting import figure
 
+from flowlab.plots.colours import run_colours
 from flowlab.plots.data import group_band
 from flowlab.plots.figures import (compact_ticks, expand_in_page, nudge_next_turn, scale_ticker, served,
                                    value_labels)
@@ -310,21 +312,161 @@ def export_text(columns, fmt):
     return "".join(export_chunks(columns, fmt))
 
 
+def _column(name, doc):
+    """A ``_Line`` attribute kept in its card's ``_Lines`` column ``name`` (a list, one item per row)."""
+    def get(line):
+        return line.of.columns[name][line.row]
+
+    def put(line, value):
+        line.of.columns[name][line.row] = value
+    return property(get, put, doc=doc)
+
+
+class _Lines:
+    """A card's lines (one per run, in row order), column by column: a NumPy array per attribute (the series' arrays,
+    names and colours in arrays of objects, which the garbage collector neither tracks nor walks), and a ``_Line``
+    made on each access as a view of one row. One object per run (a ``_Line`` each, 100,000 at 100,000 runs) made
+    every full collection walk them all: 35-70 ms of CPU landing in a loop turn of ~30 ms (and lists, a pointer
+    each to check, ~20-30 ms). A mapping of run name to ``_Line``, in row order; every line shows at most ``limit``
+    points (the card's share, ``line_share``). Rows are only added."""
+
+    # name, dtype, an empty line's value
+    COLUMNS = (("run", object, ""), ("colour", object, ""), ("steps", object, None), ("walls", object, None),
+               ("values", object, None), ("ema", object, None), ("last", np.float64, 0.0), ("count", np.int64, 0),
+               ("constant", bool, True), ("shown", object, None))
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.rows: dict[str, int] = {}        # run -> row (str and int: a dict the collector does not track)
+        self.columns = {name: np.empty(16, dtype) for name, dtype, _ in self.COLUMNS}
+        self.size = 0
+        self._rows_of, self._codes = None, np.zeros(0, np.int64)     # each line's row in the run list (``shown_in``)
+
+    def add(self, run, colour):
+        """A new line for ``run``, empty, in the next row."""
+        row = self.size
+        if row == len(self.columns["run"]):     # (room for twice as many rows)
+            for name, column in self.columns.items():
+                grown = np.empty(2 * len(column), column.dtype)
+                grown[:row] = column[:row]
+                self.columns[name] = grown
+        empty = {"run": run, "colour": colour, "steps": _NO_STEPS, "shown": _NO_STEPS}
+        for name, _, value in self.COLUMNS:
+            self.columns[name][row] = empty.get(name, _NO_VALUES if value is None else value)
+        self.rows[run] = row
+        self.size = row + 1
+        return _Line(self, row)
+
+    def __len__(self):
+        return self.size
+
+    def __contains__(self, run):
+        return run in self.rows
+
+    def __iter__(self):
+        return iter(self.rows)          # (in row order: a dict keeps the order runs were added)
+
+    def keys(self):
+        return self.rows.keys()
+
+    def __getitem__(self, run):
+        return _Line(self, self.rows[run])
+
+    def get(self, run, default=None):
+        row = self.rows.get(run)
+        return default if row is None else _Line(self, row)
+
+    def values(self, start=0, stop=None):
+        """The lines of rows ``start`` to ``stop`` (every row by default), as a list of ``_Line``: made for the rows
+        asked only, so take a slice of a big card's (``RUN_SLICE``), not all 100,000 at once, in a served session
+        (a list of that many objects held over turns is what the collector would walk again)."""
+        stop = self.size if stop is None else min(stop, self.size)
+        return [_Line(self, row) for row in range(start, stop)]
+
+    def items(self):
+        return [(line.run, line) for line in self.values()]
+
+    def shown_in(self, shown):
+        """Whether each row's run is one of ``shown`` (a set of runs; the run list's ``ShownRuns``: by the list's rows,
+        each line's row in the list looked up once, not each name in the set at every click)."""
+        mask, rows = getattr(shown, "mask", None), getattr(shown, "rows", None)
+        if mask is None or rows is None:
+            return np.fromiter((run in shown for run in self.rows), bool, self.size)
+        codes = self.list_rows(rows)
+        out = np.zeros(self.size, bool)
+        known = np.flatnonzero((codes >= 0) & (codes < len(mask)))     # (a run not listed yet is not shown)
+        out[known] = mask[codes[known]]
+        return out
+
+    def list_rows(self, rows, again=True):
+        """Each line's row in the run list whose run -> row is ``rows`` (-1: not listed yet), remembered: looked up
+        for the lines added since, and (``again``) the ones not listed before. (A card being built looks its lines
+        up a slice a turn, as it reads them: its first click does not look up 100,000 names, ~15 ms.)"""
+        if self._rows_of is not rows:
+            self._rows_of, self._codes = rows, np.zeros(0, np.int64)
+        codes = self._codes
+        runs = self.columns["run"]
+        if len(codes) < self.size:
+            codes = np.concatenate([codes, np.fromiter((rows.get(run, -1) for run in runs[len(codes):self.size]),
+                                                       np.int64, self.size - len(codes))])
+        missing = np.flatnonzero(codes < 0) if again else ()
+        if len(missing):
+            codes[missing] = np.fromiter((rows.get(run, -1) for run in runs[missing]), np.int64, missing.size)
+        self._codes = codes
+        return codes
+
+
+_NO_STEPS = np.zeros(0, np.int64)
+_NO_VALUES = np.zeros(0)
+_NO_STEPS.flags.writeable = _NO_VALUES.flags.writeable = False      # (shared by every empty line)
+
+
 class _Line:
-    """One run in one card: its series (the store's columns, not copied), its smoothing and the points on display
-    (at most ``limit``: the card's share, ``line_share``)."""
+    """One run in one card (a row of its ``_Lines``): its series (the store's columns, not copied), its smoothing and
+    the points on display (at most ``limit``: the card's share, ``line_share``). A view of the row, made when asked
+    for: two lines of the same row are the same run's."""
 
-    # (no ``__dict__``: a card of 100,000 runs holds as many lines, and every object the collector tracks lengthens
-    # its full collections, loop turns of their own)
-    __slots__ = ("run", "colour", "limit", "row", "steps", "walls", "values", "ema", "state", "constant", "shown")
+    __slots__ = ("of", "row")
 
-    def __init__(self, run, colour, limit, row):
-        self.run, self.colour, self.limit, self.row = run, colour, limit, row
-        self.steps = np.zeros(0, np.int64)
-        self.walls = self.values = self.ema = np.zeros(0)
-        self.state = (0.0, 0)
-        self.constant = True
-        self.shown = np.zeros(0, np.int64)        # indices of the points in the card's source row
+    def __init__(self, of, row):
+        self.of, self.row = of, row
+
+    run = _column("run", "The run's name.")
+    colour = _column("colour", "The run's colour (the run list's).")
+    steps = _column("steps", "The series' steps (int64).")
+    walls = _column("walls", "The series' wall times (seconds).")
+    values = _column("values", "The series' values.")
+    ema = _column("ema", "The smoothed values (TensorBoard's debiased EMA).")
+    @property
+    def constant(self):
+        """Whether every value is the first (the series is drawn as it is, unsmoothed)."""
+        return bool(self.of.columns["constant"][self.row])
+
+    @constant.setter
+    def constant(self, constant):
+        self.of.columns["constant"][self.row] = constant
+    shown = _column("shown", "Indices of the points on display (sorted, unique).")
+
+    @property
+    def limit(self):
+        return self.of.limit
+
+    @property
+    def state(self):
+        """The smoothing's ``(last, count)``, to carry it forward as points come (``ema``)."""
+        columns = self.of.columns
+        return float(columns["last"][self.row]), int(columns["count"][self.row])
+
+    @state.setter
+    def state(self, state):
+        columns = self.of.columns
+        columns["last"][self.row], columns["count"][self.row] = state
+
+    def __eq__(self, other):
+        return isinstance(other, _Line) and other.of is self.of and other.row == self.row
+
+    def __hash__(self):
+        return hash((id(self.of), self.row))
 
     def _rel(self, walls):
         return (walls - self.walls[0]) / 3600.0 if len(self.walls) else walls
@@ -446,7 +588,8 @@ class _Packed:
                                             len(lines)))
         self._single.append(np.fromiter((len(ln.values) == 1 for ln in lines), bool, len(lines)))
         self._names.append(_strings([ln.run for ln in lines]))
-        self._colours.append(_strings([ln.colour for ln in lines]))
+        codes = _palette_codes()
+        self._colours.append(np.fromiter((codes[ln.colour] for ln in lines), np.uint16, len(lines)))
         self.used, self.runs = end, self.runs + len(lines)
 
     def holds(self, runs):
@@ -454,12 +597,26 @@ class _Packed:
         return self.runs == runs
 
     def take(self):
-        """``(lengths, first_wall, single, names, colours, steps, walls, values, smooth, walls_ms)``: the per-run
+        """``(lengths, first_wall, single, names, colours, steps, walls, values, smooth, walls_ms)`` (colours: their
+        places in the runs' palette, ``_palette_codes``): the per-run
         arrays and the columns (the caller's to change: each ``_Packed`` is taken once)."""
         per_run = [np.concatenate(parts) if parts else empty for parts, empty in (
             (self._lengths, np.zeros(0, np.int64)), (self._first_wall, np.zeros(0)), (self._single, np.zeros(0, bool)),
-            (self._names, _strings([])), (self._colours, _strings([])))]
+            (self._names, _strings([])), (self._colours, np.zeros(0, np.uint16)))]
         return (*per_run, *(column[:self.used] for column in self.columns))
+
+
+def _palette_codes():
+    """Each run colour's place in the runs' palette (``run_colours``; a run's colour is one of them: ``run_colour``).
+    A card sends its rows' colours as these (an integer array: bytes on the wire, where 100,000 colour strings were
+    ~9 ms of JSON in the turn a card joins the page); the page looks them up in ``_Parts.palette``."""
+    global _PALETTE_CODES
+    if _PALETTE_CODES is None:
+        _PALETTE_CODES = {colour: k for k, colour in enumerate(run_colours())}
+    return _PALETTE_CODES
+
+
+_PALETTE_CODES = None
 
 
 def _strings(items):
@@ -470,9 +627,11 @@ def _strings(items):
 _ROW_COLUMNS = ("run", "colour", "start", "stop", "first_wall", "axis", "x0", "x1", "y0", "y1", "dot_x", "dot_y")
 
 # Expands a card's flat columns into the MultiLine rows in the page: one typed array per column on the wire, however
-# many runs (a thousand runs as a list of arrays each was 5,000 buffers and seconds of Bokeh encoding per page).
-_EXPAND_JS = """
-const f = flat.data, r = rows.data, n = r.run.length, axis = r.axis[0];
+# many runs (a thousand runs as a list of arrays each was 5,000 buffers and seconds of Bokeh encoding per page). The
+# rows' ``axis`` is the x axis's place in ``X_AXES``, an int8 per row: bytes on the wire, where 100,000 strings
+# "step" were ~8 ms of JSON in the turn a card joins the page.
+_EXPAND_JS = "const AXES = " + json.dumps(X_AXES) + """;
+const f = flat.data, r = rows.data, n = r.run.length, axis = AXES[r.axis[0]];
 const xs = [], ys = [], smooth = [];
 for (let i = 0; i < n; i++) {
   const a = r.start[i], b = r.stop[i];
@@ -482,7 +641,9 @@ for (let i = 0; i < n; i++) {
   ys.push(f.ys.slice(a, b));
   smooth.push(f.smooth.slice(a, b));
 }
-target.data = {run: r.run.slice(), colour: r.colour.slice(), xs, ys, smooth};
+const names = palette.data.colour;          // (each row's colour: its place in the runs' palette)
+target.data = {run: r.run.slice(), colour: Array.from(r.colour, (k) => names[k]), xs, ys, smooth,
+               dot_x: r.dot_x.slice(), dot_y: r.dot_y.slice()};
 """
 
 # The readout under a card, in place of a tooltip over the curves: one line per drawn run (and run group) with its
@@ -537,7 +698,7 @@ for (let i = 0; i < g.group.length; i++) {
   const j = nearest(g.xs[i]);
   if (j >= 0)
     found.push({name: g.group[i] + " (" + g.runs[i] + " runs)", colour: g.colour[i],
-                step: r.axis[0] === "step" ? g.xs[i][j] : null, value: g.ys[i][j], text: num(g.ys[i][j])});
+                step: r.axis[0] === 0 ? g.xs[i][j] : null, value: g.ys[i][j], text: num(g.ys[i][j])});
 }
 const height = (o) => Number.isFinite(o.value) ? o.value : -Infinity;
 const top = (a, b) => height(b) - height(a);
@@ -575,6 +736,8 @@ class _Parts:
         self.labels = AllLabels()
         self.handles = BoxZoomTool().overlay.handles           # (Bokeh's default look: built by its own default)
         self.readout_css = InlineStyleSheet(css=_READOUT_CSS)
+        # the runs' palette, which the cards' rows name colours by (``_palette_codes``): sent once per page
+        self.palette = self.source({"colour": list(run_colours())})
         self._made = {}
 
     def _one(self, key, make):
@@ -617,18 +780,18 @@ class _Card:
     readout under it, downloads and the enlarge button.
 
     The server sends ``flat`` (the shown points of every run, one after another: ``steps``, ``walls`` in ms, ``ys``,
-    ``smooth``) and ``rows`` (per run: ``run``, ``colour``, ``start``/``stop`` in ``flat``, ``first_wall``, the x
-    ``axis``, the box its shown points span on that axis, ``x0``..``y1``, and ``dot_x``/``dot_y``, the point of a
-    run that has only one, which a line cannot draw; NaN otherwise); the page expands them into ``source``
-    (``_EXPAND_JS``), which the lines draw. ±Inf travel as NaN (gaps: the ticks show them). ``layout`` is
+    ``smooth``) and ``rows`` (per run: ``run``, ``colour`` (its place in ``_Parts.palette``), ``start``/``stop`` in
+    ``flat``, ``first_wall``, the x ``axis`` (its place in ``X_AXES``), the box its shown points span on that axis,
+    ``x0``..``y1``, and ``dot_x``/``dot_y``, the point of a run that has only one, which a line cannot draw; NaN
+    otherwise); the page expands them into ``source`` (``_EXPAND_JS``), which the lines and the dots draw. ±Inf travel as NaN (gaps: the ticks show them). ``layout`` is
     ``column(figure, readout, buttons)``. ``parts`` are the view's shared models (``_Parts``)."""
 
     def __init__(self, tag, parts, limit=LIMIT):
         self.tag, self.parts = tag, parts
-        self.lines: dict[str, _Line] = {}
         # each line's points on display: ``share`` (``line_share`` of its lines, ``limit`` at most), split again when
         # the lines outgrow it (``split``)
         self.limit = self.share = limit
+        self.lines = _Lines(self.share)        # run -> its ``_Line``, in row order
         self.packed = None                    # its lines' points packed as they were read, for its first fill
         self.read_from = None                 # the store's version when its runs began to be read
         self.grown = False                    # lines changed by a ``_grow`` still under way (over several turns)
@@ -639,18 +802,21 @@ class _Card:
         self.flat = parts.source({c: np.zeros(0) for c in ("steps", "walls", "ys", "smooth")})
         self.rows = parts.source({c: [] for c in _ROW_COLUMNS})
         # filled in the page only: never synced back (the server would get every expanded point of every run)
-        self.source = parts.source({c: [] for c in ("run", "colour", "xs", "ys", "smooth")}, syncable=False)
+        self.source = parts.source({c: [] for c in ("run", "colour", "xs", "ys", "smooth", "dot_x", "dot_y")},
+                                   syncable=False)
         self.marks = parts.source({c: [] for c in ("run", "colour", "steps", "walls", "rel", "what")})
         # the page rebuilds the drawn rows whenever either part changes (new points, another x axis)
-        expand = CustomJS(args=dict(flat=self.flat, rows=self.rows, target=self.source), code=_EXPAND_JS)
+        expand = CustomJS(args=dict(flat=self.flat, rows=self.rows, target=self.source, palette=parts.palette),
+                          code=_EXPAND_JS)
         expand_in_page(self.flat, self.source, expand)
         self.rows.js_on_change("data", expand)
         self.axis = "step"
         self._visible = (None, [])             # (shown runs, line count), rows shown
         self._mask = (None, None)              # (shown runs, line count), whether each line is shown
-        self._points = (np.zeros(0), np.zeros(0, np.int64))     # the shown points' values, per-run counts (fill)
+        # the shown points' values, per-run counts, per-run lowest and highest finite value (NaN: none) (fill)
+        self._points = (np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
         # the shown NaN/±Inf points (``fill``): row, step, wall, value, its run's first wall; every row's run, colour
-        self._nonfinite = (np.zeros(0, np.int64), *[np.zeros(0)] * 4, _strings([]), _strings([]))
+        self._nonfinite = (np.zeros(0, np.int64), *[np.zeros(0)] * 4, _strings([]), np.zeros(0, np.uint16))
         # run groups: a mean line and a band (± std or min-max) per group, built on the server (few points)
         self.bands = parts.source({c: [] for c in ("group", "runs", "colour", "xs", "ys", "band_xs", "band_ys")})
         self.grouped = frozenset()             # runs drawn as part of a group, not as lines of their own
@@ -723,7 +889,7 @@ class _Card:
     def line(self, run, store):
         line = self.lines.get(run)
         if line is None:
-            line = self.lines[run] = _Line(run, run_colour(store, run), self.share, len(self.lines))
+            line = self.lines.add(run, run_colour(store, run))
             self._size_readout()
         return line
 
@@ -735,9 +901,7 @@ class _Card:
         want = line_share(len(self.lines) if lines is None else lines, self.limit)
         if want == self.share or not force and want <= 2 * self.share and self.share <= 2 * want:
             return False
-        self.share = want
-        for line in self.lines.values():
-            line.limit = want
+        self.share = self.lines.limit = want
         return True
 
     def fill(self, packed=None):
@@ -754,10 +918,9 @@ class _Card:
     def prepare(self, packed=None):
         """What ``fill`` sends, computed (NumPy over the packed points), not sent: for ``send``, in this turn or the
         next (if the card's lines changed meanwhile, its fill is asked for again)."""
-        lines = list(self.lines.values())
-        n = len(lines)
+        n = len(self.lines)
         if packed is None or not packed.holds(n):
-            packed = _Packed.of(lines)
+            packed = _Packed.of(self.lines.values())
         lengths, first_wall, single, runs, colours, steps, walls, values, smooth, walls_ms = packed.take()
         stops = np.cumsum(lengths)
         starts = stops - lengths
@@ -773,9 +936,9 @@ class _Card:
             (walls - np.repeat(first_wall, lengths)) / 3600.0
         # numbers as arrays (binary on the wire): lists of ten thousand runs' numbers were most of a page's encoding
         rows = {"run": runs, "colour": colours, "start": starts.astype(np.int32), "stop": stops.astype(np.int32),
-                "first_wall": first_wall * 1000.0, "axis": np.full(n, self.axis)}
+                "first_wall": first_wall * 1000.0, "axis": np.full(n, X_AXES.index(self.axis), np.int8)}
         rows.update(self._extent_and_dots(single, lengths, starts, x, ys, smooth))
-        return rows, flat, nonfinite, (values, lengths)
+        return rows, flat, nonfinite, (values, lengths, rows["y0"], rows["y1"])
 
     def send(self, prepared):
         """Send what ``prepare`` computed: the rows, then the points, the ticks, the y range and the line width."""
@@ -813,10 +976,15 @@ class _Card:
         ``ignore_outliers`` (a ``Range1d`` then), the 5th to 95th percentile of the shown runs' points on display,
         padded, as TensorBoard's option of that name."""
         rows = self.rows_shown
-        values, lengths = self._points
-        if rows is None and not isinstance(self.y_range, Range1d):
-            # the span alone: no copy of the points (fmin and fmax pass over NaN; ±Inf are NaN in them: ``fill``)
-            lo, hi = float(np.fmin.reduce(values, initial=np.inf)), float(np.fmax.reduce(values, initial=-np.inf))
+        values, lengths, lowest, highest = self._points
+        if not isinstance(self.y_range, Range1d):
+            # the span alone, from each shown run's lowest and highest (``_extent_and_dots``; fmin and fmax pass over
+            # NaN): no copy of the points (at 100,000 runs, taking the shown runs' 1.5 million was ~20-50 ms a click)
+            if rows is not None:
+                rows = np.asarray(rows, np.intp)
+                rows = rows[rows < len(lowest)]         # (rows of lines come since the last fill: not drawn yet)
+                lowest, highest = lowest[rows], highest[rows]
+            lo, hi = float(np.fmin.reduce(lowest, initial=np.inf)), float(np.fmax.reduce(highest, initial=-np.inf))
             if not (math.isfinite(lo) and math.isfinite(hi)):
                 return
         else:
@@ -873,7 +1041,8 @@ class _Card:
         if shown is not None and len(owner):
             keep = mask[owner]
             owner, steps, walls, values, first_wall = (a[keep] for a in (owner, steps, walls, values, first_wall))
-        marks = {"run": runs[owner].tolist(), "colour": colours[owner].tolist(), "steps": steps.tolist(),
+        marks = {"run": runs[owner].tolist(), "colour": [run_colours()[k] for k in colours[owner].tolist()],
+                 "steps": steps.tolist(),
                  "walls": (walls * 1000.0).tolist(), "rel": ((walls - first_wall) / 3600.0).tolist(),
                  "what": np.where(np.isnan(values), "NaN", np.where(values > 0, "+Inf", "-Inf")).tolist()}
         if marks != dict(self.marks.data):
@@ -967,8 +1136,9 @@ class _Card:
         if fig is None or name in self._extras:
             return
         if name == "dots":
-            drawn = [self._draw(self.rows, Scatter(x="dot_x", y="dot_y", fill_color="colour", line_color="colour",
-                                                   size=5), "rows")]
+            # (from the rows the page expands: their colours are names there, places in the palette in ``rows``)
+            drawn = [self._draw(self.source, Scatter(x="dot_x", y="dot_y", fill_color="colour", line_color="colour",
+                                                     size=5), "lines")]
             on_x, on_y = drawn, drawn
         elif name == "groups":
             view = CDSView(filter=self.parts.all_rows)
@@ -1061,19 +1231,19 @@ class _Card:
         choice change: one pass over 100,000 lines (~10 ms) for the rows drawn, the ticks and the download."""
         key = (shown, len(self.lines))
         if self._mask[0] != key:
-            mask = np.ones(len(self.lines), bool) if shown is None else \
-                np.fromiter((run in shown for run in self.lines), bool, len(self.lines))
+            mask = np.ones(len(self.lines), bool) if shown is None else self.lines.shown_in(shown)
             self._mask = key, mask
         return self._mask[1]
 
 
 class _Refill(NamedTuple):
-    """A card's fill spread over turns (``ScalarsView._refill``): its lines, its new figure (``rebuild``: False, True
+    """A card's fill spread over turns (``ScalarsView._refill``): its lines (rows 0 to ``lines``: those it had when
+    asked), its new figure (``rebuild``: False, True
     or the figure once made), its lines packed so far (None before the first turn), and whether its run groups are
     filled again and its lines smoothed again and their points chosen again first; once all are packed, the fill
     computed (``prepared``: ``_Card.prepare``), sent in the next turn."""
     card: object
-    lines: list
+    lines: int
     rebuild: object
     packed: object
     groups: bool
@@ -1363,6 +1533,8 @@ class ScalarsView(View):
                     card.packed = _Packed(len(todo) * min(card.share, 100))
                 # (what its first fill sends of them, unless the store gained more meanwhile)
                 card.packed.add([line for line, _ in pairs])
+                if getattr(self.runs, "rows", None) is not None:      # (the run list's rows of these lines)
+                    card.lines.list_rows(self.runs.rows, again=False)
                 self._reading[tag] = (card, rest)
                 if step:
                     break
@@ -1498,7 +1670,7 @@ class ScalarsView(View):
         if earlier is not None:             # (what the earlier ask wanted too; a figure made: made again)
             rebuild, groups = rebuild or earlier.rebuild is not False, groups or earlier.groups
             resmooth, rechoose = resmooth or earlier.resmooth, rechoose or earlier.rechoose
-        self._refilling[card.tag] = _Refill(card, list(card.lines.values()), rebuild, None, groups, resmooth,
+        self._refilling[card.tag] = _Refill(card, len(card.lines), rebuild, None, groups, resmooth,
                                             rechoose)
         self._schedule()
 
@@ -1511,9 +1683,9 @@ class ScalarsView(View):
         tag, ask = next(iter(self._refilling.items()))
         card, lines, rebuild, packed, groups, resmooth, rechoose, _ = ask
         if packed is None:      # (room for the card's share of points; more when a slice needs it)
-            packed = _Packed(len(lines) * min(card.share, 100))
-        if packed.runs < len(lines):
-            some = lines[packed.runs:packed.runs + RUN_SLICE]
+            packed = _Packed(lines * min(card.share, 100))
+        if packed.runs < lines:
+            some = card.lines.values(packed.runs, min(packed.runs + RUN_SLICE, lines))
             if resmooth:
                 self._smooth(some)
             if rechoose:
