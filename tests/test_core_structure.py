@@ -167,7 +167,8 @@ def test_converter_rejects_other_annotations():
 def test_passes_are_a_printable_list_and_the_plan_says_which_ran():
     assert [p.__name__ for p in compiler.PASSES] == ["prune", "auto_mixed_precision", "order_variables",
                                                      "observers_early", "fuse_elementwise", "fold_sgd_into_gemm",
-                                                     "snapshot_returned_variables", "side_stream", "plan_buffers"]
+                                                     "snapshot_returned_variables", "side_stream", "side_by_side",
+                                                     "plan_buffers"]
     described = compiler.describe().splitlines()
     assert len(described) == len(compiler.PASSES) and described[0].startswith("1. prune: ")
 
