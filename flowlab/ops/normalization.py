@@ -183,12 +183,11 @@ def _normalize(xp, x3, mean, k, beta, addend3, relu):
 # The gradient of images on NumPy (``inner`` > 1) goes through channel blocks that span the whole batch: a block holds
 # every value of its channels, so its sums and its ``dx`` come from one read of memory (the later passes reread the
 # block from cache), and the fused ReLU's mask is taken in the same pass instead of as a kernel of its own; host
-# threads take ranges of channels, one hand-off a kernel instead of three (ReLU gradient, sums, dx). ResNet-50 at
-# batch 4, every batch norm's gradient with its ReLU gradient, one thread: 189-192 -> 167-175 ms a step (blocks of
-# 1 MB: 186-193, 16-64 MB: 202-205: numpy's per-call cost against cache misses); two threads, CPU time of both:
-# 188 -> 194 (within noise on a loaded machine). The forward pass keeps the row blocks: channel blocks measured
-# slower there (108-114 -> 120-165 ms: its statistics and scaling in more, smaller numpy calls). Rows of channels
-# (``inner`` == 1: NHWC, 2-D; a channel's values are strided there) and CuPy keep the row blocks.
+# threads take ranges of channels. ResNet-50 at batch 4, one thread, every batch norm's gradient with its ReLU
+# gradient: 189-192 -> 167-175 ms a step (blocks of 1 MB: 186-193, 16 MB: 202-205: numpy's per-call cost against
+# cache misses). The forward pass keeps the row blocks: channel blocks measured slower there (108-114 -> 120-165
+# ms, its per-channel statistics and scaling in more, smaller numpy calls). Rows of channels (``inner`` == 1: NHWC, 2-D; a channel's values are
+# strided there) and CuPy keep the row blocks.
 _ONE_PASS_BLOCK = 1 << 20     # elements of a channel block (4 MB of float32): what a block's passes reread stays in L3
 
 
@@ -285,9 +284,9 @@ class BatchNormTrain(Op):
     def forward(xp, x, gamma, beta, *addend, axis, epsilon, relu):
         x3 = _channel_view(xp, x, axis)
         n = x3.shape[0] * x3.shape[2]
+        addend3 = _channel_view(xp, addend[0], axis) if addend else None
         mean, variance = _moments(xp, x3)                # biased: what normalizes
         inv_variance = 1 / xp.sqrt(variance + epsilon)
-        addend3 = _channel_view(xp, addend[0], axis) if addend else None
         y = _normalize(xp, x3, mean, gamma * inv_variance, beta, addend3, relu).reshape(x.shape)
         stat_dtype = gamma.dtype
         return (y, mean.astype(stat_dtype), inv_variance.astype(stat_dtype), mean.astype(stat_dtype),
