@@ -245,38 +245,6 @@ def test_fused_forms_equal_batch_norm_then_relu(axis):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.numpy_backend
-@pytest.mark.parametrize("training", [True, False])
-@pytest.mark.parametrize("shape, axis", [((4, 6, 5, 5), 1), ((4, 5, 5, 6), 3), ((12, 6), 1)])
-def test_batch_norm_gradient_takes_the_relu_mask_itself(monkeypatch, shape, axis, training):
-    """``relu=True`` gives what the ReLU's gradient followed by the plain gradient gives, ``masked_diff`` that masked
-    gradient; the channel-block kernel (images: one pass) gives what the row blocks give."""
-    from flowlab.ops import normalization as N
-    from flowlab.ops.nn import ReluGrad
-    x, dy = rnd(*shape, seed=60, shift=0.2), rnd(*shape, seed=61)
-    c = shape[axis]
-    gamma, beta = rnd(c, seed=62, shift=1.0), rnd(c, seed=63)
-    y, mean, inv_std = N.BatchNormTrain.forward(np, x, gamma, beta, axis=axis, epsilon=1e-3, relu=True)[:3]
-    assert 0.2 < (y > 0).mean() < 0.8
-    spread = inv_std if training else np.abs(rnd(c, seed=64)) + 0.5
-
-    def gradients():
-        plain = N.BatchNormGrad.forward(np, x, ReluGrad.forward(np, y, dy), gamma, mean, spread, axis=axis,
-                                        epsilon=1e-3, training=training)
-        fused = N.BatchNormGrad.forward(np, x, dy, gamma, mean, spread, y, axis=axis, epsilon=1e-3,
-                                        training=training, relu=True, masked_diff=True)
-        return plain, fused
-
-    plain, fused = gradients()
-    assert len(fused) == 4
-    for got, want in zip(fused, list(plain) + [dy * (y > 0)]):
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
-    monkeypatch.setattr(N, "_one_pass", lambda xp, x3: False)
-    rows_plain, rows_fused = gradients()
-    for got, want in zip(list(fused) + list(plain), list(rows_fused) + list(rows_plain)):
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
-
-
 def test_batch_normalization_names_defaults_and_options():
     @flow.global_function(type="train")
     def job(t: tp.Numpy.Placeholder((2, 3, 4, 4))) -> tp.Numpy:
@@ -726,7 +694,6 @@ def test_batch_normalization_blocks_combine_exactly_and_stay_stable(monkeypatch,
     normalize to float32 precision, where E[x^2] - E[x]^2 would lose every digit."""
     from flowlab.ops import normalization
     monkeypatch.setattr(normalization, "_BLOCK", block)
-    monkeypatch.setattr(normalization, "_ONE_PASS_BLOCK", block)     # the gradient's channel blocks
     x = rnd(*shape, seed=50, shift=1000.0)
     weights = rnd(*shape, seed=51)
     gamma, beta = rnd(shape[axis], seed=52, shift=1.0), rnd(shape[axis], seed=53)

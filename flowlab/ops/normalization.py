@@ -19,15 +19,13 @@ OneFlow 0.3.4's rules, kept here:
 
 Kernels view the input as ``(outer, channels, inner)`` (NCHW: ``(N, C, H*W)``; NHWC and 2-D: ``(rows, C, 1)``) and
 work through it in contiguous cache-sized blocks (one block on CuPy): the batch mean and variance take one pass over
-memory (per-block moments, combined stably), normalizing another, the gradient's two sums one and ``dx`` one (images
-on NumPy: one for both, in channel blocks spanning the batch, see ``_gradient_one_pass``).
+memory (per-block moments, combined stably), normalizing another, the gradient's two sums one and ``dx`` one.
 Per-channel sums run along contiguous memory or as matrix products (a product with ones, a batched dot), several
 times faster on NumPy than ``sum`` over two axes.
 """
 from __future__ import annotations
 
 import math
-import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -180,70 +178,6 @@ def _normalize(xp, x3, mean, k, beta, addend3, relu):
     return y3
 
 
-# The gradient of images on NumPy (``inner`` > 1) goes through channel blocks that span the whole batch: a block holds
-# every value of its channels, so its sums and its ``dx`` come from one read of memory (the later passes reread the
-# block from cache), and the fused ReLU's mask is taken in the same pass instead of as a kernel of its own; host
-# threads take ranges of channels. ResNet-50 at batch 4, one thread, every batch norm's gradient with its ReLU
-# gradient: 189-192 -> 167-175 ms a step (blocks of 1 MB: 186-193, 16 MB: 202-205: numpy's per-call cost against
-# cache misses). The forward pass keeps the row blocks: channel blocks measured slower there (108-114 -> 120-165
-# ms, its per-channel statistics and scaling in more, smaller numpy calls). Rows of channels (``inner`` == 1: NHWC, 2-D; a channel's values are
-# strided there) and CuPy keep the row blocks.
-_ONE_PASS_BLOCK = 1 << 20     # elements of a channel block (4 MB of float32): what a block's passes reread stays in L3
-
-
-def _one_pass(xp, x3):
-    return xp is np and x3.shape[2] > 1
-
-
-def _each_channel_block(function, x3):
-    """``function(channels)`` for channel blocks of at most ``_ONE_PASS_BLOCK`` elements (all rows) or one channel,
-    host threads taking ranges of channels."""
-    outer, c, inner = x3.shape
-    step = max(1, _ONE_PASS_BLOCK // (outer * inner))
-
-    def region(part):
-        for start in range(part.start, part.stop, step):
-            function(slice(start, min(start + step, part.stop)))
-
-    host_threads.each(region, c, work=x3.size)
-
-
-def _gradient_one_pass(x3, dy3, y3, gamma, mean, inv_std, training, masked3):
-    """``(dx3, dgamma, dbeta)`` of batch normalization, per channel block: the ReLU's mask on ``dy`` when ``y3`` is
-    given (into ``masked3`` when given: the addend's gradient), both sums, then ``dx`` while the block is in cache
-    (``training``: ``k * (g - mean(g) - xhat * mean(g * xhat))``; else ``k * g``, ``k = gamma * inv_std``)."""
-    outer, c, inner = x3.shape
-    count = outer * inner
-    dx3 = np.empty_like(x3)
-    dgamma, dbeta = np.empty(c, np.float64), np.empty(c, np.float64)
-    scratch = threading.local()
-
-    def block(channels):
-        x, dy, dx = x3[:, channels], dy3[:, channels], dx3[:, channels]
-        spare = getattr(scratch, "array", None)
-        if spare is None or spare.shape[1] < dx.shape[1]:
-            spare = scratch.array = np.empty(dx.shape, dx.dtype)
-        spare = spare[:, :dx.shape[1]]
-        g = dy
-        if y3 is not None:
-            g = np.multiply(dy, y3[:, channels] > 0, out=spare if masked3 is None else masked3[:, channels])
-        inv = inv_std[channels].astype(np.float64)
-        centred = np.subtract(x, _per_channel(mean[channels], x.dtype), out=dx)
-        sum_g = _channel_sum(np, g).astype(np.float64)
-        dot = _channel_dot(np, g, centred).astype(np.float64)
-        dbeta[channels], dgamma[channels] = sum_g, dot * inv
-        k = gamma[channels] * inv
-        if training:
-            centred *= _per_channel(-k * inv * inv * dot / count, x.dtype)          # dx = centred * slope ...
-            centred += _per_channel(-k * sum_g / count, x.dtype)                     # ... + offset ...
-            dx += np.multiply(g, _per_channel(k, x.dtype), out=spare)                # ... + g * k
-        else:
-            np.multiply(g, _per_channel(k, x.dtype), out=dx)
-
-    _each_channel_block(block, x3)
-    return dx3, dgamma, dbeta
-
-
 # ------------------------------------------------------------------------------------------------------------- ops
 
 def _check_inputs(x, params, addend, axis):
@@ -284,9 +218,9 @@ class BatchNormTrain(Op):
     def forward(xp, x, gamma, beta, *addend, axis, epsilon, relu):
         x3 = _channel_view(xp, x, axis)
         n = x3.shape[0] * x3.shape[2]
-        addend3 = _channel_view(xp, addend[0], axis) if addend else None
         mean, variance = _moments(xp, x3)                # biased: what normalizes
         inv_variance = 1 / xp.sqrt(variance + epsilon)
+        addend3 = _channel_view(xp, addend[0], axis) if addend else None
         y = _normalize(xp, x3, mean, gamma * inv_variance, beta, addend3, relu).reshape(x.shape)
         stat_dtype = gamma.dtype
         return (y, mean.astype(stat_dtype), inv_variance.astype(stat_dtype), mean.astype(stat_dtype),
@@ -329,45 +263,33 @@ class BatchNormInfer(Op):
 
 
 def _bn_vjp(node, dy, x, gamma, mean, spread, y, training):
-    """Gradients of either forward op, in its input order. The fused ReLU's mask on ``dy`` is taken by the gradient
-    op itself (reading ``y``), which also outputs the masked gradient where it is the addend's."""
+    """Gradients of either forward op, in its input order; the fused ReLU masks ``dy`` first, and that masked
+    gradient is also the addend's."""
     attrs = node.attrs
-    relu, has_addend = attrs["relu"], len(node.inputs) > (3 if training else 5)
-    grads = apply(BatchNormGrad, (x, dy, gamma, mean, spread) + ((y,) if relu else ()), axis=attrs["axis"],
-                  epsilon=attrs["epsilon"], training=training, relu=relu, masked_diff=relu and has_addend)
+    if attrs["relu"]:
+        dy = apply(ReluGrad, (y, dy))
+    dx, dgamma, dbeta = apply(BatchNormGrad, (x, dy, gamma, mean, spread), axis=attrs["axis"],
+                              epsilon=attrs["epsilon"], training=training)
     stats = () if training else (None, None)
-    addend = (grads[3] if relu else dy,) if has_addend else ()
-    return tuple(grads[:3]) + stats + addend
+    addend = (dy,) if len(node.inputs) > (3 if training else 5) else ()
+    return (dx, dgamma, dbeta) + stats + addend
 
 
 class BatchNormGrad(Op):
     """``dx``, ``d gamma = sum(dy * xhat)`` and ``d beta = sum(dy)``. Input 4 is the ``inv_variance`` of the batch
     (``training``: the full gradient through the batch statistics) or the moving variance (the statistics are
-    constants: ``dx = dy * gamma / sqrt(var + eps)``). With ``relu`` (the fused forms) input 5 is the forward output
-    ``y`` and ``dy`` is first masked where ``y > 0`` (a ReLU gradient taken in the same pass); ``masked_diff`` adds
-    that masked gradient as output 3 (the addend's gradient)."""
+    constants: ``dx = dy * gamma / sqrt(var + eps)``)."""
     prefix, api = "BatchNormGrad_", "batch_normalization_grad"
-    outputs = ("dx", "gamma_diff", "beta_diff", "masked_diff")
+    outputs = ("dx", "gamma_diff", "beta_diff")
 
     @staticmethod
-    def infer(x, dy, gamma, mean, spread, *y, axis, epsilon, training, relu=False, masked_diff=False):
-        specs = [spec(x.shape, x.dtype), spec(gamma.shape, gamma.dtype), spec(gamma.shape, gamma.dtype)]
-        return specs + [spec(dy.shape, dy.dtype)] if masked_diff else specs
+    def infer(x, dy, gamma, mean, spread, axis, epsilon, training):
+        return [spec(x.shape, x.dtype), spec(gamma.shape, gamma.dtype), spec(gamma.shape, gamma.dtype)]
 
     @staticmethod
-    def forward(xp, x, dy, gamma, mean, spread, *y, axis, epsilon, training, relu=False, masked_diff=False):
+    def forward(xp, x, dy, gamma, mean, spread, axis, epsilon, training):
         inv_std = spread if training else 1 / xp.sqrt(spread + epsilon)
         x3, dy3 = _channel_view(xp, x, axis), _channel_view(xp, dy, axis)
-        y3 = _channel_view(xp, y[0], axis) if relu else None
-        if _one_pass(xp, x3):
-            masked3 = xp.empty_like(dy3) if masked_diff else None
-            dx3, dgamma, dbeta = _gradient_one_pass(x3, dy3, y3, gamma, mean, inv_std, training, masked3)
-            masked = (masked3.reshape(dy.shape),) if masked_diff else ()
-            return (dx3.reshape(x.shape), dgamma.astype(gamma.dtype), dbeta.astype(gamma.dtype)) + masked
-        if relu:
-            dy = ReluGrad.forward(xp, y[0], dy)
-            dy3 = _channel_view(xp, dy, axis)
-        masked = (dy,) if masked_diff else ()
         n = x3.shape[0] * x3.shape[2]
         centre = _per_channel(mean, x.dtype)
 
@@ -407,7 +329,7 @@ class BatchNormGrad(Op):
                     dx += per_r[2][:, channels]
 
         _in_regions(xp, gradient, x3)
-        return (dx3.reshape(x.shape), dgamma.astype(gamma.dtype), dbeta.astype(gamma.dtype)) + masked
+        return dx3.reshape(x.shape), dgamma.astype(gamma.dtype), dbeta.astype(gamma.dtype)
 
 
 class MovingAverageUpdate(Op):
