@@ -4,8 +4,10 @@ In a host plan with large products every kernel splits its work over the cores (
 split costs: the other thread starts 20-50 us after the hand-off (the caller then waits as long at the end), and each
 half of a product packs its own copy of the operand the halves share. A convolution's input gradient and filter
 gradient read the same output gradient and not each other's results, and cost about the same: as two tasks, one a
-thread, they take one hand-off instead of several and copy nothing twice. ResNet-50 at batch 4, 2 cores: its
-gradient convolutions' wall time -12 % (dx and dw of its 1x1 and 3x3 layers: 382 -> 335 ms a step).
+thread, they take one hand-off instead of several and copy nothing twice. ResNet-50 at batch 4, 2 cores (a machine
+shared with other work): dx and dw of its 1x1 and 3x3 layers alone, 382 -> 335 ms a step; the step's CPU time
+1569-1607 -> 1522-1595 ms; its wall time within noise (flowlab / previous flowlab 0.92 at load ~2, 1.00 at ~1.5):
+the pool thread now idles where a layer's dx costs more than its dw.
 
 Ops opt in with the trait ``Op.side_by_side`` (a name both ops of a pair give). Two nodes pair when their ops give
 the same name and are different ops, they read a common input (the output gradient), each has one output, both
