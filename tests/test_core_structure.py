@@ -168,7 +168,7 @@ def test_passes_are_a_printable_list_and_the_plan_says_which_ran():
     assert [p.__name__ for p in compiler.PASSES] == ["prune", "auto_mixed_precision", "order_variables",
                                                      "observers_early", "fuse_elementwise", "fold_sgd_into_gemm",
                                                      "snapshot_returned_variables", "group_small_updates",
-                                                     "side_stream", "plan_buffers"]
+                                                     "side_stream", "side_by_side", "plan_buffers"]
     described = compiler.describe().splitlines()
     assert len(described) == len(compiler.PASSES) and described[0].startswith("1. prune: ")
 

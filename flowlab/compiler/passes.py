@@ -15,6 +15,7 @@ from .fuse import fuse_elementwise as fuse_chains
 from .prune import prune as prune_nodes
 from ..runtime import host_threads
 from ..runtime.backend import ONE_BLAS_THREAD_BELOW
+from .side_by_side import pair_side_by_side
 from .side_stream import SPLIT_KERNELS_FROM
 from .side_stream import split as split_side_stream
 
@@ -169,6 +170,24 @@ def side_stream(lowering):
     return f"{len(side)} of {len(nodes)} nodes on a second thread"
 
 
+def side_by_side(lowering):
+    """(NumPy, kernels spread over host threads) a convolution's input and filter gradients run side by side, each
+    whole on one thread, instead of each split over the threads (``compiler.side_by_side``). Not under anomaly
+    detection (each op's output is checked by name), on replicas, with a second stream (whose plans run kernels on
+    one thread each), or where the largest product is below ``runtime.backend.ONE_BLAS_THREAD_BELOW`` (BLAS on one
+    thread, kernels not spread)."""
+    if lowering.backend.is_gpu or lowering.check_anomaly or lowering.replicated or lowering.side:
+        return "skipped: " + ("CuPy" if lowering.backend.is_gpu else "anomaly detection" if lowering.check_anomaly
+                              else "replicas" if lowering.replicated else "a second stream")
+    if not host_threads.enabled():
+        return "skipped: FLOWLAB_HOST_THREADS=0"
+    largest = max((n.op.gemm_macs(n) for n in lowering.nodes if n.op.gemm_macs is not None), default=0)
+    if largest < ONE_BLAS_THREAD_BELOW:
+        return f"skipped: small products (the largest {largest:,} multiply-adds): kernels are not spread"
+    lowering.nodes, pairs = pair_side_by_side(lowering.nodes)
+    return f"{pairs} pairs side by side" if pairs else None
+
+
 def plan_buffers(lowering):
     """Liveness analysis: ops that can write into ``out=`` reuse preallocated buffers; elementwise ops may write in
     place over an input that dies there (not under anomaly detection, whose reports show the inputs)."""
@@ -179,7 +198,7 @@ def plan_buffers(lowering):
 
 
 PASSES = (prune, auto_mixed_precision, order_variables, observers_early, fuse_elementwise, fold_sgd_into_gemm,
-          snapshot_returned_variables, group_small_updates, side_stream, plan_buffers)
+          snapshot_returned_variables, group_small_updates, side_stream, side_by_side, plan_buffers)
 
 
 def run(lowering):

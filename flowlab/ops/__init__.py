@@ -83,6 +83,9 @@ class Op:
     distribution_axis = None  # (node) -> the axis along which every slice of the output sums to one (softmax), or None:
     #                           health reads attention probabilities by it
     is_sum = False          # adds its two inputs elementwise: with one an ancestor of the other, a residual connection
+    side_by_side: str | None = None  # a name two big one-output ops share (a convolution's input and filter
+    #                         gradients): two such nodes of different ops reading a common input run side by side,
+    #                         each whole on one host thread, instead of each split over them (``compiler.side_by_side``)
 
     @classmethod
     def is_nonnegative(cls, node) -> bool:

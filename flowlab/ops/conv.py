@@ -273,6 +273,7 @@ class ConvInputGrad(Op):
     """``d input``: each kernel position's share of ``dy @ W`` scatter-added back where it read (col2im)."""
     prefix, api = "ConvInputGrad_", "conv2d_input_grad"
     amp = "float16"     # conv2d is on OneFlow 0.3.4's white list; its gradients are products too
+    side_by_side = "conv2d gradients"   # dx and dw of one dy: one a thread (compiler.side_by_side)
 
     @staticmethod
     def gemm_macs(node):
@@ -311,6 +312,7 @@ class ConvFilterGrad(Op):
     """``d filters = dy^T @ im2col(input)``, per group."""
     prefix, api = "ConvFilterGrad_", "conv2d_filter_grad"
     amp = "float16"     # conv2d is on OneFlow 0.3.4's white list; its gradients are products too
+    side_by_side = "conv2d gradients"   # dx and dw of one dy: one a thread (compiler.side_by_side)
 
     @staticmethod
     def gemm_macs(node):
