@@ -84,8 +84,9 @@ class StatsFeed:
     their data lock).
 
     On the host a small tensor is cheaper to copy than to summarise: ``put_tensor(step, x)`` copies ``x`` into a
-    block of rows, and a full block (or a take) turns into vectors with one ``stats_rows`` call, so four reductions
-    serve many calls (``batches`` says which tensors the plan sends this way).
+    block of rows, and a full block (or a take, or a ``put``, which keeps the order) turns into vectors with one
+    ``stats_rows`` call, so four reductions serve many calls (``batches`` says which tensors the plan sends this
+    way); the block's vectors wait as one entry, and ``len`` and ``limit`` count their rows.
     """
 
     # A block stays in cache while it fills. Below 16 rows the copies cost what they save: four reductions over a
@@ -113,6 +114,9 @@ class StatsFeed:
             0 < size * tensor.dtype.itemsize * cls.MIN_ROWS <= cls.BLOCK_BYTES
 
     def put(self, step, vector):
+        if self._block_steps:        # rows put_tensor kept go first: the feed stays in step order
+            with self._block_lock:
+                self._summarise_block()
         items = self._items
         items.append((step, vector))
         self._wake(len(items) + self._chunk_rows)
