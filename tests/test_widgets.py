@@ -273,6 +273,34 @@ def test_stats_feed_gives_what_was_put_in_order_and_calls_on_full_at_its_limit()
     assert steps == [9, 10] and vectors[:, 0].tolist() == [2.0, 3.0]        # one row a step: its last put
 
 
+def test_stats_feed_counts_the_rows_of_its_blocks_and_gives_them_in_order_one_a_step():
+    full = []
+    feed = StatsFeed(lambda: None, lambda: full.append(feed.take()), limit=40)
+    rng = np.random.default_rng(3)
+    size = StatsFeed.BLOCK_BYTES // (4 * StatsFeed.MIN_ROWS)      # blocks of the fewest rows: several fill up
+    tensors = rng.standard_normal((70, size)).astype(np.float32)
+    tensors[33, 7] = np.nan                              # a NaN inside a block: its row still counts it
+    for step in range(30):
+        feed.put_tensor(step, tensors[step])
+    assert len(feed) == 30                               # every row, whether summarised into a block or not
+    for step in range(30, 70):
+        feed.put_tensor(step, tensors[step])
+    assert full, "the limit counts a block's rows, not its entries"
+    assert len(feed) < 40 + len(feed._block)
+    feed.put(69, np.full(6, -1.0))                       # a step repeated by a single put: the last put counts
+    feed.put(70, np.full(6, 70.0))
+    steps, vectors = feed.take()
+    assert len(feed) == 0 and feed._chunk_rows == 0
+    got_steps = [s for taken, _ in full for s in taken] + steps
+    got = np.concatenate([v for _, v in full] + [vectors])
+    assert got_steps == list(range(71))
+    want = np.array([stats_vector(np, t) for t in tensors[:69]] + [np.full(6, -1.0), np.full(6, 70.0)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert got[33, 4] == 1                               # the NaN counted
+    feed.put(70, np.zeros(6))                            # the step the last take gave: not given again
+    assert feed.take() == ([], None)
+
+
 @pytest.mark.parametrize("put", ["put", "put_tensor"])
 def test_stats_feed_never_strands_a_vector_without_waking_its_consumer(put):
     steps, wake, taken = 100_000, threading.Event(), []
