@@ -6,7 +6,7 @@ contiguous and non-contiguous inputs, float32 and float64, and on the inputs tha
 import numpy as np
 import pytest
 
-from flowlab.ops.math import MatMul, ReduceSum, _swapped_gemm_pays
+from flowlab.ops.math import MatMul, ReduceSum, SumToShape, _swapped_gemm_pays
 from flowlab.ops.nn import Relu, SparseSoftmaxCrossEntropy, SparseSoftmaxCrossEntropyGrad
 
 rng = np.random.default_rng(7)
@@ -199,6 +199,32 @@ def test_reduce_sum_on_cupy_over_leading_axes_is_a_product_with_ones(dtype, shap
     got = ReduceSum.forward(cupy, cupy.asarray(x), axes=axes, keepdims=keepdims, out=out)
     assert got.shape == want.shape and got.dtype == dtype and (out is None or got is out)
     np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, axes", [((256, 128), (0,)), ((4, 5, 6), (0, 1)), ((4, 5, 6), (0,)), ((0, 3), (0,)),
+                                         ((5, 4), (1,)), ((3, 4, 5), (0, 2)), ((70000, 2), (0,))])
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("with_out", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_reduce_sum_and_sum_to_shape_on_numpy_over_leading_axes(dtype, shape, axes, keepdims, with_out, layout):
+    """Leading sums of contiguous float arrays run as products with ones (a bias gradient); every case gives the
+    float64 sum within rounding, in the input's dtype, into ``out`` when given; the others take ``np.add.reduce``."""
+    if layout == "strided" and 0 in shape:
+        pytest.skip("an empty array is contiguous")
+    x = rng.standard_normal(shape).astype(dtype) if layout == "contiguous" else _strided(shape, dtype)
+    want = np.sum(x.astype(np.float64), axis=axes, keepdims=keepdims)
+    tolerance = dict(rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-3 if dtype == np.float32 else 1e-10)
+    out = np.full(want.shape, np.nan, dtype) if with_out else None
+    got = ReduceSum.forward(np, x, axes=axes, keepdims=keepdims, out=out)
+    assert got.shape == want.shape and got.dtype == dtype and (out is None or got is out)
+    np.testing.assert_allclose(got, want, **tolerance)
+    lead = next(i for i in range(len(shape) + 1) if i not in axes)    # SumToShape drops the leading summed axes
+    target = tuple(1 if i in axes else d for i, d in enumerate(shape))[lead:]
+    out = np.full(target, np.nan, dtype) if with_out else None
+    got = SumToShape.forward(np, x, shape=target, out=out)
+    assert got.shape == tuple(target) and got.dtype == dtype and (out is None or got is out)
+    np.testing.assert_allclose(got, want.reshape(target), **tolerance)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int8])
