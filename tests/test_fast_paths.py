@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from flowlab.ops.math import MatMul, ReduceSum, SumToShape, _swapped_gemm_pays
-from flowlab.ops.nn import Relu, SparseSoftmaxCrossEntropy, SparseSoftmaxCrossEntropyGrad
+from flowlab.ops.nn import Relu, Softmax, SoftmaxGrad, SparseSoftmaxCrossEntropy, SparseSoftmaxCrossEntropyGrad
 
 rng = np.random.default_rng(7)
 
@@ -265,3 +265,34 @@ def test_health_statistics_kernels_on_cupy_match_numpy_and_leave_their_scratch_z
         got = cupy.asnumpy(square_vector(cupy, cupy.asarray(x), scratch=squares))
         np.testing.assert_allclose(got, square_vector(np, x.astype(np.float64)), rtol=1e-9, err_msg=f"call {call}")
     assert not activation.array.any() and not squares.array.any()
+
+
+# ----------------------------------------------------------------------------------------------------------- softmax
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(8, 2, 32, 32), (3, 7), (200, 5), (64, 300), (1, 1)])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_softmax_and_its_gradient_over_the_last_axis_match_float64(dtype, shape, layout):
+    """The host path over the last axis (row maxima down a transposed copy for short rows, sums as a product with
+    ones, row dots in the gradient) against the float64 formulas, on logits spread wide enough that a row's
+    largest logit matters; NaN stays in its row, a row of -inf and finite values ignores the -inf."""
+    if layout == "strided" and shape[-1] == 1:
+        pytest.skip("every other column of a two-column array is contiguous")
+    x = (rng.standard_normal(shape) * 20).astype(dtype) if layout == "contiguous" else _strided(shape, dtype) * 20
+    if x.size > 3:
+        x[(0,) * (x.ndim - 1) + (0,)] = np.nan
+        x[(0,) * (x.ndim - 2) + (1, 0)] = -np.inf
+    wide = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(wide - wide.max(axis=-1, keepdims=True))
+        want = e / e.sum(axis=-1, keepdims=True)
+    got = Softmax.forward(np, x, axis=x.ndim - 1)
+    assert got.dtype == dtype and got.shape == x.shape
+    tolerance = dict(rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6 if dtype == np.float32 else 1e-15)
+    np.testing.assert_allclose(got, want, **tolerance)       # (NaN where the reference has NaN)
+    y, dy = got, rng.standard_normal(shape).astype(dtype)
+    with np.errstate(invalid="ignore"):
+        want = y.astype(np.float64) * (dy - (dy.astype(np.float64) * y).sum(axis=-1, keepdims=True))
+    dx = SoftmaxGrad.forward(np, y, dy, axis=y.ndim - 1)
+    assert dx.dtype == dtype and dx.shape == y.shape
+    np.testing.assert_allclose(dx, want, **tolerance)
