@@ -6,8 +6,8 @@ contiguous and non-contiguous inputs, float32 and float64, and on the inputs tha
 import numpy as np
 import pytest
 
-from flowlab.ops.math import MatMul, ReduceSum, _swapped_gemm_pays
-from flowlab.ops.nn import Relu, SparseSoftmaxCrossEntropy, SparseSoftmaxCrossEntropyGrad
+from flowlab.ops.math import MatMul, ReduceSum, SumToShape, _swapped_gemm_pays
+from flowlab.ops.nn import Relu, Softmax, SoftmaxGrad, SparseSoftmaxCrossEntropy, SparseSoftmaxCrossEntropyGrad
 
 rng = np.random.default_rng(7)
 
@@ -201,6 +201,32 @@ def test_reduce_sum_on_cupy_over_leading_axes_is_a_product_with_ones(dtype, shap
     np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, axes", [((256, 128), (0,)), ((4, 5, 6), (0, 1)), ((4, 5, 6), (0,)), ((0, 3), (0,)),
+                                         ((5, 4), (1,)), ((3, 4, 5), (0, 2)), ((70000, 2), (0,))])
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("with_out", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_reduce_sum_and_sum_to_shape_on_numpy_over_leading_axes(dtype, shape, axes, keepdims, with_out, layout):
+    """Leading sums of contiguous float arrays run as products with ones (a bias gradient); every case gives the
+    float64 sum within rounding, in the input's dtype, into ``out`` when given; the others take ``np.add.reduce``."""
+    if layout == "strided" and 0 in shape:
+        pytest.skip("an empty array is contiguous")
+    x = rng.standard_normal(shape).astype(dtype) if layout == "contiguous" else _strided(shape, dtype)
+    want = np.sum(x.astype(np.float64), axis=axes, keepdims=keepdims)
+    tolerance = dict(rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-3 if dtype == np.float32 else 1e-10)
+    out = np.full(want.shape, np.nan, dtype) if with_out else None
+    got = ReduceSum.forward(np, x, axes=axes, keepdims=keepdims, out=out)
+    assert got.shape == want.shape and got.dtype == dtype and (out is None or got is out)
+    np.testing.assert_allclose(got, want, **tolerance)
+    lead = next(i for i in range(len(shape) + 1) if i not in axes)    # SumToShape drops the leading summed axes
+    target = tuple(1 if i in axes else d for i, d in enumerate(shape))[lead:]
+    out = np.full(target, np.nan, dtype) if with_out else None
+    got = SumToShape.forward(np, x, shape=target, out=out)
+    assert got.shape == tuple(target) and got.dtype == dtype and (out is None or got is out)
+    np.testing.assert_allclose(got, want.reshape(target), **tolerance)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int8])
 @pytest.mark.parametrize("keepdims", [False, True])
 def test_reduce_sum_keeps_dtype_and_writes_out(dtype, keepdims):
@@ -239,3 +265,34 @@ def test_health_statistics_kernels_on_cupy_match_numpy_and_leave_their_scratch_z
         got = cupy.asnumpy(square_vector(cupy, cupy.asarray(x), scratch=squares))
         np.testing.assert_allclose(got, square_vector(np, x.astype(np.float64)), rtol=1e-9, err_msg=f"call {call}")
     assert not activation.array.any() and not squares.array.any()
+
+
+# ----------------------------------------------------------------------------------------------------------- softmax
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(8, 2, 32, 32), (3, 7), (200, 5), (64, 300), (1, 1)])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_softmax_and_its_gradient_over_the_last_axis_match_float64(dtype, shape, layout):
+    """The host path over the last axis (row maxima down a transposed copy for short rows, sums as a product with
+    ones, row dots in the gradient) against the float64 formulas, on logits spread wide enough that a row's
+    largest logit matters; NaN stays in its row, a row of -inf and finite values ignores the -inf."""
+    if layout == "strided" and shape[-1] == 1:
+        pytest.skip("every other column of a two-column array is contiguous")
+    x = (rng.standard_normal(shape) * 20).astype(dtype) if layout == "contiguous" else _strided(shape, dtype) * 20
+    if x.size > 3:
+        x[(0,) * (x.ndim - 1) + (0,)] = np.nan
+        x[(0,) * (x.ndim - 2) + (1, 0)] = -np.inf
+    wide = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(wide - wide.max(axis=-1, keepdims=True))
+        want = e / e.sum(axis=-1, keepdims=True)
+    got = Softmax.forward(np, x, axis=x.ndim - 1)
+    assert got.dtype == dtype and got.shape == x.shape
+    tolerance = dict(rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6 if dtype == np.float32 else 1e-15)
+    np.testing.assert_allclose(got, want, **tolerance)       # (NaN where the reference has NaN)
+    y, dy = got, rng.standard_normal(shape).astype(dtype)
+    with np.errstate(invalid="ignore"):
+        want = y.astype(np.float64) * (dy - (dy.astype(np.float64) * y).sum(axis=-1, keepdims=True))
+    dx = SoftmaxGrad.forward(np, y, dy, axis=y.ndim - 1)
+    assert dx.dtype == dtype and dx.shape == y.shape
+    np.testing.assert_allclose(dx, want, **tolerance)

@@ -316,6 +316,28 @@ def test_layer_norm_matches_torch_layer_norm(dtype, rtol):
     np.testing.assert_allclose(out, want, rtol=rtol, atol=rtol)
 
 
+@pytest.mark.parametrize("offset", [0.0, 100.0])
+def test_layer_norm_kernels_in_float32_match_float64_torch(offset):
+    """The kernels on BERT's (tokens, hidden) block in float32 (BLAS row sums, row dots) against PyTorch in float64
+    on the same values: within float32 rounding, also for rows whose mean is 100 standard deviations from zero
+    (a variance taken as E[x^2] - E[x]^2 in float32 would lose all its digits there)."""
+    torch = pytest.importorskip("torch")
+    from flowlab.ops.normalization import LayerNorm, LayerNormGrad
+    x = (rnd(256, 128, dtype=np.float32) + offset).astype(np.float32)
+    upstream = rnd(256, 128, seed=5, dtype=np.float32)
+    y, mean, inv = LayerNorm.forward(np, x, begin_norm_axis=1, epsilon=1e-5)
+    dx = LayerNormGrad.forward(np, y, inv, upstream)
+    assert y.dtype == mean.dtype == inv.dtype == dx.dtype == np.float32
+    assert mean.shape == inv.shape == (256,)
+    tx = torch.from_numpy(x.astype(np.float64)).requires_grad_()
+    want = torch.nn.functional.layer_norm(tx, (128,), eps=1e-5)
+    want.backward(torch.from_numpy(upstream.astype(np.float64)))
+    np.testing.assert_allclose(y, want.detach().numpy(), rtol=0, atol=2e-4 if offset else 2e-6)
+    np.testing.assert_allclose(mean, x.astype(np.float64).mean(axis=1), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(inv, 1 / np.sqrt(x.astype(np.float64).var(axis=1) + 1e-5), rtol=1e-3 if offset else 1e-5)
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=0, atol=2e-4 if offset else 2e-6)
+
+
 def test_layer_norm_over_several_axes_with_params_on_the_last():
     """``begin_norm_axis=1``: statistics over every axis but the batch; gamma/beta of the last axis broadcast."""
     torch = pytest.importorskip("torch")

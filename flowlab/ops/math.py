@@ -2,6 +2,8 @@
 ``matmul`` and ``top_k``."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import graph as g
@@ -10,6 +12,7 @@ from ..runtime import cublas, host_threads
 from . import (Op, apply, as_tensor, keeps_partials, normalize_axes, normalize_axis, same_dtype, shape_error, spec,
                ufunc_op)
 from .array import reshape as _reshape
+from .stats import _ones_of
 
 
 def _float_only(x):
@@ -57,6 +60,10 @@ class SumToShape(Op):
         lead = x.ndim - len(shape)
         axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1)
         kept = (1,) * lead + tuple(shape)   # the keepdims shape: a view of ``out`` receives the sum in place
+        if xp is np and axes == tuple(range(len(axes))):
+            total = _host_leading_sum(x, len(axes), out)
+            if total is not None:
+                return out if out is not None else total.reshape(shape)
         total = xp.sum(x, axis=axes, keepdims=True, out=None if out is None else out.reshape(kept))
         return total.reshape(shape) if out is None else out
 
@@ -640,9 +647,15 @@ class ReduceSum(_Reduce):
 
     @staticmethod
     def forward(xp, x, axes, keepdims, out=None):
-        if xp is np:   # the ufunc method directly: np.sum's Python wrapper costs a few µs per call
-            return np.add.reduce(x, axis=axes, dtype=x.dtype, out=out, keepdims=keepdims)
         lead = len(axes)
+        if xp is np:
+            if axes == tuple(range(lead)):
+                total = _host_leading_sum(x, lead, out)
+                if total is not None:
+                    return out if out is not None else \
+                        total.reshape(_keep_shape(x.shape, axes) if keepdims else x.shape[lead:])
+            # the ufunc method directly: np.sum's Python wrapper costs a few µs per call
+            return np.add.reduce(x, axis=axes, dtype=x.dtype, out=out, keepdims=keepdims)
         if 0 < lead < x.ndim and axes == tuple(range(lead)) and x.dtype in (np.float32, np.float64) \
                 and x.flags.c_contiguous and (out is None or out.flags.c_contiguous):
             return _cupy_leading_sum(xp, x, lead, keepdims, out)
@@ -655,6 +668,28 @@ class ReduceSum(_Reduce):
 
 
 _device_ones = {}     # (device, size, dtype char) -> ones, for sums over leading axes as products
+_HOST_ONES_UP_TO = 1 << 16    # leading sums over up to this many rows run as products with (cached) ones
+
+
+def _host_leading_sum(x, lead, out):
+    """Sum of a C-contiguous float32/float64 NumPy array over its first ``lead`` (>= 1, not all) axes as
+    ``ones @ rows``, or None where that does not apply. A bias or layer norm gradient, (tokens, hidden) -> (hidden,):
+    BLAS reads the rows at memory speed, ~4x faster than ``np.add.reduce`` over axis 0 at BERT's sizes, which adds
+    row after row as well (no less accurate). ``out`` (any shape of the result's size) receives it when it can."""
+    if not 0 < lead < x.ndim or x.dtype.char not in "fd" or not x.flags.c_contiguous:
+        return None
+    rows = x.reshape(-1, math.prod(x.shape[lead:]))
+    if rows.shape[0] > _HOST_ONES_UP_TO:
+        return None
+    ones = _ones_of(rows.shape[0], x.dtype.char)
+    if out is not None and out.dtype == x.dtype and out.flags.c_contiguous:
+        np.dot(ones, rows, out=out.reshape(-1))
+        return out
+    total = np.dot(ones, rows)
+    if out is not None:
+        out[...] = total.reshape(out.shape)
+        return out
+    return total
 
 
 def _cupy_leading_sum(cupy, x, lead, keepdims, out):
