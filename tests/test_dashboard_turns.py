@@ -330,9 +330,10 @@ def test_a_hundred_thousand_runs_are_listed_over_turns_under_the_loops_budget(tm
 
 
 HUGE = 100_000
-# CPU seconds one turn of a 100,000-run card may take: 49-54 ms here at load 2-3 (the longest: a read turn, the card
-# joining the page), so 80 ms leaves half again for a slower CI machine.
-HUGE_TURN_BOUND_S = 0.08
+# CPU seconds one turn of a 100,000-run card may take: the issue's ~100 ms. The longest turn measured 49-62 ms (a read
+# turn, the card joining the page), against 130 ms before; a full garbage collection landing in a turn on a slower CI
+# machine must not fail it.
+HUGE_TURN_BOUND_S = 0.1
 
 
 def test_a_card_of_a_hundred_thousand_runs_keeps_its_points_budget_and_every_turn_short(tmp_path):
