@@ -37,8 +37,8 @@ pool thread ask for it more often delayed it further. A pool thread polling ``Si
 a step, step CPU +1-6 %, wall worse.
 ``sys.setswitchinterval(2e-4)``: median start 61-65 us against 45-50. The first kernel of a ``side_by_side`` pair
 split over both threads (the second thread takes its rest once the other kernel is done): dx + dw of ResNet-50's 8
-bottleneck convolution shapes 158 -> 165 ms wall, 121 -> 125 ms CPU. A gradient sum of 0.8-3.2M float32 split in two: 0.11-0.87 ms ->
-0.15-1.02 ms (memory-bound; the other core is busy).
+bottleneck convolution shapes 158 -> 165 ms wall, 121 -> 125 ms CPU. A gradient sum of 0.8-3.2M float32 split in
+two: 0.11-0.87 ms -> 0.15-1.02 ms (memory-bound; the other core is busy).
 """
 from __future__ import annotations
 
