@@ -29,6 +29,16 @@ tasks (two per thread for large passes) let the caller take over what the late t
 even out halves that cost unequal time (padding rows, the thread that also packs a BLAS operand). A hand-off is one
 ``SimpleQueue.put`` and, when a pool thread finishes last, one lock release (``ThreadPoolExecutor``'s futures cost
 ~25 us of the caller's time each, ~760 per ResNet-50 step).
+
+Tried and measured worse (ResNet-50 batch 4, 2 shared cores, load 1.5-4, in one process, interleaved). The late
+start behaves as a wait for the GIL, which the caller holds until its own first task enters NumPy: whatever made the
+pool thread ask for it more often delayed it further. A pool thread polling ``SimpleQueue.empty()`` with
+``os.sched_yield()`` for 50-200 us before sleeping: median start 61 us against 41-45, the caller's waits 62 -> 84 ms
+a step, step CPU +1-6 %, wall worse.
+``sys.setswitchinterval(2e-4)``: median start 61-65 us against 45-50. The first kernel of a ``side_by_side`` pair
+split over both threads (the second thread takes its rest once the other kernel is done): dx + dw of ResNet-50's 8
+bottleneck convolution shapes 158 -> 165 ms wall, 121 -> 125 ms CPU. A gradient sum of 0.8-3.2M float32 split in
+two: 0.11-0.87 ms -> 0.15-1.02 ms (memory-bound; the other core is busy).
 """
 from __future__ import annotations
 
