@@ -454,6 +454,28 @@ def test_fused_layer_norm_kernels_in_float32_match_float64_torch():
     np.testing.assert_allclose(dbeta, layer.bias.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("begin_params_axis", [1, 2, 0])
+def test_fused_layer_norm_array_module_path_matches_the_numpy_one(begin_params_axis):
+    """The kernels' path for any array module (CuPy's), run on NumPy through a stand-in module that is not ``numpy``
+    itself, against the NumPy path (BLAS products, row dots): forward and all three gradients."""
+    import types
+    from flowlab.ops.normalization import LayerNormAffine, LayerNormAffineGrad
+    xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
+    x, dy = rnd(4, 6, 5) * 2 + 1, rnd(4, 6, 5, seed=2)
+    shape = x.shape[begin_params_axis:]
+    gamma, beta = rnd(*shape, seed=3) + 1, rnd(*shape, seed=4)
+    attrs = dict(begin_norm_axis=1, begin_params_axis=begin_params_axis, epsilon=1e-5, scale=True, center=True)
+    generic = LayerNormAffine.forward(xp, x, gamma, beta, **attrs)
+    blas = LayerNormAffine.forward(np, x, gamma, beta, **attrs)
+    for a, b in zip(generic, blas):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    grads_generic = LayerNormAffineGrad.forward(xp, generic[3], generic[2], dy, gamma,
+                                                begin_params_axis=begin_params_axis)
+    grads_blas = LayerNormAffineGrad.forward(np, blas[3], blas[2], dy, gamma, begin_params_axis=begin_params_axis)
+    for a, b in zip(grads_generic, grads_blas):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-12)
+
+
 def test_fused_layer_norm_float16_computes_in_float32():
     from flowlab.ops.normalization import LayerNormAffine, LayerNormAffineGrad
     x = (rnd(8, 32, dtype=np.float32) * 4).astype(np.float16)
