@@ -375,6 +375,13 @@ def test_layer_norm_gradients_match_torch_including_gamma_and_beta():
     np.testing.assert_allclose(dbeta, layer.bias.grad.numpy(), rtol=1e-10, atol=1e-12)
 
 
+def _fused_grads(xp, normalized, inv, dy, gamma, begin_params_axis):
+    """``(dx, dgamma, dbeta)`` of the fused layer norm from its two gradient kernels."""
+    from flowlab.ops.normalization import LayerNormGrad, LayerNormParamGrad
+    dx = LayerNormGrad.forward(xp, normalized, inv, dy, gamma, begin_params_axis=begin_params_axis)
+    return (dx,) + LayerNormParamGrad.forward(xp, normalized, dy, begin_params_axis=begin_params_axis)
+
+
 def _affine_layer_norm(t, gamma, beta, begin_norm_axis, begin_params_axis):
     """The fused op on job tensors (gamma / beta may be None), so that gamma and beta can be arbitrary inputs."""
     from flowlab.ops import apply
@@ -433,13 +440,13 @@ def test_fused_layer_norm_matches_torch_with_trained_gamma_and_beta(begin_params
 def test_fused_layer_norm_kernels_in_float32_match_float64_torch():
     """The fused kernels on BERT's (tokens, hidden) block in float32 against PyTorch's LayerNorm in float64."""
     torch = pytest.importorskip("torch")
-    from flowlab.ops.normalization import LayerNormAffine, LayerNormAffineGrad
+    from flowlab.ops.normalization import LayerNormAffine
     x = rnd(256, 128, dtype=np.float32) * 2 + 3
     upstream = rnd(256, 128, seed=5, dtype=np.float32)
     gamma, beta = rnd(128, seed=6, dtype=np.float32) + 1, rnd(128, seed=7, dtype=np.float32)
     out, mean, inv, normalized = LayerNormAffine.forward(np, x, gamma, beta, begin_norm_axis=1,
                                                          begin_params_axis=1, epsilon=1e-5, scale=True, center=True)
-    dx, dgamma, dbeta = LayerNormAffineGrad.forward(np, normalized, inv, upstream, gamma, begin_params_axis=1)
+    dx, dgamma, dbeta = _fused_grads(np, normalized, inv, upstream, gamma, begin_params_axis=1)
     assert {a.dtype for a in (out, mean, inv, normalized, dx, dgamma, dbeta)} == {np.dtype(np.float32)}
     layer = torch.nn.LayerNorm(128, eps=1e-5).double()
     with torch.no_grad():
@@ -459,7 +466,7 @@ def test_fused_layer_norm_array_module_path_matches_the_numpy_one(begin_params_a
     """The kernels' path for any array module (CuPy's), run on NumPy through a stand-in module that is not ``numpy``
     itself, against the NumPy path (BLAS products, row dots): forward and all three gradients."""
     import types
-    from flowlab.ops.normalization import LayerNormAffine, LayerNormAffineGrad
+    from flowlab.ops.normalization import LayerNormAffine
     xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
     x, dy = rnd(4, 6, 5) * 2 + 1, rnd(4, 6, 5, seed=2)
     shape = x.shape[begin_params_axis:]
@@ -469,15 +476,15 @@ def test_fused_layer_norm_array_module_path_matches_the_numpy_one(begin_params_a
     blas = LayerNormAffine.forward(np, x, gamma, beta, **attrs)
     for a, b in zip(generic, blas):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
-    grads_generic = LayerNormAffineGrad.forward(xp, generic[3], generic[2], dy, gamma,
+    grads_generic = _fused_grads(xp, generic[3], generic[2], dy, gamma,
                                                 begin_params_axis=begin_params_axis)
-    grads_blas = LayerNormAffineGrad.forward(np, blas[3], blas[2], dy, gamma, begin_params_axis=begin_params_axis)
+    grads_blas = _fused_grads(np, blas[3], blas[2], dy, gamma, begin_params_axis=begin_params_axis)
     for a, b in zip(grads_generic, grads_blas):
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-12)
 
 
 def test_fused_layer_norm_float16_computes_in_float32():
-    from flowlab.ops.normalization import LayerNormAffine, LayerNormAffineGrad
+    from flowlab.ops.normalization import LayerNormAffine
     x = (rnd(8, 32, dtype=np.float32) * 4).astype(np.float16)
     gamma, beta = (rnd(32, seed=2) + 1).astype(np.float16), rnd(32, seed=3).astype(np.float16)
     dy = rnd(8, 32, seed=4).astype(np.float16)
@@ -487,8 +494,8 @@ def test_fused_layer_norm_float16_computes_in_float32():
                                      **attrs)
     assert all(a.dtype == np.float16 for a in half)
     np.testing.assert_allclose(half[0].astype(np.float32), single[0], rtol=0, atol=1e-2)
-    grads_half = LayerNormAffineGrad.forward(np, half[3], half[2], dy, gamma, begin_params_axis=1)
-    grads_single = LayerNormAffineGrad.forward(np, single[3], single[2], dy.astype(np.float32),
+    grads_half = _fused_grads(np, half[3], half[2], dy, gamma, begin_params_axis=1)
+    grads_single = _fused_grads(np, single[3], single[2], dy.astype(np.float32),
                                                gamma.astype(np.float32), begin_params_axis=1)
     assert all(a.dtype == np.float16 for a in grads_half)
     for h, f in zip(grads_half, grads_single):

@@ -536,17 +536,27 @@ class LayerNorm(Op):
 
 
 class LayerNormGrad(Op):
-    """``dx = inv * (dy - mean(dy) - y * mean(dy * y))`` over the normalized axes, ``y`` the normalized output."""
+    """``dx = inv * (g - mean(g) - y * mean(g * y))`` over the normalized axes, ``y`` the normalized output and
+    ``g = dy * gamma`` (``dy`` itself without gamma, a fourth input of shape ``dy.shape[begin_params_axis:]``)."""
     prefix, api = "LayerNormGrad_", "layer_norm_grad"
 
     @staticmethod
-    def infer(y, inv, dy):
+    def infer(y, inv, dy, *gamma, begin_params_axis=None):
         return spec(dy.shape, dy.dtype)
 
     @staticmethod
-    def forward(xp, y, inv, dy):
+    def forward(xp, y, inv, dy, *gamma, begin_params_axis=None):
         rows = inv.size
-        dx, _ = _layer_norm_dx(xp, _widened_rows(y, rows), inv, _widened_rows(dy, rows), None, None)
+        y2, dy2 = _widened_rows(y, rows), _widened_rows(dy, rows)
+        gamma_rows = None
+        if gamma:
+            size = math.prod(dy.shape[begin_params_axis:])
+            gamma = gamma[0].reshape(size).astype(dy2.dtype, copy=False)
+            if size != dy2.shape[1]:
+                gamma_rows = dy2.reshape(-1, size)          # a view: rows of gamma's size
+        else:
+            gamma = None
+        dx = _layer_norm_dx(xp, y2, inv, dy2, gamma, gamma_rows)
         return dx.reshape(dy.shape).astype(dy.dtype, copy=False)
 
 
@@ -554,42 +564,35 @@ def _layer_norm_dx(xp, y2, inv, dy2, gamma, gamma_rows):
     """``inv * (g - mean(g) - y * mean(g * y))`` per row, ``g = dy * gamma`` (``dy`` without gamma).
 
     ``gamma`` is None, or gamma as a vector of the row length (``gamma_rows`` None), or gamma in the shape of
-    ``gamma_rows``, a view of ``dy`` in rows of gamma's size (parameters over fewer or more axes than normalized).
-    With a row-length gamma on NumPy, ``g`` never exists whole for the sums: its row sums are ``dy @ gamma`` and its
-    row dots with ``y`` are ``(dy * y) @ gamma``, ``dy * y`` being the product dgamma sums anyway (returned second,
-    else None, so that the caller reuses it)."""
+    ``gamma_rows``, a view of ``dy`` in rows of gamma's size (parameters over fewer or more axes than normalized)."""
     rows, n = y2.shape
     inv = inv.reshape(rows).astype(dy2.dtype, copy=False)
-    product = None
-    if gamma is not None and gamma_rows is not None:
-        dy2 = xp.multiply(gamma_rows, gamma).reshape(rows, n)     # g whole: gamma's rows are not the normalized rows
-        gamma = None
+    if gamma is not None:
+        # g in a new buffer, then dx in place on it
+        g = xp.multiply(gamma_rows, gamma).reshape(rows, n) if gamma_rows is not None else xp.multiply(dy2, gamma)
+    else:
+        g = None
+    source = dy2 if g is None else g
     if xp is np:
-        # both row reductions one pass each without a temporary (BLAS products, row dots), inv folded into the
-        # per-row scalars: dx = inv * g - (inv * mean(g)) - y * (inv * mean(g * y))
+        # both row reductions one pass each without a temporary (a BLAS product with ones, row dots), inv folded
+        # into the per-row scalars: dx = inv * g - (inv * mean(g)) - y * (inv * mean(g * y))
         scale = inv * (1.0 / n)
-        if gamma is None:
-            shift = np.dot(dy2, _ones_of(n, dy2.dtype.char))
-            slope = _row_dots(dy2, y2)
+        shift = np.dot(source, _ones_of(n, source.dtype.char))
+        shift *= scale
+        slope = _row_dots(source, y2)
+        slope *= scale
+        if g is None:
             dx = np.multiply(dy2, inv[:, None])
         else:
-            product = np.multiply(dy2, y2)
-            shift = np.dot(dy2, gamma)
-            slope = np.dot(product, gamma)
-            dx = np.multiply(dy2, gamma)
+            dx = g
             dx *= inv[:, None]
-        shift *= scale
-        slope *= scale
         dx -= shift[:, None]
         dx -= np.multiply(y2, slope[:, None])
     else:
-        if gamma is not None:
-            product = dy2 * y2
-            dy2 = dy2 * gamma
-        dx = dy2 - dy2.mean(axis=1, keepdims=True)
-        dx -= y2 * ((dy2 * y2).sum(axis=1)[:, None] / n)
+        dx = source - source.mean(axis=1, keepdims=True)
+        dx -= y2 * ((source * y2).sum(axis=1)[:, None] / n)
         dx *= inv[:, None]
-    return dx, product
+    return dx
 
 
 class LayerNormAffine(Op):
@@ -640,58 +643,59 @@ class LayerNormAffine(Op):
             raise ShapeError("only the first output of layer_norm is differentiable")
         x, *params = node.inputs
         scale, center = node.attrs["scale"], node.attrs["center"]
-        grad_op = _AFFINE_GRADS[scale, center]
-        inputs = (node.outputs[3], node.outputs[2], dy) + ((params[0],) if scale else ())
-        grads = apply(grad_op, inputs, begin_params_axis=node.attrs["begin_params_axis"])
-        return tuple(grads)
+        params_axis = node.attrs["begin_params_axis"]
+        normalized, inv = node.outputs[3], node.outputs[2]
+        dx = apply(LayerNormGrad, (normalized, inv, dy) + ((params[0],) if scale else ()),
+                   begin_params_axis=params_axis)
+        # the parameters' gradients in an op of their own (OneFlow's layer_norm_param_grad): nothing but their
+        # updates reads them, so a second thread can take it while the first carries dx down the network
+        param_grads = apply(_PARAM_GRADS[scale, center], (normalized, dy), begin_params_axis=params_axis)
+        return (dx,) + (param_grads if isinstance(param_grads, tuple) else (param_grads,))
 
 
-class LayerNormAffineGrad(Op):
-    """The gradients of ``LayerNormAffine``: ``dx`` (``LayerNormGrad``'s with ``dy * gamma`` for ``dy``), then
-    ``dgamma = sum(dy * normalized)`` when there is gamma and ``dbeta = sum(dy)`` when there is beta, the sums over
-    the axes before ``begin_params_axis``. Inputs ``normalized``, ``inv_variance``, ``dy`` and gamma when there is
-    gamma. The subclasses below name the outputs of each combination."""
-    prefix, api = "LayerNormGrad_", "layer_norm_grad"
-    outputs = ("dx", "dgamma", "dbeta")
+class LayerNormParamGrad(Op):
+    """The gradients of ``LayerNormAffine``'s gamma and beta: ``dgamma = sum(dy * normalized)`` when there is gamma,
+    ``dbeta = sum(dy)`` when there is beta, the sums over the axes before ``begin_params_axis``. The subclasses below
+    name the outputs of the other combinations."""
+    prefix, api = "LayerNormParamGrad_", "layer_norm_param_grad"
+    outputs = ("dgamma", "dbeta")
     has_gamma = has_beta = True
 
     @classmethod
-    def infer(cls, y, inv, dy, *gamma, begin_params_axis):
+    def infer(cls, y, dy, begin_params_axis):
         params = spec(dy.shape[begin_params_axis:], dy.dtype)
-        return [spec(dy.shape, dy.dtype)] + [params] * (int(cls.has_gamma) + int(cls.has_beta))
+        count = int(cls.has_gamma) + int(cls.has_beta)
+        return params if count == 1 else [params] * count
 
     @classmethod
-    def forward(cls, xp, y, inv, dy, *gamma, begin_params_axis):
-        rows = inv.size
-        y2, dy2 = _widened_rows(y, rows), _widened_rows(dy, rows)
-        size = math.prod(dy.shape[begin_params_axis:])
-        params_shape, dtype = dy.shape[begin_params_axis:], dy.dtype
-        gamma = gamma[0].reshape(size).astype(dy2.dtype, copy=False) if gamma else None
-        dy_params = dy2.reshape(-1, size)                  # views: rows of gamma's size
-        same_rows = size == dy2.shape[1]
-        dx, product = _layer_norm_dx(xp, y2, inv, dy2, gamma, None if same_rows else dy_params)
-        grads = [dx.reshape(dy.shape).astype(dtype, copy=False)]
+    def forward(cls, xp, y, dy, begin_params_axis):
+        params_shape = dy.shape[begin_params_axis:]
+        size = math.prod(params_shape)
+        dy_params = dy.reshape(-1, size)                   # views: rows of gamma's size
+        if dy_params.dtype == np.float16:
+            dy_params = dy_params.astype(np.float32)
+        grads = []
         if cls.has_gamma:
-            if product is None:
-                product = xp.multiply(dy2, y2)
-            grads.append(_column_sums(xp, product.reshape(-1, size)).reshape(params_shape).astype(dtype, copy=False))
+            product = xp.multiply(dy_params, y.reshape(-1, size).astype(dy_params.dtype, copy=False))
+            grads.append(_column_sums(xp, product))
         if cls.has_beta:
-            grads.append(_column_sums(xp, dy_params).reshape(params_shape).astype(dtype, copy=False))
-        return tuple(grads)
+            grads.append(_column_sums(xp, dy_params))
+        grads = [gr.reshape(params_shape).astype(dy.dtype, copy=False) for gr in grads]
+        return grads[0] if len(grads) == 1 else tuple(grads)
 
 
-class _LayerNormScaleGrad(LayerNormAffineGrad):
-    outputs = ("dx", "dgamma")
+class _LayerNormGammaGrad(LayerNormParamGrad):
+    outputs = ("dgamma",)
     has_beta = False
 
 
-class _LayerNormCenterGrad(LayerNormAffineGrad):
-    outputs = ("dx", "dbeta")
+class _LayerNormBetaGrad(LayerNormParamGrad):
+    outputs = ("dbeta",)
     has_gamma = False
 
 
-_AFFINE_GRADS = {(True, True): LayerNormAffineGrad, (True, False): _LayerNormScaleGrad,
-                 (False, True): _LayerNormCenterGrad}
+_PARAM_GRADS = {(True, True): LayerNormParamGrad, (True, False): _LayerNormGammaGrad,
+                (False, True): _LayerNormBetaGrad}
 
 
 def _column_sums(xp, rows):
