@@ -599,7 +599,8 @@ class LayerNormAffine(Op):
     """A ``layer_norm`` with gamma and/or beta in one op: ``out = normalized * gamma + beta``, ``normalized`` as
     ``LayerNorm``'s ``out`` (kept as output ``normalized`` for the gradient), gamma and beta of shape
     ``x.shape[begin_params_axis:]``. Inputs ``x``, then gamma when ``scale``, then beta when ``center`` (OneFlow's
-    ``layer_norm`` op takes them the same way and applies them inside)."""
+    ``layer_norm`` op takes them the same way and applies them inside). Its gradient: ``LayerNormGrad`` with gamma
+    (dx) and ``LayerNormParamGrad`` (dgamma, dbeta)."""
     prefix, api = "LayerNorm_", "flow.layers.layer_norm"
     outputs = ("out", "mean", "inv_variance", "normalized")
 
@@ -641,7 +642,7 @@ class LayerNormAffine(Op):
     def vjp(node, dy, dmean=None, dinv=None, dnormalized=None):
         if dmean is not None or dinv is not None or dnormalized is not None:
             raise ShapeError("only the first output of layer_norm is differentiable")
-        x, *params = node.inputs
+        params = node.inputs[1:]
         scale, center = node.attrs["scale"], node.attrs["center"]
         params_axis = node.attrs["begin_params_axis"]
         normalized, inv = node.outputs[3], node.outputs[2]
