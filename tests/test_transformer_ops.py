@@ -375,6 +375,133 @@ def test_layer_norm_gradients_match_torch_including_gamma_and_beta():
     np.testing.assert_allclose(dbeta, layer.bias.grad.numpy(), rtol=1e-10, atol=1e-12)
 
 
+def _fused_grads(xp, normalized, inv, dy, gamma, begin_params_axis):
+    """``(dx, dgamma, dbeta)`` of the fused layer norm from its two gradient kernels."""
+    from flowlab.ops.normalization import LayerNormGrad, LayerNormParamGrad
+    dx = LayerNormGrad.forward(xp, normalized, inv, dy, gamma, begin_params_axis=begin_params_axis)
+    return (dx,) + LayerNormParamGrad.forward(xp, normalized, dy, begin_params_axis=begin_params_axis)
+
+
+def _affine_layer_norm(t, gamma, beta, begin_norm_axis, begin_params_axis):
+    """The fused op on job tensors (gamma / beta may be None), so that gamma and beta can be arbitrary inputs."""
+    from flowlab.ops import apply
+    from flowlab.ops.normalization import LayerNormAffine
+    params = tuple(p for p in (gamma, beta) if p is not None)
+    norm_axis, params_axis = begin_norm_axis % t.ndim, begin_params_axis % t.ndim
+    return apply(LayerNormAffine, (t,) + params, "ln_affine", begin_norm_axis=norm_axis,
+                 begin_params_axis=params_axis, epsilon=1e-5, scale=gamma is not None, center=beta is not None)[0]
+
+
+@pytest.mark.parametrize("begin_norm_axis,begin_params_axis", [(-1, -1), (1, -1), (1, 1), (2, 1), (2, 2)])
+@pytest.mark.parametrize("scale,center", [(True, True), (True, False), (False, True)])
+def test_fused_layer_norm_gradients_by_finite_differences(begin_norm_axis, begin_params_axis, scale, center):
+    """dx, dgamma and dbeta of the fused op in float64 with gamma and beta far from ones and zeros, parameters over
+    the normalized axes, fewer axes (broadcast inside a row) and more axes (gamma differing between rows)."""
+    x = rnd(2, 3, 5) * 2 + 0.5
+    params_shape = x.shape[begin_params_axis:]
+    inputs = [x]
+    if scale:
+        inputs.append(rnd(*params_shape, seed=7) + 0.3)
+    if center:
+        inputs.append(rnd(*params_shape, seed=8))
+
+    def build(t, *params):
+        gamma = params[0] if scale else None
+        beta = params[-1] if center else None
+        return _affine_layer_norm(t, gamma, beta, begin_norm_axis, begin_params_axis)
+    check_grad(build, *inputs)
+
+
+@pytest.mark.parametrize("begin_params_axis", [-1, 1])
+def test_fused_layer_norm_matches_torch_with_trained_gamma_and_beta(begin_params_axis):
+    """Forward, dx, dgamma and dbeta against PyTorch in float64 (``begin_params_axis=1``: gamma over both
+    normalized axes, as ``torch.nn.functional.layer_norm`` with a 2-D weight)."""
+    torch = pytest.importorskip("torch")
+    from flowlab.autodiff import gradients
+    x, upstream = rnd(4, 3, 6) * 3 + 1, rnd(4, 3, 6, seed=3)
+    shape = x.shape[begin_params_axis:]
+    gamma, beta = rnd(*shape, seed=4) + 1, rnd(*shape, seed=5)
+
+    def build(t, w, gm, bt):
+        y = _affine_layer_norm(t, gm, bt, 1, begin_params_axis)
+        return [y] + list(gradients([flow.math.reduce_sum(y * w)], [t, gm, bt],
+                                    [flow.constant(1.0, dtype=flow.float64)]))
+    y, dx, dgamma, dbeta = run(build, x, upstream, gamma, beta)
+    tx, tg, tb = (torch.from_numpy(a).requires_grad_() for a in (x, gamma, beta))
+    want = torch.nn.functional.layer_norm(tx, (3, 6), eps=1e-5)
+    want = want * tg + tb          # gamma / beta broadcast over the leading axes as flowlab's
+    (want * torch.from_numpy(upstream)).sum().backward()
+    np.testing.assert_allclose(y, want.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(dgamma, tg.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(dbeta, tb.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_fused_layer_norm_kernels_in_float32_match_float64_torch():
+    """The fused kernels on BERT's (tokens, hidden) block in float32 against PyTorch's LayerNorm in float64."""
+    torch = pytest.importorskip("torch")
+    from flowlab.ops.normalization import LayerNormAffine
+    x = rnd(256, 128, dtype=np.float32) * 2 + 3
+    upstream = rnd(256, 128, seed=5, dtype=np.float32)
+    gamma, beta = rnd(128, seed=6, dtype=np.float32) + 1, rnd(128, seed=7, dtype=np.float32)
+    out, mean, inv, normalized = LayerNormAffine.forward(np, x, gamma, beta, begin_norm_axis=1,
+                                                         begin_params_axis=1, epsilon=1e-5, scale=True, center=True)
+    dx, dgamma, dbeta = _fused_grads(np, normalized, inv, upstream, gamma, begin_params_axis=1)
+    assert {a.dtype for a in (out, mean, inv, normalized, dx, dgamma, dbeta)} == {np.dtype(np.float32)}
+    layer = torch.nn.LayerNorm(128, eps=1e-5).double()
+    with torch.no_grad():
+        layer.weight.copy_(torch.from_numpy(gamma.astype(np.float64)))
+        layer.bias.copy_(torch.from_numpy(beta.astype(np.float64)))
+    tx = torch.from_numpy(x.astype(np.float64)).requires_grad_()
+    want = layer(tx)
+    want.backward(torch.from_numpy(upstream.astype(np.float64)))
+    np.testing.assert_allclose(out, want.detach().numpy(), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(dgamma, layer.weight.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dbeta, layer.bias.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("begin_params_axis", [1, 2, 0])
+def test_fused_layer_norm_array_module_path_matches_the_numpy_one(begin_params_axis):
+    """The kernels' path for any array module (CuPy's), run on NumPy through a stand-in module that is not ``numpy``
+    itself, against the NumPy path (BLAS products, row dots): forward and all three gradients."""
+    import types
+    from flowlab.ops.normalization import LayerNormAffine
+    xp = types.SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
+    x, dy = rnd(4, 6, 5) * 2 + 1, rnd(4, 6, 5, seed=2)
+    shape = x.shape[begin_params_axis:]
+    gamma, beta = rnd(*shape, seed=3) + 1, rnd(*shape, seed=4)
+    attrs = dict(begin_norm_axis=1, begin_params_axis=begin_params_axis, epsilon=1e-5, scale=True, center=True)
+    generic = LayerNormAffine.forward(xp, x, gamma, beta, **attrs)
+    blas = LayerNormAffine.forward(np, x, gamma, beta, **attrs)
+    for a, b in zip(generic, blas):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    grads_generic = _fused_grads(xp, generic[3], generic[2], dy, gamma,
+                                                begin_params_axis=begin_params_axis)
+    grads_blas = _fused_grads(np, blas[3], blas[2], dy, gamma, begin_params_axis=begin_params_axis)
+    for a, b in zip(grads_generic, grads_blas):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-12)
+
+
+def test_fused_layer_norm_float16_computes_in_float32():
+    from flowlab.ops.normalization import LayerNormAffine
+    x = (rnd(8, 32, dtype=np.float32) * 4).astype(np.float16)
+    gamma, beta = (rnd(32, seed=2) + 1).astype(np.float16), rnd(32, seed=3).astype(np.float16)
+    dy = rnd(8, 32, seed=4).astype(np.float16)
+    attrs = dict(begin_norm_axis=1, begin_params_axis=1, epsilon=1e-5, scale=True, center=True)
+    half = LayerNormAffine.forward(np, x, gamma, beta, **attrs)
+    single = LayerNormAffine.forward(np, x.astype(np.float32), gamma.astype(np.float32), beta.astype(np.float32),
+                                     **attrs)
+    assert all(a.dtype == np.float16 for a in half)
+    np.testing.assert_allclose(half[0].astype(np.float32), single[0], rtol=0, atol=1e-2)
+    grads_half = _fused_grads(np, half[3], half[2], dy, gamma, begin_params_axis=1)
+    grads_single = _fused_grads(np, single[3], single[2], dy.astype(np.float32),
+                                               gamma.astype(np.float32), begin_params_axis=1)
+    assert all(a.dtype == np.float16 for a in grads_half)
+    for h, f in zip(grads_half, grads_single):
+        np.testing.assert_allclose(h.astype(np.float32), f, rtol=1e-2, atol=2e-2)
+
+
 def test_layer_norm_names_scope_and_flags():
     @flow.global_function()
     def job(x: tp.Numpy.Placeholder((2, 4))) -> tp.Numpy:
@@ -386,7 +513,14 @@ def test_layer_norm_names_scope_and_flags():
     job(np.ones((2, 4), np.float32))
     graph = job.compiled(((2, 4),)).graph
     names = {n.name for n in graph.nodes}
-    assert {"enc-LayerNorm", "enc-LayerNorm_scale", "enc-LayerNorm_center", "only_scale", "bare"} <= names
+    assert {"enc-LayerNorm", "only_scale", "bare"} <= names
+    # gamma and beta are applied inside the one op named after the layer (as OneFlow's layer_norm op does)
+    assert not {"enc-LayerNorm_scale", "enc-LayerNorm_center", "only_scale_scale"} & names
+    ops = {n.name: n for n in graph.nodes}
+    assert [t.node.name for t in ops["enc-LayerNorm"].inputs[1:]] == ["enc-LayerNorm-gamma", "enc-LayerNorm-beta"]
+    assert ops["enc-LayerNorm"].attrs["scale"] and ops["enc-LayerNorm"].attrs["center"]
+    assert ops["only_scale"].attrs["scale"] and not ops["only_scale"].attrs["center"]
+    assert len(ops["only_scale"].inputs) == 2 and len(ops["bare"].inputs) == 1
     declared = flow.get_all_variables()
     assert {"enc-LayerNorm-gamma", "enc-LayerNorm-beta", "only_scale-gamma"} <= set(declared)
     assert "only_scale-beta" not in declared and not any(k.startswith("bare-") for k in declared)

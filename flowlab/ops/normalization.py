@@ -474,10 +474,42 @@ def batch_normalization_add_relu(inputs, addend=None, axis=-1, momentum=0.99, ep
 
 # -------------------------------------------------------------------------------------------------------- layer norm
 
+def _normalize_rows(xp, x2, epsilon):
+    """``(normalized, mean, inv_variance)`` of the rows of ``x2`` (float16 already widened): the normalized rows a
+    new array, the statistics of length ``rows``."""
+    n = x2.shape[1]
+    if xp is np:
+        # row sums as one BLAS product with ones, the centred sums of squares as row dots (both one pass, no
+        # temporary), the per-row scalars in place: two passes over the block besides (subtract, scale), the
+        # variance of the centred rows as before (no E[x^2] - E[x]^2 cancellation)
+        mean = np.dot(x2, _ones_of(n, x2.dtype.char))
+        mean *= 1.0 / n
+        centered = np.subtract(x2, mean[:, None])
+        inv = _row_dots(centered, centered)
+        inv *= 1.0 / n
+        inv += epsilon
+        np.sqrt(inv, out=inv)
+        np.divide(1.0, inv, out=inv)
+        centered *= inv[:, None]
+    else:
+        mean = x2.mean(axis=1)
+        centered = x2 - mean[:, None]
+        inv = 1 / xp.sqrt((centered * centered).mean(axis=1) + centered.dtype.type(epsilon))
+        centered *= inv[:, None]
+    return centered, mean, inv
+
+
+def _widened_rows(x, rows):
+    """``x`` as ``rows`` rows, float16 widened to float32 (layer norms compute in float32 at least)."""
+    x2 = x.reshape(rows, -1)
+    return x2.astype(np.float32) if x2.dtype == np.float16 else x2
+
+
 class LayerNorm(Op):
     """``(x - mean) / sqrt(var + epsilon)`` over the axes from ``begin_norm_axis`` on (the biased variance, as
     PyTorch's ``LayerNorm``); also outputs ``mean`` and ``inv_variance`` (``1 / sqrt(var + epsilon)``) of shape
-    ``x.shape[:begin_norm_axis]``, as OneFlow's ``layer_norm`` op does. float16 inputs are normalized in float32."""
+    ``x.shape[:begin_norm_axis]``, as OneFlow's ``layer_norm`` op does. float16 inputs are normalized in float32.
+    The op of a ``layer_norm`` without gamma and beta; with them, ``LayerNormAffine``."""
     prefix, api = "LayerNorm_", "flow.layers.layer_norm"
     outputs = ("out", "mean", "inv_variance")
 
@@ -491,29 +523,8 @@ class LayerNorm(Op):
     @staticmethod
     def forward(xp, x, begin_norm_axis, epsilon):
         stats_shape = x.shape[:begin_norm_axis]
-        x2 = x.reshape(math.prod(stats_shape), -1)
-        if x2.dtype == np.float16:
-            x2 = x2.astype(np.float32)
-        n = x2.shape[1]
-        if xp is np:
-            # row sums as one BLAS product with ones, the centred sums of squares as row dots (both one pass, no
-            # temporary), the per-row scalars in place: two passes over the block besides (subtract, scale), the
-            # variance of the centred rows as before (no E[x^2] - E[x]^2 cancellation)
-            mean = np.dot(x2, _ones_of(n, x2.dtype.char))
-            mean *= 1.0 / n
-            centered = np.subtract(x2, mean[:, None])
-            inv = _row_dots(centered, centered)
-            inv *= 1.0 / n
-            inv += epsilon
-            np.sqrt(inv, out=inv)
-            np.divide(1.0, inv, out=inv)
-            centered *= inv[:, None]
-        else:
-            mean = x2.mean(axis=1)
-            centered = x2 - mean[:, None]
-            inv = 1 / xp.sqrt((centered * centered).mean(axis=1) + centered.dtype.type(epsilon))
-            centered *= inv[:, None]
-        out = centered.reshape(x.shape).astype(x.dtype, copy=False)
+        normalized, mean, inv = _normalize_rows(xp, _widened_rows(x, math.prod(stats_shape)), epsilon)
+        out = normalized.reshape(x.shape).astype(x.dtype, copy=False)
         return (out, mean.reshape(stats_shape).astype(x.dtype, copy=False),
                 inv.reshape(stats_shape).astype(x.dtype, copy=False))
 
@@ -525,37 +536,174 @@ class LayerNorm(Op):
 
 
 class LayerNormGrad(Op):
-    """``dx = inv * (dy - mean(dy) - y * mean(dy * y))`` over the normalized axes, ``y`` the normalized output."""
+    """``dx = inv * (g - mean(g) - y * mean(g * y))`` over the normalized axes, ``y`` the normalized output and
+    ``g = dy * gamma`` (``dy`` itself without gamma, a fourth input of shape ``dy.shape[begin_params_axis:]``)."""
     prefix, api = "LayerNormGrad_", "layer_norm_grad"
 
     @staticmethod
-    def infer(y, inv, dy):
+    def infer(y, inv, dy, *gamma, begin_params_axis=None):
         return spec(dy.shape, dy.dtype)
 
     @staticmethod
-    def forward(xp, y, inv, dy):
+    def forward(xp, y, inv, dy, *gamma, begin_params_axis=None):
         rows = inv.size
-        y2, dy2 = y.reshape(rows, -1), dy.reshape(rows, -1)
-        if dy2.dtype == np.float16:
-            y2, dy2 = y2.astype(np.float32), dy2.astype(np.float32)
-        n = y2.shape[1]
-        inv = inv.reshape(rows).astype(dy2.dtype, copy=False)
-        if xp is np:
-            # both row reductions one pass each without a temporary (a BLAS product with ones, row dots), inv folded
-            # into the per-row scalars: dx = inv * dy - (inv * mean(dy)) - y * (inv * mean(dy * y)), four passes
-            scale = inv * (1.0 / n)
-            shift = np.dot(dy2, _ones_of(n, dy2.dtype.char))
-            shift *= scale
-            slope = _row_dots(dy2, y2)
-            slope *= scale
-            dx = np.multiply(dy2, inv[:, None])
-            dx -= shift[:, None]
-            dx -= np.multiply(y2, slope[:, None])
+        y2, dy2 = _widened_rows(y, rows), _widened_rows(dy, rows)
+        gamma_rows = None
+        if gamma:
+            size = math.prod(dy.shape[begin_params_axis:])
+            gamma = gamma[0].reshape(size).astype(dy2.dtype, copy=False)
+            if size != dy2.shape[1]:
+                gamma_rows = dy2.reshape(-1, size)          # a view: rows of gamma's size
         else:
-            dx = dy2 - dy2.mean(axis=1, keepdims=True)
-            dx -= y2 * ((dy2 * y2).sum(axis=1)[:, None] / n)
-            dx *= inv[:, None]
+            gamma = None
+        dx = _layer_norm_dx(xp, y2, inv, dy2, gamma, gamma_rows)
         return dx.reshape(dy.shape).astype(dy.dtype, copy=False)
+
+
+def _layer_norm_dx(xp, y2, inv, dy2, gamma, gamma_rows):
+    """``inv * (g - mean(g) - y * mean(g * y))`` per row, ``g = dy * gamma`` (``dy`` without gamma).
+
+    ``gamma`` is None, or gamma as a vector of the row length (``gamma_rows`` None), or gamma in the shape of
+    ``gamma_rows``, a view of ``dy`` in rows of gamma's size (parameters over fewer or more axes than normalized)."""
+    rows, n = y2.shape
+    inv = inv.reshape(rows).astype(dy2.dtype, copy=False)
+    if gamma is not None:
+        # g in a new buffer, then dx in place on it
+        g = xp.multiply(gamma_rows, gamma).reshape(rows, n) if gamma_rows is not None else xp.multiply(dy2, gamma)
+    else:
+        g = None
+    source = dy2 if g is None else g
+    if xp is np:
+        # both row reductions one pass each without a temporary (a BLAS product with ones, row dots), inv folded
+        # into the per-row scalars: dx = inv * g - (inv * mean(g)) - y * (inv * mean(g * y))
+        scale = inv * (1.0 / n)
+        shift = np.dot(source, _ones_of(n, source.dtype.char))
+        shift *= scale
+        slope = _row_dots(source, y2)
+        slope *= scale
+        if g is None:
+            dx = np.multiply(dy2, inv[:, None])
+        else:
+            dx = g
+            dx *= inv[:, None]
+        dx -= shift[:, None]
+        dx -= np.multiply(y2, slope[:, None])
+    else:
+        dx = source - source.mean(axis=1, keepdims=True)
+        dx -= y2 * ((source * y2).sum(axis=1)[:, None] / n)
+        dx *= inv[:, None]
+    return dx
+
+
+class LayerNormAffine(Op):
+    """A ``layer_norm`` with gamma and/or beta in one op: ``out = normalized * gamma + beta``, ``normalized`` as
+    ``LayerNorm``'s ``out`` (kept as output ``normalized`` for the gradient), gamma and beta of shape
+    ``x.shape[begin_params_axis:]``. Inputs ``x``, then gamma when ``scale``, then beta when ``center`` (OneFlow's
+    ``layer_norm`` op takes them the same way and applies them inside). Its gradient: ``LayerNormGrad`` with gamma
+    (dx) and ``LayerNormParamGrad`` (dgamma, dbeta)."""
+    prefix, api = "LayerNorm_", "flow.layers.layer_norm"
+    outputs = ("out", "mean", "inv_variance", "normalized")
+
+    @staticmethod
+    def infer(x, *params, begin_norm_axis, begin_params_axis, epsilon, scale, center):
+        if x.dtype.kind != "f":
+            raise ShapeError(f"expects a floating-point tensor, got {x.logical_blob_name} of dtype {x.dtype}")
+        if len(params) != int(scale) + int(center) or not params:
+            raise ShapeError(f"expects gamma (scale={scale}) and beta (center={center}), got {len(params)} "
+                             "parameter tensors")
+        for p in params:
+            if p.shape != x.shape[begin_params_axis:] or p.dtype != x.dtype:
+                raise ShapeError(f"expects parameters of shape {x.shape[begin_params_axis:]} and dtype {x.dtype}, "
+                                 f"got {p.logical_blob_name} of shape {p.shape} and dtype {p.dtype}")
+        stats = x.shape[:begin_norm_axis]
+        return [spec(x.shape, x.dtype), spec(stats, x.dtype), spec(stats, x.dtype), spec(x.shape, x.dtype)]
+
+    @staticmethod
+    def forward(xp, x, *params, begin_norm_axis, begin_params_axis, epsilon, scale, center):
+        stats_shape = x.shape[:begin_norm_axis]
+        normalized, mean, inv = _normalize_rows(xp, _widened_rows(x, math.prod(stats_shape)), epsilon)
+        size = math.prod(x.shape[begin_params_axis:])
+        by_params = normalized.reshape(-1, size)          # a view: rows of gamma's size
+        gamma = params[0].reshape(size).astype(normalized.dtype, copy=False) if scale else None
+        beta = params[-1].reshape(size).astype(normalized.dtype, copy=False) if center else None
+        # the affine part in two passes into one new buffer (the normalized rows stay for the gradient)
+        if gamma is not None:
+            out = xp.multiply(by_params, gamma)
+            if beta is not None:
+                out += beta
+        else:
+            out = xp.add(by_params, beta)
+        cast = x.dtype
+        return (out.reshape(x.shape).astype(cast, copy=False), mean.reshape(stats_shape).astype(cast, copy=False),
+                inv.reshape(stats_shape).astype(cast, copy=False),
+                normalized.reshape(x.shape).astype(cast, copy=False))
+
+    @staticmethod
+    def vjp(node, dy, dmean=None, dinv=None, dnormalized=None):
+        if dmean is not None or dinv is not None or dnormalized is not None:
+            raise ShapeError("only the first output of layer_norm is differentiable")
+        params = node.inputs[1:]
+        scale, center = node.attrs["scale"], node.attrs["center"]
+        params_axis = node.attrs["begin_params_axis"]
+        normalized, inv = node.outputs[3], node.outputs[2]
+        dx = apply(LayerNormGrad, (normalized, inv, dy) + ((params[0],) if scale else ()),
+                   begin_params_axis=params_axis)
+        # the parameters' gradients in an op of their own (OneFlow's layer_norm_param_grad): nothing but their
+        # updates reads them, so a second thread can take it while the first carries dx down the network
+        param_grads = apply(_PARAM_GRADS[scale, center], (normalized, dy), begin_params_axis=params_axis)
+        return (dx,) + (param_grads if isinstance(param_grads, tuple) else (param_grads,))
+
+
+class LayerNormParamGrad(Op):
+    """The gradients of ``LayerNormAffine``'s gamma and beta: ``dgamma = sum(dy * normalized)`` when there is gamma,
+    ``dbeta = sum(dy)`` when there is beta, the sums over the axes before ``begin_params_axis``. The subclasses below
+    name the outputs of the other combinations."""
+    prefix, api = "LayerNormParamGrad_", "layer_norm_param_grad"
+    outputs = ("dgamma", "dbeta")
+    has_gamma = has_beta = True
+
+    @classmethod
+    def infer(cls, y, dy, begin_params_axis):
+        params = spec(dy.shape[begin_params_axis:], dy.dtype)
+        count = int(cls.has_gamma) + int(cls.has_beta)
+        return params if count == 1 else [params] * count
+
+    @classmethod
+    def forward(cls, xp, y, dy, begin_params_axis):
+        params_shape = dy.shape[begin_params_axis:]
+        size = math.prod(params_shape)
+        dy_params = dy.reshape(-1, size)                   # views: rows of gamma's size
+        if dy_params.dtype == np.float16:
+            dy_params = dy_params.astype(np.float32)
+        grads = []
+        if cls.has_gamma:
+            product = xp.multiply(dy_params, y.reshape(-1, size).astype(dy_params.dtype, copy=False))
+            grads.append(_column_sums(xp, product))
+        if cls.has_beta:
+            grads.append(_column_sums(xp, dy_params))
+        grads = [gr.reshape(params_shape).astype(dy.dtype, copy=False) for gr in grads]
+        return grads[0] if len(grads) == 1 else tuple(grads)
+
+
+class _LayerNormGammaGrad(LayerNormParamGrad):
+    outputs = ("dgamma",)
+    has_beta = False
+
+
+class _LayerNormBetaGrad(LayerNormParamGrad):
+    outputs = ("dbeta",)
+    has_gamma = False
+
+
+_PARAM_GRADS = {(True, True): LayerNormParamGrad, (True, False): _LayerNormGammaGrad,
+                (False, True): _LayerNormBetaGrad}
+
+
+def _column_sums(xp, rows):
+    """Sums of the columns of a 2-D array: on NumPy one BLAS product with ones (one pass, no temporary)."""
+    if xp is np:
+        return np.dot(_ones_of(rows.shape[0], rows.dtype.char), rows)
+    return rows.sum(axis=0)
 
 
 def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=1, begin_params_axis=-1,
@@ -564,8 +712,8 @@ def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=
     ``<name>-gamma`` (ones) and shifts by ``<name>-beta`` (zeros), of shape ``inputs.shape[begin_params_axis:]``
     (broadcast over the axes before). ``center`` / ``scale`` False leave out beta / gamma; without both nothing is
     trainable. With ``begin_norm_axis = begin_params_axis = -1`` it equals PyTorch's ``LayerNorm(last_dim)``. The
-    normalizing op is named ``<name>`` (outputs ``out``, ``mean``, ``inv_variance``), the affine ops
-    ``<name>_scale`` and ``<name>_center``."""
+    op is named ``<name>``: ``LayerNormAffine`` with gamma and beta applied inside (outputs ``out``, ``mean``,
+    ``inv_variance``, ``normalized``), or ``LayerNorm`` without either."""
     api = LayerNorm.api
     x = as_tensor(inputs, argument="inputs")
     if name is None:
@@ -579,8 +727,6 @@ def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=
         raise ValueError(f"{api}: {e} for inputs {x.shape}") from None
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
         raise ValueError(f"{api}: epsilon must be a positive number, got {epsilon!r}")
-    from .math import add, multiply
-    out = apply(LayerNorm, (x,), name, begin_norm_axis=norm_axis, epsilon=float(epsilon))[0]
     trainable = bool(trainable) and bool(center or scale)
     param_shape = x.shape[params_axis:]
     with g.name_scope(name):
@@ -588,8 +734,8 @@ def layer_norm(inputs, center=True, scale=True, trainable=True, begin_norm_axis=
                              trainable=trainable) if scale else None
         beta = get_variable("beta", shape=param_shape, dtype=x.dtype, initializer=zeros_initializer(),
                             trainable=trainable) if center else None
-    if gamma is not None:
-        out = multiply(out, gamma, name=f"{name}_scale")
-    if beta is not None:
-        out = add(out, beta, name=f"{name}_center")
-    return out
+    if gamma is None and beta is None:
+        return apply(LayerNorm, (x,), name, begin_norm_axis=norm_axis, epsilon=float(epsilon))[0]
+    params = tuple(p for p in (gamma, beta) if p is not None)
+    return apply(LayerNormAffine, (x,) + params, name, begin_norm_axis=norm_axis, begin_params_axis=params_axis,
+                 epsilon=float(epsilon), scale=gamma is not None, center=beta is not None)[0]
