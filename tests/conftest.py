@@ -36,6 +36,7 @@ def fresh_session(request):
         backend.use(device)
     yield
     flow.clear_default_session()
+    flow.config.seed(0)     # the seed outlives a cleared session (as in OneFlow); a test's must not reach the next
 
 
 # The browser tests' Jupyter server and Chromium (tests/jupyter_page.py), one per test module that asks for them.

