@@ -182,6 +182,51 @@ def test_a_table_gathered_twice_on_two_devices_reports_what_one_device_reports()
                                        rtol=1e-5, atol=1e-7)
 
 
+SPARSE_ROWS, SPARSE_DIM, SPARSE_BATCH = 6, 3, 4
+
+
+def sparse_feeds(seed, more, high):
+    """A first call whose ids repeat and reach outside the table (9), then ``more`` calls of ids below ``high``."""
+    rng = np.random.default_rng(seed)
+    shape = (SPARSE_BATCH, 3, SPARSE_DIM)
+    feeds = [(np.array([[0, 0, 2], [0, 2, 5], [9, 0, 2], [1, 1, 1]], np.int32),
+              rng.uniform(0.5, 1.5, shape).astype(np.float32))]
+    return feeds + [(rng.integers(0, high, (SPARSE_BATCH, 3)).astype(np.int32),
+                     rng.standard_normal(shape).astype(np.float32)) for _ in range(more)]
+
+
+def train_sparse_table(feeds, devices, handler, **watch):
+    """``loss = sum(gather(table, ids) * w)`` on a table updated sparsely (``indexed_slices_optimizer_conf``), watched
+    by ``watch_health(handler, **watch)``, one call a feed."""
+    flow.clear_default_session()
+    flow.config.gpu_device_num(devices)
+    cfg = flow.FunctionConfig()
+    cfg.indexed_slices_optimizer_conf(dict(include_op_names=dict(op_name=["sparse-embedding"])))
+
+    @flow.global_function(type="train", function_config=cfg)
+    def job(ids: tp.Numpy.Placeholder((SPARSE_BATCH, 3), dtype=flow.int32),
+            w: tp.Numpy.Placeholder((SPARSE_BATCH, 3, SPARSE_DIM))) -> tp.Numpy:
+        table = flow.get_variable("sparse-embedding", shape=(SPARSE_ROWS, SPARSE_DIM),
+                                  initializer=flow.random_uniform_initializer(-1, 1))
+        loss = flow.math.reduce_sum(flow.gather(table, ids) * w)
+        flow.watch_health(handler, **watch)
+        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
+        return loss
+
+    for ids, w in feeds:
+        job(ids, w)
+    flow.sync_default_session()
+
+
+def applied_gradient(ids, w):
+    """The table's gradient as its sparse update applies it: the gathered rows' ``w`` summed by id (an id outside
+    the table adds nothing), and the ids inside the table."""
+    dense = np.zeros((SPARSE_ROWS, SPARSE_DIM))
+    inside = (ids >= 0) & (ids < SPARSE_ROWS)
+    np.add.at(dense, ids[inside], w[inside].astype(np.float64))
+    return dense, ids[inside]
+
+
 @pytest.mark.parametrize("path", ["per call", "blocks", "two devices"])
 def test_a_sparse_tables_grad_norm_is_the_norm_of_the_gradient_its_update_applies(path):
     """The loss ``sum(gather(table, ids) * w)`` gives each gathered row the gradient ``w``: the table's gradient, as
@@ -190,40 +235,16 @@ def test_a_sparse_tables_grad_norm_is_the_norm_of_the_gradient_its_update_applie
     that gradient's: ``grad_norm`` must be the summed one's, per call, in blocks and from the joined pieces of two
     devices."""
     from test_health_blocks import Blocks
-    rows, dim, batch = 6, 3, 4
-    rng = np.random.default_rng(5)
-    feeds = [(np.array([[0, 0, 2], [0, 2, 5], [9, 0, 2], [1, 1, 1]], np.int32),      # 9: outside the table
-              rng.uniform(0.5, 1.5, (batch, 3, dim)).astype(np.float32))]
-    feeds += [(rng.integers(0, 3, (batch, 3)).astype(np.int32), rng.standard_normal((batch, 3, dim)).astype(np.float32))
-              for _ in range(3)]
+    feeds = sparse_feeds(5, more=3, high=3)
     reports, blocks = [], Blocks()
-    flow.clear_default_session()
-    flow.config.gpu_device_num(2 if path == "two devices" else 1)
-    cfg = flow.FunctionConfig()
-    cfg.indexed_slices_optimizer_conf(dict(include_op_names=dict(op_name=["sparse-embedding"])))
-
-    @flow.global_function(type="train", function_config=cfg)
-    def job(ids: tp.Numpy.Placeholder((batch, 3), dtype=flow.int32),
-            w: tp.Numpy.Placeholder((batch, 3, dim))) -> tp.Numpy:
-        table = flow.get_variable("sparse-embedding", shape=(rows, dim),
-                                  initializer=flow.random_uniform_initializer(-1, 1))
-        loss = flow.math.reduce_sum(flow.gather(table, ids) * w)
-        flow.watch_health(blocks if path == "blocks" else reports.append)
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
-        return loss
-
-    for ids, w in feeds:
-        job(ids, w)
-    flow.sync_default_session()
+    train_sparse_table(feeds, 2 if path == "two devices" else 1, blocks if path == "blocks" else reports.append)
     if path == "blocks":
         blocks.flush()
         assert blocks.blocks and not blocks.one_by_one                  # the block path ran
         reports = [r for block in blocks.blocks for r in block.reports()]
     assert [r.step for r in reports] == list(range(len(feeds)))
     for report, (ids, w) in zip(reports, feeds):
-        dense = np.zeros((rows, dim))
-        inside = (ids >= 0) & (ids < rows)
-        np.add.at(dense, ids[inside], w[inside].astype(np.float64))
+        dense, _ = applied_gradient(ids, w)
         assert report.table["sparse"]["grad_norm"] == pytest.approx(np.linalg.norm(dense), rel=1e-6), report.step
     # the first call's repeats make the rows' own norm differ from the gradient's by far more than rounding
     ids, w = feeds[0]
@@ -237,37 +258,13 @@ def test_a_sparse_tables_gradient_histogram_counts_the_rows_its_update_applies(d
     ids) * w)``: each gathered row's gradient is ``w``), one row per distinct id inside the table, not one per
     gathered row; on one device (counted where the rows live, ``ops.stats.SlicesHistogram``) and from the joined
     pieces of two."""
-    rows, dim, batch = 6, 3, 4
-    rng = np.random.default_rng(7)
-    feeds = [(np.array([[0, 0, 2], [0, 2, 5], [9, 0, 2], [1, 1, 1]], np.int32),      # 9: outside the table
-              rng.uniform(0.5, 1.5, (batch, 3, dim)).astype(np.float32))]
-    feeds += [(rng.integers(0, 4, (batch, 3)).astype(np.int32), rng.standard_normal((batch, 3, dim)).astype(np.float32))
-              for _ in range(2)]
+    feeds = sparse_feeds(7, more=2, high=4)
     reports = []
-    flow.clear_default_session()
-    flow.config.gpu_device_num(devices)
-    cfg = flow.FunctionConfig()
-    cfg.indexed_slices_optimizer_conf(dict(include_op_names=dict(op_name=["sparse-embedding"])))
-
-    @flow.global_function(type="train", function_config=cfg)
-    def job(ids: tp.Numpy.Placeholder((batch, 3), dtype=flow.int32),
-            w: tp.Numpy.Placeholder((batch, 3, dim))) -> tp.Numpy:
-        table = flow.get_variable("sparse-embedding", shape=(rows, dim),
-                                  initializer=flow.random_uniform_initializer(-1, 1))
-        loss = flow.math.reduce_sum(flow.gather(table, ids) * w)
-        flow.watch_health(reports.append, histogram_every=1)
-        flow.optimizer.SGD(flow.optimizer.PiecewiseConstantScheduler([], [0.1]), momentum=0).minimize(loss)
-        return loss
-
-    for ids, w in feeds:
-        job(ids, w)
-    flow.sync_default_session()
+    train_sparse_table(feeds, devices, reports.append, histogram_every=1)
     assert [r.step for r in reports] == list(range(len(feeds)))
     for report, (ids, w) in zip(reports, feeds):
-        dense = np.zeros((rows, dim))
-        inside = (ids >= 0) & (ids < rows)
-        np.add.at(dense, ids[inside], w[inside].astype(np.float64))
-        applied = dense[np.unique(ids[inside])]             # the rows the update changes, each once
+        dense, inside = applied_gradient(ids, w)
+        applied = dense[np.unique(inside)]                  # the rows the update changes, each once
         buckets = report.histograms["sparse"]["gradient"]
         assert buckets.shape == (30, 3) and buckets[:, 2].sum() == applied.size, report.step
         lo, hi = applied.min(), applied.max()
