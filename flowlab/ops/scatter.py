@@ -19,11 +19,7 @@ def sum_rows(xp, ids, rows, n_rows):
     ``ONE_HOT_ROWS``); else, ids sorted: each id once is an assignment; when ids repeat a lot (many more ids than
     rows) ``add.reduceat`` over the sorted rows beats ``add.at``; otherwise ``add.at`` does (NumPy >= 1.25's fast
     path)."""
-    ids = ids.reshape(-1).astype(np.int64, copy=False)
-    rows = rows.reshape((ids.size,) + rows.shape[1:])
-    keep = (ids >= 0) & (ids < n_rows)
-    if ids.size and not bool(keep.all()):
-        ids, rows = ids[keep], rows[keep]
+    ids, rows = _in_table(ids, rows, n_rows)
     if xp is np and ids.size and _one_hot_pays(rows, n_rows):
         one_hot = np.zeros((n_rows, ids.size), rows.dtype)
         one_hot[ids, np.arange(ids.size)] = 1
@@ -32,14 +28,11 @@ def sum_rows(xp, ids, rows, n_rows):
     if ids.size == 0:
         return out
     if xp is np:
-        order = np.argsort(ids, kind="stable")
-        ordered = ids[order]
-        firsts = np.r_[True, ordered[1:] != ordered[:-1]]
+        order, ordered, firsts = _sorted_runs(ids)
         if firsts.all():            # each id once (BERT's batch gather): an assignment, not add.at's ~1 us a row
             out[ids] = rows
         elif ids.size >= 4 * n_rows:
-            starts = np.flatnonzero(firsts)
-            out[ordered[starts]] = np.add.reduceat(rows[order], starts, axis=0)
+            out[ordered[firsts]] = _summed_runs(rows, order, firsts)
         else:
             np.add.at(out, ids, rows)
         return out
@@ -65,20 +58,37 @@ def _one_hot_pays(rows, n_rows):
 def unique_rows(xp, ids, rows, n_rows):
     """``(unique ids, summed rows)`` of indexed slices: each id in ``[0, n_rows)`` once, sorted, with the sum of its
     rows (repeated ids add up; ids outside the table, which gathered zeros, are dropped). O(ids), never O(table)."""
-    ids = ids.reshape(-1).astype(np.int64, copy=False)
-    rows = rows.reshape((ids.size,) + rows.shape[1:])
-    keep = (ids >= 0) & (ids < n_rows)
-    if ids.size and not bool(keep.all()):
-        ids, rows = ids[keep], rows[keep]
+    ids, rows = _in_table(ids, rows, n_rows)
     if ids.size == 0:
         return ids, rows[:0]
     if xp is np:         # sort once, then one reduceat over the runs of equal ids
-        order = np.argsort(ids, kind="stable")
-        ordered = ids[order]
-        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        return ordered[starts], np.add.reduceat(rows[order], starts, axis=0)
+        order, ordered, firsts = _sorted_runs(ids)
+        return ordered[firsts], _summed_runs(rows, order, firsts)
     import cupyx        # CuPy: unique ids and an atomic scatter-add of the rows onto them
     unique, inverse = xp.unique(ids, return_inverse=True)
     summed = xp.zeros((unique.size,) + rows.shape[1:], np.float32 if rows.dtype == np.float16 else rows.dtype)
     cupyx.scatter_add(summed, inverse.reshape(-1), rows.astype(summed.dtype, copy=False))
     return unique, summed.astype(rows.dtype, copy=False)
+
+
+def _in_table(ids, rows, n_rows):
+    """``ids`` flat as int64 and ``rows`` one per id, without the ids outside ``[0, n_rows)`` (they gathered zeros)."""
+    ids = ids.reshape(-1).astype(np.int64, copy=False)
+    rows = rows.reshape((ids.size,) + rows.shape[1:])
+    keep = (ids >= 0) & (ids < n_rows)
+    if ids.size and not bool(keep.all()):
+        ids, rows = ids[keep], rows[keep]
+    return ids, rows
+
+
+def _sorted_runs(ids):
+    """(host, ``ids`` not empty) ``(order, ordered, firsts)``: a stable sort of ``ids``, the sorted ids, and where
+    each run of equal ids begins in them."""
+    order = np.argsort(ids, kind="stable")
+    ordered = ids[order]
+    return order, ordered, np.r_[True, ordered[1:] != ordered[:-1]]
+
+
+def _summed_runs(rows, order, firsts):
+    """The rows of each run of equal ids (``_sorted_runs``) summed: one ``add.reduceat`` over the sorted rows."""
+    return np.add.reduceat(rows[order], np.flatnonzero(firsts), axis=0)
