@@ -36,6 +36,7 @@ from ..initializers import ones_initializer, zeros_initializer
 from ..runtime import host_threads
 from . import Op, apply, as_tensor, normalize_axis, spec
 from .array import constant
+from .math import _host_leading_sum
 from .nn import ReluGrad
 from .stats import _ones_of, _row_dots
 from .variables import get_variable
@@ -700,9 +701,12 @@ _PARAM_GRADS = {(True, True): LayerNormParamGrad, (True, False): _LayerNormGamma
 
 
 def _column_sums(xp, rows):
-    """Sums of the columns of a 2-D array: on NumPy one BLAS product with ones (one pass, no temporary)."""
+    """Sums of the columns of a 2-D array: on NumPy one BLAS product with ones where ``math``'s leading-axis sum
+    takes it (one pass, no temporary)."""
     if xp is np:
-        return np.dot(_ones_of(rows.shape[0], rows.dtype.char), rows)
+        total = _host_leading_sum(rows, 1, None)
+        if total is not None:
+            return total
     return rows.sum(axis=0)
 
 
