@@ -256,15 +256,19 @@ class AdamUpdate(_Update):
     def forward(xp, w, grad, m, v, *rest, beta1, beta2, epsilon, do_bias_correction, weight_decay, clipped,
                 grad_scale, schedule, lr, step, l1=0.0, l2=0.0, dynamic=False, skipped=None, writable=False):
         if do_bias_correction:
-            # math.sqrt rounds as np.sqrt does, without its ~1 us scalar-to-array trip; lr stays a NumPy float64
-            # (the NumPy path's last multiply in float64, as before)
-            lr = np.float64(lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step))
+            lr = _bias_corrected(lr, beta1, beta2, step)
         if not (l1 or l2 or dynamic) and _blas_pass(xp, w, grad) and m.flags.c_contiguous and v.flags.c_contiguous:
             scale = float(rest[0]) * grad_scale if clipped else grad_scale
             _adam_blas(w, grad, m, v, scale, beta1, beta2, epsilon, lr, weight_decay, writable)
             return
         _adam_passes(xp, w, grad, m, v, rest, beta1, beta2, epsilon, weight_decay, clipped, grad_scale, lr, l1, l2,
                      dynamic, writable)
+
+
+def _bias_corrected(lr, beta1, beta2, step):
+    """Adam's learning rate at ``step`` with its moments' bias corrected. math.sqrt rounds as np.sqrt does, without
+    its ~1 us scalar-to-array trip; the rate stays a NumPy float64 (the NumPy path's last multiply in float64)."""
+    return np.float64(lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step))
 
 
 def _adam_passes(xp, w, grad, m, v, extras, beta1, beta2, epsilon, weight_decay, clipped, grad_scale, lr, l1, l2,
@@ -304,7 +308,7 @@ class AdamGroupUpdate(_Update):
     def forward(xp, *arrays, count, beta1, beta2, epsilon, do_bias_correction, weight_decay, clipped, grad_scale,
                 schedule, lr, step, l1=0.0, l2=0.0, dynamic=False, skipped=None):
         if do_bias_correction:
-            lr = np.float64(lr * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step))     # as AdamUpdate's
+            lr = _bias_corrected(lr, beta1, beta2, step)
         members, extras = arrays[:4 * count], arrays[4 * count:]
         w, grad, m, v = (xp.concatenate(members[k::4], axis=None) for k in range(4))     # flattened, end to end
         if not _adam_passes(xp, w, grad, m, v, extras, beta1, beta2, epsilon, weight_decay, clipped, grad_scale, lr,
