@@ -12,7 +12,7 @@ from ..runtime import cublas, host_threads
 from . import (Op, apply, as_tensor, keeps_partials, normalize_axes, normalize_axis, same_dtype, shape_error, spec,
                ufunc_op)
 from .array import reshape as _reshape
-from .stats import _ones_of
+from .stats import ones_of
 
 
 def _float_only(x):
@@ -61,7 +61,7 @@ class SumToShape(Op):
         axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape) if d == 1 and x.shape[lead + i] != 1)
         kept = (1,) * lead + tuple(shape)   # the keepdims shape: a view of ``out`` receives the sum in place
         if xp is np and axes == tuple(range(len(axes))):
-            total = _host_leading_sum(x, len(axes), out)
+            total = host_leading_sum(x, len(axes), out)
             if total is not None:
                 return out if out is not None else total.reshape(shape)
         total = xp.sum(x, axis=axes, keepdims=True, out=None if out is None else out.reshape(kept))
@@ -650,7 +650,7 @@ class ReduceSum(_Reduce):
         lead = len(axes)
         if xp is np:
             if axes == tuple(range(lead)):
-                total = _host_leading_sum(x, lead, out)
+                total = host_leading_sum(x, lead, out)
                 if total is not None:
                     return out if out is not None else \
                         total.reshape(_keep_shape(x.shape, axes) if keepdims else x.shape[lead:])
@@ -671,7 +671,7 @@ _device_ones = {}     # (device, size, dtype char) -> ones, for sums over leadin
 _HOST_ONES_UP_TO = 1 << 16    # leading sums over up to this many rows run as products with (cached) ones
 
 
-def _host_leading_sum(x, lead, out):
+def host_leading_sum(x, lead, out):
     """Sum of a C-contiguous float32/float64 NumPy array over its first ``lead`` (>= 1, not all) axes as
     ``ones @ rows``, or None where that does not apply. A bias or layer norm gradient, (tokens, hidden) -> (hidden,):
     BLAS reads the rows at memory speed, ~4x faster than ``np.add.reduce`` over axis 0 at BERT's sizes, which adds
@@ -681,7 +681,7 @@ def _host_leading_sum(x, lead, out):
     rows = x.reshape(-1, math.prod(x.shape[lead:]))
     if rows.shape[0] > _HOST_ONES_UP_TO:
         return None
-    ones = _ones_of(rows.shape[0], x.dtype.char)
+    ones = ones_of(rows.shape[0], x.dtype.char)
     if out is not None and out.dtype == x.dtype and out.flags.c_contiguous:
         np.dot(ones, rows, out=out.reshape(-1))
         return out

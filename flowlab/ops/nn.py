@@ -10,7 +10,7 @@ from ..runtime import host_threads
 from . import Op, apply, as_tensor, normalize_axis, spec
 from . import cupy_elementwise, shape_error
 from .math import OutputGrad, multiply, negative, reduce_sum, sum_to_shape
-from .stats import _ones_of, _row_dots
+from .stats import ones_of, row_dots
 
 
 class Relu(Op):
@@ -169,7 +169,7 @@ def _softmax(xp, x, axis):
         rows = x.reshape(-1, x.shape[-1])
         z = np.subtract(rows, _row_max(rows)[:, None])
         np.exp(z, out=z)
-        z /= np.dot(z, _ones_of(z.shape[1], z.dtype.char))[:, None]
+        z /= np.dot(z, ones_of(z.shape[1], z.dtype.char))[:, None]
         return z.reshape(x.shape)
     z = x - x.max(axis=axis, keepdims=True)
     xp.exp(z, out=z)
@@ -213,7 +213,7 @@ class SoftmaxGrad(Op):
                 and y.size:
             # over the last axis on the host: the row dots without the dy * y temporary, then two passes
             y2, dy2 = y.reshape(-1, y.shape[-1]), dy.reshape(-1, y.shape[-1])
-            dx = np.subtract(dy2, _row_dots(dy2, y2)[:, None])
+            dx = np.subtract(dy2, row_dots(dy2, y2)[:, None])
             dx *= y2
             return dx.reshape(y.shape)
         return y * (dy - (dy * y).sum(axis=axis, keepdims=True))

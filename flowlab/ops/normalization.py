@@ -36,9 +36,9 @@ from ..initializers import ones_initializer, zeros_initializer
 from ..runtime import host_threads
 from . import Op, apply, as_tensor, normalize_axis, spec
 from .array import constant
-from .math import _host_leading_sum
+from .math import host_leading_sum
 from .nn import ReluGrad
-from .stats import _ones_of, _row_dots
+from .stats import ones_of, row_dots
 from .variables import get_variable
 
 # ------------------------------------------------------------------------------------------------------ array helpers
@@ -483,10 +483,10 @@ def _normalize_rows(xp, x2, epsilon):
         # row sums as one BLAS product with ones, the centred sums of squares as row dots (both one pass, no
         # temporary), the per-row scalars in place: two passes over the block besides (subtract, scale), the
         # variance of the centred rows as before (no E[x^2] - E[x]^2 cancellation)
-        mean = np.dot(x2, _ones_of(n, x2.dtype.char))
+        mean = np.dot(x2, ones_of(n, x2.dtype.char))
         mean *= 1.0 / n
         centered = np.subtract(x2, mean[:, None])
-        inv = _row_dots(centered, centered)
+        inv = row_dots(centered, centered)
         inv *= 1.0 / n
         inv += epsilon
         np.sqrt(inv, out=inv)
@@ -578,9 +578,9 @@ def _layer_norm_dx(xp, y2, inv, dy2, gamma, gamma_rows):
         # both row reductions one pass each without a temporary (a BLAS product with ones, row dots), inv folded
         # into the per-row scalars: dx = inv * g - (inv * mean(g)) - y * (inv * mean(g * y))
         scale = inv * (1.0 / n)
-        shift = np.dot(source, _ones_of(n, source.dtype.char))
+        shift = np.dot(source, ones_of(n, source.dtype.char))
         shift *= scale
-        slope = _row_dots(source, y2)
+        slope = row_dots(source, y2)
         slope *= scale
         if g is None:
             dx = np.multiply(dy2, inv[:, None])
@@ -704,7 +704,7 @@ def _column_sums(xp, rows):
     """Sums of the columns of a 2-D array: on NumPy one BLAS product with ones where ``math``'s leading-axis sum
     takes it (one pass, no temporary)."""
     if xp is np:
-        total = _host_leading_sum(rows, 1, None)
+        total = host_leading_sum(rows, 1, None)
         if total is not None:
             return total
     return rows.sum(axis=0)

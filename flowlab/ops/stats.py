@@ -43,7 +43,7 @@ def host_sum(x):
     n = x.size
     if n > _ONES_UP_TO:
         return np.add.reduce(x)
-    return _dot(x, _ones_of(n, x.dtype.char))
+    return _dot(x, ones_of(n, x.dtype.char))
 
 
 def host_unit_sums(x, unit_axis):
@@ -57,14 +57,16 @@ def host_unit_sums(x, unit_axis):
     char, units = x.dtype.char, x.shape[axis]
     if axis == x.ndim - 1:
         rows = x.reshape(-1, units)
-        return _dot(_ones_of(rows.shape[0], char), rows)
+        return _dot(ones_of(rows.shape[0], char), rows)
     if axis == 1:
-        per_example = np.matmul(x.reshape(x.shape[0], units, -1), _ones_of(x[0, 0].size, char))
-        return _dot(_ones_of(x.shape[0], char), per_example)
+        per_example = np.matmul(x.reshape(x.shape[0], units, -1), ones_of(x[0, 0].size, char))
+        return _dot(ones_of(x.shape[0], char), per_example)
     return None
 
 
-def _ones_of(n, char):
+def ones_of(n, char):
+    """A read-only vector of ``n`` ones of dtype ``char``, cached: sums as BLAS products (``ones @ rows``, ``rows @
+    ones``) read memory once, with no temporary."""
     key = (n, char)
     ones = _ones.get(key)
     if ones is None:
@@ -105,7 +107,7 @@ def _host_finite_stats(x):
 
 
 # Row-wise sums of squares: np.vecdot (NumPy 2) runs a dot product per row, ~3x faster than einsum.
-_row_dots = getattr(np, "vecdot", None) or (lambda a, b: np.einsum("ij,ij->i", a, b))
+row_dots = getattr(np, "vecdot", None) or (lambda a, b: np.einsum("ij,ij->i", a, b))
 
 
 def stats_rows(rows):
@@ -121,8 +123,8 @@ def stats_rows(rows):
     with np.errstate(all="ignore"):      # rows that overflow or hold NaN/Inf fail ``fast`` and are redone below
         lo = _min(rows, axis=1).astype(np.float64)
         hi = _max(rows, axis=1).astype(np.float64)
-        mean = _dot(rows, _ones_of(n, rows.dtype.char)) / n
-        var = _row_dots(rows, rows) / n - mean * mean
+        mean = _dot(rows, ones_of(n, rows.dtype.char)) / n
+        var = row_dots(rows, rows) / n - mean * mean
         fast = (np.maximum(-lo, hi) < math.sqrt(limit / n)) & (var >= 1e-2 * mean * mean)
     out = np.stack([lo, hi, mean, np.sqrt(np.maximum(var, 0.0)), np.zeros_like(lo), np.zeros_like(lo)], axis=1)
     for i in np.flatnonzero(~fast):
@@ -309,12 +311,12 @@ def activation_rows(rows, unit_axis=1, nonnegative=False):
             nonzero = np.add.reduce(a > 0, axis=1, dtype=np.int64)
             per_unit = a.reshape(k, before, units, after)
             per_unit = np.add.reduce(per_unit, axis=3) if after > 1 else per_unit.reshape(k, before, units)
-            per_unit = np.matmul(_ones_of(before, char), per_unit)              # (k, units)
+            per_unit = np.matmul(ones_of(before, char), per_unit)              # (k, units)
             dead = np.add.reduce(per_unit == 0, axis=1, dtype=np.int64) / units
-            total_abs = np.matmul(per_unit, _ones_of(units, char)).astype(np.float64)
-            total = total_abs if nonnegative else np.matmul(flat, _ones_of(size, char)).astype(np.float64)
+            total_abs = np.matmul(per_unit, ones_of(units, char)).astype(np.float64)
+            total = total_abs if nonnegative else np.matmul(flat, ones_of(size, char)).astype(np.float64)
             mean = total / size
-            var = _row_dots(flat, flat).astype(np.float64) / size - mean * mean
+            var = row_dots(flat, flat).astype(np.float64) / size - mean * mean
             fast = (hi * hi * size < limit) & (var >= 1e-2 * mean * mean)
             out[first:first + k] = np.stack([total_abs / size, np.sqrt(np.maximum(var, 0.0)),
                                              (size - nonzero) / size, hi, dead, np.zeros(k), np.zeros(k)], axis=1)
