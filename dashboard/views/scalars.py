@@ -312,10 +312,12 @@ def export_text(columns, fmt):
     return "".join(export_chunks(columns, fmt))
 
 
-def _column(name, doc):
-    """A ``_Line`` attribute kept in its card's ``_Lines`` column ``name`` (a list, one item per row)."""
+def _column(name, doc, read=None):
+    """A ``_Line`` attribute kept in its card's ``_Lines`` column ``name`` (one item per row); ``read``: what the
+    stored item is turned into when read (a NumPy bool into a Python one)."""
     def get(line):
-        return line.of.columns[name][line.row]
+        value = line.of.columns[name][line.row]
+        return value if read is None else read(value)
 
     def put(line, value):
         line.of.columns[name][line.row] = value
@@ -437,14 +439,8 @@ class _Line:
     walls = _column("walls", "The series' wall times (seconds).")
     values = _column("values", "The series' values.")
     ema = _column("ema", "The smoothed values (TensorBoard's debiased EMA).")
-    @property
-    def constant(self):
-        """Whether every value is the first (the series is drawn as it is, unsmoothed)."""
-        return bool(self.of.columns["constant"][self.row])
-
-    @constant.setter
-    def constant(self, constant):
-        self.of.columns["constant"][self.row] = constant
+    constant = _column("constant", "Whether every value is the first (the series is drawn as it is, unsmoothed).",
+                       bool)
     shown = _column("shown", "Indices of the points on display (sorted, unique).")
 
     @property
@@ -783,8 +779,8 @@ class _Card:
     ``smooth``) and ``rows`` (per run: ``run``, ``colour`` (its place in ``_Parts.palette``), ``start``/``stop`` in
     ``flat``, ``first_wall``, the x ``axis`` (its place in ``X_AXES``), the box its shown points span on that axis,
     ``x0``..``y1``, and ``dot_x``/``dot_y``, the point of a run that has only one, which a line cannot draw; NaN
-    otherwise); the page expands them into ``source`` (``_EXPAND_JS``), which the lines and the dots draw. ±Inf travel as NaN (gaps: the ticks show them). ``layout`` is
-    ``column(figure, readout, buttons)``. ``parts`` are the view's shared models (``_Parts``)."""
+    otherwise); the page expands them into ``source`` (``_EXPAND_JS``), which the lines and the dots draw. ±Inf
+    travel as NaN (gaps: the ticks show them). ``layout`` is ``column(figure, readout, buttons)``. ``parts`` are the view's shared models (``_Parts``)."""
 
     def __init__(self, tag, parts, limit=LIMIT):
         self.tag, self.parts = tag, parts
