@@ -1,0 +1,123 @@
+"""Compiled CPU kernels: one vectorised loop where NumPy makes one pass per operation.
+
+A NumPy kernel streams its block through memory once per ufunc: GELU is 22 passes, layer norm's gradient ~12. A loop
+compiled by numba does the same arithmetic in one pass, in AVX2 / AVX-512 registers. numba is a dependency, but its
+loops are only used where they are measured faster, and every one has a NumPy twin that stays the reference its tests
+compare against (``FLOWLAB_JIT=0``, or numba missing, runs the NumPy twins; CuPy has its own fused kernels).
+
+Writing one (beside its op, as the op's shape rule and gradient are)::
+
+    @jit.kernel
+    def _gelu_float32(x, out):              # flat float32 arrays; compiled on its first call, cached on disk
+        for i in range(x.size):
+            ...jit.exp32(...)...
+
+and in the op, ``if jit.enabled(): ...`` picks it. Kernels are compiled ``nogil`` (``host_threads`` runs them on
+both cores at once), with NumPy's error model (a division by zero gives inf or NaN, never an exception), and with
+only the fast-math flags that cannot change a NaN or an infinity: ``contract`` (fused multiply-adds) and ``arcp``
+(a reciprocal for a division). ``@jit.kernel(reduce=True)`` adds ``reassoc``, which lets a sum vectorise (its
+rounding then differs from a sequential sum's, as NumPy's pairwise sum does).
+
+Helpers for kernel bodies (``jit.exp32``, from ``jit_math``, imported on first use): numba's ``math.exp`` is a scalar call
+into libm (llvmlite carries no SVML), so a loop that calls it does not vectorise: GELU at 131k float32 took 740 us,
+against NumPy's 405 and 70 with ``exp32``.
+
+The disk cache (numba's ``cache=True``, in ``__pycache__`` or a user cache when that is read-only) is keyed on the
+kernel's own file: after editing a helper here, delete the ``*.nbi`` / ``*.nbc`` files beside the kernels.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+
+_FAST = frozenset({"contract", "arcp"})
+_lock = threading.Lock()
+_local = threading.local()
+
+
+def available() -> bool:
+    """Whether numba can be imported (without importing it: ``import numba`` costs ~0.2 s)."""
+    return _AVAILABLE
+
+
+_AVAILABLE = importlib.util.find_spec("numba") is not None
+
+
+def _switched_off() -> bool:
+    return os.environ.get("FLOWLAB_JIT", "1").strip().lower() in ("0", "false", "no", "off")
+
+
+def enabled() -> bool:
+    """Whether ops run their compiled kernels now: numba is there, ``FLOWLAB_JIT`` does not turn it off, and the
+    calling thread is not inside ``using(False)``."""
+    choice = getattr(_local, "choice", None)
+    return _AVAILABLE and (choice if choice is not None else not _SWITCHED_OFF)
+
+
+_SWITCHED_OFF = _switched_off()
+
+
+class using:
+    """``with jit.using(False):`` the calling thread's ops run their NumPy kernels (``True``: compiled ones, where
+    numba is there). Tests run both sides of each op this way."""
+
+    def __init__(self, on: bool):
+        self.on = bool(on)
+
+    def __enter__(self):
+        self._saved = getattr(_local, "choice", None)
+        _local.choice = self.on
+        return self
+
+    def __exit__(self, *exc):
+        _local.choice = self._saved
+
+
+class Kernel:
+    """A Python loop compiled by numba on its first call (``kernel``). Calling it before numba is there raises."""
+
+    def __init__(self, function, reduce: bool = False):
+        self.function = function
+        self.reduce = reduce
+        self.compiled = None
+        self.__name__ = function.__name__
+        self.__doc__ = function.__doc__
+        self.__wrapped__ = function
+
+    def compile(self):
+        with _lock:
+            if self.compiled is None:
+                import numba
+                flags = set(_FAST) | ({"reassoc"} if self.reduce else set())
+                options = dict(nogil=True, error_model="numpy", fastmath=flags)
+                try:
+                    self.compiled = numba.njit(cache=True, **options)(self.function)
+                except RuntimeError:        # no file to key a cache on (a notebook cell, an interactive session)
+                    self.compiled = numba.njit(**options)(self.function)
+        return self.compiled
+
+    def __call__(self, *args):
+        return (self.compiled or self.compile())(*args)
+
+    def __repr__(self):
+        return f"<jit.kernel {self.function.__module__}.{self.__name__}>"
+
+
+def kernel(function=None, *, reduce: bool = False):
+    """Decorator: ``function`` (a loop over NumPy arrays and scalars) compiled by numba on its first call."""
+    if function is None:
+        return lambda f: Kernel(f, reduce=reduce)
+    return Kernel(function, reduce=reduce)
+
+
+_HELPERS = ("exp32", "float32_from_bits")
+
+
+def __getattr__(name):
+    # kernel bodies read ``jit.exp32``: numba resolves it when it compiles the kernel, which builds the helpers (and
+    # imports numba) on first use only
+    if name in _HELPERS and _AVAILABLE:
+        from . import jit_math            # imports numba
+        return getattr(jit_math, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
