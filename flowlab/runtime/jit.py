@@ -50,12 +50,17 @@ def _switched_off() -> bool:
 
 def enabled() -> bool:
     """Whether ops run their compiled kernels now: numba is there, ``FLOWLAB_JIT`` does not turn it off, and the
-    calling thread is not inside ``using(False)``."""
+    calling thread is not inside ``using(False)``. Ops ask this on every call: while no ``using`` block is open it
+    reads one global."""
+    if not _overrides:
+        return _DEFAULT
     choice = getattr(_local, "choice", None)
-    return _AVAILABLE and (choice if choice is not None else not _SWITCHED_OFF)
+    return _AVAILABLE and (choice if choice is not None else _DEFAULT)
 
 
 _SWITCHED_OFF = _switched_off()
+_DEFAULT = _AVAILABLE and not _SWITCHED_OFF
+_overrides = 0          # ``using`` blocks open in any thread
 
 
 class using:
@@ -66,12 +71,18 @@ class using:
         self.on = bool(on)
 
     def __enter__(self):
+        global _overrides
         self._saved = getattr(_local, "choice", None)
         _local.choice = self.on
+        with _lock:
+            _overrides += 1
         return self
 
     def __exit__(self, *exc):
+        global _overrides
         _local.choice = self._saved
+        with _lock:
+            _overrides -= 1
 
 
 class Kernel:
