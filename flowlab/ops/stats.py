@@ -290,14 +290,19 @@ def _squares_each_float32(tensors, out):
 def _compiled_squares_of(tensors, keeps):
     """``SquaresStats`` of float32 host tensors: one compiled call for all of them (each call costs ~0.5 us beside
     a few thousand elements' work); a tensor holding NaN/Inf gets ``square_vector``'s masked NumPy form. A tuple of
-    ``n`` arrays compiles once per ``n`` (and a large tensor is summed on its own, split over cores)."""
-    flats = []
+    ``n`` arrays compiles once per ``n`` (and a large tensor is summed on its own, split over cores). None (nothing
+    kept yet) when a tensor is not a non-empty float32 one."""
+    flats, largest = [], 0
+    for x in tensors:
+        if x.dtype.char != "f" or not x.size:
+            return None
+        flats.append(x.ravel())
+        largest = max(largest, x.size)
     for x, keep in zip(tensors, keeps):
         if keep is not None:
             keep.save(np, x)
-        flats.append(x.ravel())
     out = np.empty(3 * len(flats))
-    if all(f.size < host_threads.SPLIT_ELEMENTS for f in flats):
+    if largest < host_threads.SPLIT_ELEMENTS:
         bad = (_squares_each_float32.compiled or _squares_each_float32.compile())(tuple(flats), out)
     else:
         for k, flat in enumerate(flats):
@@ -313,9 +318,11 @@ def _compiled_squares_of(tensors, keeps):
 def _compiled_activation(x, unit_axis):
     """``activation_vector`` of a float32 host array ``x`` in one compiled pass (two when its spread is small next
     to its mean: ``CANCELLING_SPREAD``), or None when it holds NaN or Inf."""
-    axis = unit_axis % x.ndim
-    units = x.shape[axis]
-    blocks = np.ascontiguousarray(x).reshape(-1, units, math.prod(x.shape[axis + 1:]))
+    shape = x.shape
+    axis = unit_axis % len(shape)
+    units = shape[axis]
+    inner = 1 if axis == len(shape) - 1 else math.prod(shape[axis + 1:])
+    blocks = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(-1, units, inner)
     out = np.empty(7)
     if not _split(blocks.size):
         squares = (_activation_float32.compiled or _activation_float32.compile())(blocks, np.zeros(units), out)[3]
@@ -936,8 +943,10 @@ class SquaresStats(Op):
 
     @staticmethod
     def forward(xp, *tensors, keeps):
-        if xp is np and jit.enabled() and all(x.dtype.char == "f" and x.size for x in tensors):
-            return _compiled_squares_of(tensors, keeps)
+        if xp is np and jit.enabled():
+            compiled = _compiled_squares_of(tensors, keeps)
+            if compiled is not None:
+                return compiled
         values = []
         for x, keep in zip(tensors, keeps):
             if keep is not None:
