@@ -1,11 +1,12 @@
 """The compiled one-pass statistics kernels of ``ops.stats`` (``runtime.jit``) against their NumPy twins (``with
-jit.using(False)``) and float64 references: ``stats_vector``, ``activation_vector``, ``square_vector`` /
-``SquaresStats``, and ``StatsFeed.put_tensor``, which summarises a float32 tensor at once with them."""
+jit.using(False)``) and float64 references: ``stats_vector``, ``activation_vector``, ``SquaresStats``, and
+``StatsFeed.put_tensor``, which summarises a float32 tensor at once with them."""
 import math
 
 import numpy as np
 import pytest
 
+from flowlab.ops import stats
 from flowlab.ops.stats import (CANCELLING_SPREAD, SquaresStats, activation_vector, histogram_vector, square_vector,
                                stats_vector)
 from flowlab.runtime import host_threads, jit
@@ -14,6 +15,20 @@ from flowlab.watching import StatsFeed
 pytestmark = pytest.mark.skipif(not jit.available(), reason="numba is not installed")
 
 SIZES = [1, 7, 12_800, (1 << 17) + 3]
+
+
+@pytest.fixture
+def split_small(monkeypatch):
+    """Compiled passes split over two host threads from 4,096 elements on (normally from ~1M), so that tests cover
+    the pieces' combination on small tensors."""
+    monkeypatch.setattr(stats, "COMPILED_SPLIT_ELEMENTS", 4096)
+    monkeypatch.setattr(host_threads, "SPLIT_ELEMENTS", 1024)          # (host_threads.parts' own threshold)
+    calls = []
+    each = host_threads.each
+    monkeypatch.setattr(host_threads, "each", lambda *args, **kwargs: calls.append(1) or each(*args, **kwargs))
+    with host_threads.using(2):
+        yield
+    assert calls, "nothing ran in pieces"
 
 
 def twin(function, *args, **kwargs):
@@ -51,8 +66,14 @@ def test_compiled_stats_match_the_numpy_twin_and_a_float64_reference(size):
     got = compiled(stats_vector, np, x)
     assert_same_stats(got, twin(stats_vector, np, x))
     assert_same_stats(got, reference_stats(x), rtol=1e-9)       # float64 sums: the reference's own accuracy
-    with host_threads.using(2):                                  # a large tensor in pieces over two threads
-        assert_same_stats(compiled(stats_vector, np, x), reference_stats(x), rtol=1e-9)
+
+
+@pytest.mark.parametrize("size", [4096, 12_801, (1 << 17) + 3])
+def test_compiled_stats_in_pieces_over_host_threads(size, split_small):
+    x = (np.random.default_rng(size).standard_normal(size) * 3 - 1).astype(np.float32)
+    assert_same_stats(compiled(stats_vector, np, x), reference_stats(x), rtol=1e-9)
+    x[size // 2] = np.nan
+    np.testing.assert_array_equal(compiled(stats_vector, np, x), twin(stats_vector, np, x))
 
 
 @pytest.mark.parametrize("view", ["columns", "transposed", "reversed"])
@@ -114,11 +135,15 @@ def test_a_spread_small_next_to_the_mean_takes_a_centred_second_pass():
     got = compiled(stats_vector, np, x)
     np.testing.assert_allclose(got[3], x.astype(np.float64).std(), rtol=1e-9)
     assert_same_stats(got, twin(stats_vector, np, x), rtol=1e-5)
-    with host_threads.using(2):
-        big = np.tile(x, 11)
-        np.testing.assert_allclose(compiled(stats_vector, np, big)[3], big.astype(np.float64).std(), rtol=1e-9)
     constant = np.full(1000, 0.1, np.float32)
     assert compiled(stats_vector, np, constant)[3] == 0.0
+
+
+def test_a_cancelling_spread_in_pieces(split_small):
+    x = (1000 + np.random.default_rng(2).standard_normal(12_800) * 1e-3).astype(np.float32)
+    np.testing.assert_allclose(compiled(stats_vector, np, x)[3], x.astype(np.float64).std(), rtol=1e-9)
+    y = (50 + np.random.default_rng(8).standard_normal((64, 32, 3)) * 1e-4).astype(np.float32)
+    np.testing.assert_allclose(compiled(activation_vector, np, y, 1)[1], y.astype(np.float64).std(), rtol=1e-9)
 
 
 def test_values_whose_float32_squares_overflow():
@@ -126,8 +151,8 @@ def test_values_whose_float32_squares_overflow():
     got = compiled(stats_vector, np, x)
     assert_same_stats(got, reference_stats(x), rtol=1e-9)
     assert_same_stats(got, twin(stats_vector, np, x), rtol=1e-6)
-    np.testing.assert_allclose(compiled(square_vector, np, x)[0], float(np.sum(x.astype(np.float64) ** 2)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(compiled(SquaresStats.forward, np, x, keeps=(None,))[0],
+                               float(np.sum(x.astype(np.float64) ** 2)), rtol=1e-12)
 
 
 def reference_activation(x, unit_axis):
@@ -161,10 +186,16 @@ def test_compiled_activation_matches_its_twin_and_reference(shape, unit_axis, re
     np.testing.assert_array_equal(got[[2, 3, 4, 5, 6]], want[[2, 3, 4, 5, 6]])    # counts and the largest |x|
     np.testing.assert_allclose(got[:2], want[:2], rtol=1e-5)
     np.testing.assert_allclose(got, reference_activation(x, unit_axis), rtol=1e-9, atol=1e-12)
-    if x.size > host_threads.SPLIT_ELEMENTS:
-        with host_threads.using(2):
-            np.testing.assert_allclose(compiled(activation_vector, np, x, unit_axis, relu),
-                                       reference_activation(x, unit_axis), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape, unit_axis", [((100, 128), 1), ((4, 3, 40, 41), 1), ((2, 16, 64, 65), 1)])
+def test_compiled_activation_in_pieces_over_host_threads(shape, unit_axis, split_small):
+    x = np.maximum(np.random.default_rng(3).standard_normal(shape).astype(np.float32), 0)
+    x[:, 1] = 0                                                  # a dead unit in every piece
+    np.testing.assert_allclose(compiled(activation_vector, np, x, unit_axis, True),
+                               reference_activation(x, unit_axis), rtol=1e-9, atol=1e-12)
+    x[-1, -1] = np.inf
+    np.testing.assert_array_equal(compiled(activation_vector, np, x, unit_axis), twin(activation_vector, np, x, 1))
 
 
 def test_compiled_activation_of_a_non_contiguous_output():
@@ -187,17 +218,6 @@ def test_compiled_activation_with_a_cancelling_spread():
     np.testing.assert_allclose(got[1], x.astype(np.float64).std(), rtol=1e-9)
 
 
-@pytest.mark.parametrize("size", SIZES)
-def test_compiled_squares_match_twin_and_reference(size):
-    x = np.random.default_rng(size).standard_normal(size).astype(np.float32)
-    want = float(np.sum(x.astype(np.float64) ** 2))
-    got = compiled(square_vector, np, x)
-    np.testing.assert_allclose(got, [want, 0, 0], rtol=1e-9)
-    np.testing.assert_allclose(twin(square_vector, np, x), got, rtol=1e-5)
-    with host_threads.using(2):
-        np.testing.assert_allclose(compiled(square_vector, np, x), [want, 0, 0], rtol=1e-9)
-
-
 def test_squares_stats_of_several_tensors_in_one_compiled_call():
     rng = np.random.default_rng(9)
     tensors = [rng.standard_normal(shape).astype(np.float32) for shape in [(64, 128), (128,), (128, 10), (1,)]]
@@ -212,10 +232,23 @@ def test_squares_stats_of_several_tensors_in_one_compiled_call():
     np.testing.assert_array_equal(got[3:12], want[3:12])        # the tensors holding NaN/Inf: the masked path
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert got[4:6].tolist() == [1, 0] and got[7:9].tolist() == [0, 1] and got[9:12].tolist() == [0, 0, 1]
-    big = rng.standard_normal(host_threads.SPLIT_ELEMENTS + 5).astype(np.float32)  # summed on its own, in pieces
-    with host_threads.using(2):
-        got = compiled(SquaresStats.forward, np, tensors[0], big, keeps=(None, None))
-    np.testing.assert_allclose(got[3], np.sum(big.astype(np.float64) ** 2), rtol=1e-9)
+    big = rng.standard_normal(stats.COMPILED_SPLIT_ELEMENTS).astype(np.float32)    # BLAS products: the NumPy path
+    got = compiled(SquaresStats.forward, np, tensors[0], big, keeps=(None, None))
+    want = twin(SquaresStats.forward, np, tensors[0], big, keeps=(None, None))
+    assert got[3] == want[3]
+    assert got[0] == compiled(square_vector, np, tensors[0])[0]       # the small one as square_vector sums it
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_square_vector_sums_a_float32_tensor_as_squares_stats_does(size):
+    x = np.random.default_rng(size).standard_normal(size).astype(np.float32)
+    got = compiled(square_vector, np, x)
+    np.testing.assert_array_equal(got, compiled(SquaresStats.forward, np, x, keeps=(None,)))
+    np.testing.assert_allclose(got, [np.sum(x.astype(np.float64) ** 2), 0, 0], rtol=1e-9)
+    np.testing.assert_allclose(twin(square_vector, np, x), got, rtol=1e-5)
+    x[size // 2] = -np.inf
+    np.testing.assert_array_equal(compiled(square_vector, np, x), twin(square_vector, np, x))
 
 
 def test_squares_stats_keeps_the_tensors_it_is_asked_to():

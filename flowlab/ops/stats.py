@@ -147,16 +147,6 @@ def _centred_squares_float32(x, mean):
 
 
 @jit.kernel(reduce=True)
-def _squares_float32(x):
-    """The sum of squares of a flat float32 array in float64 (NaN or Inf when an element is)."""
-    squares = 0.0
-    for i in range(x.size):
-        v = np.float64(x[i])
-        squares += v * v
-    return squares
-
-
-@jit.kernel(reduce=True)
 def _activation_float32(x, unit_abs, out):
     """One pass over a C-contiguous float32 array of shape ``(outer, units, inner)``: each unit's sum of ``|x|``
     added into ``unit_abs`` (float64, ``units`` long), and ``(max |x|, non-zeros, sum x, sum x²)`` returned. With
@@ -225,10 +215,15 @@ _NO_COPY = np.empty(0, np.float32)
 _NO_OUT = np.empty(0)
 
 
+COMPILED_SPLIT_ELEMENTS = 1 << 20
+"""A compiled pass over at least this many elements runs in pieces on ``host_threads`` (inside a host plan's call;
+the kernels release the GIL). One pass takes ~0.2 ns an element, so below this a piece is shorter than a pool
+thread's wake-up (~20-50 us, far more when another process holds the other core: a 131k tensor's statistics took
+24 us on one thread, 34 split in two, at load 3)."""
+
+
 def _split(size):
-    """Whether a compiled pass over ``size`` elements runs in pieces on ``host_threads`` (inside a host plan's call,
-    for large tensors: the kernels release the GIL)."""
-    return size >= host_threads.SPLIT_ELEMENTS and host_threads.width() > 1
+    return size >= COMPILED_SPLIT_ELEMENTS and host_threads.width() > 1
 
 
 def compiled_stats(x, out, at=0, copy=_NO_COPY):
@@ -259,16 +254,6 @@ def compiled_stats(x, out, at=0, copy=_NO_COPY):
     return True
 
 
-def _compiled_squares(flat):
-    """The sum of squares of a flat float32 host array (``_squares_float32``, split over cores); NaN/Inf when an
-    element is."""
-    if not flat.flags.c_contiguous:
-        flat = np.ascontiguousarray(flat)
-    if not _split(flat.size):
-        return (_squares_float32.compiled or _squares_float32.compile())(flat)
-    return sum(host_threads.each(lambda part: _squares_float32(flat[part]), flat.size, work=flat.size))
-
-
 @jit.kernel(reduce=True)
 def _squares_each_float32(tensors, out):
     """``out[3k:3k + 3] = [sum of squares, 0, 0]`` of each flat float32 array of the tuple ``tensors`` (float64
@@ -289,29 +274,23 @@ def _squares_each_float32(tensors, out):
 
 def _compiled_squares_of(tensors, keeps):
     """``SquaresStats`` of float32 host tensors: one compiled call for all of them (each call costs ~0.5 us beside
-    a few thousand elements' work); a tensor holding NaN/Inf gets ``square_vector``'s masked NumPy form. A tuple of
-    ``n`` arrays compiles once per ``n`` (and a large tensor is summed on its own, split over cores). None (nothing
-    kept yet) when a tensor is not a non-empty float32 one."""
-    flats, largest = [], 0
+    a few thousand elements' work); a tensor holding NaN/Inf gets ``square_vector``'s masked NumPy form
+    (``_masked_squares``). A tuple of ``n`` arrays compiles once per ``n``. None (nothing kept yet) when a tensor is
+    not a non-empty float32 one or is large (``COMPILED_SPLIT_ELEMENTS``): a BLAS dot product each is as fast there
+    (one tensor: ~2 us either way)."""
+    flats = []
     for x in tensors:
-        if x.dtype.char != "f" or not x.size:
+        if x.dtype.char != "f" or not 0 < x.size < COMPILED_SPLIT_ELEMENTS:
             return None
         flats.append(x.ravel())
-        largest = max(largest, x.size)
     for x, keep in zip(tensors, keeps):
         if keep is not None:
             keep.save(np, x)
     out = np.empty(3 * len(flats))
-    if largest < host_threads.SPLIT_ELEMENTS:
-        bad = (_squares_each_float32.compiled or _squares_each_float32.compile())(tuple(flats), out)
-    else:
-        for k, flat in enumerate(flats):
-            out[3 * k:3 * k + 3] = (_compiled_squares(flat), 0.0, 0.0)
-        bad = np.count_nonzero(~np.isfinite(out[::3]))
-    if bad:
+    if (_squares_each_float32.compiled or _squares_each_float32.compile())(tuple(flats), out):
         for k, flat in enumerate(flats):
             if not math.isfinite(out[3 * k]):
-                out[3 * k:3 * k + 3] = square_vector(np, flat)
+                out[3 * k:3 * k + 3] = _masked_squares(np, flat)
     return out
 
 
@@ -607,14 +586,25 @@ ROWS_AT_ONCE = 512 << 10
 
 def square_vector(xp, x, scratch=None, out=None):
     """``[sum of squares of the finite elements, nan, inf]`` of ``x``, float64 on ``x``'s device: one dot product
-    when everything is finite (``scratch``, ``out``: as ``activation_vector``'s)."""
+    when everything is finite (``scratch``, ``out``: as ``activation_vector``'s). With compiled kernels a float32
+    host ``x`` is summed as ``SquaresStats`` sums it (in float64, in the same kernel: ``watch_health``'s block path
+    and its report a call give the same norms); as fast as the dot product."""
     flat = x.reshape(-1)
     if xp is not np and x.dtype == np.float32 and x.size:
         return _cupy_squares(xp, flat, scratch, out)
+    if xp is np and x.dtype.char == "f" and jit.enabled():
+        compiled = _compiled_squares_of((flat,), (None,))
+        if compiled is not None:
+            return compiled
     if xp is np and x.dtype.char in "fd":
-        total = _host_squares(flat)
+        total = float(np.dot(flat, flat))
         if total - total == 0:
             return np.array([total, 0.0, 0.0])
+    return _masked_squares(xp, flat)
+
+
+def _masked_squares(xp, flat):
+    """``square_vector`` of a flat array holding NaN/Inf (or whose dot product overflowed), in float64."""
     x64 = flat.astype(xp.float64)
     finite = xp.isfinite(x64)
     nan = xp.isnan(x64).sum(dtype=xp.float64)
@@ -623,14 +613,6 @@ def square_vector(xp, x, scratch=None, out=None):
     biggest = xp.abs(kept).max() if kept.size else 0.0
     scale = xp.where(biggest > 1e150, biggest, 1.0)     # squares of 1e200 overflow float64 too
     return xp.stack([xp.vdot(kept / scale, kept / scale) * scale * scale, nan, inf])
-
-
-def _host_squares(flat):
-    """The sum of squares of a flat float host array: compiled for float32 (float64 sums: finite unless an element
-    is not), else a dot product in its own type (Inf also when it overflows: the masked path then redoes it)."""
-    if flat.dtype.char == "f" and jit.enabled():
-        return _compiled_squares(flat)
-    return float(_dot(flat, flat))
 
 
 def mean_vector(xp, x, out=None):
@@ -947,12 +929,13 @@ class SquaresStats(Op):
             compiled = _compiled_squares_of(tensors, keeps)
             if compiled is not None:
                 return compiled
-        values = []
+        values, compiled = [], xp is np and jit.enabled()
         for x, keep in zip(tensors, keeps):
             if keep is not None:
                 keep.save(xp, x)
-            if xp is np and x.dtype.char in "fd":
-                total = _host_squares(x.reshape(-1))
+            if xp is np and x.dtype.char in "fd" and not (compiled and x.dtype.char == "f"):
+                flat = x.reshape(-1)
+                total = float(_dot(flat, flat))
                 if total - total == 0:          # all finite: square_vector's fast path, without its array
                     values += (total, 0.0, 0.0)
                     continue
