@@ -88,9 +88,9 @@ class StatsFeed:
     block of rows, and a full block (or a take, or a ``put``, which keeps the order) turns into vectors with one
     ``stats_rows`` call, so four reductions serve many calls (``batches`` says which tensors the plan sends this
     way); the block's vectors wait as one entry, and ``len`` and ``limit`` count their rows. With compiled kernels
-    (``runtime.jit``) a float32 tensor of any size is summarised at once instead, in one pass
-    (``ops.stats.stats_vector``), into a block of vectors: no copy to keep but a small tensor's last one (for
-    ``latest``), and no array or entry a call.
+    (``runtime.jit``) a float32 tensor of any size is summarised at once instead, in one pass written straight into
+    a block of vectors (``ops.stats.compiled_stats``): no statistics op in the plan, no copy to keep but a small
+    tensor's last one (for ``latest``), and no array or entry a call.
     """
 
     # A block stays in cache while it fills. Below 16 rows the copies cost what they save: four reductions over a
@@ -183,7 +183,7 @@ class StatsFeed:
                 self._copy_of = x.size
             copy = self._copy
             at = 6 * len(steps)
-            if not compiled_stats(x, block, at, copy):     # NaN/Inf: the NumPy path counts them
+            if not compiled_stats(x, block, at, copy):     # NaN/Inf: the NumPy path's masked form counts them
                 block[at:at + 6] = stats_vector(np, x)
                 if copy.size:
                     copy[...] = x.reshape(-1)

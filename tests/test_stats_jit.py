@@ -292,6 +292,17 @@ def test_stats_feed_summarises_float32_tensors_at_once_every_step_and_keeps_smal
         assert latest is None                                 # a large tensor is summarised in place, not copied
 
 
+def test_stats_feed_summarises_an_empty_tensor_as_stats_vector_does():
+    feed = StatsFeed(lambda: None, lambda: None)
+    with jit.using(True):
+        feed.put_tensor(0, np.zeros((0, 3), np.float32))
+        feed.put_tensor(1, np.ones(2, np.float32))
+    steps, vectors = feed.take()
+    assert steps == [0, 1]
+    np.testing.assert_array_equal(vectors[0], [np.nan] * 4 + [0, 0])
+    np.testing.assert_array_equal(vectors[1], [1, 1, 1, 0, 0, 0])
+
+
 def test_stats_feed_keeps_step_order_across_puts_blocks_and_a_change_of_mode_or_shape():
     rng = np.random.default_rng(4)
     feed = StatsFeed(lambda: None, lambda: None, limit=10**6)
