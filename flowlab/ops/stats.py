@@ -930,11 +930,12 @@ class SquaresStats(Op):
 
     @staticmethod
     def forward(xp, *tensors, keeps):
-        if xp is np and jit.enabled():
-            compiled = _compiled_squares_of(tensors, keeps)
-            if compiled is not None:
-                return compiled
-        values, compiled = [], xp is np and jit.enabled()
+        compiled = xp is np and jit.enabled()
+        if compiled:
+            vector = _compiled_squares_of(tensors, keeps)
+            if vector is not None:
+                return vector
+        values = []
         for x, keep in zip(tensors, keeps):
             if keep is not None:
                 keep.save(xp, x)
