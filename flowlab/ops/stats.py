@@ -597,10 +597,11 @@ def square_vector(xp, x, scratch=None, out=None):
     flat = x.reshape(-1)
     if xp is not np and x.dtype == np.float32 and x.size:
         return _cupy_squares(xp, flat, scratch, out)
-    if xp is np and x.dtype.char == "f" and jit.enabled():
-        compiled = _compiled_squares_of((flat,), (None,))
-        if compiled is not None:
-            return compiled
+    if xp is np and x.dtype.char == "f" and 0 < flat.size < COMPILED_SPLIT_ELEMENTS and jit.enabled():
+        vector = np.empty(3)
+        if not (_squares_each_float32.compiled or _squares_each_float32.compile())((flat.ravel(),), vector):
+            return vector
+        return _masked_squares(np, flat)
     if xp is np and x.dtype.char in "fd":
         total = float(np.dot(flat, flat))
         if total - total == 0:
