@@ -38,7 +38,8 @@ import numpy as np
 from . import graph as g
 from .blob import NO_ANNOTATION, BlobDef, converter, to_blob, to_numpy
 from .errors import TraceError
-from .ops.stats import stats_rows
+from .ops.stats import compiled_stats, stats_rows, stats_vector
+from .runtime import jit
 
 
 class TensorStats(NamedTuple):
@@ -86,7 +87,10 @@ class StatsFeed:
     On the host a small tensor is cheaper to copy than to summarise: ``put_tensor(step, x)`` copies ``x`` into a
     block of rows, and a full block (or a take, or a ``put``, which keeps the order) turns into vectors with one
     ``stats_rows`` call, so four reductions serve many calls (``batches`` says which tensors the plan sends this
-    way); the block's vectors wait as one entry, and ``len`` and ``limit`` count their rows.
+    way); the block's vectors wait as one entry, and ``len`` and ``limit`` count their rows. With compiled kernels
+    (``runtime.jit``) a float32 tensor of any size is summarised at once instead, in one pass written straight into
+    a block of vectors (``ops.stats.compiled_stats``): no statistics op in the plan, no copy to keep but a small
+    tensor's last one (for ``latest``), and no array or entry a call.
     """
 
     # A block stays in cache while it fills. Below 16 rows the copies cost what they save: four reductions over a
@@ -101,17 +105,25 @@ class StatsFeed:
         self._on_put, self._on_full, self.limit = on_put, on_full, limit
         self._taken = True
         self._given = None           # the last step a take gave
-        self._block = None           # put_tensor's rows, their steps and how many are filled
+        self._block = None           # put_tensor's rows (tensors, or vectors when ``_summarised``) and their steps
+        self._summarised = False
         self._block_steps = []
-        self._latest = None          # (step, block, row, shape) of the last put_tensor
+        self._latest = None          # (step, flat copy, shape) of the last put_tensor of a small tensor
+        self._copy, self._copy_of = None, None   # (compiled kernels) that copy (empty for a large tensor), its size
         self._block_lock = threading.Lock()
 
     @classmethod
     def batches(cls, tensor):
-        """Whether a plan on the host should ``put_tensor`` this (lazy) tensor rather than put its statistics."""
-        size = int(np.prod(tensor.shape))
-        return tensor.dtype in (np.float32, np.float64) and \
-            0 < size * tensor.dtype.itemsize * cls.MIN_ROWS <= cls.BLOCK_BYTES
+        """Whether a plan on the host should ``put_tensor`` this (lazy) tensor rather than put its statistics: a
+        small float one (copied), or with compiled kernels any float32 one (summarised at once)."""
+        if tensor.dtype == np.float32 and jit.enabled():
+            return True
+        return tensor.dtype in (np.float32, np.float64) and cls._copied(int(np.prod(tensor.shape)),
+                                                                          tensor.dtype.itemsize)
+
+    @classmethod
+    def _copied(cls, size, itemsize):
+        return 0 < size * itemsize * cls.MIN_ROWS <= cls.BLOCK_BYTES
 
     def put(self, step, vector):
         if self._block_steps:        # rows put_tensor kept go first: the feed stays in step order
@@ -129,31 +141,69 @@ class StatsFeed:
             self._on_full()
 
     def put_tensor(self, step, x):
-        """Keep a copy of host array ``x`` (the plan may overwrite it) to summarise later with others."""
+        """Keep a copy of host array ``x`` (the plan may overwrite it) to summarise later with others; with compiled
+        kernels a float32 ``x`` is summarised now (see the class docstring). A large ``x`` (a plan compiled with
+        kernels, run without) is summarised now by NumPy."""
+        if x.dtype == np.float32 and jit.enabled():
+            self._put_summary(step, x)
+            return
+        if not self._copied(x.size, x.dtype.itemsize):
+            self.put(step, stats_vector(np, x))
+            return
         with self._block_lock:
             block, steps = self._block, self._block_steps
-            if block is None or block.shape[1] != x.size or block.dtype != x.dtype:
+            if block is None or self._summarised or block.shape[1] != x.size or block.dtype != x.dtype:
                 self._summarise_block()          # a new shape (the job compiled for other arguments)
                 rows = min(self.MAX_ROWS, max(self.MIN_ROWS, self.BLOCK_BYTES // (x.size * x.dtype.itemsize)))
                 block = self._block = np.empty((rows, x.size), x.dtype)
+                self._summarised = False
+                steps = self._block_steps        # (a new list: the old one went with the summarised rows)
             at = len(steps)
-            block[at] = x.reshape(-1)
-            self._latest = (step, block, at, x.shape)
+            row = block[at]
+            row[...] = x.reshape(-1)
+            self._latest = (step, row, x.shape)
             steps.append(step)
             if len(steps) == len(block):
                 self._summarise_block()
             waiting = len(self._items) + self._chunk_rows
         self._wake(waiting)
 
+    def _put_summary(self, step, x):
+        """``put_tensor`` with compiled kernels: ``x``'s statistics written into the next row of a block of vectors,
+        and a small ``x`` copied for ``latest`` in the same pass."""
+        with self._block_lock:
+            block, steps = self._block, self._block_steps
+            if block is None or not self._summarised:
+                self._summarise_block()
+                block = self._block = np.empty(self.MAX_ROWS * 6)
+                self._summarised = True
+                steps = self._block_steps
+            if self._copy_of != x.size:     # (a job compiled for other arguments)
+                self._copy = np.empty(x.size if self._copied(x.size, 4) else 0, np.float32)
+                self._copy_of = x.size
+            copy = self._copy
+            at = 6 * len(steps)
+            if not compiled_stats(x, block, at, copy):     # NaN/Inf: the NumPy path's masked form counts them
+                block[at:at + 6] = stats_vector(np, x)
+                if copy.size:
+                    copy[...] = x.reshape(-1)
+            steps.append(step)
+            if copy.size:
+                self._latest = (step, copy, x.shape)
+            if at == len(block) - 6:
+                self._summarise_block()
+            waiting = len(self._items) + self._chunk_rows
+        self._wake(waiting)
+
     def latest(self):
-        """``(step, copy)`` of the last tensor ``put_tensor`` kept (its row stays in the block until the next put
-        writes over it), or None: a view shows the last step's histogram from it at the end of a run, when the
-        plan's on-demand histogram is older (any thread)."""
+        """``(step, copy)`` of the last small tensor ``put_tensor`` kept (its row stays in the block, or its copy
+        kept, until the next put writes over it), or None: a view shows the last step's histogram from it at the
+        end of a run, when the plan's on-demand histogram is older (any thread)."""
         with self._block_lock:
             if self._latest is None:
                 return None
-            step, block, at, shape = self._latest
-            return step, block[at].reshape(shape).copy()
+            step, row, shape = self._latest
+            return step, row.reshape(shape).copy()
 
     def _summarise_block(self):
         """The filled rows of the block become vectors (under the block lock)."""
@@ -161,7 +211,11 @@ class StatsFeed:
         if steps:
             # one entry for the block: a take joins arrays, where a tuple a row cost it ~20 µs per 1,000 rows
             self._chunk_rows += len(steps) - 1
-            self._items.append((steps, stats_rows(self._block[:len(steps)])))
+            if self._summarised:             # already vectors: handed over, and the next put starts a new block
+                self._items.append((steps, self._block[:6 * len(steps)].reshape(-1, 6)))
+                self._block = None
+            else:
+                self._items.append((steps, stats_rows(self._block[:len(steps)])))
             self._block_steps = []
 
     def take(self):

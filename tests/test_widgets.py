@@ -24,7 +24,7 @@ from flowlab.plots import (STATS_ROWS, Trend, heading, histogram_columns, histog
                            histogram_view, is_spiky, stats_columns, stats_view, tensor_summary, trend_columns,
                            trend_figure, trend_source)
 from flowlab.plots.figures import ALARM
-from flowlab.runtime import backend
+from flowlab.runtime import backend, jit
 from flowlab.watching import StatsFeed, TensorHistogram, TensorStats
 from flowlab.widgets import LiveDocument, TrainingProgress, WatchPanel
 from flowlab.widgets import live as live_module
@@ -274,6 +274,11 @@ def test_stats_feed_gives_what_was_put_in_order_and_calls_on_full_at_its_limit()
 
 
 def test_stats_feed_counts_the_rows_of_its_blocks_and_gives_them_in_order_one_a_step():
+    with jit.using(False):     # blocks of copies (compiled kernels summarise each tensor at once: test_stats_jit)
+        _count_rows_of_blocks()
+
+
+def _count_rows_of_blocks():
     full = []
     feed = StatsFeed(lambda: None, lambda: full.append(feed.take()), limit=40)
     rng = np.random.default_rng(3)
@@ -723,8 +728,10 @@ def test_panel_statistics_are_each_calls_whether_copied_whole_or_summarised_in_p
         job(x)
     flow.sync_default_session()
     panel.close()
-    # (a small tensor is copied whole on the host only: on CuPy every watched tensor is summarised in place)
-    assert ("TensorStats" in job.plan().source) == (path == "summarised in place" or backend.current().is_gpu)
+    # (a small tensor is copied whole on the host only: on CuPy every watched tensor is summarised in place; with
+    # compiled kernels the feed summarises any float32 tensor itself, at once: no statistics op)
+    op = backend.current().is_gpu or (path == "summarised in place" and not jit.enabled())
+    assert ("TensorStats" in job.plan().source) == op
     trend = next(iter(panel._rows.values())).trend.columns()
     assert trend["step"].tolist() == list(range(23))
     for step, value in enumerate(seen):

@@ -5,7 +5,10 @@ live widgets' summaries and the plot layer's tables, so a watch ships a few numb
 NaN when there are none); ``histogram_vector`` gives ``[lo, hi, count_0 … count_{bins-1}]``, equal-width bins over
 the finite range. Both run on NumPy or CuPy arrays (``xp``). On the host the common all-finite case takes a fast path
 (min, max, sum and one dot product: ~13 µs for 12,800 float32 on a 2-core VM, against ~150 µs with masks);
-on a GPU the masked form runs without any device-to-host synchronisation, so a CUDA graph can capture it.
+on a GPU the masked form runs without any device-to-host synchronisation, so a CUDA graph can capture it. With
+compiled kernels (``runtime.jit``) a float32 host tensor takes one compiled pass instead (``compiled_stats``,
+``activation_vector``, ``SquaresStats``: see "compiled one-pass kernels" below; ~2x faster at the README MLP's
+sizes), the NumPy code staying their twin.
 
 ``watch_health``'s statistics live here too (``activation_vector``, ``square_vector``, ``mean_vector``,
 ``batch_norm_vector`` and their graph ops ``ActivationStats``, ``SquareStats``, ``MeanStat``, ``BatchNormStats``): on a
@@ -19,6 +22,7 @@ import math
 
 import numpy as np
 
+from ..runtime import host_threads, jit
 from . import Op, apply, as_tensor, cupy_elementwise, spec
 from .scatter import unique_rows
 
@@ -75,6 +79,255 @@ def ones_of(n, char):
         ones = _ones[key] = np.ones(n, char)
         ones.flags.writeable = False
     return ones
+
+
+# ------------------------------------------------------------------------ compiled one-pass kernels (float32, host)
+# The NumPy fast paths below take one pass per reduction (min, max, sum, sum of squares, |x|, ...), each a call of
+# its own; a watched step runs them beside the step's own work, where every pass reads the tensor from L2 again
+# (hidden layer statistics of the README's MLP: ~8 us alone, ~12-16 us inside a step). These do it in one pass,
+# summing in float64 (no sum or square of float32 values can overflow there, and E[x²] - mean² keeps ~9 more
+# digits), and write the finished vector themselves (each Python step around a call costs ~0.1-0.5 us). Minima and
+# maxima are taken on the bits (an int32 key that orders as the float does, ``b ^ ((b >> 31) & 0x7fffffff)``, its
+# own inverse), which vectorise where a float minimum without fast-math's no-NaN flag does not (a scalar loop, ~6x
+# slower). NaN and Inf: the sum of squares is then NaN or Inf (never by overflow), the kernel writes nothing and
+# the caller takes the NumPy twin's masked path, so counts and finite moments are the twin's.
+
+CANCELLING_SPREAD = 1e-6
+"""The compiled paths take the variance as E[x²] - mean² from float64 sums unless it is below this times mean²
+(then a second, centred pass): float64 sums keep ~1e-16 of mean², so the spread keeps ~10 digits."""
+
+
+@jit.kernel(reduce=True)
+def _summary_float32(x, out, at, copy):
+    """``stats_vector`` of a flat float32 array written into ``out[at:at + 6]`` (float64) when ``at >= 0`` and
+    every element is finite, in one pass (two when the spread cancels: ``CANCELLING_SPREAD``); ``copy`` (empty, or
+    ``x``'s size) gets a copy of ``x`` right after (still in cache). Returns ``(min, max, sum, sum of squares)``; min and max are meaningless when
+    the sum of squares is not finite (NaN/Inf: nothing is written)."""
+    bits = x.view(np.int32)
+    lo, hi = np.int32(0x7fffffff), np.int32(-0x80000000)
+    total, squares = 0.0, 0.0
+    for i in range(x.size):
+        b = bits[i]
+        key = b ^ ((b >> np.int32(31)) & np.int32(0x7fffffff))
+        lo = min(lo, key)
+        hi = max(hi, key)
+        v = np.float64(x[i])
+        total += v
+        squares += v * v
+    if copy.size:
+        copy[:] = x
+    low = jit.float32_from_bits(lo ^ ((lo >> np.int32(31)) & np.int32(0x7fffffff)))
+    high = jit.float32_from_bits(hi ^ ((hi >> np.int32(31)) & np.int32(0x7fffffff)))
+    if at < 0 or squares - squares != 0:
+        return low, high, total, squares
+    n = x.size
+    mean = total / n
+    var = squares / n - mean * mean
+    if var < CANCELLING_SPREAD * mean * mean:
+        var = 0.0
+        if low != high:
+            for i in range(n):
+                d = np.float64(x[i]) - mean
+                var += d * d
+            var /= n
+    out[at] = low
+    out[at + 1] = high
+    out[at + 2] = mean
+    out[at + 3] = math.sqrt(var) if var > 0 else 0.0
+    out[at + 4] = 0.0
+    out[at + 5] = 0.0
+    return low, high, total, squares
+
+
+@jit.kernel(reduce=True)
+def _centred_squares_float32(x, mean):
+    """``sum (x - mean)²`` of a flat float32 array in float64 (the second pass of a cancelling spread, by pieces)."""
+    squares = 0.0
+    for i in range(x.size):
+        d = np.float64(x[i]) - mean
+        squares += d * d
+    return squares
+
+
+@jit.kernel(reduce=True)
+def _activation_float32(x, unit_abs, out):
+    """One pass over a C-contiguous float32 array of shape ``(outer, units, inner)``: each unit's sum of ``|x|``
+    added into ``unit_abs`` (float64, ``units`` long), and ``(max |x|, non-zeros, sum x, sum x²)`` returned. With
+    ``out`` (float64, 7 long; empty: a piece of a split tensor, whose caller finishes) and every element finite,
+    ``activation_vector`` is written there: a unit is dead when its sum of ``|x|`` is 0 (``|x|`` cannot cancel)."""
+    outer, units, inner = x.shape
+    top = np.int32(0)               # |x|'s bits: non-negative floats order as their bits do
+    nonzero = 0
+    total, squares = 0.0, 0.0
+    if inner == 1:                  # units last (a dense layer): the unit loop vectorises
+        rows = x.reshape(outer, units)
+        bits = rows.view(np.int32)
+        for o in range(outer):
+            row, row_bits = rows[o], bits[o]
+            for u in range(units):
+                magnitude = row_bits[u] & np.int32(0x7fffffff)
+                top = max(top, magnitude)
+                nonzero += magnitude != 0
+                v = np.float64(row[u])
+                unit_abs[u] += abs(v)
+                total += v
+                squares += v * v
+    else:                           # units then positions (NCHW): the position loop vectorises
+        bits = x.view(np.int32)
+        for o in range(outer):
+            for u in range(units):
+                row, row_bits = x[o, u], bits[o, u]
+                unit = 0.0
+                for i in range(inner):
+                    magnitude = row_bits[i] & np.int32(0x7fffffff)
+                    top = max(top, magnitude)
+                    nonzero += magnitude != 0
+                    v = np.float64(row[i])
+                    unit += abs(v)
+                    total += v
+                    squares += v * v
+                unit_abs[u] += unit
+    biggest = jit.float32_from_bits(top)
+    if out.size == 0 or squares - squares != 0:
+        return biggest, nonzero, total, squares
+    n = x.size
+    dead, total_abs = 0, 0.0
+    for u in range(units):
+        dead += unit_abs[u] == 0
+        total_abs += unit_abs[u]
+    mean = total / n
+    var = squares / n - mean * mean
+    if var < CANCELLING_SPREAD * mean * mean:
+        var = 0.0
+        flat = x.reshape(n)
+        for i in range(n):
+            d = np.float64(flat[i]) - mean
+            var += d * d
+        var /= n
+    out[0] = total_abs / n
+    out[1] = math.sqrt(var) if var > 0 else 0.0
+    out[2] = (n - nonzero) / n
+    out[3] = biggest
+    out[4] = dead / units
+    out[5] = 0.0
+    out[6] = 0.0
+    return biggest, nonzero, total, squares
+
+
+_NO_COPY = np.empty(0, np.float32)
+_NO_OUT = np.empty(0)
+
+
+COMPILED_SPLIT_ELEMENTS = 1 << 20
+"""A compiled pass over at least this many elements runs in pieces on ``host_threads`` (inside a host plan's call;
+the kernels release the GIL). One pass takes ~0.2 ns an element, so below this a piece is shorter than a pool
+thread's wake-up (~20-50 us, far more when another process holds the other core: a 131k tensor's statistics took
+24 us on one thread, 34 split in two, at load 3)."""
+
+
+def _split(size):
+    return size >= COMPILED_SPLIT_ELEMENTS and host_threads.width() > 1
+
+
+def compiled_stats(x, out, at=0, copy=_NO_COPY):
+    """Write ``stats_vector`` of float32 host array ``x`` into ``out[at:at + 6]`` (float64) in one compiled pass (two
+    when the spread is small next to the mean: ``CANCELLING_SPREAD``) and return True; False, with nothing written,
+    when ``x`` holds NaN or Inf (the NumPy path's masked form counts them) or is empty. ``copy``: an array of
+    ``x``'s size that gets a copy of it (``StatsFeed``'s last tensor) while it is in cache."""
+    flat = x.ravel()                         # a view when contiguous, else a contiguous copy
+    if not flat.size:
+        return False
+    if not _split(flat.size):
+        # the dispatcher itself: jit.Kernel's call costs ~0.4 us beside a ~1 us pass (this runs every watched step)
+        squares = (_summary_float32.compiled or _summary_float32.compile())(flat, out, at, copy)[3]
+        return squares - squares == 0
+    if copy.size:
+        copy[...] = flat
+    parts = host_threads.each(lambda part: _summary_float32(flat[part], _NO_OUT, -1, _NO_COPY), flat.size,
+                              work=flat.size)
+    los, his, totals, squares = zip(*parts)
+    squares = sum(squares)
+    if squares - squares != 0:
+        return False
+    n, lo, hi = flat.size, min(los), max(his)
+    mean = sum(totals) / n
+    var = squares / n - mean * mean
+    if var < CANCELLING_SPREAD * mean * mean:
+        var = 0.0 if lo == hi else sum(host_threads.each(
+            lambda part: _centred_squares_float32(flat[part], mean), flat.size, work=flat.size)) / n
+    out[at:at + 6] = (lo, hi, mean, math.sqrt(var) if var > 0 else 0.0, 0.0, 0.0)
+    return True
+
+
+@jit.kernel(reduce=True)
+def _squares_each_float32(tensors, out):
+    """``out[3k:3k + 3] = [sum of squares, 0, 0]`` of each flat float32 array of the tuple ``tensors`` (float64
+    sums); returns how many hold NaN or Inf (their sums are then not finite)."""
+    bad = 0
+    for k in range(len(tensors)):
+        x = tensors[k]
+        squares = 0.0
+        for i in range(x.size):
+            v = np.float64(x[i])
+            squares += v * v
+        out[3 * k] = squares
+        out[3 * k + 1] = 0.0
+        out[3 * k + 2] = 0.0
+        bad += squares - squares != 0
+    return bad
+
+
+def _compiled_squares_of(tensors, keeps):
+    """``SquaresStats`` of float32 host tensors: one compiled call for all of them (each call costs ~0.5 us beside
+    a few thousand elements' work); a tensor holding NaN/Inf gets ``square_vector``'s masked NumPy form
+    (``_masked_squares``). A tuple of ``n`` arrays compiles once per ``n``. None (nothing kept yet) when a tensor is
+    not a non-empty float32 one or is large (``COMPILED_SPLIT_ELEMENTS``): a BLAS dot product each is as fast there
+    (one tensor: ~2 us either way)."""
+    flats = []
+    for x in tensors:
+        if x.dtype.char != "f" or not 0 < x.size < COMPILED_SPLIT_ELEMENTS:
+            return None
+        flats.append(x.ravel())
+    for x, keep in zip(tensors, keeps):
+        if keep is not None:
+            keep.save(np, x)
+    out = np.empty(3 * len(flats))
+    if (_squares_each_float32.compiled or _squares_each_float32.compile())(tuple(flats), out):
+        for k, flat in enumerate(flats):
+            if not math.isfinite(out[3 * k]):
+                out[3 * k:3 * k + 3] = _masked_squares(np, flat)
+    return out
+
+
+def _compiled_activation(x, unit_axis):
+    """``activation_vector`` of a float32 host array ``x`` in one compiled pass (two when its spread is small next
+    to its mean: ``CANCELLING_SPREAD``), or None when it holds NaN or Inf."""
+    shape = x.shape
+    axis = unit_axis % len(shape)
+    units = shape[axis]
+    inner = 1 if axis == len(shape) - 1 else math.prod(shape[axis + 1:])
+    blocks = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(-1, units, inner)
+    out = np.empty(7)
+    if not _split(blocks.size):
+        squares = (_activation_float32.compiled or _activation_float32.compile())(blocks, np.zeros(units), out)[3]
+        return out if squares - squares == 0 else None
+
+    def run(part):
+        unit_abs = np.zeros(units)
+        return (*_activation_float32(blocks[part], unit_abs, _NO_OUT), unit_abs)
+    tops, nonzeros, totals, squares, unit_sums = zip(*host_threads.each(run, blocks.shape[0], work=blocks.size))
+    squares = sum(squares)
+    if squares - squares != 0:
+        return None
+    n, unit_abs = blocks.size, np.add.reduce(unit_sums)
+    mean = sum(totals) / n
+    var = squares / n - mean * mean
+    if var < CANCELLING_SPREAD * mean * mean:
+        flat = blocks.reshape(-1)
+        var = sum(host_threads.each(lambda part: _centred_squares_float32(flat[part], mean), n, work=n)) / n
+    out[:] = (float(np.add.reduce(unit_abs)) / n, math.sqrt(var) if var > 0 else 0.0, (n - sum(nonzeros)) / n,
+              max(tops), np.count_nonzero(unit_abs == 0) / units, 0.0, 0.0)
+    return out
 
 
 def _host_finite_stats(x):
@@ -135,6 +388,10 @@ def stats_rows(rows):
 def stats_vector(xp, x):
     """``[min, max, mean, std, nan_count, inf_count]`` of array ``x`` as a float64 vector of 6 (see module doc)."""
     if xp is np and x.dtype.char in _HOST_FLOATS and x.size:   # the common case, first
+        if x.dtype.char == "f" and jit.enabled():
+            out = np.empty(6)
+            if compiled_stats(x, out):
+                return out
         fast = _host_finite_stats(x.reshape(-1))
         if fast is not None:
             return fast
@@ -212,6 +469,9 @@ def activation_vector(xp, x, unit_axis=1, nonnegative=False, scratch=None, out=N
     device vector of 7 for the GPU kernel to write into."""
     n = x.size
     if xp is np and n and x.dtype.char in "fd":      # the common case (every watched step), first
+        fast = _compiled_activation(x, unit_axis) if x.dtype.char == "f" and x.ndim and jit.enabled() else None
+        if fast is not None:
+            return fast
         fast = _host_activation(x, unit_axis, nonnegative)
         if fast is not None:
             return fast
@@ -331,14 +591,26 @@ ROWS_AT_ONCE = 512 << 10
 
 def square_vector(xp, x, scratch=None, out=None):
     """``[sum of squares of the finite elements, nan, inf]`` of ``x``, float64 on ``x``'s device: one dot product
-    when everything is finite (``scratch``, ``out``: as ``activation_vector``'s)."""
+    when everything is finite (``scratch``, ``out``: as ``activation_vector``'s). With compiled kernels a float32
+    host ``x`` is summed as ``SquaresStats`` sums it (in float64, in the same kernel: ``watch_health``'s block path
+    and its report a call give the same norms); as fast as the dot product."""
     flat = x.reshape(-1)
     if xp is not np and x.dtype == np.float32 and x.size:
         return _cupy_squares(xp, flat, scratch, out)
+    if xp is np and x.dtype.char == "f" and 0 < flat.size < COMPILED_SPLIT_ELEMENTS and jit.enabled():
+        vector = np.empty(3)
+        if not (_squares_each_float32.compiled or _squares_each_float32.compile())((flat.ravel(),), vector):
+            return vector
+        return _masked_squares(np, flat)
     if xp is np and x.dtype.char in "fd":
         total = float(np.dot(flat, flat))
         if total - total == 0:
             return np.array([total, 0.0, 0.0])
+    return _masked_squares(xp, flat)
+
+
+def _masked_squares(xp, flat):
+    """``square_vector`` of a flat array holding NaN/Inf (or whose dot product overflowed), in float64."""
     x64 = flat.astype(xp.float64)
     finite = xp.isfinite(x64)
     nan = xp.isnan(x64).sum(dtype=xp.float64)
@@ -659,11 +931,16 @@ class SquaresStats(Op):
 
     @staticmethod
     def forward(xp, *tensors, keeps):
+        compiled = xp is np and jit.enabled()
+        if compiled:
+            vector = _compiled_squares_of(tensors, keeps)
+            if vector is not None:
+                return vector
         values = []
         for x, keep in zip(tensors, keeps):
             if keep is not None:
                 keep.save(xp, x)
-            if xp is np and x.dtype.char in "fd":
+            if xp is np and x.dtype.char in "fd" and not (compiled and x.dtype.char == "f"):
                 flat = x.reshape(-1)
                 total = float(_dot(flat, flat))
                 if total - total == 0:          # all finite: square_vector's fast path, without its array
