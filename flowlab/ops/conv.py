@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..runtime import cublas
-from ..runtime import host_threads
+from ..runtime import host_threads, jit
 from . import Op, apply, as_tensor, spec
 
 
@@ -1013,6 +1013,8 @@ class MaxPool2D(_Pool):
 
     @staticmethod
     def forward(xp, x, ksize, strides, padding, data_format):
+        if _jit_pool_case(xp, x, data_format):
+            return _jit_max_pool(_max_pool_float32, x, None, ksize, strides, padding)
         if xp is not np or host_threads.width() == 1:
             return _max_windows(xp, x, ksize, strides, padding, data_format)[2]
         # host threads take blocks of channels (NCHW: each channel pools alone) or images
@@ -1043,6 +1045,8 @@ class MaxPoolGrad(Op):
 
     @staticmethod
     def forward(xp, x, dy, ksize, strides, padding, data_format):
+        if _jit_pool_case(xp, x, data_format) and dy.dtype == x.dtype:
+            return _jit_max_pool(_max_pool_grad_float32, x, dy, ksize, strides, padding)
         if xp is not np:
             return _max_pool_grad(xp, x, dy, ksize, strides, padding, data_format)
         # NumPy: in blocks of channels (NCHW: every channel pools alone) or images, so that the ~45 passes over each
@@ -1076,6 +1080,114 @@ def _max_pool_grad(xp, x, dy, ksize, strides, padding, data_format):
         dx[where] += dy * take              # one position never reads an element twice
         free ^= take
     return xp.ascontiguousarray(dx[_crop(data_format, pads, shape)])
+
+
+# Compiled max pooling (float32 NCHW on NumPy, ``runtime.jit``): host threads take ranges of planes (one channel of
+# one image). Per output row, a running maximum over the window's rows for every input column (contiguous), then over
+# the window's columns; the gradient then looks for each window's first maximum in row-major order, as the NumPy
+# kernels' rule is (ties: the first; NaN: none; padding counts as -inf and, if first, takes the gradient away).
+# ResNet-50's pool1 (4 x 64 x 112 x 112, 3x3 stride 2), one thread: forward 15 -> 2.4 ms, gradient 25 -> 13 ms.
+
+
+def _jit_pool_case(xp, x, data_format):
+    return xp is np and x.dtype == np.float32 and data_format == "NCHW" and jit.enabled()
+
+
+@jit.kernel
+def _max_pool_float32(x, dy, kh, kw, sh, sw, top, left, p0, p1, y):
+    """Max pool of planes ``p0:p1`` of ``x`` (planes, H, W) into ``y`` (planes, Ho, Wo); ``dy`` is not read."""
+    h, w = x.shape[1], x.shape[2]
+    ho, wo = y.shape[1], y.shape[2]
+    low = np.float32(-np.inf)
+    column = np.empty(w, np.float32)
+    for p in range(p0, p1):
+        for r in range(ho):
+            a0 = r * sh - top
+            out = y[p, r]
+            for b in range(w):
+                column[b] = low
+            for i in range(kh):             # per input column: the maximum over the window's rows
+                a = a0 + i
+                if a >= 0 and a < h:
+                    for b in range(w):
+                        v = x[p, a, b]
+                        c = column[b]
+                        column[b] = v if (v > c or v != v) else c      # NaN stays, as in np.maximum
+            for q in range(wo):
+                out[q] = low
+            for j in range(kw):             # then over the window's columns
+                off = j - left
+                q0 = min(wo, 0 if off >= 0 else (sw - 1 - off) // sw)
+                q1 = max(q0, min(wo, (w - 1 - off) // sw + 1))
+                for q in range(q0, q1):
+                    v = column[q * sw + off]
+                    c = out[q]
+                    out[q] = v if (v > c or v != v) else c
+
+
+@jit.kernel
+def _max_pool_grad_float32(x, dy, kh, kw, sh, sw, top, left, p0, p1, dx):
+    """Gradient of the max pool of planes ``p0:p1`` of ``x`` (planes, H, W), ``dy`` (planes, Ho, Wo), into
+    ``dx``: the window maxima as in ``_max_pool_float32``, then each window's first position holding its maximum."""
+    h, w = x.shape[1], x.shape[2]
+    ho, wo = dy.shape[1], dy.shape[2]
+    low = np.float32(-np.inf)
+    column = np.empty(w, np.float32)
+    m = np.empty(wo, np.float32)
+    for p in range(p0, p1):
+        for a in range(h):
+            for b in range(w):
+                dx[p, a, b] = 0
+        for r in range(ho):
+            a0 = r * sh - top
+            for b in range(w):
+                column[b] = low
+            for i in range(kh):             # per input column: the maximum over the window's rows
+                a = a0 + i
+                if a >= 0 and a < h:
+                    for b in range(w):
+                        v = x[p, a, b]
+                        c = column[b]
+                        column[b] = v if (v > c or v != v) else c      # NaN stays, as in np.maximum
+            for q in range(wo):
+                m[q] = low
+            for j in range(kw):             # then over the window's columns
+                off = j - left
+                q0 = min(wo, 0 if off >= 0 else (sw - 1 - off) // sw)
+                q1 = max(q0, min(wo, (w - 1 - off) // sw + 1))
+                for q in range(q0, q1):
+                    v = column[q * sw + off]
+                    c = m[q]
+                    m[q] = v if (v > c or v != v) else c
+            for q in range(wo):
+                b0 = q * sw - left
+                found = False
+                for i in range(kh):             # the first position in row-major order holding the maximum
+                    a = a0 + i
+                    for j in range(kw):
+                        b = b0 + j
+                        inside = a >= 0 and a < h and b >= 0 and b < w
+                        if (x[p, a, b] if inside else low) == m[q]:
+                            if inside:
+                                dx[p, a, b] += dy[p, r, q]
+                            found = True
+                            break
+                    if found:
+                        break
+
+
+def _jit_max_pool(kernel, x, dy, ksize, strides, padding):
+    """``kernel`` (the compiled max pool or its gradient) over the planes of NCHW ``x``, on host threads."""
+    pads, out_hw = _pool_geometry(x.shape, ksize, strides, padding, "NCHW")[1:]
+    n, c, h, w = x.shape
+    x3 = np.ascontiguousarray(x).reshape(n * c, h, w)
+    if dy is None:
+        dy3, out = x3, np.empty((n * c,) + tuple(out_hw), x.dtype)
+    else:
+        dy3, out = np.ascontiguousarray(dy).reshape((n * c,) + tuple(out_hw)), np.empty_like(x3)
+    args = tuple(ksize) + tuple(strides) + (pads[0][0], pads[1][0])
+    host_threads.each(lambda part: kernel(x3, dy3, *args, part.start, part.stop, out), n * c, work=x3.size)
+    return out.reshape((n, c) + out.shape[1:])
 
 
 def _valid_counts(xp, in_hw, ksize, strides, pads, out_hw, dtype):
