@@ -271,3 +271,29 @@ def test_momentum_sgd_propagates_nan_and_inf_and_skips_non_contiguous():
     with jit.using(True):
         _sgd(part, np.ones_like(part), np.zeros_like(part))
     np.testing.assert_allclose(wide[:, ::2], rnd(4, 6, seed=24)[:, ::2] - 0.1, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ Winograd's col2im
+
+@pytest.mark.parametrize("algo", [C.F43, C.F23], ids=["F43", "F23"])
+@pytest.mark.parametrize("shape, padding", [((2, 3, 9, 7), "SAME_UPPER"), ((1, 5, 6, 6), "VALID"),
+                                            ((1, 1, 1, 1), "SAME_LOWER"), ((2, 2, 11, 13), ((2, 0), (1, 2)))])
+def test_winograd_input_gradient_adds_its_windows_as_numpy_does(threads, algo, shape, padding):
+    """The compiled col2im adds in the NumPy kernel's order: the same float32 sums, bit for bit; and it matches a
+    float64 direct convolution's input gradient (Winograd's transforms round at ~1e-5)."""
+    torch = pytest.importorskip("torch")
+    n, c, h, w = shape
+    filters = rnd(4, c, 3, 3, seed=25)
+    kernel, pads, out_hw = C._conv_geometry(shape, filters.shape, (1, 1), (1, 1), padding, "NCHW")
+    dy = rnd(n, 4, *out_hw, seed=26)
+    dy[0, 0, 0, 0] = np.nan if shape != (1, 1, 1, 1) else dy[0, 0, 0, 0]
+    compiled, twin = both(lambda: C._winograd_input_grad(np, dy, filters, shape, pads, out_hw, algo))
+    np.testing.assert_array_equal(compiled, twin)
+    dy[0, 0, 0, 0] = 0.5
+    got = C._winograd_input_grad(np, dy, filters, shape, pads, out_hw, algo)
+    (top, bottom), (left, right) = pads
+    x = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.conv2d(torch.nn.functional.pad(x, (left, right, top, bottom)),
+                                   torch.tensor(filters, dtype=torch.float64))
+    y.backward(torch.tensor(dy, dtype=torch.float64))
+    np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-4, atol=1e-4)
