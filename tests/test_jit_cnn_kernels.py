@@ -297,3 +297,29 @@ def test_winograd_input_gradient_adds_its_windows_as_numpy_does(threads, algo, s
                                    torch.tensor(filters, dtype=torch.float64))
     y.backward(torch.tensor(dy, dtype=torch.float64))
     np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape, kernel, strides, dilations, padding",
+                         [((2, 3, 9, 7), (3, 3), (2, 2), (1, 1), "SAME_UPPER"),
+                          ((1, 2, 11, 10), (7, 7), (2, 2), (1, 1), "SAME_UPPER"),     # a ResNet stem, in small
+                          ((2, 2, 8, 9), (3, 2), (1, 3), (2, 1), ((1, 2), (0, 1))),
+                          ((1, 1, 1, 1), (1, 1), (1, 1), (1, 1), ((1, 0), (0, 1)))])
+def test_folded_input_gradient_adds_as_numpy_does(threads, shape, kernel, strides, dilations, padding):
+    """The compiled col2im of the folded route: the NumPy kernel's sums bit for bit (NaN included), and a float64
+    direct convolution's input gradient."""
+    torch = pytest.importorskip("torch")
+    filters = rnd(4, shape[1], *kernel, seed=27)
+    _, pads, out_hw = C._conv_geometry(shape, filters.shape, strides, dilations, padding, "NCHW")
+    dy = rnd(shape[0], 4, *out_hw, seed=28)
+    dy[-1, -1, -1, -1] = np.nan
+    compiled, twin = both(lambda: C._folded_input_grad(np, dy, filters, shape, kernel, strides, dilations, pads,
+                                                       out_hw))
+    np.testing.assert_array_equal(compiled, twin)
+    dy[-1, -1, -1, -1] = 0.25
+    got = C._folded_input_grad(np, dy, filters, shape, kernel, strides, dilations, pads, out_hw)
+    (top, bottom), (left, right) = pads
+    x = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    y = torch.nn.functional.conv2d(torch.nn.functional.pad(x, (left, right, top, bottom)),
+                                   torch.tensor(filters, dtype=torch.float64), stride=strides, dilation=dilations)
+    y.backward(torch.tensor(dy, dtype=torch.float64))
+    np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-5, atol=1e-5)

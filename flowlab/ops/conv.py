@@ -631,6 +631,40 @@ def _folded_columns(xp, x, kernel, strides, dilations, pads, out_hw):
     return cols.reshape(c * kernel[0] * kernel[1], -1)
 
 
+# Compiled col2im of the folded route (float32 on NumPy, ``runtime.jit``): host threads take ranges of channels, as
+# above; one (image, channel) plane of the gradient stays in cache while every kernel position adds into it (NumPy:
+# one strided pass over the whole gradient per position). The positions add in the NumPy kernel's order: the same
+# sums. ResNet-50's stride-2 3x3 layers, one thread: 6.0 / 3.7 / 2.4 -> 4.2 / 2.3 / 0.9 ms. (A compiled im2col
+# was slower than NumPy's strided copies: 3.9 / 2.4 / 1.5 -> 5.6 / 3.2 / 2.0 ms on the stem and those layers.)
+
+
+def _jit_folded_case(xp, dtype):
+    return xp is np and dtype == np.float32 and jit.enabled()
+
+
+@jit.kernel
+def _col2im_float32(dcols, sh, sw, dh, dw, top, left, c0, c1, dx):
+    """NCHW ``dx`` for channels ``c0:c1``: ``dcols[c, i, j, n, r, q]`` (C, kh, kw, N, Ho, Wo) added at ``dx[n, c,
+    r sh + i dh - top, q sw + j dw - left]`` (skipped over padding), kernel positions in order."""
+    kh, kw, n, ho, wo = dcols.shape[1], dcols.shape[2], dcols.shape[3], dcols.shape[4], dcols.shape[5]
+    h, w = dx.shape[2], dx.shape[3]
+    for c in range(c0, c1):
+        for b in range(n):
+            for a in range(h):
+                for e in range(w):
+                    dx[b, c, a, e] = 0
+            for i in range(kh):
+                for j in range(kw):
+                    off = j * dw - left
+                    q0 = min(wo, 0 if off >= 0 else (sw - 1 - off) // sw)
+                    q1 = max(q0, min(wo, (w - 1 - off) // sw + 1))
+                    for r in range(ho):
+                        row = r * sh + i * dh - top
+                        if row >= 0 and row < h:
+                            for q in range(q0, q1):
+                                dx[b, c, row, q * sw + off] += dcols[c, i, j, b, r, q]
+
+
 def _to_images(y, n):
     """A ``(K, N*...)`` product (rows are channels) as a contiguous ``(N, K, ...)`` array; threads copy blocks of
     channels."""
@@ -662,6 +696,11 @@ def _folded_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads,
     dcols = host_threads.matmul(w.reshape(o, -1).T, _channels_first(dy))
     dcols = dcols.reshape((c,) + tuple(kernel) + (n,) + tuple(out_hw))
     dx = xp.empty(input_shape, dy.dtype)
+    if _jit_folded_case(xp, dx.dtype):
+        geometry = tuple(strides) + tuple(dilations) + (pads[0][0], pads[1][0])
+        host_threads.each(lambda part: _col2im_float32(dcols, *geometry, part.start, part.stop, dx), c,
+                          work=dcols.size)
+        return dx
     images = dx.transpose(1, 0, 2, 3)                        # (C, N, H, W) view of dx
     positions = list(_folded_positions(input_shape[2:], kernel, strides, dilations, pads, out_hw))
 
