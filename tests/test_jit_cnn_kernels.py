@@ -19,6 +19,7 @@ def threads(request, monkeypatch):
     """Kernels on one thread, or split over two with every threshold at its minimum (even tiny arrays split)."""
     monkeypatch.setattr(host_threads, "SPLIT_ELEMENTS", 1)
     monkeypatch.setattr(host_threads, "CHUNK_ELEMENTS", 1)
+    monkeypatch.setattr(host_threads, "SPLIT_COMPILED", 1)
     with host_threads.using(request.param):
         yield request.param
 
@@ -253,7 +254,8 @@ def test_momentum_sgd_matches_its_twin_and_float64(threads, size):
         np.testing.assert_allclose(got, same, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     w2d, m2d = w0.copy().reshape(1, -1), m0.copy().reshape(1, -1)        # any shape, updated in place
-    _sgd(w2d, g.reshape(1, -1), m2d)
+    with jit.using(True):
+        _sgd(w2d, g.reshape(1, -1), m2d)
     np.testing.assert_array_equal(w2d.reshape(-1), compiled[0])
 
 
@@ -290,7 +292,8 @@ def test_winograd_input_gradient_adds_its_windows_as_numpy_does(threads, algo, s
     compiled, twin = both(lambda: C._winograd_input_grad(np, dy, filters, shape, pads, out_hw, algo))
     np.testing.assert_array_equal(compiled, twin)
     dy[0, 0, 0, 0] = 0.5
-    got = C._winograd_input_grad(np, dy, filters, shape, pads, out_hw, algo)
+    with jit.using(True):
+        got = C._winograd_input_grad(np, dy, filters, shape, pads, out_hw, algo)
     (top, bottom), (left, right) = pads
     x = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
     y = torch.nn.functional.conv2d(torch.nn.functional.pad(x, (left, right, top, bottom)),
@@ -316,7 +319,8 @@ def test_folded_input_gradient_adds_as_numpy_does(threads, shape, kernel, stride
                                                        out_hw))
     np.testing.assert_array_equal(compiled, twin)
     dy[-1, -1, -1, -1] = 0.25
-    got = C._folded_input_grad(np, dy, filters, shape, kernel, strides, dilations, pads, out_hw)
+    with jit.using(True):
+        got = C._folded_input_grad(np, dy, filters, shape, kernel, strides, dilations, pads, out_hw)
     (top, bottom), (left, right) = pads
     x = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
     y = torch.nn.functional.conv2d(torch.nn.functional.pad(x, (left, right, top, bottom)),

@@ -699,7 +699,7 @@ def _folded_input_grad(xp, dy, w, input_shape, kernel, strides, dilations, pads,
     if _jit_folded_case(xp, dx.dtype):
         geometry = tuple(strides) + tuple(dilations) + (pads[0][0], pads[1][0])
         host_threads.each(lambda part: _col2im_float32(dcols, *geometry, part.start, part.stop, dx), c,
-                          work=dcols.size)
+                          work=host_threads.compiled_work(dcols.size))
         return dx
     images = dx.transpose(1, 0, 2, 3)                        # (C, N, H, W) view of dx
     positions = list(_folded_positions(input_shape[2:], kernel, strides, dilations, pads, out_hw))
@@ -904,7 +904,7 @@ def _winograd_input_grad(xp, dy, w, input_shape, pads, out_hw, algo=F43):
     if xp is np and dx.dtype == np.float32 and jit.enabled():
         (top, _), (left, _) = pads
         host_threads.each(lambda part: _wino_col2im_float32(windows, algo.m, top, left, part.start, part.stop, dx),
-                          c, work=windows.size)
+                          c, work=host_threads.compiled_work(windows.size))
         return dx
     images = dx.transpose(1, 0, 2, 3)                               # (C, N, H, W) view of dx
     positions = list(_folded_positions((h, wd), (t, t), (algo.m,) * 2, (1, 1), pads, tiles))
@@ -1257,7 +1257,8 @@ def _jit_max_pool(kernel, x, dy, ksize, strides, padding):
     else:
         dy3, out = np.ascontiguousarray(dy).reshape((n * c,) + tuple(out_hw)), np.empty_like(x3)
     args = tuple(ksize) + tuple(strides) + (pads[0][0], pads[1][0])
-    host_threads.each(lambda part: kernel(x3, dy3, *args, part.start, part.stop, out), n * c, work=x3.size)
+    host_threads.each(lambda part: kernel(x3, dy3, *args, part.start, part.stop, out), n * c,
+                      work=host_threads.compiled_work(x3.size))
     return out.reshape((n, c) + out.shape[1:])
 
 

@@ -52,7 +52,7 @@ class ReluGrad(OutputGrad):
             flat_y, flat_dy, flat_out = y.reshape(-1), dy.reshape(-1), out.reshape(-1)   # blocks on host threads
             if compiled:            # one pass instead of two (mask, product)
                 host_threads.each(lambda part: _relu_grad_float32(flat_y[part], flat_dy[part], flat_out[part]),
-                                  y.size, 4096, work=y.size)
+                                  y.size, 4096, work=host_threads.compiled_work(y.size))
             else:
                 host_threads.each(lambda part: np.multiply(flat_dy[part], flat_y[part] > 0, out=flat_out[part]),
                                   y.size, 4096, work=y.size)

@@ -206,7 +206,7 @@ def _planes(a3):
 
 def _over_planes(function, planes, size):
     """``function(p0, p1)`` for ranges of ``planes`` planes (``size`` elements in all) on host threads."""
-    host_threads.each(lambda part: function(part.start, part.stop), planes, work=size)
+    host_threads.each(lambda part: function(part.start, part.stop), planes, work=host_threads.compiled_work(size))
 
 
 @jit.kernel(reduce=True)

@@ -177,7 +177,8 @@ class SGDUpdate(_Update):
             flat_w, flat_g, flat_m = w.reshape(-1), grad.reshape(-1), m.reshape(-1)
             rate, momentum = float(scale), float(momentum)
             host_threads.each(lambda part: _sgd_momentum_float32(flat_w[part], flat_g[part], flat_m[part], rate,
-                                                                 momentum), w.size, SPLIT_PART_MIN, work=w.size)
+                                                                 momentum), w.size, SPLIT_PART_MIN,
+                              work=host_threads.compiled_work(w.size))
             return
         if _blas_pass(xp, w, grad) and (m is None or m.flags.c_contiguous):
             flat_w, flat_g, flat_m = w.reshape(-1), grad.reshape(-1), None if m is None else m.reshape(-1)
