@@ -39,6 +39,14 @@ a step, step CPU +1-6 %, wall worse.
 split over both threads (the second thread takes its rest once the other kernel is done): dx + dw of ResNet-50's 8
 bottleneck convolution shapes 158 -> 165 ms wall, 121 -> 125 ms CPU. A gradient sum of 0.8-3.2M float32 split in
 two: 0.11-0.87 ms -> 0.15-1.02 ms (memory-bound; the other core is busy).
+
+Compiled kernels (``runtime.jit``; ResNet-50's batch norms, pooling, ReLU gradient, SGD and col2im) split from
+``SPLIT_COMPILED`` elements (``compiled_work``), as they run 3-5x faster per element than NumPy's passes. Tried and
+measured slower, so not used (one thread, ResNet-50 sizes): a compiled im2col of the folded convolutions (NumPy's
+strided copies: stem and stride-2 3x3 layers 3.9 / 2.4 / 1.5 -> 5.6 / 3.2 / 2.0 ms); a max pool gradient keeping
+each window's running maximum, first position and NaN flag in arrays over a row of windows (pool1: 17 ms) or
+passing once per kernel position as the NumPy kernel does (27 ms), against 13 ms for one search per window (NumPy
+25 ms).
 """
 from __future__ import annotations
 
