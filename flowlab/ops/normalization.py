@@ -21,7 +21,8 @@ Kernels view the input as ``(outer, channels, inner)`` (NCHW: ``(N, C, H*W)``; N
 work through it in contiguous cache-sized blocks (one block on CuPy): the batch mean and variance take one pass over
 memory (per-block moments, combined stably), normalizing another, the gradient's two sums one and ``dx`` one.
 Per-channel sums run along contiguous memory or as matrix products (a product with ones, a batched dot), several
-times faster on NumPy than ``sum`` over two axes.
+times faster on NumPy than ``sum`` over two axes. float32 images (NCHW) take compiled kernels instead, one pass each
+(see "compiled kernels" below); the NumPy kernels stay their twins (``FLOWLAB_JIT=0``, float64, CuPy).
 """
 from __future__ import annotations
 
