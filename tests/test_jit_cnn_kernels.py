@@ -245,8 +245,14 @@ def _sgd(w, grad, m, lr=0.1, momentum=0.875):
     return w, m
 
 
+@pytest.fixture
+def compiled_from_one(monkeypatch):
+    from flowlab.optim import optimizers
+    monkeypatch.setattr(optimizers, "COMPILED_FROM", 1)       # small variables too
+
+
 @pytest.mark.parametrize("size", [1, 7, 4096, 131075])
-def test_momentum_sgd_matches_its_twin_and_float64(threads, size):
+def test_momentum_sgd_matches_its_twin_and_float64(threads, compiled_from_one, size):
     w0, g, m0 = rnd(size, seed=19), rnd(size, seed=20), rnd(size, seed=21) * 0.1
     compiled, twin = both(lambda: _sgd(w0.copy(), g, m0.copy()))
     m64 = 0.875 * m0.astype(np.float64) - 0.1 * g.astype(np.float64)
@@ -260,7 +266,7 @@ def test_momentum_sgd_matches_its_twin_and_float64(threads, size):
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
-def test_momentum_sgd_propagates_nan_and_inf_and_skips_non_contiguous():
+def test_momentum_sgd_propagates_nan_and_inf_and_skips_non_contiguous(compiled_from_one):
     w, g, m = rnd(9, seed=22), rnd(9, seed=23), np.zeros(9, np.float32)
     g[2], g[5] = np.nan, np.inf
     compiled, twin = both(lambda: _sgd(w.copy(), g, m.copy()))
@@ -327,3 +333,11 @@ def test_folded_input_gradient_adds_as_numpy_does(threads, shape, kernel, stride
                                    torch.tensor(filters, dtype=torch.float64), stride=strides, dilation=dilations)
     y.backward(torch.tensor(dy, dtype=torch.float64))
     np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_small_momentum_steps_stay_on_numpy():
+    from flowlab.optim import optimizers
+    small, large = np.zeros(optimizers.COMPILED_FROM - 1, np.float32), np.zeros(optimizers.COMPILED_FROM, np.float32)
+    with jit.using(True):
+        assert not _momentum_compiled(np, small, small, small) and _momentum_compiled(np, large, large, large)
+        assert not _momentum_compiled(np, large.astype(np.float64), large, large)

@@ -122,10 +122,14 @@ def _blas_pass(xp, w, grad):
         grad.dtype == w.dtype and blas.available(w.dtype)
 
 
+COMPILED_FROM = 1024       # elements: below, calling a compiled kernel costs as much as NumPy's four small passes
+
+
 def _momentum_compiled(xp, w, grad, m):
-    """Whether a momentum step takes ``_sgd_momentum_float32``: float32 NumPy arrays, all contiguous."""
-    return xp is np and w.dtype == grad.dtype == m.dtype == np.float32 and w.flags.c_contiguous and \
-        grad.flags.c_contiguous and m.flags.c_contiguous and jit.enabled()
+    """Whether a momentum step takes ``_sgd_momentum_float32``: float32 NumPy arrays of ``COMPILED_FROM`` elements or
+    more, all contiguous (one thread, 2.4M elements: 1.9 -> 0.9 ms; 64k: 86 -> 16 us; 128: 3.9 against 4.4 us)."""
+    return xp is np and w.size >= COMPILED_FROM and w.dtype == grad.dtype == m.dtype == np.float32 and \
+        w.flags.c_contiguous and grad.flags.c_contiguous and m.flags.c_contiguous and jit.enabled()
 
 
 @jit.kernel
