@@ -639,6 +639,7 @@ def _folded_columns(xp, x, kernel, strides, dilations, pads, out_hw):
 
 
 def _jit_folded_case(xp, dtype):
+    """Whether the compiled col2im kernels (the folded route's, Winograd's) take a gradient of ``dtype``."""
     return xp is np and dtype == np.float32 and jit.enabled()
 
 
@@ -901,7 +902,7 @@ def _winograd_input_grad(xp, dy, w, input_shape, pads, out_hw, algo=F43):
     by_column = _wino_matmul(xp, b, dv.reshape(t, -1))                          # over b: (q, a, C*T)
     windows = _wino_matmul(xp, b, by_column.reshape(t, t, -1)).reshape((t, t, c, n) + tiles)   # over a: (q, p)
     dx = xp.empty(input_shape, dy.dtype)
-    if xp is np and dx.dtype == np.float32 and jit.enabled():
+    if _jit_folded_case(xp, dx.dtype):
         (top, _), (left, _) = pads
         host_threads.each(lambda part: _wino_col2im_float32(windows, algo.m, top, left, part.start, part.stop, dx),
                           c, work=host_threads.compiled_work(windows.size))
