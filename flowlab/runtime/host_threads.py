@@ -41,7 +41,10 @@ bottleneck convolution shapes 158 -> 165 ms wall, 121 -> 125 ms CPU. A gradient 
 two: 0.11-0.87 ms -> 0.15-1.02 ms (memory-bound; the other core is busy).
 
 Compiled kernels (``runtime.jit``; ResNet-50's batch norms, pooling, ReLU gradient, SGD and col2im) split from
-``SPLIT_COMPILED`` elements (``compiled_work``), as they run 3-5x faster per element than NumPy's passes. Tried and
+``SPLIT_COMPILED`` elements (``compiled_work``), as they run 3-5x faster per element than NumPy's passes. ResNet-50
+step, interleaved, load ~1.9, wall / CPU medians: from 256k elements 727 / 1324 ms, from 1M 749 / 1341 ms, never
+754 / 1302 ms (alone, at load ~2, a batch norm's forward and gradient of 0.1-1.6M elements split took 1.5-2.5x as
+long as whole: the pool thread starts late while other processes hold the other core). Tried and
 measured slower, so not used (one thread, ResNet-50 sizes): a compiled im2col of the folded convolutions (NumPy's
 strided copies: stem and stride-2 3x3 layers 3.9 / 2.4 / 1.5 -> 5.6 / 3.2 / 2.0 ms); a max pool gradient keeping
 each window's running maximum, first position and NaN flag in arrays over a row of windows (pool1: 17 ms) or
