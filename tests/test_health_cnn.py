@@ -253,9 +253,9 @@ def test_a_learning_rate_far_too_high_names_the_unnormalised_layer_first():
 
 def test_a_learning_rate_that_diverges_names_the_first_layer_with_nan():
     """SGD at 1e4: fc and the batch norms are overwritten at once (update_ratio at step 0), the total gradient
-    explodes and the loss spikes, then float32 overflows in the weights, gradients or activations of some layer
-    (which one first depends on rounding: a convolution's or a batch norm's): the nan alert names that layer and its
-    op."""
+    explodes and the loss spikes, then float32 overflows in the weights, gradients or activations of some layer, or
+    in a batch norm's moving variance (which one first depends on rounding, and on whether the batch statistics are
+    summed in float32 or, as the compiled kernels do, in float64): the nan alert names that layer and its op."""
     reports = []
     run(train_job(resnet, reports, BATCH, SIZE, lr=1e4, momentum=0.0), 8, BATCH, SIZE)
     assert {a.kind for a in reports[0].alerts} == {"update_ratio"}
@@ -266,7 +266,8 @@ def test_a_learning_rate_that_diverges_names_the_first_layer_with_nan():
     assert exploding and exploding[0] <= nan[0].step
     first = nan[0]
     assert first.layer in reports[0].table and first.layer.startswith("res")
-    assert re.search(r"(NaN|Inf) in the (gradient|weight|activation) of layer res\w+: op \S+", first.message), \
+    assert re.search(r"(NaN|Inf) in the (gradient|weight|activation|moving statistics) of layer res\w+: op \S+",
+                     first.message), \
         first.message
 
 

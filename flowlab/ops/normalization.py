@@ -21,7 +21,8 @@ Kernels view the input as ``(outer, channels, inner)`` (NCHW: ``(N, C, H*W)``; N
 work through it in contiguous cache-sized blocks (one block on CuPy): the batch mean and variance take one pass over
 memory (per-block moments, combined stably), normalizing another, the gradient's two sums one and ``dx`` one.
 Per-channel sums run along contiguous memory or as matrix products (a product with ones, a batched dot), several
-times faster on NumPy than ``sum`` over two axes.
+times faster on NumPy than ``sum`` over two axes. float32 images (NCHW) take compiled kernels instead, one pass each
+(see "compiled kernels" below); the NumPy kernels stay their twins (``FLOWLAB_JIT=0``, float64, CuPy).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import numpy as np
 from .. import graph as g
 from ..errors import ShapeError
 from ..initializers import ones_initializer, zeros_initializer
-from ..runtime import host_threads
+from ..runtime import host_threads, jit
 from . import Op, apply, as_tensor, normalize_axis, spec
 from .array import constant
 from .math import host_leading_sum
@@ -161,8 +162,10 @@ def _normalize(xp, x3, mean, k, beta, addend3, relu):
     """``x * k + (beta - mean * k)`` (+ addend, through ReLU), block by block so that each block's passes hit cache.
     Two passes where ``(x - mean) * k + beta`` takes three (ResNet-50's normalizations, one thread: -25 %), as
     PyTorch's CPU kernel does; the rounding of ``x * k`` is that of ``x`` itself scaled by ``k``."""
-    y3 = xp.empty_like(x3)
     k = xp.asarray(k, np.float64)
+    if _jit_case(xp, x3):
+        return _jit_normalize(x3, k, beta - mean * k, addend3, relu)
+    y3 = xp.empty_like(x3)
     per = [_per_channel(v, x3.dtype) for v in (k, beta - mean * k)]
 
     def region(where):
@@ -178,6 +181,172 @@ def _normalize(xp, x3, mean, k, beta, addend3, relu):
 
     _in_regions(xp, region, x3)
     return y3
+
+
+# --------------------------------------------------------------------------------------------- compiled kernels
+# float32 on NumPy, where each row of a channel holds at least ``_JIT_INNER`` contiguous elements (NCHW images):
+# compiled loops (``runtime.jit``) over "planes", the ``inner`` elements of one channel of one row, rows of the
+# ``(outer * C, inner)`` view. A kernel takes planes ``p0:p1``, so host threads take ranges of planes. Each does in
+# one pass over memory what the NumPy kernels above do in several: a plane's mean and centred sum of squares (its
+# second pass reads the plane from cache), ``x * k + offset`` with the addend and the ReLU, the gradient's two sums
+# and ``dx`` with the ReLU's mask applied to ``dy`` on the fly. Sums are float64; NaN and inf propagate as in NumPy
+# (the mask multiplies, so a NaN ``dy`` stays NaN where ``y <= 0``).
+
+_JIT_INNER = 8      # shorter planes (NHWC, 2-D inputs) stay on NumPy, whose kernels read them as rows
+
+
+def _jit_case(xp, x3):
+    """Whether the compiled kernels take the ``(outer, C, inner)`` view ``x3``."""
+    return xp is np and x3.dtype == np.float32 and x3.shape[2] >= _JIT_INNER and jit.enabled()
+
+
+def _planes(a3):
+    """``(outer, C, inner)`` as a C-contiguous ``(outer * C, inner)`` array (a view where it already is one)."""
+    return np.ascontiguousarray(a3).reshape(-1, a3.shape[2])
+
+
+def _over_planes(function, planes, size):
+    """``function(p0, p1)`` for ranges of ``planes`` planes (``size`` elements in all) on host threads."""
+    host_threads.each(lambda part: function(part.start, part.stop), planes, work=host_threads.compiled_work(size))
+
+
+@jit.kernel(reduce=True)
+def _plane_moments_float32(x, p0, p1, means, m2s):
+    """Mean and centred sum of squares (float64) of planes ``p0:p1`` of ``x``."""
+    inner = x.shape[1]
+    for p in range(p0, p1):
+        s = 0.0
+        for i in range(inner):
+            s += x[p, i]
+        m = s / inner
+        q = 0.0
+        for i in range(inner):
+            d = x[p, i] - m
+            q += d * d
+        means[p] = m
+        m2s[p] = q
+
+
+@jit.kernel
+def _normalize_float32(x, k, offset, addend, with_addend, relu, p0, p1, y):
+    """``y = x * k + offset`` (per channel; ``+ addend`` where ``with_addend``; then ``max(y, 0)`` keeping NaN where
+    ``relu``) over planes ``p0:p1``."""
+    channels, inner = k.size, x.shape[1]
+    zero = np.float32(0)
+    for p in range(p0, p1):
+        kc, oc = k[p % channels], offset[p % channels]
+        if with_addend and relu:
+            for i in range(inner):
+                v = x[p, i] * kc + oc + addend[p, i]
+                y[p, i] = zero if v < zero else v
+        elif with_addend:
+            for i in range(inner):
+                y[p, i] = x[p, i] * kc + oc + addend[p, i]
+        elif relu:
+            for i in range(inner):
+                v = x[p, i] * kc + oc
+                y[p, i] = zero if v < zero else v
+        else:
+            for i in range(inner):
+                y[p, i] = x[p, i] * kc + oc
+
+
+@jit.kernel(reduce=True)
+def _grad_sums_float32(x, dy, y, relu, mean, p0, p1, dbetas, dots):
+    """Per plane (float64): ``sum(g)`` and ``sum(g * (x - mean))``, ``g = dy`` masked by ``y > 0`` where
+    ``relu``."""
+    channels, inner = mean.size, x.shape[1]
+    one, zero = np.float32(1), np.float32(0)
+    for p in range(p0, p1):
+        centre = np.float64(mean[p % channels])
+        s = 0.0
+        d = 0.0
+        if relu:
+            for i in range(inner):
+                g = dy[p, i] * (one if y[p, i] > zero else zero)
+                s += g
+                d += g * (x[p, i] - centre)
+        else:
+            for i in range(inner):
+                g = dy[p, i]
+                s += g
+                d += g * (x[p, i] - centre)
+        dbetas[p] = s
+        dots[p] = d
+
+
+@jit.kernel
+def _grad_input_float32(x, dy, y, relu, training, k, slope, offset, p0, p1, dx):
+    """``dx = g * k + x * slope + offset`` (``training``) or ``g * k`` per channel over planes ``p0:p1``, ``g`` as
+    in ``_grad_sums_float32``."""
+    channels, inner = k.size, x.shape[1]
+    one, zero = np.float32(1), np.float32(0)
+    for p in range(p0, p1):
+        c = p % channels
+        kc, sc, oc = k[c], slope[c], offset[c]
+        if relu and training:
+            for i in range(inner):
+                dx[p, i] = dy[p, i] * (one if y[p, i] > zero else zero) * kc + x[p, i] * sc + oc
+        elif relu:
+            for i in range(inner):
+                dx[p, i] = dy[p, i] * (one if y[p, i] > zero else zero) * kc
+        elif training:
+            for i in range(inner):
+                dx[p, i] = dy[p, i] * kc + x[p, i] * sc + oc
+        else:
+            for i in range(inner):
+                dx[p, i] = dy[p, i] * kc
+
+
+def _jit_moments(x3):
+    """``_moments`` of a ``_jit_case`` input: each plane's moments, combined over the rows (planes of one channel hold
+    as many elements each: the mean of their means, and their centred sums plus ``inner`` times the squared
+    deviations of their means)."""
+    outer, c, inner = x3.shape
+    x2 = _planes(x3)
+    means, m2s = np.empty(outer * c), np.empty(outer * c)
+    _over_planes(lambda p0, p1: _plane_moments_float32(x2, p0, p1, means, m2s), outer * c, x2.size)
+    means, m2s = means.reshape(outer, c), m2s.reshape(outer, c)
+    mean = means.mean(axis=0)
+    spread = means - mean
+    m2 = m2s.sum(axis=0) + inner * np.einsum("oc,oc->c", spread, spread)
+    return mean, m2 / (outer * inner)
+
+
+def _jit_normalize(x3, k, offset, addend3, relu):
+    """``_normalize`` of a ``_jit_case`` input (``k``, ``offset`` per channel)."""
+    x2 = _planes(x3)
+    y2 = np.empty_like(x2)
+    add2 = x2 if addend3 is None else _planes(addend3)
+    k, offset = k.astype(np.float32), offset.astype(np.float32)
+    _over_planes(lambda p0, p1: _normalize_float32(x2, k, offset, add2, addend3 is not None, relu, p0, p1, y2),
+                 x2.shape[0], x2.size)
+    return y2.reshape(x3.shape)
+
+
+def _jit_bn_grad(x3, dy3, y3, gamma, mean, inv_std, training):
+    """``BatchNormGrad`` of a ``_jit_case`` input: ``(dx3, dgamma, dbeta)`` (float64 statistics), ``dy3`` masked by
+    ``y3 > 0`` where ``y3`` is given; the same formulas as the NumPy kernel."""
+    outer, c, inner = x3.shape
+    x2, dy2 = _planes(x3), _planes(dy3)
+    y2 = dy2 if y3 is None else _planes(y3)
+    relu = y3 is not None
+    dbetas, dots = np.empty(outer * c), np.empty(outer * c)
+    mean32 = mean.astype(np.float32)
+    _over_planes(lambda p0, p1: _grad_sums_float32(x2, dy2, y2, relu, mean32, p0, p1, dbetas, dots),
+                 x2.shape[0], x2.size)
+    dbeta, dot = dbetas.reshape(outer, c).sum(axis=0), dots.reshape(outer, c).sum(axis=0)
+    inv_std = np.asarray(inv_std, np.float64)
+    dgamma = dot * inv_std
+    k = gamma * inv_std
+    n = outer * inner
+    slope = -k * inv_std * dgamma / n
+    offset = -k * dbeta / n - mean * slope
+    per = [np.asarray(v, np.float32) for v in (k, slope, offset)]
+    dx2 = np.empty_like(x2)
+    _over_planes(lambda p0, p1: _grad_input_float32(x2, dy2, y2, relu, training, *per, p0, p1, dx2),
+                 x2.shape[0], x2.size)
+    return dx2.reshape(x3.shape), dgamma, dbeta
 
 
 # ------------------------------------------------------------------------------------------------------------- ops
@@ -220,7 +389,7 @@ class BatchNormTrain(Op):
     def forward(xp, x, gamma, beta, *addend, axis, epsilon, relu):
         x3 = _channel_view(xp, x, axis)
         n = x3.shape[0] * x3.shape[2]
-        mean, variance = _moments(xp, x3)                # biased: what normalizes
+        mean, variance = _jit_moments(x3) if _jit_case(xp, x3) else _moments(xp, x3)     # biased: what normalizes
         inv_variance = 1 / xp.sqrt(variance + epsilon)
         addend3 = _channel_view(xp, addend[0], axis) if addend else None
         y = _normalize(xp, x3, mean, gamma * inv_variance, beta, addend3, relu).reshape(x.shape)
@@ -265,33 +434,47 @@ class BatchNormInfer(Op):
 
 
 def _bn_vjp(node, dy, x, gamma, mean, spread, y, training):
-    """Gradients of either forward op, in its input order; the fused ReLU masks ``dy`` first, and that masked
-    gradient is also the addend's."""
+    """Gradients of either forward op, in its input order. The fused ReLU masks ``dy``: with an addend first (that
+    masked gradient is also the addend's), else inside ``BatchNormGrad``, which then reads ``y`` (its compiled kernels
+    mask on the fly instead of writing and re-reading a masked copy)."""
     attrs = node.attrs
-    if attrs["relu"]:
+    has_addend = len(node.inputs) > (3 if training else 5)
+    mask = ()
+    if attrs["relu"] and has_addend:
         dy = apply(ReluGrad, (y, dy))
-    dx, dgamma, dbeta = apply(BatchNormGrad, (x, dy, gamma, mean, spread), axis=attrs["axis"],
+    elif attrs["relu"]:
+        mask = (y,)
+    dx, dgamma, dbeta = apply(BatchNormGrad, (x, dy, gamma, mean, spread) + mask, axis=attrs["axis"],
                               epsilon=attrs["epsilon"], training=training)
     stats = () if training else (None, None)
-    addend = (dy,) if len(node.inputs) > (3 if training else 5) else ()
-    return (dx, dgamma, dbeta) + stats + addend
+    return (dx, dgamma, dbeta) + stats + ((dy,) if has_addend else ())
 
 
 class BatchNormGrad(Op):
     """``dx``, ``d gamma = sum(dy * xhat)`` and ``d beta = sum(dy)``. Input 4 is the ``inv_variance`` of the batch
     (``training``: the full gradient through the batch statistics) or the moving variance (the statistics are
-    constants: ``dx = dy * gamma / sqrt(var + eps)``)."""
+    constants: ``dx = dy * gamma / sqrt(var + eps)``). An optional input 5, the output ``y`` of a
+    ``batch_normalization_relu``, masks ``dy`` by ``y > 0`` first (the fused ReLU's gradient)."""
     prefix, api = "BatchNormGrad_", "batch_normalization_grad"
     outputs = ("dx", "gamma_diff", "beta_diff")
 
     @staticmethod
-    def infer(x, dy, gamma, mean, spread, axis, epsilon, training):
+    def infer(x, dy, gamma, mean, spread, *relu_output, axis, epsilon, training):
+        if relu_output and relu_output[0].shape != dy.shape:
+            raise ShapeError(f"the ReLU output {relu_output[0].logical_blob_name} {relu_output[0].shape} must have "
+                             f"the shape of dy {dy.shape}")
         return [spec(x.shape, x.dtype), spec(gamma.shape, gamma.dtype), spec(gamma.shape, gamma.dtype)]
 
     @staticmethod
-    def forward(xp, x, dy, gamma, mean, spread, axis, epsilon, training):
+    def forward(xp, x, dy, gamma, mean, spread, *relu_output, axis, epsilon, training):
         inv_std = spread if training else 1 / xp.sqrt(spread + epsilon)
         x3, dy3 = _channel_view(xp, x, axis), _channel_view(xp, dy, axis)
+        if _jit_case(xp, x3):
+            y3 = _channel_view(xp, relu_output[0], axis) if relu_output else None
+            dx3, dgamma, dbeta = _jit_bn_grad(x3, dy3, y3, gamma, mean, inv_std, training)
+            return dx3.reshape(x.shape), dgamma.astype(gamma.dtype), dbeta.astype(gamma.dtype)
+        if relu_output:                     # one masking pass, as a ReluGrad node took
+            dy3 = _channel_view(xp, ReluGrad.forward(xp, relu_output[0], dy), axis)
         n = x3.shape[0] * x3.shape[2]
         centre = _per_channel(mean, x.dtype)
 

@@ -29,7 +29,7 @@ from ..ops.array import concat, constant, identity
 from ..ops.scatter import unique_rows
 from ..ops.math import Add
 from ..ops.variables import get_variable
-from ..runtime import blas, host_threads, session
+from ..runtime import blas, host_threads, jit, session
 from .loss_scale import (DynamicLossScalePolicy, DynamicLossScaleSchedule, ScaledSeed, SkippedSteps,
                          StaticLossScalePolicy, as_policy)
 from .schedulers import as_scheduler
@@ -122,6 +122,27 @@ def _blas_pass(xp, w, grad):
         grad.dtype == w.dtype and blas.available(w.dtype)
 
 
+COMPILED_FROM = 1024       # elements: below, calling a compiled kernel costs as much as NumPy's four small passes
+
+
+def _momentum_compiled(xp, w, grad, m):
+    """Whether a momentum step takes ``_sgd_momentum_float32``: float32 NumPy arrays of ``COMPILED_FROM`` elements or
+    more, all contiguous (one thread, 2.4M elements: 1.9 -> 0.9 ms; 64k: 86 -> 16 us; 128: 3.9 against 4.4 us)."""
+    return xp is np and w.size >= COMPILED_FROM and w.dtype == grad.dtype == m.dtype == np.float32 and \
+        w.flags.c_contiguous and grad.flags.c_contiguous and m.flags.c_contiguous and jit.enabled()
+
+
+@jit.kernel
+def _sgd_momentum_float32(w, grad, m, rate, momentum):
+    """``m = momentum * m - rate * grad; w += m`` of flat float32 arrays in one pass (the BLAS route reads ``m``
+    twice and writes it once more; small variables took four NumPy calls). Rounds in float32 as that route does."""
+    rate32, momentum32 = np.float32(rate), np.float32(momentum)
+    for i in range(w.size):
+        v = momentum32 * m[i] - rate32 * grad[i]
+        m[i] = v
+        w[i] += v
+
+
 class SGDUpdate(_Update):
     """``w -= lr * (g + weight_decay * w)``, or with momentum ``m = momentum * m - lr * g; w += m - lr *
     weight_decay * w`` (the decay from the weight before the step; ``weight_decay`` is SGDW's, 0 for SGD). Inputs
@@ -156,6 +177,13 @@ class SGDUpdate(_Update):
                 w -= decay
             return
         scale = (extras[0] * grad_scale if clipped else grad_scale) * lr      # one pass over the gradient
+        if momentum and _momentum_compiled(xp, w, grad, m):       # one pass over the three arrays
+            flat_w, flat_g, flat_m = w.reshape(-1), grad.reshape(-1), m.reshape(-1)
+            rate, momentum = float(scale), float(momentum)
+            host_threads.each(lambda part: _sgd_momentum_float32(flat_w[part], flat_g[part], flat_m[part], rate,
+                                                                 momentum), w.size, SPLIT_PART_MIN,
+                              work=host_threads.compiled_work(w.size))
+            return
         if _blas_pass(xp, w, grad) and (m is None or m.flags.c_contiguous):
             flat_w, flat_g, flat_m = w.reshape(-1), grad.reshape(-1), None if m is None else m.reshape(-1)
 

@@ -39,6 +39,19 @@ a step, step CPU +1-6 %, wall worse.
 split over both threads (the second thread takes its rest once the other kernel is done): dx + dw of ResNet-50's 8
 bottleneck convolution shapes 158 -> 165 ms wall, 121 -> 125 ms CPU. A gradient sum of 0.8-3.2M float32 split in
 two: 0.11-0.87 ms -> 0.15-1.02 ms (memory-bound; the other core is busy).
+
+Compiled kernels (``runtime.jit``; ResNet-50's batch norms, pooling, ReLU gradient, SGD and col2im) split from
+``SPLIT_COMPILED`` elements (``compiled_work``), as they run 3-5x faster per element than NumPy's passes. ResNet-50
+step, interleaved, load ~1.9, wall / CPU medians: from 256k elements 727 / 1324 ms, from 1M 749 / 1341 ms, never
+754 / 1302 ms (alone, at load ~2, a batch norm's forward and gradient of 0.1-1.6M elements split took 1.5-2.5x as
+long as whole: the pool thread starts late while other processes hold the other core). Tried and
+measured slower, so not used (one thread, ResNet-50 sizes): a compiled im2col of the folded convolutions (NumPy's
+strided copies: stem and stride-2 3x3 layers 3.9 / 2.4 / 1.5 -> 5.6 / 3.2 / 2.0 ms); a max pool gradient keeping
+each window's running maximum, first position and NaN flag in arrays over a row of windows (pool1: 17 ms) or
+passing once per kernel position as the NumPy kernel does (27 ms), against 13 ms for one search per window (NumPy
+25 ms); Winograd's output-gradient transform (``A dy A^T`` per tile, a row of tiles in scratch) instead of a gather
+and two BLAS products: 56x56x64 7.4 -> 6.5 ms, but 28x28x128 0.8 -> 5.4 ms and 14x14x256 0.4 -> 2.9 ms (short
+loops over a row's 7-14 tiles do not vectorise).
 """
 from __future__ import annotations
 
@@ -60,6 +73,9 @@ SPLIT_ELEMENTS = 1 << 16    # likewise for kernels' other work, in elements
 # others, so a fourth block costs up to ~17 % more CPU than halves (ResNet-50's 7x7x512 3x3 layer, one thread).
 CHUNKS_PER_THREAD = 2
 CHUNK_ELEMENTS = 1 << 18
+# Compiled kernels (``runtime.jit``) do in one pass what NumPy kernels do in several, 3-5x faster per element: below
+# this many elements one runs whole on the calling thread (``compiled_work``).
+SPLIT_COMPILED = 1 << 18
 
 _local = threading.local()
 _pool_lock = threading.Lock()
@@ -249,6 +265,12 @@ def parts(total, minimum=1, work=None, per_thread=None):
     count = max(1, min(count, total // max(1, minimum)))
     bounds = [total * i // count for i in range(count + 1)]
     return [slice(bounds[i], bounds[i + 1]) for i in range(count)]
+
+
+def compiled_work(elements):
+    """``work`` for ``parts`` / ``each`` of a compiled kernel touching ``elements``: 0 (one part, no hand-off) below
+    ``SPLIT_COMPILED``."""
+    return elements if elements >= SPLIT_COMPILED else 0
 
 
 def each(function, total, minimum=1, work=None, per_thread=None):
