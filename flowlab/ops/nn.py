@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 
 from ..errors import ShapeError
-from ..runtime import host_threads
+from ..runtime import host_threads, jit
 from . import Op, apply, as_tensor, normalize_axis, spec
 from . import cupy_elementwise, shape_error
 from .math import OutputGrad, multiply, negative, reduce_sum, sum_to_shape
@@ -162,7 +162,46 @@ def _row_max(rows):
     return np.maximum.reduce(np.ascontiguousarray(rows.T), axis=0)
 
 
+@jit.kernel(reduce=True)
+def _softmax_rows_float32(x, out):
+    """``_softmax`` over the rows of a C-contiguous float32 ``(rows, n)`` block, a row at a time (in cache): its
+    maximum, ``e = exp(x - max)`` and ``e / sum(e)`` (a product with the sum's reciprocal). A NaN needs no test in
+    the maximum: ``exp(NaN - max)`` makes the row's sum NaN, so the whole row is NaN, as in the NumPy twin (and a
+    row holding +inf is NaN through ``inf - inf``, as there)."""
+    rows, n = x.shape
+    for r in range(rows):
+        top = x[r, 0]
+        for j in range(1, n):
+            v = x[r, j]
+            top = v if v > top else top
+        total = np.float32(0)
+        for j in range(n):
+            e = jit.exp32(x[r, j] - top)
+            out[r, j] = e
+            total += e
+        scale = np.float32(1) / total
+        for j in range(n):
+            out[r, j] *= scale
+
+
+@jit.kernel(reduce=True)
+def _softmax_grad_rows_float32(y, dy, dx):
+    """``SoftmaxGrad`` over C-contiguous float32 rows: ``dx = y (dy - sum(dy y))``, one row at a time."""
+    rows, n = y.shape
+    for r in range(rows):
+        dot = np.float32(0)
+        for j in range(n):
+            dot += dy[r, j] * y[r, j]
+        for j in range(n):
+            dx[r, j] = (dy[r, j] - dot) * y[r, j]
+
+
 def _softmax(xp, x, axis):
+    if xp is np and axis == x.ndim - 1 and x.dtype == np.float32 and x.size and jit.enabled():
+        rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+        out = np.empty_like(rows)
+        _softmax_rows_float32(rows, out)
+        return out.reshape(x.shape)
     if xp is np and axis == x.ndim - 1 and x.dtype.char in "fd" and x.size:
         # over the last axis of a host array: the row maxima as above, the row sums as one BLAS product with ones
         # (np.sum over short rows is ~8x slower), the same elementwise passes
@@ -211,6 +250,11 @@ class SoftmaxGrad(Op):
     def forward(xp, y, dy, axis):
         if xp is np and axis == y.ndim - 1 and y.dtype.char in "fd" and dy.dtype == y.dtype and dy.shape == y.shape \
                 and y.size:
+            if y.dtype == np.float32 and jit.enabled():
+                y2, dy2 = (np.ascontiguousarray(a).reshape(-1, y.shape[-1]) for a in (y, dy))
+                dx = np.empty_like(dy2)
+                _softmax_grad_rows_float32(y2, dy2, dx)
+                return dx.reshape(y.shape)
             # over the last axis on the host: the row dots without the dy * y temporary, then two passes
             y2, dy2 = y.reshape(-1, y.shape[-1]), dy.reshape(-1, y.shape[-1])
             dx = np.subtract(dy2, row_dots(dy2, y2)[:, None])
