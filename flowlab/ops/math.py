@@ -575,7 +575,8 @@ def _gelu_grad_float32_compiled(x, y, dy, out):
 
 class GeluGrad(Op):
     """``dy * (Φ(x) + x φ(x))``, ``φ`` the standard normal density, with ``Φ(x) = y / x`` read back from the forward
-    output ``y`` (``Φ(0) = 1/2``): no second ``erfc``."""
+    output ``y`` (``Φ(0) = 1/2``): no second ``erfc``. float32 on NumPy: one compiled pass where ``runtime.jit`` is on
+    (``_gelu_grad_float32_compiled``), else ~10 NumPy passes block by block."""
     prefix, api = "GeluGrad_", "flow.math.gelu_grad"
     c_expr = (f"({{2}} * (({{0}} != (T)0 ? {{1}} / {{0}} : (T)0.5) "
               f"+ {{0}} * (T){_INV_SQRT_2PI} * exp((T)-0.5 * {{0}} * {{0}})))")
