@@ -402,3 +402,53 @@ def test_compiled_scatter_add_keeps_nan_in_its_own_row_and_takes_strided_rows():
     assert np.isnan(compiled[3, 2]) and np.isinf(compiled[7, 5])
     finite = np.isfinite(twin)
     np.testing.assert_allclose(compiled[finite], twin[finite], rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- sparse cross-entropy
+
+def _cross_entropy_and_grad(labels, logits, dy):
+    from flowlab.ops.nn import SparseSoftmaxCrossEntropy, SparseSoftmaxCrossEntropyGrad
+    loss, prob = SparseSoftmaxCrossEntropy.forward(np, labels, logits, name="ce")
+    return loss, prob, SparseSoftmaxCrossEntropyGrad.forward(np, labels, prob, dy)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 7), (40, 100), (8, 2), (3, 131_075), (2, 3, 5)])
+@pytest.mark.parametrize("label_dtype", [np.int32, np.int64])
+def test_compiled_sparse_cross_entropy_matches_its_twin_and_float64(shape, label_dtype):
+    rng = np.random.default_rng(shape[-1])
+    logits = (rng.standard_normal(shape) * 4).astype(np.float32)
+    labels = rng.integers(0, shape[-1], shape[:-1]).astype(label_dtype)
+    dy = rng.uniform(0.5, 2, shape[:-1]).astype(np.float32)
+    (loss, prob, grad), (twin_loss, twin_prob, twin_grad) = both(_cross_entropy_and_grad, labels, logits, dy)
+    wide = logits.astype(np.float64)
+    top = wide.max(-1, keepdims=True)
+    log_total = np.log(np.exp(wide - top).sum(-1, keepdims=True))
+    exact_prob = np.exp(wide - top - log_total)
+    exact_loss = (log_total + top)[..., 0] - np.take_along_axis(wide, labels[..., None].astype(np.int64), -1)[..., 0]
+    onehot = np.zeros(shape)
+    np.put_along_axis(onehot, labels[..., None].astype(np.int64), 1.0, -1)
+    exact_grad = (exact_prob - onehot) * dy[..., None]
+    n = shape[-1]
+    assert loss.dtype == prob.dtype == grad.dtype == np.float32 and loss.shape == shape[:-1]
+    np.testing.assert_allclose(loss, exact_loss, rtol=1e-6 * max(1, math.log2(n)), atol=2e-6)
+    np.testing.assert_allclose(prob, exact_prob, rtol=1e-6 * max(1, math.log2(n)), atol=1e-37)
+    assert np.abs(grad - exact_grad).max() <= 1e-6 * max(1, math.log2(n)) * dy.max()
+    np.testing.assert_allclose(loss, twin_loss, rtol=2e-6 * max(1, math.log2(n)), atol=4e-6)
+    np.testing.assert_allclose(grad, twin_grad, rtol=0, atol=2e-6 * max(1, math.log2(n)) * dy.max())
+
+
+def test_compiled_sparse_cross_entropy_labels_out_of_range_nan_and_strided_logits():
+    """A label outside the classes gives zero loss and gradient (and the warning), a NaN logit a NaN row, as in the
+    twin; strided logits are taken."""
+    rng = np.random.default_rng(12)
+    logits = (rng.standard_normal((6, 20)) * 3).astype(np.float32)[:, ::2]        # (6, 10), strided
+    logits[2, 3] = np.nan
+    labels = np.array([1, 10, 4, -1, 0, 9], np.int32)
+    dy = rng.uniform(0.5, 2, 6).astype(np.float32)
+    with pytest.warns(RuntimeWarning, match="outside"), np.errstate(invalid="ignore"):
+        (loss, prob, grad), (twin_loss, twin_prob, twin_grad) = both(_cross_entropy_and_grad, labels, logits, dy)
+    assert loss[1] == 0 and loss[3] == 0 and not grad[[1, 3]].any()
+    assert np.isnan(loss[2]) and np.isnan(prob[2]).all() and np.isnan(grad[2]).all()
+    for got, twin in ((loss, twin_loss), (prob, twin_prob), (grad, twin_grad)):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(twin))
+        np.testing.assert_allclose(got[[0, 4, 5]], twin[[0, 4, 5]], rtol=3e-6, atol=3e-6)

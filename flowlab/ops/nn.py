@@ -1,6 +1,7 @@
 """``flow.nn``: activations, bias, softmax, cross-entropy losses and dropout."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -322,6 +323,52 @@ def _contiguous(xp, array):
     return array if array.flags.c_contiguous else xp.ascontiguousarray(array)
 
 
+@jit.kernel(reduce=True)
+def _sparse_ce_float32(logits, labels, loss, prob):
+    """``SparseSoftmaxCrossEntropy`` over C-contiguous float32 ``(rows, classes)`` logits and int64 labels, a row at
+    a time: the softmax as ``_softmax_rows_float32`` computes it, and ``loss = log(sum) - (logits[label] - max)``
+    (0 for a label outside ``[0, classes)``; NaN and inf reach the row as in the NumPy twin)."""
+    rows, classes = logits.shape
+    for r in range(rows):
+        top = logits[r, 0]
+        for j in range(1, classes):
+            v = logits[r, j]
+            top = v if v > top else top
+        total = np.float32(0)
+        for j in range(classes):
+            e = jit.exp32(logits[r, j] - top)
+            prob[r, j] = e
+            total += e
+        scale = np.float32(1) / total
+        for j in range(classes):
+            prob[r, j] *= scale
+        label = labels[r]
+        if 0 <= label < classes:
+            loss[r] = math.log(total) - (logits[r, label] - top)
+        else:
+            loss[r] = np.float32(0)
+
+
+@jit.kernel
+def _sparse_ce_grad_float32(labels, prob, dy, grad):
+    """``SparseSoftmaxCrossEntropyGrad`` over C-contiguous float32 rows and int64 labels: ``dy (prob - onehot)``, a
+    row of zeros for a label outside ``[0, classes)``."""
+    rows, classes = prob.shape
+    for r in range(rows):
+        label = labels[r]
+        d = dy[r] if 0 <= label < classes else np.float32(0)
+        for j in range(classes):
+            grad[r, j] = prob[r, j] * d
+        if 0 <= label < classes:
+            grad[r, label] -= d
+
+
+def _compiled_ce(labels, *arrays):
+    """Whether the compiled cross-entropy kernels take these NumPy arrays (float32, integer labels)."""
+    return jit.enabled() and labels.dtype.kind in "iu" and all(
+        type(a) is np.ndarray and a.dtype == np.float32 for a in arrays)
+
+
 class SparseSoftmaxCrossEntropy(Op):
     """Per-example loss ``logsumexp(logits) - logits[label]``; also outputs the softmax the gradient needs.
 
@@ -351,6 +398,15 @@ class SparseSoftmaxCrossEntropy(Op):
             _cupy_kernel(xp, "sparse_softmax_ce")(logits, _contiguous(xp, labels), classes, loss, prob)
             return loss, prob
         all_valid = _labels_in_range(labels, classes)
+        if _compiled_ce(labels, logits) and logits.size:
+            rows = logits.reshape(-1, classes)
+            loss, prob = np.empty(labels.shape, np.float32), np.empty(logits.shape, np.float32)
+            _sparse_ce_float32(np.ascontiguousarray(rows), np.ascontiguousarray(labels, np.int64).reshape(-1),
+                               loss.reshape(-1), prob.reshape(-1, classes))
+            if not all_valid:
+                warnings.warn(f"{name}: labels outside [0, {classes}) were given zero loss and zero gradient",
+                              RuntimeWarning, stacklevel=2)
+            return loss, prob
         valid = True if all_valid else (labels >= 0) & (labels < classes)
         safe = labels if all_valid else xp.where(valid, labels, 0)
         shifted = logits - logits.max(axis=-1, keepdims=True)
@@ -389,6 +445,12 @@ class SparseSoftmaxCrossEntropyGrad(Op):
         if _on_cupy_kernel(xp, prob):
             return _cupy_kernel(xp, "sparse_softmax_ce_grad")(_contiguous(xp, labels), _contiguous(xp, prob),
                                                               _contiguous(xp, dy), classes)
+        if _compiled_ce(labels, prob, dy) and prob.size:
+            grad = np.empty(prob.shape, np.float32)
+            _sparse_ce_grad_float32(np.ascontiguousarray(labels, np.int64).reshape(-1),
+                                    np.ascontiguousarray(prob).reshape(-1, classes),
+                                    np.ascontiguousarray(dy).reshape(-1), grad.reshape(-1, classes))
+            return grad
         if _labels_in_range(labels, classes):     # the usual case: no mask to build
             grad = xp.ascontiguousarray(prob * dy[..., None])   # so that the reshape below is a view
             flat = grad.reshape(-1, classes)
