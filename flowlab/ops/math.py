@@ -350,8 +350,8 @@ GELU_BLOCKS = 8
 # relative through exp, dominates). The compiled twin (``_gelu_float32_compiled``, fused multiply-adds, one rounding
 # fewer a Horner step), checked the same way: 3.7 ulps for x >= 0, 4.0 for x >= -1, 5.4 for x >= -2, 8.5 for x >= -4,
 # 21.2 for x >= -8 and 68.0 down to underflow. PyTorch's float32 GELU (erf, then 1 + erf): 2.6 ulps for
-# -1 <= x < 0, 5.3 for x >= 1, 38 near -2, 2200 near -3 and no correct digit below -4. The float64-evaluated Chebyshev fit this replaced
-# (``_half_erfc_of_abs``) was within 2.2 ulps everywhere at 2.4x the cost.
+# -1 <= x < 0, 5.3 for x >= 1, 38 near -2, 2200 near -3 and no correct digit below -4. The float64-evaluated
+# Chebyshev fit this replaced (``_half_erfc_of_abs``) was within 2.2 ulps everywhere at 2.4x the cost.
 _GELU_P = tuple(np.float32(c) for c in (0.5, 0.43827614, 0.1832203, 0.04062797, 0.004115462))
 _GELU_Q = tuple(np.float32(c) for c in (1.6744373, 1.2024435, 0.46943125, 0.101845674, 0.010315813))
 # |x| up to which the float32 GELU's Horner sums and relu(x) = (x + |x|) / 2 cannot overflow; a block holding a larger
