@@ -174,21 +174,29 @@ def _exact_gelu_and_derivative(x):
 SPECIAL = [0.0, -0.0, 1e-38, -1e-38, 1e-45, -1e-45, 3e-30, -3e-30, 3e38, -3e38]
 
 
-def test_gelu_float32_lies_within_a_few_ulps_of_the_exact_value_everywhere():
-    """The NumPy float32 kernel (a rational fit of Φ(-|x|) exp(x²/2) in float32 arithmetic, block by block) against
-    SciPy's float64 erfc at the same float32 inputs, in float32 ulps of the exact result: its documented bounds (found
-    at every float32 with 2^-14 <= |x| < 16), 5.5 for x >= -1, 7.8 for x >= -2, 10.1 for x >= -4, 22.2 for x >= -8
-    and 68.5 in the far negative tail (subnormal results, subnormal and huge inputs included); PyTorch's float32 GELU,
-    checked here too so that the bounds mean something, is past them below x = -1. A block holding an infinity (the
-    clamped path) gives its other elements the same bits."""
+@pytest.mark.parametrize("compiled,bounds", [
+    (False, ((-1, 5.5), (-2, 7.8), (-4, 10.1), (-8, 22.2), (-np.inf, 68.5))),
+    (True, ((-1, 4.0), (-2, 5.4), (-4, 8.5), (-8, 21.2), (-np.inf, 68.0)))])
+def test_gelu_float32_lies_within_a_few_ulps_of_the_exact_value_everywhere(compiled, bounds):
+    """The NumPy float32 kernel (a rational fit of Φ(-|x|) exp(x²/2) in float32 arithmetic, block by block), and its
+    compiled twin (``runtime.jit``), against SciPy's float64 erfc at the same float32 inputs, in float32 ulps of the
+    exact result: their documented bounds (found at every float32 with 2^-14 <= |x| < 16), NumPy's 5.5 for x >= -1,
+    7.8 for x >= -2, 10.1 for x >= -4, 22.2 for x >= -8 and 68.5 in the far negative tail (subnormal results,
+    subnormal and huge inputs included), the compiled 4.0, 5.4, 8.5, 21.2 and 68.0; PyTorch's float32 GELU, checked
+    here too so that the bounds mean something, is past them below x = -1. A block holding an infinity (the clamped
+    path) gives its other elements the same bits."""
     torch = pytest.importorskip("torch")
+    from flowlab.runtime import jit
+    if compiled and not jit.available():
+        pytest.skip("numba is not installed")
     x = np.concatenate([np.linspace(-14.5, 10, 245_001, dtype=np.float32),
                         np.random.default_rng(5).uniform(-3, 3, 300_000).astype(np.float32), np.float32(SPECIAL)])
-    got, = run(flow.math.gelu, x)
+    with jit.using(compiled):                  # (a plan this small runs on the calling thread)
+        got, = run(flow.math.gelu, x)
     exact, _ = _exact_gelu_and_derivative(x)
     spacing = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
     ulps = np.abs(got - exact) / spacing
-    for start, bound in ((-1, 5.5), (-2, 7.8), (-4, 10.1), (-8, 22.2), (-np.inf, 68.5)):
+    for start, bound in bounds:
         worst = ulps[x >= start].max()
         assert worst <= bound, f"{worst:.2f} ulps for x >= {start} at x = {x[x >= start][ulps[x >= start].argmax()]}"
     assert ulps[x >= -1].max() > 2               # float32 rounding: a bound near the truth, not a loose one
@@ -197,9 +205,10 @@ def test_gelu_float32_lies_within_a_few_ulps_of_the_exact_value_everywhere():
     assert theirs[(x >= -2) & (x < -1)].max() > 7.8 and theirs[(x >= -4) & (x < -2)].max() > 10.1
     with_inf = x[:1000].copy()
     with_inf[500] = np.inf
-    clamped, = run(flow.math.gelu, with_inf)
+    with jit.using(compiled):
+        clamped, = run(flow.math.gelu, with_inf)
     np.testing.assert_array_equal(np.delete(clamped, 500), np.delete(got[:1000], 500))
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), jit.using(compiled):
         warnings.simplefilter("error")                  # no inf * 0 on the way
         edges, = run(flow.math.gelu, np.float32([np.inf, -np.inf, np.nan, 3e38, -3e38]))
     np.testing.assert_array_equal(edges, np.float32([np.inf, 0.0, np.nan, 3e38, 0.0]))   # limits; NaN stays NaN

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import graph as g
 from ..errors import ShapeError
-from ..runtime import cublas, host_threads
+from ..runtime import cublas, host_threads, jit
 from . import (Op, apply, as_tensor, keeps_partials, normalize_axes, normalize_axis, same_dtype, shape_error, spec,
                ufunc_op)
 from .array import reshape as _reshape
@@ -347,9 +347,11 @@ GELU_BLOCKS = 8
 # the exact GELU (SciPy's float64 erfc) at every float32 with 2^-14 <= |x| < 16: within 5.5 ulps for x >= -1 (4.6 for
 # x >= 0), 7.8 for x >= -2, 10.1 for x >= -4, 22.2 for x >= -8 and 68.5 down to the result's underflow (float32
 # rounding of ~20 operations, the rational's evaluation most of it near 0; in the tail the rounding of a², 2^-24 a²/2
-# relative through exp, dominates). PyTorch's float32 GELU (erf, then 1 + erf): 2.6 ulps for -1 <= x < 0, 5.3 for
-# x >= 1, 38 near -2, 2200 near -3 and no correct digit below -4. The float64-evaluated Chebyshev fit this replaced
-# (``_half_erfc_of_abs``) was within 2.2 ulps everywhere at 2.4x the cost.
+# relative through exp, dominates). The compiled twin (``_gelu_float32_compiled``, fused multiply-adds, one rounding
+# fewer a Horner step), checked the same way: 3.7 ulps for x >= 0, 4.0 for x >= -1, 5.4 for x >= -2, 8.5 for x >= -4,
+# 21.2 for x >= -8 and 68.0 down to underflow. PyTorch's float32 GELU (erf, then 1 + erf): 2.6 ulps for
+# -1 <= x < 0, 5.3 for x >= 1, 38 near -2, 2200 near -3 and no correct digit below -4. The float64-evaluated
+# Chebyshev fit this replaced (``_half_erfc_of_abs``) was within 2.2 ulps everywhere at 2.4x the cost.
 _GELU_P = tuple(np.float32(c) for c in (0.5, 0.43827614, 0.1832203, 0.04062797, 0.004115462))
 _GELU_Q = tuple(np.float32(c) for c in (1.6744373, 1.2024435, 0.46943125, 0.101845674, 0.010315813))
 # |x| up to which the float32 GELU's Horner sums and relu(x) = (x + |x|) / 2 cannot overflow; a block holding a larger
@@ -443,6 +445,52 @@ def _gelu_float32_block(x, out, a, p, q):
     out -= p
 
 
+_GELU_P0, _GELU_P1, _GELU_P2, _GELU_P3, _GELU_P4 = _GELU_P
+_GELU_Q1, _GELU_Q2, _GELU_Q3, _GELU_Q4, _GELU_Q5 = _GELU_Q
+_F32_ZERO, _F32_HALF, _F32_ONE = np.float32(0), np.float32(0.5), np.float32(1)
+
+
+@jit.kernel
+def _gelu_float32_compiled(x, out):
+    """``_gelu_float32_block``'s arithmetic in one pass over flat float32 arrays (its twin, and the reference its
+    tests compare with): ``relu(x) - |x| Φ(-|x|)``, ``Φ(-a) = exp(-a²/2) P(a) / Q(a)``, ``|x|`` clamped at
+    ``_GELU_LARGE`` and ``relu`` a maximum for every element (the twin's path for blocks holding a large value,
+    which gives the same bits where nothing is clamped). Horner steps fuse into multiply-adds. NaN stays NaN."""
+    for i in range(x.size):
+        v = x[i]
+        a = min(-v if v < _F32_ZERO else v, _GELU_LARGE)   # (|x|: this module's abs is flow.math.abs)
+        p = (((_GELU_P4 * a + _GELU_P3) * a + _GELU_P2) * a + _GELU_P1) * a + _GELU_P0
+        q = ((((_GELU_Q5 * a + _GELU_Q4) * a + _GELU_Q3) * a + _GELU_Q2) * a + _GELU_Q1) * a + _F32_ONE
+        tail = p / q * a * jit.exp32(a * a * -_F32_HALF)         # |x| Φ(-|x|)
+        r = (v if v > _F32_ZERO else _F32_ZERO) - tail
+        out[i] = r if v == v else v
+
+
+# Elements from which a compiled elementwise kernel is split over the host threads: a hand-off costs ~20-50 us, and
+# the second core is often busy (a plan's second stream): GELU at 131k elements (~90 us on one thread) took 100-120
+# us in halves, 172 -> 143-197 us at 256k, 666 -> 400 us at 1M
+COMPILED_SPLIT_ELEMENTS = 1 << 19
+
+
+def _elementwise_compiled(kernel, out_dtype, *arrays, out=None):
+    """``kernel(*flat inputs, flat out)`` over C-contiguous copies of ``arrays`` (one shape); from
+    ``COMPILED_SPLIT_ELEMENTS`` on in contiguous pieces shared among the host threads (``host_threads.each``; the
+    kernels release the GIL). Returns ``out`` (allocated when None, copied into when it is not contiguous)."""
+    flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+    shape = arrays[0].shape
+    target = out if out is not None and out.flags.c_contiguous else np.empty(shape, out_dtype)
+    flat_out = target.reshape(-1)
+    size = flat_out.size
+    if size < COMPILED_SPLIT_ELEMENTS:
+        kernel(*flat, flat_out)
+    else:
+        host_threads.each(lambda part: kernel(*(f[part] for f in flat), flat_out[part]), size, _BLOCK, work=size)
+    if out is not None and target is not out:
+        out[...] = target
+        return out
+    return target
+
+
 def _normal_cdf(xp, x):
     """``Φ(x) = erfc(-x / √2) / 2`` of a float array, in one new array, through ``erfc`` (never ``1 + erf``, which
     would cancel for negative x: float32 GELU(-5) off by 25%): float32 on NumPy through the fit above in float64
@@ -467,14 +515,17 @@ class Gelu(_FloatUnary):
     """``x * Φ(x) = 0.5 x (1 + erf(x / √2))``, the exact GELU (OneFlow's kernel and PyTorch's default; OneFlow's
     docstring shows the tanh approximation, which its kernel does not compute). float64 goes through SciPy's exact
     ``erfc`` (finite-difference checks rely on it); float32 on NumPy in float32 arithmetic, block by block, through a
-    rational fit of ``Φ(-|x|) exp(x²/2)`` (``_gelu_float32_block``): within 5.5 ulps of the exact GELU for x >= -1,
-    10.1 for x >= -4 and 68.5 in the far negative tail (PyTorch's float32 GELU: 5.3, no correct digit below -4)."""
+    rational fit of ``Φ(-|x|) exp(x²/2)`` (``_gelu_float32_block``, or its compiled twin in one pass where
+    ``runtime.jit`` is on): within 5.5 ulps of the exact GELU for x >= -1, 10.1 for x >= -4 and 68.5 in the far
+    negative tail (compiled: 4.0, 8.5 and 68.0; PyTorch's float32 GELU: 5.3, no correct digit below -4)."""
     prefix, api = "Gelu_", "flow.math.gelu"
     c_expr = f"((T)0.5 * {{0}} * erfc({{0}} * (T)-{_SQRT_HALF}))"
 
     @staticmethod
     def forward(xp, x, out=None):
         if xp is np and x.dtype == np.float32:
+            if jit.enabled():
+                return _elementwise_compiled(_gelu_float32_compiled, np.float32, x, out=out)
             return _blockwise(_gelu_float32_block, x, out, scratch=(np.float32, 3), blocks=GELU_BLOCKS)
         return xp.multiply(_normal_cdf(xp, x), x, out=out)
 
@@ -507,9 +558,25 @@ def _gelu_grad_block(x, y, dy, out, q, cdf, _):
     np.multiply(cdf, dy, out=out)
 
 
+_GELU_GRAD_SMALL_X2 = np.float32(_GELU_GRAD_SMALL_X ** 2)
+_F32_LOG_INV_SQRT_2PI = np.float32(_LOG_INV_SQRT_2PI)
+
+
+@jit.kernel
+def _gelu_grad_float32_compiled(x, y, dy, out):
+    """``_gelu_grad_block``'s arithmetic in one pass over flat float32 arrays: ``dy (y / x + x exp(-x²/2 +
+    log(1/√(2π))))``, ``Φ = 1/2`` where ``x² < 1e-36`` (a NaN x stays on the division, so NaN stays NaN)."""
+    for i in range(x.size):
+        v = x[i]
+        square = v * v
+        cdf = _F32_HALF if square < _GELU_GRAD_SMALL_X2 else y[i] / v
+        out[i] = (cdf + v * jit.exp32(square * -_F32_HALF + _F32_LOG_INV_SQRT_2PI)) * dy[i]
+
+
 class GeluGrad(Op):
     """``dy * (Φ(x) + x φ(x))``, ``φ`` the standard normal density, with ``Φ(x) = y / x`` read back from the forward
-    output ``y`` (``Φ(0) = 1/2``): no second ``erfc``."""
+    output ``y`` (``Φ(0) = 1/2``): no second ``erfc``. float32 on NumPy: one compiled pass where ``runtime.jit`` is on
+    (``_gelu_grad_float32_compiled``), else ~10 NumPy passes block by block."""
     prefix, api = "GeluGrad_", "flow.math.gelu_grad"
     c_expr = (f"({{2}} * (({{0}} != (T)0 ? {{1}} / {{0}} : (T)0.5) "
               f"+ {{0}} * (T){_INV_SQRT_2PI} * exp((T)-0.5 * {{0}} * {{0}})))")
@@ -522,6 +589,8 @@ class GeluGrad(Op):
     @staticmethod
     def forward(xp, x, y, dy, out=None):
         if xp is np and x.dtype in (np.float32, np.float64) and x.shape == y.shape == dy.shape:
+            if jit.enabled() and x.dtype == y.dtype == dy.dtype == np.float32:
+                return _elementwise_compiled(_gelu_grad_float32_compiled, np.float32, x, y, dy, out=out)
             return _blockwise(lambda xb, ob, yb, db, *scratch: _gelu_grad_block(xb, yb, db, ob, *scratch),
                               x, out, y, dy, blocks=GELU_BLOCKS)
         t = x.dtype.type

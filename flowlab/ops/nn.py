@@ -1,6 +1,7 @@
 """``flow.nn``: activations, bias, softmax, cross-entropy losses and dropout."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -180,7 +181,46 @@ def _row_max(rows):
     return np.maximum.reduce(np.ascontiguousarray(rows.T), axis=0)
 
 
+@jit.kernel(reduce=True)
+def _softmax_rows_float32(x, out):
+    """``_softmax`` over the rows of a C-contiguous float32 ``(rows, n)`` block, a row at a time (in cache): its
+    maximum, ``e = exp(x - max)`` and ``e / sum(e)`` (a product with the sum's reciprocal). A NaN needs no test in
+    the maximum: ``exp(NaN - max)`` makes the row's sum NaN, so the whole row is NaN, as in the NumPy twin (and a
+    row holding +inf is NaN through ``inf - inf``, as there)."""
+    rows, n = x.shape
+    for r in range(rows):
+        top = x[r, 0]
+        for j in range(1, n):
+            v = x[r, j]
+            top = v if v > top else top
+        total = np.float32(0)
+        for j in range(n):
+            e = jit.exp32(x[r, j] - top)
+            out[r, j] = e
+            total += e
+        scale = np.float32(1) / total
+        for j in range(n):
+            out[r, j] *= scale
+
+
+@jit.kernel(reduce=True)
+def _softmax_grad_rows_float32(y, dy, dx):
+    """``SoftmaxGrad`` over C-contiguous float32 rows: ``dx = y (dy - sum(dy y))``, one row at a time."""
+    rows, n = y.shape
+    for r in range(rows):
+        dot = np.float32(0)
+        for j in range(n):
+            dot += dy[r, j] * y[r, j]
+        for j in range(n):
+            dx[r, j] = (dy[r, j] - dot) * y[r, j]
+
+
 def _softmax(xp, x, axis):
+    if xp is np and axis == x.ndim - 1 and x.dtype == np.float32 and x.size and jit.enabled():
+        rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+        out = np.empty_like(rows)
+        _softmax_rows_float32(rows, out)
+        return out.reshape(x.shape)
     if xp is np and axis == x.ndim - 1 and x.dtype.char in "fd" and x.size:
         # over the last axis of a host array: the row maxima as above, the row sums as one BLAS product with ones
         # (np.sum over short rows is ~8x slower), the same elementwise passes
@@ -229,6 +269,11 @@ class SoftmaxGrad(Op):
     def forward(xp, y, dy, axis):
         if xp is np and axis == y.ndim - 1 and y.dtype.char in "fd" and dy.dtype == y.dtype and dy.shape == y.shape \
                 and y.size:
+            if y.dtype == np.float32 and jit.enabled():
+                y2, dy2 = (np.ascontiguousarray(a).reshape(-1, y.shape[-1]) for a in (y, dy))
+                dx = np.empty_like(dy2)
+                _softmax_grad_rows_float32(y2, dy2, dx)
+                return dx.reshape(y.shape)
             # over the last axis on the host: the row dots without the dy * y temporary, then two passes
             y2, dy2 = y.reshape(-1, y.shape[-1]), dy.reshape(-1, y.shape[-1])
             dx = np.subtract(dy2, row_dots(dy2, y2)[:, None])
@@ -296,6 +341,52 @@ def _contiguous(xp, array):
     return array if array.flags.c_contiguous else xp.ascontiguousarray(array)
 
 
+@jit.kernel(reduce=True)
+def _sparse_ce_float32(logits, labels, loss, prob):
+    """``SparseSoftmaxCrossEntropy`` over C-contiguous float32 ``(rows, classes)`` logits and int64 labels, a row at
+    a time: the softmax as ``_softmax_rows_float32`` computes it, and ``loss = log(sum) - (logits[label] - max)``
+    (0 for a label outside ``[0, classes)``; NaN and inf reach the row as in the NumPy twin)."""
+    rows, classes = logits.shape
+    for r in range(rows):
+        top = logits[r, 0]
+        for j in range(1, classes):
+            v = logits[r, j]
+            top = v if v > top else top
+        total = np.float32(0)
+        for j in range(classes):
+            e = jit.exp32(logits[r, j] - top)
+            prob[r, j] = e
+            total += e
+        scale = np.float32(1) / total
+        for j in range(classes):
+            prob[r, j] *= scale
+        label = labels[r]
+        if 0 <= label < classes:
+            loss[r] = math.log(total) - (logits[r, label] - top)
+        else:
+            loss[r] = np.float32(0)
+
+
+@jit.kernel
+def _sparse_ce_grad_float32(labels, prob, dy, grad):
+    """``SparseSoftmaxCrossEntropyGrad`` over C-contiguous float32 rows and int64 labels: ``dy (prob - onehot)``, a
+    row of zeros for a label outside ``[0, classes)``."""
+    rows, classes = prob.shape
+    for r in range(rows):
+        label = labels[r]
+        d = dy[r] if 0 <= label < classes else np.float32(0)
+        for j in range(classes):
+            grad[r, j] = prob[r, j] * d
+        if 0 <= label < classes:
+            grad[r, label] -= d
+
+
+def _compiled_ce(labels, *arrays):
+    """Whether the compiled cross-entropy kernels take these NumPy arrays (float32, integer labels)."""
+    return jit.enabled() and labels.dtype.kind in "iu" and all(
+        type(a) is np.ndarray and a.dtype == np.float32 for a in arrays)
+
+
 class SparseSoftmaxCrossEntropy(Op):
     """Per-example loss ``logsumexp(logits) - logits[label]``; also outputs the softmax the gradient needs.
 
@@ -325,6 +416,15 @@ class SparseSoftmaxCrossEntropy(Op):
             _cupy_kernel(xp, "sparse_softmax_ce")(logits, _contiguous(xp, labels), classes, loss, prob)
             return loss, prob
         all_valid = _labels_in_range(labels, classes)
+        if _compiled_ce(labels, logits) and logits.size:
+            rows = logits.reshape(-1, classes)
+            loss, prob = np.empty(labels.shape, np.float32), np.empty(logits.shape, np.float32)
+            _sparse_ce_float32(np.ascontiguousarray(rows), np.ascontiguousarray(labels, np.int64).reshape(-1),
+                               loss.reshape(-1), prob.reshape(-1, classes))
+            if not all_valid:
+                warnings.warn(f"{name}: labels outside [0, {classes}) were given zero loss and zero gradient",
+                              RuntimeWarning, stacklevel=2)
+            return loss, prob
         valid = True if all_valid else (labels >= 0) & (labels < classes)
         safe = labels if all_valid else xp.where(valid, labels, 0)
         shifted = logits - logits.max(axis=-1, keepdims=True)
@@ -363,6 +463,12 @@ class SparseSoftmaxCrossEntropyGrad(Op):
         if _on_cupy_kernel(xp, prob):
             return _cupy_kernel(xp, "sparse_softmax_ce_grad")(_contiguous(xp, labels), _contiguous(xp, prob),
                                                               _contiguous(xp, dy), classes)
+        if _compiled_ce(labels, prob, dy) and prob.size:
+            grad = np.empty(prob.shape, np.float32)
+            _sparse_ce_grad_float32(np.ascontiguousarray(labels, np.int64).reshape(-1),
+                                    np.ascontiguousarray(prob).reshape(-1, classes),
+                                    np.ascontiguousarray(dy).reshape(-1), grad.reshape(-1, classes))
+            return grad
         if _labels_in_range(labels, classes):     # the usual case: no mask to build
             grad = xp.ascontiguousarray(prob * dy[..., None])   # so that the reshape below is a view
             flat = grad.reshape(-1, classes)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime import jit
+
 
 # A small table's scatter-add on NumPy is one product ``one_hot(ids) @ rows`` (a BERT word table's gradient, 100
 # rows from 256 ids of 128 values: ~65 us, against ~110 us sorted and ~230 us through add.at) while the product has
@@ -13,12 +15,33 @@ import numpy as np
 ONE_HOT_ROWS, ONE_HOT_MACS = 128, 1 << 23
 
 
+@jit.kernel
+def _scatter_add_float32(ids, rows, out):
+    """``out[ids[k]] += rows[k]`` for each ``k`` whose id is in ``[0, len(out))`` (others dropped), over int64 ids
+    and C-contiguous float32 ``(ids, m)`` rows and ``(n_rows, m)`` out, in the ids' order (vectorised along a row).
+    A NaN or infinity reaches only the row of its own id."""
+    n_rows = out.shape[0]
+    for k in range(ids.size):
+        i = ids[k]
+        if 0 <= i < n_rows:
+            for j in range(rows.shape[1]):
+                out[i, j] += rows[k, j]
+
+
 def sum_rows(xp, ids, rows, n_rows):
     """The ``(n_rows, ...)`` array whose row ``i`` sums the ``rows`` whose id is ``i`` (ids outside ``[0, n_rows)``
     are dropped): a scatter-add. On NumPy a small table with finite float rows is a one-hot product (one BLAS call,
     ``ONE_HOT_ROWS``); else, ids sorted: each id once is an assignment; when ids repeat a lot (many more ids than
     rows) ``add.reduceat`` over the sorted rows beats ``add.at``; otherwise ``add.at`` does (NumPy >= 1.25's fast
-    path)."""
+    path). NumPy float32 with compiled kernels (``runtime.jit``): one pass adding each row onto its id's
+    (``_scatter_add_float32``; a 100-row table from 256 ids of 128 values: 68 -> ~6 us)."""
+    if xp is np and rows.dtype == np.float32 and jit.enabled():
+        flat_ids = np.ascontiguousarray(ids.reshape(-1), dtype=np.int64)
+        out = np.zeros((n_rows,) + rows.shape[1:], np.float32)
+        if out.size and flat_ids.size:
+            _scatter_add_float32(flat_ids, np.ascontiguousarray(rows).reshape(flat_ids.size, -1),
+                                 out.reshape(n_rows, -1))
+        return out
     ids, rows = _in_table(ids, rows, n_rows)
     if xp is np and ids.size and _one_hot_pays(rows, n_rows):
         one_hot = np.zeros((n_rows, ids.size), rows.dtype)
