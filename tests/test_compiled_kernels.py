@@ -112,9 +112,10 @@ def test_compiled_gelu_takes_non_contiguous_inputs_and_outputs():
 
 
 def test_compiled_gelu_split_over_threads_equals_one_call():
-    """From ``COMPILED_SPLIT_ELEMENTS`` on, the pieces on two host threads give the one call's bits."""
-    from flowlab.ops.math import COMPILED_SPLIT_ELEMENTS, Gelu, GeluGrad
-    x = np.random.default_rng(3).standard_normal(COMPILED_SPLIT_ELEMENTS + 3).astype(np.float32)
+    """From ``SPLIT_COMPILED`` on, the pieces on two host threads give the one call's bits."""
+    from flowlab.ops.math import Gelu, GeluGrad
+    from flowlab.runtime.host_threads import SPLIT_COMPILED
+    x = np.random.default_rng(3).standard_normal(SPLIT_COMPILED + 3).astype(np.float32)
     dy = np.random.default_rng(4).standard_normal(x.size).astype(np.float32)
     whole, grad = Gelu.forward(np, x), GeluGrad.forward(np, x, Gelu.forward(np, x), dy)
     with host_threads.using(2):
@@ -213,10 +214,10 @@ def test_compiled_adam_group_gives_each_member_its_own_step():
 def test_compiled_adam_nan_gradient_and_split_over_threads():
     """A NaN gradient makes its own element NaN (weight and moments) and no other; a large update split over two
     host threads gives the one call's bits."""
-    from flowlab.ops.math import COMPILED_SPLIT_ELEMENTS
+    from flowlab.runtime.host_threads import SPLIT_COMPILED
     from flowlab.optim.optimizers import AdamUpdate
     rng = np.random.default_rng(8)
-    size = COMPILED_SPLIT_ELEMENTS + 5
+    size = SPLIT_COMPILED + 5
     w, g, m = (rng.standard_normal(size).astype(np.float32) for _ in range(3))
     v = rng.uniform(0, 1, size).astype(np.float32)
     g[[0, 77, size - 1]] = [np.nan, np.inf, np.nan]

@@ -466,22 +466,17 @@ def _gelu_float32_compiled(x, out):
         out[i] = r if v == v else v
 
 
-# Elements from which a compiled elementwise kernel is split over the host threads: a hand-off costs ~20-50 us, and
-# the second core is often busy (a plan's second stream): GELU at 131k elements (~90 us on one thread) took 100-120
-# us in halves, 172 -> 143-197 us at 256k, 666 -> 400 us at 1M
-COMPILED_SPLIT_ELEMENTS = 1 << 19
-
-
 def _elementwise_compiled(kernel, out_dtype, *arrays, out=None):
     """``kernel(*flat inputs, flat out)`` over C-contiguous copies of ``arrays`` (one shape); from
-    ``COMPILED_SPLIT_ELEMENTS`` on in contiguous pieces shared among the host threads (``host_threads.each``; the
-    kernels release the GIL). Returns ``out`` (allocated when None, copied into when it is not contiguous)."""
+    ``host_threads.SPLIT_COMPILED`` on in contiguous pieces shared among the host threads (``host_threads.each``; the
+    kernels release the GIL: GELU at 131k elements, ~90 us on one thread, took 100-120 us in halves, at 1M 666 ->
+    400 us). Returns ``out`` (allocated when None, copied into when it is not contiguous)."""
     flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
     shape = arrays[0].shape
     target = out if out is not None and out.flags.c_contiguous else np.empty(shape, out_dtype)
     flat_out = target.reshape(-1)
     size = flat_out.size
-    if size < COMPILED_SPLIT_ELEMENTS:
+    if not host_threads.compiled_work(size):
         kernel(*flat, flat_out)
     else:
         host_threads.each(lambda part: kernel(*(f[part] for f in flat), flat_out[part]), size, _BLOCK, work=size)

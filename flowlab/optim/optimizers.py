@@ -27,7 +27,7 @@ from ..initializers import constant_initializer, zeros_initializer
 from ..ops import Op, apply, spec
 from ..ops.array import concat, constant, identity
 from ..ops.scatter import unique_rows
-from ..ops.math import COMPILED_SPLIT_ELEMENTS, Add
+from ..ops.math import Add
 from ..ops.variables import get_variable
 from ..runtime import blas, host_threads, jit, session
 from .loss_scale import (DynamicLossScalePolicy, DynamicLossScaleSchedule, ScaledSeed, SkippedSteps,
@@ -294,12 +294,12 @@ def _compiled_adam_takes(xp, w, grad, m, v):
 
 def _adam_compiled(w, grad, m, v, scale, beta1, beta2, epsilon, lr, weight_decay):
     """Adam's step through ``_adam_float32_compiled`` (its scalars rounded to float32, as BLAS's ``axpy`` rounds
-    them in ``_adam_blas``), from ``COMPILED_SPLIT_ELEMENTS`` on split over the host threads."""
+    them in ``_adam_blas``), from ``host_threads.SPLIT_COMPILED`` on split over the host threads."""
     t = np.float32
     flat = [a.reshape(-1) for a in (w, grad, m, v)]
     scalars = (t((1 - beta1) * scale), t((1 - beta2) * scale * scale), t(beta1), t(beta2), t(epsilon), t(lr),
                t(weight_decay))
-    if w.size < COMPILED_SPLIT_ELEMENTS:
+    if not host_threads.compiled_work(w.size):
         _adam_float32_compiled(*flat, *scalars)
     else:
         host_threads.each(lambda part: _adam_float32_compiled(*(f[part] for f in flat), *scalars), w.size,
