@@ -604,7 +604,8 @@ class _Monitor:
 
     On one device every statistic is an observing op of the plan (``ops.stats``: ``ActivationStats``,
     ``SquareStats``, ``MeanStat``), added to the graph here, whose small vector the plan delivers to ``_arrive``
-    (a host array, or on CuPy a function that waits for its copy); histograms are plan deliveries of ``bins``. So on
+    (a host array, or on CuPy a function that waits for its copy; on the host a ReLU output's are taken in the
+    ReLU's own pass, the compiler's ``fuse_activation_stats``); histograms are plan deliveries of ``bins``. So on
     a GPU the statistics are part of the CUDA graph a plan is replayed as. On several devices the tensors themselves
     are delivered and summarised on the host from the joined whole.
 
