@@ -1,7 +1,7 @@
 """SGD's compiled plain step (``optim.optimizers._sgd_step_float32``) against its twin, BLAS's ``axpy`` (and NumPy's
 passes where BLAS is missing), and against a float64 reference: bit for bit where the twin is BLAS, NaN and Inf
-carried as the twin carries them, split over host threads for large tensors, and the twin kept for what the
-kernel does not take (momentum, float64, non-contiguous gradients)."""
+carried as the twin carries them, and the twin kept for what the kernel does not take (momentum, float64,
+non-contiguous gradients, tensors from ``COMPILED_STEP_BELOW`` elements on)."""
 import numpy as np
 import pytest
 
@@ -35,7 +35,7 @@ def pair(shape, seed=0):
     return rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
 
 
-@pytest.mark.parametrize("shape", [(4096,), (64, 128), (4097,), (131075,)])     # the last: split over threads
+@pytest.mark.parametrize("shape", [(4096,), (64, 128), (4097,), (optimizers.COMPILED_STEP_BELOW - 1,)])
 def test_compiled_step_matches_blas_bit_for_bit(shape, calls):
     if not blas.available(np.float32):
         pytest.skip("no BLAS to compare with")
@@ -93,4 +93,6 @@ def test_what_the_kernel_does_not_take_keeps_the_twin(calls):
     momentum = np.zeros_like(w)
     with jit.using(True):
         SGDUpdate.forward(np, w.copy(), g, momentum, **{**PLAIN, "momentum": 0.9})
+    large_w, large_g = pair(optimizers.COMPILED_STEP_BELOW, seed=6)
+    np.testing.assert_array_equal(step(large_w, large_g, True), step(large_w, large_g, False))
     assert not calls

@@ -115,12 +115,17 @@ BLAS_PASS_FROM = 4096      # elements: below, a BLAS call through ctypes costs m
 SPLIT_PART_MIN = 4096      # elements: the smallest part of an update a host thread takes
 
 
+COMPILED_STEP_BELOW = 1 << 16   # elements: from here BLAS's axpy is as fast (65k: 5.2 us against 5.8; 131k: 12.8
+                                # against 10.9; 1M: 108 against 61) and host threads split it
+
+
 def _compiled_step(xp, w, grad):
     """Whether a plain SGD step on ``w`` runs ``_sgd_step_float32``: where ``_blas_pass`` would take BLAS's axpy
-    (large enough, contiguous) for float32, with compiled kernels on. Smaller steps keep NumPy's two passes, whose
-    rounding (the scaled gradient rounded, then subtracted) a fused multiply-add would change."""
+    (large enough, contiguous) for float32, below ``COMPILED_STEP_BELOW``, with compiled kernels on. Smaller steps
+    keep NumPy's two passes, whose rounding (the scaled gradient rounded, then subtracted) a fused multiply-add
+    would change."""
     return xp is np and jit.enabled() and w.dtype == np.float32 and grad.dtype == np.float32 and \
-        w.size >= BLAS_PASS_FROM and w.flags.c_contiguous and grad.flags.c_contiguous
+        BLAS_PASS_FROM <= w.size < COMPILED_STEP_BELOW and w.flags.c_contiguous and grad.flags.c_contiguous
 
 
 @jit.kernel
@@ -173,14 +178,9 @@ class SGDUpdate(_Update):
             return
         scale = (extras[0] * grad_scale if clipped else grad_scale) * lr      # one pass over the gradient
         if m is None and _compiled_step(xp, w, grad):
-            # BLAS's axpy, compiled: the same fused multiply-add (bit for bit), without ~6 us of ctypes and
-            # NumPy attribute calls, which a small layer's step (64x128: ~8 us in all) cannot hide
-            flat_w, flat_g, alpha = w.reshape(-1), grad.reshape(-1), np.float32(-float(scale))
-            if w.size < host_threads.SPLIT_ELEMENTS:
-                _sgd_step_float32(flat_w, flat_g, alpha)
-            else:
-                host_threads.each(lambda part: _sgd_step_float32(flat_w[part], flat_g[part], alpha), w.size,
-                                  SPLIT_PART_MIN, work=w.size)
+            # BLAS's axpy, compiled: the same fused multiply-add (bit for bit), without the ctypes call and NumPy
+            # attribute reads a small layer's step cannot hide (64x128: 3.3 us against 7.2)
+            _sgd_step_float32(w.reshape(-1), grad.reshape(-1), np.float32(-float(scale)))
             return
         if _blas_pass(xp, w, grad) and (m is None or m.flags.c_contiguous):
             flat_w, flat_g, flat_m = w.reshape(-1), grad.reshape(-1), None if m is None else m.reshape(-1)
