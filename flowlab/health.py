@@ -604,7 +604,8 @@ class _Monitor:
 
     On one device every statistic is an observing op of the plan (``ops.stats``: ``ActivationStats``,
     ``SquareStats``, ``MeanStat``), added to the graph here, whose small vector the plan delivers to ``_arrive``
-    (a host array, or on CuPy a function that waits for its copy); histograms are plan deliveries of ``bins``. So on
+    (a host array, or on CuPy a function that waits for its copy; on the host a ReLU output's are taken in the
+    ReLU's own pass, the compiler's ``fuse_activation_stats``); histograms are plan deliveries of ``bins``. So on
     a GPU the statistics are part of the CUDA graph a plan is replayed as. On several devices the tensors themselves
     are delivered and summarised on the host from the joined whole.
 
@@ -779,13 +780,18 @@ class _Monitor:
                                               put=functools.partial(self._arrive_sample, key)))
 
     def _add_squares(self):
-        """(Block path) the weights' squares in one op (``ops.stats.SquaresStats``: it runs after the last
-        variable read, before any update), and the gradients' in one op after the last of them when they are small
-        (``FUSED_GRADIENT_BYTES``: read again from the cache), else one op each, right after each gradient."""
+        """(Block path) the weights' and the gradients' squares. Small gradients (``FUSED_GRADIENT_BYTES``: read
+        again from the cache) have theirs taken by one op after the last of them, and the weights' by that same op
+        when no update runs before it (one call and one put fewer, and the updates that follow find the weights in
+        cache); else the weights' by one op after the last variable read, before any update, and large gradients'
+        by one op each, right after each gradient. Every op is ``ops.stats.SquaresStats`` (``SquareStats`` alone)."""
         weights = [entry for entry in self._squares if entry[0][0] == "weight"]
         grads = [entry for entry in self._squares if entry[0][0] == "grad"]
         small = sum(math.prod(t.shape) * t.dtype.itemsize for _, t, _ in grads) <= FUSED_GRADIENT_BYTES
-        for group in [weights] + ([grads] if small else [[entry] for entry in grads]):
+        groups = [weights] + ([grads] if small else [[entry] for entry in grads])
+        if weights and grads and small and self._updates_follow(grads):
+            groups = [weights + grads]
+        for group in groups:
             if not group:
                 continue
             spans = [self._column(key, 3) for key, _, _ in group]
@@ -797,6 +803,13 @@ class _Monitor:
                 what = "weight" if key[0] == "weight" else "gradient"
                 stat = self._observe(SquareStats, tensor, f"{what}-{key[1]}", scratch=Scratch(), keep=keep)
             self.requests.append(self._request(stat, put=self._span_recorder(spans[0][0], spans[-1][1])))
+
+    def _updates_follow(self, grads):
+        """Whether every variable update of the layers runs after every tensor of ``grads`` (graph order), so
+        that an op reading the gradients sees the weights before this call's update."""
+        last_grad = max(_run_position(self.graph, t.node) for _, t, _ in grads)
+        updates = [p.update for layer in self.layers for p in layer.params if p.update is not None]
+        return all(_run_position(self.graph, u) > last_grad for u in updates)
 
     def _add_batch_norm(self, layer):
         """A batch norm's moving statistics, and in a train job how far this call's batch statistics are from

@@ -408,3 +408,35 @@ def test_embedding_rows_and_the_stale_rows_alert_in_blocks(sparse):
     assert [r.step for r in reports if any(a.kind == "stale_rows" for a in r.alerts)] == list(range(5, 12))
     assert "stale_fraction" in blocks.blocks[0].statistics
     assert_same(reports, blocks.blocks)
+
+
+# ------------------------------------------------------------------------------------------------ the squares op
+
+@pytest.mark.parametrize("large", [False, True], ids=["small-gradients", "large-gradients"])
+def test_weights_and_small_gradients_are_squared_by_one_op_before_the_updates(large, monkeypatch):
+    """Small gradients: one SquaresStats op reads every weight and gradient, after the last gradient and before
+    the first update (its weights are this call's, as the per-call reports' are); large ones: the weights' op
+    after the variable reads, one op a gradient."""
+    from flowlab import health
+    if large:
+        monkeypatch.setattr(health, "FUSED_GRADIENT_BYTES", 0)
+    alone = sgd_job(Blocks())                   # the plan of the block path alone
+    alone(*next(data(1)))
+    lines = str(alone.compiled().plan).splitlines()
+    squares = [i for i, line in enumerate(lines) if "(SquaresStats)" in line]
+    singles = [i for i, line in enumerate(lines) if "(SquareStats)" in line]
+    updates = [i for i, line in enumerate(lines) if "(SGDUpdate)" in line]
+    gradients = [i for i, line in enumerate(lines) if "System-AutoGrad" in line and "(MatMul)" in line]
+    if large:
+        assert len(squares) == 1 and squares[0] < gradients[0] and len(singles) == 6     # 3 kernels, 3 biases
+    else:
+        assert len(squares) == 1 and not singles and gradients[-1] < squares[0] < updates[0]
+        assert lines[squares[0]].count(", t") == 2 * 2 * 3      # 3 layers' kernels and biases, and their gradients
+    # the numbers: every weight and gradient norm as the per-call reports have them
+    blocks, reports = Blocks(), []
+    job = sgd_job(blocks, reports.append)
+    for x, y in data(6):
+        job(x, y)
+    blocks.flush()
+    flow.sync_default_session()
+    assert_same(reports, blocks.blocks)

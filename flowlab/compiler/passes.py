@@ -5,6 +5,8 @@ list and what earlier passes found) that returns a short note of what it did, or
 """
 from __future__ import annotations
 
+import numpy as np
+
 from . import amp
 from .buffers import plan_buffers as assign_buffers
 from .buffers import view_bases
@@ -13,7 +15,10 @@ from .fuse import cupy_kernel_factory
 from .group_updates import group_small_updates as group_updates
 from .fuse import fuse_elementwise as fuse_chains
 from .prune import prune as prune_nodes
-from ..runtime import host_threads
+from ..graph import Node
+from ..ops.nn import Relu, ReluActivationStats
+from ..ops.stats import ActivationStats
+from ..runtime import host_threads, jit
 from ..runtime.backend import ONE_BLAS_THREAD_BELOW
 from .side_by_side import pair_side_by_side
 from .side_stream import SPLIT_KERNELS_FROM
@@ -38,6 +43,7 @@ class Lowering:
         self.replicated = replicated
         self.mixed_precision = mixed_precision
         self.output_tensors = list(output_tensors)
+        self.deliveries = list(deliveries)
         self.roots = self.output_tensors + [d.tensor for d in deliveries]
         self.nodes = list(graph.nodes)
         self.snapshots: set[int] = set()
@@ -97,6 +103,37 @@ def observers_early(lowering):
                 ordered.extend(observers.get(t.id, ()))
     lowering.nodes = ordered
     return f"{sum(map(len, observers.values()))} observers moved"
+
+
+def fuse_activation_stats(lowering):
+    """(NumPy, compiled kernels on) a float32 ``Relu`` and the ``ActivationStats`` right after it (observers_early)
+    reading its output, delivered every call, become one ``ReluActivationStats``: the statistics taken in the ReLU's
+    own pass, not by streaming the layer's output again (``watch_health``). Not under anomaly detection (each op's
+    own output is checked) nor on replicas (there the statistics are made on the host)."""
+    if lowering.backend.is_gpu or lowering.check_anomaly or lowering.replicated or not jit.enabled():
+        return None
+    every_call = {d.tensor.id for d in lowering.deliveries if d.every == 1 and d.when is None and not d.bins}
+    nodes, fused = lowering.nodes, []
+    i = 0
+    while i < len(nodes):
+        node = nodes[i]
+        stats = nodes[i + 1] if i + 1 < len(nodes) else None
+        if node.op is Relu and stats is not None and stats.op is ActivationStats and \
+                [t.id for t in stats.inputs] == [node.output.id] and node.output.dtype == np.float32 and \
+                stats.output.id in every_call:
+            merged = Node(ReluActivationStats, f"{node.name}+{stats.name}", node.inputs,
+                          {"unit_axis": stats.attrs["unit_axis"], "scratch": stats.attrs["scratch"]},
+                          node.source, node.device_tag, node.frames)
+            merged.outputs = [node.output, stats.output]     # the same tensors: readers and deliveries unchanged
+            fused.append(merged)
+            i += 2
+            continue
+        fused.append(node)
+        i += 1
+    if len(fused) == len(nodes):
+        return None
+    lowering.nodes = fused
+    return f"{len(nodes) - len(fused)} activation statistics taken in their ReLU's pass"
 
 
 def fuse_elementwise(lowering):
@@ -197,8 +234,8 @@ def plan_buffers(lowering):
     return f"{len(lowering.buffer_specs)} buffers for {len(lowering.buffer_of)} tensors"
 
 
-PASSES = (prune, auto_mixed_precision, order_variables, observers_early, fuse_elementwise, fold_sgd_into_gemm,
-          snapshot_returned_variables, group_small_updates, side_stream, side_by_side, plan_buffers)
+PASSES = (prune, auto_mixed_precision, order_variables, observers_early, fuse_activation_stats, fuse_elementwise,
+          fold_sgd_into_gemm, snapshot_returned_variables, group_small_updates, side_stream, side_by_side, plan_buffers)
 
 
 def run(lowering):
