@@ -11,13 +11,20 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from ..errors import AnomalyError
-from ..ops.stats import stats_vector
+from ..ops.stats import histogram_vector, stats_vector
 from ..runtime import backend as backend_module
 from ..runtime import cuda_graph, host_memory, host_threads
 from . import passes
 from .replicate import reduce_points
 
 _plan_ids = itertools.count()
+
+
+def _histogram_to_host(backend, array, bins):
+    """``histogram_vector`` of ``array`` computed where it lives, on its way to the host (as
+    ``backend.host_copy_async``): a watch ships ``2 + bins`` numbers instead of the tensor."""
+    vector = histogram_vector(backend.xp, array, bins)
+    return vector if not backend.is_gpu else backend.host_copy_async(vector)
 
 
 class Delivery(NamedTuple):
@@ -129,7 +136,7 @@ class Plan:
             # copies what it keeps: no copy needed
             copy = "" if (d.tensor.node.op.observes or d.put) and not self.backend.is_gpu else "deliver"
             if d.bins:
-                ns[f"d{k}"] = functools.partial(self.backend.host_histogram_async, bins=d.bins)
+                ns[f"d{k}"] = functools.partial(_histogram_to_host, self.backend, bins=d.bins)
                 copy = f"d{k}"
             guard = f"if {' and '.join(conditions)}: " if conditions else ""
             guards.setdefault(d.tensor.id, set()).add(guard)

@@ -61,13 +61,6 @@ class Backend:
             return pinned
         return wait
 
-    def host_histogram_async(self, array, bins):
-        """``histogram_vector`` of ``array`` computed where it lives, on its way to the host (as
-        ``host_copy_async``): a watch ships ``2 + bins`` numbers instead of the tensor."""
-        from ..ops.stats import histogram_vector
-        vector = histogram_vector(self.xp, array, bins)
-        return vector if not self.is_gpu else self.host_copy_async(vector)
-
     def blas_limit(self, largest_product):
         """The context a plan whose largest matrix product has ``largest_product`` multiply-adds runs in: one BLAS
         thread below ``ONE_BLAS_THREAD_BELOW`` on NumPy (see below), else None (on NumPy the plan then runs in
