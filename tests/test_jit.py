@@ -64,3 +64,26 @@ def test_importing_flowlab_does_not_import_numba():
     code = "import sys, flowlab; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@jit.kernel(inline=True)
+def _row_sum(row):
+    total = 0.0
+    for v in row:
+        total += v
+    return total
+
+
+@jit.kernel
+def _row_sums(x, out):
+    for r in range(x.shape[0]):
+        out[r] = _row_sum(x[r])
+
+
+@needs_numba
+def test_a_kernel_calls_another_by_name():
+    x = np.arange(12.0).reshape(3, 4)
+    out = np.empty(3)
+    _row_sums(x, out)
+    np.testing.assert_array_equal(out, x.sum(axis=1))
+    assert _row_sum(np.ones(5)) == 5.0            # and stays callable on its own

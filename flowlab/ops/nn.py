@@ -276,26 +276,32 @@ def _row_max(rows):
     return np.maximum.reduce(np.ascontiguousarray(rows.T), axis=0)
 
 
+@jit.kernel(reduce=True, inline=True)
+def _softmax_row_float32(x, out):
+    """``_softmax`` of one float32 row into ``out`` (in cache): its maximum, ``e = exp(x - max)`` and ``e / sum(e)``
+    (a product with the sum's reciprocal). Returns ``(max, sum)``. A NaN needs no test in the maximum: ``exp(NaN -
+    max)`` makes the sum NaN, so the whole row is NaN, as in the NumPy twin (and a row holding +inf is NaN through
+    ``inf - inf``, as there)."""
+    top = x[0]
+    for j in range(1, x.size):
+        v = x[j]
+        top = v if v > top else top
+    total = np.float32(0)
+    for j in range(x.size):
+        e = jit.exp32(x[j] - top)
+        out[j] = e
+        total += e
+    scale = np.float32(1) / total
+    for j in range(x.size):
+        out[j] *= scale
+    return top, total
+
+
 @jit.kernel(reduce=True)
 def _softmax_rows_float32(x, out):
-    """``_softmax`` over the rows of a C-contiguous float32 ``(rows, n)`` block, a row at a time (in cache): its
-    maximum, ``e = exp(x - max)`` and ``e / sum(e)`` (a product with the sum's reciprocal). A NaN needs no test in
-    the maximum: ``exp(NaN - max)`` makes the row's sum NaN, so the whole row is NaN, as in the NumPy twin (and a
-    row holding +inf is NaN through ``inf - inf``, as there)."""
-    rows, n = x.shape
-    for r in range(rows):
-        top = x[r, 0]
-        for j in range(1, n):
-            v = x[r, j]
-            top = v if v > top else top
-        total = np.float32(0)
-        for j in range(n):
-            e = jit.exp32(x[r, j] - top)
-            out[r, j] = e
-            total += e
-        scale = np.float32(1) / total
-        for j in range(n):
-            out[r, j] *= scale
+    """``_softmax`` over the rows of a C-contiguous float32 ``(rows, n)`` block, a row at a time."""
+    for r in range(x.shape[0]):
+        _softmax_row_float32(x[r], out[r])
 
 
 @jit.kernel(reduce=True)
@@ -439,22 +445,11 @@ def _contiguous(xp, array):
 @jit.kernel(reduce=True)
 def _sparse_ce_float32(logits, labels, loss, prob):
     """``SparseSoftmaxCrossEntropy`` over C-contiguous float32 ``(rows, classes)`` logits and int64 labels, a row at
-    a time: the softmax as ``_softmax_rows_float32`` computes it, and ``loss = log(sum) - (logits[label] - max)``
+    a time: the softmax as ``_softmax_row_float32`` computes it, and ``loss = log(sum) - (logits[label] - max)``
     (0 for a label outside ``[0, classes)``; NaN and inf reach the row as in the NumPy twin)."""
     rows, classes = logits.shape
     for r in range(rows):
-        top = logits[r, 0]
-        for j in range(1, classes):
-            v = logits[r, j]
-            top = v if v > top else top
-        total = np.float32(0)
-        for j in range(classes):
-            e = jit.exp32(logits[r, j] - top)
-            prob[r, j] = e
-            total += e
-        scale = np.float32(1) / total
-        for j in range(classes):
-            prob[r, j] *= scale
+        top, total = _softmax_row_float32(logits[r], prob[r])
         label = labels[r]
         if 0 <= label < classes:
             loss[r] = math.log(total) - (logits[r, label] - top)

@@ -12,7 +12,8 @@ Writing one (beside its op, as the op's shape rule and gradient are)::
         for i in range(x.size):
             ...jit.exp32(...)...
 
-and in the op, ``if jit.enabled(): ...`` picks it. Kernels are compiled ``nogil`` (``host_threads`` runs them on
+and in the op, ``if jit.enabled(): ...`` picks it. A kernel may call another by its module-level name (a loop two
+kernels share, declared ``inline=True``); it is compiled into the caller. Kernels are compiled ``nogil`` (``host_threads`` runs them on
 both cores at once), with NumPy's error model (a division by zero gives inf or NaN, never an exception), and with
 only the fast-math flags that cannot change a NaN or an infinity: ``contract`` (fused multiply-adds) and ``arcp``
 (a reciprocal for a division). ``@jit.kernel(reduce=True)`` adds ``reassoc``, which lets a sum vectorise (its
@@ -30,9 +31,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+import types
 
 _FAST = frozenset({"contract", "arcp"})
-_lock = threading.Lock()
+_lock = threading.RLock()      # a kernel's compile compiles the kernels it calls
 _local = threading.local()
 
 
@@ -88,9 +90,10 @@ class using:
 class Kernel:
     """A Python loop compiled by numba on its first call (``kernel``). Calling it before numba is there raises."""
 
-    def __init__(self, function, reduce: bool = False):
+    def __init__(self, function, reduce: bool = False, inline: bool = False):
         self.function = function
         self.reduce = reduce
+        self.inline = inline
         self.compiled = None
         self.__name__ = function.__name__
         self.__doc__ = function.__doc__
@@ -102,11 +105,27 @@ class Kernel:
                 import numba
                 flags = set(_FAST) | ({"reassoc"} if self.reduce else set())
                 options = dict(nogil=True, error_model="numpy", fastmath=flags)
+                if self.inline:
+                    options["inline"] = "always"
+                function = self._with_kernels_compiled()
                 try:
-                    self.compiled = numba.njit(cache=True, **options)(self.function)
+                    self.compiled = numba.njit(cache=True, **options)(function)
                 except RuntimeError:        # no file to key a cache on (a notebook cell, an interactive session)
-                    self.compiled = numba.njit(**options)(self.function)
+                    self.compiled = numba.njit(**options)(function)
         return self.compiled
+
+    def _with_kernels_compiled(self):
+        """The function, reading the other kernels it calls by name as their compiled forms (numba cannot call a
+        ``Kernel`` object): one loop shared by two kernels is written once, and LLVM inlines it into both."""
+        function = self.function
+        called = {name: value.compile() for name, value in function.__globals__.items()
+                  if isinstance(value, Kernel) and value is not self and name in function.__code__.co_names}
+        if not called:
+            return function
+        copy = types.FunctionType(function.__code__, {**function.__globals__, **called}, function.__name__,
+                                  function.__defaults__, function.__closure__)
+        copy.__qualname__, copy.__module__ = function.__qualname__, function.__module__
+        return copy
 
     def __call__(self, *args):
         return (self.compiled or self.compile())(*args)
@@ -115,11 +134,14 @@ class Kernel:
         return f"<jit.kernel {self.function.__module__}.{self.__name__}>"
 
 
-def kernel(function=None, *, reduce: bool = False):
-    """Decorator: ``function`` (a loop over NumPy arrays and scalars) compiled by numba on its first call."""
+def kernel(function=None, *, reduce: bool = False, inline: bool = False):
+    """Decorator: ``function`` (a loop over NumPy arrays and scalars) compiled by numba on its first call.
+    ``inline``: a loop other kernels call, inlined into them by numba (LLVM alone does not inline it across numba's
+    modules: a call per row cost the softmax 40 %). Inlined, it takes its caller's fast-math flags: a caller of a
+    ``reduce`` loop is ``reduce`` too."""
     if function is None:
-        return lambda f: Kernel(f, reduce=reduce)
-    return Kernel(function, reduce=reduce)
+        return lambda f: Kernel(f, reduce=reduce, inline=inline)
+    return Kernel(function, reduce=reduce, inline=inline)
 
 
 _HELPERS = ("exp32", "float32_from_bits")
