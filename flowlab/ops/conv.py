@@ -1165,36 +1165,41 @@ def _jit_pool_case(xp, x, data_format):
     return xp is np and x.dtype == np.float32 and data_format == "NCHW" and jit.enabled()
 
 
+@jit.kernel(inline=True)
+def _window_row_maxima(plane, a0, kh, kw, sw, left, column, out):
+    """The maxima of one output row's windows of ``plane`` (H, W), whose rows start at input row ``a0``, into
+    ``out`` (Wo): a running maximum over the window's rows for every input column (into ``column``, W), then over
+    the window's columns. NaN stays, as in ``np.maximum``; padding counts as -inf."""
+    h, w, wo = plane.shape[0], plane.shape[1], out.size
+    low = np.float32(-np.inf)
+    for b in range(w):
+        column[b] = low
+    for i in range(kh):
+        a = a0 + i
+        if a >= 0 and a < h:
+            for b in range(w):
+                v = plane[a, b]
+                c = column[b]
+                column[b] = v if (v > c or v != v) else c
+    for q in range(wo):
+        out[q] = low
+    for j in range(kw):
+        off = j - left
+        q0 = min(wo, 0 if off >= 0 else (sw - 1 - off) // sw)
+        q1 = max(q0, min(wo, (w - 1 - off) // sw + 1))
+        for q in range(q0, q1):
+            v = column[q * sw + off]
+            c = out[q]
+            out[q] = v if (v > c or v != v) else c
+
+
 @jit.kernel
 def _max_pool_float32(x, dy, kh, kw, sh, sw, top, left, p0, p1, y):
     """Max pool of planes ``p0:p1`` of ``x`` (planes, H, W) into ``y`` (planes, Ho, Wo); ``dy`` is not read."""
-    h, w = x.shape[1], x.shape[2]
-    ho, wo = y.shape[1], y.shape[2]
-    low = np.float32(-np.inf)
-    column = np.empty(w, np.float32)
+    column = np.empty(x.shape[2], np.float32)
     for p in range(p0, p1):
-        for r in range(ho):
-            a0 = r * sh - top
-            out = y[p, r]
-            for b in range(w):
-                column[b] = low
-            for i in range(kh):             # per input column: the maximum over the window's rows
-                a = a0 + i
-                if a >= 0 and a < h:
-                    for b in range(w):
-                        v = x[p, a, b]
-                        c = column[b]
-                        column[b] = v if (v > c or v != v) else c      # NaN stays, as in np.maximum
-            for q in range(wo):
-                out[q] = low
-            for j in range(kw):             # then over the window's columns
-                off = j - left
-                q0 = min(wo, 0 if off >= 0 else (sw - 1 - off) // sw)
-                q1 = max(q0, min(wo, (w - 1 - off) // sw + 1))
-                for q in range(q0, q1):
-                    v = column[q * sw + off]
-                    c = out[q]
-                    out[q] = v if (v > c or v != v) else c
+        for r in range(y.shape[1]):
+            _window_row_maxima(x[p], r * sh - top, kh, kw, sw, left, column, y[p, r])
 
 
 @jit.kernel
@@ -1212,25 +1217,7 @@ def _max_pool_grad_float32(x, dy, kh, kw, sh, sw, top, left, p0, p1, dx):
                 dx[p, a, b] = 0
         for r in range(ho):
             a0 = r * sh - top
-            for b in range(w):
-                column[b] = low
-            for i in range(kh):             # per input column: the maximum over the window's rows
-                a = a0 + i
-                if a >= 0 and a < h:
-                    for b in range(w):
-                        v = x[p, a, b]
-                        c = column[b]
-                        column[b] = v if (v > c or v != v) else c      # NaN stays, as in np.maximum
-            for q in range(wo):
-                m[q] = low
-            for j in range(kw):             # then over the window's columns
-                off = j - left
-                q0 = min(wo, 0 if off >= 0 else (sw - 1 - off) // sw)
-                q1 = max(q0, min(wo, (w - 1 - off) // sw + 1))
-                for q in range(q0, q1):
-                    v = column[q * sw + off]
-                    c = m[q]
-                    m[q] = v if (v > c or v != v) else c
+            _window_row_maxima(x[p], a0, kh, kw, sw, left, column, m)
             for q in range(wo):
                 b0 = q * sw - left
                 found = False
