@@ -11,7 +11,7 @@ from ..runtime import host_threads, jit
 from . import Op, apply, as_tensor, normalize_axis, spec
 from . import cupy_elementwise, shape_error
 from .math import OutputGrad, multiply, negative, reduce_sum, sum_to_shape
-from .stats import (CANCELLING_SPREAD, COMPILED_SPLIT_ELEMENTS, ActivationStats, activation_vector, ones_of,
+from .stats import (COMPILED_SPLIT_ELEMENTS, ActivationStats, activation_vector, activation_vector_from_sums, ones_of,
                     row_dots)
 
 
@@ -145,27 +145,8 @@ def _relu_activation_float32(x, y, inplace, unit_abs, out):
             squares += v * v
     if squares - squares != 0:
         return squares
-    n = x.size
-    dead, total_abs = 0, 0.0
-    for u in range(units):
-        dead += unit_abs[u] == 0
-        total_abs += unit_abs[u]
-    mean = total / n
-    var = squares / n - mean * mean
-    if var < CANCELLING_SPREAD * mean * mean:
-        var = 0.0
-        for o in range(outer):
-            for u in range(units):
-                d = np.float64(y[o, u]) - mean
-                var += d * d
-        var /= n
-    out[0] = total_abs / n
-    out[1] = math.sqrt(var) if var > 0 else 0.0
-    out[2] = (n - nonzero) / n
-    out[3] = jit.float32_from_bits(top)
-    out[4] = dead / units
-    out[5] = 0.0
-    out[6] = 0.0
+    activation_vector_from_sums(y.reshape(y.size), unit_abs, jit.float32_from_bits(top), nonzero, total, squares,
+                                 out)
     return squares
 
 

@@ -101,8 +101,8 @@ CANCELLING_SPREAD = 1e-6
 def _summary_float32(x, out, at, copy):
     """``stats_vector`` of a flat float32 array written into ``out[at:at + 6]`` (float64) when ``at >= 0`` and
     every element is finite, in one pass (two when the spread cancels: ``CANCELLING_SPREAD``); ``copy`` (empty, or
-    ``x``'s size) gets a copy of ``x`` right after (still in cache). Returns ``(min, max, sum, sum of squares)``; min and max are meaningless when
-    the sum of squares is not finite (NaN/Inf: nothing is written)."""
+    ``x``'s size) gets a copy of ``x`` right after (still in cache). Returns ``(min, max, sum, sum of squares)``;
+    min and max are meaningless when the sum of squares is not finite (NaN/Inf: nothing is written)."""
     bits = x.view(np.int32)
     lo, hi = np.int32(0x7fffffff), np.int32(-0x80000000)
     total, squares = 0.0, 0.0
@@ -190,7 +190,16 @@ def _activation_float32(x, unit_abs, out):
     biggest = jit.float32_from_bits(top)
     if out.size == 0 or squares - squares != 0:
         return biggest, nonzero, total, squares
-    n = x.size
+    activation_vector_from_sums(x.reshape(x.size), unit_abs, biggest, nonzero, total, squares, out)
+    return biggest, nonzero, total, squares
+
+
+@jit.kernel(reduce=True, inline=True)
+def activation_vector_from_sums(flat, unit_abs, biggest, nonzero, total, squares, out):
+    """``activation_vector`` of the float32 ``flat`` written into ``out`` (float64, 7 long) from one pass's finite
+    sums: a unit is dead when its sum of ``|x|`` (``unit_abs``) is 0 (``|x|`` cannot cancel); the variance from the
+    sums unless it cancels (``CANCELLING_SPREAD``), then from a second, centred pass."""
+    n, units = flat.size, unit_abs.size
     dead, total_abs = 0, 0.0
     for u in range(units):
         dead += unit_abs[u] == 0
@@ -199,7 +208,6 @@ def _activation_float32(x, unit_abs, out):
     var = squares / n - mean * mean
     if var < CANCELLING_SPREAD * mean * mean:
         var = 0.0
-        flat = x.reshape(n)
         for i in range(n):
             d = np.float64(flat[i]) - mean
             var += d * d
@@ -211,7 +219,6 @@ def _activation_float32(x, unit_abs, out):
     out[4] = dead / units
     out[5] = 0.0
     out[6] = 0.0
-    return biggest, nonzero, total, squares
 
 
 _NO_COPY = np.empty(0, np.float32)

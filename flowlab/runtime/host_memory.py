@@ -54,8 +54,8 @@ def _glibc():
 
 
 def retain_freed_blocks() -> bool:
-    """Raise glibc's mmap and trim thresholds and its top pad once per process (see the module docstring). True when they are
-    raised (now or before); False when turned off, or the C library is not glibc, or glibc refused."""
+    """Raise glibc's mmap and trim thresholds and its top pad once per process (see the module docstring). True
+    when they are raised (now or before); False when turned off, or the C library is not glibc, or glibc refused."""
     with _lock:
         if not _state["done"]:
             _state["done"] = True

@@ -13,18 +13,19 @@ Writing one (beside its op, as the op's shape rule and gradient are)::
             ...jit.exp32(...)...
 
 and in the op, ``if jit.enabled(): ...`` picks it. A kernel may call another by its module-level name (a loop two
-kernels share, declared ``inline=True``); it is compiled into the caller. Kernels are compiled ``nogil`` (``host_threads`` runs them on
-both cores at once), with NumPy's error model (a division by zero gives inf or NaN, never an exception), and with
-only the fast-math flags that cannot change a NaN or an infinity: ``contract`` (fused multiply-adds) and ``arcp``
-(a reciprocal for a division). ``@jit.kernel(reduce=True)`` adds ``reassoc``, which lets a sum vectorise (its
-rounding then differs from a sequential sum's, as NumPy's pairwise sum does).
+kernels share, declared ``inline=True``); it is compiled into the caller. Kernels are compiled ``nogil``
+(``host_threads`` runs them on both cores at once), with NumPy's error model (a division by zero gives inf or NaN, never
+an exception), and with only the fast-math flags that cannot change a NaN or an infinity: ``contract`` (fused
+multiply-adds) and ``arcp`` (a reciprocal for a division). ``@jit.kernel(reduce=True)`` adds ``reassoc``, which lets a
+sum vectorise (its rounding then differs from a sequential sum's, as NumPy's pairwise sum does).
 
-Helpers for kernel bodies (``jit.exp32``, from ``jit_math``, imported on first use): numba's ``math.exp`` is a scalar call
-into libm (llvmlite carries no SVML), so a loop that calls it does not vectorise: GELU at 131k float32 took 740 us,
+Helpers for kernel bodies (``jit.exp32``, from ``jit_math``, imported on first use): numba's ``math.exp`` is a scalar
+call into libm (llvmlite carries no SVML), so a loop that calls it does not vectorise: GELU at 131k float32 took 740 us,
 against NumPy's 405 and 70 with ``exp32``.
 
 The disk cache (numba's ``cache=True``, in ``__pycache__`` or a user cache when that is read-only) is keyed on the
-kernel's own file: after editing a helper here, delete the ``*.nbi`` / ``*.nbc`` files beside the kernels.
+kernel's own file: after editing a helper in ``jit_math``, or a kernel that another file's kernels call, delete the
+``*.nbi`` / ``*.nbc`` files in ``__pycache__``.
 """
 from __future__ import annotations
 
