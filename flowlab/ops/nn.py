@@ -145,8 +145,7 @@ def _relu_activation_float32(x, y, inplace, unit_abs, out):
             squares += v * v
     if squares - squares != 0:
         return squares
-    activation_vector_from_sums(y.reshape(y.size), unit_abs, jit.float32_from_bits(top), nonzero, total, squares,
-                                 out)
+    activation_vector_from_sums(y, unit_abs, jit.float32_from_bits(top), nonzero, total, squares, out)
     return squares
 
 

@@ -190,16 +190,16 @@ def _activation_float32(x, unit_abs, out):
     biggest = jit.float32_from_bits(top)
     if out.size == 0 or squares - squares != 0:
         return biggest, nonzero, total, squares
-    activation_vector_from_sums(x.reshape(x.size), unit_abs, biggest, nonzero, total, squares, out)
+    activation_vector_from_sums(x.reshape(outer, units * inner), unit_abs, biggest, nonzero, total, squares, out)
     return biggest, nonzero, total, squares
 
 
 @jit.kernel(reduce=True, inline=True)
-def activation_vector_from_sums(flat, unit_abs, biggest, nonzero, total, squares, out):
-    """``activation_vector`` of the float32 ``flat`` written into ``out`` (float64, 7 long) from one pass's finite
+def activation_vector_from_sums(rows, unit_abs, biggest, nonzero, total, squares, out):
+    """``activation_vector`` of the float32 ``rows`` (2-D) written into ``out`` (float64, 7 long) from one pass's finite
     sums: a unit is dead when its sum of ``|x|`` (``unit_abs``) is 0 (``|x|`` cannot cancel); the variance from the
     sums unless it cancels (``CANCELLING_SPREAD``), then from a second, centred pass."""
-    n, units = flat.size, unit_abs.size
+    n, units = rows.size, unit_abs.size
     dead, total_abs = 0, 0.0
     for u in range(units):
         dead += unit_abs[u] == 0
@@ -208,9 +208,10 @@ def activation_vector_from_sums(flat, unit_abs, biggest, nonzero, total, squares
     var = squares / n - mean * mean
     if var < CANCELLING_SPREAD * mean * mean:
         var = 0.0
-        for i in range(n):
-            d = np.float64(flat[i]) - mean
-            var += d * d
+        for o in range(rows.shape[0]):
+            for i in range(rows.shape[1]):
+                d = np.float64(rows[o, i]) - mean
+                var += d * d
         var /= n
     out[0] = total_abs / n
     out[1] = math.sqrt(var) if var > 0 else 0.0
