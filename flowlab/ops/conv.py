@@ -651,9 +651,7 @@ def _col2im_float32(dcols, sh, sw, dh, dw, top, left, c0, c1, dx):
     h, w = dx.shape[2], dx.shape[3]
     for c in range(c0, c1):
         for b in range(n):
-            for a in range(h):
-                for e in range(w):
-                    dx[b, c, a, e] = 0
+            dx[b, c] = 0
             for i in range(kh):
                 for j in range(kw):
                     off = j * dw - left
@@ -932,9 +930,7 @@ def _wino_col2im_float32(windows, m, top, left, c0, c1, dx):
     h, w = dx.shape[2], dx.shape[3]
     for c in range(c0, c1):
         for b in range(n):
-            for a in range(h):
-                for e in range(w):
-                    dx[b, c, a, e] = 0
+            dx[b, c] = 0
             for p in range(t):
                 for i in range(th):
                     row = i * m + p - top
