@@ -12,7 +12,7 @@ from . import Op, apply, as_tensor, normalize_axis, spec
 from . import cupy_elementwise, shape_error
 from .math import OutputGrad, multiply, negative, reduce_sum, sum_to_shape
 from .stats import (COMPILED_SPLIT_ELEMENTS, ActivationStats, activation_vector, activation_vector_from_sums, ones_of,
-                    row_dots)
+                    row_dots, unit_row_sums)
 
 
 class Relu(Op):
@@ -135,14 +135,7 @@ def _relu_activation_float32(x, y, inplace, unit_abs, out):
             for u in range(units):
                 value = row[u]
                 row_y[u] = np.float32(0.0) if value < np.float32(0.0) else value
-        for u in range(units):
-            magnitude = row_bits[u] & np.int32(0x7fffffff)
-            top = max(top, magnitude)
-            nonzero += magnitude != 0
-            v = np.float64(row_y[u])
-            unit_abs[u] += abs(v)
-            total += v
-            squares += v * v
+        top, nonzero, total, squares = unit_row_sums(row_y, row_bits, unit_abs, top, nonzero, total, squares)
     if squares - squares != 0:
         return squares
     activation_vector_from_sums(y, unit_abs, jit.float32_from_bits(top), nonzero, total, squares, out)

@@ -149,6 +149,22 @@ def _centred_squares_float32(x, mean):
     return squares
 
 
+@jit.kernel(reduce=True, inline=True)
+def unit_row_sums(row, row_bits, unit_abs, top, nonzero, total, squares):
+    """One row of a dense layer's float32 output (``row_bits``: its int32 view) added into the activation sums:
+    each unit's ``|x|`` into ``unit_abs`` (float64); returns ``top`` (the bits of max ``|x|``: non-negative floats
+    order as their bits do), ``nonzero``, ``total`` and ``squares`` with the row's."""
+    for u in range(row.size):
+        magnitude = row_bits[u] & np.int32(0x7fffffff)
+        top = max(top, magnitude)
+        nonzero += magnitude != 0
+        v = np.float64(row[u])
+        unit_abs[u] += abs(v)
+        total += v
+        squares += v * v
+    return top, nonzero, total, squares
+
+
 @jit.kernel(reduce=True)
 def _activation_float32(x, unit_abs, out):
     """One pass over a C-contiguous float32 array of shape ``(outer, units, inner)``: each unit's sum of ``|x|``
@@ -163,15 +179,7 @@ def _activation_float32(x, unit_abs, out):
         rows = x.reshape(outer, units)
         bits = rows.view(np.int32)
         for o in range(outer):
-            row, row_bits = rows[o], bits[o]
-            for u in range(units):
-                magnitude = row_bits[u] & np.int32(0x7fffffff)
-                top = max(top, magnitude)
-                nonzero += magnitude != 0
-                v = np.float64(row[u])
-                unit_abs[u] += abs(v)
-                total += v
-                squares += v * v
+            top, nonzero, total, squares = unit_row_sums(rows[o], bits[o], unit_abs, top, nonzero, total, squares)
     else:                           # units then positions (NCHW): the position loop vectorises
         bits = x.view(np.int32)
         for o in range(outer):
