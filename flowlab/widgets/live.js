@@ -83,10 +83,13 @@ function cssReadsOncePerTask(Bokeh) {
   visual.__flowlabCssOncePerTask = true;
   let cache = null;              // element -> Map(property -> value), for the current task
   const forget = () => { cache = null; };
+  // the task after this one forgets: a message's task (timers are throttled to once a second in a hidden tab)
+  const channel = new MessageChannel();
+  channel.port1.onmessage = forget;
   visual._get_css_value = function (name) {
     if (cache === null) {
       cache = new Map();
-      setTimeout(forget, 0);
+      channel.port2.postMessage(null);
     }
     let values = cache.get(this.obj.el);
     if (values === undefined) cache.set(this.obj.el, (values = new Map()));
