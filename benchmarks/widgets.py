@@ -23,13 +23,16 @@ Targets (issue 8), for a panel fed every step: kernel: it costs at most 1.2x (sp
 with the panel drawing runs at >= 0.8x the plain loop. The page setting also reports comm messages the page sent to
 the kernel (must be 0), updates a second the kernel sent, the browser's CPU (all chromium processes, in cores), the
 page's longest main-thread task, how many tasks took over 50 ms (Chromium's longtask entries; issue 33's target: none)
-and the longest gap between animation frames. ``--instructions`` counts instructions
+and the longest gap between animation frames; with ``--profile``, it also records a Chromium trace and a JavaScript CPU
+profile of the page and prints what the tasks over ``--profile-ms`` (40) spent their time on: the trace's events
+(script, style, layout, paint...) and the JavaScript functions, by self time. ``--instructions`` counts instructions
 per step with valgrind's callgrind instead (no kernel, no refresh threads: the work each step adds, repeatable on a
 noisy machine).
 
     python benchmarks/widgets.py                      # both settings, about 3 minutes on 2 cores
     python benchmarks/widgets.py --setting kernel --rounds 20 --seconds 1
     python benchmarks/widgets.py --instructions       # about 3 minutes
+    python benchmarks/widgets.py --setting page --rounds 3 --profile    # what the page's long tasks are
 """
 import argparse
 import datetime
@@ -153,7 +156,10 @@ def chromium_cpu_seconds():
 
 
 def results_of(text):
-    return json.loads(re.search(r"RESULTS (\[.*\])", text).group(1))
+    found = re.search(r"RESULTS (\[.*\])", text)
+    if found is None:
+        raise RuntimeError(f"the benchmark's cell printed no results; its output:\n{text[-3000:]}")
+    return json.loads(found.group(1))
 
 
 def run_kernel(rounds, seconds):
@@ -180,7 +186,77 @@ def run_kernel(rounds, seconds):
     return results_of("".join(printed)), {"comm messages read by the client": comm_msgs[0]}
 
 
-def run_page(rounds, seconds):
+# Trace categories for --profile: tasks and what runs inside them (script, style, layout, paint).
+TRACE_CATEGORIES = ["toplevel", "devtools.timeline", "disabled-by-default-devtools.timeline", "blink", "v8.execute"]
+
+
+def _self_times(events):
+    """{name: (self time in us, how many)} of nested complete ("X") trace events of one thread (an event's time minus that of
+    the events directly inside it)."""
+    totals, stack = {}, []                 # stack: [end, name, time of children, time]
+
+    def close(until):
+        while stack and stack[-1][0] <= until:
+            end, name, children, dur = stack.pop()
+            us, count = totals.get(name, (0.0, 0))
+            totals[name] = (us + dur - children, count + 1)
+    for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])):
+        close(e["ts"])
+        if stack:
+            stack[-1][2] += e["dur"]
+        stack.append([e["ts"] + e["dur"], e["name"], 0.0, e["dur"]])
+    close(float("inf"))
+    return totals
+
+
+def _js_samples(profile):
+    """[(timestamp us, "function url:line")] of a V8 CPU profile's samples (the self time of each)."""
+    frames = {}
+    for node in profile["nodes"]:
+        frame = node["callFrame"]
+        where = frame["url"].rsplit("/", 1)[-1].split("?")[0]
+        frames[node["id"]] = (f"{frame['functionName'] or '(anonymous)'} {where}:{frame['lineNumber'] + 1}"
+                              if where else frame["functionName"])
+    t, out = profile["startTime"], []
+    for node, delta in zip(profile["samples"], profile["timeDeltas"]):
+        t += delta
+        out.append((t, frames[node]))
+    return out
+
+
+def profile_report(trace, profile, threshold_ms, top=12):
+    """Print what the renderer main thread's tasks over ``threshold_ms`` spent their time on."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    mains = {(e["pid"], e["tid"]) for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name" and e["args"].get("name") == "CrRendererMain"}
+    complete = [e for e in events if e.get("ph") == "X" and "dur" in e and (e["pid"], e["tid"]) in mains]
+    tasks = [e for e in complete if e["name"] in ("RunTask", "ThreadControllerImpl::RunTask")
+             and e["dur"] >= threshold_ms * 1000]
+    samples = _js_samples(profile)
+    step = statistics.median(b[0] - a[0] for a, b in zip(samples, samples[1:])) if len(samples) > 1 else 0.0
+    events_total, js_total = {}, {}
+    durations = ", ".join(f"{d / 1000:.0f}" for d in sorted((t["dur"] for t in tasks), reverse=True))
+    print(f"\n## page profile: {len(tasks)} main-thread tasks >= {threshold_ms} ms (durations {durations} ms)")
+    for task in tasks:
+        start, end = task["ts"], task["ts"] + task["dur"]
+        inside = [e for e in complete if (e["pid"], e["tid"]) == (task["pid"], task["tid"])
+                  and start <= e["ts"] and e["ts"] + e["dur"] <= end]
+        for name, (us, count) in _self_times(inside).items():
+            before = events_total.get(name, (0.0, 0))
+            events_total[name] = (before[0] + us, before[1] + count)
+        for t, frame in samples:
+            if start <= t <= end:
+                js_total[frame] = js_total.get(frame, 0.0) + step
+    total = sum(t["dur"] for t in tasks) or 1.0
+    print(f"  trace events by self time, summed over those tasks ({total / 1000:.0f} ms):")
+    for name, (us, count) in sorted(events_total.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"    {us / 1000:8.1f} ms  {100 * us / total:5.1f}%  {name} ({count} times)")
+    print(f"  JavaScript self time in those tasks (CPU profile, ~{step:.0f} us samples):")
+    for frame, us in sorted(js_total.items(), key=lambda kv: -kv[1])[:top * 2]:
+        print(f"    {us / 1000:8.1f} ms  {100 * us / total:5.1f}%  {frame}")
+
+
+def run_page(rounds, seconds, profile_ms=None):
     from playwright.sync_api import sync_playwright
 
     from jupyter_page import JupyterServer, NotebookPage, launch_chromium, write_notebook
@@ -189,6 +265,12 @@ def run_page(rounds, seconds):
         write_notebook(server.root_dir / "bench.ipynb", [SETUP, RUN.format(rounds=rounds, seconds=seconds)])
         with NotebookPage(browser, server, "bench.ipynb", "lab") as nb:
             nb.page.evaluate(PAGE_PROBES_JS)
+            if profile_ms is not None:
+                cdp = nb.page.context.new_cdp_session(nb.page)
+                cdp.send("Profiler.enable")
+                cdp.send("Profiler.setSamplingInterval", {"interval": 250})
+                cdp.send("Profiler.start")
+                browser.start_tracing(page=nb.page, categories=TRACE_CATEGORIES)
             nb.run_all()
             cpu = []                                  # (time, chromium CPU seconds)
             nb.page.wait_for_timeout(500)
@@ -196,6 +278,8 @@ def run_page(rounds, seconds):
                 cpu.append((time.time(), chromium_cpu_seconds()))
                 nb.page.wait_for_timeout(250)
             nb.wait_idle()
+            if profile_ms is not None:
+                profile_report(json.loads(browser.stop_tracing()), cdp.send("Profiler.stop")["profile"], profile_ms)
             results = results_of(nb.page.evaluate(
                 "() => window.__flPanel.content.widgets[1].model.outputs.toJSON().map((o) => o.text || '').join('')"))
             long_tasks = nb.page.evaluate("() => window.__longTasks")
@@ -287,6 +371,9 @@ def main():
     parser.add_argument("--instructions", action="store_true", help="count instructions per step with callgrind")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--seconds", type=float, default=1.5)
+    parser.add_argument("--profile", action="store_true",
+                        help="page: trace the page and print what its long tasks spend their time on")
+    parser.add_argument("--profile-ms", type=float, default=40.0, help="--profile: tasks at least this long (ms)")
     args = parser.parse_args()
     import bokeh
     import numpy as np
@@ -300,7 +387,7 @@ def main():
     if args.setting in ("kernel", "all"):
         summarise("kernel", *run_kernel(args.rounds, args.seconds))
     if args.setting in ("page", "all"):
-        summarise("page", *run_page(args.rounds, args.seconds))
+        summarise("page", *run_page(args.rounds, args.seconds, args.profile_ms if args.profile else None))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 UIS = ("lab", "notebook7")
 TIMEOUT_S = 60.0
 KERNELSPEC = {"name": "python3", "display_name": "Python 3", "language": "python"}
+_CHECKOUT = Path(__file__).resolve().parent.parent       # the flowlab checkout these tests belong to
 
 
 def launch_chromium(playwright):
@@ -173,6 +174,8 @@ class JupyterServer:
                    IPYTHONDIR=str(self.state_dir / "ipython"),              # no user profile/startup files in kernels
                    JUPYTERLAB_SETTINGS_DIR=str(self.state_dir / "settings"),
                    JUPYTERLAB_WORKSPACES_DIR=str(self.state_dir / "workspaces"),
+                   # kernels import flowlab from this checkout, not from wherever the interpreter would find it
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(_CHECKOUT), os.environ.get("PYTHONPATH")])),
                    PYTHONUNBUFFERED="1")
         cmd = [sys.executable, "-m", "jupyterlab",        # = `jupyter lab`, without a PATH lookup of jupyter-lab
                "--no-browser", "--allow-root",

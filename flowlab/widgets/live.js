@@ -32,6 +32,7 @@ async function loadBokeh(model) {
       const bokeh = globalThis.Bokeh?.[version];
       if (!bokeh) throw new Error(`BokehJS ${version} did not load`);
       layoutOnlyOnChange(bokeh);
+      cssReadsOncePerTask(bokeh);
       return bokeh;
     })());
   }
@@ -67,6 +68,60 @@ function layoutOnlyOnChange(Bokeh) {
     this.__flowlabPanelSizes = key;
     return original.call(this);
   };
+}
+
+// BokehJS 3.9 draws each line, fill and text of a plot (axis lines, ticks, tick labels, grids, titles, borders) with
+// values it reads at every paint from the element's CSS (--bk-* variables, through getComputedStyle), several reads
+// per visual, each of which brings the style of the page up to date first: in the page benchmark this was ~40% of
+// the main thread's tasks over 40 ms (issue 33). Here a view's CSS values are read once per task and kept until the
+// task ends or BokehJS changes a style sheet, an element's classes or its inline styles; and a sheet is written only
+// when its text changes (BokehJS writes each renderer's position sheet again at every paint, mostly with the same
+// text, and a rewritten sheet makes the page's style dirty). Once per BokehJS version in the page.
+function cssReadsOncePerTask(Bokeh) {
+  const visual = Bokeh.require("core/visuals/visual").VisualProperties.prototype;
+  if (visual.__flowlabCssOncePerTask) return;
+  visual.__flowlabCssOncePerTask = true;
+  let cache = null;              // element -> Map(property -> value), for the current task
+  const forget = () => { cache = null; };
+  // the task after this one forgets: a message's task (timers are throttled to once a second in a hidden tab)
+  const channel = new MessageChannel();
+  channel.port1.onmessage = forget;
+  visual._get_css_value = function (name) {
+    if (cache === null) {
+      cache = new Map();
+      channel.port2.postMessage(null);
+    }
+    let values = cache.get(this.obj.el);
+    if (values === undefined) cache.set(this.obj.el, (values = new Map()));
+    const property = `${this.css_prefix}${name}`;
+    let value = values.get(property);
+    if (value === undefined) {
+      value = getComputedStyle(this.obj.el).getPropertyValue(property);
+      values.set(property, value);
+    }
+    return value;
+  };
+  const dom = Bokeh.require("core/dom");
+  const inline = dom.InlineStyleSheet.prototype;
+  const update = inline._update;
+  inline._update = function (css) {
+    if (this.el.textContent === css) return;
+    forget();
+    update.call(this, css);
+  };
+  // whatever else changes what an element's CSS says: sheets coming and going, its classes, its inline styles
+  const forgetting = [[dom.StyleSheet.prototype, ["install", "uninstall"]],
+                      [Bokeh.require("core/dom_view").DOMComponentView.prototype, ["_update_css_classes"]],
+                      [Bokeh.require("models/ui/styled_element").StyledElementView.prototype, ["_apply_styles"]]];
+  for (const [proto, methods] of forgetting) {
+    for (const method of methods) {
+      const original = proto[method];
+      proto[method] = function (...args) {
+        forget();
+        return original.apply(this, args);
+      };
+    }
+  }
 }
 
 function column(spec, buffers) {
