@@ -224,6 +224,15 @@ def leaky_relu(x, alpha=0.2, name=None):
 
 # ----------------------------------------------------------------------------------------------------------- bias_add
 
+@jit.kernel
+def _bias_add_rows_float32(x, b, out):
+    """``out = x + b`` over float32 rows ``(rows, units)`` (``b``: ``(units,)``); ``out`` may be ``x``."""
+    rows, units = x.shape
+    for r in range(rows):
+        for c in range(units):
+            out[r, c] = x[r, c] + b[c]
+
+
 class BiasAdd(Op):
     prefix, api = "BiasAdd_", "flow.nn.bias_add"
     supports_out = True
@@ -240,6 +249,15 @@ class BiasAdd(Op):
 
     @staticmethod
     def forward(xp, x, b, axis, out=None):
+        if xp is np and jit.enabled() and x.dtype == b.dtype == np.float32 and axis == x.ndim - 1 and x.size and \
+                x.flags.c_contiguous and (out is None or out.flags.c_contiguous):
+            # a dense layer's bias: NumPy's broadcast add walks each 128-512 long row as its own inner loop (256 x
+            # 128: ~9 us, against ~3 compiled)
+            out = np.empty(x.shape, np.float32) if out is None else out
+            rows, target = x.reshape(-1, b.size), out.reshape(-1, b.size)
+            host_threads.each(lambda part: _bias_add_rows_float32(rows[part], b, target[part]), rows.shape[0], 1,
+                              work=host_threads.compiled_work(x.size))
+            return out
         return xp.add(x, b.reshape(b.shape + (1,) * (x.ndim - axis - 1)), out=out)
 
     @staticmethod
