@@ -457,9 +457,10 @@ def test_compiled_sparse_cross_entropy_labels_out_of_range_nan_and_strided_logit
 
 # --------------------------------------------------------------------------------------------------------- bias add
 
-@pytest.mark.parametrize("shape", [(1, 1), (7, 3), (256, 128), (8, 32, 128), (1031, 127)])
+@pytest.mark.parametrize("shape", [(1, 8192), (8193, 1), (256, 128), (8, 32, 128), (1031, 127)])
 def test_compiled_bias_add_matches_its_twin_and_float64(shape):
-    from flowlab.ops.nn import BiasAdd
+    from flowlab.ops.nn import _BIAS_COMPILED_FROM, BiasAdd
+    assert math.prod(shape) >= _BIAS_COMPILED_FROM
     rng = np.random.default_rng(sum(shape))
     x, b = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape[-1]).astype(np.float32)
     compiled, twin = both(BiasAdd.forward, np, x, b, axis=len(shape) - 1)
@@ -483,8 +484,9 @@ def test_compiled_bias_add_in_place_split_over_threads_nan_inf_and_other_layouts
     assert got is inplace and ran.names and ran.names[0] == "_bias_add_rows_float32"
     np.testing.assert_array_equal(got, want.astype(np.float32))         # NaN where x or b is, inf + -inf: NaN
     assert np.isnan(got[3, 4]) and got[5, 6] == np.inf and np.isneginf(got[0, 7]) and np.isnan(got[5, 7])
-    # a strided input, a strided output, the bias on axis 1 of a 4-D array: NumPy's add
-    for args, kwargs in (((x[:, ::2], b[:50]), dict(axis=1)),
+    # a strided input, a strided output, the bias on axis 1 of a 4-D array, a small array: NumPy's add
+    for args, kwargs in (((x[:7, :3], b[:3]), dict(axis=1)),
+                         (((x[:, ::2], b[:50]), dict(axis=1)),
                          ((x[:, :50], b[:50]), dict(axis=1, out=np.empty((x.shape[0], 100), np.float32)[:, ::2])),
                          ((x[:8].reshape(2, 100, 2, 2), b), dict(axis=1))):
         shape = [1] * args[0].ndim

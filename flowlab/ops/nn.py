@@ -224,6 +224,10 @@ def leaky_relu(x, alpha=0.2, name=None):
 
 # ----------------------------------------------------------------------------------------------------------- bias_add
 
+# elements: below, NumPy's add costs no more than a compiled call (40 x 128: ~3 us either way)
+_BIAS_COMPILED_FROM = 8192
+
+
 @jit.kernel
 def _bias_add_rows_float32(x, b, out):
     """``out = x + b`` over float32 rows ``(rows, units)`` (``b``: ``(units,)``); ``out`` may be ``x``."""
@@ -249,14 +253,16 @@ class BiasAdd(Op):
 
     @staticmethod
     def forward(xp, x, b, axis, out=None):
-        if xp is np and jit.enabled() and x.dtype == b.dtype == np.float32 and axis == x.ndim - 1 and x.size and \
-                x.flags.c_contiguous and (out is None or out.flags.c_contiguous):
-            # a dense layer's bias: NumPy's broadcast add walks each 128-512 long row as its own inner loop (256 x
-            # 128: ~9 us, against ~3 compiled)
+        if xp is np and x.dtype == b.dtype == np.float32 and axis == x.ndim - 1 and x.size >= _BIAS_COMPILED_FROM \
+                and x.flags.c_contiguous and (out is None or out.flags.c_contiguous) and jit.enabled():
+            # a dense layer's bias: NumPy's broadcast add walks each 128-512 long row as its own inner loop
             out = np.empty(x.shape, np.float32) if out is None else out
             rows, target = x.reshape(-1, b.size), out.reshape(-1, b.size)
-            host_threads.each(lambda part: _bias_add_rows_float32(rows[part], b, target[part]), rows.shape[0], 1,
-                              work=host_threads.compiled_work(x.size))
+            if host_threads.compiled_work(x.size):
+                host_threads.each(lambda part: _bias_add_rows_float32(rows[part], b, target[part]), rows.shape[0],
+                                  1, work=x.size)
+            else:                   # directly: the split's parts and closures cost ~2 us, a third of the add
+                _bias_add_rows_float32(rows, b, target)
             return out
         return xp.add(x, b.reshape(b.shape + (1,) * (x.ndim - axis - 1)), out=out)
 
