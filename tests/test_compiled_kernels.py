@@ -485,8 +485,8 @@ def test_compiled_bias_add_in_place_split_over_threads_nan_inf_and_other_layouts
     np.testing.assert_array_equal(got, want.astype(np.float32))         # NaN where x or b is, inf + -inf: NaN
     assert np.isnan(got[3, 4]) and got[5, 6] == np.inf and np.isneginf(got[0, 7]) and np.isnan(got[5, 7])
     # a strided input, a strided output, the bias on axis 1 of a 4-D array, a small array: NumPy's add
-    for args, kwargs in (((x[:7, :3], b[:3]), dict(axis=1)),
-                         (((x[:, ::2], b[:50]), dict(axis=1)),
+    for args, kwargs in (((np.ascontiguousarray(x[:7, :3]), b[:3]), dict(axis=1)),
+                         ((x[:, ::2], b[:50]), dict(axis=1)),
                          ((x[:, :50], b[:50]), dict(axis=1, out=np.empty((x.shape[0], 100), np.float32)[:, ::2])),
                          ((x[:8].reshape(2, 100, 2, 2), b), dict(axis=1))):
         shape = [1] * args[0].ndim
