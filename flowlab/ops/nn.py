@@ -229,12 +229,19 @@ _BIAS_COMPILED_FROM = 8192
 
 
 @jit.kernel
-def _bias_add_rows_float32(x, b, out):
-    """``out = x + b`` over float32 rows ``(rows, units)`` (``b``: ``(units,)``); ``out`` may be ``x``."""
+def _bias_add_rows_float32(x, b, out, inplace):
+    """``out = x + b`` over float32 rows ``(rows, units)`` (``b``: ``(units,)``); ``inplace``: ``out`` is ``x``,
+    added to in place (a loop reading and writing two arrays that overlap does not vectorise: 256 x 128 in place
+    took 11 us, against 4 into another array)."""
     rows, units = x.shape
-    for r in range(rows):
-        for c in range(units):
-            out[r, c] = x[r, c] + b[c]
+    if inplace:
+        for r in range(rows):
+            for c in range(units):
+                x[r, c] += b[c]
+    else:
+        for r in range(rows):
+            for c in range(units):
+                out[r, c] = x[r, c] + b[c]
 
 
 class BiasAdd(Op):
@@ -259,10 +266,10 @@ class BiasAdd(Op):
             out = np.empty(x.shape, np.float32) if out is None else out
             rows, target = x.reshape(-1, b.size), out.reshape(-1, b.size)
             if host_threads.compiled_work(x.size):
-                host_threads.each(lambda part: _bias_add_rows_float32(rows[part], b, target[part]), rows.shape[0],
-                                  1, work=x.size)
+                host_threads.each(lambda part: _bias_add_rows_float32(rows[part], b, target[part], out is x),
+                                  rows.shape[0], 1, work=x.size)
             else:                   # directly: the split's parts and closures cost ~2 us, a third of the add
-                _bias_add_rows_float32(rows, b, target)
+                _bias_add_rows_float32(rows, b, target, out is x)
             return out
         return xp.add(x, b.reshape(b.shape + (1,) * (x.ndim - axis - 1)), out=out)
 
