@@ -484,15 +484,18 @@ def test_compiled_bias_add_in_place_split_over_threads_nan_inf_and_other_layouts
     assert got is inplace and ran.names and ran.names[0] == "_bias_add_rows_float32"
     np.testing.assert_array_equal(got, want.astype(np.float32))         # NaN where x or b is, inf + -inf: NaN
     assert np.isnan(got[3, 4]) and got[5, 6] == np.inf and np.isneginf(got[0, 7]) and np.isnan(got[5, 7])
-    # a strided input, a strided output, the bias on axis 1 of a 4-D array, a small array: NumPy's add
+    # a strided input, a strided output, the bias on axis 1 of a 4-D array, a small array, an output that is the
+    # input's memory but not the input: NumPy's add
+    alias = x.copy()
     for args, kwargs in (((np.ascontiguousarray(x[:7, :3]), b[:3]), dict(axis=1)),
                          ((x[:, ::2], b[:50]), dict(axis=1)),
                          ((x[:, :50], b[:50]), dict(axis=1, out=np.empty((x.shape[0], 100), np.float32)[:, ::2])),
-                         ((x[:8].reshape(2, 100, 2, 2), b), dict(axis=1))):
+                         ((x[:8].reshape(2, 100, 2, 2), b), dict(axis=1)),
+                         ((alias[:], b), dict(axis=1, out=alias))):      # x's memory, another array object
         shape = [1] * args[0].ndim
         shape[kwargs["axis"]] = -1
         with _Ran() as ran, np.errstate(invalid="ignore"):
-            got = BiasAdd.forward(np, *args, **kwargs)
             want = args[0] + args[1].reshape(shape)
+            got = BiasAdd.forward(np, *args, **kwargs)
         assert not ran.names
         np.testing.assert_array_equal(got, want)

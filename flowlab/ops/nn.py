@@ -261,8 +261,11 @@ class BiasAdd(Op):
     @staticmethod
     def forward(xp, x, b, axis, out=None):
         if xp is np and x.dtype == b.dtype == np.float32 and axis == x.ndim - 1 and x.size >= _BIAS_COMPILED_FROM \
-                and x.flags.c_contiguous and (out is None or out.flags.c_contiguous) and jit.enabled():
-            # a dense layer's bias: NumPy's broadcast add walks each 128-512 long row as its own inner loop
+                and x.flags.c_contiguous and (out is None or out is x or (out.flags.c_contiguous and
+                                                                          not np.may_share_memory(x, out))) \
+                and jit.enabled():
+            # a dense layer's bias: NumPy's broadcast add walks each 128-512 long row as its own inner loop (an
+            # ``out`` overlapping ``x`` other than as ``x`` itself takes NumPy's add, which buffers what overlaps)
             out = np.empty(x.shape, np.float32) if out is None else out
             rows, target = x.reshape(-1, b.size), out.reshape(-1, b.size)
             if host_threads.compiled_work(x.size):
