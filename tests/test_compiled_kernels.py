@@ -453,3 +453,49 @@ def test_compiled_sparse_cross_entropy_labels_out_of_range_nan_and_strided_logit
     for got, twin in ((loss, twin_loss), (prob, twin_prob), (grad, twin_grad)):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(twin))
         np.testing.assert_allclose(got[[0, 4, 5]], twin[[0, 4, 5]], rtol=3e-6, atol=3e-6)
+
+
+# --------------------------------------------------------------------------------------------------------- bias add
+
+@pytest.mark.parametrize("shape", [(1, 8192), (8193, 1), (256, 128), (8, 32, 128), (1031, 127)])
+def test_compiled_bias_add_matches_its_twin_and_float64(shape):
+    from flowlab.ops.nn import _BIAS_COMPILED_FROM, BiasAdd
+    assert math.prod(shape) >= _BIAS_COMPILED_FROM
+    rng = np.random.default_rng(sum(shape))
+    x, b = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape[-1]).astype(np.float32)
+    compiled, twin = both(BiasAdd.forward, np, x, b, axis=len(shape) - 1)
+    np.testing.assert_array_equal(compiled, twin)          # one rounded addition an element in both
+    np.testing.assert_array_equal(compiled, (x.astype(np.float64) + b).astype(np.float32))
+    assert compiled.dtype == np.float32 and compiled.shape == shape
+
+
+def test_compiled_bias_add_in_place_split_over_threads_nan_inf_and_other_layouts():
+    from flowlab.ops.nn import BiasAdd
+    from flowlab.runtime.host_threads import SPLIT_COMPILED
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((SPLIT_COMPILED // 100 + 3, 100)).astype(np.float32)
+    b = rng.standard_normal(100).astype(np.float32)
+    x[3, 4], x[5, 6], x[5, 7], b[7] = np.nan, np.inf, np.inf, -np.inf
+    with np.errstate(invalid="ignore"):                                 # inf + -inf
+        want = x.astype(np.float64) + b
+    with host_threads.using(2), _Ran() as ran, np.errstate(invalid="ignore"):
+        inplace = x.copy()
+        got = BiasAdd.forward(np, inplace, b, axis=1, out=inplace)      # the plan's in-place call (input dies)
+    assert got is inplace and ran.names and ran.names[0] == "_bias_add_rows_float32"
+    np.testing.assert_array_equal(got, want.astype(np.float32))         # NaN where x or b is, inf + -inf: NaN
+    assert np.isnan(got[3, 4]) and got[5, 6] == np.inf and np.isneginf(got[0, 7]) and np.isnan(got[5, 7])
+    # a strided input, a strided output, the bias on axis 1 of a 4-D array, a small array, an output that is the
+    # input's memory but not the input: NumPy's add
+    alias = x.copy()
+    for args, kwargs in (((np.ascontiguousarray(x[:7, :3]), b[:3]), dict(axis=1)),
+                         ((x[:, ::2], b[:50]), dict(axis=1)),
+                         ((x[:, :50], b[:50]), dict(axis=1, out=np.empty((x.shape[0], 100), np.float32)[:, ::2])),
+                         ((x[:8].reshape(2, 100, 2, 2), b), dict(axis=1)),
+                         ((alias[:], b), dict(axis=1, out=alias))):      # x's memory, another array object
+        shape = [1] * args[0].ndim
+        shape[kwargs["axis"]] = -1
+        with _Ran() as ran, np.errstate(invalid="ignore"):
+            want = args[0] + args[1].reshape(shape)
+            got = BiasAdd.forward(np, *args, **kwargs)
+        assert not ran.names
+        np.testing.assert_array_equal(got, want)

@@ -167,7 +167,7 @@ def test_converter_rejects_other_annotations():
 def test_passes_are_a_printable_list_and_the_plan_says_which_ran():
     assert [p.__name__ for p in compiler.PASSES] == ["prune", "auto_mixed_precision", "order_variables",
                                                      "observers_early", "fuse_activation_stats", "fuse_elementwise",
-                                                     "fold_sgd_into_gemm",
+                                                     "fold_sgd_into_gemm", "write_products_in_layout",
                                                      "snapshot_returned_variables", "group_small_updates",
                                                      "side_stream", "side_by_side", "plan_buffers"]
     described = compiler.describe().splitlines()

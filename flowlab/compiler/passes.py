@@ -14,6 +14,7 @@ from .fold_update import fold_sgd_into_gemm as fold_updates
 from .fuse import cupy_kernel_factory
 from .group_updates import group_small_updates as group_updates
 from .fuse import fuse_elementwise as fuse_chains
+from .product_layout import write_products_in_layout as products_in_layout
 from .prune import prune as prune_nodes
 from ..graph import Node
 from ..ops.nn import Relu, ReluActivationStats
@@ -158,6 +159,17 @@ def fold_sgd_into_gemm(lowering):
     return f"{folded} updates folded into their gradient products" if folded else None
 
 
+def write_products_in_layout(lowering):
+    """(NumPy) a matrix product read only by a transpose read only by a reshape (attention merging its heads back)
+    is written straight into the reshaped layout, without the reshape's copy (``compiler.product_layout``). Not
+    under anomaly detection (each op's own output is checked) nor on replicas (their reshapes may be split)."""
+    if lowering.backend.is_gpu or lowering.check_anomaly or lowering.replicated:
+        return "skipped: " + ("CuPy" if lowering.backend.is_gpu else
+                              "anomaly detection" if lowering.check_anomaly else "replicas")
+    lowering.nodes, chains = products_in_layout(lowering.nodes, {t.id for t in lowering.roots})
+    return f"{chains} products written in their reshaped layout" if chains else None
+
+
 def snapshot_returned_variables(lowering):
     """A returned tensor that shares memory with a variable an update later changes in place (the variable itself,
     or a view of it) is copied right after it is made: the job returns the value its forward pass read, as OneFlow
@@ -235,7 +247,8 @@ def plan_buffers(lowering):
 
 
 PASSES = (prune, auto_mixed_precision, order_variables, observers_early, fuse_activation_stats, fuse_elementwise,
-          fold_sgd_into_gemm, snapshot_returned_variables, group_small_updates, side_stream, side_by_side, plan_buffers)
+          fold_sgd_into_gemm, write_products_in_layout, snapshot_returned_variables, group_small_updates, side_stream,
+          side_by_side, plan_buffers)
 
 
 def run(lowering):

@@ -922,6 +922,40 @@ class MatMul(Op):
         return da, db
 
 
+class MatMulInLayout(Op):
+    """A matrix product written straight into the layout a ``Transpose`` (``perm``) then a ``Reshape`` (``shape``)
+    of it give: ``reshape(transpose(op(a) @ op(b), perm), shape)`` without the reshape's copy. Attention's heads
+    are merged back this way (``(batch, heads, seq, d)`` -> ``(batch, seq, heads, d)`` -> ``(batch * seq, heads *
+    d)``, in the forward pass and for the query, key and value gradients): BLAS writes each head's rows into a
+    strided view of the merged array (its row stride is ``heads * d``), the same values as ``MatMul`` then the copy.
+    Never traced: the compiler's ``write_products_in_layout`` pass makes it from the three nodes (NumPy)."""
+    prefix, api = "Matmul_", "flow.matmul"
+    supports_out = True
+    gemm_macs = MatMul.gemm_macs
+
+    @staticmethod
+    def infer(a, b, transpose_a, transpose_b, alpha, perm, shape):
+        product = MatMul.infer(a, b, transpose_a, transpose_b, alpha)
+        if sorted(perm) != list(range(len(product.shape))) or math.prod(shape) != math.prod(product.shape):
+            raise ShapeError(f"perm {perm} and shape {shape} do not rearrange a product of shape {product.shape}")
+        return spec(shape, a.dtype)
+
+    @staticmethod
+    def forward(xp, a, b, transpose_a, transpose_b, alpha, perm, shape, out=None):
+        m = a.shape[-1] if transpose_a else a.shape[-2]
+        n = b.shape[-2] if transpose_b else b.shape[-1]
+        laid_out = tuple((a.shape[:-2] + (m, n))[p] for p in perm)
+        merged = out if out is not None and out.flags.c_contiguous else xp.empty(shape, a.dtype)
+        # the product's axes in ``merged``'s memory: the inverse permutation of the layout (in Python: NumPy's
+        # argsort of a 4-tuple costs ~5 us, as much as the copy saved)
+        inverse = tuple(sorted(range(len(perm)), key=perm.__getitem__))
+        MatMul.forward(xp, a, b, transpose_a, transpose_b, alpha, out=merged.reshape(laid_out).transpose(inverse))
+        if out is not None and merged is not out:
+            out[...] = merged
+            return out
+        return merged
+
+
 def _half_product_on_host(a, b, transpose_a, transpose_b, alpha, out):
     """A float16 product on NumPy: float32 BLAS over the float16 values, rounded to float16 once. That is a float16
     GEMM accumulating in float32 (cuBLAS's under mixed precision, and what NumPy's own float16 matmul computes,
