@@ -306,7 +306,36 @@ def _count_rows_of_blocks():
     assert feed.take() == ([], None)
 
 
-@pytest.mark.parametrize("put", ["put", "put_tensor"])
+def test_stats_feed_put_value_gives_a_number_a_step_as_a_stats_vector_in_order_with_other_puts():
+    woken, full = [], []
+    feed = StatsFeed(lambda: woken.append(1), lambda: full.append(feed.take()), limit=1000)
+    with jit.using(False):                               # put_tensor keeps a block of copies open between puts
+        feed.put_value(0, 1.5)
+        feed.put_value(1, math.nan)
+        feed.put_value(2, -math.inf)
+        feed.put(3, np.full(6, 3.0))                     # a single put after the pairs: they go first
+        feed.put_value(4, 4.0)
+        feed.put_tensor(5, np.array([1.0, 2.0, np.nan], np.float32))     # a block after the pairs
+        feed.put_value(6, 6.0)                           # pairs after the block: the block goes first
+        feed.put_value(6, 7.0)                           # the same step again: its last value counts
+        assert len(feed) == 8 and len(woken) == 1
+        steps, vectors = feed.take()
+    assert steps == [0, 1, 2, 3, 4, 5, 6] and vectors.dtype == np.float64
+    nan = math.nan
+    want = [[1.5, 1.5, 1.5, 0, 0, 0], [nan, nan, nan, nan, 1, 0], [nan, nan, nan, nan, 0, 1], np.full(6, 3.0),
+            [4.0, 4.0, 4.0, 0, 0, 0], stats_vector(np, np.array([1.0, 2.0, np.nan])), [7.0, 7.0, 7.0, 0, 0, 0]]
+    np.testing.assert_array_equal(vectors, want)
+    assert len(feed) == 0 and feed._chunk_rows == 0 and not full
+    feed.limit = 5
+    for step in range(7, 17):                            # full at 5 waiting: on_full takes them
+        feed.put_value(step, float(step))
+    assert [s for s, _ in full] == [[7, 8, 9, 10, 11], [12, 13, 14, 15, 16]]
+    assert np.concatenate([v for _, v in full])[:, 2].tolist() == list(map(float, range(7, 17)))
+    feed.put_value(16, 0.0)                              # the step the last take gave: not given again
+    assert feed.take() == ([], None)
+
+
+@pytest.mark.parametrize("put", ["put", "put_tensor", "put_value"])
 def test_stats_feed_never_strands_a_vector_without_waking_its_consumer(put):
     steps, wake, taken = 100_000, threading.Event(), []
     feed = StatsFeed(wake.set, lambda: None, limit=10**9)
@@ -321,7 +350,8 @@ def test_stats_feed_never_strands_a_vector_without_waking_its_consumer(put):
     sys.setswitchinterval(1e-6)          # the two threads interleave at almost every bytecode
     try:
         consumer.start()
-        put, value = (feed.put, np.zeros(6)) if put == "put" else (feed.put_tensor, np.zeros(3, np.float32))
+        put, value = {"put": (feed.put, np.zeros(6)), "put_tensor": (feed.put_tensor, np.zeros(3, np.float32)),
+                      "put_value": (feed.put_value, 0.0)}[put]
         for step in range(steps):
             put(step, value)
         consumer.join(timeout=10)        # woken by the puts alone

@@ -5,8 +5,8 @@ Steps are counted as everywhere in flowlab: a step is the call number of the tra
 watches and summaries), so this widget and a ``WatchPanel`` show the same number for the same call. ``update()``
 without a step takes the last train-job call's.
 
-``update()`` may be called from any thread, every step: it appends the step and loss to a ``StatsFeed`` (other named
-numbers are kept under a data lock). As a watch handler (``flow.watch(loss, progress)``) the job appends the loss's
+``update()`` may be called from any thread, every step: it appends the step and loss to a ``StatsFeed`` (a number
+loss as two list appends, ``put_value``; other named numbers are kept under a data lock). As a watch handler (``flow.watch(loss, progress)``) the job appends the loss's
 statistics to the same feed. The throttled refresh thread (see ``_live``) takes the feed in bulk and, in a notebook,
 pushes the numbers at most ``refresh_hz`` times a second through a ``LiveDocument``; in a terminal it rewrites the
 status line with ``\\r``, at most 4 times a second, and ``close()`` prints the final state and a newline.
@@ -43,17 +43,6 @@ def _never():
 _NO_LOSS = (math.nan, math.nan, math.nan, math.nan, 0.0, 0.0)   # a step recorded without a loss
 
 
-def _loss_vector(loss):
-    """``loss`` (None, a number or a ``TensorStats``) as a ``stats_vector`` row: a single number's NaN/Inf is counted,
-    so the loss curve marks it."""
-    if loss is None:
-        return _NO_LOSS
-    if isinstance(loss, TensorStats):
-        return loss.min, loss.max, loss.mean, loss.std, loss.nan_count, loss.inf_count
-    value = float(loss)
-    if math.isfinite(value):
-        return value, value, value, 0.0, 0.0, 0.0
-    return math.nan, math.nan, math.nan, math.nan, float(math.isnan(value)), float(math.isinf(value))
 
 
 def _loss_of(stats):
@@ -115,7 +104,21 @@ class TrainingProgress(LiveView):
         if metrics:
             with self._data_lock:
                 self._metrics.update(metrics)
-        self._feed.put(step, _NO_LOSS if loss is None else _loss_vector(loss))
+        if type(loss) is float:         # the common case first
+            self._feed.put_value(step, loss)
+        elif loss is None:
+            self._feed.put(step, _NO_LOSS)
+        elif isinstance(loss, TensorStats):
+            self._feed.put(step, (loss.min, loss.max, loss.mean, loss.std, loss.nan_count, loss.inf_count))
+        else:
+            # a number: the feed keeps it in a column and builds its row (a NaN/Inf counted, so the curve marks it)
+            # with the others' at the next take
+            try:
+                value = float(loss)
+            except (TypeError, ValueError):
+                raise TypeError(f"TrainingProgress.update: loss must be a number, a TensorStats or None, got "
+                                f"{type(loss).__name__} {loss!r}") from None
+            self._feed.put_value(step, value)
 
     def _track_speed(self, now, step):
         if self._sample is None:
@@ -140,10 +143,13 @@ class TrainingProgress(LiveView):
                 return
             self._track_speed(time.monotonic(), steps[-1])
             self._step, self._dirty = steps[-1], True
-            rows = np.flatnonzero(~(np.isnan(vectors[:, 2]) & (vectors[:, 4] + vectors[:, 5] == 0)))   # with a loss
-            if rows.size:
-                self._losses.extend([steps[i] for i in rows], vectors[rows])
-                self._loss = _loss_of(TensorStats.from_vector((), vectors[rows[-1]]))
+            with_loss = ~(np.isnan(vectors[:, 2]) & (vectors[:, 4] + vectors[:, 5] == 0))
+            if with_loss.all():                 # the common case: every step brought its loss
+                self._losses.extend(steps, vectors)
+                self._loss = _loss_of(TensorStats.from_vector((), vectors[-1]))
+            elif with_loss.any():
+                self._losses.extend(np.asarray(steps)[with_loss], vectors[with_loss])
+                self._loss = _loss_of(TensorStats.from_vector((), vectors[with_loss][-1]))
 
     def watch_event(self, value, blob_def, kind, step):
         """As a watch handler: the loss is the mean of the delivered value."""
