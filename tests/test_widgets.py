@@ -346,6 +346,8 @@ def test_stats_feed_never_strands_a_vector_without_waking_its_consumer(put):
             taken.extend(feed.take()[0])
 
     consumer = threading.Thread(target=consume)
+    warm = StatsFeed(lambda: None, lambda: None)         # compiled kernels load before the consumer's 2 s wait starts
+    warm.put_tensor(0, np.zeros(3, np.float32))
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)          # the two threads interleave at almost every bytecode
     try:
