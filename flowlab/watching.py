@@ -271,7 +271,9 @@ class StatsFeed:
         if self._pairs:
             self._summarise_pairs()
 
-    def take(self):
+    def take(self, arrays=False):
+        """See the class docstring; ``arrays``: the steps as an int64 array, not a list (a view that hands them to
+        NumPy saves converting them back)."""
         self._taken = True          # before counting: a put that lands after the count sees it and wakes us again
         if self._block is not None or self._pairs:
             with self._block_lock:
@@ -280,14 +282,14 @@ class StatsFeed:
         for _ in range(len(items)):          # popleft is atomic: puts may go on meanwhile
             taken.append(items.popleft())
         if not taken:
-            return [], None
+            return ([] if not arrays else np.empty(0, np.int64)), None
         steps, vectors = zip(*taken)
         if list in map(type, steps):         # some blocks of rows (put_tensor) among them
             steps, vectors = self._join(taken)
         else:
             steps, vectors = list(steps), self._vectors(vectors)
         # one row a step: of consecutive rows of one step the last, and none of the step the last take gave
-        at = np.asarray(steps)
+        at = np.asarray(steps, np.int64)
         keep = np.empty(len(at), bool)
         np.not_equal(at[1:], at[:-1], out=keep[:-1])
         keep[-1] = True
@@ -295,10 +297,11 @@ class StatsFeed:
             keep &= at != self._given
         if not keep.all():
             if not keep.any():
-                return [], None
-            steps, vectors = at[keep].tolist(), vectors[keep]
-        self._given = steps[-1]
-        return steps, np.asarray(vectors, np.float64)
+                return ([] if not arrays else np.empty(0, np.int64)), None
+            at, vectors = at[keep], vectors[keep]
+            steps = at.tolist()
+        self._given = int(at[-1])
+        return (at if arrays else steps), np.asarray(vectors, np.float64)
 
     def _join(self, taken):
         """The steps and the rows of entries holding blocks (and perhaps single puts), in order."""

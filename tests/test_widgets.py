@@ -333,6 +333,12 @@ def test_stats_feed_put_value_gives_a_number_a_step_as_a_stats_vector_in_order_w
     assert np.concatenate([v for _, v in full])[:, 2].tolist() == list(map(float, range(7, 17)))
     feed.put_value(16, 0.0)                              # the step the last take gave: not given again
     assert feed.take() == ([], None)
+    for step, value in ((16, 0.0), (17, 1.0), (17, 2.0), (18, 3.0)):
+        feed.put_value(step, value)
+    steps, vectors = feed.take(arrays=True)              # the steps as an array, the same rows
+    assert steps.dtype == np.int64 and steps.tolist() == [17, 18] and vectors[:, 0].tolist() == [2.0, 3.0]
+    steps, vectors = feed.take(arrays=True)
+    assert steps.dtype == np.int64 and steps.size == 0 and vectors is None
 
 
 @pytest.mark.parametrize("put", ["put", "put_tensor", "put_value"])

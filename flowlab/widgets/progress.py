@@ -138,17 +138,18 @@ class TrainingProgress(LiveView):
     def _take_feed(self):
         """Record the steps the feed holds (the refresh thread, or the putting thread when the feed is full)."""
         with self._data_lock:
-            steps, vectors = self._feed.take()
-            if not steps:
+            steps, vectors = self._feed.take(arrays=True)
+            if not steps.size:
                 return
-            self._track_speed(time.monotonic(), steps[-1])
-            self._step, self._dirty = steps[-1], True
+            last = int(steps[-1])
+            self._track_speed(time.monotonic(), last)
+            self._step, self._dirty = last, True
             with_loss = ~(np.isnan(vectors[:, 2]) & (vectors[:, 4] + vectors[:, 5] == 0))
             if with_loss.all():                 # the common case: every step brought its loss
                 self._losses.extend(steps, vectors)
                 self._loss = _loss_of(TensorStats.from_vector((), vectors[-1]))
             elif with_loss.any():
-                self._losses.extend(np.asarray(steps)[with_loss], vectors[with_loss])
+                self._losses.extend(steps[with_loss], vectors[with_loss])
                 self._loss = _loss_of(TensorStats.from_vector((), vectors[with_loss][-1]))
 
     def watch_event(self, value, blob_def, kind, step):
