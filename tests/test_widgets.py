@@ -953,6 +953,19 @@ def test_progress_in_notebook_shows_bar_status_and_the_whole_loss_curve(sent):
     assert curve["max"][0] == 50 and curve["min"][-1] == 1 and curve["nonfinite"].sum() == 1
 
 
+def test_progress_in_notebook_without_a_total_sends_no_bar(sent):
+    progress = TrainingProgress(mode="notebook", refresh_hz=20)
+    progress._refresher.stop()                           # only the refreshes below send
+    for i in range(3):
+        progress.update(i, loss=float(i))
+        progress.refresh()
+    ids = [{source for source, _, _ in data["content"]["data"]} for method, data, _ in sent.of(progress.widget)
+           if method == "custom"]
+    assert len(ids) == 3 and all(progress._text_source.id in s and progress._loss_source.id in s for s in ids)
+    assert not any(progress._done_source.id in s for s in ids)    # the bar's source never changes without a total
+    progress.close()
+
+
 def small_train_job(watch):
     """A 16x8 -> 4 softmax regression trained with SGD; ``watch(logits, loss)`` attaches watches inside the job."""
     @flow.global_function(type="train")

@@ -72,6 +72,7 @@ class TrainingProgress(LiveView):
         self._sample = None                  # (time, step) where the current speed sample started
         self._dirty = False
         self._last_line = ""
+        self._shown_done = 0.0               # the bar's fraction the page has (the sources start at 0)
         period = 1.0 / self.refresh_hz if self.mode == "notebook" else max(TERMINAL_PERIOD, 1.0 / self.refresh_hz)
         self._refresher = Refresher(self.refresh, period, "flowlab-training-progress")
         self._feed = StatsFeed(self._refresher.poke, self._take_feed)     # update() and a watched loss fill it
@@ -197,7 +198,9 @@ class TrainingProgress(LiveView):
                 self._last_line = line
                 return
             self.widget.splice(self._text_source, 0, {"text": [line]})
-            self.widget.splice(self._done_source, 0, bar_columns(done))
+            if done != self._shown_done:      # (without total_steps never: a message carries 4 columns fewer)
+                self.widget.splice(self._done_source, 0, bar_columns(done))
+                self._shown_done = done
             if losses is not None:
                 at, values = losses
                 self.widget.splice(self._loss_source, at, trend_columns(values))
