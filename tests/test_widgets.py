@@ -930,7 +930,9 @@ def test_progress_updates_are_taken_in_bulk_one_loss_a_step():
     progress.update()                                    # a step without a loss: no point on the curve
     progress.update(loss=float("nan"), acc=0.5)
     progress.update(4, loss=3.0)
-    progress.update(4, loss=5.0)                         # the same step again: its last loss counts
+    progress.update(4, loss=np.float32(5.0))             # the same step again: its last loss counts
+    with pytest.raises(TypeError, match=r"loss must be a number, a TensorStats or None, got str 'low'"):
+        progress.update(5, loss="low")
     progress.close()
     curve = progress._losses.columns()
     assert curve["step"].tolist() == [0, 1, 3, 4]

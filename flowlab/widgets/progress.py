@@ -6,10 +6,11 @@ watches and summaries), so this widget and a ``WatchPanel`` show the same number
 without a step takes the last train-job call's.
 
 ``update()`` may be called from any thread, every step: it appends the step and loss to a ``StatsFeed`` (a number
-loss as two list appends, ``put_value``; other named numbers are kept under a data lock). As a watch handler (``flow.watch(loss, progress)``) the job appends the loss's
-statistics to the same feed. The throttled refresh thread (see ``_live``) takes the feed in bulk and, in a notebook,
-pushes the numbers at most ``refresh_hz`` times a second through a ``LiveDocument``; in a terminal it rewrites the
-status line with ``\\r``, at most 4 times a second, and ``close()`` prints the final state and a newline.
+as one lock-free list extend by the pair, ``put_value``; other named numbers are kept under a data lock). As a watch
+handler (``flow.watch(loss, progress)``) the job appends the loss's statistics to the same feed. The throttled
+refresh thread (see ``_live``) takes the feed in bulk and, in a notebook, pushes the numbers at most ``refresh_hz``
+times a second through a ``LiveDocument``; in a terminal it rewrites the status line with ``\\r``, at most 4 times a
+second, and ``close()`` prints the final state and a newline.
 """
 from __future__ import annotations
 
@@ -41,7 +42,6 @@ def _never():
 
 
 _NO_LOSS = (math.nan, math.nan, math.nan, math.nan, 0.0, 0.0)   # a step recorded without a loss
-
 
 
 
