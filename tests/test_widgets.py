@@ -306,7 +306,42 @@ def _count_rows_of_blocks():
     assert feed.take() == ([], None)
 
 
-@pytest.mark.parametrize("put", ["put", "put_tensor"])
+def test_stats_feed_put_value_gives_a_number_a_step_as_a_stats_vector_in_order_with_other_puts():
+    woken, full = [], []
+    feed = StatsFeed(lambda: woken.append(1), lambda: full.append(feed.take()), limit=1000)
+    with jit.using(False):                               # put_tensor keeps a block of copies open between puts
+        feed.put_value(0, 1.5)
+        feed.put_value(1, math.nan)
+        feed.put_value(2, -math.inf)
+        feed.put(3, np.full(6, 3.0))                     # a single put after the pairs: they go first
+        feed.put_value(4, 4.0)
+        feed.put_tensor(5, np.array([1.0, 2.0, np.nan], np.float32))     # a block after the pairs
+        feed.put_value(6, 6.0)                           # pairs after the block: the block goes first
+        feed.put_value(6, 7.0)                           # the same step again: its last value counts
+        assert len(feed) == 8 and len(woken) == 1
+        steps, vectors = feed.take()
+    assert steps == [0, 1, 2, 3, 4, 5, 6] and vectors.dtype == np.float64
+    nan = math.nan
+    want = [[1.5, 1.5, 1.5, 0, 0, 0], [nan, nan, nan, nan, 1, 0], [nan, nan, nan, nan, 0, 1], np.full(6, 3.0),
+            [4.0, 4.0, 4.0, 0, 0, 0], stats_vector(np, np.array([1.0, 2.0, np.nan])), [7.0, 7.0, 7.0, 0, 0, 0]]
+    np.testing.assert_array_equal(vectors, want)
+    assert len(feed) == 0 and feed._chunk_rows == 0 and not full
+    feed.limit = 5
+    for step in range(7, 17):                            # full at 5 waiting: on_full takes them
+        feed.put_value(step, float(step))
+    assert [s for s, _ in full] == [[7, 8, 9, 10, 11], [12, 13, 14, 15, 16]]
+    assert np.concatenate([v for _, v in full])[:, 2].tolist() == list(map(float, range(7, 17)))
+    feed.put_value(16, 0.0)                              # the step the last take gave: not given again
+    assert feed.take() == ([], None)
+    for step, value in ((16, 0.0), (17, 1.0), (17, 2.0), (18, 3.0)):
+        feed.put_value(step, value)
+    steps, vectors = feed.take(arrays=True)              # the steps as an array, the same rows
+    assert steps.dtype == np.int64 and steps.tolist() == [17, 18] and vectors[:, 0].tolist() == [2.0, 3.0]
+    steps, vectors = feed.take(arrays=True)
+    assert steps.dtype == np.int64 and steps.size == 0 and vectors is None
+
+
+@pytest.mark.parametrize("put", ["put", "put_tensor", "put_value"])
 def test_stats_feed_never_strands_a_vector_without_waking_its_consumer(put):
     steps, wake, taken = 100_000, threading.Event(), []
     feed = StatsFeed(wake.set, lambda: None, limit=10**9)
@@ -317,11 +352,14 @@ def test_stats_feed_never_strands_a_vector_without_waking_its_consumer(put):
             taken.extend(feed.take()[0])
 
     consumer = threading.Thread(target=consume)
+    warm = StatsFeed(lambda: None, lambda: None)         # compiled kernels load before the consumer's 2 s wait starts
+    warm.put_tensor(0, np.zeros(3, np.float32))
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)          # the two threads interleave at almost every bytecode
     try:
         consumer.start()
-        put, value = (feed.put, np.zeros(6)) if put == "put" else (feed.put_tensor, np.zeros(3, np.float32))
+        put, value = {"put": (feed.put, np.zeros(6)), "put_tensor": (feed.put_tensor, np.zeros(3, np.float32)),
+                      "put_value": (feed.put_value, 0.0)}[put]
         for step in range(steps):
             put(step, value)
         consumer.join(timeout=10)        # woken by the puts alone
@@ -892,7 +930,9 @@ def test_progress_updates_are_taken_in_bulk_one_loss_a_step():
     progress.update()                                    # a step without a loss: no point on the curve
     progress.update(loss=float("nan"), acc=0.5)
     progress.update(4, loss=3.0)
-    progress.update(4, loss=5.0)                         # the same step again: its last loss counts
+    progress.update(4, loss=np.float32(5.0))             # the same step again: its last loss counts
+    with pytest.raises(TypeError, match=r"loss must be a number, a TensorStats or None, got str 'low'"):
+        progress.update(5, loss="low")
     progress.close()
     curve = progress._losses.columns()
     assert curve["step"].tolist() == [0, 1, 3, 4]
@@ -913,6 +953,19 @@ def test_progress_in_notebook_shows_bar_status_and_the_whole_loss_curve(sent):
     curve = page.model(progress._loss_source).data
     assert curve["step"][0] == 0 and curve["end"][-1] == 50 and len(curve["step"]) <= 16
     assert curve["max"][0] == 50 and curve["min"][-1] == 1 and curve["nonfinite"].sum() == 1
+
+
+def test_progress_in_notebook_without_a_total_sends_no_bar(sent):
+    progress = TrainingProgress(mode="notebook", refresh_hz=20)
+    progress._refresher.stop()                           # only the refreshes below send
+    for i in range(3):
+        progress.update(i, loss=float(i))
+        progress.refresh()
+    ids = [{source for source, _, _ in data["content"]["data"]} for method, data, _ in sent.of(progress.widget)
+           if method == "custom"]
+    assert len(ids) == 3 and all(progress._text_source.id in s and progress._loss_source.id in s for s in ids)
+    assert not any(progress._done_source.id in s for s in ids)    # the bar's source never changes without a total
+    progress.close()
 
 
 def small_train_job(watch):

@@ -5,11 +5,12 @@ Steps are counted as everywhere in flowlab: a step is the call number of the tra
 watches and summaries), so this widget and a ``WatchPanel`` show the same number for the same call. ``update()``
 without a step takes the last train-job call's.
 
-``update()`` may be called from any thread, every step: it appends the step and loss to a ``StatsFeed`` (other named
-numbers are kept under a data lock). As a watch handler (``flow.watch(loss, progress)``) the job appends the loss's
-statistics to the same feed. The throttled refresh thread (see ``_live``) takes the feed in bulk and, in a notebook,
-pushes the numbers at most ``refresh_hz`` times a second through a ``LiveDocument``; in a terminal it rewrites the
-status line with ``\\r``, at most 4 times a second, and ``close()`` prints the final state and a newline.
+``update()`` may be called from any thread, every step: it appends the step and loss to a ``StatsFeed`` (a number
+as one lock-free list extend by the pair, ``put_value``; other named numbers are kept under a data lock). As a watch
+handler (``flow.watch(loss, progress)``) the job appends the loss's statistics to the same feed. The throttled
+refresh thread (see ``_live``) takes the feed in bulk and, in a notebook, pushes the numbers at most ``refresh_hz``
+times a second through a ``LiveDocument``; in a terminal it rewrites the status line with ``\\r``, at most 4 times a
+second, and ``close()`` prints the final state and a newline.
 """
 from __future__ import annotations
 
@@ -43,18 +44,6 @@ def _never():
 _NO_LOSS = (math.nan, math.nan, math.nan, math.nan, 0.0, 0.0)   # a step recorded without a loss
 
 
-def _loss_vector(loss):
-    """``loss`` (None, a number or a ``TensorStats``) as a ``stats_vector`` row: a single number's NaN/Inf is counted,
-    so the loss curve marks it."""
-    if loss is None:
-        return _NO_LOSS
-    if isinstance(loss, TensorStats):
-        return loss.min, loss.max, loss.mean, loss.std, loss.nan_count, loss.inf_count
-    value = float(loss)
-    if math.isfinite(value):
-        return value, value, value, 0.0, 0.0, 0.0
-    return math.nan, math.nan, math.nan, math.nan, float(math.isnan(value)), float(math.isinf(value))
-
 
 def _loss_of(stats):
     """The mean loss; one NaN (Inf) example makes it NaN (Inf), as ``np.mean`` would."""
@@ -83,6 +72,7 @@ class TrainingProgress(LiveView):
         self._sample = None                  # (time, step) where the current speed sample started
         self._dirty = False
         self._last_line = ""
+        self._shown_done = 0.0               # the bar's fraction the page has (the sources start at 0)
         period = 1.0 / self.refresh_hz if self.mode == "notebook" else max(TERMINAL_PERIOD, 1.0 / self.refresh_hz)
         self._refresher = Refresher(self.refresh, period, "flowlab-training-progress")
         self._feed = StatsFeed(self._refresher.poke, self._take_feed)     # update() and a watched loss fill it
@@ -115,7 +105,21 @@ class TrainingProgress(LiveView):
         if metrics:
             with self._data_lock:
                 self._metrics.update(metrics)
-        self._feed.put(step, _NO_LOSS if loss is None else _loss_vector(loss))
+        if type(loss) is float:         # the common case first
+            self._feed.put_value(step, loss)
+        elif loss is None:
+            self._feed.put(step, _NO_LOSS)
+        elif isinstance(loss, TensorStats):
+            self._feed.put(step, (loss.min, loss.max, loss.mean, loss.std, loss.nan_count, loss.inf_count))
+        else:
+            # a number: the feed keeps it in a column and builds its row (a NaN/Inf counted, so the curve marks it)
+            # with the others' at the next take
+            try:
+                value = float(loss)
+            except (TypeError, ValueError):
+                raise TypeError(f"TrainingProgress.update: loss must be a number, a TensorStats or None, got "
+                                f"{type(loss).__name__} {loss!r}") from None
+            self._feed.put_value(step, value)
 
     def _track_speed(self, now, step):
         if self._sample is None:
@@ -135,15 +139,19 @@ class TrainingProgress(LiveView):
     def _take_feed(self):
         """Record the steps the feed holds (the refresh thread, or the putting thread when the feed is full)."""
         with self._data_lock:
-            steps, vectors = self._feed.take()
-            if not steps:
+            steps, vectors = self._feed.take(arrays=True)
+            if not steps.size:
                 return
-            self._track_speed(time.monotonic(), steps[-1])
-            self._step, self._dirty = steps[-1], True
-            rows = np.flatnonzero(~(np.isnan(vectors[:, 2]) & (vectors[:, 4] + vectors[:, 5] == 0)))   # with a loss
-            if rows.size:
-                self._losses.extend([steps[i] for i in rows], vectors[rows])
-                self._loss = _loss_of(TensorStats.from_vector((), vectors[rows[-1]]))
+            last = int(steps[-1])
+            self._track_speed(time.monotonic(), last)
+            self._step, self._dirty = last, True
+            with_loss = ~(np.isnan(vectors[:, 2]) & (vectors[:, 4] + vectors[:, 5] == 0))
+            if with_loss.all():                 # the common case: every step brought its loss
+                self._losses.extend(steps, vectors)
+                self._loss = _loss_of(TensorStats.from_vector((), vectors[-1]))
+            elif with_loss.any():
+                self._losses.extend(steps[with_loss], vectors[with_loss])
+                self._loss = _loss_of(TensorStats.from_vector((), vectors[with_loss][-1]))
 
     def watch_event(self, value, blob_def, kind, step):
         """As a watch handler: the loss is the mean of the delivered value."""
@@ -190,7 +198,9 @@ class TrainingProgress(LiveView):
                 self._last_line = line
                 return
             self.widget.splice(self._text_source, 0, {"text": [line]})
-            self.widget.splice(self._done_source, 0, bar_columns(done))
+            if done != self._shown_done:      # (without total_steps never: a message carries 4 columns fewer)
+                self.widget.splice(self._done_source, 0, bar_columns(done))
+                self._shown_done = done
             if losses is not None:
                 at, values = losses
                 self.widget.splice(self._loss_source, at, trend_columns(values))
