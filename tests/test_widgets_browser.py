@@ -116,7 +116,8 @@ def train_and_watch(nb):
         if not marked and len(steps[-1]) >= 3:      # every widget drew its rows: mark the documents drawn
             marked = nb.page.evaluate(MARK_DOCUMENTS_JS)
         if time.monotonic() - last_picture > 1.0:
-            pictures.append(tuple(c["fingerprint"] for c in nb.canvases(nb.output_area(0))))
+            # (a canvas not laid out at that moment, 0 x 0 and hidden, has no pixels to fingerprint: None)
+            pictures.append(tuple(c.get("fingerprint") for c in nb.canvases(nb.output_area(0))))
             last_picture = time.monotonic()
         nb.page.wait_for_timeout(150)
     end = nb.flush()
