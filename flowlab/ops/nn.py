@@ -103,8 +103,7 @@ class ReluActivationStats(Op):
             vector = np.empty(7)
             rows = (x, y) if x.ndim == 2 else (x.reshape(-1, units), y.reshape(-1, units))
             # ``out is x``: the plan hands the ReLU its input's buffer when the input dies here (Relu.inplace)
-            squares = (_relu_activation_float32.compiled or _relu_activation_float32.compile())(
-                *rows, out is x, np.zeros(units), vector)
+            squares = _relu_activation_float32.ready()(*rows, out is x, np.zeros(units), vector)
             if squares - squares == 0:
                 return y, vector
             return y, activation_vector(np, y, unit_axis, True)      # NaN or Inf: the twin counts them
@@ -480,8 +479,7 @@ def _sparse_ce_grad_float32(labels, prob, dy, grad):
 
 def _compiled_ce(labels, *arrays):
     """Whether the compiled cross-entropy kernels take these NumPy arrays (float32, integer labels)."""
-    return jit.enabled() and labels.dtype.kind in "iu" and all(
-        type(a) is np.ndarray and a.dtype == np.float32 for a in arrays)
+    return labels.dtype.kind in "iu" and jit.takes(*arrays)
 
 
 class SparseSoftmaxCrossEntropy(Op):
@@ -513,14 +511,14 @@ class SparseSoftmaxCrossEntropy(Op):
             _cupy_kernel(xp, "sparse_softmax_ce")(logits, _contiguous(xp, labels), classes, loss, prob)
             return loss, prob
         all_valid = _labels_in_range(labels, classes)
+        if not all_valid:
+            warnings.warn(f"{name}: labels outside [0, {classes}) were given zero loss and zero gradient",
+                          RuntimeWarning, stacklevel=2)
         if _compiled_ce(labels, logits) and logits.size:
             rows = logits.reshape(-1, classes)
             loss, prob = np.empty(labels.shape, np.float32), np.empty(logits.shape, np.float32)
             _sparse_ce_float32(np.ascontiguousarray(rows), np.ascontiguousarray(labels, np.int64).reshape(-1),
                                loss.reshape(-1), prob.reshape(-1, classes))
-            if not all_valid:
-                warnings.warn(f"{name}: labels outside [0, {classes}) were given zero loss and zero gradient",
-                              RuntimeWarning, stacklevel=2)
             return loss, prob
         valid = True if all_valid else (labels >= 0) & (labels < classes)
         safe = labels if all_valid else xp.where(valid, labels, 0)
@@ -533,8 +531,6 @@ class SparseSoftmaxCrossEntropy(Op):
         loss -= picked
         exp /= total
         if not all_valid:
-            warnings.warn(f"{name}: labels outside [0, {classes}) were given zero loss and zero gradient",
-                          RuntimeWarning, stacklevel=2)
             loss = xp.where(valid, loss, loss.dtype.type(0))
         return loss, exp
 

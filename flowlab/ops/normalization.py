@@ -747,7 +747,7 @@ def _layer_norm_param_grads_float32(y, dy, dgamma, dbeta):
 def _compiled_rows(*arrays):
     """Whether compiled layer-norm kernels can take ``arrays``: non-empty NumPy float32 (then made C-contiguous;
     empty ones keep the NumPy path's behaviour)."""
-    return jit.enabled() and all(type(a) is np.ndarray and a.dtype == np.float32 and a.size for a in arrays)
+    return jit.takes(*arrays) and all(a.size for a in arrays)
 
 
 def _widened_rows(x, rows):

@@ -254,8 +254,8 @@ def compiled_stats(x, out, at=0, copy=_NO_COPY):
     if not flat.size:
         return False
     if not _split(flat.size):
-        # the dispatcher itself: jit.Kernel's call costs ~0.4 us beside a ~1 us pass (this runs every watched step)
-        squares = (_summary_float32.compiled or _summary_float32.compile())(flat, out, at, copy)[3]
+        # the dispatcher itself (``ready``): this runs every watched step
+        squares = _summary_float32.ready()(flat, out, at, copy)[3]
         return squares - squares == 0
     if copy.size:
         copy[...] = flat
@@ -265,14 +265,23 @@ def compiled_stats(x, out, at=0, copy=_NO_COPY):
     squares = sum(squares)
     if squares - squares != 0:
         return False
-    n, lo, hi = flat.size, min(los), max(his)
-    mean = sum(totals) / n
+    lo, hi = min(los), max(his)
+    mean, std = _split_moments(flat, sum(totals), squares, lo == hi)
+    out[at:at + 6] = (lo, hi, mean, std, 0.0, 0.0)
+    return True
+
+
+def _split_moments(flat, total, squares, constant):
+    """``(mean, std)`` of the flat float32 host array ``flat`` from its pieces' finite float64 sums, taken on host
+    threads: the spread as ``E[x²] - mean²`` unless it cancels (``CANCELLING_SPREAD``; then 0 for a ``constant``
+    array, else a second, centred pass in pieces), as the one-pass kernels take it."""
+    n = flat.size
+    mean = total / n
     var = squares / n - mean * mean
     if var < CANCELLING_SPREAD * mean * mean:
-        var = 0.0 if lo == hi else sum(host_threads.each(
-            lambda part: _centred_squares_float32(flat[part], mean), flat.size, work=flat.size)) / n
-    out[at:at + 6] = (lo, hi, mean, math.sqrt(var) if var > 0 else 0.0, 0.0, 0.0)
-    return True
+        var = 0.0 if constant else sum(host_threads.each(
+            lambda part: _centred_squares_float32(flat[part], mean), n, work=n)) / n
+    return mean, math.sqrt(var) if var > 0 else 0.0
 
 
 @jit.kernel(reduce=True)
@@ -308,7 +317,7 @@ def _compiled_squares_of(tensors, keeps):
         if keep is not None:
             keep.save(np, x)
     out = np.empty(3 * len(flats))
-    if (_squares_each_float32.compiled or _squares_each_float32.compile())(tuple(flats), out):
+    if _squares_each_float32.ready()(tuple(flats), out):
         for k, flat in enumerate(flats):
             if not math.isfinite(out[3 * k]):
                 out[3 * k:3 * k + 3] = _masked_squares(np, flat)
@@ -325,7 +334,7 @@ def _compiled_activation(x, unit_axis):
     blocks = (x if x.flags.c_contiguous else np.ascontiguousarray(x)).reshape(-1, units, inner)
     out = np.empty(7)
     if not _split(blocks.size):
-        squares = (_activation_float32.compiled or _activation_float32.compile())(blocks, np.zeros(units), out)[3]
+        squares = _activation_float32.ready()(blocks, np.zeros(units), out)[3]
         return out if squares - squares == 0 else None
 
     def run(part):
@@ -336,13 +345,9 @@ def _compiled_activation(x, unit_axis):
     if squares - squares != 0:
         return None
     n, unit_abs = blocks.size, np.add.reduce(unit_sums)
-    mean = sum(totals) / n
-    var = squares / n - mean * mean
-    if var < CANCELLING_SPREAD * mean * mean:
-        flat = blocks.reshape(-1)
-        var = sum(host_threads.each(lambda part: _centred_squares_float32(flat[part], mean), n, work=n)) / n
-    out[:] = (float(np.add.reduce(unit_abs)) / n, math.sqrt(var) if var > 0 else 0.0, (n - sum(nonzeros)) / n,
-              max(tops), np.count_nonzero(unit_abs == 0) / units, 0.0, 0.0)
+    _, std = _split_moments(blocks.reshape(-1), sum(totals), squares, False)
+    out[:] = (float(np.add.reduce(unit_abs)) / n, std, (n - sum(nonzeros)) / n, max(tops),
+              np.count_nonzero(unit_abs == 0) / units, 0.0, 0.0)
     return out
 
 
@@ -615,7 +620,7 @@ def square_vector(xp, x, scratch=None, out=None):
         return _cupy_squares(xp, flat, scratch, out)
     if xp is np and x.dtype.char == "f" and 0 < flat.size < COMPILED_SPLIT_ELEMENTS and jit.enabled():
         vector = np.empty(3)
-        if not (_squares_each_float32.compiled or _squares_each_float32.compile())((flat.ravel(),), vector):
+        if not _squares_each_float32.ready()((flat.ravel(),), vector):
             return vector
         return _masked_squares(np, flat)
     if xp is np and x.dtype.char in "fd":

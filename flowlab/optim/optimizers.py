@@ -124,8 +124,7 @@ def _compiled_step(xp, w, grad):
     (large enough, contiguous) for float32, below ``COMPILED_STEP_BELOW``, with compiled kernels on. Smaller steps
     keep NumPy's two passes, whose rounding (the scaled gradient rounded, then subtracted) a fused multiply-add
     would change."""
-    return xp is np and jit.enabled() and w.dtype == np.float32 and grad.dtype == np.float32 and \
-        BLAS_PASS_FROM <= w.size < COMPILED_STEP_BELOW and w.flags.c_contiguous and grad.flags.c_contiguous
+    return xp is np and BLAS_PASS_FROM <= w.size < COMPILED_STEP_BELOW and jit.takes(w, grad, contiguous=True)
 
 
 @jit.kernel
@@ -149,8 +148,7 @@ COMPILED_FROM = 1024       # elements: below, calling a compiled kernel costs as
 def _momentum_compiled(xp, w, grad, m):
     """Whether a momentum step takes ``_sgd_momentum_float32``: float32 NumPy arrays of ``COMPILED_FROM`` elements or
     more, all contiguous (one thread, 2.4M elements: 1.9 -> 0.9 ms; 64k: 86 -> 16 us; 128: 3.9 against 4.4 us)."""
-    return xp is np and w.size >= COMPILED_FROM and w.dtype == grad.dtype == m.dtype == np.float32 and \
-        w.flags.c_contiguous and grad.flags.c_contiguous and m.flags.c_contiguous and jit.enabled()
+    return xp is np and w.size >= COMPILED_FROM and jit.takes(w, grad, m, contiguous=True)
 
 
 @jit.kernel
@@ -313,11 +311,6 @@ def _adam_float32_compiled(w, g, m, v, alpha_m, alpha_v, beta1, beta2, epsilon, 
         w[i] -= lr * direction
 
 
-def _compiled_adam_takes(xp, w, grad, m, v):
-    """Whether Adam's compiled kernel can step ``w``: NumPy float32 arrays, all C-contiguous."""
-    return xp is np and all(a.dtype == np.float32 and a.flags.c_contiguous for a in (w, grad, m, v))
-
-
 def _adam_compiled(w, grad, m, v, scale, beta1, beta2, epsilon, lr, weight_decay):
     """Adam's step through ``_adam_float32_compiled`` (its scalars rounded to float32, as BLAS's ``axpy`` rounds
     them in ``_adam_blas``), from ``host_threads.SPLIT_COMPILED`` on split over the host threads."""
@@ -348,14 +341,14 @@ class AdamUpdate(_Update):
                 grad_scale, schedule, lr, step, l1=0.0, l2=0.0, dynamic=False, skipped=None, writable=False):
         if do_bias_correction:
             lr = _bias_corrected(lr, beta1, beta2, step)
-        compiled = jit.enabled() and _compiled_adam_takes(xp, w, grad, m, v)       # (then _adam_passes: one pass)
+        compiled = jit.takes(w, grad, m, v, contiguous=True)       # (then _adam_passes: one pass)
         if not (l1 or l2 or dynamic or compiled) and _blas_pass(xp, w, grad) and m.flags.c_contiguous and \
                 v.flags.c_contiguous:
             scale = float(rest[0]) * grad_scale if clipped else grad_scale
             _adam_blas(w, grad, m, v, scale, beta1, beta2, epsilon, lr, weight_decay, writable)
             return
         _adam_passes(xp, w, grad, m, v, rest, beta1, beta2, epsilon, weight_decay, clipped, grad_scale, lr, l1, l2,
-                     dynamic, writable)
+                     dynamic, writable, compiled)
 
 
 def _bias_corrected(lr, beta1, beta2, step):
@@ -365,13 +358,12 @@ def _bias_corrected(lr, beta1, beta2, step):
 
 
 def _adam_passes(xp, w, grad, m, v, extras, beta1, beta2, epsilon, weight_decay, clipped, grad_scale, lr, l1, l2,
-                 dynamic, writable):
+                 dynamic, writable, compiled):
     """Adam's step as NumPy's (CuPy's) elementwise passes, ``lr`` bias-corrected already; False when a dynamic loss
     scale skips the step. Every element is computed alone, so a step over arrays laid end to end gives each element
-    what its own array's step gives it. With compiled kernels (NumPy float32, contiguous) the passes are one
-    (``_adam_float32_compiled``), the gradient's scale folded into the moments' factors where nothing else
+    what its own array's step gives it. ``compiled`` (``jit.takes`` the four arrays, contiguous): the passes are
+    one (``_adam_float32_compiled``), the gradient's scale folded into the moments' factors where nothing else
     changes the gradient (as ``_adam_blas`` folds it)."""
-    compiled = jit.enabled() and _compiled_adam_takes(xp, w, grad, m, v)
     if compiled and not (l1 or l2 or dynamic):
         scale = float(extras[0]) * grad_scale if clipped else grad_scale
         _adam_compiled(w, grad, m, v, scale, beta1, beta2, epsilon, lr, weight_decay)
@@ -418,7 +410,7 @@ class AdamGroupUpdate(_Update):
         members, extras = arrays[:4 * count], arrays[4 * count:]
         w, grad, m, v = (xp.concatenate(members[k::4], axis=None) for k in range(4))     # flattened, end to end
         if not _adam_passes(xp, w, grad, m, v, extras, beta1, beta2, epsilon, weight_decay, clipped, grad_scale, lr,
-                            l1, l2, dynamic, True):
+                            l1, l2, dynamic, True, jit.takes(w, grad, m, v, contiguous=True)):
             return                                  # a step skipped by a dynamic loss scale
         start = 0
         for i in range(0, 4 * count, 4):

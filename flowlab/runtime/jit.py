@@ -34,6 +34,8 @@ import os
 import threading
 import types
 
+import numpy as np
+
 _FAST = frozenset({"contract", "arcp"})
 _lock = threading.RLock()      # a kernel's compile compiles the kernels it calls
 _local = threading.local()
@@ -59,6 +61,13 @@ def enabled() -> bool:
         return _DEFAULT
     choice = getattr(_local, "choice", None)
     return _AVAILABLE and (choice if choice is not None else _DEFAULT)
+
+
+def takes(*arrays, contiguous: bool = False) -> bool:
+    """Whether compiled kernels run on ``arrays`` now: ``enabled()``, and each a NumPy float32 array (C-contiguous
+    too with ``contiguous``, for kernels that read them flat). The common test of the ops' compiled paths."""
+    return enabled() and all(isinstance(a, np.ndarray) and a.dtype == np.float32 and
+                             (not contiguous or a.flags.c_contiguous) for a in arrays)
 
 
 _SWITCHED_OFF = _switched_off()
@@ -128,8 +137,13 @@ class Kernel:
         copy.__qualname__, copy.__module__ = function.__qualname__, function.__module__
         return copy
 
+    def ready(self):
+        """The compiled dispatcher, compiling it on the first call. Hot paths call it directly: ``__call__``'s
+        argument packing costs ~0.4 us beside a ~1 us pass."""
+        return self.compiled or self.compile()
+
     def __call__(self, *args):
-        return (self.compiled or self.compile())(*args)
+        return self.ready()(*args)
 
     def __repr__(self):
         return f"<jit.kernel {self.function.__module__}.{self.__name__}>"
