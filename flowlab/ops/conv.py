@@ -643,6 +643,14 @@ def _jit_folded_case(xp, dtype):
     return xp is np and dtype == np.float32 and jit.enabled()
 
 
+@jit.kernel(inline=True)
+def _inside_columns(off, stride, w, wo):
+    """``(q0, q1)``: the output columns ``q0 <= q < q1`` (of ``wo``) whose input column ``q * stride + off`` lies in
+    ``[0, w)`` (one kernel position's columns, clear of the padding), for the compiled col2im and max pool loops."""
+    q0 = min(wo, 0 if off >= 0 else (stride - 1 - off) // stride)
+    return q0, max(q0, min(wo, (w - 1 - off) // stride + 1))
+
+
 @jit.kernel
 def _col2im_float32(dcols, sh, sw, dh, dw, top, left, c0, c1, dx):
     """NCHW ``dx`` for channels ``c0:c1``: ``dcols[c, i, j, n, r, q]`` (C, kh, kw, N, Ho, Wo) added at ``dx[n, c,
@@ -655,8 +663,7 @@ def _col2im_float32(dcols, sh, sw, dh, dw, top, left, c0, c1, dx):
             for i in range(kh):
                 for j in range(kw):
                     off = j * dw - left
-                    q0 = min(wo, 0 if off >= 0 else (sw - 1 - off) // sw)
-                    q1 = max(q0, min(wo, (w - 1 - off) // sw + 1))
+                    q0, q1 = _inside_columns(off, sw, w, wo)
                     for r in range(ho):
                         row = r * sh + i * dh - top
                         if row >= 0 and row < h:
@@ -937,8 +944,7 @@ def _wino_col2im_float32(windows, m, top, left, c0, c1, dx):
                     if row < 0 or row >= h:
                         continue
                     for q in range(t):
-                        first = 0 if q >= left else (left - q + m - 1) // m
-                        stop = min(tw, (w - 1 - q + left) // m + 1)
+                        first, stop = _inside_columns(q - left, m, w, tw)
                         for j in range(first, stop):
                             dx[b, c, row, j * m + q - left] += windows[q, p, c, b, i, j]
 
@@ -1181,8 +1187,7 @@ def _window_row_maxima(plane, a0, kh, kw, sw, left, column, out):
         out[q] = low
     for j in range(kw):
         off = j - left
-        q0 = min(wo, 0 if off >= 0 else (sw - 1 - off) // sw)
-        q1 = max(q0, min(wo, (w - 1 - off) // sw + 1))
+        q0, q1 = _inside_columns(off, sw, w, wo)
         for q in range(q0, q1):
             v = column[q * sw + off]
             c = out[q]
