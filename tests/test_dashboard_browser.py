@@ -134,7 +134,10 @@ def test_each_tab_renders(dashboard):
 def test_graph_tab_without_a_graph_is_one_line(dashboard):
     page, before = dashboard["page"], len(dashboard["warnings"])
     page.locator(".bk-tab", has_text=re.compile(r"^Graph$")).first.click()
-    page.wait_for_function("() => Bokeh.documents[0].get_model_by_name('graph-note') !== null", polling=20)
+    # both models the check below reads: once in CI the note was found and the figure not yet (they join the page
+    # in one layout; why one was missing is not known)
+    page.wait_for_function("() => ['graph-note', 'graph-figure'].every("
+                           "(name) => Bokeh.documents[0].get_model_by_name(name) !== null)", polling=20)
     page.wait_for_function(IDLE_JS, polling=20)
     state = page.evaluate("""() => {
         const doc = Bokeh.documents[0], fig = doc.get_model_by_name("graph-figure");
