@@ -598,6 +598,10 @@ def test_clear_default_session_stops_the_thread(tmp_path):
     job()
     p = job.graph().nodes[0].attrs["pipeline"]
     assert p.running
+    deadline = time.monotonic() + 10
+    while p._queue.empty() and time.monotonic() < deadline:    # a prefetched batch waits: it is not handed out
+        time.sleep(0.01)
+    assert not p._queue.empty()
     flow.clear_default_session()
     assert not p.running
     assert not [t for t in threading.enumerate() if t.name.startswith(f"flowlab-data-{p.name}") and t.is_alive()]

@@ -169,13 +169,14 @@ class Pipeline:
             raise self._failure
         self._start()
         while True:
+            # checked before each take: batches prefetched before close() are not handed out after it
+            if self._stop.is_set():
+                raise RuntimeError(f"reader {self.name}: its data pipeline was stopped "
+                                   "(flow.clear_default_session() or close())")
             try:
                 item = self._queue.get(timeout=0.2)
                 break
             except queue.Empty:
-                if self._stop.is_set():
-                    raise RuntimeError(f"reader {self.name}: its data pipeline was stopped "
-                                       "(flow.clear_default_session() or close())") from None
                 if not self._thread.is_alive() and self._queue.empty():
                     raise RuntimeError(f"reader {self.name}: its producer thread ended unexpectedly") from None
         if isinstance(item, _Failure):
