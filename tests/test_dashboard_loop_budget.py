@@ -179,9 +179,10 @@ def test_thousands_of_tags_build_one_page_and_the_search_pages_through_all(many_
         # of wall time at load 6), so it only has to stay far from the minutes this was. A card turn's own cost,
         # models and bytes are also bounded in test_dashboard_paging (a served document's turns, run one by one).
         held = f"(gaps (when, wall, CPU): {probe.gaps}; collections: {probe.collections})"
-        # (a probe's gap holds the turn in progress and the one queued behind it: a card's build, then its joining;
-        # each is 25-50 ms of CPU here, the page's pull ~30)
-        assert probe.longest_cpu < 0.15, f"the event loop's thread held it {probe.longest_cpu * 1000:.0f} ms {held}"
+        # (one callback: a card's build or its joining is 25-50 ms of CPU here, 40-100 ms at load 3; the page's pull
+        # ~30)
+        assert probe.longest_cpu < 0.15, f"one callback held the event loop's thread {probe.longest_cpu * 1000:.0f} ms " \
+            f"of CPU {held}"
         assert stall < 2.0, f"the event loop stalled {stall * 1000:.0f} ms {held}"
 
         box = page.locator(".bk-input[placeholder='all tags']")            # a tag on the last page
