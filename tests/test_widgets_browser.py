@@ -104,6 +104,21 @@ COUNT_LAYOUTS_JS = """(version) => {
 }"""
 
 
+# How many times BokehJS's glyph renderer view (as live.js leaves it) writes an element's position for an element
+# holding only its style sheets, then for one holding something more.
+GLYPH_POSITIONS_JS = """(version) => {
+    const glyph = window.Bokeh[version].require("models/renderers/glyph_renderer").GlyphRendererView.prototype;
+    return [false, true].map((content) => {
+        const el = document.createElement("div"), shadow_el = el.attachShadow({mode: "open"});
+        shadow_el.append(document.createElement("style"));
+        if (content) shadow_el.append(document.createElement("div"));
+        const written = [];
+        glyph.update_position.call({el, shadow_el, panel: null, position: {replace: (css) => written.push(css)},
+                                    bbox: {is_valid: true, left: 1, top: 2, width: 3, height: 4}});
+        return written.length;
+    });
+}"""
+
 MARK_DOCUMENTS_JS = "() => { for (const doc of Bokeh.documents) doc.__flMarked = true; return Bokeh.documents.length; }"
 UNMARKED_DOCUMENTS_JS = "() => Bokeh.documents.filter((doc) => !doc.__flMarked).length"
 
@@ -147,6 +162,8 @@ def train_and_watch(nb):
     # a panel's paints (issue 33; measured here: 438 of those sheets rewritten for 297 paints before live.js kept
     # them put). (Building a document writes every sheet of it once: the total is not bounded here.)
     assert counts["glyph_sheets"] == 0, counts
+    # ... while an element that holds something is still placed over its glyphs
+    assert nb.page.evaluate(GLYPH_POSITIONS_JS, bokeh.__version__) == [0, 1]
     return steps, pictures, nb.sent_messages("comm_msg", since=start, until=end)
 
 
