@@ -128,8 +128,9 @@ function cssReadsOncePerTask(Bokeh) {
 // BokehJS 3.9 gives every renderer an element, in a layer under the plot's canvas, and at every paint places it over
 // what the renderer draws, through a style sheet of the element's own (left, top, width, height). A glyph renderer
 // draws on the canvas and puts nothing in its element, yet that box is its glyphs' extent, which moves whenever the
-// data does: every update rewrote a sheet per glyph (~30 a second for a WatchPanel), and each rewrite had the page
-// bring its styles up to date, half of the CPU time of a panel's paints (issue 33: 28 -> 12 ms a frame, median).
+// data does: every update rewrote a sheet per glyph (~50 a second for two WatchPanels and a TrainingProgress), and
+// each rewrite had the page bring its styles up to date: half of the CPU time of the panels' paints (issue 33: 28 ->
+// 12 ms a frame, median).
 // Here a glyph renderer's element is placed only while it holds something besides its style sheets; an empty one is
 // invisible wherever it is. Once per BokehJS version in the page; it changes no pixel.
 function emptyGlyphElementsStayPut(Bokeh) {
