@@ -24,10 +24,11 @@ with the panel drawing runs at >= 0.8x the plain loop. The page setting also rep
 the kernel (must be 0), updates a second the kernel sent, the browser's CPU (all chromium processes, in cores), the
 page's longest main-thread task, how many tasks took over 50 ms (Chromium's longtask entries; issue 33's target: none)
 and the longest gap between animation frames; with ``--profile``, it also records a Chromium trace and a JavaScript CPU
-profile of the page and prints what the tasks over ``--profile-ms`` (40) spent their time on: the trace's events
-(script, style, layout, paint...) and the JavaScript functions, by self time. ``--instructions`` counts instructions
-per step with valgrind's callgrind instead (no kernel, no refresh threads: the work each step adds, repeatable on a
-noisy machine).
+profile of the page and prints what the tasks over ``--profile-ms`` (40) inside the timed blocks of watched kinds
+spent their time on (wall and thread CPU time; the warm-up's tasks, where the widgets' documents are built, are
+counted apart): the trace's events (script, style, layout, paint...) and the JavaScript functions, by self time.
+``--instructions`` counts instructions per step with valgrind's callgrind instead (no kernel, no refresh threads: the
+work each step adds, repeatable on a noisy machine).
 
     python benchmarks/widgets.py                      # both settings, about 3 minutes on 2 cores
     python benchmarks/widgets.py --setting kernel --rounds 20 --seconds 1
@@ -224,19 +225,45 @@ def _js_samples(profile):
     return out
 
 
-def profile_report(trace, profile, threshold_ms, top=12):
-    """Print what the renderer main thread's tasks over ``threshold_ms`` spent their time on."""
+def profile_report(trace, profile, threshold_ms, blocks=None, top=12):
+    """Print what the renderer main thread's tasks over ``threshold_ms`` spent their time on. With ``blocks`` (the
+    timed blocks of watched kinds, ``[(start, end)]`` in ``time.time()`` seconds), only the tasks inside them, where
+    the benchmark counts long tasks; those outside (the warm-up, where each widget's document is built, once per
+    layout) are counted apart. Durations are wall time and the thread's CPU time (``tdur``: on a shared machine, the
+    main thread waiting for a core lengthens the first only)."""
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     mains = {(e["pid"], e["tid"]) for e in events
              if e.get("ph") == "M" and e.get("name") == "thread_name" and e["args"].get("name") == "CrRendererMain"}
     complete = [e for e in events if e.get("ph") == "X" and "dur" in e and (e["pid"], e["tid"]) in mains]
-    tasks = [e for e in complete if e["name"] in ("RunTask", "ThreadControllerImpl::RunTask")
-             and e["dur"] >= threshold_ms * 1000]
+    tasks, end = [], {}
+    for e in sorted(complete, key=lambda e: (e["ts"], -e["dur"])):
+        if e["name"] not in ("RunTask", "ThreadControllerImpl::RunTask"):
+            continue
+        thread = (e["pid"], e["tid"])
+        if e["ts"] + e["dur"] <= end.get(thread, -1):
+            continue                # a task's RunTask inside its ThreadControllerImpl::RunTask: counted once
+        end[thread] = e["ts"] + e["dur"]
+        if e["dur"] >= threshold_ms * 1000:
+            tasks.append(e)
+    outside = []
+    if blocks is not None:
+        # trace times are CLOCK_MONOTONIC microseconds (Chromium's TimeTicks on Linux), as time.monotonic()
+        epoch = time.time() - time.monotonic()
+        within = lambda e: any(a <= e["ts"] / 1e6 + epoch <= b for a, b in blocks)     # noqa: E731
+        outside = [t for t in tasks if not within(t)]
+        tasks = [t for t in tasks if within(t)]
     samples = _js_samples(profile)
     step = statistics.median(b[0] - a[0] for a, b in zip(samples, samples[1:])) if len(samples) > 1 else 0.0
     events_total, js_total = {}, {}
-    durations = ", ".join(f"{d / 1000:.0f}" for d in sorted((t["dur"] for t in tasks), reverse=True))
-    print(f"\n## page profile: {len(tasks)} main-thread tasks >= {threshold_ms} ms (durations {durations} ms)")
+
+    def durations(chosen):
+        chosen = sorted(chosen, key=lambda t: -t["dur"])
+        return (", ".join(f"{t['dur'] / 1000:.0f}" for t in chosen) + " ms; thread CPU "
+                + ", ".join(f"{t.get('tdur', 0) / 1000:.0f}" for t in chosen) + " ms")
+    where = " inside the timed blocks of watched kinds" if blocks is not None else ""
+    print(f"\n## page profile: {len(tasks)} main-thread tasks >= {threshold_ms} ms{where} (wall {durations(tasks)})")
+    if blocks is not None:
+        print(f"  outside them (warm-up, documents built): {len(outside)} (wall {durations(outside)})")
     for task in tasks:
         start, end = task["ts"], task["ts"] + task["dur"]
         inside = [e for e in complete if (e["pid"], e["tid"]) == (task["pid"], task["tid"])
@@ -278,10 +305,11 @@ def run_page(rounds, seconds, profile_ms=None):
                 cpu.append((time.time(), chromium_cpu_seconds()))
                 nb.page.wait_for_timeout(250)
             nb.wait_idle()
-            if profile_ms is not None:
-                profile_report(json.loads(browser.stop_tracing()), cdp.send("Profiler.stop")["profile"], profile_ms)
             results = results_of(nb.page.evaluate(
                 "() => window.__flPanel.content.widgets[1].model.outputs.toJSON().map((o) => o.text || '').join('')"))
+            if profile_ms is not None:
+                profile_report(json.loads(browser.stop_tracing()), cdp.send("Profiler.stop")["profile"], profile_ms,
+                               [(r["start"], r["end"]) for r in results if r["kind"] != "plain"])
             long_tasks = nb.page.evaluate("() => window.__longTasks")
             gaps = nb.page.evaluate("() => window.__frameGaps")
             sent = nb.sent_messages("comm_msg")

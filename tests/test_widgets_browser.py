@@ -81,18 +81,43 @@ STEPS_JS = """() => (window.Bokeh ? Bokeh.documents : []).flatMap((doc) => [...d
     .filter((m) => m.data && (m.data.label?.[0] === "step" || typeof m.data.text?.[0] === "string"))
     .map((m) => m.data.label ? m.data.value[0] : (/^step (\\d+)/.exec(m.data.text[0]) || [])[1]))"""
 
-# Counts BokehJS's plot paints and plot layouts from now on (a plot's layout is one of its whole document).
+# Counts BokehJS's plot paints and plot layouts from now on (a plot's layout is one of its whole document), and the
+# style sheets written with a different text: all of them, and those of glyph renderers' elements.
 COUNT_LAYOUTS_JS = """(version) => {
-    const plot = window.Bokeh[version].require("models/plots/plot_canvas").PlotView.prototype;
-    const counts = window.__flLayouts = {paints: 0, layouts: 0};
+    const Bokeh = window.Bokeh[version];
+    const plot = Bokeh.require("models/plots/plot_canvas").PlotView.prototype;
+    const counts = window.__flLayouts = {paints: 0, layouts: 0, sheets: 0, glyph_sheets: 0};
     if (plot.__flCounted) return;
     plot.__flCounted = true;
     for (const [name, key] of [["_actual_paint", "paints"], ["compute_layout", "layouts"]]) {
         const original = plot[name];
         plot[name] = function (...args) { window.__flLayouts[key]++; return original.apply(this, args); };
     }
+    const sheet = Bokeh.require("core/dom").InlineStyleSheet.prototype, update = sheet._update;
+    sheet._update = function (css) {
+        if (this.el.textContent !== css) {
+            window.__flLayouts.sheets++;
+            if (this.el.getRootNode().host?.classList.contains("bk-GlyphRenderer")) window.__flLayouts.glyph_sheets++;
+        }
+        return update.call(this, css);
+    };
 }"""
 
+
+# How many times BokehJS's glyph renderer view (as live.js leaves it) writes an element's position for an element
+# holding only its style sheets, then for one holding something more.
+GLYPH_POSITIONS_JS = """(version) => {
+    const glyph = window.Bokeh[version].require("models/renderers/glyph_renderer").GlyphRendererView.prototype;
+    return [false, true].map((content) => {
+        const el = document.createElement("div"), shadow_el = el.attachShadow({mode: "open"});
+        shadow_el.append(document.createElement("style"));
+        if (content) shadow_el.append(document.createElement("div"));
+        const written = [];
+        glyph.update_position.call({el, shadow_el, panel: null, position: {replace: (css) => written.push(css)},
+                                    bbox: {is_valid: true, left: 1, top: 2, width: 3, height: 4}});
+        return written.length;
+    });
+}"""
 
 MARK_DOCUMENTS_JS = "() => { for (const doc of Bokeh.documents) doc.__flMarked = true; return Bokeh.documents.length; }"
 UNMARKED_DOCUMENTS_JS = "() => Bokeh.documents.filter((doc) => !doc.__flMarked).length"
@@ -132,6 +157,13 @@ def train_and_watch(nb):
     # whole document on most paints, up to ~7 times per WatchPanel update, most of the page's work; measured here:
     # 68 layouts for 283 paints before live.js checked the sizes itself, 6 for 300 after)
     assert counts["paints"] >= 20 and counts["layouts"] <= 5 + counts["paints"] / 20, counts
+    # Nor do they move the empty elements BokehJS keeps under the canvas for glyph renderers: an update rewrote a
+    # style sheet per glyph whose data moved, and each rewrite had the page recompute styles, half of the CPU time of
+    # a panel's paints (issue 33; measured here: 438 of those sheets rewritten for 297 paints before live.js kept
+    # them put). (Building a document writes every sheet of it once: the total is not bounded here.)
+    assert counts["glyph_sheets"] == 0, counts
+    # ... while an element that holds something is still placed over its glyphs
+    assert nb.page.evaluate(GLYPH_POSITIONS_JS, bokeh.__version__) == [0, 1]
     return steps, pictures, nb.sent_messages("comm_msg", since=start, until=end)
 
 

@@ -33,6 +33,7 @@ async function loadBokeh(model) {
       if (!bokeh) throw new Error(`BokehJS ${version} did not load`);
       layoutOnlyOnChange(bokeh);
       cssReadsOncePerTask(bokeh);
+      emptyGlyphElementsStayPut(bokeh);
       return bokeh;
     })());
   }
@@ -122,6 +123,25 @@ function cssReadsOncePerTask(Bokeh) {
       };
     }
   }
+}
+
+// BokehJS 3.9 gives every renderer an element, in a layer under the plot's canvas, and at every paint places it over
+// what the renderer draws, through a style sheet of the element's own (left, top, width, height). A glyph renderer
+// draws on the canvas and puts nothing in its element, yet that box is its glyphs' extent, which moves whenever the
+// data does: every update rewrote a sheet per glyph (~50 a second for two WatchPanels and a TrainingProgress), and
+// each rewrite had the page bring its styles up to date: half of the CPU time of the panels' paints (issue 33: 28 ->
+// 12 ms a frame, median).
+// Here a glyph renderer's element is placed only while it holds something besides its style sheets; an empty one is
+// invisible wherever it is. Once per BokehJS version in the page; it changes no pixel.
+function emptyGlyphElementsStayPut(Bokeh) {
+  const glyph = Bokeh.require("models/renderers/glyph_renderer").GlyphRendererView.prototype;
+  if (glyph.__flowlabStayPut) return;
+  glyph.__flowlabStayPut = true;
+  const original = glyph.update_position;
+  glyph.update_position = function () {
+    if (this.el.childNodes.length === 0 && [...this.shadow_el.children].every((e) => e.localName === "style")) return;
+    return original.call(this);
+  };
 }
 
 function column(spec, buffers) {
