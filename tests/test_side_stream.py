@@ -164,6 +164,67 @@ def test_small_or_huge_products_keep_one_stream(monkeypatch):
     assert not host_threads.side_stream_enabled()
 
 
+def branchy_job():
+    """Three products of one input (as attention's query, key and value), each through its own bias and tanh, then
+    combined; Adam."""
+    @flow.global_function(type="train")
+    def job(x: tp.Numpy.Placeholder((BATCH, FEATURES)), y: tp.Numpy.Placeholder((BATCH, HIDDEN))) -> tp.Numpy:
+        h = [flow.layers.dense(x, HIDDEN, activation=flow.math.tanh, name=f"branch{k}") for k in range(3)]
+        out = flow.math.multiply(flow.math.add(h[0], h[1]), h[2])
+        loss = flow.math.reduce_mean(flow.math.square(out - y))
+        flow.optimizer.Adam(flow.optimizer.PiecewiseConstantScheduler([], [1e-3])).minimize(loss)
+        return loss
+    return job
+
+
+def train_branchy(monkeypatch, enabled, forks=True, steps=4):
+    monkeypatch.setattr(host_threads, "side_stream_enabled", lambda: enabled)
+    if not forks:
+        monkeypatch.setattr(flow.compiler.passes, "fork_branches", lambda nodes, side, roots: (nodes, set(), set(),
+                                                                                                 set()))
+    flow.clear_default_session()
+    job = branchy_job()
+    rng = np.random.default_rng(1)
+    losses = []
+    for _ in range(steps):
+        x = rng.standard_normal((BATCH, FEATURES)).astype(np.float32)
+        losses.append(float(job(x, np.tanh(x @ np.ones((FEATURES, HIDDEN), np.float32) / FEATURES))))
+    weights = {name: v.numpy().copy() for name, v in flow.get_all_variables().items()}
+    monkeypatch.undo()
+    return losses, weights, job.plan()
+
+
+def test_forward_branches_run_on_the_second_stream_and_train_exactly_as_one_thread(monkeypatch):
+    """The second and third products of the shared input, each with the chain only it feeds (bias add, tanh), run
+    on the second thread, handed over right after the input is made; the plan's thread waits for each where it
+    first reads it. Losses and weights equal those of one thread and of the second stream without branches."""
+    one, one_weights, _ = train_branchy(monkeypatch, False)
+    plain, plain_weights, plain_plan = train_branchy(monkeypatch, True, forks=False)
+    two, two_weights, plan = train_branchy(monkeypatch, True)
+    assert "forward branches" not in plain_plan.describe_passes() and "S.wait(" not in plain_plan.source
+    assert "and 2 forward branches of 6 nodes" in plan.describe_passes()
+    branch_groups = [j for j in range(plan.source.count("S.put(")) if "_matmul" in plan.source.split(
+        f"def g{j}(")[1].split("\ndef ")[0] and "AutoGrad" not in plan.source.split(f"def g{j}(")[1].split("\ndef ")[0]]
+    assert branch_groups == [0, 1]
+    bodies = [plan.source.split(f"def g{j}(")[1].split("\ndef ")[0] for j in branch_groups]
+    for k, body in zip((1, 2), bodies):
+        assert [line.split("(")[-1].rstrip(")") for line in body.splitlines() if "# " in line] == \
+            ["MatMul", "BiasAdd", "Tanh"], body
+        assert f"# branch{k}_matmul" in body
+    run = plan.source.split("def run(")[1].split("\ndef ")[0].splitlines()
+    put = [i for i, line in enumerate(run) if "S.put(g0" in line or "S.put(g1" in line]
+    first = next(i for i, line in enumerate(run) if "# branch0_matmul" in line)
+    assert put == [put[0], put[0] + 1] and put[1] < first      # both handed over before the first branch runs
+    waits = [i for i, line in enumerate(run) if "S.wait(" in line]
+    assert [run[i].split("#")[0].strip() for i in waits] == ["S.wait(0)", "S.wait(1)"]
+    assert all(first < i for i in waits)
+    assert one == plain == two
+    for name, value in one_weights.items():
+        np.testing.assert_array_equal(two_weights[name], value, err_msg=name)
+        np.testing.assert_array_equal(plain_weights[name], value, err_msg=name)
+    assert one[-1] < one[0]
+
+
 # ------------------------------------------------------------------------------- the stream itself (SideStream)
 
 def _recorder(log, name, before=None, after=None):
@@ -264,3 +325,53 @@ def test_a_plans_groups_know_which_earlier_groups_they_read_from(monkeypatch):
     assert all(len(u) <= 1 for u in updates) and sum(map(len, updates)) >= 10
     assert all(not u or u[0] == max(k for k, line in enumerate(body) if "# " in line)
                for u, body in zip(updates, bodies))
+
+
+def test_wait_returns_once_that_task_has_run_and_takes_it_when_the_thread_is_busy():
+    """``wait(k)``: task k run by the stream's thread is waited for; a task still queued behind a busy thread, whose
+    dependencies are done, runs on the caller instead."""
+    stream = host_threads.SideStream("test", depends=[frozenset(), frozenset(), frozenset()])
+    ran, release = {}, threading.Event()
+    stream.put(lambda: None)                # the thread is started (a call's first put starts it)
+    stream.join()
+
+    def record(name, then=None):
+        def task():
+            ran[name] = threading.current_thread().name
+            if then is not None:
+                then()
+        return task
+    started, ended = threading.Event(), threading.Event()
+    stream.put(record("zero", then=lambda: (started.set(), threading.Event().wait(0.1), ended.set())))
+    assert started.wait(5)                  # the thread has it
+    stream.wait(0)
+    assert ended.is_set() and ran == {"zero": "flowlab-side test"}
+    holding = threading.Event()
+    stream.put(record("one", then=lambda: (holding.set(), release.wait(5))))      # holds the thread
+    assert holding.wait(5)
+    stream.put(record("two"))
+    stream.wait(1 + 1)
+    assert ran["two"] == threading.current_thread().name
+    release.set()
+    stream.join()
+    assert ran["one"] == "flowlab-side test"
+
+
+def test_wait_raises_the_error_of_the_call_and_join_leaves_the_stream_usable():
+    """The task waited for reads a task that failed: it is skipped, and wait raises that error (the caller must not
+    read what was not made); join raises it too, and the next call runs."""
+    stream = host_threads.SideStream("test", depends=[frozenset(), frozenset({0})])
+
+    def fail():
+        raise ValueError("branch failed")
+    stream.put(fail)
+    stream.put(lambda: None)
+    with pytest.raises(ValueError, match="branch failed"):
+        stream.wait(1)
+    with pytest.raises(ValueError, match="branch failed"):
+        stream.join()
+    ran = []
+    stream.put(lambda: ran.append(1))
+    stream.wait(0)
+    stream.join()
+    assert ran == [1]

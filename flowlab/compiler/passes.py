@@ -23,6 +23,7 @@ from ..runtime import host_threads, jit
 from ..runtime.backend import ONE_BLAS_THREAD_BELOW
 from .side_by_side import pair_side_by_side
 from .side_stream import SPLIT_KERNELS_FROM
+from .side_stream import fork as fork_branches
 from .side_stream import split as split_side_stream
 
 
@@ -54,6 +55,7 @@ class Lowering:
         self.side: set[int] = set()             # id(node) of the nodes a second thread runs (side_stream)
         self.side_live: set[int] = set()        # tensor ids they read or make: buffers kept to the call's end
         self.side_donatable: set[int] = set()   # tensor ids they make and read once: their reader may overwrite
+        self.side_starts: set[int] = set()      # id(node) of side nodes that start a task of their own (branches)
         self.log: list[tuple[str, str | None]] = []
 
 
@@ -195,7 +197,8 @@ def group_small_updates(lowering):
 
 def side_stream(lowering):
     """Weight gradients, bias gradients and optimizer updates run on a second thread beside the backward pass
-    (``compiler.side_stream``), each update as early as it may. On NumPy with two or more cores, where the largest
+    (``compiler.side_stream``), each update as early as it may, and so do branches of the forward pass (sibling
+    products: attention's key and value beside its query). On NumPy with two or more cores, where the largest
     product has from ``runtime.backend.ONE_BLAS_THREAD_BELOW`` up to ``side_stream.SPLIT_KERNELS_FROM``
     multiply-adds; not under anomaly detection, on replicas, or with watched tensors or side effects other than
     updates (their order against the updates is the plan's)."""
@@ -212,11 +215,16 @@ def side_stream(lowering):
         return f"skipped: a product of {largest:,} multiply-adds (kernels split over the cores instead)"
     if largest < ONE_BLAS_THREAD_BELOW:
         return f"skipped: small products (the largest {largest:,} multiply-adds): one thread does it sooner"
-    nodes, side, live, donatable = split_side_stream(lowering.nodes, {t.id for t in lowering.roots})
+    roots = {t.id for t in lowering.roots}
+    nodes, side, live, donatable = split_side_stream(lowering.nodes, roots)
     if not side:
         return None
-    lowering.nodes, lowering.side, lowering.side_live, lowering.side_donatable = nodes, side, live, donatable
-    return f"{len(side)} of {len(nodes)} nodes on a second thread"
+    nodes, branch_nodes, starts, branch_live = fork_branches(nodes, side, roots)
+    lowering.nodes, lowering.side, lowering.side_live, lowering.side_donatable = \
+        nodes, side | branch_nodes, live | branch_live, donatable
+    lowering.side_starts = starts
+    return f"{len(side)} of {len(nodes)} nodes on a second thread" + (
+        f", and {len(starts)} forward branches of {len(branch_nodes)} nodes" if starts else "")
 
 
 def side_by_side(lowering):

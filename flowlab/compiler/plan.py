@@ -79,6 +79,7 @@ class Plan:
         self.passes = lowering.log
         self.nodes = lowering.nodes
         self.side = lowering.side
+        self._side_starts = lowering.side_starts
         self._side_donatable = lowering.side_donatable
         self._side = host_threads.SideStream(graph.name) if self.side else None
         self.snapshots = lowering.snapshots
@@ -124,6 +125,10 @@ class Plan:
         # (second stream) the tensors its nodes read that the plan's own thread makes pass through the dict M;
         # its nodes run in groups of consecutive ones, each a function of its own (groups)
         side_reads = {t.id for node in self.nodes if id(node) in self.side for t in node.inputs}
+        # (forward branches, side_stream.fork) the tensors the second stream makes that the plan's thread reads: it
+        # waits for the group making one where it first reads it, and takes it from M
+        main_reads = {t.id for node in self.nodes if id(node) not in self.side for t in node.inputs}
+        branch_made, waited = {}, set()         # tensor id -> its group; tensor ids taken from M so far
         groups = []
         delivery_lines, graph_lines = {}, {}
         guards = {}             # tensor id -> the guards of its deliveries
@@ -172,13 +177,22 @@ class Plan:
             # a group ends where the plan's own thread has a node, and after an update (the next chain is another
             # variable's: a task of its own, which the plan's thread may take at the end, SideStream.join)
             if on_side and (i == 0 or id(self.nodes[i - 1]) not in self.side or
-                            self.nodes[i - 1].op.updates_variable):
+                            self.nodes[i - 1].op.updates_variable or id(node) in self._side_starts):
                 groups.append(_Group([], [], []))
                 lines.append(f"    S.put(g{len(groups) - 1}, M, step)  # second stream")
             own_lines = groups[-1].lines if on_side else lines
             if on_side:
                 groups[-1].reads.extend(t.id for t in node.inputs if t.id not in groups[-1].made)
                 groups[-1].made.extend(t.id for t in node.outputs)
+                branch_made.update((t.id, len(groups) - 1) for t in node.outputs if t.id in main_reads)
+            else:
+                for t in node.inputs:
+                    if t.id in branch_made and t.id not in waited:
+                        j = branch_made[t.id]
+                        if not any(branch_made[w] == j for w in waited):
+                            lines.append(f"    S.wait({j})  # the forward branch it reads")
+                        lines.append(f"    t{t.id} = M[{t.id}]")
+                        waited.add(t.id)
             comment = f"  # {node.name} ({op.__name__})"
             if op.is_placeholder:
                 lines.append(f"    {outs} = feeds[{placeholder_index[node.outputs[0].id]}]{comment}")
@@ -241,7 +255,7 @@ class Plan:
             lines.append("    S.join()  # the second stream's nodes have run")
         outs = "".join(f"host({'s' if t.id in self.snapshots else 't'}{t.id}), " for t in self.output_tensors)
         lines.append(f"    return ({outs})")
-        lines.extend(_group_functions(groups, side_reads))
+        lines.extend(_group_functions(groups, side_reads | set(branch_made)))
         if self._side is not None:
             self._side.depends = _group_dependencies(groups)
         source, run = _compile(lines, delivery_lines, ns, f"{self.graph.name} #{next(_plan_ids)}")

@@ -14,9 +14,16 @@ hands the picked nodes, a run of consecutive ones at a time, to its ``runtime.ho
 for them before it returns; every tensor a picked node reads or makes keeps its buffer to the end of the call (the
 two threads' timing is unknown, so no buffer is shared across them). Both streams run their kernels on one core
 each, BLAS included (``runtime.backend.one_blas_thread``).
+
+In the forward pass the second thread would idle, so it takes *branches* there (``fork``): where two or more
+products read the same tensor (attention's query, key and value), every one but the first, with the short chain
+that only it feeds (bias add, reshape, transpose into heads), runs on the second thread, handed over as soon as
+that tensor is made; the plan's thread waits for a branch (``SideStream.wait``) where it first reads the branch's
+result. Small BERT, 2 cores: the key and value products run while the plan's thread makes the query.
 """
 from __future__ import annotations
 
+from ..runtime.host_threads import SPLIT_MACS
 from .buffers import view_bases
 
 # Plans whose largest product has at least this many multiply-adds split kernels over the cores instead: there a
@@ -102,3 +109,66 @@ def _updates_early(nodes, readers):
             ordered.append(node)
         ordered.extend(after.get(i, ()))
     return ordered
+
+
+def _branchable(node, root_ids):
+    op = node.op
+    return not (op.is_placeholder or op.is_variable or op.is_constant or op.random or op.side_effect or op.observes
+                or op.updates_variable or any(t.id in root_ids for t in node.outputs))
+
+
+def fork(nodes, side, root_ids, min_macs=SPLIT_MACS):
+    """``(nodes reordered, {id(node) of the branches' nodes}, {id(node) of each branch's first node}, {tensor ids
+    the branches read or make})`` for the forward pass (the nodes before the first of ``side``): each product of at
+    least ``min_macs`` multiply-adds that reads a tensor an earlier such product reads starts a branch, which goes on
+    through each next node that is the only reader of the branch's last output and reads nothing else made after
+    the branch's first node. A branch moves up to right after the last node making one of its inputs (the shared
+    tensor), in its order; nothing else moves."""
+    first_side = next((i for i, n in enumerate(nodes) if id(n) in side), len(nodes))
+    readers, made_at = {}, {}
+    for i, node in enumerate(nodes):
+        for t in node.inputs:
+            readers.setdefault(t.id, []).append(node)
+        for t in node.outputs:
+            made_at[t.id] = i
+    position = {id(n): i for i, n in enumerate(nodes)}
+    variable_ids = {n.outputs[0].id for n in nodes if n.op.is_variable}
+    first_reader = {}           # tensor id -> the first big product reading it
+    branches = []
+    for node in nodes[:first_side]:
+        if node.op.gemm_macs is None or node.op.gemm_macs(node) < min_macs or not _branchable(node, root_ids):
+            continue
+        shared = [t.id for t in node.inputs if t.id not in variable_ids and t.id in first_reader]
+        for t in node.inputs:
+            first_reader.setdefault(t.id, node)
+        if not shared:
+            continue
+        start = position[id(node)]
+        chain, made = [node], {t.id for t in node.outputs}
+        while len(chain[-1].outputs) == 1 and len(readers.get(chain[-1].outputs[0].id, ())) == 1:
+            nxt = readers[chain[-1].outputs[0].id][0]
+            if position[id(nxt)] >= first_side or not _branchable(nxt, root_ids) or any(
+                    t.id not in made and made_at.get(t.id, -1) >= start for t in nxt.inputs):
+                break
+            chain.append(nxt)
+            made.update(t.id for t in nxt.outputs)
+        branches.append(chain)
+    if not branches:
+        return nodes, set(), set(), set()
+    moved = {id(n) for chain in branches for n in chain}
+    after = {}                  # index of a node -> the branches handed over right after it
+    for chain in branches:
+        ready = max((made_at.get(t.id, -1) for n in chain for t in n.inputs if t.id not in
+                     {u.id for m in chain for u in m.outputs}), default=-1)
+        after.setdefault(ready, []).append(chain)
+    ordered = [n for chain in after.get(-1, ()) for n in chain]
+    for i, node in enumerate(nodes):
+        if id(node) not in moved:
+            ordered.append(node)
+        ordered.extend(n for chain in after.get(i, ()) for n in chain)
+    base = view_bases(ordered)
+    live = set()
+    for n in (n for chain in branches for n in chain):
+        for t in list(n.inputs) + list(n.outputs):
+            live.update((t.id, base.get(t.id, t.id)))
+    return ordered, moved, {id(chain[0]) for chain in branches}, live

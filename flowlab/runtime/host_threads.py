@@ -313,7 +313,8 @@ class SideStream:
     may read what it did not make). While it waits, the calling thread takes tasks itself, the latest first, each
     once every task it depends on has finished: ``depends[k]``, the indices of the tasks of a call whose results
     task ``k`` reads (the k-th ``put`` since the last ``join`` is task k; None: the caller only waits). So the
-    caller, done with its own work, shares the stream's backlog instead of idling. One per plan (its
+    caller, done with its own work, shares the stream's backlog instead of idling. ``wait(k)`` waits for one task
+    (taking it likewise), whose results the caller reads before the end of the call. One per plan (its
     buffers are the plan's), started on first use (again in a forked child); the thread holds no reference to the
     stream and ends once the stream is garbage (its plan dropped)."""
 
@@ -342,6 +343,26 @@ class SideStream:
             state.count += 1
             state.left += 1
         state.wake.release()
+
+    def wait(self, k):
+        """Until task ``k`` of this call (the k-th ``put`` since the last ``join``) has finished: a task whose
+        results the caller reads next (a forward branch, ``compiler.side_stream.fork``). Runs it on the calling
+        thread when the stream's thread has not taken it yet and what it reads is done. Raises the first error a
+        task of this call raised (the caller must not read what a failed task did not make)."""
+        state = self._state
+        while True:
+            with state.cond:
+                if state.errors:            # (a task after a failed one is skipped: its results are missing)
+                    raise state.errors[min(state.errors)]
+                if k in state.finished:
+                    return
+                waiting = next((i for i, entry in enumerate(state.pending) if entry[0] == k), None)
+                if waiting is None or state.depends is None or not state.depends[k] <= state.finished:
+                    state.cond.wait()       # running on the stream's thread, or waiting for what it reads
+                    continue
+                _, task, args = state.pending[waiting]
+                del state.pending[waiting]
+            _run_task(state, k, task, args)
 
     def join(self):
         if self._pid != os.getpid():
