@@ -13,10 +13,11 @@ Before timing, one step of each from the same weights and batch must give the sa
 same updated weights (within 1e-3 of each variable's largest change or 1e-4 of a step, but for at most one value in
 a thousand). Then R rounds each time a block of N steps of
 both (the order alternates), after 0.3 s idle (the other library's worker threads stop spinning) and W untimed
-steps each (``--warmup``, 5: a train step's time is that of steps run back to back). On this 2-core VM a thread's
-wake-ups are slow for ~50 ms after the machine idled (KVM's halt polling starts again from nothing): flowlab's
-second stream is woken ~40 times a step, and its first 4 steps after a 0.3 s pause took ~12 ms against ~8.5 ms
-after; PyTorch's OpenMP threads spin instead of sleeping and never see it. ``--warmup 1`` includes those steps.
+steps each (``--warmup``, 5: a train step's time is that of steps run back to back). On this 2-core VM the second
+core is slow to come back after the machine idled: flowlab's first 3-4 steps after a 0.3 s sleep took ~12 ms
+against ~8.5 ms after, its two threads using one core's worth of CPU time (the second stream's thread ran on the
+plan thread's CPU, and pinned to the other CPU it was no faster); a 0.3 s spin instead of the sleep leaves no such
+steps, and PyTorch's OpenMP threads spin between steps. ``--warmup 1`` includes those steps.
 Reported: the median ms/step of each, and their ratio (target: flowlab <= 1.0x PyTorch eager).
 
     python benchmarks/bert.py                    # ~1 minute on 2 cores
