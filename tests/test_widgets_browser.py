@@ -119,6 +119,25 @@ GLYPH_POSITIONS_JS = """(version) => {
     });
 }"""
 
+# Which of a sequence of left-axis widths makes live.js's check lay the plot out again (BokehJS's own check reached),
+# for a plot whose left border is at least 50 px: the first time, and when the room on the left changes.
+RELAYOUTS_JS = """(version) => {
+    const plot = window.Bokeh[version].require("models/plots/plot_canvas").PlotView.prototype;
+    const panel = {}, own = new Set(["_needs_layout", "model", "renderer_views", "__flowlabPanelSizes"]);
+    let key;
+    return [42, 46, 49, 55, 55, 42].map((width) => {
+        let reached = false;
+        const view = new Proxy({_needs_layout: false, __flowlabPanelSizes: key,
+                                model: {side_panels: [panel], min_border_left: 50, min_border: 5},
+                                renderer_views: new Map([[panel, {layout: {panel: {side: "left", is_horizontal: false},
+                                                                           _content_size: () => ({width, height: 90})}}]])},
+                               {get: (target, name) => { if (!own.has(name)) reached = true; return target[name]; }});
+        try { plot._invalidate_layout_if_needed.call(view); } catch (e) { reached = true; }
+        key = view.__flowlabPanelSizes;
+        return reached;
+    });
+}"""
+
 MARK_DOCUMENTS_JS = "() => { for (const doc of Bokeh.documents) doc.__flMarked = true; return Bokeh.documents.length; }"
 UNMARKED_DOCUMENTS_JS = "() => Bokeh.documents.filter((doc) => !doc.__flMarked).length"
 
@@ -157,6 +176,9 @@ def train_and_watch(nb):
     # whole document on most paints, up to ~7 times per WatchPanel update, most of the page's work; measured here:
     # 68 layouts for 283 paints before live.js checked the sizes itself, 6 for 300 after)
     assert counts["paints"] >= 20 and counts["layouts"] <= 5 + counts["paints"] / 20, counts
+    # ... nor when a y-axis's tick labels grow inside the plot's left border (42 -> 46 px inside 50: the frame stays
+    # where it is; a relayout every few seconds while a loss fell, each a frame of 33-75 ms)
+    assert nb.page.evaluate(RELAYOUTS_JS, bokeh.__version__) == [True, False, False, True, False, True]
     # Nor do they move the empty elements BokehJS keeps under the canvas for glyph renderers: an update rewrote a
     # style sheet per glyph whose data moved, and each rewrite had the page recompute styles, half of the CPU time of
     # a panel's paints (issue 33; measured here: 438 of those sheets rewritten for 297 paints before live.js kept

@@ -44,27 +44,34 @@ async function loadBokeh(model) {
 // axis's layout box is mostly left 0×0 by a layout of the whole document, so the check holds on almost every paint,
 // and each plot's relayout is one of the whole document, measuring every element of it: a two-row WatchPanel laid
 // its document out ~7 times per update, most of the page's work (issue 33). Here a plot is laid out again only when
-// one of its side panels' sizes differs from what it was at the plot's last layout (or a layout was requested).
+// the room its side panels take on some side changes (or a layout was requested): per side, the sum of its panels'
+// sizes or the plot's min_border there, whichever is larger, as BokehJS computes the frame's inset. A y-axis whose
+// tick labels grow from 42 to 46 px inside a 50 px border moves nothing (a relayout every few seconds while a loss
+// fell, each a frame of 33-75 ms); the axis draws its labels from the frame's edge whatever its box says.
 // Once per BokehJS version in the page; it changes no result, only skips layouts that would come out the same.
 function layoutOnlyOnChange(Bokeh) {
   const plot = Bokeh.require("models/plots/plot_canvas").PlotView.prototype;
   if (plot.__flowlabLayoutOnChange) return;
   plot.__flowlabLayoutOnChange = true;
   const original = plot._invalidate_layout_if_needed;
+  const borders = {left: "left", right: "right", above: "top", below: "bottom"};
   plot._invalidate_layout_if_needed = function () {
     if (this._needs_layout) {
       this.__flowlabPanelSizes = undefined;
       return original.call(this);
     }
-    const sizes = [];
+    const room = {left: 0, right: 0, above: 0, below: 0};
     for (const panel of this.model.side_panels) {
       const layout = this.renderer_views.get(panel)?.layout;
       if (layout == null) continue;
-      if (layout.panel == null || layout._content_size == null) return original.call(this);    // not a side panel
+      const side = layout.panel?.side;
+      if (!(side in room) || layout._content_size == null) return original.call(this);    // not a side panel
       const { width, height } = layout._content_size();
-      sizes.push(layout.panel.is_horizontal ? height : width);
+      room[side] += layout.panel.is_horizontal ? height : width;
     }
-    const key = sizes.join(" ");
+    const model = this.model;
+    const key = Object.entries(borders).map(([side, border]) =>
+      Math.max(room[side], model[`min_border_${border}`] ?? model.min_border ?? 0)).join(" ");
     if (key === this.__flowlabPanelSizes) return;
     this.__flowlabPanelSizes = key;
     return original.call(this);
