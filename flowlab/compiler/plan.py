@@ -128,7 +128,8 @@ class Plan:
         # (forward branches, side_stream.fork) the tensors the second stream makes that the plan's thread reads: it
         # waits for the group making one where it first reads it, and takes it from M
         main_reads = {t.id for node in self.nodes if id(node) not in self.side for t in node.inputs}
-        branch_made, waited = {}, set()         # tensor id -> its group; tensor ids taken from M so far
+        branch_made = {}                        # tensor id -> the group making it
+        waited, taken = set(), set()            # groups waited for, tensor ids taken from M, so far
         groups = []
         delivery_lines, graph_lines = {}, {}
         guards = {}             # tensor id -> the guards of its deliveries
@@ -187,12 +188,13 @@ class Plan:
                 branch_made.update((t.id, len(groups) - 1) for t in node.outputs if t.id in main_reads)
             else:
                 for t in node.inputs:
-                    if t.id in branch_made and t.id not in waited:
+                    if t.id in branch_made and t.id not in taken:
                         j = branch_made[t.id]
-                        if not any(branch_made[w] == j for w in waited):
+                        if j not in waited:
                             lines.append(f"    S.wait({j})  # the forward branch it reads")
+                            waited.add(j)
                         lines.append(f"    t{t.id} = M[{t.id}]")
-                        waited.add(t.id)
+                        taken.add(t.id)
             comment = f"  # {node.name} ({op.__name__})"
             if op.is_placeholder:
                 lines.append(f"    {outs} = feeds[{placeholder_index[node.outputs[0].id]}]{comment}")

@@ -60,8 +60,7 @@ def split(nodes, root_ids):
             if reached is None:
                 break
         reach[id(node)] = reached
-        if (reached and not (op.is_placeholder or op.is_variable or op.is_constant or op.random or op.side_effect
-                             or op.observes) and not any(t.id in root_ids for t in node.outputs)):
+        if reached and _may_move(node, root_ids):
             side.add(id(node))
     if not side:
         return nodes, side, set(), set()
@@ -111,7 +110,10 @@ def _updates_early(nodes, readers):
     return ordered
 
 
-def _branchable(node, root_ids):
+def _may_move(node, root_ids):
+    """Whether ``node`` may run on the second stream as part of another node's work: not a read of a feed, variable
+    or constant, nothing random, observing or with a side effect (an update is a task's end, never a part), and no
+    output of the plan."""
     op = node.op
     return not (op.is_placeholder or op.is_variable or op.is_constant or op.random or op.side_effect or op.observes
                 or op.updates_variable or any(t.id in root_ids for t in node.outputs))
@@ -135,8 +137,9 @@ def fork(nodes, side, root_ids, min_macs=SPLIT_MACS):
     variable_ids = {n.outputs[0].id for n in nodes if n.op.is_variable}
     first_reader = {}           # tensor id -> the first big product reading it
     branches = []
+    after = {}                  # index of a node -> the branches handed over right after it
     for node in nodes[:first_side]:
-        if node.op.gemm_macs is None or node.op.gemm_macs(node) < min_macs or not _branchable(node, root_ids):
+        if node.op.gemm_macs is None or node.op.gemm_macs(node) < min_macs or not _may_move(node, root_ids):
             continue
         shared = [t.id for t in node.inputs if t.id not in variable_ids and t.id in first_reader]
         for t in node.inputs:
@@ -147,20 +150,18 @@ def fork(nodes, side, root_ids, min_macs=SPLIT_MACS):
         chain, made = [node], {t.id for t in node.outputs}
         while len(chain[-1].outputs) == 1 and len(readers.get(chain[-1].outputs[0].id, ())) == 1:
             nxt = readers[chain[-1].outputs[0].id][0]
-            if position[id(nxt)] >= first_side or not _branchable(nxt, root_ids) or any(
+            if position[id(nxt)] >= first_side or not _may_move(nxt, root_ids) or any(
                     t.id not in made and made_at.get(t.id, -1) >= start for t in nxt.inputs):
                 break
             chain.append(nxt)
             made.update(t.id for t in nxt.outputs)
         branches.append(chain)
+        # handed over right after the last node making one of its inputs (all made before its first node)
+        ready = max((made_at.get(t.id, -1) for n in chain for t in n.inputs if t.id not in made), default=-1)
+        after.setdefault(ready, []).append(chain)
     if not branches:
         return nodes, set(), set(), set()
     moved = {id(n) for chain in branches for n in chain}
-    after = {}                  # index of a node -> the branches handed over right after it
-    for chain in branches:
-        ready = max((made_at.get(t.id, -1) for n in chain for t in n.inputs if t.id not in
-                     {u.id for m in chain for u in m.outputs}), default=-1)
-        after.setdefault(ready, []).append(chain)
     ordered = [n for chain in after.get(-1, ()) for n in chain]
     for i, node in enumerate(nodes):
         if id(node) not in moved:
