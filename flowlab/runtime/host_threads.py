@@ -77,14 +77,18 @@ CHUNK_ELEMENTS = 1 << 18
 # this many elements one runs whole on the calling thread (``compiled_work``).
 SPLIT_COMPILED = 1 << 18
 
-_local = threading.local()
+class _Local(threading.local):
+    width = 1           # a class default: ``width()`` reads it without a missed lookup's exception (~0.4 us)
+
+
+_local = _Local()
 _pool_lock = threading.Lock()
 _pool: _Pool | None = None
 
 
 def width() -> int:
     """Threads the calling thread's kernels may use now (1 outside ``spread_kernels``)."""
-    return getattr(_local, "width", 1)
+    return _local.width
 
 
 def _turned_off(variable):
