@@ -32,8 +32,11 @@ async function loadBokeh(model) {
       const bokeh = globalThis.Bokeh?.[version];
       if (!bokeh) throw new Error(`BokehJS ${version} did not load`);
       layoutOnlyOnChange(bokeh);
-      cssReadsOncePerTask(bokeh);
+      cssValuesKept(bokeh);
       emptyGlyphElementsStayPut(bokeh);
+      paintsShareFrames(bokeh);
+      dataUpdatesSkipRepeats(bokeh);
+      colorBarImageKept(bokeh);
       return bokeh;
     })());
   }
@@ -79,42 +82,56 @@ function layoutOnlyOnChange(Bokeh) {
 }
 
 // BokehJS 3.9 draws each line, fill and text of a plot (axis lines, ticks, tick labels, grids, titles, borders) with
-// values it reads at every paint from the element's CSS (--bk-* variables, through getComputedStyle), several reads
-// per visual, each of which brings the style of the page up to date first: in the page benchmark this was ~40% of
-// the main thread's tasks over 40 ms (issue 33). Here a view's CSS values are read once per task and kept until the
-// task ends or BokehJS changes a style sheet, an element's classes or its inline styles; and a sheet is written only
-// when its text changes (BokehJS writes each renderer's position sheet again at every paint, mostly with the same
-// text, and a rewritten sheet makes the page's style dirty). Once per BokehJS version in the page.
-function cssReadsOncePerTask(Bokeh) {
+// values it reads at every paint from the element's CSS (--bk-* variables, and the plot's font size, through
+// getComputedStyle), several reads per visual, and the first read after any change of style brings the style of the
+// whole page up to date first: in the page benchmark this was ~40% of the main thread's tasks over 40 ms, and with
+// these reads kept for one task only, still up to six forced style updates in a frame (issue 33). Here the values
+// are kept until BokehJS changes something that can change them (a style sheet that sets custom properties, a sheet
+// installed or removed, an element's classes or inline styles) or for CSS_VALUES_KEPT_MS at most, so a change from
+// outside BokehJS (a theme) shows within that time. A sheet is written only when its text changes (BokehJS writes
+// each renderer's position sheet again at every paint, mostly with the same text, and a rewritten sheet makes the
+// page's style dirty). Once per BokehJS version in the page.
+const CSS_VALUES_KEPT_MS = 1000;
+
+function cssValuesKept(Bokeh) {
   const visual = Bokeh.require("core/visuals/visual").VisualProperties.prototype;
-  if (visual.__flowlabCssOncePerTask) return;
-  visual.__flowlabCssOncePerTask = true;
-  let cache = null;              // element -> Map(property -> value), for the current task
-  const forget = () => { cache = null; };
-  // the task after this one forgets: a message's task (timers are throttled to once a second in a hidden tab)
+  if (visual.__flowlabCssValuesKept) return;
+  visual.__flowlabCssValuesKept = true;
+  let cache = new Map();         // element -> Map(property -> value)
+  let since = performance.now(), checked = false;     // when the cache started; its age checked in this task
+  const forget = () => { cache = new Map(); since = performance.now(); };
   const channel = new MessageChannel();
-  channel.port1.onmessage = forget;
-  visual._get_css_value = function (name) {
-    if (cache === null) {
-      cache = new Map();
+  channel.port1.onmessage = () => { checked = false; };
+  const value = (el, property, read) => {
+    if (!checked) {               // once a task: the age (timers are throttled to once a second in a hidden tab)
+      checked = true;
       channel.port2.postMessage(null);
+      if (performance.now() - since > CSS_VALUES_KEPT_MS) forget();
     }
-    let values = cache.get(this.obj.el);
-    if (values === undefined) cache.set(this.obj.el, (values = new Map()));
-    const property = `${this.css_prefix}${name}`;
-    let value = values.get(property);
-    if (value === undefined) {
-      value = getComputedStyle(this.obj.el).getPropertyValue(property);
-      values.set(property, value);
-    }
-    return value;
+    let values = cache.get(el);
+    if (values === undefined) cache.set(el, (values = new Map()));
+    if (!values.has(property)) values.set(property, read());
+    return values.get(property);
   };
+  visual._get_css_value = function (name) {
+    const property = `${this.css_prefix}${name}`;
+    return value(this.obj.el, property, () => getComputedStyle(this.obj.el).getPropertyValue(property));
+  };
+  const plot = Bokeh.require("models/plots/plot_canvas").PlotView.prototype;
+  const fontSize = Object.getOwnPropertyDescriptor(plot, "base_font_size");
+  Object.defineProperty(plot, "base_font_size", {
+    configurable: true,
+    get() { return value(this.el, "font-size", () => fontSize.get.call(this)); },
+  });
   const dom = Bokeh.require("core/dom");
   const inline = dom.InlineStyleSheet.prototype;
   const update = inline._update;
   inline._update = function (css) {
-    if (this.el.textContent === css) return;
-    forget();
+    const before = this.el.textContent;
+    if (before === css) return;
+    // only a sheet that sets or set a custom property can change a --bk-* value; the sheets BokehJS rewrites while
+    // it paints place elements (left, top, width, height)
+    if (css.includes("--") || before.includes("--")) forget();
     update.call(this, css);
   };
   // whatever else changes what an element's CSS says: sheets coming and going, its classes, its inline styles
@@ -148,6 +165,100 @@ function emptyGlyphElementsStayPut(Bokeh) {
   glyph.update_position = function () {
     if (this.el.childNodes.length === 0 && [...this.shadow_el.children].every((e) => e.localName === "style")) return;
     return original.call(this);
+  };
+}
+
+// BokehJS paints every plot whose data changed in one animation frame: a message that updates a WatchPanel and a
+// TrainingProgress has five or six plots paint in one task, 15-25 ms of CPU, and on a machine whose other core
+// trains, twice that in wall time: the page's long tasks (issue 33). Here the plots that come due once a frame has
+// painted for PAINT_BUDGET_MS wait for the next frame (first in it, in the order they came), so a frame holds about
+// that much painting whatever the number of plots; each is painted once, with its latest data. Only BokehJS's
+// throttled repaint goes through this: a paint after a layout is still immediate. Once per BokehJS version in the page.
+const PAINT_BUDGET_MS = 8;
+
+function paintsShareFrames(Bokeh) {
+  const plot = Bokeh.require("models/plots/plot_canvas").PlotView.prototype;
+  if (plot.__flowlabShareFrames) return;
+  plot.__flowlabShareFrames = true;
+  const repaint = plot.repaint;
+  let started = null;                 // when this task's first paint started; null until one does
+  const channel = new MessageChannel();
+  channel.port1.onmessage = () => { started = null; };
+  const waiting = new Set();          // plots left for the next frame, in order
+  let requested = false;
+  const next = () => {
+    requested = false;
+    const due = [...waiting];
+    waiting.clear();
+    for (const view of due) {
+      if (!view.is_destroyed) shared.call(view);
+    }
+  };
+  const shared = plot.repaint = function () {
+    const now = performance.now();
+    if (started === null) {
+      started = now;
+      channel.port2.postMessage(null);
+    } else if (now - started >= PAINT_BUDGET_MS) {
+      waiting.add(this);
+      if (!requested) {
+        requested = true;
+        requestAnimationFrame(next);
+      }
+      return;
+    }
+    waiting.delete(this);
+    return repaint.call(this);
+  };
+}
+
+// BokehJS gives each glyph renderer five glyph views (the glyph, and its selected, unselected, muted and decimated
+// forms), and at every data update each derived view redefines, per property, an accessor that reads the glyph's
+// value (``_inherit_from``), two Object.defineProperty calls that leave the object in V8's slow dictionary mode; and it
+// copies each column through an index of the rows shown (``Indices.select``) that, when every row is shown, is a plain
+// copy. Those were the largest items of the page's message tasks (issue 33). Here an accessor already reading the same
+// base is kept, and an all-rows selection is a slice. Once per BokehJS version in the page; values are unchanged.
+function dataUpdatesSkipRepeats(Bokeh) {
+  const glyph = Bokeh.require("models/glyphs/glyph").GlyphView.prototype;
+  if (glyph.__flowlabSkipRepeats) return;
+  glyph.__flowlabSkipRepeats = true;
+  const inheritFrom = glyph._inherit_from, defineAttr = glyph._define_attr;
+  glyph._inherit_from = function (attr, base) {
+    const bases = (this.__flowlabBases ??= new Map());
+    if (bases.get(attr) === base && this[`inherited_${attr}`] === true) return;
+    bases.set(attr, base);
+    return inheritFrom.call(this, attr, base);
+  };
+  glyph._define_attr = function (attr, value) {
+    this.__flowlabBases?.delete(attr);
+    return defineAttr.call(this, attr, value);
+  };
+  const bits = Bokeh.require("core/util/bitset").BitSet.prototype;
+  const select = bits.select;
+  const plain = new Set([Array, Float64Array, Float32Array, Int32Array, Uint32Array, Int16Array, Uint16Array,
+                         Int8Array, Uint8Array, Uint8ClampedArray]);    // (not BokehJS's n-d arrays: shaped)
+  bits.select = function (array) {
+    if (plain.has(array?.constructor) && this.size <= array.length && this.count === this.size) {
+      return array.slice(0, this.size);
+    }
+    return select.call(this, array);
+  };
+}
+
+// BokehJS draws a color bar's palette into a new canvas, and reads it back with getImageData, at every layout of its
+// plot; a HealthPanel's map sets its colour range at each update, which lays the bar out again: ~40% of the JavaScript
+// of the page's longest message tasks while a HealthPanel drew (issue 33). Here the image is drawn again only when
+// what it shows changes: the palette, its orientation or the part of it shown. Once per BokehJS version in the page.
+function colorBarImageKept(Bokeh) {
+  const bar = Bokeh.require("models/annotations/color_bar").ColorBarView.prototype;
+  if (bar.__flowlabImageKept) return;
+  bar.__flowlabImageKept = true;
+  const draw = bar._set_canvas_image;
+  bar._set_canvas_image = function () {
+    const key = [this.color_mapper, this.color_mapper.palette, this.orientation, this._index_low, this._index_high];
+    if (this.__flowlabImageKey?.every((part, i) => part === key[i])) return;
+    this.__flowlabImageKey = key;
+    return draw.call(this);
   };
 }
 
