@@ -126,10 +126,18 @@ print("RESULTS " + json.dumps(results))
 
 # Long main-thread tasks and long gaps between animation frames, in epoch seconds, recorded by the page.
 PAGE_PROBES_JS = """() => {
-    window.__longTasks = []; window.__frameGaps = [];
+    window.__longTasks = []; window.__frameGaps = []; window.__longFrames = [];
     new PerformanceObserver((list) => list.getEntries().forEach((e) =>
         window.__longTasks.push([(performance.timeOrigin + e.startTime) / 1000, e.duration])))
         .observe({type: "longtask", buffered: false});
+    // long animation frames (over 50 ms): what they were, cheaply (scripts by invoker; rendering; style and layout)
+    new PerformanceObserver((list) => list.getEntries().forEach((e) => window.__longFrames.push({
+        t: (performance.timeOrigin + e.startTime) / 1000, ms: e.duration,
+        render: e.renderStart ? e.startTime + e.duration - e.renderStart : 0,
+        style: e.styleAndLayoutStart ? e.startTime + e.duration - e.styleAndLayoutStart : 0,
+        scripts: e.scripts.map((s) => [`${s.invokerType} ${s.invoker}`.slice(0, 80), s.duration,
+                                        s.forcedStyleAndLayoutDuration])})))
+        .observe({type: "long-animation-frame", buffered: false});
     let last = performance.now();
     const frame = (t) => {
         if (t - last > 50) window.__frameGaps.push([(performance.timeOrigin + t) / 1000, t - last]);
@@ -312,6 +320,7 @@ def run_page(rounds, seconds, profile_ms=None):
                                [(r["start"], r["end"]) for r in results if r["kind"] != "plain"])
             long_tasks = nb.page.evaluate("() => window.__longTasks")
             gaps = nb.page.evaluate("() => window.__frameGaps")
+            frames = nb.page.evaluate("() => window.__longFrames")
             sent = nb.sent_messages("comm_msg")
             errors = nb.errors() + nb.output_errors()
             version = browser.version
@@ -322,6 +331,7 @@ def run_page(rounds, seconds, profile_ms=None):
         r["longest_task_ms"] = max((d for t, d in long_tasks if inside(t)), default=0.0)
         r["long_tasks"] = sum(inside(t) for t, _ in long_tasks)    # the longtask API reports tasks over 50 ms only
         r["longest_frame_gap_ms"] = max((d for t, d in gaps if inside(t)), default=0.0)
+        r["long_frames"] = [f for f in frames if inside(f["t"])]
         samples = [(t, c) for t, c in cpu if inside(t)]
         r["browser_cores"] = ((samples[-1][1] - samples[0][1]) / (samples[-1][0] - samples[0][0])
                               if len(samples) > 1 else float("nan"))
@@ -360,6 +370,14 @@ def summarise(setting, results, extra):
             target = PAGE_TARGETS.get(kind)
             verdict = f"target >= {target}: {'PASS' if ratio >= target else 'MISS'}" if target else "reported"
             print(f"  {kind}: speed / plain {ratio:.3f} (median of rounds; {verdict})")
+    if setting == "page":
+        frames = [(r["kind"], f) for r in results for f in r["long_frames"]]
+        print(f"  long animation frames (over 50 ms) inside the timed blocks: {len(frames)}")
+        for kind, f in frames:
+            scripts = "; ".join(f"{name} {ms:.0f} ms (forced style/layout {forced:.0f})"
+                                for name, ms, forced in sorted(f["scripts"], key=lambda s: -s[1])[:3])
+            print(f"    {kind}: {f['ms']:.0f} ms, rendering {f['render']:.0f} (style and layout {f['style']:.0f}); "
+                  f"scripts: {scripts or 'none'}")
     for key, value in extra.items():
         print(f"  {key}: {value}")
 
