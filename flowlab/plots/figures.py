@@ -163,7 +163,10 @@ def _figure(title="", width=WIDTH, height=HEIGHT, **kwargs):
 
 def _live_figure(**kwargs):
     fig = _figure(height=LIVE_HEIGHT, sizing_mode="stretch_width", min_width=220, **kwargs)
-    fig.min_border_left = 50        # axes of neighbouring rows line up
+    # room for the axes held fixed: neighbouring rows' axes line up, and while the labels fit in it a new label width
+    # moves nothing (a y-axis between 40 and 58 px wide in a 50 px border, an x-axis of 42-46 in the default, had the
+    # page lay a WatchPanel's document out about once a second, each time a frame of ~20 ms of forced layout)
+    fig.min_border_left, fig.min_border_bottom = 60, 48
     return fig
 
 
