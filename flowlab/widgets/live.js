@@ -31,16 +31,24 @@ async function loadBokeh(model) {
       }
       const bokeh = globalThis.Bokeh?.[version];
       if (!bokeh) throw new Error(`BokehJS ${version} did not load`);
-      layoutOnlyOnChange(bokeh);
-      cssValuesKept(bokeh);
-      emptyGlyphElementsStayPut(bokeh);
-      paintsShareFrames(bokeh);
-      dataUpdatesSkipRepeats(bokeh);
-      colorBarImageKept(bokeh);
+      adjust(bokeh);
       return bokeh;
     })());
   }
   return LOADING.get(version);
+}
+
+// BokehJS 3.9 as the live widgets use it, adjusted where it did work that changed nothing on the screen (each
+// function below says what and how much it cost): once per BokehJS version in the page, whichever view loads it first.
+function adjust(Bokeh) {
+  if (Bokeh.__flowlabAdjusted) return;
+  Bokeh.__flowlabAdjusted = true;
+  layoutOnlyOnChange(Bokeh);
+  cssValuesKept(Bokeh);
+  emptyGlyphElementsStayPut(Bokeh);
+  paintsShareFrames(Bokeh);
+  dataUpdatesSkipRepeats(Bokeh);
+  colorBarImageKept(Bokeh);
 }
 
 // BokehJS 3.9 lays a plot out again before a paint when one of its side panels (axes, titles) "changed size", but an
@@ -51,11 +59,9 @@ async function loadBokeh(model) {
 // sizes or the plot's min_border there, whichever is larger, as BokehJS computes the frame's inset. A y-axis whose
 // tick labels grow from 42 to 46 px inside a 50 px border moves nothing (a relayout every few seconds while a loss
 // fell, each a frame of 33-75 ms); the axis draws its labels from the frame's edge whatever its box says.
-// Once per BokehJS version in the page; it changes no result, only skips layouts that would come out the same.
+// It changes no result, only skips layouts that would come out the same.
 function layoutOnlyOnChange(Bokeh) {
   const plot = Bokeh.require("models/plots/plot_canvas").PlotView.prototype;
-  if (plot.__flowlabLayoutOnChange) return;
-  plot.__flowlabLayoutOnChange = true;
   const original = plot._invalidate_layout_if_needed;
   const borders = {left: "left", right: "right", above: "top", below: "bottom"};
   plot._invalidate_layout_if_needed = function () {
@@ -90,13 +96,11 @@ function layoutOnlyOnChange(Bokeh) {
 // installed or removed, an element's classes or inline styles) or for CSS_VALUES_KEPT_MS at most, so a change from
 // outside BokehJS (a theme) shows within that time. A sheet is written only when its text changes (BokehJS writes
 // each renderer's position sheet again at every paint, mostly with the same text, and a rewritten sheet makes the
-// page's style dirty). Once per BokehJS version in the page.
+// page's style dirty).
 const CSS_VALUES_KEPT_MS = 1000;
 
 function cssValuesKept(Bokeh) {
   const visual = Bokeh.require("core/visuals/visual").VisualProperties.prototype;
-  if (visual.__flowlabCssValuesKept) return;
-  visual.__flowlabCssValuesKept = true;
   let cache = new Map();         // element -> Map(property -> value)
   let since = performance.now(), checked = false;     // when the cache started; its age checked in this task
   const forget = () => { cache = new Map(); since = performance.now(); };
@@ -156,11 +160,9 @@ function cssValuesKept(Bokeh) {
 // each rewrite had the page bring its styles up to date: half of the CPU time of the panels' paints (issue 33: 28 ->
 // 12 ms a frame, median).
 // Here a glyph renderer's element is placed only while it holds something besides its style sheets; an empty one is
-// invisible wherever it is. Once per BokehJS version in the page; it changes no pixel.
+// invisible wherever it is. It changes no pixel.
 function emptyGlyphElementsStayPut(Bokeh) {
   const glyph = Bokeh.require("models/renderers/glyph_renderer").GlyphRendererView.prototype;
-  if (glyph.__flowlabStayPut) return;
-  glyph.__flowlabStayPut = true;
   const original = glyph.update_position;
   glyph.update_position = function () {
     if (this.el.childNodes.length === 0 && [...this.shadow_el.children].every((e) => e.localName === "style")) return;
@@ -173,13 +175,11 @@ function emptyGlyphElementsStayPut(Bokeh) {
 // trains, twice that in wall time: the page's long tasks (issue 33). Here the plots that come due once a frame has
 // painted for PAINT_BUDGET_MS wait for the next frame (first in it, in the order they came), so a frame holds about
 // that much painting whatever the number of plots; each is painted once, with its latest data. Only BokehJS's
-// throttled repaint goes through this: a paint after a layout is still immediate. Once per BokehJS version in the page.
+// throttled repaint goes through this: a paint after a layout is still immediate.
 const PAINT_BUDGET_MS = 8;
 
 function paintsShareFrames(Bokeh) {
   const plot = Bokeh.require("models/plots/plot_canvas").PlotView.prototype;
-  if (plot.__flowlabShareFrames) return;
-  plot.__flowlabShareFrames = true;
   const repaint = plot.repaint;
   let started = null;                 // when this task's first paint started; null until one does
   const channel = new MessageChannel();
@@ -217,11 +217,9 @@ function paintsShareFrames(Bokeh) {
 // value (``_inherit_from``), two Object.defineProperty calls that leave the object in V8's slow dictionary mode; and it
 // copies each column through an index of the rows shown (``Indices.select``) that, when every row is shown, is a plain
 // copy. Those were the largest items of the page's message tasks (issue 33). Here an accessor already reading the same
-// base is kept, and an all-rows selection is a slice. Once per BokehJS version in the page; values are unchanged.
+// base is kept, and an all-rows selection is a slice. Values are unchanged.
 function dataUpdatesSkipRepeats(Bokeh) {
   const glyph = Bokeh.require("models/glyphs/glyph").GlyphView.prototype;
-  if (glyph.__flowlabSkipRepeats) return;
-  glyph.__flowlabSkipRepeats = true;
   const inheritFrom = glyph._inherit_from, defineAttr = glyph._define_attr;
   glyph._inherit_from = function (attr, base) {
     const bases = (this.__flowlabBases ??= new Map());
@@ -248,11 +246,9 @@ function dataUpdatesSkipRepeats(Bokeh) {
 // BokehJS draws a color bar's palette into a new canvas, and reads it back with getImageData, at every layout of its
 // plot; a HealthPanel's map sets its colour range at each update, which lays the bar out again: ~40% of the JavaScript
 // of the page's longest message tasks while a HealthPanel drew (issue 33). Here the image is drawn again only when
-// what it shows changes: the palette, its orientation or the part of it shown. Once per BokehJS version in the page.
+// what it shows changes: the palette, its orientation or the part of it shown.
 function colorBarImageKept(Bokeh) {
   const bar = Bokeh.require("models/annotations/color_bar").ColorBarView.prototype;
-  if (bar.__flowlabImageKept) return;
-  bar.__flowlabImageKept = true;
   const draw = bar._set_canvas_image;
   bar._set_canvas_image = function () {
     const key = [this.color_mapper, this.color_mapper.palette, this.orientation, this._index_low, this._index_high];
