@@ -51,6 +51,19 @@ function adjust(Bokeh) {
   colorBarImageKept(Bokeh);
 }
 
+// A function that has `then` run once after the task calling it (the next task: a MessageChannel message; timers
+// are throttled to once a second in a hidden tab), however often that task calls it.
+function afterThisTask(then) {
+  const channel = new MessageChannel();
+  let asked = false;
+  channel.port1.onmessage = () => { asked = false; then(); };
+  return () => {
+    if (asked) return;
+    asked = true;
+    channel.port2.postMessage(null);
+  };
+}
+
 // BokehJS 3.9 lays a plot out again before a paint when one of its side panels (axes, titles) "changed size", but an
 // axis's layout box is mostly left 0×0 by a layout of the whole document, so the check holds on almost every paint,
 // and each plot's relayout is one of the whole document, measuring every element of it: a two-row WatchPanel laid
@@ -104,12 +117,11 @@ function cssValuesKept(Bokeh) {
   let cache = new Map();         // element -> Map(property -> value)
   let since = performance.now(), checked = false;     // when the cache started; its age checked in this task
   const forget = () => { cache = new Map(); since = performance.now(); };
-  const channel = new MessageChannel();
-  channel.port1.onmessage = () => { checked = false; };
+  const uncheckLater = afterThisTask(() => { checked = false; });
   const value = (el, property, read) => {
-    if (!checked) {               // once a task: the age (timers are throttled to once a second in a hidden tab)
+    if (!checked) {               // once a task: the age
       checked = true;
-      channel.port2.postMessage(null);
+      uncheckLater();
       if (performance.now() - since > CSS_VALUES_KEPT_MS) forget();
     }
     let values = cache.get(el);
@@ -182,8 +194,7 @@ function paintsShareFrames(Bokeh) {
   const plot = Bokeh.require("models/plots/plot_canvas").PlotView.prototype;
   const repaint = plot.repaint;
   let started = null;                 // when this task's first paint started; null until one does
-  const channel = new MessageChannel();
-  channel.port1.onmessage = () => { started = null; };
+  const restartLater = afterThisTask(() => { started = null; });
   const waiting = new Set();          // plots left for the next frame, in order
   let requested = false;
   const next = () => {
@@ -198,7 +209,7 @@ function paintsShareFrames(Bokeh) {
     const now = performance.now();
     if (started === null) {
       started = now;
-      channel.port2.postMessage(null);
+      restartLater();
     } else if (now - started >= PAINT_BUDGET_MS) {
       waiting.add(this);
       if (!requested) {
