@@ -698,7 +698,8 @@ def test_the_page_scripts_sticky_range_is_plots_sticky_range():
             hi = 1e6
         cases.append([current, lo, hi])
         current = list(sticky_range(None if current is None else tuple(current), lo, hi))
-    cases += [[None, 0.0, 0.0], [None, -3.0, -3.0], [[0.0, 1.0], 0.25, 0.75], [[0.0, 1.0], 0.4, 0.5]]
+    cases += [[None, 0.0, 0.0], [None, -3.0, -3.0], [[0.0, 1.0], 0.25, 0.75], [[0.0, 1.0], 0.4, 0.5],
+              [[9.0, 93_000.0], 0.0, 72_000.0], [[9.0, 93_000.0], 5.0, 72_000.0], [[-93_000.0, -9.0], -72_000.0, 0.0]]
     script = _PAGE_JS[_PAGE_JS.index("function sticky("):] + \
         f"\nconsole.log(JSON.stringify({json.dumps(cases)}.map(([c, lo, hi]) => sticky(c, lo, hi))));"
     got = json.loads(subprocess.run([node, "-e", script], capture_output=True, text=True, check=True,

@@ -1079,6 +1079,14 @@ def test_sticky_range_holds_the_data_and_moves_only_when_it_must():
     assert sticky_range(None, 0.0, 80.0, start=0.0) == pytest.approx((0.0, 84.0))    # a count axis from 0
     assert sticky_range(None, 3.0, 3.0) == pytest.approx((2.835, 3.165))              # a constant: a range round it
     assert sticky_range(None, 0.0, 0.0) == pytest.approx((-0.55, 0.55))
+    # a non-negative series (a gradient norm) that spiked to 72k and fell to 0: its lower end takes the pad below
+    # 0, not headroom (it was drawn from -20k); the mirror for a non-positive one
+    shown = None
+    for lo, hi in ((10.0, 10.0), (10.0, 100.0), (10.0, 72_000.0), (0.0, 72_000.0)):
+        shown = sticky_range(shown, lo, hi)
+    assert shown == pytest.approx((-3_600.0, shown[1])) and shown[1] >= 72_000.0
+    assert sticky_range((-93_000.0, -9.0), -72_000.0, 0.0) == pytest.approx((-93_000.0, 3_600.0))
+    assert sticky_range((-1.0, 1.0), -5.0, 0.5)[0] == pytest.approx(-6.65)     # data on both sides: headroom stays
 
 
 def test_panel_ranges_are_set_with_the_data_hold_every_value_and_a_spike_and_rarely_change(sent):

@@ -58,9 +58,11 @@ def sticky_range(current, lo, hi, *, start=None, pad=0.05, headroom=0.25, fill=0
     again, where BokehJS's auto ranges change inside a paint and ask for another (issue 33). When the data outgrows
     a side, that side moves past it by ``pad`` + ``headroom`` of the extent's span and the other side stays (a
     growing series, a histogram whose extremes jitter, moves its range every ~``headroom`` of growth, not every
-    update); a first fit, or an extent shrunk under ``fill``, gets ``pad`` each side. ``start`` pins the start (a
-    count axis from 0). ``lo``/``hi`` must be finite (callers take them over finite values, so a spike always
-    shows); an extent of zero span gets a range of a tenth of its value (1 at 0) around it."""
+    update), though headroom never takes it across zero when the data stay on one side (a norm's axis shows no
+    negative values it cannot have, past ``pad``); a first fit, or an extent shrunk under ``fill``, gets ``pad`` each
+    side. ``start`` pins the start (a count axis from 0). ``lo``/``hi`` must be finite (callers take them over
+    finite values, so a spike always shows); an extent of zero span gets a range of a tenth of its value (1 at 0)
+    around it."""
     if start is not None:
         lo = min(lo, start)
     span = hi - lo
@@ -79,6 +81,12 @@ def sticky_range(current, lo, hi, *, start=None, pad=0.05, headroom=0.25, fill=0
     else:
         new0 = tight[0] - (0.0 if start is not None else headroom * span)
     new1 = c1 if hi <= c1 else tight[1] + headroom * span
+    # headroom does not cross zero where the data do not: a non-negative norm that fell to 0 after a spike of 72k
+    # drew its axis from -20k
+    if lo >= 0 and new0 < 0:
+        new0 = max(new0, min(tight[0], 0.0))
+    if hi <= 0 and new1 > 0:
+        new1 = min(new1, max(tight[1], 0.0))
     if span < fill * (new1 - new0):         # the side kept was wide: fit it again (or the next update would)
         new0 = tight[0] if lo >= c0 else new0
         new1 = tight[1] if hi <= c1 else new1

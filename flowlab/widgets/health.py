@@ -169,6 +169,8 @@ function sticky(current, lo, hi) {
   if (c0 <= lo && hi <= c1) return span >= 0.5 * (c1 - c0) ? current : tight;
   let n0 = lo >= c0 ? c0 : tight[0] - 0.25 * span;
   let n1 = hi <= c1 ? c1 : tight[1] + 0.25 * span;
+  if (lo >= 0 && n0 < 0) n0 = Math.max(n0, Math.min(tight[0], 0));
+  if (hi <= 0 && n1 > 0) n1 = Math.min(n1, Math.max(tight[1], 0));
   if (span < 0.5 * (n1 - n0)) {
     if (lo >= c0) n0 = tight[0];
     if (hi <= c1) n1 = tight[1];
