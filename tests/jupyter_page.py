@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import re
 import secrets
@@ -520,6 +521,7 @@ class NotebookPage:
     """
 
     _workspaces = itertools.count()
+    CHROME_PX = 250     # what JupyterLab's menu, tabs and toolbars take of the window's height, and a margin
 
     def __init__(self, browser, server, path, ui="lab", *, viewport=(1400, 900), timeout=TIMEOUT_S):
         if ui not in UIS:
@@ -740,14 +742,26 @@ class NotebookPage:
     def screenshot(self, path, locator=None):
         """Full-page screenshot (or of ``locator``'s element, scrolled into view) to ``path``; returns the ``Path``.
 
-        The Jupyter UIs fill the viewport and scroll the notebook inside it, so "full page" is the window.
+        The Jupyter UIs fill the viewport and scroll the notebook inside it, so "full page" is the window. Under
+        JupyterLab's menu and toolbars less than the window shows: an element taller than that was shot with the
+        toolbar over its top, so the window grows to hold it for the shot (and is put back).
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         if locator is None:
             self.page.screenshot(path=str(path), full_page=True)
-        else:
-            self._locate(locator).screenshot(path=str(path))
+            return path
+        element = self._locate(locator)
+        width, height = self.viewport
+        needed = math.ceil(element.evaluate("(el) => el.getBoundingClientRect().height")) + self.CHROME_PX
+        if needed > height:
+            self.page.set_viewport_size({"width": width, "height": needed})
+            self.page.wait_for_timeout(300)          # the widgets lay out again for the new window
+        element.evaluate("(el) => el.scrollIntoView({block: 'center'})")
+        self.page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+        element.screenshot(path=str(path))
+        if needed > height:
+            self.page.set_viewport_size({"width": width, "height": height})
         return path
 
     def _locate(self, locator):
