@@ -89,7 +89,8 @@ def ones_of(n, char):
 # digits), and write the finished vector themselves (each Python step around a call costs ~0.1-0.5 us). Minima and
 # maxima are taken on the bits (an int32 key that orders as the float does, ``b ^ ((b >> 31) & 0x7fffffff)``, its
 # own inverse), which vectorise where a float minimum without fast-math's no-NaN flag does not (a scalar loop, ~6x
-# slower). NaN and Inf: the sum of squares is then NaN or Inf (never by overflow), the kernel writes nothing and
+# slower). The keys are cast back to int32: numba widens ``int32 ^ int32`` to int64, which halves the lanes (the
+# statistics of 12,800 floats took 2.6 us with int64 keys, 1.8 with int32, on AVX-512). NaN and Inf: the sum of squares is then NaN or Inf (never by overflow), the kernel writes nothing and
 # the caller takes the NumPy twin's masked path, so counts and finite moments are the twin's.
 
 CANCELLING_SPREAD = 1e-6
@@ -108,7 +109,7 @@ def _summary_float32(x, out, at, copy):
     total, squares = 0.0, 0.0
     for i in range(x.size):
         b = bits[i]
-        key = b ^ ((b >> np.int32(31)) & np.int32(0x7fffffff))
+        key = np.int32(b ^ ((b >> np.int32(31)) & np.int32(0x7fffffff)))
         lo = min(lo, key)
         hi = max(hi, key)
         v = np.float64(x[i])
@@ -155,7 +156,7 @@ def unit_row_sums(row, row_bits, unit_abs, top, nonzero, total, squares):
     each unit's ``|x|`` into ``unit_abs`` (float64); returns ``top`` (the bits of max ``|x|``: non-negative floats
     order as their bits do), ``nonzero``, ``total`` and ``squares`` with the row's."""
     for u in range(row.size):
-        magnitude = row_bits[u] & np.int32(0x7fffffff)
+        magnitude = np.int32(row_bits[u] & np.int32(0x7fffffff))
         top = max(top, magnitude)
         nonzero += magnitude != 0
         v = np.float64(row[u])
@@ -187,7 +188,7 @@ def _activation_float32(x, unit_abs, out):
                 row, row_bits = x[o, u], bits[o, u]
                 unit = 0.0
                 for i in range(inner):
-                    magnitude = row_bits[i] & np.int32(0x7fffffff)
+                    magnitude = np.int32(row_bits[i] & np.int32(0x7fffffff))
                     top = max(top, magnitude)
                     nonzero += magnitude != 0
                     v = np.float64(row[i])
