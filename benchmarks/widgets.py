@@ -388,7 +388,8 @@ def percentile(rs, q):
 
 
 def run_instructions(steps=(100, 400)):
-    """Instructions per step of each kind under callgrind, from two run lengths (their difference cancels set-up)."""
+    """Instructions per step of each kind under callgrind, from two run lengths (their difference cancels set-up),
+    with one BLAS thread. Valgrind hides AVX-512, so the compiled kernels counted are numba's AVX2 builds."""
     import subprocess
     script = ("import sys\nexec(sys.argv[1])\n"
               "panel._refresher.stop(); progress._refresher.stop(); health._refresher.stop()\n"
@@ -398,12 +399,19 @@ def run_instructions(steps=(100, 400)):
         .replace("TrainingProgress()", "TrainingProgress(mode='notebook')") \
         .replace("HealthPanel()", "HealthPanel(mode='notebook')")
     counts = {}
+    # one BLAS thread: OpenBLAS's idle threads spin, and the instructions they spin depend on timing (~30k a step)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as tmp:
         for kind in KINDS:
+            # first uncounted, under valgrind too: numba compiles for the CPU valgrind reports (no AVX-512), a
+            # cache entry of its own, so every kernel this kind calls is compiled and cached before the counted runs
+            # (one compiled inside one of them alone made a count negative)
+            subprocess.run(["valgrind", "--tool=none", sys.executable, "-c", script, setup, kind, str(steps[0])],
+                           check=True, capture_output=True, cwd=tmp, env=env)
             for n in steps:
                 out = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.out",
                                       sys.executable, "-c", script, setup, kind, str(n)],
-                                     capture_output=True, text=True, cwd=tmp).stderr
+                                     capture_output=True, text=True, cwd=tmp, env=env).stderr
                 counts[kind, n] = int(re.search(r"Collected : (\d+)", out).group(1))
     per_step = {kind: (counts[kind, steps[1]] - counts[kind, steps[0]]) / (steps[1] - steps[0]) for kind in KINDS}
     print("\n## instructions per step (callgrind, refresh threads off)")
