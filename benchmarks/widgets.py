@@ -32,7 +32,7 @@ work each step adds, repeatable on a noisy machine).
 
     python benchmarks/widgets.py                      # both settings, about 3 minutes on 2 cores
     python benchmarks/widgets.py --setting kernel --rounds 20 --seconds 1
-    python benchmarks/widgets.py --instructions       # about 3 minutes
+    python benchmarks/widgets.py --instructions       # about 20 minutes
     python benchmarks/widgets.py --setting page --rounds 3 --profile    # what the page's long tasks are
 """
 import argparse

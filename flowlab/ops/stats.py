@@ -90,8 +90,9 @@ def ones_of(n, char):
 # maxima are taken on the bits (an int32 key that orders as the float does, ``b ^ ((b >> 31) & 0x7fffffff)``, its
 # own inverse), which vectorise where a float minimum without fast-math's no-NaN flag does not (a scalar loop, ~6x
 # slower). The keys are cast back to int32: numba widens ``int32 ^ int32`` to int64, which halves the lanes (the
-# statistics of 12,800 floats took 2.6 us with int64 keys, 1.8 with int32, on AVX-512). NaN and Inf: the sum of squares is then NaN or Inf (never by overflow), the kernel writes nothing and
-# the caller takes the NumPy twin's masked path, so counts and finite moments are the twin's.
+# statistics of 12,800 floats took 2.6 us with int64 keys, 1.8 with int32, on AVX-512 as on AVX2). NaN and Inf: the
+# sum of squares is then NaN or Inf (never by overflow), the kernel writes nothing and the caller takes the NumPy
+# twin's masked path, so counts and finite moments are the twin's.
 
 CANCELLING_SPREAD = 1e-6
 """The compiled paths take the variance as E[x²] - mean² from float64 sums unless it is below this times mean²
