@@ -13,7 +13,7 @@ Each timed block runs the loop for ``--seconds`` in one of three ways:
 in two settings, each in a fresh kernel:
 
     kernel   the kernel started by jupyter_client; a client reads every message the widgets send (no browser)
-    page     JupyterLab 4 in headless Chromium (Debian's chromium) showing the panel and the progress widget
+    page     JupyterLab 4 in headless Chromium (Debian's chromium), the three widgets in view (``PAGE_VIEWPORT``)
 
 Every round runs one block of each kind, the order rotating; a kind's ratio in a round is its steps/s over the plain
 block's of the same round, so slow drifts of a shared machine cancel. Reported: medians of steps/s and of the ratios,
@@ -291,6 +291,27 @@ def profile_report(trace, profile, threshold_ms, blocks=None, top=12):
         print(f"    {us / 1000:8.1f} ms  {100 * us / total:5.1f}%  {frame}")
 
 
+# A window tall enough for the three widgets at once (~1,100 px), as for a user who watches them: JupyterLab scrolls
+# the running cell into view, which in a 900 px window left the WatchPanel and the progress above it, off screen.
+PAGE_VIEWPORT = (1400, 2000)
+
+
+def show_widgets(nb, timeout=120):
+    """Once the set-up cell has shown the widgets, scroll its output to the top of the notebook's view, and check
+    that the three widgets lie inside the window."""
+    deadline = time.monotonic() + timeout
+    while nb.execution_count(0) is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the set-up cell did not finish")
+        nb.page.wait_for_timeout(200)
+    for wait in (1000, 3000):            # after the running cell's own scroll, and once the warm-up built the rows
+        nb.page.wait_for_timeout(wait)
+        nb.output_area(0).evaluate("(el) => el.scrollIntoView({block: 'start'})")
+    bottom = nb.output_area(0).evaluate("(el) => el.getBoundingClientRect().bottom")
+    if bottom > PAGE_VIEWPORT[1]:
+        print(f"warning: the widgets reach {bottom:.0f} px, below the {PAGE_VIEWPORT[1]} px window", file=sys.stderr)
+
+
 def run_page(rounds, seconds, profile_ms=None):
     from playwright.sync_api import sync_playwright
 
@@ -298,7 +319,7 @@ def run_page(rounds, seconds, profile_ms=None):
     with tempfile.TemporaryDirectory() as tmp, JupyterServer(Path(tmp)) as server, sync_playwright() as pw:
         browser = launch_chromium(pw)
         write_notebook(server.root_dir / "bench.ipynb", [SETUP, RUN.format(rounds=rounds, seconds=seconds)])
-        with NotebookPage(browser, server, "bench.ipynb", "lab") as nb:
+        with NotebookPage(browser, server, "bench.ipynb", "lab", viewport=PAGE_VIEWPORT) as nb:
             nb.page.evaluate(PAGE_PROBES_JS)
             if profile_ms is not None:
                 cdp = nb.page.context.new_cdp_session(nb.page)
@@ -307,6 +328,7 @@ def run_page(rounds, seconds, profile_ms=None):
                 cdp.send("Profiler.start")
                 browser.start_tracing(page=nb.page, categories=TRACE_CATEGORIES)
             nb.run_all()
+            show_widgets(nb)
             cpu = []                                  # (time, chromium CPU seconds)
             nb.page.wait_for_timeout(500)
             while nb.is_running():
