@@ -42,7 +42,7 @@ def resolve(graph, host, devices=1):
         if devices > 1:
             _summarise_on_host(request)
         elif request.feed is not None and host and StatsFeed.batches(target):
-            request.put = request.feed.put_tensor
+            request.put = request.feed.put_for(target)
         elif request.stats:
             target = tensor_stats(target)
             if request.feed is not None:

@@ -337,6 +337,27 @@ def test_stats_feed_batches_any_float32_tensor_with_compiled_kernels():
         assert not StatsFeed.batches(Lazy((10,), np.int32))
     with jit.using(False):
         assert not StatsFeed.batches(big) and StatsFeed.batches(small)
+    feed = StatsFeed(lambda: None, lambda: None)
+    with jit.using(True):       # the plan's put: the compiled summary's own path for float32, put_tensor else
+        assert feed.put_for(small) == feed.put_summary
+        assert feed.put_for(Lazy((10,), np.float64)) == feed.put_tensor
+    with jit.using(False):
+        assert feed.put_for(small) == feed.put_tensor
+
+
+def test_put_summary_inside_jit_using_false_takes_the_numpy_path():
+    """A plan compiled with kernels binds ``put_summary``; a call run inside ``jit.using(False)`` copies the tensor
+    into a block as ``put_tensor`` does without kernels, and the feed gives the same vectors either way."""
+    feed = StatsFeed(lambda: None, lambda: None)
+    xs = np.random.default_rng(5).standard_normal((4, 50)).astype(np.float32)
+    feed.put_summary(0, xs[0])
+    with jit.using(False):
+        feed.put_summary(1, xs[1])
+        assert not feed._summarised and feed._block.shape[1] == 50     # a block of copies
+    feed.put_summary(2, xs[2])
+    steps, vectors = feed.take()
+    assert steps == [0, 1, 2]
+    np.testing.assert_allclose(vectors, [twin(stats_vector, np, x) for x in xs[:3]], rtol=1e-5, atol=1e-7)
 
 
 def test_a_large_tensor_put_while_kernels_are_off_is_summarised_by_numpy_not_copied():
