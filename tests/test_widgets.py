@@ -254,6 +254,42 @@ def test_trend_extend_from_stats_vectors_is_add_step_by_step():
     assert in_bulk.columns()["nonfinite"].sum() == 40
 
 
+@pytest.mark.skipif(not jit.available(), reason="needs numba (the compiled fold)")
+def test_trend_compiled_fold_is_the_numpy_fold():
+    """``Trend.extend``'s compiled pass against its NumPy twin: chunks of every size (a whole bucket, none, more than
+    all the buckets hold), steps with gaps, rows with no finite element or with Inf counted, takes between them."""
+    rng = np.random.default_rng(11)
+    for trial in range(200):
+        max_points = int(rng.integers(2, 30))
+        compiled, numpy = Trend(max_points), Trend(max_points)
+        step = 0
+        for _ in range(int(rng.integers(1, 10))):
+            rows = int(rng.integers(0, 150))
+            v = rng.normal(size=(rows, 6))
+            v[:, 1] = v[:, 0] + rng.random(rows)
+            v[:, 3], v[:, 4:] = np.abs(v[:, 3]), 0.0
+            empty, inf = rng.random(rows) < 0.1, rng.random(rows) < 0.05
+            v[empty, :4], v[empty, 4] = np.nan, 7.0
+            v[inf, 5] = 2.0
+            steps = step + np.cumsum(rng.integers(1, 3, rows))
+            step = int(steps[-1]) if rows else step
+            with jit.using(True):
+                compiled.extend(steps, v)
+            with jit.using(False):
+                numpy.extend(steps, v)
+            if rng.random() < 0.5:
+                got, want = compiled.take(), numpy.take()
+                assert (got is None) == (want is None) and (got is None or got[0] == want[0]), trial
+                for name in (want[1] if want else ()):
+                    np.testing.assert_allclose(got[1][name], want[1][name], rtol=1e-12, err_msg=name)
+        a, b = compiled.buckets, numpy.buckets
+        assert (a.count, a.stride, a._changed) == (b.count, b.stride, b._changed), trial
+        for name in ("first", "last", "n"):
+            np.testing.assert_array_equal(getattr(a, name)[:a.count], getattr(b, name)[:b.count], err_msg=name)
+        for name, values in b.fields.items():          # the empty slots too: a later fold starts from them
+            np.testing.assert_allclose(a.fields[name], values, rtol=1e-12, err_msg=name)
+
+
 def test_stats_feed_gives_what_was_put_in_order_and_calls_on_full_at_its_limit():
     woken, full = [], []
     feed = StatsFeed(lambda: woken.append(1), lambda: full.append(feed.take()), limit=3)

@@ -56,9 +56,9 @@ class _Row:
             self.dirty = True
 
     def add_feed(self, shape, steps, vectors):
-        """Statistics taken from a ``StatsFeed`` (one row a step, in step order)."""
+        """Statistics taken from a ``StatsFeed`` (one row a step, in step order; ``steps`` an int64 array)."""
         self.trend.extend(steps, vectors)
-        self.stats, self.step = TensorStats.from_vector(shape, vectors[-1]), steps[-1]
+        self.stats, self.step = TensorStats.from_vector(shape, vectors[-1]), int(steps[-1])
         self.dirty = True
 
     @property
@@ -140,8 +140,10 @@ class WatchPanel(LiveView):
         """Fold what the feeds hold into the rows (the refresh thread, or the job's thread when a feed is full)."""
         with self._data_lock:
             for key, (shape, feed) in self._feeds.items():
-                steps, vectors = feed.take() if len(feed) else ([], None)
-                if steps:
+                if not len(feed):
+                    continue
+                steps, vectors = feed.take(arrays=True)
+                if len(steps):
                     self._row(key, False).add_feed(shape, steps, vectors)
 
     # ------------------------------------------------------------------------------------- dispatcher thread
