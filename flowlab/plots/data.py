@@ -200,11 +200,10 @@ def _fold_trend_rows(steps, v, first, last, n, finite, total, total2, lo, hi, ba
                     first[i], last[i], n[i] = first[a], last[c], n[a] + n[c]
                     finite[i], total[i], total2[i] = finite[a] + finite[c], total[a] + total[c], total2[a] + total2[c]
                     lo[i], hi[i], bad[i] = min(lo[a], lo[c]), max(hi[a], hi[c]), bad[a] + bad[c]
-                if odd:
+                if odd:                         # the last bucket moves down whole
                     a = count - 1
-                    first[k], last[k], n[k] = first[a], last[a], n[a]
-                    finite[k], total[k], total2[k], lo[k], hi[k], bad[k] = finite[a], total[a], total2[a], lo[a], \
-                        hi[a], bad[a]
+                    first[k], last[k], n[k], bad[k] = first[a], last[a], n[a], bad[a]
+                    finite[k], total[k], total2[k], lo[k], hi[k] = finite[a], total[a], total2[a], lo[a], hi[a]
                 count = k + odd
                 for i in range(count, limit + 1):   # the freed slots are empty again
                     finite[i], total[i], total2[i], lo[i], hi[i], bad[i] = 0.0, 0.0, 0.0, np.inf, -np.inf, 0.0
