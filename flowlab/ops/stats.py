@@ -253,12 +253,11 @@ def compiled_stats(x, out, at=0, copy=_NO_COPY):
     when ``x`` holds NaN or Inf (the NumPy path's masked form counts them) or is empty. ``copy``: an array of
     ``x``'s size that gets a copy of it (``StatsFeed``'s last tensor) while it is in cache."""
     flat = x.ravel()                         # a view when contiguous, else a contiguous copy
-    size = flat.size
-    if size < COMPILED_SPLIT_ELEMENTS or host_threads.width() == 1:
-        if not size:
-            return False
-        # the dispatcher itself (``Kernel.ready``, inlined): this runs every watched step
-        squares = (_summary_float32.compiled or _summary_float32.compile())(flat, out, at, copy)[3]
+    if not flat.size:
+        return False
+    if not _split(flat.size):
+        # the dispatcher itself (``ready``): this runs every watched step
+        squares = _summary_float32.ready()(flat, out, at, copy)[3]
         return squares - squares == 0
     if copy.size:
         copy[...] = flat
