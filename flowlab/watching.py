@@ -38,7 +38,7 @@ import numpy as np
 from . import graph as g
 from .blob import NO_ANNOTATION, BlobDef, converter, to_blob, to_numpy
 from .errors import TraceError
-from .ops.stats import compiled_stats, stats_rows, stats_vector
+from .ops.stats import stats_row_writer, stats_rows, stats_vector
 from .runtime import jit
 
 
@@ -109,9 +109,11 @@ class StatsFeed:
         self._on_put, self._on_full, self.limit = on_put, on_full, limit
         self._taken = True
         self._given = None           # the last step a take gave
-        self._block = None           # put_tensor's rows (tensors, or vectors when ``_summarised``) and their steps
+        self._block = None           # put_tensor's rows (tensors, or vectors when ``_summarised``)
         self._summarised = False
-        self._block_steps = []
+        self._rows = 0               # the block's filled rows, and their steps
+        self._steps = np.empty(self.MAX_ROWS, np.int64)
+        self._write_row = None       # (compiled kernels) ``ops.stats.stats_row_writer`` for the copy's size
         self._pairs = []             # put_value's (step, value, step, value, ...), newer than every other row
         self._latest = None          # (step, flat copy, shape) of the last put_tensor of a small tensor
         self._copy, self._copy_of = None, None   # (compiled kernels) that copy (empty for a large tensor), its size
@@ -131,7 +133,7 @@ class StatsFeed:
         return 0 < size * itemsize * cls.MIN_ROWS <= cls.BLOCK_BYTES
 
     def put(self, step, vector):
-        if self._block_steps or self._pairs:    # rows put_tensor or put_value kept go first: the feed stays in order
+        if self._rows or self._pairs:    # rows put_tensor or put_value kept go first: the feed stays in order
             with self._block_lock:
                 self._summarise_block()
         items = self._items
@@ -163,70 +165,72 @@ class StatsFeed:
         with self._block_lock:
             if self._pairs:
                 self._summarise_pairs()
-            block, steps = self._block, self._block_steps
+            block = self._block
             if block is None or self._summarised or block.shape[1] != x.size or block.dtype != x.dtype:
                 self._summarise_block()          # a new shape (the job compiled for other arguments)
                 rows = min(self.MAX_ROWS, max(self.MIN_ROWS, self.BLOCK_BYTES // (x.size * x.dtype.itemsize)))
                 block = self._block = np.empty((rows, x.size), x.dtype)
                 self._summarised = False
-                steps = self._block_steps        # (a new list: the old one went with the summarised rows)
-            at = len(steps)
+            at = self._rows
             row = block[at]
             row[...] = x.reshape(-1)
             self._latest = (step, row, x.shape)
-            steps.append(step)
-            if len(steps) == len(block):
+            self._steps[at] = step
+            self._rows = at + 1
+            if at + 1 == len(block):
                 self._summarise_block()
             waiting = len(self._items) + self._chunk_rows
         self._wake(waiting)
 
     def put_summary(self, step, x):
         """``put_tensor`` of a float32 ``x`` with compiled kernels: ``x``'s statistics written into the next row of a
-        block of vectors, and a small ``x`` copied for ``latest`` in the same pass. A watched step's hot path
-        (``put_for``), so the common case runs straight through: ~1.1 µs beside the pass at the README MLP's sizes,
-        where the way through ``put_tensor`` cost ~1.4."""
+        block of vectors, its step into the block's steps and a small ``x`` copied for ``latest``, all in one
+        compiled call (``ops.stats.stats_row_writer``). A watched step's hot path (``put_for``): ~0.85 µs beside
+        the pass at the README MLP's sizes (a row's step appended to a list and the pass behind ``compiled_stats``
+        cost ~1.15)."""
         if not jit.enabled():                   # inside ``jit.using(False)``
             self.put_tensor(step, x)
             return
         with self._block_lock:
-            block, steps, copy = self._block, self._block_steps, self._copy
-            if block is None or not self._summarised or self._pairs or self._copy_of != x.size:
-                block, steps, copy = self._summary_block(x.size)
-            at = 6 * len(steps)
-            if not compiled_stats(x, block, at, copy):     # NaN/Inf: the NumPy path's masked form counts them
-                block[at:at + 6] = stats_vector(np, x)
+            if not self._summarised or self._pairs or self._copy_of != x.size:
+                self._summary_block(x.size)
+            at, block, copy = self._rows, self._block, self._copy
+            if not self._write_row(x.ravel(), block, self._steps, at, step, copy):
+                # NaN/Inf: the NumPy path's masked form counts them
+                block[6 * at:6 * at + 6] = stats_vector(np, x)
+                self._steps[at] = step
                 if copy.size:
                     copy[...] = x.reshape(-1)
-            steps.append(step)
+            self._rows = at + 1
             if copy.size:
                 self._latest = (step, copy, x.shape)
-            if at == len(block) - 6:
+            if at + 1 == self.MAX_ROWS:
                 self._summarise_block()
             waiting = len(self._items) + self._chunk_rows
         self._wake(waiting)
 
     def _summary_block(self, size):
-        """``(block, steps, copy)`` for ``put_summary``: put_value's pairs waiting turned into vectors first (they are
-        older), a new block of vectors when there is none (or put_tensor's copies fill it), and the copy for
-        ``latest`` sized for a tensor of ``size`` (a job compiled for other arguments changes it). Under the block
-        lock."""
+        """Ready ``put_summary``'s block for a tensor of ``size``: put_value's pairs waiting turned into vectors
+        first (they are older), a new block of vectors when there is none (or put_tensor's copies fill it), and the
+        copy for ``latest`` and the row writer sized for the tensor (a job compiled for other arguments changes
+        them). Under the block lock."""
         if self._pairs:
             self._summarise_pairs()
-        if self._block is None or not self._summarised:
+        if not self._summarised:
             self._summarise_block()
             self._block = np.empty(self.MAX_ROWS * 6)
             self._summarised = True
         if self._copy_of != size:
             self._copy = np.empty(size if self._copied(size, 4) else 0, np.float32)
+            self._write_row = stats_row_writer(size)
             self._copy_of = size
-        return self._block, self._block_steps, self._copy
 
     def put_value(self, step, value):
         """One number (a float) for step ``step``: its stats_vector is ``[v, v, v, 0, 0, 0]``, or for a NaN (Inf)
         ``[nan, nan, nan, nan, 1, 0]`` (``[..., 0, 1]``), built with those of the steps around it later. Any thread;
         the cheapest put: no lock (a list's ``extend`` is atomic, and only takes, under the block lock, remove the
         pairs from the front)."""
-        if self._block_steps:           # put_tensor's rows go first
+        if self._rows:                  # put_tensor's rows go first
             with self._block_lock:
                 self._summarise_block()
         pairs = self._pairs
@@ -243,9 +247,9 @@ class StatsFeed:
         n = len(pairs)                  # even: a pair is put in one atomic extend
         taken = pairs[:n]
         del pairs[:n]                   # pairs put meanwhile stay (they lie after the first n)
-        steps, values = taken[0::2], taken[1::2]
+        steps = np.array(taken[0::2], np.int64)
         self._chunk_rows += len(steps) - 1
-        self._items.append((steps, self._value_rows(values)))
+        self._items.append((steps, self._value_rows(taken[1::2])))
 
     @staticmethod
     def _value_rows(values):
@@ -275,16 +279,17 @@ class StatsFeed:
 
     def _summarise_block(self):
         """The filled rows of the block, then put_value's pairs (newer), become vectors (under the block lock)."""
-        steps = self._block_steps
-        if steps:
+        n = self._rows
+        if n:
             # one entry for the block: a take joins arrays, where a tuple a row cost it ~20 µs per 1,000 rows
-            self._chunk_rows += len(steps) - 1
+            self._chunk_rows += n - 1
+            steps = self._steps[:n].copy()
             if self._summarised:             # already vectors: handed over, and the next put starts a new block
-                self._items.append((steps, self._block[:6 * len(steps)].reshape(-1, 6)))
-                self._block = None
+                self._items.append((steps, self._block[:6 * n].reshape(-1, 6)))
+                self._block, self._summarised = None, False
             else:
-                self._items.append((steps, stats_rows(self._block[:len(steps)])))
-            self._block_steps = []
+                self._items.append((steps, stats_rows(self._block[:n])))
+            self._rows = 0
         if self._pairs:
             self._summarise_pairs()
 
@@ -301,12 +306,11 @@ class StatsFeed:
         if not taken:
             return ([] if not arrays else np.empty(0, np.int64)), None
         steps, vectors = zip(*taken)
-        if list in map(type, steps):         # some blocks of rows (put_tensor) among them
-            steps, vectors = self._join(taken)
+        if np.ndarray in map(type, steps):   # some blocks of rows (put_tensor, put_value) among them
+            at, vectors = self._join(taken)
         else:
-            steps, vectors = list(steps), self._vectors(vectors)
+            at, vectors = np.array(steps, np.int64), self._vectors(vectors)
         # one row a step: of consecutive rows of one step the last, and none of the step the last take gave
-        at = np.asarray(steps, np.int64)
         keep = np.empty(len(at), bool)
         np.not_equal(at[1:], at[:-1], out=keep[:-1])
         keep[-1] = True
@@ -316,29 +320,32 @@ class StatsFeed:
             if not keep.any():
                 return ([] if not arrays else np.empty(0, np.int64)), None
             at, vectors = at[keep], vectors[keep]
-            steps = at.tolist()
         self._given = int(at[-1])
-        return (at if arrays else steps), np.asarray(vectors, np.float64)
+        return (at if arrays else at.tolist()), np.asarray(vectors, np.float64)
 
     def _join(self, taken):
-        """The steps and the rows of entries holding blocks (and perhaps single puts), in order."""
-        steps, parts, singles, chunk_rows = [], [], [], 0
+        """The steps (int64) and the rows of entries holding blocks (and perhaps single puts), in order."""
+        steps, parts, single_steps, singles, chunk_rows = [], [], [], [], 0
         for step, vector in taken:
-            if type(step) is list:
+            if type(step) is np.ndarray:
                 if singles:
+                    steps.append(np.array(single_steps, np.int64))
                     parts.append(self._vectors(singles))
-                    singles = []
+                    single_steps, singles = [], []
+                steps.append(step)
                 parts.append(vector)
-                steps += step
                 chunk_rows += len(step) - 1
             else:
-                steps.append(step)
+                single_steps.append(step)
                 singles.append(vector)
         if singles:
+            steps.append(np.array(single_steps, np.int64))
             parts.append(self._vectors(singles))
         with self._block_lock:
             self._chunk_rows -= chunk_rows
-        return steps, parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if len(parts) == 1:
+            return steps[0], parts[0]
+        return np.concatenate(steps), np.concatenate(parts)
 
     @staticmethod
     def _vectors(vectors):
@@ -349,7 +356,7 @@ class StatsFeed:
         return np.array([v() if callable(v) else v for v in vectors], dtype=np.float64).reshape(-1, 6)
 
     def __len__(self):
-        return len(self._items) + self._chunk_rows + len(self._block_steps) + len(self._pairs) // 2
+        return len(self._items) + self._chunk_rows + self._rows + len(self._pairs) // 2
 
 
 @dataclass

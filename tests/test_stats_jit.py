@@ -76,6 +76,25 @@ def test_compiled_stats_in_pieces_over_host_threads(size, split_small):
     np.testing.assert_array_equal(compiled(stats_vector, np, x), twin(stats_vector, np, x))
 
 
+@pytest.mark.parametrize("size, in_pieces", [(1, False), (1000, False), (12_800, False), (12_800, True),
+                                             ((1 << 17) + 3, True)])
+def test_a_row_writer_writes_one_row_of_statistics_its_step_and_the_copy(size, in_pieces, request):
+    if in_pieces:                                   # the writer for a tensor the pass splits over host threads
+        request.getfixturevalue("split_small")
+    rng = np.random.default_rng(size)
+    x = (rng.standard_normal(size) * 2 + 1).astype(np.float32)
+    write = compiled(stats.stats_row_writer, size)
+    rows, steps, copy = np.full(6 * 4, -7.0), np.full(4, -1, np.int64), np.zeros(size, np.float32)
+    assert write(x, rows, steps, 2, 41, copy)
+    assert_same_stats(rows[12:18], reference_stats(x), rtol=1e-9)
+    assert steps.tolist() == [-1, -1, 41, -1]
+    assert (rows[:12] == -7).all() and (rows[18:] == -7).all()        # the other rows untouched
+    np.testing.assert_array_equal(copy, x)
+    x[size // 2] = np.nan                           # NaN: nothing written to the row (the feed's NumPy path counts)
+    assert not write(x, rows, steps, 1, 42, np.zeros(0, np.float32))
+    assert (rows[6:12] == -7).all() and steps[1] == 42
+
+
 @pytest.mark.parametrize("view", ["columns", "transposed", "reversed"])
 def test_compiled_stats_of_non_contiguous_views(view):
     base = np.random.default_rng(1).standard_normal((300, 77)).astype(np.float32)
@@ -290,6 +309,31 @@ def test_stats_feed_summarises_float32_tensors_at_once_every_step_and_keeps_smal
         np.testing.assert_array_equal(latest[1], tensors[-1])
     else:
         assert latest is None                                 # a large tensor is summarised in place, not copied
+
+
+def test_stats_feed_hands_over_full_blocks_of_summaries_in_order_with_takes_between():
+    rng = np.random.default_rng(11)
+    n = 2 * StatsFeed.MAX_ROWS + 5
+    tensors = rng.standard_normal((n, 300)).astype(np.float32)
+    tensors[StatsFeed.MAX_ROWS - 1, 3] = np.inf                 # the last row of the first block: the NumPy path
+    feed = StatsFeed(lambda: None, lambda: None, limit=10**6)
+    got_steps, got = [], []
+    with jit.using(True):
+        for step in range(n):
+            feed.put_summary(step, tensors[step])
+            if step in (10, StatsFeed.MAX_ROWS + 2):
+                steps, vectors = feed.take(arrays=True)
+                got_steps.append(steps)
+                got.append(vectors)
+    steps, vectors = feed.take(arrays=True)
+    got_steps.append(steps)
+    got.append(vectors)
+    assert np.concatenate(got_steps).tolist() == list(range(n)) and len(feed) == 0 and feed._chunk_rows == 0
+    want = np.array([twin(stats_vector, np, t) for t in tensors])
+    got = np.concatenate(got)
+    np.testing.assert_array_equal(got[:, 4:], want[:, 4:])
+    assert got[StatsFeed.MAX_ROWS - 1, 5] == 1
+    np.testing.assert_allclose(got[:, :4], want[:, :4], rtol=1e-5, atol=1e-6)
 
 
 def test_stats_feed_summarises_an_empty_tensor_as_stats_vector_does():
