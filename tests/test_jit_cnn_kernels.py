@@ -224,6 +224,24 @@ def test_max_pool_nhwc_and_float64_stay_on_numpy():
 
 # ------------------------------------------------------------------------------------------ ReLU gradient and SGD
 
+@pytest.mark.parametrize("shape", [(1,), (7,), (100, 128), (3, 5, 8731)])
+def test_relu_matches_its_twin_exactly_nan_signed_zero_and_infinities_included(threads, shape):
+    x = rnd(*shape, seed=19)
+    flat = x.reshape(-1)
+    flat[:5] = (np.nan, -0.0, 0.0, np.inf, -np.inf)[:flat.size]
+    compiled, twin = both(lambda: nn.Relu.forward(np, x))
+    np.testing.assert_array_equal(compiled, twin)
+    np.testing.assert_array_equal(np.signbit(compiled), np.signbit(twin))       # -0.0 stays -0.0, as clip keeps it
+    np.testing.assert_array_equal(compiled, np.where(x < 0, 0, x))
+    inplace = x.copy()
+    with jit.using(True):
+        assert nn.Relu.forward(np, inplace, out=inplace) is inplace
+    np.testing.assert_array_equal(inplace, twin)
+    columns = np.asfortranarray(x.reshape(x.shape[0], -1))          # not C-contiguous: the twin's path
+    with jit.using(True):
+        np.testing.assert_array_equal(nn.Relu.forward(np, columns), np.clip(columns, 0, np.inf))
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
 @pytest.mark.parametrize("size", [1, 7, 131075])
 def test_relu_gradient_matches_its_twin_exactly(threads, monkeypatch, size):

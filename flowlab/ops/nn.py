@@ -27,6 +27,18 @@ class Relu(Op):
 
     @staticmethod
     def forward(xp, x, out=None):
+        if xp is np and x.dtype == np.float32 and x.flags.c_contiguous and jit.enabled() and \
+                (out is None or (out.dtype == x.dtype and out.shape == x.shape and out.flags.c_contiguous)):
+            # one compiled pass: NumPy's clip cost ~2.5 us of call beside the pass (3.9 us at 100 x 128, against
+            # 1.2; 113 us at 1M elements, against 94 on one thread)
+            out = np.empty_like(x) if out is None else out
+            flat_x, flat_out = x.reshape(-1), out.reshape(-1)
+            if x.size < host_threads.SPLIT_COMPILED:
+                _relu_float32.ready()(flat_x, flat_out)
+            else:
+                host_threads.each(lambda part: _relu_float32(flat_x[part], flat_out[part]), x.size, 4096,
+                                  work=x.size)
+            return out
         if xp is np and x.dtype.kind == "f":
             # NumPy's clip ufunc runs this twice as fast as maximum here (NaN stays NaN, -0.0 stays -0.0)
             return np.clip(x, 0, np.inf, out=out)
@@ -35,6 +47,16 @@ class Relu(Op):
     @staticmethod
     def vjp(node, dy):
         return (apply(ReluGrad, (node.output, dy)),)
+
+
+@jit.kernel
+def _relu_float32(x, out):
+    """``max(x, 0)`` of flat float32 arrays as ``Relu``'s clip gives it: NaN stays NaN, -0.0 stays -0.0; ``out``
+    may be ``x``."""
+    zero = np.float32(0)
+    for i in range(x.size):
+        v = x[i]
+        out[i] = zero if v < zero else v
 
 
 class ReluGrad(OutputGrad):
