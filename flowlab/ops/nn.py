@@ -33,10 +33,11 @@ class Relu(Op):
             # 1.2; 113 us at 1M elements, against 94 on one thread)
             out = np.empty_like(x) if out is None else out
             flat_x, flat_out = x.reshape(-1), out.reshape(-1)
+            inplace = out is x          # the plan hands the ReLU its input's buffer when the input dies here
             if x.size < host_threads.SPLIT_COMPILED:
-                _relu_float32.ready()(flat_x, flat_out)
+                _relu_float32.ready()(flat_x, flat_out, inplace)
             else:
-                host_threads.each(lambda part: _relu_float32(flat_x[part], flat_out[part]), x.size, 4096,
+                host_threads.each(lambda part: _relu_float32(flat_x[part], flat_out[part], inplace), x.size, 4096,
                                   work=x.size)
             return out
         if xp is np and x.dtype.kind == "f":
@@ -50,13 +51,19 @@ class Relu(Op):
 
 
 @jit.kernel
-def _relu_float32(x, out):
-    """``max(x, 0)`` of flat float32 arrays as ``Relu``'s clip gives it: NaN stays NaN, -0.0 stays -0.0; ``out``
-    may be ``x``."""
+def _relu_float32(x, out, inplace):
+    """``max(x, 0)`` of flat float32 arrays as ``Relu``'s clip gives it: NaN stays NaN, -0.0 stays -0.0.
+    ``inplace``: ``out`` is ``x``, and the loop reads and writes that one array (two that may overlap would keep it
+    from vectorising: 3.8 us against 1.2 at 100 x 128)."""
     zero = np.float32(0)
-    for i in range(x.size):
-        v = x[i]
-        out[i] = zero if v < zero else v
+    if inplace:
+        for i in range(x.size):
+            v = x[i]
+            x[i] = zero if v < zero else v
+    else:
+        for i in range(x.size):
+            v = x[i]
+            out[i] = zero if v < zero else v
 
 
 class ReluGrad(OutputGrad):
