@@ -275,6 +275,8 @@ def compiled_stats(x, out, at=0, copy=_NO_COPY):
 
 @jit.kernel(reduce=True)
 def _summary_row_float32(x, rows, steps, row, step, copy):
+    """``_summary_float32`` of flat ``x`` into row ``row`` of ``rows`` (6 float64 a row), ``step`` into
+    ``steps[row]``: ``stats_row_writer``'s one call a step. Returns whether the row was written (all finite)."""
     steps[row] = step
     squares = _summary_float32(x, rows, 6 * row, copy)[3]
     return squares - squares == 0
