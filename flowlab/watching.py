@@ -196,11 +196,8 @@ class StatsFeed:
                 self._summary_block(x.size)
             at, block, copy = self._rows, self._block, self._copy
             if not self._write_row(x.ravel(), block, self._steps, at, step, copy):
-                # NaN/Inf: the NumPy path's masked form counts them
+                # NaN/Inf (the step and the copy are written): the NumPy path's masked form counts them
                 block[6 * at:6 * at + 6] = stats_vector(np, x)
-                self._steps[at] = step
-                if copy.size:
-                    copy[...] = x.reshape(-1)
             self._rows = at + 1
             if copy.size:
                 self._latest = (step, copy, x.shape)

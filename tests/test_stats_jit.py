@@ -91,8 +91,9 @@ def test_a_row_writer_writes_one_row_of_statistics_its_step_and_the_copy(size, i
     assert (rows[:12] == -7).all() and (rows[18:] == -7).all()        # the other rows untouched
     np.testing.assert_array_equal(copy, x)
     x[size // 2] = np.nan                           # NaN: nothing written to the row (the feed's NumPy path counts)
-    assert not write(x, rows, steps, 1, 42, np.zeros(0, np.float32))
+    assert not write(x, rows, steps, 1, 42, copy)
     assert (rows[6:12] == -7).all() and steps[1] == 42
+    np.testing.assert_array_equal(copy, x)          # the step and the copy are written all the same
 
 
 @pytest.mark.parametrize("view", ["columns", "transposed", "reversed"])

@@ -285,8 +285,9 @@ def _summary_row_float32(x, rows, steps, row, step, copy):
 def stats_row_writer(size):
     """The function that writes a float32 tensor of ``size`` elements into a block of statistics rows, chosen once
     for a block (``StatsFeed.put_summary``, a watched step's hot path): ``write(flat, rows, steps, row, step, copy)``
-    puts ``compiled_stats`` of the flat host array ``flat`` into ``rows[6 * row:6 * row + 6]`` and ``step`` into
-    ``steps[row]``, and returns whether the statistics were written (False: NaN/Inf, or empty). Below the split
+    puts ``compiled_stats`` of the flat host array ``flat`` into ``rows[6 * row:6 * row + 6]`` and returns whether
+    they were written (False: NaN/Inf, or empty); ``step`` goes into ``steps[row]`` and ``flat`` into ``copy``
+    either way. Below the split
     size this is the kernel's dispatcher itself, one call a step: the Python around ``compiled_stats`` cost ~0.3
     us a put."""
     if size and not _split(size):
