@@ -615,9 +615,9 @@ class _Monitor:
     and ``after_run`` commits the row. ``flush`` (when ``block_rows`` rows wait, on the first call, or when the
     handler asks) turns the waiting rows into one ``HealthBlock``: the copied outputs' statistics in one vectorised
     pass (``ops.stats.activation_rows``), the tables as one array, and the alerts screened over the whole block
-    (``_candidates``); only the steps the screen flags get their report made and ``health_alerts`` run on it, with
-    the reports before them as history, so every alert fires on the step and with the message it would have one call
-    at a time."""
+    (``_screen``); only the steps the screen flags get their report made (from that array) and ``health_alerts`` run
+    on it, the rules it flags only, with the reports before them as history, so every alert fires on the step and
+    with the message it would have one call at a time."""
 
     def __init__(self, request, graph, layers, xp, devices):
         self.request, self.layers, self.xp, self.graph = request, layers, xp, graph
@@ -1130,9 +1130,10 @@ class _Monitor:
         del self.history[:-self.request.thresholds["window"] - 1]
         return report
 
-    def _make_report(self, step, loss, host, samples=None):
-        """The report of one call's vectors ``host`` (``{key: list of floats}``), without its alerts."""
-        table = self._table(host, step)
+    def _make_report(self, step, loss, host, samples=None, table=None):
+        """The report of one call's vectors ``host`` (``{key: list of floats}``), without its alerts (``table``:
+        its table, when made already)."""
+        table = self._table(host, step) if table is None else table
         return HealthReport(step, table, loss, self._first_nonfinite(host, table),
                             histograms=samples and self._histograms(samples),
                             attention={block: host[("attn", block)] for block, _ in self.attention},
@@ -1256,11 +1257,11 @@ def _earlier(x, window):
 
 class _BlockLayout:
     """What a block path's rows hold and how its blocks are made: the tables as one array, the screen of the alerts
-    (``_candidates``), and the reports of the calls it flags."""
+    (``_screen``), and the reports of the calls it flags."""
 
     def __init__(self, monitor):
         self.layers = tuple(layer.name for layer in monitor.layers)
-        columns, statistics, per_layer = monitor._columns, {}, []
+        columns, statistics, per_layer, named = monitor._columns, {}, [], []
         self.tables = []                             # (layer index, [(rows column, table rows)]): embeddings
         for layer in monitor.layers:
             names = []
@@ -1278,12 +1279,16 @@ class _BlockLayout:
             if bn is not None:
                 names += BATCH_NORM_STATISTICS
             statistics.update(dict.fromkeys(names))
+            named.append(names)
             per_layer.append((layer, act, bn))
             if tables:
                 self.tables.append((len(per_layer) - 1, tables))
         self.statistics = tuple(statistics)          # the tables' statistics, in their first-seen order
         where = {s: j for j, s in enumerate(self.statistics)}
         self.where = where
+        # each layer's statistics as _table lists them, with their index in the block's values
+        self.named = [(layer.name, [(name, where[name]) for name in names])
+                      for (layer, _, _), names in zip(per_layer, named)]
         width = len(self.statistics)
         # statistics copied as they are (the activation's, a batch norm's): one fancy-indexed copy a block
         src, dst = [], []
@@ -1365,81 +1370,101 @@ class _BlockLayout:
                 out[:, i, where["stale_fraction"]] = stale / total
         return out
 
-    def _candidates(self, values, rows, first):
-        """The calls (indices from ``first``) some alert rule could fire on: each rule's condition, read loosely
-        (``_below``/``_above``; a median over a window not full of finite values read as their minimum), over the
-        whole block at once. A superset: ``health_alerts`` then decides on each."""
+    def _screen(self, values, rows, first):
+        """Per call (0 before ``first``), a bit mask (``_RULE_BIT``) of the alert rules it may meet: each rule's
+        condition, read loosely (``_below``/``_above``; a median over a window not full of finite values read as their
+        minimum), over the whole block at once. A superset: ``health_alerts`` then runs those rules on the calls
+        flagged, and decides."""
         t, window, n = self.t, self.window, len(rows)
-        flag = np.zeros(n, bool)
+        masks = np.zeros(n, np.int64)
         where = self.where
+
+        def may(rule, flag):
+            masks[flag] |= _RULE_BIT[rule]
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            if self.counts:                                                     # nan
-                flag |= (values[:, :, self.counts] > 0).any(axis=(1, 2))
-            if self.relu and "dead_fraction" in where:                          # dead_relu
-                flag |= (values[:, self.relu, where["dead_fraction"]] > _below(t["dead_fraction"])).any(axis=1)
+            if self.counts:
+                may(_nan_alert, (values[:, :, self.counts] > 0).any(axis=(1, 2)))
+            if self.relu and "dead_fraction" in where:
+                may(_dead_relu_alerts,
+                    (values[:, self.relu, where["dead_fraction"]] > _below(t["dead_fraction"])).any(axis=1))
             if self.graded:
-                ratio = values[:, :, where["update_ratio"]]                     # update_ratio
-                flag |= (np.isfinite(ratio) & ((ratio < _above(t["update_ratio_low"])) |
-                                               (ratio > _below(t["update_ratio_high"])))).any(axis=1)
-                g = values[:, self.graded, where["grad_norm"]]                  # vanishing / exploding gradients
-                flag |= ~np.isfinite(g).all(axis=1) | (g == 0).any(axis=1)
+                ratio = values[:, :, where["update_ratio"]]
+                may(_update_ratio_alerts, (np.isfinite(ratio) & ((ratio < _above(t["update_ratio_low"])) |
+                                                                 (ratio > _below(t["update_ratio_high"])))).any(axis=1))
+                g = values[:, self.graded, where["grad_norm"]]
+                depth = ~np.isfinite(g).all(axis=1) | (g == 0).any(axis=1)      # no gradient; vanishing, exploding
                 if self.depth_unscreened:
-                    flag[:] = True
+                    depth[:] = True
                 elif len(self.plain) >= 2:
                     last = values[:, self.plain[-1], where["grad_norm"]]
                     others = values[:, self.plain[:-1], where["grad_norm"]]
-                    flag |= (last > 0) & ((others.min(axis=1) < _above(t["vanishing_ratio"] * last)) |
-                                          (others.max(axis=1) > _below(t["exploding_ratio"] * last)))
+                    depth |= (last > 0) & ((others.min(axis=1) < _above(t["vanishing_ratio"] * last)) |
+                                           (others.max(axis=1) > _below(t["exploding_ratio"] * last)))
+                may(_depth_gradient_alerts, depth)
                 total = np.zeros(n)
                 for k in range(g.shape[1]):
                     total = total + g[:, k] ** 2
                 total = np.sqrt(total)                                          # exploding over time
-                flag |= ~np.isfinite(total) | _above_recent(total, t["exploding_factor"], window)
-            for i, _ in self.tables:                                            # stale_rows
-                flag |= values[:, i, where["stale_fraction"]] > _below(t["stale_fraction"])
-            if self.loss is not None:                                           # loss_spike
+                may(_total_gradient_alerts, ~np.isfinite(total) | _above_recent(total, t["exploding_factor"], window))
+            for i, _ in self.tables:
+                may(_stale_rows_alerts, values[:, i, where["stale_fraction"]] > _below(t["stale_fraction"]))
+            if self.loss is not None:
                 loss = rows[:, self.loss]
-                flag |= np.isfinite(loss) & _above_recent(loss, t["loss_spike_factor"], window)
-            for _, (start, end) in self.attention:                              # attention_collapsed / _uniform
+                may(_loss_spike_alert, np.isfinite(loss) & _above_recent(loss, t["loss_spike_factor"], window))
+            for _, (start, end) in self.attention:                              # collapsed, or uniform throughout
                 heads = rows[:, start:end]
-                flag |= (heads < _above(t["attention_collapsed"])).any(axis=1)
                 earlier = np.stack([_earlier_min(heads[:, h], window) for h in range(end - start)], axis=1)
                 uniform = _below(t["attention_uniform"])
-                flag |= ((heads > uniform) & (earlier > uniform)).any(axis=1)
-            for _, out, stream, _ in self.residual:                             # residual_growth
+                may(_attention_alerts, (heads < _above(t["attention_collapsed"])).any(axis=1) |
+                    ((heads > uniform) & (earlier > uniform)).any(axis=1))
+            for _, out, stream, _ in self.residual:
                 growth = np.where(rows[:, stream] > 0, np.sqrt(rows[:, out] / rows[:, stream]), np.inf)
-                flag |= ~(growth <= _below(t["residual_growth"]))
-        flag[:first] = False
-        return np.flatnonzero(flag)
+                may(_residual_alerts, ~(growth <= _below(t["residual_growth"])))
+        masks[:first] = 0
+        return masks
+
+    def _report(self, monitor, row, values, step, nonfinite):
+        """The ``HealthReport`` (alerts aside) of the call of ``row`` (the ring's) whose table the block made in bulk
+        (``values``: ``_table``'s numbers, in its order); ``nonfinite``: some count of it is not 0."""
+        table = {layer: {name: v[j] for name, j in names} for (layer, names), v in zip(self.named, values.tolist())}
+        loss = float(row[self.loss]) if self.loss is not None else None
+        if nonfinite or self.attention or self.residual:       # the first op with NaN, a transformer's rows
+            return monitor._make_report(step, loss, monitor._host_row(row), table=table)
+        return HealthReport(step, table, loss)
 
     def block(self, monitor, rows, steps):
         """The ``HealthBlock`` of new calls ``rows`` (their ``steps``); the alert window reads the calls before them
-        (``monitor._context``), which then become the last ones of these."""
+        (``monitor._context``), which then become the last ones of these. Only the calls the screen flags get their
+        report made (and those of their windows), and only the rules it flags run on them: a rule that fires every
+        call (a converged net's small update ratio) costs a few microseconds a call."""
         context = monitor._context
         first = len(context.steps)
         if first:
             rows, steps = np.concatenate([context.rows, rows]), np.concatenate([context.steps, steps])
         values = self.values(rows, steps)
         reports = list(context.reports) + [None] * (len(rows) - first)
-        is_train = monitor.is_train
+        masks = self._screen(values, rows, first)
+        nonfinite_bit = _RULE_BIT[_nan_alert]
 
         def report_at(i):
             if reports[i] is None:
-                loss = float(rows[i, self.loss]) if is_train else None
-                reports[i] = monitor._make_report(int(steps[i]), loss, monitor._host_row(rows[i]))
+                reports[i] = self._report(monitor, rows[i], values[i], int(steps[i]), masks[i] & nonfinite_bit)
             return reports[i]
 
-        alerts, window = [], self.window
-        for i in self._candidates(values, rows, first):
-            history = [report_at(j) for j in range(max(0, i - window), i)]
-            report = report_at(i)
-            report.alerts = health_alerts(history, report, self.t, roles=monitor.roles)
+        alerts, window, made = [], self.window, 0          # reports[:made] are all made
+        for i in np.flatnonzero(masks).tolist():
+            for j in range(max(made, i - window), i + 1):
+                report_at(j)
+            made = i + 1
+            report = reports[i]
+            report.alerts = health_alerts(reports[max(0, i - window):i], report, self.t, roles=monitor.roles,
+                                          rules=_rules_of(int(masks[i])))
             alerts += report.alerts
         keep = slice(max(0, len(rows) - window), None)
         monitor._context = _Context(rows[keep], steps[keep], tuple(reports[keep]))
         return HealthBlock(
             steps[first:], self.layers, self.statistics, values[first:],
-            rows[first:, self.loss] if is_train else None, alerts,
+            rows[first:, self.loss] if self.loss is not None else None, alerts,
             {block: rows[first:, start:end] for block, (start, end) in self.attention},
             {name: _residual_columns(rows[first:], out, stream, branch) for name, out, stream, branch in self.residual},
             functools.partial(_block_report, reports[first:], report_at, first))
@@ -1503,10 +1528,11 @@ def _run_position(graph, node):
 
 # ------------------------------------------------------------------------------------------------ alerts
 
-def health_alerts(history, report, thresholds=None, relu_layers=None, roles=None):
+def health_alerts(history, report, thresholds=None, relu_layers=None, roles=None, rules=None):
     """The alerts of ``report`` given the earlier reports ``history`` (oldest first): a pure function of the numbers
     and of what each layer is (``roles``: ``{layer: LayerRole}`` as ``watch_health`` reads them from the graph;
-    without it every layer is a plain one, ReLU-like when in ``relu_layers`` or when that is None).
+    without it every layer is a plain one, ReLU-like when in ``relu_layers`` or when that is None). ``rules``: only
+    these of ``ALERT_RULES`` (the block path's screen knows the others cannot fire); None: all.
 
     ``nan``: some watched tensor held NaN/Inf (names the first op, in run order). ``dead_relu``: a ReLU-like layer
     whose ``dead_fraction`` is above ``dead_fraction``. ``vanishing_gradient``: a layer that gets no gradient at all,
@@ -1533,7 +1559,7 @@ def health_alerts(history, report, thresholds=None, relu_layers=None, roles=None
     if roles is None:
         roles = {layer: LayerRole(relu=relu_layers is None or layer in relu_layers) for layer in report.table}
     seen = _Seen(report, history[-t["window"]:], t, roles)
-    return [alert for rule in ALERT_RULES for alert in rule(seen)]
+    return [alert for rule in (ALERT_RULES if rules is None else rules) for alert in rule(seen)]
 
 
 @dataclass
@@ -1801,6 +1827,16 @@ ALERT_RULES = (_nan_alert, _dead_relu_alerts, _update_ratio_alerts, _depth_gradi
                _loss_spike_alert, _attention_alerts, _residual_alerts, _stale_rows_alerts)
 """The alert rules, in the order their alerts are listed; each takes what the report saw and returns its
 alerts (``health_alerts`` runs them)."""
+
+_RULE_BIT = {rule: 1 << k for k, rule in enumerate(ALERT_RULES)}
+_RULES_OF_MASK = {}          # a bit mask of _RULE_BIT -> its rules, in ALERT_RULES' order
+
+
+def _rules_of(mask):
+    rules = _RULES_OF_MASK.get(mask)
+    if rules is None:
+        rules = _RULES_OF_MASK[mask] = tuple(rule for rule in ALERT_RULES if mask & _RULE_BIT[rule])
+    return rules
 
 
 # What a user of watch_health reads; the request, scratch and statistics machinery is the package's own.

@@ -135,13 +135,12 @@ def assert_same(reports, blocks):
 def test_a_healthy_net_in_blocks_is_its_reports_with_windows_across_blocks(monkeypatch):
     from flowlab import health
     made = []
-    original = health._Monitor._make_report
+    original = health._BlockLayout._report
 
-    def counting(self, *args, **kwargs):
-        if self.block:
-            made.append(args[0])
-        return original(self, *args, **kwargs)
-    monkeypatch.setattr(health._Monitor, "_make_report", counting)
+    def counting(self, monitor, row, values, step, nonfinite):
+        made.append(step)
+        return original(self, monitor, row, values, step, nonfinite)
+    monkeypatch.setattr(health._BlockLayout, "_report", counting)
     reports, blocks = both_ways(dense_stack(), steps=60, flush_at=(0, 5, 6, 30))
     assert len(blocks) >= 5 and sum(len(b) for b in blocks) == 60
     # no alert: the screen flagged (almost) no call, so (almost) no report was made in blocks
@@ -196,6 +195,35 @@ def test_update_ratio_alerts_in_blocks(lr):
     reports, blocks = both_ways(dense_stack(), steps=24, optimizer=flow.optimizer.SGD(lr, momentum=0))
     assert any(a.kind in ("update_ratio", "nan") for r in reports for a in r.alerts)
     assert_same(reports, blocks)
+
+
+def test_a_rule_firing_every_call_runs_alone_and_hides_no_other(monkeypatch):
+    """A net whose update ratio alerts on every call (as a converged one's does) has each call's report made, but
+    only the rules the screen flags run on it: the update ratio's, and on the bad batch the loss spike's and the
+    gradients' too, which still fire on its own step."""
+    from flowlab import health
+    ran = []
+    original = health.health_alerts
+
+    def recording(history, report, *args, rules=None, **kwargs):
+        if rules is not None:                             # the block path's (one report a call runs them all)
+            ran.append((report.step, [rule.__name__ for rule in rules]))
+        return original(history, report, *args, rules=rules, **kwargs)
+    monkeypatch.setattr(health, "health_alerts", recording)
+    def batches():           # at step 29 a batch far out of scale, all labels wrong: the loss and gradients leap
+        for i, (x, y) in enumerate(mislabelled(40, (29,))):
+            yield (x * 1e3 if i == 29 else x), y
+    reports, blocks = both_ways(dense_stack(), batches=batches(), flush_at=(12,), window=8,
+                                optimizer=flow.optimizer.SGD(1e-9, momentum=0))
+    monkeypatch.undo()
+    assert all("update_ratio" in {a.kind for a in r.alerts} for r in reports)
+    assert {("loss_spike", None), ("exploding_gradient", None)} <= {(a.kind, a.layer) for a in reports[29].alerts}
+    assert_same(reports, blocks)
+    rules = dict(ran)
+    assert sorted(rules) == list(range(40))              # every call flagged, each once
+    assert {"_loss_spike_alert", "_total_gradient_alerts"} <= set(rules[29])
+    alone = [step for step, names in rules.items() if names == ["_update_ratio_alerts"]]
+    assert len(alone) >= 30, rules
 
 
 def test_deep_sigmoid_vanishing_gradients_in_blocks():
