@@ -12,6 +12,7 @@ import flowlab as flow
 import flowlab.typing as tp
 from flowlab.health import ACTIVATION_STATISTICS, HealthBlock, HealthReport
 from flowlab.ops.stats import SquaresStats, activation_rows, activation_vector, square_vector
+from flowlab.runtime import jit
 from flowlab.summary import health_log
 from flowlab.widgets import HealthPanel
 from test_health import BATCH, CLASSES, FEATURES, data
@@ -368,11 +369,15 @@ def test_activation_rows_is_activation_vector_of_each_row(shape, unit_axis, nonn
     rows[2] += 1e4                                            # a variance that E[x^2] - mean^2 would lose
     rows[3] *= 1e20 if dtype == np.float32 else 1e160         # squares that would overflow
     rows[4].reshape(-1)[::2] = 0                              # half zeros (a unit each way along the last axis)
-    got = activation_rows(rows, unit_axis, nonnegative)
-    want = np.array([activation_vector(np, r, unit_axis, nonnegative) for r in rows])
-    np.testing.assert_array_equal(got[:, 2:], want[:, 2:])        # zeros, max |x|, dead units, NaN, Inf: exact
-    np.testing.assert_allclose(got[:, :2], want[:, :2], rtol=1e-5)
-    assert got[0, 4] == 1.0 and got[1, 5] == 1
+    for compiled in (False, True):      # the vectorised NumPy pass, and the compiled one a row (float32)
+        with jit.using(compiled):
+            got = activation_rows(rows, unit_axis, nonnegative)
+            want = np.array([activation_vector(np, r, unit_axis, nonnegative) for r in rows])
+        np.testing.assert_array_equal(got[:, 2:], want[:, 2:])        # zeros, max |x|, dead units, NaN, Inf: exact
+        np.testing.assert_allclose(got[:, :2], want[:, :2], rtol=1e-5)
+        if compiled and jit.available() and dtype == np.float32:       # the pass activation_vector takes: to the bit
+            np.testing.assert_array_equal(got, want)
+        assert got[0, 4] == 1.0 and got[1, 5] == 1
 
 
 def test_squares_stats_is_square_vector_of_each_input_and_keeps_them():
