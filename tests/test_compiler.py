@@ -8,9 +8,16 @@ import pytest
 
 import flowlab as flow
 import flowlab.typing as tp
-from flowlab.compiler import fuse, plan_buffers, prune
+from flowlab.compiler import fold_update, fuse, plan_buffers, prune
 from flowlab.errors import DeviceError
 from flowlab.runtime import backend
+
+
+@pytest.fixture(autouse=True)
+def fold_any_kernel(monkeypatch):
+    """The fold's tests train kernels of a few elements: what they check is its rule (which updates may fold), not
+    its size threshold (``test_small_kernels_are_not_folded`` checks that)."""
+    monkeypatch.setattr(fold_update, "FOLD_MIN_ELEMENTS", 0)
 
 
 def _traced(fn, *shapes):
@@ -407,6 +414,24 @@ def test_a_product_reading_a_variable_that_an_earlier_update_changes_is_not_fold
     assert source.count("(SGDGemmUpdate)") == 1             # the first update's product still reads the old values
     for name in reference:
         np.testing.assert_allclose(folded[name], reference[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.numpy_backend
+def test_small_kernels_are_not_folded(monkeypatch):
+    """Below ``FOLD_MIN_ELEMENTS`` the fold's call costs more than it saves: a kernel one element short keeps its
+    product and update apart, one of exactly that size folds."""
+    from flowlab.runtime import blas
+    if not blas.available(np.float32):
+        pytest.skip("NumPy here is not linked against OpenBLAS")
+    monkeypatch.setattr(fold_update, "FOLD_MIN_ELEMENTS", 30)       # the dense layer's kernel: 6 x 5
+    x = np.random.default_rng(3).normal(size=(8, 6))
+    *_, folded = _train(_dense_loss, x, steps=1)
+    monkeypatch.setattr(fold_update, "FOLD_MIN_ELEMENTS", 31)
+    *_, kept = _train(_dense_loss, x, steps=1)
+    assert "(SGDGemmUpdate)" in folded
+    assert "(SGDGemmUpdate)" not in kept and "d-weight-SGDUpdate (SGDUpdate)" in kept
+    monkeypatch.undo()
+    assert fold_update.FOLD_MIN_ELEMENTS == 16_384
 
 
 def test_blas_updates_match_numpy_for_every_layout():
