@@ -1321,6 +1321,10 @@ class _BlockLayout:
         self.relu = [i for i, name in enumerate(self.layers) if roles[name].relu]
         self.graded = [i for i, (layer, _, _) in enumerate(per_layer)
                        if any(p.update is not None for p in layer.params)]
+        # the graded layers whose update-ratio rule relaxes nothing (no gate, batch norm, normalisation, vectors only)
+        self.unrelaxed = np.array([roles[self.layers[i]].gate is None and not roles[self.layers[i]].batch_norm and
+                                   not roles[self.layers[i]].normalised and not roles[self.layers[i]].vectors_only
+                                   for i in self.graded], bool)
         self.plain = [i for i in self.graded if not roles[self.layers[i]].normalised and
                       not roles[self.layers[i]].batch_norm]
         # a layer making attention scores leaves the comparison across depth while its heads are uniform
@@ -1423,6 +1427,30 @@ class _BlockLayout:
         masks[:first] = 0
         return masks
 
+    def _update_ratio_alerts(self, values, steps, masks):
+        """``{call: its alerts}`` of the flagged calls that only the update-ratio rule may alert on, where it alerts
+        only on layers it relaxes nothing for (``unrelaxed``), none of them at an update of exactly 0 despite a
+        gradient (a warm-up's first step: the rule reads the history then): decided over the block at once, with
+        the rule's message, and no report made. A converged net's ratio often leaves the range for good, so this is
+        the common case that would otherwise make a report and run the rule on every call."""
+        calls = np.flatnonzero(masks == _RULE_BIT[_update_ratio_alerts])
+        if not len(calls):
+            return {}
+        t, where = self.t, self.where
+        ratio = values[calls][:, self.graded, where["update_ratio"]]
+        grad = values[calls][:, self.graded, where["grad_norm"]]
+        with np.errstate(invalid="ignore"):
+            out = np.isfinite(ratio) & ((ratio < t["update_ratio_low"]) | (ratio > t["update_ratio_high"]))
+            warm_up = (ratio == 0) & (grad > 0)
+        ruled = (out & (~self.unrelaxed | warm_up)).any(axis=1)
+        names = [self.layers[i] for i in self.graded]
+        direct = {}
+        for k in np.flatnonzero(~ruled).tolist():
+            step, row_ratio, row_grad = int(steps[calls[k]]), ratio[k].tolist(), grad[k].tolist()
+            direct[int(calls[k])] = [HealthAlert("update_ratio", names[j], step, _update_ratio_message(
+                names[j], row_ratio[j], row_grad[j], t)) for j in np.flatnonzero(out[k]).tolist()]
+        return direct
+
     def _report(self, monitor, row, values, step, nonfinite):
         """The ``HealthReport`` (alerts aside) of the call of ``row`` (the ring's) whose table the block made in bulk
         (``values``: ``_table``'s numbers, in its order); ``nonfinite``: some count of it is not 0."""
@@ -1445,20 +1473,25 @@ class _BlockLayout:
         reports = list(context.reports) + [None] * (len(rows) - first)
         masks = self._screen(values, rows, first)
         nonfinite_bit = _RULE_BIT[_nan_alert]
+        direct = self._update_ratio_alerts(values, steps, masks)
 
         def report_at(i):
             if reports[i] is None:
                 reports[i] = self._report(monitor, rows[i], values[i], int(steps[i]), masks[i] & nonfinite_bit)
+                reports[i].alerts = direct.get(i, [])
             return reports[i]
 
         alerts, window, made = [], self.window, 0          # reports[:made] are all made
-        for i in np.flatnonzero(masks).tolist():
+        for i, mask in zip(*_nonzero(masks)):
+            if i in direct:
+                alerts += direct[i]
+                continue
             for j in range(max(made, i - window), i + 1):
                 report_at(j)
             made = i + 1
             report = reports[i]
             report.alerts = health_alerts(reports[max(0, i - window):i], report, self.t, roles=monitor.roles,
-                                          rules=_rules_of(int(masks[i])))
+                                          rules=_rules_of(mask))
             alerts += report.alerts
         keep = slice(max(0, len(rows) - window), None)
         monitor._context = _Context(rows[keep], steps[keep], tuple(reports[keep]))
@@ -1468,6 +1501,12 @@ class _BlockLayout:
             {block: rows[first:, start:end] for block, (start, end) in self.attention},
             {name: _residual_columns(rows[first:], out, stream, branch) for name, out, stream, branch in self.residual},
             functools.partial(_block_report, reports[first:], report_at, first))
+
+
+def _nonzero(masks):
+    """The indices of the non-zero masks and those masks, as lists of ints."""
+    where = np.flatnonzero(masks)
+    return where.tolist(), masks[where].tolist()
 
 
 def _block_report(reports, report_at, first, i):
@@ -1667,14 +1706,19 @@ def _update_ratio_alerts(seen):
         # rate is too high for it: high in each of the last MIN_HISTORY reports too.
         if not low and role.normalised and not _stays_high(seen, layer):
             continue
-        why = ("the weights are being overwritten. Usually a learning rate far too high." if not low else
-               "its gradient is exactly zero: nothing reaches it from the loss. Usually dead ReLUs in or after "
-               "this layer, or a path the loss does not depend on." if row.get("grad_norm") == 0 else
-               "the weights barely change. Usually a learning rate far too low, or vanishing gradients.")
-        out.append(seen.alert("update_ratio", layer, (
-            f"the update of layer {layer} is {ratio:.3g} of its weights' norm (healthy is around 1e-3; "
-            f"threshold {t['update_ratio_low' if low else 'update_ratio_high']:g}): {why}")))
+        out.append(seen.alert("update_ratio", layer, _update_ratio_message(layer, ratio, row.get("grad_norm"), t)))
     return out
+
+
+def _update_ratio_message(layer, ratio, grad_norm, t):
+    """The ``update_ratio`` alert's message: ``ratio`` is outside ``t``'s range."""
+    low = ratio < t["update_ratio_low"]
+    why = ("the weights are being overwritten. Usually a learning rate far too high." if not low else
+           "its gradient is exactly zero: nothing reaches it from the loss. Usually dead ReLUs in or after "
+           "this layer, or a path the loss does not depend on." if grad_norm == 0 else
+           "the weights barely change. Usually a learning rate far too low, or vanishing gradients.")
+    return (f"the update of layer {layer} is {ratio:.3g} of its weights' norm (healthy is around 1e-3; "
+            f"threshold {t['update_ratio_low' if low else 'update_ratio_high']:g}): {why}")
 
 
 def _recently_closed(seen, layer, role):
