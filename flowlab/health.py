@@ -98,8 +98,8 @@ from .ops import apply
 from .ops.array import Concat
 from .ops.normalization import batch_norm_parts
 from .ops.scatter import unique_rows
-from .ops.stats import (ActivationStats, AttentionStats, BatchNormStats, MeanStat, Results, RowCoverage, RowTouches,
-                        RowTracker, Scratch, SlicesHistogram, SlicesSquareStats, SquareStats, SquaresStats,
+from .ops.stats import (ActivationStats, AttentionStats, BatchNormStats, FlatViews, MeanStat, Results, RowCoverage,
+                        RowTouches, RowTracker, Scratch, SlicesHistogram, SlicesSquareStats, SquareStats, SquaresStats,
                         activation_rows, batch_norm_vector, histogram_vector, mean_vector, square_vector)
 from .runtime import dispatch, session
 from .watching import WatchRequest, _name
@@ -798,7 +798,7 @@ class _Monitor:
             (key, tensor, keep), rest = group[0], group[1:]
             if rest:
                 stat = self._observe(SquaresStats, tensor, f"squares-{key[0]}", extra=[t for _, t, _ in rest],
-                                     keeps=tuple(k for _, _, k in group))
+                                     keeps=tuple(k for _, _, k in group), memo=FlatViews())
             else:
                 what = "weight" if key[0] == "weight" else "gradient"
                 stat = self._observe(SquareStats, tensor, f"{what}-{key[1]}", scratch=Scratch(), keep=keep)

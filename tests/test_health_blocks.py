@@ -428,6 +428,26 @@ def test_squares_stats_is_square_vector_of_each_input_and_keeps_them():
     np.testing.assert_array_equal(keep.array, tensors[1])
 
 
+def test_squares_stats_memo_follows_its_inputs():
+    """A node's ``FlatViews`` memo keeps the views of the arrays it was last given: values changed in place are
+    read through them, and other arrays (a new plan's buffers, another dtype) are taken afresh."""
+    from flowlab.ops.stats import FlatViews
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal(7).astype(np.float32)
+    memo, keeps = FlatViews(), (None, None)
+
+    def squares(*tensors):
+        return SquaresStats.forward(np, *tensors, keeps=keeps, memo=memo)
+    np.testing.assert_array_equal(squares(a, b), np.concatenate([square_vector(np, a), square_vector(np, b)]))
+    a *= 3
+    b[2] = np.nan
+    np.testing.assert_array_equal(squares(a, b), np.concatenate([square_vector(np, a), square_vector(np, b)]))
+    c = rng.standard_normal((2, 3))                        # float64: not the compiled pass's
+    np.testing.assert_array_equal(squares(c, b), np.concatenate([square_vector(np, c), square_vector(np, b)]))
+    d = rng.standard_normal((4, 4)).astype(np.float32)
+    np.testing.assert_array_equal(squares(d, b), np.concatenate([square_vector(np, d), square_vector(np, b)]))
+
+
 def test_sync_delivers_every_call_recorded_and_a_handler_error_surfaces():
     class Failing(Blocks):
         def health_block(self, block):
