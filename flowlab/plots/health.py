@@ -345,17 +345,20 @@ class AlertGroups:
     def add(self, alerts):
         """Take ``alerts`` (``HealthAlert``s, or any ``(kind, layer, step, message)`` rows) into their groups;
         returns those that started a group (a kind on a layer not seen before)."""
-        first = []
-        for alert in alerts:
+        first, groups = [], self._groups
+        for alert in alerts:             # a converged net's update ratio: one a call, so kept lean
             kind, layer, step, message = alert
             step = int(step)
             key = (str(kind), str(layer or ""))
-            if key not in self._groups:
+            group = groups.get(key)
+            if group is None:
                 first.append(alert)
-            group = self._groups.setdefault(key, [step, step, 0, message])
+                groups[key] = [step, step, 1, message]
+                continue
             if step >= group[1]:
                 group[1], group[3] = step, message
-            group[0] = min(group[0], step)
+            elif step < group[0]:
+                group[0] = step
             group[2] += 1
         return first
 
