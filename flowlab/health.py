@@ -1445,10 +1445,11 @@ class _BlockLayout:
         ruled = (out & (~self.unrelaxed | warm_up)).any(axis=1)
         names = [self.layers[i] for i in self.graded]
         direct = {}
-        for k in np.flatnonzero(~ruled).tolist():
-            step, row_ratio, row_grad = int(steps[calls[k]]), ratio[k].tolist(), grad[k].tolist()
-            direct[int(calls[k])] = [HealthAlert("update_ratio", names[j], step, _update_ratio_message(
-                names[j], row_ratio[j], row_grad[j], t)) for j in np.flatnonzero(out[k]).tolist()]
+        for call, step, decided, row_out, row_ratio, row_grad in zip(
+                calls.tolist(), steps[calls].tolist(), (~ruled).tolist(), out.tolist(), ratio.tolist(), grad.tolist()):
+            if decided:
+                direct[call] = [HealthAlert("update_ratio", name, step, _update_ratio_message(name, r, g, t))
+                                for name, fires, r, g in zip(names, row_out, row_ratio, row_grad) if fires]
         return direct
 
     def _report(self, monitor, row, values, step, nonfinite):
