@@ -1321,10 +1321,7 @@ class _BlockLayout:
         self.relu = [i for i, name in enumerate(self.layers) if roles[name].relu]
         self.graded = [i for i, (layer, _, _) in enumerate(per_layer)
                        if any(p.update is not None for p in layer.params)]
-        # the graded layers whose update-ratio rule relaxes nothing (no gate, batch norm, normalisation, vectors only)
-        self.unrelaxed = np.array([roles[self.layers[i]].gate is None and not roles[self.layers[i]].batch_norm and
-                                   not roles[self.layers[i]].normalised and not roles[self.layers[i]].vectors_only
-                                   for i in self.graded], bool)
+        self.unrelaxed = np.array([_ratio_rule_relaxes_nothing(roles[self.layers[i]]) for i in self.graded], bool)
         self.plain = [i for i in self.graded if not roles[self.layers[i]].normalised and
                       not roles[self.layers[i]].batch_norm]
         # a layer making attention scores leaves the comparison across depth while its heads are uniform
@@ -1427,18 +1424,18 @@ class _BlockLayout:
         masks[:first] = 0
         return masks
 
-    def _update_ratio_alerts(self, values, steps, masks):
+    def _bulk_update_ratio_alerts(self, values, steps, masks):
         """``{call: its alerts}`` of the flagged calls that only the update-ratio rule may alert on, where it alerts
-        only on layers it relaxes nothing for (``unrelaxed``), none of them at an update of exactly 0 despite a
-        gradient (a warm-up's first step: the rule reads the history then): decided over the block at once, with
-        the rule's message, and no report made. A converged net's ratio often leaves the range for good, so this is
-        the common case that would otherwise make a report and run the rule on every call."""
+        only on layers it relaxes nothing for (``_ratio_rule_relaxes_nothing``), none of them at an update of
+        exactly 0 despite a gradient (a warm-up's first step: the rule reads the history then): decided over the
+        block at once, with the rule's message, and no report made. A converged net's ratio often leaves the range
+        for good, so this is the common case that would otherwise make a report and run the rule on every call."""
         calls = np.flatnonzero(masks == _RULE_BIT[_update_ratio_alerts])
         if not len(calls):
             return {}
         t, where = self.t, self.where
-        ratio = values[calls][:, self.graded, where["update_ratio"]]
-        grad = values[calls][:, self.graded, where["grad_norm"]]
+        graded = values[calls][:, self.graded]
+        ratio, grad = graded[:, :, where["update_ratio"]], graded[:, :, where["grad_norm"]]
         with np.errstate(invalid="ignore"):
             out = np.isfinite(ratio) & ((ratio < t["update_ratio_low"]) | (ratio > t["update_ratio_high"]))
             warm_up = (ratio == 0) & (grad > 0)
@@ -1474,7 +1471,7 @@ class _BlockLayout:
         reports = list(context.reports) + [None] * (len(rows) - first)
         masks = self._screen(values, rows, first)
         nonfinite_bit = _RULE_BIT[_nan_alert]
-        direct = self._update_ratio_alerts(values, steps, masks)
+        direct = self._bulk_update_ratio_alerts(values, steps, masks)
 
         def report_at(i):
             if reports[i] is None:
@@ -1670,6 +1667,13 @@ def _dead_relu_alerts(seen):
                 f"{dead:.0%} of the units of layer {layer} are zero for the whole batch (threshold "
                 f"{t['dead_fraction']:.0%}): dead ReLUs. Usually {cause}.")))
     return out
+
+
+def _ratio_rule_relaxes_nothing(role):
+    """Whether ``_update_ratio_alerts`` alerts on a layer of ``role`` whenever its ratio leaves the range (but for an
+    update of exactly 0 despite a gradient): no gate, not a batch norm, not normalised, not vectors only. The block
+    path decides such layers' alerts in bulk, so a new relaxation in the rule belongs here too."""
+    return role.gate is None and not role.batch_norm and not role.normalised and not role.vectors_only
 
 
 def _update_ratio_alerts(seen):

@@ -622,8 +622,8 @@ def activation_rows(rows, unit_axis=1, nonnegative=False):
     NaN/Inf, whose squares could overflow or whose variance would cancel go through ``activation_vector`` one by
     one, so every row gets its rules; the moments may differ from it in the last bits (another order of
     summation), the counts do not. With compiled kernels, C-contiguous float32 rows each take the compiled pass
-    ``activation_vector`` takes (``_activation_float32``: ~4x faster than the vectorised one on 1,000 elements a
-    row), and their numbers are its to the bit."""
+    ``activation_vector`` takes (``_activation_float32``: 0.8 us a row of 100 x 10, against 1.25 for the
+    vectorised pass), and their numbers are its to the bit."""
     n, shape = rows.shape[0], rows.shape[1:]
     out = np.empty((n, 7))
     size = math.prod(shape)
