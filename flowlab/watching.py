@@ -38,7 +38,8 @@ import numpy as np
 from . import graph as g
 from .blob import NO_ANNOTATION, BlobDef, converter, to_blob, to_numpy
 from .errors import TraceError
-from .ops.stats import stats_row_writer, stats_rows, stats_vector
+from .ops.stats import (COPIED, PUT_FULL, PUT_NONFINITE, PUT_RETRY, PUT_WAKE, TAKES, WAKE, WRITTEN, close_stats_block,
+                        put_stats_row, stats_block, stats_block_rows, stats_row_writer, stats_rows, stats_vector)
 from .runtime import jit
 
 
@@ -89,8 +90,10 @@ class StatsFeed:
     ``stats_rows`` call, so four reductions serve many calls (``batches`` says which tensors the plan sends this
     way); the block's vectors wait as one entry, and ``len`` and ``limit`` count their rows. With compiled kernels
     (``runtime.jit``) a float32 tensor of any size is summarised at once instead, in one pass written straight into
-    a block of vectors (``put_summary``, ``ops.stats.compiled_stats``): no statistics op in the plan, no copy to keep
-    but a small tensor's last one (for ``latest``), and no array or entry a call.
+    a block of statistics rows by a kernel that holds the interpreter lock (``put_summary``,
+    ``ops.stats.stats_block``): no statistics op in the plan, no lock taken, no copy to keep but a small tensor's
+    last one (for ``latest``), and no array or entry a call. A take closes the block it hands over (a put on its
+    way to it writes to the next one instead).
 
     A single number a step (``TrainingProgress``'s loss) goes in with ``put_value(step, value)``: one list extend by
     the pair, lock-free, and the pairs waiting become vectors in one vectorised pass when something else is put or
@@ -106,20 +109,31 @@ class StatsFeed:
     def __init__(self, on_put, on_full, limit=4096):
         self._items = collections.deque()    # (step, vector) of a put, or (steps list, (n, 6) array) of a block
         self._chunk_rows = 0          # rows waiting in block entries beyond one an entry (under the block lock)
-        self._on_put, self._on_full, self.limit = on_put, on_full, limit
+        self._on_put, self._on_full, self._limit = on_put, on_full, limit
         self._taken = True
         self._given = None           # the last step a take gave
-        self._block = None           # put_tensor's rows (tensors, or vectors when ``_summarised``)
-        self._summarised = False
+        self._block = None           # put_tensor's copies (without compiled kernels)
         self._rows = 0               # the block's filled rows, and their steps
         self._steps = np.empty(self.MAX_ROWS, np.int64)
-        self._write_row = None       # (compiled kernels) ``ops.stats.stats_row_writer`` for the copy's size
         self._pairs = []             # put_value's (step, value, step, value, ...), newer than every other row
         self._latest = None          # (step, flat copy, shape) of the last put_tensor of a small tensor
-        self._copy, self._copy_of = None, None   # (compiled kernels) that copy (empty for a large tensor), its size
-        self._summary_of = None      # the size put_summary's block and copy are ready for (None: not ready)
-        self._copy_of_small = False  # whether that copy is kept (a small tensor)
+        # (compiled kernels) put_summary's block of statistics rows (``ops.stats.stats_block``), its writer, and the
+        # copy of a small tensor kept for ``latest`` (empty for a large one), with its shape
+        self._stats = None
+        self._write = self._copy = self._copy_shape = None
+        self._summary_of = None      # the size the writer and the copy are for; None while put_tensor's copies wait
         self._block_lock = threading.Lock()
+
+    @property
+    def limit(self):
+        return self._limit
+
+    @limit.setter
+    def limit(self, limit):
+        self._limit = limit
+        stats = self._stats
+        if stats is not None:               # the rows put_summary's block takes (puts read it there)
+            stats[TAKES] = min(self.MAX_ROWS, limit)
 
     @classmethod
     def batches(cls, tensor):
@@ -134,8 +148,13 @@ class StatsFeed:
     def _copied(cls, size, itemsize):
         return 0 < size * itemsize * cls.MIN_ROWS <= cls.BLOCK_BYTES
 
+    def _stats_rows(self):
+        """Rows written in put_summary's block (none without one)."""
+        stats = self._stats
+        return 0 if stats is None else int(stats[WRITTEN])
+
     def put(self, step, vector):
-        if self._rows or self._pairs:    # rows put_tensor or put_value kept go first: the feed stays in order
+        if self._rows or self._pairs or self._stats_rows():     # rows kept go first: the feed stays in order
             with self._block_lock:
                 self._summarise_block()
         items = self._items
@@ -165,14 +184,14 @@ class StatsFeed:
             self.put(step, stats_vector(np, x))
             return
         with self._block_lock:
-            if self._pairs:
-                self._summarise_pairs()
+            self._summary_of = None              # put_summary's next call hands these copies over first
+            if self._pairs or self._stats_rows():
+                self._summarise_block()
             block = self._block
-            if block is None or self._summarised or block.shape[1] != x.size or block.dtype != x.dtype:
+            if block is None or block.shape[1] != x.size or block.dtype != x.dtype:
                 self._summarise_block()          # a new shape (the job compiled for other arguments)
                 rows = min(self.MAX_ROWS, max(self.MIN_ROWS, self.BLOCK_BYTES // (x.size * x.dtype.itemsize)))
                 block = self._block = np.empty((rows, x.size), x.dtype)
-                self._summarised = False
             at = self._rows
             row = block[at]
             row[...] = x.reshape(-1)
@@ -185,61 +204,79 @@ class StatsFeed:
         self._wake(waiting)
 
     def put_summary(self, step, x):
-        """``put_tensor`` of a float32 ``x`` with compiled kernels: ``x``'s statistics written into the next row of a
-        block of vectors, its step into the block's steps and a small ``x`` copied for ``latest``, all in one
-        compiled call (``ops.stats.stats_row_writer``). A watched step's hot path (``put_for``): ~0.7 µs beside
-        the compiled call at the README MLP's sizes (~0.9 before the lock was taken without ``with`` and the
-        readiness checks became one comparison)."""
+        """``put_tensor`` of a float32 ``x`` with compiled kernels: ``x``'s statistics written as the next row of a
+        block (``ops.stats.stats_block``), with its step, and a small ``x`` copied for ``latest``, in one compiled
+        call that holds the interpreter lock (``ops.stats.stats_row_writer``): no lock and no bookkeeping in Python
+        while nothing else is due. A watched step's hot path (``put_for``): in the README MLP's loop its two puts
+        cost 4.9 µs a step, against 7.2 with a lock and the bookkeeping around a lock-free kernel."""
+        if self._summary_of == x.size and not self._pairs and jit.enabled():
+            result = self._write(x.ravel(), self._stats, step, self._copy)
+            if not result:
+                return
+        else:
+            result = None
+        self._put_summary_slowly(step, x, result)
+
+    def _put_summary_slowly(self, step, x, result):
+        """What ``put_summary``'s one call left: getting ready (the first put, a new size, older rows or values to
+        hand over first, inside ``jit.using(False)``), a NaN/Inf or empty tensor (the NumPy path's masked form), a
+        block full or closed by a take, or the consumer to wake."""
         if not jit.enabled():                   # inside ``jit.using(False)``
             self.put_tensor(step, x)
             return
-        lock = self._block_lock
-        lock.acquire()              # not ``with``: this runs every watched step, and ``with`` costs ~0.1 us more
-        try:
-            if self._summary_of != x.size or self._pairs:
-                self._summary_block(x.size)
-            at = self._rows
-            if not self._write_row(x.ravel(), self._block, self._steps, at, step, self._copy):
-                # NaN/Inf (the step and the copy are written): the NumPy path's masked form counts them
-                self._block[6 * at:6 * at + 6] = stats_vector(np, x)
-            self._rows = at = at + 1
-            if self._copy_of_small:
-                self._latest = (step, self._copy, x.shape)
-            if at == self.MAX_ROWS:
-                self._summarise_block()
-            waiting = len(self._items) + self._chunk_rows
-        finally:
-            lock.release()
-        if self._taken:             # _wake, inline
+        with self._block_lock:
+            while result is None or result & (PUT_NONFINITE | PUT_RETRY):
+                if result is None or result & PUT_RETRY:
+                    if self._rows or self._pairs:
+                        self._summarise_block()         # put_tensor's copies and put_value's values are older
+                    if self._stats is None:
+                        self._stats = stats_block(self.MAX_ROWS, self._limit)
+                        self._stats[WAKE] = float(self._taken)    # no take yet: the first row wakes the consumer
+                    elif self._stats[WRITTEN] >= self._stats[TAKES]:
+                        self._hand_over_stats()         # full (a put from another thread, or a lower limit)
+                    kept = x.size if self._copied(x.size, 4) else 0
+                    if self._copy is None or self._copy.size != kept:
+                        self._copy = np.empty(kept, np.float32)
+                    if self._summary_of != x.size:
+                        self._write = stats_row_writer(x.size)
+                        self._summary_of = x.size
+                    self._copy_shape = x.shape
+                    result = self._write(x.ravel(), self._stats, step, self._copy)
+                else:                                   # NaN/Inf, or empty: the NumPy path's masked form
+                    result = put_stats_row.ready()(self._stats, step, stats_vector(np, x))
+            if result & PUT_FULL:
+                self._hand_over_stats()
+            full = len(self._items) + self._chunk_rows >= self._limit
+        if result & PUT_WAKE:
             self._taken = False
             self._on_put()
-        elif waiting >= self.limit:
+        elif full:
             self._on_full()
 
-    def _summary_block(self, size):
-        """Ready ``put_summary``'s block for a tensor of ``size``: put_value's pairs waiting turned into vectors
-        first (they are older), a new block of vectors when there is none (or put_tensor's copies fill it), and the
-        copy for ``latest`` and the row writer sized for the tensor (a job compiled for other arguments changes
-        them). Under the block lock."""
-        if self._pairs:
-            self._summarise_pairs()
-        if not self._summarised:
-            self._summarise_block()
-            self._block = np.empty(self.MAX_ROWS * 6)
-            self._summarised = True
-        if self._copy_of != size:
-            self._copy = np.empty(size if self._copied(size, 4) else 0, np.float32)
-            self._copy_of_small = self._copy.size > 0
-            self._write_row = stats_row_writer(size)
-            self._copy_of = size
-        self._summary_of = size
+    def _hand_over_stats(self, wake=False):
+        """put_summary's block, when it holds rows, becomes an entry of ``_items``, and a fresh block takes its place
+        (``wake``: the first put into it wakes the consumer). Closing the old block (one atomic kernel) tells a put
+        on its way to it to retry; the rows it counts are all it will ever hold. Under the block lock."""
+        stats = self._stats
+        if stats is None:
+            return
+        if not stats[WRITTEN]:
+            if wake:
+                stats[WAKE] = 1.0
+            return
+        fresh = stats_block(self.MAX_ROWS, self._limit)
+        n = close_stats_block.ready()(stats, fresh, wake)
+        self._stats = fresh
+        steps, rows = stats_block_rows(stats, n)
+        self._chunk_rows += n - 1
+        self._items.append((steps, rows))
 
     def put_value(self, step, value):
         """One number (a float) for step ``step``: its stats_vector is ``[v, v, v, 0, 0, 0]``, or for a NaN (Inf)
         ``[nan, nan, nan, nan, 1, 0]`` (``[..., 0, 1]``), built with those of the steps around it later. Any thread;
         the cheapest put: no lock (a list's ``extend`` is atomic, and only takes, under the block lock, remove the
         pairs from the front)."""
-        if self._rows:                  # put_tensor's rows go first
+        if self._rows or self._stats is not None and self._stats[WRITTEN]:     # rows kept go first
             with self._block_lock:
                 self._summarise_block()
         pairs = self._pairs
@@ -277,28 +314,35 @@ class StatsFeed:
         return rows
 
     def latest(self):
-        """``(step, copy)`` of the last small tensor ``put_tensor`` kept (its row stays in the block, or its copy
-        kept, until the next put writes over it), or None: a view shows the last step's histogram from it at the
-        end of a run, when the plan's on-demand histogram is older (any thread)."""
+        """``(step, copy)`` of the last small tensor ``put_tensor`` or ``put_summary`` kept (its row stays in the
+        block, or its copy kept, until the next put writes over it), or None: a view shows the last step's histogram
+        from it at the end of a run, when the plan's on-demand histogram is older (any thread)."""
         with self._block_lock:
-            if self._latest is None:
+            if self._summary_of is None:
+                if self._latest is None:
+                    return None
+                step, row, shape = self._latest
+                return step, row.reshape(shape).copy()
+            if not self._copy.size:
                 return None
-            step, row, shape = self._latest
-            return step, row.reshape(shape).copy()
+            while True:             # put_summary writes the copy without the lock: read until no put came between
+                step = self._stats[COPIED]
+                if step < 0:
+                    return None
+                value = self._copy.reshape(self._copy_shape).copy()
+                if self._stats[COPIED] == step:
+                    return int(step), value
 
-    def _summarise_block(self):
-        """The filled rows of the block, then put_value's pairs (newer), become vectors (under the block lock)."""
+    def _summarise_block(self, wake=False):
+        """The filled rows of put_tensor's block or put_summary's, then put_value's pairs (newer), become entries of
+        vectors (under the block lock); ``wake``: a take's, after which the next put wakes the consumer."""
         n = self._rows
         if n:
             # one entry for the block: a take joins arrays, where a tuple a row cost it ~20 µs per 1,000 rows
             self._chunk_rows += n - 1
-            steps = self._steps[:n].copy()
-            if self._summarised:             # already vectors: handed over, and the next put starts a new block
-                self._items.append((steps, self._block[:6 * n].reshape(-1, 6)))
-                self._block, self._summarised, self._summary_of = None, False, None
-            else:
-                self._items.append((steps, stats_rows(self._block[:n])))
+            self._items.append((self._steps[:n].copy(), stats_rows(self._block[:n])))
             self._rows = 0
+        self._hand_over_stats(wake)
         if self._pairs:
             self._summarise_pairs()
 
@@ -306,9 +350,9 @@ class StatsFeed:
         """See the class docstring; ``arrays``: the steps as an int64 array, not a list (a view that hands them to
         NumPy saves converting them back)."""
         self._taken = True          # before counting: a put that lands after the count sees it and wakes us again
-        if self._block is not None or self._pairs:
+        if self._block is not None or self._pairs or self._stats is not None:
             with self._block_lock:
-                self._summarise_block()
+                self._summarise_block(wake=True)
         items, taken = self._items, []
         for _ in range(len(items)):          # popleft is atomic: puts may go on meanwhile
             taken.append(items.popleft())
@@ -365,7 +409,7 @@ class StatsFeed:
         return np.array([v() if callable(v) else v for v in vectors], dtype=np.float64).reshape(-1, 6)
 
     def __len__(self):
-        return len(self._items) + self._chunk_rows + self._rows + len(self._pairs) // 2
+        return len(self._items) + self._chunk_rows + self._rows + self._stats_rows() + len(self._pairs) // 2
 
 
 @dataclass

@@ -78,22 +78,46 @@ def test_compiled_stats_in_pieces_over_host_threads(size, split_small):
 
 @pytest.mark.parametrize("size, in_pieces", [(1, False), (1000, False), (12_800, False), (12_800, True),
                                              ((1 << 17) + 3, True)])
-def test_a_row_writer_writes_one_row_of_statistics_its_step_and_the_copy(size, in_pieces, request):
+def test_a_row_writer_writes_the_next_row_of_a_block_its_step_and_the_copy(size, in_pieces, request):
     if in_pieces:                                   # the writer for a tensor the pass splits over host threads
         request.getfixturevalue("split_small")
     rng = np.random.default_rng(size)
     x = (rng.standard_normal(size) * 2 + 1).astype(np.float32)
     write = compiled(stats.stats_row_writer, size)
-    rows, steps, copy = np.full(6 * 4, -7.0), np.full(4, -1, np.int64), np.zeros(size, np.float32)
-    assert write(x, rows, steps, 2, 41, copy)
-    assert_same_stats(rows[12:18], reference_stats(x), rtol=1e-9)
-    assert steps.tolist() == [-1, -1, 41, -1]
-    assert (rows[:12] == -7).all() and (rows[18:] == -7).all()        # the other rows untouched
+    block, copy = stats.stats_block(3), np.zeros(size, np.float32)
+    steps_at, rows_at = stats.BLOCK_HEADER, stats.BLOCK_HEADER + 3
+    block[steps_at:] = -7.0
+    assert write(x, block, 41, copy) == 0
+    assert block[stats.WRITTEN] == 1 and block[stats.COPIED] == 41 and block[steps_at] == 41
+    assert_same_stats(block[rows_at:rows_at + 6], reference_stats(x), rtol=1e-9)
+    assert (block[steps_at + 1:rows_at] == -7).all() and (block[rows_at + 6:] == -7).all()    # the rest untouched
     np.testing.assert_array_equal(copy, x)
-    x[size // 2] = np.nan                           # NaN: nothing written to the row (the feed's NumPy path counts)
-    assert not write(x, rows, steps, 1, 42, copy)
-    assert (rows[6:12] == -7).all() and steps[1] == 42
-    np.testing.assert_array_equal(copy, x)          # the step and the copy are written all the same
+    x[size // 2] = np.nan                           # NaN: no row written (the feed's NumPy path counts)
+    assert write(x, block, 42, copy) == stats.PUT_NONFINITE
+    assert block[stats.WRITTEN] == 1 and (block[rows_at + 6:] == -7).all()
+    assert block[stats.COPIED] == 42                # the copy and its step are written all the same
+    np.testing.assert_array_equal(copy, x)
+    x[size // 2] = 0.5
+    block[stats.WAKE] = 1.0                         # a take came: the next put says so, once
+    assert write(x, block, 43, copy) == stats.PUT_WAKE
+    assert write(x, block, 44, copy) == stats.PUT_FULL                 # the last row
+    assert block[stats.WRITTEN] == 3 and block[steps_at:rows_at].tolist() == [41, 43, 44]
+    assert write(x, block, 45, copy) == stats.PUT_RETRY                # full: nothing written
+    steps, rows = stats.stats_block_rows(block, 3)
+    assert steps.dtype == np.int64 and steps.tolist() == [41, 43, 44]
+    assert_same_stats(rows[2], reference_stats(x), rtol=1e-9)
+
+
+def test_a_closed_block_takes_no_row_and_passes_its_copy_step_and_wake_flag_on():
+    x = np.arange(10, dtype=np.float32)
+    block, fresh, copy = stats.stats_block(4), stats.stats_block(4), np.zeros(10, np.float32)
+    write = compiled(stats.stats_row_writer, 10)
+    assert write(x, block, 5, copy) == 0 and write(x, block, 6, copy) == 0
+    assert stats.close_stats_block(block, fresh, True) == 2
+    assert write(x, block, 7, copy) == stats.PUT_RETRY and block[stats.WRITTEN] == 2     # a put on its way
+    assert fresh[stats.COPIED] == 6 and fresh[stats.WAKE] == 1 and fresh[stats.WRITTEN] == 0
+    assert write(x, fresh, 7, copy) == stats.PUT_WAKE
+    assert write(np.arange(11, dtype=np.float32), fresh, 8, copy) == stats.PUT_RETRY    # a copy of another size
 
 
 @pytest.mark.parametrize("view", ["columns", "transposed", "reversed"])
@@ -398,7 +422,7 @@ def test_put_summary_inside_jit_using_false_takes_the_numpy_path():
     feed.put_summary(0, xs[0])
     with jit.using(False):
         feed.put_summary(1, xs[1])
-        assert not feed._summarised and feed._block.shape[1] == 50     # a block of copies
+        assert feed._rows == 1 and feed._block.shape[1] == 50     # a block of copies
     feed.put_summary(2, xs[2])
     steps, vectors = feed.take()
     assert steps == [0, 1, 2]

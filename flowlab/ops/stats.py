@@ -285,29 +285,98 @@ def compiled_stats(x, out, at=0, copy=_NO_COPY):
     return True
 
 
-@jit.kernel(reduce=True)
-def _summary_row_float32(x, rows, steps, row, step, copy):
-    """``_summary_float32`` of flat ``x`` into row ``row`` of ``rows`` (6 float64 a row), ``step`` into
-    ``steps[row]``: ``stats_row_writer``'s one call a step. Returns whether the row was written (all finite)."""
-    steps[row] = step
-    squares = _summary_float32(x, rows, 6 * row, copy)[3]
-    return squares - squares == 0
+# ``StatsFeed``'s blocks of statistics rows (``stats_block``): one float64 array a block, so that a put reads it in
+# a single attribute load, and a kernel holding the interpreter lock (``atomic``) updates it as one step for every
+# other Python thread: no lock a put, and a block closed while a put was on its way is never written after its rows
+# were counted. Layout: a header (rows written, closed, wake the consumer at the next put, the step of the last
+# copy kept, the rows it takes: its owner's limit), the rows' steps, then the rows (6 a row).
+BLOCK_HEADER = 5
+WRITTEN, CLOSED, WAKE, COPIED, TAKES = range(BLOCK_HEADER)
+# a put's result: 0 (written), else bits: PUT_WAKE (written; the first since the consumer took: wake it), PUT_FULL
+# (written; the block is full now), PUT_NONFINITE (not written: NaN/Inf or empty; the copy was taken), PUT_RETRY
+# (not written: the block was closed or full, or the copy is of another size)
+PUT_WAKE, PUT_FULL, PUT_NONFINITE, PUT_RETRY = 1, 2, 4, 8
+
+
+def stats_block(rows, takes=None):
+    """A new, empty block of ``rows`` statistics rows (see above) that takes ``takes`` of them (all: None)."""
+    block = np.empty(BLOCK_HEADER + 7 * rows)
+    block[:BLOCK_HEADER] = (0.0, 0.0, 0.0, -1.0, rows if takes is None else min(rows, takes))
+    return block
+
+
+def stats_block_rows(block, n):
+    """``(steps, rows)`` of a closed block's first ``n`` rows: an int64 array and an ``(n, 6)`` view."""
+    capacity = (block.size - BLOCK_HEADER) // 7
+    rows = block[BLOCK_HEADER + capacity:BLOCK_HEADER + capacity + 6 * n].reshape(-1, 6)
+    return block[BLOCK_HEADER:BLOCK_HEADER + n].astype(np.int64), rows
+
+
+@jit.kernel(reduce=True, atomic=True)
+def _put_summary_float32(x, block, step, copy):
+    """``_summary_float32`` of flat ``x`` as the next row of ``block``, ``step`` as its step; ``x`` into ``copy``
+    (empty, or ``x``'s size) and ``step`` as the copy's. Returns a put's result (above)."""
+    capacity = (block.size - BLOCK_HEADER) // 7
+    at = np.int64(block[WRITTEN])
+    if block[CLOSED] != 0.0 or at >= block[TAKES] or (copy.size != 0 and copy.size != x.size):
+        return PUT_RETRY
+    squares = _summary_float32(x, block, BLOCK_HEADER + capacity + 6 * at, copy)[3]
+    if copy.size != 0:
+        block[COPIED] = step
+    if squares - squares != 0:
+        return PUT_NONFINITE
+    return _commit_row(block, at, step)
+
+
+@jit.kernel(atomic=True)
+def put_stats_row(block, step, vector):
+    """``vector`` (6 float64) as the next row of ``block``, ``step`` as its step. Returns a put's result."""
+    capacity = (block.size - BLOCK_HEADER) // 7
+    at = np.int64(block[WRITTEN])
+    if block[CLOSED] != 0.0 or at >= block[TAKES]:
+        return PUT_RETRY
+    block[BLOCK_HEADER + capacity + 6 * at:BLOCK_HEADER + capacity + 6 * at + 6] = vector
+    return _commit_row(block, at, step)
+
+
+@jit.kernel(inline=True)
+def _commit_row(block, at, step):
+    block[BLOCK_HEADER + at] = step
+    block[WRITTEN] = at + 1
+    result = 0
+    if block[WAKE] != 0.0:
+        block[WAKE] = 0.0
+        result = PUT_WAKE
+    if at + 1 >= block[TAKES]:
+        result |= PUT_FULL
+    return result
+
+
+@jit.kernel(atomic=True)
+def close_stats_block(block, fresh, wake):
+    """Close ``block`` (puts holding it get ``PUT_RETRY``) and return how many rows it holds; ``fresh``, its
+    successor, takes its last copy's step, and its wake flag (set, with ``wake``)."""
+    block[CLOSED] = 1.0
+    fresh[COPIED] = block[COPIED]
+    fresh[WAKE] = 1.0 if wake else block[WAKE]
+    return np.int64(block[WRITTEN])
 
 
 def stats_row_writer(size):
-    """The function that writes a float32 tensor of ``size`` elements into a block of statistics rows, chosen once
-    for a block (``StatsFeed.put_summary``, a watched step's hot path): ``write(flat, rows, steps, row, step, copy)``
-    puts ``compiled_stats`` of the flat host array ``flat`` into ``rows[6 * row:6 * row + 6]`` and returns whether
-    they were written (False: NaN/Inf, or empty); ``step`` goes into ``steps[row]`` and ``flat`` into ``copy``
-    either way. Below the split
-    size this is the kernel's dispatcher itself, one call a step: the Python around ``compiled_stats`` cost ~0.3
-    us a put."""
+    """The function that puts the statistics of a flat float32 host array of ``size`` elements into a block
+    (``StatsFeed.put_summary``, a watched step's hot path): ``write(flat, block, step, copy)``, returning a put's
+    result. Below the split size it is the kernel's dispatcher itself, one call a step; above, ``compiled_stats``'
+    pieces on host threads, then ``put_stats_row``; an empty tensor is ``PUT_NONFINITE`` (the NumPy path describes
+    it)."""
     if size and not _split(size):
-        return _summary_row_float32.ready()
+        return _put_summary_float32.ready()
 
-    def write(flat, rows, steps, row, step, copy):
-        steps[row] = step
-        return compiled_stats(flat, rows, 6 * row, copy)
+    def write(flat, block, step, copy):
+        vector = np.empty(6)
+        finite = compiled_stats(flat, vector, 0, copy)
+        if copy.size:
+            block[COPIED] = step
+        return put_stats_row.ready()(block, step, vector) if finite else PUT_NONFINITE
     return write
 
 

@@ -100,10 +100,11 @@ class using:
 class Kernel:
     """A Python loop compiled by numba on its first call (``kernel``). Calling it before numba is there raises."""
 
-    def __init__(self, function, reduce: bool = False, inline: bool = False):
+    def __init__(self, function, reduce: bool = False, inline: bool = False, atomic: bool = False):
         self.function = function
         self.reduce = reduce
         self.inline = inline
+        self.atomic = atomic
         self.compiled = None
         self.__name__ = function.__name__
         self.__doc__ = function.__doc__
@@ -114,7 +115,7 @@ class Kernel:
             if self.compiled is None:
                 import numba
                 flags = set(_FAST) | ({"reassoc"} if self.reduce else set())
-                options = dict(nogil=True, error_model="numpy", fastmath=flags)
+                options = dict(nogil=not self.atomic, error_model="numpy", fastmath=flags)
                 if self.inline:
                     options["inline"] = "always"
                 function = self._with_kernels_compiled()
@@ -149,14 +150,16 @@ class Kernel:
         return f"<jit.kernel {self.function.__module__}.{self.__name__}>"
 
 
-def kernel(function=None, *, reduce: bool = False, inline: bool = False):
+def kernel(function=None, *, reduce: bool = False, inline: bool = False, atomic: bool = False):
     """Decorator: ``function`` (a loop over NumPy arrays and scalars) compiled by numba on its first call.
+    Kernels release the interpreter lock while they run, unless ``atomic``: then no other Python thread runs
+    meanwhile, so a kernel can update shared arrays as one step (``ops.stats``' blocks of statistics rows).
     ``inline``: a loop other kernels call, inlined into them by numba (LLVM alone does not inline it across numba's
     modules: a call per row cost the softmax 40 %). Inlined, it takes its caller's fast-math flags: a caller of a
     ``reduce`` loop is ``reduce`` too."""
     if function is None:
-        return lambda f: Kernel(f, reduce=reduce, inline=inline)
-    return Kernel(function, reduce=reduce, inline=inline)
+        return lambda f: Kernel(f, reduce=reduce, inline=inline, atomic=atomic)
+    return Kernel(function, reduce=reduce, inline=inline, atomic=atomic)
 
 
 _HELPERS = ("exp32", "float32_from_bits")
