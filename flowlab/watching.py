@@ -165,7 +165,7 @@ class StatsFeed:
         if self._taken:             # the first put since a take: wake the consumer
             self._taken = False
             self._on_put()
-        elif waiting >= self.limit:
+        elif waiting >= self._limit:
             self._on_full()
 
     def put_for(self, tensor):
@@ -284,7 +284,7 @@ class StatsFeed:
         if self._taken:
             self._taken = False
             self._on_put()
-        elif len(pairs) // 2 + len(self._items) + self._chunk_rows >= self.limit:
+        elif len(pairs) // 2 + len(self._items) + self._chunk_rows >= self._limit:
             self._on_full()
 
     def _summarise_pairs(self):
