@@ -227,20 +227,7 @@ class StatsFeed:
         with self._block_lock:
             while result is None or result & (PUT_NONFINITE | PUT_RETRY):
                 if result is None or result & PUT_RETRY:
-                    if self._rows or self._pairs:
-                        self._summarise_block()         # put_tensor's copies and put_value's values are older
-                    if self._stats is None:
-                        self._stats = stats_block(self.MAX_ROWS, self._limit)
-                        self._stats[WAKE] = float(self._taken)    # no take yet: the first row wakes the consumer
-                    elif self._stats[WRITTEN] >= self._stats[TAKES]:
-                        self._hand_over_stats()         # full (a put from another thread, or a lower limit)
-                    kept = x.size if self._copied(x.size, 4) else 0
-                    if self._copy is None or self._copy.size != kept:
-                        self._copy = np.empty(kept, np.float32)
-                    if self._summary_of != x.size:
-                        self._write = stats_row_writer(x.size)
-                        self._summary_of = x.size
-                    self._copy_shape = x.shape
+                    self._ready_for_summary(x)
                     result = self._write(x.ravel(), self._stats, step, self._copy)
                 else:                                   # NaN/Inf, or empty: the NumPy path's masked form
                     result = put_stats_row.ready()(self._stats, step, stats_vector(np, x))
@@ -252,6 +239,25 @@ class StatsFeed:
             self._on_put()
         elif full:
             self._on_full()
+
+    def _ready_for_summary(self, x):
+        """Ready put_summary's block, writer and copy for ``x`` (under the block lock): older rows and values handed
+        over first, a block that has room, and the writer and copy sized for ``x`` (a job compiled for other
+        arguments changes them)."""
+        if self._rows or self._pairs:
+            self._summarise_block()             # put_tensor's copies and put_value's values are older
+        if self._stats is None:
+            self._stats = stats_block(self.MAX_ROWS, self._limit)
+            self._stats[WAKE] = float(self._taken)      # no take yet: the first row wakes the consumer
+        elif self._stats[WRITTEN] >= self._stats[TAKES]:
+            self._hand_over_stats()             # full (a put from another thread, or a lower limit)
+        kept = x.size if self._copied(x.size, 4) else 0
+        if self._copy is None or self._copy.size != kept:
+            self._copy = np.empty(kept, np.float32)
+        if self._summary_of != x.size:
+            self._write = stats_row_writer(x.size)
+            self._summary_of = x.size
+        self._copy_shape = x.shape
 
     def _hand_over_stats(self, wake=False):
         """put_summary's block, when it holds rows, becomes an entry of ``_items``, and a fresh block takes its place

@@ -307,20 +307,24 @@ def stats_block(rows, takes=None):
 
 def stats_block_rows(block, n):
     """``(steps, rows)`` of a closed block's first ``n`` rows: an int64 array and an ``(n, 6)`` view."""
-    capacity = (block.size - BLOCK_HEADER) // 7
-    rows = block[BLOCK_HEADER + capacity:BLOCK_HEADER + capacity + 6 * n].reshape(-1, 6)
-    return block[BLOCK_HEADER:BLOCK_HEADER + n].astype(np.int64), rows
+    start = _row_offset(block, 0)
+    return block[BLOCK_HEADER:BLOCK_HEADER + n].astype(np.int64), block[start:start + 6 * n].reshape(-1, 6)
+
+
+@jit.kernel(inline=True)
+def _row_offset(block, at):
+    """Where row ``at`` of ``block`` starts: after the header and the block's steps (one a row it can hold)."""
+    return BLOCK_HEADER + (block.size - BLOCK_HEADER) // 7 + 6 * at
 
 
 @jit.kernel(reduce=True, atomic=True)
 def _put_summary_float32(x, block, step, copy):
     """``_summary_float32`` of flat ``x`` as the next row of ``block``, ``step`` as its step; ``x`` into ``copy``
     (empty, or ``x``'s size) and ``step`` as the copy's. Returns a put's result (above)."""
-    capacity = (block.size - BLOCK_HEADER) // 7
     at = np.int64(block[WRITTEN])
     if block[CLOSED] != 0.0 or at >= block[TAKES] or (copy.size != 0 and copy.size != x.size):
         return PUT_RETRY
-    squares = _summary_float32(x, block, BLOCK_HEADER + capacity + 6 * at, copy)[3]
+    squares = _summary_float32(x, block, _row_offset(block, at), copy)[3]
     if copy.size != 0:
         block[COPIED] = step
     if squares - squares != 0:
@@ -331,16 +335,17 @@ def _put_summary_float32(x, block, step, copy):
 @jit.kernel(atomic=True)
 def put_stats_row(block, step, vector):
     """``vector`` (6 float64) as the next row of ``block``, ``step`` as its step. Returns a put's result."""
-    capacity = (block.size - BLOCK_HEADER) // 7
     at = np.int64(block[WRITTEN])
     if block[CLOSED] != 0.0 or at >= block[TAKES]:
         return PUT_RETRY
-    block[BLOCK_HEADER + capacity + 6 * at:BLOCK_HEADER + capacity + 6 * at + 6] = vector
+    start = _row_offset(block, at)
+    block[start:start + 6] = vector
     return _commit_row(block, at, step)
 
 
 @jit.kernel(inline=True)
 def _commit_row(block, at, step):
+    """Count row ``at`` of ``block`` (written), with ``step``; returns the put's result."""
     block[BLOCK_HEADER + at] = step
     block[WRITTEN] = at + 1
     result = 0
